@@ -1,0 +1,36 @@
+# make demo: install into .venv (if needed) and run the main job on a bundled trace.
+# make test: install into .venv (if needed) and run the whole test suite.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+DATA := sortedrl/traces/data
+
+demo: $(STAMP)
+	$(BIN)/sortedrl trace stats $(DATA)/math-16k.jsonl
+	$(BIN)/sortedrl simulate --trace $(DATA)/math-16k.jsonl --policy sync --set minibatches=4 \
+		--cluster h100-llama3.1-8b-2gpu --out runs/demo-math-sync
+	$(BIN)/sortedrl simulate --trace $(DATA)/logic-8k.jsonl --policy sync \
+		--cluster h100-llama3.1-8b-64seq --out runs/demo-paper-sync
+
+test: $(STAMP)
+	$(BIN)/ruff check sortedrl tests bench
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/sim_speed.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

@@ -1,0 +1,324 @@
+"""The controller: the one place where a policy's actions are checked and carried out.
+
+It sits between a policy and a :class:`Backend`. The simulator (``sim.backend.SimBackend``) and
+the real runner implement the same backend interface, so everything both need — legality checks,
+sample bookkeeping, colocated placement rules, the decision records of the timeline, and the
+end-of-run check — lives here once.
+
+Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError`):
+- admit only waiting or paused samples; abort only admitted ones; discard only unadmitted ones;
+- train only finished, untrained samples, one update at a time;
+- sync only when the trainer is idle and no sync is running;
+- colocated placement: rollout and training share the GPUs, so a ``Train`` needs every engine
+  to have nothing running, and rollout stays stopped until the update and any sync are done.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+
+from sortedrl.errors import PolicyError
+from sortedrl.policies.base import (
+    Abort,
+    Admit,
+    Discard,
+    Event,
+    EventKind,
+    Policy,
+    SampleState,
+    Sync,
+    Train,
+)
+from sortedrl.policies.view import ClusterView, EngineInfo, PublicState
+from sortedrl.timeline import Timeline
+
+W, A, P, F, T, D = (SampleState.WAITING, SampleState.ADMITTED, SampleState.PAUSED,
+                    SampleState.FINISHED, SampleState.TRAINED, SampleState.DISCARDED)
+
+
+class Backend(ABC):
+    """Executes actions and reports events; the simulator and the real runner implement it."""
+
+    placement: str = "colocated"
+
+    @abstractmethod
+    def engine_infos(self) -> list[EngineInfo]:
+        """The public halves of the engines, in index order."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """Current time in seconds since the run started."""
+
+    @abstractmethod
+    def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
+        """Queue samples on an engine; ``generated`` tokens are resumed (re-prefilled)."""
+
+    @abstractmethod
+    def abort(self, samples: list[int]) -> list[int]:
+        """Stop admitted samples; return the tokens each had generated."""
+
+    @abstractmethod
+    def train(self, samples: list[int], version: int) -> None:
+        """Start one update; report ``controller.update_done()`` when it ends."""
+
+    @abstractmethod
+    def sync(self, version: int) -> None:
+        """Push weights of ``version`` to every engine; report ``controller.sync_done()``."""
+
+    @abstractmethod
+    def set_rollout(self, enabled: bool) -> None:
+        """Stop or restart generation on every engine (colocated placement)."""
+
+    @abstractmethod
+    def run(self, controller: Controller) -> None:
+        """Drive time until nothing is left to happen, then return."""
+
+
+class Controller:
+    """Checks and applies a policy's actions on a backend, and keeps the public bookkeeping."""
+
+    def __init__(self, policy: Policy, prompt_id: np.ndarray, prompt_len: Sequence[int],
+                 group_size: int, backend: Backend, timeline: Timeline) -> None:
+        self.policy = policy
+        self.backend = backend
+        self.timeline = timeline
+        self.s = PublicState(prompt_id, list(prompt_len), group_size, backend.engine_infos(),
+                             backend.placement)
+        self.view = ClusterView(self.s)
+        self.settled = 0  # trained + discarded
+        self.rollout_on = True
+        self._dispatching = False
+
+    # -- run ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.backend.run(self)
+        if not self.done:
+            raise PolicyError(f"policy {self.policy.name} stalled at t={self.backend.now():.3f}s: "
+                              + self._stall_reason())
+
+    @property
+    def done(self) -> bool:
+        return self.settled == len(self.s.state)
+
+    def _stall_reason(self) -> str:
+        counts = {st.name.lower(): 0 for st in SampleState}
+        for st in self.s.state:
+            counts[SampleState(st).name.lower()] += 1
+        return ", ".join(f"{v} {k}" for k, v in counts.items() if v) + " samples, nothing in flight"
+
+    def start(self) -> None:
+        self.dispatch(Event(EventKind.STARTED))
+
+    # -- callbacks from the backend ------------------------------------------------------------
+
+    def dispatch(self, event: Event) -> None:
+        """Hand one event to the policy and apply what it returns."""
+        if self._dispatching:
+            raise RuntimeError("re-entrant dispatch: a backend reported an event while acting")
+        self._dispatching = True
+        try:
+            self.s.now = self.backend.now()
+            for action in self.policy.on_event(event, self.view) or ():
+                self._apply(action)
+            if (self.s.placement == "colocated" and not self.rollout_on
+                    and not self.s.trainer_busy and not self.s.syncing):
+                self.rollout_on = True
+                self.backend.set_rollout(True)
+        finally:
+            self._dispatching = False
+
+    def samples_finished(self, samples: list[int], lengths: list[int]) -> None:
+        """Bookkeeping for finished samples; ``lengths[i]`` is sample i's final length."""
+        s = self.s
+        state, gen, resp, eng, buf = s.state, s.generated, s.response_len, s.engine_of, s.buffer
+        for i in samples:
+            n = lengths[i]
+            state[i] = F
+            gen[i] = n
+            resp[i] = n
+            eng[i] = -1
+            buf[i] = None
+
+    def sample_preempted(self, sample: int, tokens: int) -> None:
+        self.s.generated[sample] = tokens  # still admitted: back in its engine's queue
+
+    def update_done(self) -> None:
+        self.s.version += 1
+        self.s.trainer_busy = False
+        self.dispatch(Event(EventKind.UPDATE_DONE))
+
+    def sync_done(self) -> None:
+        self.s.syncing = False
+        self.dispatch(Event(EventKind.SYNC_DONE))
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def _apply(self, action: object) -> None:
+        if isinstance(action, Admit):
+            self._admit(action)
+        elif isinstance(action, Train):
+            self._train(action)
+        elif isinstance(action, Sync):
+            self._sync()
+        elif isinstance(action, Abort):
+            self._abort(action)
+        elif isinstance(action, Discard):
+            self._discard(action)
+        else:
+            raise PolicyError(f"policy {self.policy.name} returned {action!r}, which is not an action")
+
+    def _bad(self, what: str) -> PolicyError:
+        return PolicyError(f"policy {self.policy.name}: illegal action: {what}")
+
+    def _check_ids(self, samples: tuple[int, ...], verb: str) -> None:
+        n = len(self.s.state)
+        if len(set(samples)) != len(samples):
+            raise self._bad(f"{verb} lists a sample twice")
+        for i in samples:
+            if not isinstance(i, (int, np.integer)) or not 0 <= i < n:
+                raise self._bad(f"{verb} of unknown sample {i!r}")
+
+    def _admit(self, act: Admit) -> None:
+        s, samples = self.s, act.samples
+        if not samples:
+            return
+        self._check_ids(samples, "admit")
+        for i in samples:
+            if s.state[i] not in (W, P):
+                raise self._bad(f"admit of sample {i}, which is {SampleState(s.state[i]).name.lower()}")
+        engines = s.engines
+        if act.engine is not None and not 0 <= act.engine < len(engines):
+            raise self._bad(f"admit to unknown engine {act.engine}")
+        n = s.group_size
+        for i in samples:
+            g = i // n
+            if not s.started[g]:
+                s.started[g] = 1
+                s.started_count += 1
+        while s.next_group < s.num_groups and s.started[s.next_group]:
+            s.next_group += 1
+        plan = ([(act.engine, list(samples))] if act.engine is not None
+                else _spread(list(samples), [e.load() for e in engines]))
+        now = self.backend.now()
+        for e, chunk in plan:
+            gen = [s.generated[i] for i in chunk]
+            for i in chunk:
+                s.state[i] = A
+                s.engine_of[i] = e
+                s.paused.pop(i, None)
+            self.timeline.admit(now, e, chunk)
+            self.backend.admit(e, chunk, gen)
+
+    def _abort(self, act: Abort) -> None:
+        s, samples = self.s, list(act.samples)
+        if not samples:
+            return
+        self._check_ids(act.samples, "abort")
+        live = [i for i in samples if s.state[i] == A]
+        for i in samples:
+            if s.state[i] not in (A, P) or (s.state[i] == P and act.keep_tokens):
+                raise self._bad(f"abort of sample {i}, which is {SampleState(s.state[i]).name.lower()}")
+        tokens = dict(zip(live, self.backend.abort(live), strict=True)) if live else {}
+        self.timeline.abort(self.backend.now(), samples, act.keep_tokens)
+        for i in samples:
+            s.engine_of[i] = -1
+            if act.keep_tokens:
+                s.generated[i] = tokens[i]
+                s.state[i] = P
+                s.paused[i] = None
+            else:  # the partial response is wasted; regenerate from scratch
+                s.generated[i] = 0
+                s.attempt[i] += 1
+                s.state[i] = W
+                s.paused.pop(i, None)
+
+    def _discard(self, act: Discard) -> None:
+        s = self.s
+        self._check_ids(act.samples, "discard")
+        for i in act.samples:
+            if s.state[i] not in (W, P, F):
+                raise self._bad(f"discard of sample {i}, which is {SampleState(s.state[i]).name.lower()}")
+        for i in act.samples:
+            if not s.started[i // s.group_size]:
+                s.started[i // s.group_size] = 1
+                s.started_count += 1
+            s.state[i] = D
+            s.paused.pop(i, None)
+            s.buffer.pop(i, None)
+        while s.next_group < s.num_groups and s.started[s.next_group]:
+            s.next_group += 1
+        self.settled += len(act.samples)
+        if act.samples:
+            self.timeline.discard(self.backend.now(), list(act.samples))
+
+    def _train(self, act: Train) -> None:
+        s = self.s
+        if not act.samples:
+            raise self._bad("train on an empty batch")
+        self._check_ids(act.samples, "train")
+        if s.trainer_busy:
+            raise self._bad("train while the trainer is busy (wait for update_done)")
+        if s.syncing:
+            raise self._bad("train while a weight sync is running")
+        for i in act.samples:
+            if s.state[i] != F:
+                raise self._bad(f"train on sample {i}, which is {SampleState(s.state[i]).name.lower()}")
+        if s.placement == "colocated":
+            busy = [e.index for e in s.engines if e.running()]
+            if busy:
+                raise self._bad(f"train while engines {busy} are generating on the shared GPUs "
+                                "(colocated: abort or wait first)")
+            if self.rollout_on:
+                self.rollout_on = False
+                self.backend.set_rollout(False)
+        for i in act.samples:
+            s.state[i] = T
+            del s.buffer[i]
+        self.settled += len(act.samples)
+        s.trainer_busy = True
+        self.backend.train(list(act.samples), s.version)
+
+    def _sync(self) -> None:
+        s = self.s
+        if s.trainer_busy:
+            raise self._bad("sync while the trainer is busy")
+        if s.syncing:
+            raise self._bad("sync while a sync is running")
+        if s.placement == "colocated" and self.rollout_on:
+            self.rollout_on = False
+            self.backend.set_rollout(False)
+        s.syncing = True
+        self.backend.sync(s.version)
+
+
+def _spread(samples: list[int], loads: list[int]) -> list[tuple[int, list[int]]]:
+    """Water-fill ``samples`` onto engines so loads end as equal as possible.
+
+    Lower engine indices take the remainder; each engine gets one contiguous block, so the
+    samples of a group tend to share an engine. Deterministic.
+    """
+    order = sorted(range(len(loads)), key=lambda e: (loads[e], e))
+    total = sum(loads) + len(samples)
+    # find the level: engines below it are filled up to it
+    share = [0] * len(loads)
+    left = len(samples)
+    for k in range(len(order), 0, -1):
+        group = order[:k]
+        level = (sum(loads[e] for e in group) + left) // k
+        if level >= loads[order[k - 1]]:
+            extra = sum(loads[e] for e in group) + left - level * k
+            for e in sorted(group):
+                share[e] = level - loads[e] + (1 if extra > 0 else 0)
+                extra -= 1 if extra > 0 else 0
+            break
+    assert sum(share) == left and total >= 0
+    out, pos = [], 0
+    for e in range(len(loads)):
+        if share[e]:
+            out.append((e, samples[pos:pos + share[e]]))
+            pos += share[e]
+    return out

@@ -1,0 +1,80 @@
+"""``sync``: the synchronous baseline, verl's default GRPO loop.
+
+Each step admits the whole rollout batch (``rollout_batch`` prompts x n responses), waits until
+every response has finished, then runs ``minibatches`` updates on equal slices of the batch and
+syncs the weights once. With ``minibatches > 1`` every update after the first trains on data one
+more version behind, as in the SortedRL paper's PPO baseline (512 prompts, 128 per update).
+
+It reacts only to idle engines and finished updates, so it does not listen to every finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sortedrl.policies.base import (
+    Action,
+    Admit,
+    Event,
+    EventKind,
+    Policy,
+    RunContext,
+    Sync,
+    Train,
+)
+from sortedrl.policies.view import ClusterView
+
+
+@dataclass(frozen=True)
+class SyncParams:
+    rollout_batch: int = field(default=0, metadata={
+        "help": "prompts per step; 0 takes the trace's prompts per step"})
+    minibatches: int = field(default=1, metadata={
+        "help": "updates per step; later ones train on stale data (staleness <= minibatches - 1)"})
+
+    def __post_init__(self) -> None:
+        if self.rollout_batch < 0:
+            raise ValueError(f"rollout_batch must be >= 0, got {self.rollout_batch}")
+        if self.minibatches < 1:
+            raise ValueError(f"minibatches must be >= 1, got {self.minibatches}")
+
+
+class SyncPolicy(Policy):
+    name = "sync"
+    Params = SyncParams
+    listens_to_finishes = False
+
+    def __init__(self, params: SyncParams | None = None, ctx: RunContext | None = None) -> None:
+        super().__init__(params, ctx)
+        self.batch = self.params.rollout_batch or self.ctx.prompts_per_step
+        self.step_samples: list[int] = []
+        self.pending: list[list[int]] = []
+
+    def staleness_bound(self) -> int:
+        return self.params.minibatches - 1
+
+    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        kind = event.kind
+        if kind in (EventKind.STARTED, EventKind.SYNC_DONE):
+            return self._next_step(view)
+        if kind == EventKind.ENGINE_IDLE:
+            if view.admitted or not self.step_samples or view.trainer_busy or self.pending:
+                return []
+            batch, k = self.step_samples, self.params.minibatches
+            size = -(-len(batch) // k)
+            self.pending = [batch[j:j + size] for j in range(0, len(batch), size)]
+            return [Train(tuple(self.pending.pop(0)))]
+        if kind == EventKind.UPDATE_DONE:
+            if self.pending:
+                return [Train(tuple(self.pending.pop(0)))]
+            self.step_samples = []
+            return [Sync()]
+        return []
+
+    def _next_step(self, view: ClusterView) -> list[Action]:
+        groups = view.next_groups(self.batch or view.num_groups)
+        if not groups:
+            return []
+        samples = [i for g in groups for i in view.group_samples(g)]
+        self.step_samples = samples
+        return [Admit(tuple(samples))]

@@ -1,0 +1,186 @@
+"""What a policy may see: the read-only :class:`ClusterView`.
+
+The view is built over :class:`PublicState`, the controller's bookkeeping, and over the engines'
+public halves (:class:`EngineInfo`). Neither holds a sample's true length, the trace, or the
+backend, so nothing reachable from a view can reveal how long an unfinished response will be.
+``tests/test_no_peeking.py`` walks every object reachable from a view to prove it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from sortedrl.errors import PolicyError
+from sortedrl.policies.base import SampleState
+
+
+class EngineInfo(Protocol):
+    """The public half of a rollout engine."""
+
+    index: int
+    max_num_seqs: int
+    version: int
+
+    def running(self) -> tuple[int, ...]: ...
+
+    def queued(self) -> tuple[int, ...]: ...
+
+    def tokens(self, sample: int, now: float) -> int: ...
+
+    def load(self) -> int: ...
+
+
+class PublicState:
+    """Controller bookkeeping that a policy may read: per-sample lists and cluster flags."""
+
+    def __init__(self, prompt_id: np.ndarray, prompt_len: list[int], group_size: int,
+                 engines: list[EngineInfo], placement: str) -> None:
+        n = len(prompt_len)
+        self.group_size = group_size
+        self.num_groups = n // group_size
+        self.prompt_id = prompt_id[::group_size].copy()  # one per group
+        self.prompt_len = prompt_len
+        self.state = [SampleState.WAITING] * n
+        self.generated = [0] * n  # tokens kept at the last report (finish, pause, preempt)
+        self.response_len: dict[int, int] = {}  # observed: finished samples only
+        self.attempt = [0] * n
+        self.engine_of = [-1] * n
+        self.buffer: dict[int, None] = {}  # finished, untrained, in finish order
+        self.paused: dict[int, None] = {}
+        self.started = bytearray(self.num_groups)
+        self.started_count = 0
+        self.next_group = 0  # first group never admitted
+        self.engines = engines
+        self.placement = placement
+        self.version = 0  # the trainer's latest version
+        self.trainer_busy = False
+        self.syncing = False
+        self.now = 0.0  # set by the controller before each event; not shown to policies
+
+
+class ClusterView:
+    """Read-only access to the cluster for a policy. Every method returns a copy or a number."""
+
+    __slots__ = ("_s",)
+
+    def __init__(self, state: PublicState) -> None:
+        self._s = state
+
+    # cluster ------------------------------------------------------------------------------
+    @property
+    def engines(self) -> int:
+        return len(self._s.engines)
+
+    def capacity(self, engine: int) -> int:
+        return self._s.engines[engine].max_num_seqs
+
+    @property
+    def total_capacity(self) -> int:
+        return sum(e.max_num_seqs for e in self._s.engines)
+
+    @property
+    def placement(self) -> str:
+        return self._s.placement
+
+    @property
+    def version(self) -> int:
+        return self._s.version
+
+    def engine_version(self, engine: int) -> int:
+        return self._s.engines[engine].version
+
+    @property
+    def trainer_busy(self) -> bool:
+        return self._s.trainer_busy
+
+    @property
+    def syncing(self) -> bool:
+        return self._s.syncing
+
+    # prompts ------------------------------------------------------------------------------
+    @property
+    def group_size(self) -> int:
+        return self._s.group_size
+
+    @property
+    def num_groups(self) -> int:
+        return self._s.num_groups
+
+    @property
+    def groups_left(self) -> int:
+        """Groups never admitted yet (the dataloader's remaining prompts)."""
+        return self._s.num_groups - self._s.started_count
+
+    def next_groups(self, k: int) -> tuple[int, ...]:
+        """The next ``k`` never-admitted groups in dataloader order."""
+        s, out, g = self._s, [], self._s.next_group
+        while g < s.num_groups and len(out) < k:
+            if not s.started[g]:
+                out.append(g)
+            g += 1
+        return tuple(out)
+
+    def group_samples(self, group: int) -> range:
+        n = self._s.group_size
+        return range(group * n, (group + 1) * n)
+
+    def group_of(self, sample: int) -> int:
+        return sample // self._s.group_size
+
+    def prompt_id(self, group: int) -> str:
+        return str(self._s.prompt_id[group])
+
+    def prompt_len(self, sample: int) -> int:
+        return self._s.prompt_len[sample]
+
+    # samples ------------------------------------------------------------------------------
+    def state(self, sample: int) -> SampleState:
+        return self._s.state[sample]
+
+    def attempt(self, sample: int) -> int:
+        return self._s.attempt[sample]
+
+    def generated(self, sample: int) -> int:
+        """Tokens generated so far (live for running samples)."""
+        s = self._s
+        if s.state[sample] == SampleState.ADMITTED:
+            return s.engines[s.engine_of[sample]].tokens(sample, s.now)
+        return s.generated[sample]
+
+    def response_len(self, sample: int) -> int:
+        """The length of a finished response. Unfinished samples have no length yet."""
+        try:
+            return self._s.response_len[sample]
+        except KeyError:
+            raise PolicyError(f"sample {sample} has not finished: its length is unknown") from None
+
+    def engine_of(self, sample: int) -> int | None:
+        e = self._s.engine_of[sample]
+        return None if e < 0 else e
+
+    def running(self, engine: int) -> tuple[int, ...]:
+        return self._s.engines[engine].running()
+
+    def queued(self, engine: int) -> tuple[int, ...]:
+        return self._s.engines[engine].queued()
+
+    def load(self, engine: int) -> int:
+        """Running plus queued samples on an engine."""
+        return self._s.engines[engine].load()
+
+    @property
+    def admitted(self) -> int:
+        return sum(e.load() for e in self._s.engines)
+
+    def paused(self) -> tuple[int, ...]:
+        return tuple(self._s.paused)
+
+    def finished(self) -> tuple[int, ...]:
+        """Finished, untrained samples in finish order (the rollout buffer)."""
+        return tuple(self._s.buffer)
+
+    @property
+    def finished_count(self) -> int:
+        return len(self._s.buffer)

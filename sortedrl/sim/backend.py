@@ -1,0 +1,172 @@
+"""The simulator's backend: SimPy processes that execute the controller's actions in simulated time.
+
+One *rollout pool* process drives every engine. It always applies the earliest pending engine
+change; when that change lies before the next event anyone else has scheduled (``env.peek()``),
+nobody can act in between, so the pool applies it at once without a SimPy timeout. It yields to
+SimPy only when another process may act first, or when the change produces an event a policy
+must see at its own time. That keeps SimPy events proportional to policy decisions and
+notifications, not to finishes, while the order of everything stays exactly that of time, then
+SimPy's (time, priority, insertion) tie-break. The trainer and weight syncs are plain processes.
+
+Before any event is dispatched to the policy, every engine is caught up to the current time, so
+the policy always sees one consistent instant.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import simpy
+
+from sortedrl.policies.base import Event, EventKind
+from sortedrl.policies.controller import Backend, Controller
+from sortedrl.policies.view import EngineInfo
+from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.engine import INF, Engine
+from sortedrl.timeline import Timeline
+from sortedrl.traces.schema import Trace
+
+
+class SimBackend(Backend):
+    """Runs a trace on a simulated :class:`~sortedrl.sim.cluster.Cluster`."""
+
+    def __init__(self, trace: Trace, cluster: Cluster, timeline: Timeline, progress=None,
+                 audit: bool = False) -> None:
+        self.env = simpy.Environment()
+        self.cluster = cluster
+        self.placement = cluster.placement
+        self.cost = cluster.cost()
+        self.timeline = timeline
+        self._lengths = trace.response_len.tolist()
+        self._plen = trace.prompt_len.tolist()
+        self._progress = progress
+        self.audit = audit  # re-check every engine's bookkeeping after each change (tests)
+        c = cluster
+        self.engines = [
+            Engine(e, self.cost, c.max_num_seqs, c.kv_budget, c.kv_admit_budget, self._lengths,
+                   self._plen, timeline)
+            for e in range(c.engines)
+        ]
+        self._next = [INF] * len(self.engines)  # next change time of each engine
+        for e in self.engines:
+            e._slots = self._next
+        self._deferred: deque[tuple[float, Event]] = deque()
+        self._proc = None
+        self._waiting = False
+        self._poked = False
+        self.ctl: Controller | None = None
+
+    # -- Backend interface -----------------------------------------------------------------------
+
+    def engine_infos(self) -> list[EngineInfo]:
+        return [e.pub for e in self.engines]
+
+    def now(self) -> float:
+        return self.env.now
+
+    def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
+        eng = self.engines[engine]
+        eng.admit(samples, generated, self.env.now)
+        self._poke()
+
+    def abort(self, samples: list[int]) -> list[int]:
+        now, touched, out = self.env.now, set(), []
+        for i in samples:
+            e = self.engines[self.ctl.s.engine_of[i]]
+            out.append(e.abort(i, now))
+            touched.add(e.pub.index)
+        for e in sorted(touched):
+            self.engines[e].plan()
+        self._poke()
+        return out
+
+    def train(self, samples: list[int], version: int) -> None:
+        tokens = sum(self._plen[i] + self._lengths[i] for i in samples)
+        start = max([self.env.now] + [e.pub.t for e in self.engines])  # in-flight steps end first
+        dur = self.cost.train(tokens)
+        self.env.process(self._train(start, dur, version, samples, tokens))
+
+    def sync(self, version: int) -> None:
+        start = max([self.env.now] + [e.pub.t for e in self.engines])
+        self.env.process(self._sync(start, self.cost.sync(), version))
+
+    def set_rollout(self, enabled: bool) -> None:
+        for e in self.engines:
+            e.set_enabled(enabled, self.env.now)
+        self._poke()
+
+    def run(self, controller: Controller) -> None:
+        self.ctl = controller
+        for e in self.engines:
+            e.bind(controller, controller.s.attempt)
+        self._proc = self.env.process(self._pool())
+        self._dispatch(controller.start)
+        self.env.run()
+
+    # -- processes ---------------------------------------------------------------------------------
+
+    def _train(self, start: float, dur: float, version: int, samples: list[int], tokens: int):
+        yield self.env.timeout(start + dur - self.env.now)
+        self.timeline.train(start, start + dur, version, samples, tokens)
+        if self._progress is not None:
+            self._progress(len(samples))
+        self._dispatch(self.ctl.update_done)
+
+    def _sync(self, start: float, dur: float, version: int):
+        yield self.env.timeout(start + dur - self.env.now)
+        for e in self.engines:
+            e.pub.version = version
+        self.timeline.sync(start, start + dur, version)
+        self._dispatch(self.ctl.sync_done)
+
+    def _pool(self):
+        env, engines, nexts = self.env, self.engines, self._next
+        listens = self.ctl.policy.listens_to_finishes
+        while True:
+            if self._deferred:
+                t, event = self._deferred.popleft()
+                if t > env.now:
+                    yield env.timeout(t - env.now)  # nothing else is due before t
+                self._dispatch(lambda ev=event: self.ctl.dispatch(ev))
+                continue
+            t = min(nexts)
+            eng = engines[nexts.index(t)]
+            if t == INF or (t > env.now and t >= env.peek()):
+                self._waiting = True
+                try:
+                    yield env.timeout(t - env.now) if t < INF else env.event()
+                except simpy.Interrupt:
+                    self._poked = False
+                self._waiting = False
+                continue
+            self._notify(eng, eng.advance(), t, listens)
+            if self.audit:
+                eng.audit()
+
+    def _notify(self, eng: Engine, finished: list[int], t: float, listens: bool) -> None:
+        if finished and listens:
+            self._deferred.append((t, Event(EventKind.FINISHED, eng.pub.index, tuple(finished))))
+        if eng.idle and not eng.idle_reported:
+            eng.idle_reported = True
+            self._deferred.append((t, Event(EventKind.ENGINE_IDLE, eng.pub.index)))
+
+    def _catch_up(self) -> None:
+        """Apply every engine change due at or before now (their events are deferred)."""
+        now = self.env.now
+        listens = self.ctl.policy.listens_to_finishes
+        for eng in self.engines:
+            while eng.next_t <= now:
+                self._notify(eng, eng.advance(), now, listens)
+
+    def _dispatch(self, fn) -> None:
+        self._catch_up()
+        fn()
+        if self._deferred:
+            self._poke()
+
+    def _poke(self) -> None:
+        """Wake the pool so it re-plans (it is waiting on a timeout that may now be wrong)."""
+        if self._waiting and not self._poked and self._proc is not None:
+            self._poked = True
+            self._proc.interrupt()
+

@@ -1,0 +1,308 @@
+"""One simulated rollout engine: continuous batching as a state machine that jumps between changes.
+
+The engine behaves like vLLM's scheduler at the granularity that matters for scheduling:
+``max_num_seqs`` running sequences at most, a KV-token budget, FCFS admission from its queue with
+head-of-line blocking, and, when the next decode step cannot get KV space, preemption of the most
+recently admitted sequence, which goes back to the front of the queue keeping its tokens and is
+recomputed (re-prefilled) when readmitted.
+
+It never steps token by token. Its state is exact at a *base* point ``(t, step, kv)``; between
+two membership changes the batch is constant, so the time of the next change (a finish, a KV
+overflow, an admission) comes from the closed form in :mod:`sortedrl.sim.cost`, and a heap of
+absolute finish steps gives the next finish.
+
+Conventions (the brute-force reference in the tests uses the same ones):
+- a running sample with ``g`` tokens holds ``prompt + g`` KV tokens; a decode step reads the KV
+  held before it, then gives every running sample one token;
+- admission prefills ``prompt + g`` tokens (``g > 0`` is recomputation) and yields one token; it
+  stalls the engine for the prefill time;
+- the head of the queue is admitted when ``kv + prompt + g + 1 + (B + 1) <= kv_admit_budget``,
+  leaving room for one more decode step; a step runs only when ``kv + B <= kv_budget``;
+- an action that arrives mid-step lets the step finish for everyone else (the engine's base moves
+  to the end of that step); an aborted sample keeps only its completed tokens.
+
+The engine is split in two: :class:`EngineState` is what a policy may see; :class:`Engine` adds
+the private finish heap, which encodes true lengths and is never exposed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from sortedrl.sim.cost import CostModel
+from sortedrl.timeline import Timeline
+
+INF = math.inf
+
+
+class EngineState:
+    """The public half of an engine: who is running or queued, and the clock of its base point."""
+
+    __slots__ = ("index", "max_num_seqs", "version", "run", "queue", "t", "step", "kv",
+                 "inflight", "prefilling", "cost")
+
+    def __init__(self, index: int, max_num_seqs: int, cost: CostModel) -> None:
+        self.index = index
+        self.max_num_seqs = max_num_seqs
+        self.version = 0
+        self.run: dict[int, tuple[int, float, int, int]] = {}  # sample -> (off, t0, tok0, version)
+        self.queue: deque[int] = deque()
+        self.t = 0.0  # base time
+        self.step = 0  # decode steps completed at the base
+        self.kv = 0  # KV tokens held at the base
+        self.inflight = False  # the base is the end of a decode step still running
+        self.prefilling: tuple[int, ...] = ()  # samples whose prefill ends at the base
+        self.cost = cost
+
+    def running(self) -> tuple[int, ...]:
+        return tuple(self.run)
+
+    def queued(self) -> tuple[int, ...]:
+        return tuple(self.queue)
+
+    def load(self) -> int:
+        return len(self.run) + len(self.queue)
+
+    def tokens(self, sample: int, now: float) -> int | None:
+        """Tokens a running sample holds at ``now`` (``None`` if it is not running here)."""
+        entry = self.run.get(sample)
+        if entry is None:
+            return None
+        off, _, tok0, _ = entry
+        if now >= self.t:
+            b = len(self.run)
+            return self.step + self.cost.decode_steps_within(now - self.t, b, self.kv) + off
+        if self.inflight:
+            return self.step - 1 + off
+        return tok0 if sample in self.prefilling else self.step + off
+
+
+class Engine:
+    """A rollout engine with private knowledge of true lengths (the simulator's side only)."""
+
+    def __init__(self, index: int, cost: CostModel, max_num_seqs: int, kv_budget: int,
+                 kv_admit_budget: int, lengths: list[int], prompt_len: list[int],
+                 timeline: Timeline) -> None:
+        self.pub = EngineState(index, max_num_seqs, cost)
+        self.cost = cost
+        self.K = kv_budget
+        self.K_admit = kv_admit_budget
+        self._L = lengths
+        self._p = prompt_len
+        self._attempt: list[int] = []
+        self._ctl = None
+        self._spans = timeline.spans
+        self._prefills = timeline.prefills
+        self._heap: list[tuple[int, int, int]] = []  # (finish step, seq, sample)
+        self._live: dict[int, int] = {}  # sample -> seq of its valid heap entry
+        self._seq = 0
+        self._gen0: dict[int, int] = {}  # queued sample -> tokens it resumes from
+        self.enabled = True
+        self._slots: list[float] = [INF] * (index + 1)  # the backend's list of next times
+        self.next_t = INF
+        self._next_k = 0
+        self.idle_reported = True
+        self.preemptions = 0
+
+    def bind(self, controller: object, attempt: list[int]) -> None:
+        """Report finishes and preemptions to ``controller``; read attempts from its list."""
+        self._ctl = controller
+        self._attempt = attempt
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def _admissible(self) -> bool:
+        p = self.pub
+        q = p.queue
+        if not q or len(p.run) >= p.max_num_seqs or not self.enabled:
+            return False
+        i = q[0]
+        return p.kv + self._p[i] + self._gen0[i] + len(p.run) + 2 <= self.K_admit
+
+    def plan(self) -> None:
+        """Compute the time of the next membership change (hot path: kept flat)."""
+        p = self.pub
+        b = len(p.run)
+        if p.queue and self._admissible():
+            self.next_t, self._next_k = p.t, 0
+        elif b == 0:
+            self.next_t, self._next_k = INF, 0
+        else:
+            heap, live = self._heap, self._live
+            while live.get(heap[0][2]) != heap[0][1]:
+                heapq.heappop(heap)  # stale entry of an aborted or preempted sample
+            kv = p.kv
+            k = heap[0][0] - p.step
+            kk = (self.K - kv) // b
+            if kk < k:
+                k = kk
+            self._next_k = k
+            c = self.cost
+            alpha = c.a0 + c.a1 * kv
+            if alpha >= c.c1 * b:  # memory-bound throughout: the common case, inlined
+                self.next_t = p.t + k * (c.t_fix + alpha) + c.a1 * b * (k * (k - 1) // 2)
+            else:
+                self.next_t = p.t + c.decode_time(k, b, kv)
+        self._slots[p.index] = self.next_t
+
+    # -- the next change -----------------------------------------------------------------------
+
+    def advance(self) -> list[int]:
+        """Apply the planned change at ``next_t``; return the samples that finished."""
+        p = self.pub
+        k = self._next_k
+        run = p.run
+        t = p.t = self.next_t
+        step = p.step = p.step + k
+        kv = p.kv + k * len(run)
+        p.inflight = False
+        p.prefilling = ()
+        finished = []
+        heap, live, lengths, plen, attempt = self._heap, self._live, self._L, self._p, self._attempt
+        spans, idx = self._spans, p.index
+        while heap:
+            fs, seq, i = heap[0]
+            if live.get(i) != seq:
+                heapq.heappop(heap)  # stale
+                continue
+            if fs != step:
+                break
+            heapq.heappop(heap)
+            del live[i]
+            _, t0, tok0, ver = run.pop(i)
+            n = lengths[i]
+            kv -= plen[i] + n
+            spans.append((t0, t, idx, i, attempt[i], ver, n - tok0, "finish"))
+            finished.append(i)
+        p.kv = kv
+        if finished:
+            self._ctl.samples_finished(finished, lengths)
+        while run and p.kv + len(run) > self.K:
+            self._preempt()
+        if p.queue and self._admissible():
+            self._admit_from_queue()
+        self.plan()
+        return finished
+
+    def _preempt(self) -> None:
+        p = self.pub
+        i, (off, t0, tok0, ver) = p.run.popitem()  # the most recently admitted
+        del self._live[i]
+        tok = p.step + off
+        p.kv -= self._p[i] + tok
+        self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, tok - tok0, "preempt"))
+        p.queue.appendleft(i)
+        self._gen0[i] = tok
+        self.preemptions += 1
+        self._ctl.sample_preempted(i, tok)
+
+    def _admit_from_queue(self) -> None:
+        """Admit FCFS from the queue while the head fits, then stall for one prefill."""
+        p = self.pub
+        admitted: list[int] = []
+        tokens = pairs = recomputed = 0
+        queue, run, lengths, plen, gen0 = p.queue, p.run, self._L, self._p, self._gen0
+        heap, live = self._heap, self._live
+        kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, p.max_num_seqs, self.K_admit
+        seq = self._seq
+        while queue and len(run) < cap:
+            i = queue[0]
+            g0 = gen0[i]
+            ctx = plen[i] + g0
+            if kv + ctx + len(run) + 2 > budget:
+                break
+            queue.popleft()
+            del gen0[i]
+            off = g0 + 1 - step
+            run[i] = (off, t, g0, ver)
+            kv += ctx + 1
+            seq += 1
+            live[i] = seq
+            heapq.heappush(heap, (lengths[i] - off, seq, i))
+            admitted.append(i)
+            tokens += ctx
+            pairs += ctx * (ctx + 1) // 2
+            recomputed += g0
+        self._seq = seq
+        p.kv = kv
+        dt = self.cost.prefill(tokens, pairs)
+        self._prefills.append((t, t + dt, p.index, admitted, tokens, recomputed))
+        p.t = t + dt
+        p.prefilling = tuple(admitted)
+
+    # -- actions from the controller ------------------------------------------------------------
+
+    def materialize(self, now: float) -> None:
+        """Move the base to the first step boundary at or after ``now``.
+
+        Changes due at or before ``now`` must have been applied already (the backend catches
+        up every engine before it dispatches an event).
+        """
+        p = self.pub
+        if now <= p.t:
+            return
+        b = len(p.run)
+        if b == 0:
+            p.t = now
+            return
+        elapsed = now - p.t
+        k = self.cost.decode_steps_within(elapsed, b, p.kv)
+        assert k < self._next_k or self._next_k == 0, "materialize past a pending change"
+        if self.cost.decode_time(k, b, p.kv) == elapsed:
+            p.t, done, p.inflight = now, k, False
+        else:
+            p.t, done, p.inflight = p.t + self.cost.decode_time(k + 1, b, p.kv), k + 1, True
+        p.step += done
+        p.kv += done * b
+
+    def admit(self, samples: list[int], generated: list[int], now: float) -> None:
+        self.materialize(now)
+        p = self.pub
+        for i, g in zip(samples, generated, strict=True):
+            p.queue.append(i)
+            self._gen0[i] = g
+        self.idle_reported = False
+        self.plan()
+
+    def abort(self, sample: int, now: float) -> int:
+        """Remove a queued or running sample; return the tokens it keeps."""
+        p = self.pub
+        if sample in self._gen0:
+            p.queue.remove(sample)
+            return self._gen0.pop(sample)
+        self.materialize(now)
+        off, t0, tok0, ver = p.run.pop(sample)
+        del self._live[sample]
+        if now < p.t and p.inflight:
+            tok = p.step - 1 + off
+        elif now < p.t and sample in p.prefilling:
+            tok = tok0
+            p.prefilling = tuple(j for j in p.prefilling if j != sample)
+        else:
+            tok = p.step + off
+        p.kv -= self._p[sample] + p.step + off
+        self._spans.append((t0, now, p.index, sample, self._attempt[sample], ver, tok - tok0, "abort"))
+        return tok
+
+    def set_enabled(self, enabled: bool, now: float) -> None:
+        self.materialize(now)
+        self.enabled = enabled
+        self.plan()
+
+    def audit(self) -> None:
+        """Check the engine's bookkeeping against first principles (tests call this)."""
+        p = self.pub
+        kv = 0
+        for i, (off, _, _, _) in p.run.items():
+            kv += self._p[i] + p.step + off
+            assert 0 < p.step + off <= self._L[i], "a running sample's tokens are out of range"
+        assert kv == p.kv, f"engine {p.index}: kv bookkeeping {p.kv} != {kv}"
+        assert len(p.run) <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs"
+        assert p.kv <= self.K, f"engine {p.index}: KV {p.kv} over budget {self.K}"
+        assert len(p.queue) == len(self._gen0)
+
+    @property
+    def idle(self) -> bool:
+        return not self.pub.run and not self.pub.queue

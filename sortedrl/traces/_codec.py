@@ -1,0 +1,146 @@
+"""Pieces shared by the trace file formats: the metadata contract and column typing.
+
+Kept apart from the format modules so that JSONL, CSV and Parquet apply exactly the same rules
+(metadata fields, inference of missing metadata, which columns are known) and so produce the same
+error messages for the same mistakes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sortedrl.errors import TraceError
+from sortedrl.traces.schema import COLUMNS, REQUIRED, Trace, TraceMeta
+
+MAGIC = "sortedrl_trace"
+VERSION = 1
+META_FIELDS = (MAGIC, "max_response_len", "group_size", "source")
+CSV_META_PREFIX = f"# {MAGIC} "
+INT_COLUMNS = ("sample", "prompt_len", "response_len", "step")
+STR_COLUMNS = ("prompt_id", "finish_reason")
+
+
+def meta_dict(meta: TraceMeta) -> dict[str, Any]:
+    return {
+        MAGIC: VERSION,
+        "max_response_len": meta.max_response_len,
+        "group_size": meta.group_size,
+        "source": meta.source,
+    }
+
+
+def parse_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validate a metadata dict; return the fields it sets (others are inferred later)."""
+    for key in raw:
+        if key not in META_FIELDS:
+            known = ", ".join(META_FIELDS[1:])
+            raise TraceError(f"{where}: unknown metadata field {key!r} (known: {known})")
+    version = raw.get(MAGIC)
+    if type(version) is not int or version != VERSION:
+        raise TraceError(f"{where}: unsupported {MAGIC} version {version!r} (expected {VERSION})")
+    out: dict[str, Any] = {}
+    for key in ("max_response_len", "group_size"):
+        if key in raw:
+            v = raw[key]
+            if type(v) is not int or v < 1:
+                raise TraceError(f"{where}: metadata '{key}' must be a positive integer, got {v!r}")
+            out[key] = v
+    if "source" in raw:
+        if not isinstance(raw["source"], str):
+            raise TraceError(f"{where}: metadata 'source' must be a string, got {raw['source']!r}")
+        out["source"] = raw["source"]
+    return out
+
+
+def int_array(values: list[Any], kinds: set[type] | None = None) -> np.ndarray | None:
+    """The values as int64 if every one is a plain int or integer literal, else None."""
+    kinds = set(map(type, values)) if kinds is None else kinds
+    try:
+        if kinds == {int}:
+            return np.array(values, dtype=np.int64)
+        if kinds == {str}:
+            return np.array([int(v) for v in values], dtype=np.int64)
+    except (ValueError, OverflowError):
+        pass
+    return None
+
+
+def build(
+    path: Path,
+    columns: dict[str, Any],
+    given: dict[str, Any],
+    rows: list[int],
+    unit: str = "line",
+) -> Trace:
+    """Infer missing metadata, then validate via :meth:`Trace.from_columns`.
+
+    ``rows`` holds the file line (or, for ``unit="row"``, the data row) of every input row;
+    from_columns calls them "row N", which is rewritten to "line N" for text files.
+    """
+    where = str(path)
+    for col in REQUIRED:
+        if col not in columns:
+            raise TraceError(f"{where}: missing required column '{col}'")
+    inferred = {}
+    for key, col, extra in (("group_size", "sample", 1), ("max_response_len", "response_len", 0)):
+        if key not in given:
+            arr = columns[col] if isinstance(columns[col], np.ndarray) else None
+            # a malformed value makes from_columns raise before the placeholder 1 is used
+            inferred[key] = max(1, int(arr.max()) + extra) if arr is not None else 1
+    meta = TraceMeta(
+        max_response_len=given.get("max_response_len", inferred.get("max_response_len", 1)),
+        group_size=given.get("group_size", inferred.get("group_size", 1)),
+        source=given.get("source", path.name),
+    )
+    try:
+        return Trace.from_columns(columns, meta, where=where, rows=rows, name=path.name)
+    except TraceError as e:
+        if unit == "row":
+            raise
+        msg = str(e).replace(f"{where}: row ", f"{where}: {unit} ", 1)
+        raise TraceError(msg.replace("(first at row ", f"(first at {unit} ", 1)) from None
+
+
+def check_header(path: Path, names: list[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name not in COLUMNS:
+            raise TraceError(
+                f"{path}: {what}: unknown column {name!r} (known: {', '.join(COLUMNS)})"
+            )
+        if name in seen:
+            raise TraceError(f"{path}: {what}: duplicate column {name!r}")
+        seen.add(name)
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def pyarrow_modules(path: Path) -> tuple[Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TraceError(
+            f"{path}: Parquet needs pyarrow; install the 'parquet' extra "
+            "(pip install 'sortedrl[parquet]') or use .jsonl/.csv"
+        ) from None
+    return pq, pa
+
+
+def py_columns(trace: Trace) -> dict[str, list[Any]]:
+    return {k: v.tolist() for k, v in trace.columns().items()}

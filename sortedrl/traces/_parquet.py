@@ -1,0 +1,83 @@
+"""Parquet trace files (optional: needs pyarrow, the ``parquet`` extra).
+
+Columns are stored with fixed Arrow types (int64, bool, float64, string) and the metadata JSON
+under the schema-metadata key ``sortedrl_trace``, so a round trip is exact. Row numbers in error
+messages are 1-based data rows (Parquet has no lines).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sortedrl.errors import TraceError
+from sortedrl.traces._codec import (
+    MAGIC,
+    build,
+    check_header,
+    meta_dict,
+    parse_meta,
+    pyarrow_modules,
+)
+from sortedrl.traces.schema import Trace
+
+
+def to_arrow(trace: Trace, pa: Any) -> Any:
+    types = {
+        "prompt_id": pa.string(),
+        "finish_reason": pa.string(),
+        "truncated": pa.bool_(),
+        "reward": pa.float64(),
+    }
+    arrays, fields = [], []
+    for name, col in trace.columns().items():
+        typ = types.get(name, pa.int64())
+        arrays.append(pa.array(col.tolist() if col.dtype.kind == "U" else col, type=typ))
+        fields.append(pa.field(name, typ, nullable=False))
+    schema = pa.schema(fields, metadata={MAGIC: json.dumps(meta_dict(trace.meta))})
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def read_parquet(path: Path) -> Trace:
+    pq, pa = pyarrow_modules(path)
+    if path.stat().st_size == 0:  # also raises FileNotFoundError, reported by read_trace
+        raise TraceError(f"{path}: empty file")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TraceError(f"{path}: not a readable Parquet file: {msg}") from None
+    given: dict[str, Any] = {}
+    raw_meta = (table.schema.metadata or {}).get(MAGIC.encode())
+    if raw_meta is not None:
+        try:
+            raw = json.loads(raw_meta)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise TraceError(f"{path}: schema metadata '{MAGIC}' is not valid JSON") from None
+        if type(raw) is not dict:
+            raise TraceError(f"{path}: schema metadata '{MAGIC}' must be a JSON object")
+        given = parse_meta(raw, f"{path}: schema metadata")
+    check_header(path, list(table.column_names), "schema")
+    if table.num_rows == 0:
+        raise TraceError(f"{path}: no data rows")
+    columns: dict[str, Any] = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if col.null_count:
+            i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise TraceError(f"{path}: row {i + 1}: field '{name}' is null")
+        t = col.type
+        if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_floating(t):
+            vals = col.to_numpy()
+            if pa.types.is_floating(t) and name != "reward":
+                vals = vals.tolist()  # from_columns accepts integral floats, names the rest
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            vals = col.to_pylist()  # from_columns checks for empty strings and NULs
+        else:
+            vals = col.to_pylist()
+        columns[name] = vals
+    rows = list(range(1, table.num_rows + 1))
+    return build(path, columns, given, rows, unit="row")

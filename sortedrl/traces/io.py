@@ -1,0 +1,131 @@
+"""Reading and writing length traces as JSONL, CSV or Parquet files.
+
+Traces are produced by one tool (the synthesizer, the importer, a real run) and consumed by
+another (the simulator, ``trace stats``), so the file format is the contract between them. This
+module is its public face: format choice, atomic writes and the file-level errors (no such file,
+not UTF-8). The formats themselves live in ``_text`` (JSONL, CSV) and ``_parquet``; the rules they
+share (metadata, inference, column typing) in ``_codec``.
+
+Formats (chosen by extension on write; by extension, then by content, on read):
+
+* ``.jsonl``: first line ``{"sortedrl_trace": 1, "max_response_len": ..., "group_size": ...,
+  "source": ...}``, then one JSON object per sample.
+* ``.csv``: first line ``# sortedrl_trace {same JSON}``, then a header, then one row per sample.
+* ``.parquet``: the same JSON under the schema-metadata key ``sortedrl_trace`` (needs pyarrow).
+
+Round trips are exact: ``read_trace(p) == t`` after ``write_trace(t, p)``, floats included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from sortedrl.errors import TraceError
+from sortedrl.traces import _parquet, _text
+from sortedrl.traces._codec import pyarrow_modules
+from sortedrl.traces.schema import Trace
+
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    """Read a trace file; the format comes from the extension, else from the content.
+
+    Missing metadata is inferred: ``group_size = max(sample) + 1``,
+    ``max_response_len = max(response_len)`` and ``source`` = the file name.
+    """
+    p = Path(path)
+    fmt = FORMATS.get(p.suffix.lower())
+    try:
+        if fmt is None:
+            fmt = _sniff(p)
+        if fmt == "parquet":
+            return _parquet.read_parquet(p)
+        with open(p, encoding="utf-8-sig", newline="") as f:
+            return _text.read_jsonl(p, f) if fmt == "jsonl" else _text.read_csv(p, f)
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{p}: is a directory, not a trace file") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    except csv.Error as e:
+        raise TraceError(f"{p}: bad CSV: {e}") from None
+
+
+def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
+    """Write ``trace`` atomically in the format named by the extension of ``path``.
+
+    Optional columns (step, reward, finish_reason) are written only when the trace has them.
+    """
+    p = Path(path)
+    fmt = FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        known = ", ".join(FORMATS)
+        raise TraceError(f"{p}: unknown trace format {p.suffix!r}; use one of {known}")
+    if fmt == "parquet":
+        pq, pa = pyarrow_modules(p)
+        table = _parquet.to_arrow(trace, pa)
+        atomic_write(p, lambda tmp: pq.write_table(table, tmp))
+        return
+    writer = _text.write_jsonl if fmt == "jsonl" else _text.write_csv
+
+    def emit(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            writer(trace, f)
+
+    atomic_write(p, emit)
+
+
+def atomic_write(path: str | os.PathLike[str], emit: Callable[[str], None]) -> None:
+    """Call ``emit(tmp_path)`` to write a temp file next to ``path``, then rename it into place.
+
+    On any failure the temp file is removed and ``path`` is left as it was (absent or old).
+    """
+    p = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as e:
+        raise TraceError(f"{p}: cannot write: {e.strerror or e}") from None
+    os.close(fd)
+    try:
+        emit(tmp)
+        os.chmod(tmp, _FILE_MODE)  # mkstemp creates 0600; give the usual umask-based mode
+        os.replace(tmp, p)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise TraceError(f"{p}: cannot write: {e.strerror or e}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _sniff(path: Path) -> str:
+    """Guess the format of a file whose extension says nothing: Parquet, JSONL or CSV."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")
+    if not stripped:
+        raise TraceError(f"{path}: empty file")
+    return "jsonl" if stripped.startswith(b"{") else "csv"
+
+
+__all__ = ["FORMATS", "atomic_write", "read_trace", "write_trace"]

@@ -1,0 +1,299 @@
+"""The length-trace record: what one rollout sample looked like, and nothing the scheduler decided.
+
+A trace is a table with one row per sample (one response to one prompt) plus three metadata
+fields. It is stored column-wise in numpy arrays because traces reach millions of rows and the
+simulator reads whole columns at once.
+
+Rows are kept in *canonical order*: groups (the ``group_size`` samples of one prompt in one step)
+are contiguous, in order of first appearance, and the samples of a group are in ``sample`` order.
+The simulator's dataloader hands out groups in this order. Writers always write canonical order,
+so a write followed by a read gives an equal :class:`Trace`.
+
+The same prompt may appear in several steps (epochs); the key of a row is therefore
+``(step, prompt_id, sample)`` when the trace has a ``step`` column and ``(prompt_id, sample)``
+otherwise. A duplicate key is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sortedrl.errors import TraceError
+
+REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
+OPTIONAL = ("step", "reward", "finish_reason")
+COLUMNS = REQUIRED + OPTIONAL
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Trace-wide facts: the generation cap, the GRPO group size n, and where it came from."""
+
+    max_response_len: int
+    group_size: int
+    source: str = ""
+
+
+@dataclass(eq=False)
+class Trace:
+    """A validated, canonically ordered length trace. Build it with :meth:`from_columns`."""
+
+    meta: TraceMeta
+    prompt_id: np.ndarray  # str (numpy unicode)
+    sample: np.ndarray  # int64
+    prompt_len: np.ndarray  # int64
+    response_len: np.ndarray  # int64
+    truncated: np.ndarray  # bool
+    step: np.ndarray | None = None  # int64
+    reward: np.ndarray | None = None  # float64
+    finish_reason: np.ndarray | None = None  # str (numpy unicode)
+    name: str = field(default="trace", compare=False)
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_columns(
+        cls,
+        columns: dict[str, object],
+        meta: TraceMeta,
+        where: str = "trace",
+        name: str | None = None,
+        rows: list[int] | None = None,
+    ) -> Trace:
+        """Validate raw columns and return the canonical trace.
+
+        ``where`` names the source in error messages (usually the file path); ``rows`` maps each
+        input row to the line number to report (defaults to 1-based row index).
+        """
+        for col in REQUIRED:
+            if col not in columns:
+                raise TraceError(f"{where}: missing required column '{col}'")
+        n = len(columns["prompt_id"])  # type: ignore[arg-type]
+        if n == 0:
+            raise TraceError(f"{where}: the trace has no rows")
+        line = (lambda i: rows[i]) if rows is not None else (lambda i: i + 1)
+
+        def ints(col: str, minimum: int) -> np.ndarray:
+            raw = columns[col]
+            if isinstance(raw, np.ndarray) and raw.dtype.kind in "iu":
+                out = raw.astype(np.int64)
+                low = np.flatnonzero(out < minimum)
+                if low.size == 0:
+                    return out
+                raw = out[: int(low[0]) + 1].tolist() + [0] * (n - int(low[0]) - 1)
+            out = np.empty(n, dtype=np.int64)
+            for i, v in enumerate(_py(raw)):
+                if isinstance(v, bool) or v is None:
+                    bad = True
+                elif isinstance(v, (int, np.integer)):
+                    bad = False
+                elif isinstance(v, (float, np.floating)) and float(v).is_integer():
+                    v, bad = int(v), False
+                elif isinstance(v, str) and v.strip().lstrip("-").isdigit():
+                    try:  # isdigit() also accepts e.g. '²' and '--5', which int() rejects
+                        v, bad = int(v), False
+                    except ValueError:
+                        bad = True
+                else:
+                    bad = True
+                if bad:
+                    raise TraceError(
+                        f"{where}: row {line(i)}: field '{col}': {v!r} is not an integer"
+                    )
+                if v < minimum:
+                    what = "negative" if v < 0 else f"below {minimum}"
+                    raise TraceError(f"{where}: row {line(i)}: field '{col}': {v} is {what}")
+                if v > _INT64_MAX:
+                    raise TraceError(f"{where}: row {line(i)}: field '{col}': {v} is out of range")
+                out[i] = v
+            return out
+
+        def bools(col: str) -> np.ndarray:
+            raw = columns[col]
+            if isinstance(raw, np.ndarray) and raw.dtype.kind == "b":
+                return raw.copy()
+            out = np.empty(n, dtype=bool)
+            for i, v in enumerate(_py(columns[col])):
+                if isinstance(v, (bool, np.bool_)):
+                    out[i] = bool(v)
+                elif isinstance(v, (int, np.integer)) and v in (0, 1):
+                    out[i] = bool(v)
+                elif isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0"):
+                    out[i] = v.strip().lower() in ("true", "1")
+                else:
+                    raise TraceError(
+                        f"{where}: row {line(i)}: field '{col}': {v!r} is not a boolean"
+                    )
+            return out
+
+        def strs(col: str) -> np.ndarray:
+            vals = columns[col]
+            if isinstance(vals, np.ndarray) and vals.dtype.kind == "U":
+                empty = np.flatnonzero(vals == "")
+                if empty.size == 0:
+                    return vals.copy()
+                vals = vals.tolist()
+            for i, v in enumerate(_py(vals)):
+                if not isinstance(v, (str, np.str_)) or v == "":
+                    raise TraceError(
+                        f"{where}: row {line(i)}: field '{col}': {v!r} is not a non-empty string"
+                    )
+                if "\x00" in v:  # numpy unicode arrays silently drop trailing NULs
+                    raise TraceError(
+                        f"{where}: row {line(i)}: field '{col}': {v!r} contains a NUL character"
+                    )
+            return np.array([str(v) for v in vals], dtype=str)  # type: ignore[union-attr]
+
+        def floats(col: str) -> np.ndarray:
+            raw = columns[col]
+            if isinstance(raw, np.ndarray) and raw.dtype.kind == "f" and np.isfinite(raw).all():
+                return raw.astype(np.float64)
+            out = np.empty(n, dtype=np.float64)
+            for i, v in enumerate(_py(columns[col])):
+                try:
+                    if isinstance(v, bool) or v is None:
+                        raise ValueError
+                    out[i] = float(v)  # type: ignore[arg-type]
+                except (TypeError, ValueError, OverflowError):
+                    raise TraceError(
+                        f"{where}: row {line(i)}: field '{col}': {v!r} is not a number"
+                    ) from None
+                if not np.isfinite(out[i]):
+                    raise TraceError(f"{where}: row {line(i)}: field '{col}': {v!r} is not finite")
+            return out
+
+        if meta.max_response_len < 1:
+            raise TraceError(
+                f"{where}: metadata 'max_response_len' must be >= 1, got {meta.max_response_len}"
+            )
+        if meta.group_size < 1:
+            raise TraceError(f"{where}: metadata 'group_size' must be >= 1, got {meta.group_size}")
+
+        prompt_id = strs("prompt_id")
+        sample = ints("sample", 0)
+        prompt_len = ints("prompt_len", 1)
+        response_len = ints("response_len", 1)
+        truncated = bools("truncated")
+        step = ints("step", 0) if columns.get("step") is not None else None
+        reward = floats("reward") if columns.get("reward") is not None else None
+        finish = strs("finish_reason") if columns.get("finish_reason") is not None else None
+
+        over = np.flatnonzero(response_len > meta.max_response_len)
+        if over.size:
+            i = int(over[0])
+            raise TraceError(
+                f"{where}: row {line(i)}: field 'response_len': {int(response_len[i])} is above "
+                f"max_response_len {meta.max_response_len}"
+            )
+        big = np.flatnonzero(sample >= meta.group_size)
+        if big.size:
+            i = int(big[0])
+            raise TraceError(
+                f"{where}: row {line(i)}: field 'sample': {int(sample[i])} is not below group_size {meta.group_size}"
+            )
+
+        # canonical order: groups by first appearance, samples by index
+        gidx = _first_appearance_ids(prompt_id, step)
+        order = np.lexsort((sample, gidx))
+        g_sorted, s_sorted = gidx[order], sample[order]
+        dup = np.flatnonzero((g_sorted[1:] == g_sorted[:-1]) & (s_sorted[1:] == s_sorted[:-1]))
+        if dup.size:
+            i = int(order[dup[0] + 1])
+            at = f" in step {int(step[i])}" if step is not None else ""
+            raise TraceError(
+                f"{where}: row {line(i)}: duplicate (prompt_id, sample) = ({str(prompt_id[i])!r}, {int(sample[i])}){at}"
+            )
+        counts = np.bincount(gidx)
+        short = np.flatnonzero(counts != meta.group_size)
+        if short.size:
+            g = int(short[0])
+            i = int(np.flatnonzero(gidx == g)[0])
+            raise TraceError(
+                f"{where}: prompt {str(prompt_id[i])!r} (first at row {line(i)}) has {int(counts[g])} samples, "
+                f"expected group_size {meta.group_size}"
+            )
+
+        def take(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[order]
+
+        return cls(
+            meta=meta,
+            prompt_id=prompt_id[order],
+            sample=sample[order],
+            prompt_len=prompt_len[order],
+            response_len=response_len[order],
+            truncated=truncated[order],
+            step=take(step),
+            reward=take(reward),
+            finish_reason=take(finish),
+            name=name or (meta.source or where),
+        )
+
+    # -- views ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.response_len.shape[0])
+
+    @property
+    def num_groups(self) -> int:
+        return len(self) // self.meta.group_size
+
+    @property
+    def prompts_per_step(self) -> int:
+        """Groups in the first step (all groups when the trace has no step column)."""
+        if self.step is None:
+            return self.num_groups
+        first = self.step[:: self.meta.group_size]
+        return int(np.count_nonzero(first == first[0]))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The present columns, in schema order."""
+        return {c: getattr(self, c) for c in COLUMNS if getattr(self, c) is not None}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace) or self.meta != other.meta:
+            return False
+        a, b = self.columns(), other.columns()
+        return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _py(values: object) -> list[object]:
+    """Plain Python values, so that error messages show ``'a'`` rather than ``np.str_('a')``."""
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)  # type: ignore[call-overload]
+
+
+def _first_appearance_ids(prompt_id: np.ndarray, step: np.ndarray | None) -> np.ndarray:
+    """Group index of every row, numbering groups ``(step, prompt_id)`` by first appearance."""
+    n = prompt_id.shape[0]
+    # Fast path for the usual (canonical or grouped) input: the rows of a group are contiguous.
+    # Then each run of equal keys is one group, provided no key starts two runs.
+    change = prompt_id[1:] != prompt_id[:-1]
+    if step is not None:
+        change |= step[1:] != step[:-1]
+    starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+    if starts.size * 4 <= n:
+        run_pid = prompt_id[starts]
+        _, run_code = np.unique(run_pid, return_inverse=True)
+        run_code = run_code.reshape(-1).astype(np.int64)
+        if step is None:
+            distinct = np.unique(run_code).size
+        else:
+            distinct = np.unique(np.stack([step[starts], run_code], axis=1), axis=0).shape[0]
+        if distinct == starts.size:
+            return np.repeat(np.arange(starts.size, dtype=np.int64), np.diff(starts, append=n))
+    _, pid_code = np.unique(prompt_id, return_inverse=True)
+    pid_code = pid_code.reshape(-1).astype(np.int64)
+    if step is None:
+        key = pid_code
+    else:
+        _, key = np.unique(np.stack([step, pid_code], axis=1), axis=0, return_inverse=True)
+        key = key.reshape(-1)
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(uniq.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+    return rank[inverse.reshape(-1)]

@@ -1,0 +1,122 @@
+"""Summary statistics of a length trace, for ``sortedrl trace stats`` and for checking presets.
+
+The statistics are the ones that published RL-rollout numbers are quoted in (median, P75, P99/P50,
+truncated share, mean/cap; see ``docs/traces.md``), so a trace can be compared with the sources
+directly. ``p99_p50_not_truncated`` is taken over the samples that ended on their own, because
+with a few percent of samples at the cap the overall P99 is the cap itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from rich.console import Group
+from rich.table import Table
+
+from sortedrl.traces.schema import Trace
+
+PERCENTILES = (50, 75, 90, 95, 99)
+MAX_STEP_ROWS = 20  # format_stats shows the first and last steps beyond this many
+
+
+def trace_stats(trace: Trace) -> dict[str, Any]:
+    """Return a JSON-serialisable dict of the trace's length statistics."""
+    r = trace.response_len
+    cap = trace.meta.max_response_len
+    finished = r[~trace.truncated]
+    pct = np.percentile(r, PERCENTILES)
+    out: dict[str, Any] = {
+        "source": trace.meta.source,
+        "count": len(trace),
+        "prompts": int(np.unique(trace.prompt_id).size),
+        "groups": trace.num_groups,
+        "steps": int(np.unique(trace.step).size) if trace.step is not None else None,
+        "group_size": trace.meta.group_size,
+        "max_response_len": cap,
+        "response_len_mean": float(r.mean()),
+        "response_len_min": int(r.min()),
+        "response_len_max": int(r.max()),
+    }
+    for q, v in zip(PERCENTILES, pct, strict=True):
+        out[f"response_len_p{q}"] = float(v)
+    if finished.size:
+        out["p99_p50_not_truncated"] = float(np.percentile(finished, 99) / np.median(finished))
+    else:
+        out["p99_p50_not_truncated"] = None
+    out["truncated_share"] = float(trace.truncated.mean())
+    out["mean_over_cap"] = float(r.mean() / cap)
+    out["prompt_len_mean"] = float(trace.prompt_len.mean())
+    if trace.reward is not None:
+        out["reward_mean"] = float(trace.reward.mean())
+    if trace.step is not None:
+        steps, inverse, counts = np.unique(trace.step, return_inverse=True, return_counts=True)
+        sums = np.bincount(inverse.reshape(-1), weights=r.astype(np.float64))
+        out["per_step"] = [
+            {"step": int(s), "samples": int(c), "mean_response_len": float(t / c)}
+            for s, c, t in zip(steps, counts, sums, strict=True)
+        ]
+    return out
+
+
+_LABELS = {
+    "source": "source",
+    "count": "samples",
+    "prompts": "distinct prompts",
+    "groups": "groups (prompt x step)",
+    "steps": "steps",
+    "group_size": "group size n",
+    "max_response_len": "max response len (cap)",
+    "response_len_mean": "response len mean",
+    "response_len_min": "response len min",
+    "response_len_max": "response len max",
+    **{f"response_len_p{q}": f"response len p{q}" for q in PERCENTILES},
+    "p99_p50_not_truncated": "p99/p50 (not truncated)",
+    "truncated_share": "truncated share",
+    "mean_over_cap": "mean / cap",
+    "prompt_len_mean": "prompt len mean",
+    "reward_mean": "reward mean",
+}
+
+
+def _fmt(key: str, v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if key in ("truncated_share",):
+            return f"{v:.2%}"
+        if key in ("mean_over_cap", "reward_mean", "p99_p50_not_truncated"):
+            return f"{v:.3f}"
+        return f"{v:,.1f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def format_stats(stats: dict[str, Any]) -> Group:
+    """A rich renderable: a statistics table, plus a per-step table when the trace has steps."""
+    table = Table(title="trace statistics", show_header=True, header_style="bold")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for key, label in _LABELS.items():
+        if key in stats:
+            table.add_row(label, _fmt(key, stats[key]))
+    parts: list[Table] = [table]
+    per_step = stats.get("per_step")
+    if per_step:
+        steps = Table(title="per step", show_header=True, header_style="bold")
+        for col in ("step", "samples", "mean response len"):
+            steps.add_column(col, justify="right")
+        rows = per_step
+        if len(rows) > MAX_STEP_ROWS:
+            half = MAX_STEP_ROWS // 2
+            rows = rows[:half] + [None] + rows[-half:]
+        for row in rows:
+            if row is None:
+                steps.add_row("...", "...", "...")
+            else:
+                steps.add_row(
+                    str(row["step"]), f"{row['samples']:,}", f"{row['mean_response_len']:,.1f}"
+                )
+        parts.append(steps)
+    return Group(*parts)

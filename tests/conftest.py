@@ -1,0 +1,42 @@
+"""Shared helpers: tiny traces and clusters with round-number costs, built in memory."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.cost import CostModel
+from sortedrl.traces.schema import Trace, TraceMeta
+
+
+def make_trace(lengths, prompt_lens=None, group_size=1, max_len=None, steps=None) -> Trace:
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = lengths.size
+    prompt_lens = np.full(n, 10) if prompt_lens is None else np.asarray(prompt_lens, dtype=np.int64)
+    cap = int(max_len or lengths.max())
+    cols = {
+        "prompt_id": np.array([f"p{i // group_size}" for i in range(n)]),
+        "sample": np.arange(n) % group_size,
+        "prompt_len": prompt_lens,
+        "response_len": lengths,
+        "truncated": lengths >= cap,
+    }
+    if steps is not None:
+        cols["step"] = np.asarray(steps, dtype=np.int64)
+    return Trace.from_columns(cols, TraceMeta(cap, group_size, "test"), name="test")
+
+
+def costs(**kw) -> CostModel:
+    base = dict(t_fix=1.0, a0=1.0, a1=0.0, c1=0.0, p1=0.0, p2=0.0, train_per_token=0.0,
+                train_fix=10.0, sync_s=5.0)
+    base.update(kw)
+    return CostModel(**base)
+
+
+def tiny_cluster(engines=1, max_num_seqs=4, kv=10_000, watermark=0.0, **cost_kw) -> Cluster:
+    return dataclasses.replace(
+        Cluster(name="tiny"), gpus=engines, tp=1, max_num_seqs=max_num_seqs,
+        kv_budget_tokens=kv, kv_watermark=watermark, costs=costs(**cost_kw),
+    )

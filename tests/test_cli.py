@@ -1,0 +1,133 @@
+"""The ``sortedrl simulate`` command: outputs, --json, determinism, and one-line errors.
+
+Run: pytest tests/test_cli.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.metrics import CONTRACT_KEYS
+from sortedrl.timeline import Timeline
+
+DATA = Path(__file__).resolve().parents[1] / "sortedrl" / "traces" / "data"
+LOGIC = str(DATA / "logic-8k.jsonl")
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_simulate_writes_summary_and_timeline(tmp_path):
+    out = tmp_path / "run"
+    r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary)[: len(CONTRACT_KEYS)] == list(CONTRACT_KEYS)
+    assert summary["samples_total"] == summary["samples_trained"] == 512
+    assert "bubble_ratio" in r.stdout and "wrote" in r.stdout
+    tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    assert len([s for s in tl.spans if s[7] == "finish"]) == 512
+
+
+def test_json_prints_only_the_summary(tmp_path):
+    r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(tmp_path / "a"), "--json")
+    assert r.exit_code == 0
+    assert json.loads(r.stdout) == json.loads((tmp_path / "a" / "summary.json").read_text())
+
+
+def test_timeline_alone_gives_the_same_summary(tmp_path):
+    from sortedrl.metrics import summarize
+
+    invoke("simulate", "--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "sync",
+           "--set", "minibatches=2", "--out", str(tmp_path / "m"))
+    again = summarize(Timeline.read_jsonl(tmp_path / "m" / "timeline.jsonl"))
+    assert again == json.loads((tmp_path / "m" / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("source", [("--trace", LOGIC), ("--synthetic", "math-16k")])
+def test_same_seed_same_summary_bytes(tmp_path, source):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        r = invoke("simulate", *source, "--policy", "sync", "--seed", "7", "--prompts", "32",
+                   "--set", "minibatches=2", "--out", str(out)) if source[0] == "--synthetic" else \
+            invoke("simulate", *source, "--policy", "sync", "--seed", "7", "--out", str(out))
+        assert r.exit_code == 0, r.output
+    assert (a / "summary.json").read_bytes() == (b / "summary.json").read_bytes()
+    assert (a / "timeline.jsonl").read_bytes() == (b / "timeline.jsonl").read_bytes()
+
+
+def test_different_seed_different_synthetic_run(tmp_path):
+    outs = []
+    for seed in ("1", "2"):
+        r = invoke("simulate", "--synthetic", "math-16k", "--prompts", "16", "--policy", "sync",
+                   "--seed", seed, "--json", "--out", str(tmp_path / seed))
+        outs.append(json.loads(r.stdout)["makespan_s"])
+    assert outs[0] != outs[1]
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+HEADER = '{"sortedrl_trace": 1, "max_response_len": 100, "group_size": 1, "source": "t"}\n'
+ROW = '{{"prompt_id": "{p}", "sample": {s}, "prompt_len": 5, "response_len": {r}, "truncated": false}}\n'
+
+
+@pytest.mark.parametrize("args_fn, message", [
+    (lambda t: ["--trace", LOGIC, "--policy", "nope"], "unknown policy 'nope'"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--cluster", "a100-llama3.1-8b"],
+     "unknown cluster preset 'a100-llama3.1-8b'"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--set", "bogus=1"],
+     "--set bogus: unknown parameter for policy sync (known: rollout_batch, minibatches)"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--set", "minibatches=two"],
+     "--set minibatches=two: expected an integer"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--set", "minibatches=0"],
+     "minibatches must be >= 1, got 0"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--cluster",
+                write(t, "small.json", '{"preset": "h100-llama3.1-8b", "kv_budget_tokens": 5000}')],
+     "impossible cluster: the KV budget of 4950 tokens per engine cannot hold one sequence of"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--cluster",
+                write(t, "big.json", '{"preset": "h100-qwen2.5-32b", "tp": 1, "gpu_mem_util": 0.5}')],
+     "impossible cluster: qwen2.5-32b weights (65.6 GB) leave no KV cache"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--cluster",
+                write(t, "typo.json", '{"preset": "h100-llama3.1-8b", "max_num_seq": 5}')],
+     "unknown field 'max_num_seq'"),
+    (lambda t: ["--trace", write(t, "neg.jsonl", HEADER + ROW.format(p="a", s=0, r=-3)), "--policy", "sync"],
+     "neg.jsonl"),
+    (lambda t: ["--trace", write(t, "over.jsonl", HEADER + ROW.format(p="a", s=0, r=101)), "--policy", "sync"],
+     "above max_response_len 100"),
+    (lambda t: ["--trace", write(t, "dup.jsonl", HEADER + ROW.format(p="a", s=0, r=3) * 2), "--policy", "sync"],
+     "duplicate (prompt_id, sample)"),
+    (lambda t: ["--trace", write(t, "empty.jsonl", ""), "--policy", "sync"], "empty.jsonl"),
+    (lambda t: ["--trace", write(t, "bad.jsonl", HEADER + "{not json\n"), "--policy", "sync"], "bad.jsonl"),
+    (lambda t: ["--policy", "sync"], "give exactly one of --trace FILE or --synthetic PRESET"),
+    (lambda t: ["--synthetic", "nope-1k", "--policy", "sync"], "nope-1k"),
+])
+def test_errors_are_one_line_exit_2_and_leave_nothing(tmp_path, args_fn, message):
+    out = tmp_path / "out"
+    r = invoke("simulate", *args_fn(tmp_path), "--out", str(out))
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert message in lines[0]
+    assert "Traceback" not in r.output
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_existing_out_dir_keeps_other_files(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out))
+    assert r.exit_code == 0
+    assert (out / "notes.txt").read_text() == "mine" and (out / "summary.json").exists()

@@ -1,0 +1,97 @@
+"""The no-peeking contract: a policy cannot reach any sample's true length.
+
+A prying policy walks every object reachable from what it is given (the view, the event, its
+run context) at every event, and looks for the simulator's private objects: the trace, its
+response-length array, the backend, the engines and their finish heaps. It must never find them.
+It also asks the view for unfinished lengths directly, which must fail.
+
+Run: pytest tests/test_no_peeking.py
+"""
+
+from __future__ import annotations
+
+import gc
+import types
+
+import pytest
+
+from sortedrl.errors import PolicyError
+from sortedrl.policies.base import EventKind, SampleState
+from sortedrl.policies.controller import Controller
+from sortedrl.policies.sync import SyncPolicy
+from sortedrl.sim.backend import SimBackend
+from sortedrl.sim.run import run_context
+from sortedrl.timeline import Timeline
+from tests.conftest import make_trace, tiny_cluster
+
+CODE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.CodeType,
+        types.MethodDescriptorType, types.WrapperDescriptorType, types.GetSetDescriptorType,
+        types.MemberDescriptorType)
+
+
+def reachable(*roots) -> dict[int, object]:
+    """Every data object reachable from ``roots`` (code, classes and modules are not data)."""
+    seen: dict[int, object] = {}
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, CODE):
+            continue
+        seen[id(obj)] = obj
+        if isinstance(obj, types.MethodType):
+            stack.append(obj.__self__)
+            continue
+        stack.extend(gc.get_referents(obj))
+    return seen
+
+
+class Prying(SyncPolicy):
+    name = "prying"
+
+    def __init__(self, forbidden, params=None, ctx=None):
+        super().__init__(params, ctx)
+        self.forbidden = forbidden
+        self.found = []
+        self.walks = 0
+        self.refused = 0
+
+    def on_event(self, event, view):
+        seen = reachable(view, event, self.ctx)
+        self.walks += 1
+        self.found += [name for name, obj in self.forbidden().items() if id(obj) in seen]
+        for i in range(len(view._s.state)):
+            if view.state(i) not in (SampleState.FINISHED, SampleState.TRAINED):
+                with pytest.raises(PolicyError, match="has not finished"):
+                    view.response_len(i)
+                self.refused += 1
+        return super().on_event(event, view)
+
+
+def test_a_policy_cannot_reach_true_lengths():
+    trace = make_trace([5, 9, 3, 7, 30, 2], group_size=2)
+    cluster = tiny_cluster(engines=2, max_num_seqs=2, kv=60)
+    timeline = Timeline({})
+    backend = SimBackend(trace, cluster, timeline)
+    forbidden = lambda: {  # noqa: E731
+        "trace": trace, "response_len": trace.response_len, "backend": backend,
+        "lengths list": backend._lengths, **{f"engine {e.pub.index}": e for e in backend.engines},
+        **{f"heap {e.pub.index}": e._heap for e in backend.engines},
+    }
+    policy = Prying(forbidden, ctx=run_context(trace))
+    Controller(policy, trace.prompt_id, trace.prompt_len.tolist(), 2, backend, timeline).run()
+    assert policy.walks >= 4 and policy.refused > 0
+    assert policy.found == []
+
+
+def test_the_walk_would_find_a_leak():
+    # the same walk from an object that does hold the backend finds the lengths
+    trace = make_trace([5, 9])
+    backend = SimBackend(trace, tiny_cluster(), Timeline({}))
+    assert id(backend._lengths) in reachable(types.SimpleNamespace(b=backend))
+
+
+def test_events_carry_no_lengths():
+    fields = {f for f in ("kind", "engine", "samples")}
+    from sortedrl.policies.base import Event
+    assert set(Event.__slots__) == fields
+    assert EventKind.FINISHED.value == "finished"

@@ -1,0 +1,149 @@
+"""Event-jump against a brute-force reference that steps every decode step.
+
+The reference below is written from the engine conventions in ``sortedrl/sim/engine.py``'s
+docstring, independently of the engine's code: each loop iteration is one decode step. Under the
+``sync`` policy every sample of a step is admitted at the step's start, spread over engines in
+contiguous blocks, so each engine can be stepped on its own.
+
+Run: pytest tests/test_sim_bruteforce.py
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.run import run_context, simulate
+from tests.conftest import make_trace, tiny_cluster
+
+
+def brute_engine(t, samples, L, P, cost, cap, K, K_admit):
+    """Step one engine decode step by decode step. Returns (spans, end time)."""
+    queue = deque(samples)
+    gen0 = {i: 0 for i in samples}
+    running: list[list] = []  # [sample, tokens, t0, tok0], in admission order
+    kv = 0
+    spans = []
+    while True:
+        # boundary: finishes, preemption, admission (+ prefill, then a boundary again)
+        for r in [r for r in running if r[1] == L[r[0]]]:
+            running.remove(r)
+            kv -= P[r[0]] + r[1]
+            spans.append((r[2], t, r[0], r[1] - r[3], "finish"))
+        while running and kv + len(running) > K:
+            r = running.pop()
+            kv -= P[r[0]] + r[1]
+            spans.append((r[2], t, r[0], r[1] - r[3], "preempt"))
+            queue.appendleft(r[0])
+            gen0[r[0]] = r[1]
+        admitted, tokens, pairs = [], 0, 0
+        while queue and len(running) < cap:
+            i = queue[0]
+            ctx = P[i] + gen0[i]
+            if kv + ctx + 1 + len(running) + 1 > K_admit:
+                break
+            queue.popleft()
+            running.append([i, gen0[i] + 1, t, gen0[i]])
+            kv += ctx + 1
+            admitted.append(i)
+            tokens += ctx
+            pairs += ctx * (ctx + 1) // 2
+        if admitted:
+            t += cost.prefill(tokens, pairs)
+            continue
+        if not running:
+            assert not queue
+            return spans, t
+        t += cost.decode_step(len(running), kv)
+        for r in running:
+            r[1] += 1
+        kv += len(running)
+
+
+def blocks(samples, engines):
+    size, extra = divmod(len(samples), engines)
+    out, pos = [], 0
+    for e in range(engines):
+        n = size + (1 if e < extra else 0)
+        out.append(samples[pos:pos + n])
+        pos += n
+    return out
+
+
+def brute_sync(trace, cluster, batch):
+    """The sync policy by brute force: step after step; returns spans and makespan."""
+    cost = cluster.cost()
+    L, P = trace.response_len.tolist(), trace.prompt_len.tolist()
+    n, group = len(trace), trace.meta.group_size
+    spans, t = [], 0.0
+    for start in range(0, n, batch * group):
+        step = list(range(start, min(n, start + batch * group)))
+        ends = []
+        for e, chunk in enumerate(blocks(step, cluster.engines)):
+            if not chunk:
+                continue
+            sp, end = brute_engine(t, chunk, L, P, cost, cluster.max_num_seqs, cluster.kv_budget,
+                                   cluster.kv_admit_budget)
+            spans += [(a, b, e, i, k, why) for a, b, i, k, why in sp]
+            ends.append(end)
+        t = max(ends)
+        t += cost.train(sum(P[i] + L[i] for i in step))
+        t += cost.sync()
+    return spans, t
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 24))
+    group = draw(st.sampled_from([1, 2, 3]))
+    n = max(group, n - n % group)
+    lengths = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 12), min_size=n, max_size=n))
+    engines = draw(st.integers(1, 3))
+    cap = draw(st.integers(1, 6))
+    kv = draw(st.integers(max(prompts) + max(lengths) + 3, 200))
+    wm = draw(st.sampled_from([0.0, 0.05]))
+    costs = dict(
+        t_fix=draw(st.sampled_from([0.0, 0.01, 1.0])),
+        a0=draw(st.sampled_from([0.5, 1.0, 0.013])),
+        a1=draw(st.sampled_from([0.0, 0.001, 0.25])),
+        c1=draw(st.sampled_from([0.0, 0.3, 1.7])),
+        p1=draw(st.sampled_from([0.0, 0.01])),
+        p2=draw(st.sampled_from([0.0, 0.0001])),
+        train_per_token=0.001,
+    )
+    batch = draw(st.integers(1, max(1, n // group)))
+    return lengths, prompts, group, engines, cap, kv, wm, costs, batch
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_event_jump_matches_brute_force(case):
+    lengths, prompts, group, engines, cap, kv, wm, costs, batch = case
+    trace = make_trace(lengths, prompts, group_size=group, max_len=max(lengths))
+    cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=kv, watermark=wm, **costs)
+    if prompts and max(prompts) + max(lengths) + 1 > cluster.kv_admit_budget:
+        return  # an impossible cluster, tested elsewhere
+    policy = make_policy("sync", [f"rollout_batch={batch}"], run_context(trace))
+    got = simulate(trace, policy, cluster)
+    want_spans, want_end = brute_sync(trace, cluster, batch)
+
+    key = lambda s: (s[3], s[0], s[5])  # noqa: E731
+    got_spans = sorted(((s[0], s[1], s[2], s[3], s[6], s[7]) for s in got.timeline.spans), key=key)
+    want_spans = sorted(want_spans, key=key)
+    assert [(s[2], s[3], s[4], s[5]) for s in got_spans] == [(s[2], s[3], s[4], s[5]) for s in want_spans]
+    np.testing.assert_allclose([s[:2] for s in got_spans], [s[:2] for s in want_spans], rtol=1e-9, atol=1e-9)
+    assert got.summary["makespan_s"] == pytest.approx(want_end, rel=1e-9, abs=1e-6)
+
+
+def test_brute_force_reference_is_itself_sane():
+    # one engine, no preemption: 1 prefill + (L-1) steps of 2 s each
+    trace = make_trace([4])
+    spans, end = brute_sync(trace, tiny_cluster(), 1)
+    assert spans == [(0.0, 8.0, 0, 0, 4, "finish")]
+    assert end == 8.0 + 10.0 + 5.0
