@@ -1,0 +1,181 @@
+"""Actions a policy takes in the middle of another engine's decode step.
+
+The engine state between two changes is a closed form; an action at an arbitrary time has to
+invert it (tokens completed so far) and let the step in flight finish for everyone else. These
+cases are small enough to compute by hand: every decode step costs t_fix + a0 = 2 s, and a
+prefill of T tokens costs t_fix + max(a0, 0.5 s x T).
+
+Run: pytest tests/test_sim_actions.py
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sortedrl.policies.base import Abort, Admit, EventKind, Policy, SampleState, Train
+from sortedrl.policies.registry import policy_class
+from sortedrl.sim.run import run_context, simulate
+from tests.conftest import make_trace, tiny_cluster
+
+
+class Scripted(Policy):
+    """Admits per a plan; on a sample's finish applies scripted actions; trains at the end."""
+
+    name = "scripted"
+
+    def __init__(self, start, on_finish, ctx=None):
+        super().__init__(None, ctx)
+        self.start, self.on_finish, self.seen = start, on_finish, []
+
+    def on_event(self, event, view):
+        if event.kind == EventKind.STARTED:
+            return list(self.start)
+        out = []
+        if event.kind == EventKind.FINISHED:
+            for i in event.samples:
+                self.seen.append((i, tuple(view.generated(j) for j in range(len(view._s.state)))))
+                out += self.on_finish.get(i, [])
+        done = all(view.state(i) == SampleState.FINISHED for i in range(len(view._s.state)))
+        if done and not view.trainer_busy and not view.admitted and view.finished_count:
+            out.append(Train(view.finished()))
+        return out
+
+
+def spans_of(result):
+    return sorted((s[3], s[0], s[1], s[2], s[6], s[7]) for s in result.timeline.spans)
+
+
+def test_abort_mid_step_keeps_completed_tokens_and_resumes_elsewhere():
+    # s0: prompt 1, 3 tokens on engine 0: prefill 0-2, steps end 4, 6 -> finishes at 6.
+    # s1: prompt 4, 20 tokens on engine 1: prefill 0-3 (1 + 0.5*4), steps end 5, 7, ...
+    # At 6 s1 is mid-step with 2 tokens; it is paused and resumed on engine 0: prefill of
+    # 4 + 2 tokens = 1 + 3 = 4 s (6-10), its 3rd token; 17 more steps -> finishes at 44.
+    trace = make_trace([3, 20], prompt_lens=[1, 4])
+    cluster = tiny_cluster(engines=2, max_num_seqs=1, p1=0.5)
+    policy = Scripted([Admit((0,), 0), Admit((1,), 1)],
+                      {0: [Abort((1,), keep_tokens=True), Admit((1,), 0)]}, run_context(trace))
+    r = simulate(trace, policy, cluster, audit=True)
+    assert spans_of(r) == [
+        (0, 0.0, 6.0, 0, 3, "finish"),
+        (1, 0.0, 6.0, 1, 2, "abort"),
+        (1, 6.0, 44.0, 0, 18, "finish"),
+    ]
+    assert policy.seen[0] == (0, (3, 2))  # the view shows s1's completed tokens at t=6
+    assert r.summary["recomputed_tokens"] == 2
+    assert r.summary["useful_tokens"] == r.summary["generated_tokens"] == 23
+    assert r.timeline.trains[0][0] == 44.0  # engine 1's in-flight step (ends 7) is long over
+
+
+def test_abort_without_keeping_tokens_wastes_them():
+    trace = make_trace([3, 20], prompt_lens=[1, 4])
+    cluster = tiny_cluster(engines=2, max_num_seqs=1, p1=0.5)
+    policy = Scripted([Admit((0,), 0), Admit((1,), 1)],
+                      {0: [Abort((1,), keep_tokens=False), Admit((1,), 0)]}, run_context(trace))
+    r = simulate(trace, policy, cluster, audit=True)
+    # regenerated from scratch on engine 0: prefill of 4 tokens 6-9, 19 steps -> 47
+    assert spans_of(r)[1:] == [(1, 0.0, 6.0, 1, 2, "abort"), (1, 6.0, 47.0, 0, 20, "finish")]
+    s = r.summary
+    assert (s["generated_tokens"], s["useful_tokens"], s["wasted_tokens"]) == (25, 23, 2)
+    assert s["recomputed_tokens"] == 0
+
+
+def test_admit_mid_step_joins_at_the_next_step_boundary():
+    # sA: prompt 1, 10 tokens, engine 0: prefill 0-2, steps end 4, 6, ...
+    # sB: prompt 4, 2 tokens, engine 1: prefill 0-3, one step 3-5 -> finishes at 5.
+    # At 5 sC (prompt 1, 2 tokens) is queued on engine 0, mid-step 4-6: it is prefilled 6-8
+    # (sA stalls), then the step 8-10 finishes it; sA needs 7 more steps after 6: ends at 22.
+    trace = make_trace([10, 2, 2], prompt_lens=[1, 4, 1])
+    cluster = tiny_cluster(engines=2, max_num_seqs=2, p1=0.5)
+    policy = Scripted([Admit((0,), 0), Admit((1,), 1)], {1: [Admit((2,), 0)]}, run_context(trace))
+    r = simulate(trace, policy, cluster, audit=True)
+    assert spans_of(r) == [
+        (0, 0.0, 22.0, 0, 10, "finish"),
+        (1, 0.0, 5.0, 1, 2, "finish"),
+        (2, 6.0, 10.0, 0, 2, "finish"),
+    ]
+    prefills = [(p[0], p[1], p[2], p[3]) for p in r.timeline.prefills]
+    assert (6.0, 8.0, 0, [2]) in prefills
+
+
+class Chaos(Policy):
+    """Random legal actions on every finish: pause, drop, migrate, resume. For invariants."""
+
+    name = "chaos"
+
+    def __init__(self, seed, ctx=None):
+        super().__init__(None, ctx)
+        self.rng = random.Random(seed)
+
+    def on_event(self, event, view):
+        rng, n = self.rng, len(view._s.state)
+        out = []
+        if event.kind == EventKind.STARTED:
+            out.append(Admit(tuple(range(n))))
+        elif event.kind in (EventKind.FINISHED, EventKind.ENGINE_IDLE):
+            running = [i for e in range(view.engines) for i in view.running(e) + view.queued(e)]
+            if running and rng.random() < 0.5:
+                victims = tuple(rng.sample(running, k=rng.randint(1, min(3, len(running)))))
+                out.append(Abort(victims, keep_tokens=rng.random() < 0.6))
+                out.append(Admit(victims, rng.randrange(view.engines)))
+            waiting = tuple(i for i in range(n) if view.state(i) in (SampleState.PAUSED,
+                                                                     SampleState.WAITING))
+            if waiting:
+                out.append(Admit(waiting))
+        done = all(view.state(i) in (SampleState.FINISHED, SampleState.TRAINED) for i in range(n))
+        if done and view.finished_count and not view.trainer_busy and not view.admitted:
+            out.append(Train(view.finished()))
+        return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(1, 60), min_size=1, max_size=14), st.integers(1, 3),
+       st.integers(1, 4), st.integers(0, 10_000), st.sampled_from([0.0, 0.01]))
+def test_random_mid_step_actions_keep_every_invariant(lengths, engines, cap, seed, a1):
+    trace = make_trace(lengths, prompt_lens=[1 + (i * 7) % 9 for i in range(len(lengths))])
+    cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=200, p1=0.37, a1=a1)
+    r = simulate(trace, Chaos(seed, run_context(trace)), cluster, audit=True)
+    last = {}
+    for t0, t1, _e, i, att, _v, k, end in r.timeline.spans:
+        assert t0 <= t1
+        last.setdefault(i, []).append((att, t0, t1, k, end))
+    for i, spans in last.items():
+        spans.sort(key=lambda s: s[1])
+        assert all(a[2] <= b[1] for a, b in zip(spans, spans[1:], strict=False))
+        final = max(s[0] for s in spans)
+        assert sum(s[3] for s in spans if s[0] == final) == lengths[i]
+        assert [s[4] for s in spans if s[0] == final][-1] == "finish"
+    s = r.summary
+    assert s["useful_tokens"] == sum(lengths)
+    assert s["generated_tokens"] == s["useful_tokens"] + s["wasted_tokens"]
+
+
+USER_POLICY = """
+from sortedrl.policies.sync import SyncPolicy
+
+class MySync(SyncPolicy):
+    name = "my_sync"
+"""
+
+
+def test_user_policy_by_module_and_class(tmp_path, monkeypatch):
+    (tmp_path / "my_policies.py").write_text(USER_POLICY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = policy_class("my_policies:MySync")
+    assert cls.__name__ == "MySync" and cls.name == "my_sync"
+    trace = make_trace([3, 4])
+    r = simulate(trace, cls(None, run_context(trace)), tiny_cluster())
+    assert r.summary["policy"] == "my_sync" and r.summary["samples_trained"] == 2
+
+
+def test_user_policy_errors():
+    import pytest
+
+    from sortedrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot import module 'no_such_mod'"):
+        policy_class("no_such_mod:X")
+    with pytest.raises(ConfigError, match="'Nope' is not a Policy subclass in sortedrl.policies.sync"):
+        policy_class("sortedrl.policies.sync:Nope")
