@@ -18,12 +18,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 DATA := sortedrl/traces/data
 
+POLICIES := sync sortedrl partial tail_batch async one_step_off oracle_sorted
+
 demo: $(STAMP)
 	$(BIN)/sortedrl trace stats $(DATA)/math-16k.jsonl
-	$(BIN)/sortedrl simulate --trace $(DATA)/math-16k.jsonl --policy sync --set minibatches=4 \
-		--cluster h100-llama3.1-8b-2gpu --out runs/demo-math-sync
-	$(BIN)/sortedrl simulate --trace $(DATA)/logic-8k.jsonl --policy sync \
-		--cluster h100-llama3.1-8b-64seq --out runs/demo-paper-sync
+	$(BIN)/sortedrl compare --trace $(DATA)/math-16k.jsonl $(addprefix --policy ,$(POLICIES)) \
+		--cluster h100-llama3.1-8b-2gpu --out runs/demo
 
 test: $(STAMP)
 	$(BIN)/ruff check sortedrl tests bench

@@ -24,7 +24,6 @@ from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
 from sortedrl.sim.cluster import load_cluster, preset_names
-from sortedrl.sim.run import run_context
 from sortedrl.sim.run import simulate as run_simulation
 from sortedrl.traces.commands import app as trace_app
 from sortedrl.traces.io import read_trace
@@ -71,21 +70,24 @@ def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | N
 
 
 def write_run_dir(out: Path, files: dict[str, Callable[[Path], None]]) -> None:
-    """Write ``files`` into ``out`` all-or-nothing: build them in a temporary sibling first."""
+    """Write ``files`` (relative paths) into ``out`` all-or-nothing: build them in a temporary
+    sibling first, then move them in; files of ``out`` not named here are left alone."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
         for name, write in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             write(tmp / name)
         if not out.exists():
             os.rename(tmp, out)
             return
-        if not out.is_dir():
-            raise ConfigError(f"--out {out}: exists and is not a directory")
         for name in files:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp / name, out / name)
-        tmp.rmdir()
+        shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -122,17 +124,11 @@ class LazyProgress:
 
 def summary_table(summary: dict, title: str) -> Table:
     table = Table(title=title, show_header=True)
-    table.add_column("metric")
+    table.add_column("metric", no_wrap=True, min_width=18)
     table.add_column("value", justify="right")
     table.add_column("unit")
     for key, value in summary.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
-        elif isinstance(value, float):
-            value = f"{value:,.4f}" if abs(value) < 10 else f"{value:,.1f}"
-        elif isinstance(value, int) and not isinstance(value, bool):
-            value = f"{value:,}"
-        table.add_row(key, str(value), UNITS.get(key, ""))
+        table.add_row(key, _cell(value), UNITS.get(key, ""))
     return table
 
 
@@ -159,7 +155,7 @@ def simulate(
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
     tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
-    pol = make_policy(policy, sets, run_context(tr))
+    pol = make_policy(policy, sets, tr)
     bar = LazyProgress(len(tr), f"simulate {pol.name}")
     try:
         result = run_simulation(tr, pol, cl, seed=seed, progress=bar)
@@ -172,8 +168,76 @@ def simulate(
         typer.echo(json.dumps(result.summary, indent=2))
         return
     console = Console()
-    console.print(summary_table(result.summary, f"{pol.name} on {tr.name} ({cl.name})"))
+    oracle = " [ORACLE: reads true lengths, an upper reference]" if pol.oracle else ""
+    console.print(summary_table(result.summary, f"{pol.name} on {tr.name} ({cl.name}){oracle}"))
     console.print(f"wrote {out}/summary.json and {out}/timeline.jsonl")
+
+
+@app.command()
+@user_errors
+def compare(
+    trace: Path = typer.Option(None, "--trace", help="length trace (.jsonl, .csv, .parquet)"),
+    synthetic: str = typer.Option(None, "--synthetic", help="synthetic preset (logic-8k, math-16k)"),
+    policies: list[str] = typer.Option(..., "--policy", help="[LABEL=]NAME, repeatable"),
+    sets: list[str] = typer.Option([], "--set", help="LABEL.key=value (repeatable)"),
+    cluster: str = typer.Option("h100-llama3.1-8b", "--cluster", help="cluster preset or JSON file"),
+    seed: int = typer.Option(0, "--seed", help="seed (synthetic traces)"),
+    prompts: int = typer.Option(None, "--prompts", help="synthetic: prompts per step"),
+    group_size: int = typer.Option(None, "--group-size", help="synthetic: responses per prompt"),
+    steps: int = typer.Option(None, "--steps", help="synthetic: steps"),
+    out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE)"),
+    as_json: bool = typer.Option(False, "--json", help="print only the list of summaries"),
+) -> None:
+    """Run several policies on the same trace and cluster; print them side by side."""
+    from sortedrl.compare import parse_specs, run_compare
+
+    specs = parse_specs(policies, sets)
+    cl = load_cluster(cluster)
+    tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
+    bar = LazyProgress(len(tr) * len(specs), f"compare {len(specs)} policies")
+    try:
+        results = run_compare(tr, specs, cl, seed=seed, progress=bar)
+    finally:
+        bar.close()
+    summaries = [{"label": spec.label, **r.summary} for spec, r in results]
+    out = out or Path("runs") / f"compare-{Path(tr.name).stem}"
+    files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
+    for spec, r in results:
+        files[f"{spec.label}/summary.json"] = write_json(r.summary)
+        files[f"{spec.label}/timeline.jsonl"] = r.timeline.write_jsonl
+    write_run_dir(out, files)
+    if as_json:
+        typer.echo(json.dumps(summaries, indent=2))
+        return
+    console = Console(width=max(100, 34 + 18 * len(summaries)))
+    console.print(compare_table(summaries, f"{tr.name} on {cl.name}"))
+    if any(s["oracle"] for s in summaries):
+        console.print("oracle = an upper reference that reads true lengths; not a deployable policy")
+    console.print(f"wrote {out}/compare.json and one directory per policy")
+
+
+def compare_table(summaries: list[dict], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("metric", no_wrap=True, min_width=18)
+    for s in summaries:
+        table.add_column(s["label"] + (" (oracle)" if s["oracle"] else ""), justify="right")
+    table.add_column("unit")
+    for key in summaries[0]:
+        if key == "label":
+            continue
+        cells = [_cell(s[key]) for s in summaries]
+        table.add_row(key, *cells, UNITS.get(key, ""))
+    return table
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, dict):
+        return "\n".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 @app.command("policies")

@@ -10,17 +10,20 @@ Run: pytest tests/test_no_peeking.py
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import types
 
 import pytest
 
+from sortedrl.compare import cluster_for
 from sortedrl.errors import PolicyError
-from sortedrl.policies.base import EventKind, SampleState
+from sortedrl.policies.base import EventKind, Policy, SampleState
 from sortedrl.policies.controller import Controller
+from sortedrl.policies.predictors import OracleLengths
+from sortedrl.policies.registry import make_policy, run_context
 from sortedrl.policies.sync import SyncPolicy
 from sortedrl.sim.backend import SimBackend
-from sortedrl.sim.run import run_context
 from sortedrl.timeline import Timeline
 from tests.conftest import make_trace, tiny_cluster
 
@@ -81,6 +84,52 @@ def test_a_policy_cannot_reach_true_lengths():
     Controller(policy, trace.prompt_id, trace.prompt_len.tolist(), 2, backend, timeline).run()
     assert policy.walks >= 4 and policy.refused > 0
     assert policy.found == []
+
+
+class Wrapped(Policy):
+    """Runs a built-in policy and walks from the view, the event and the policy itself."""
+
+    def __init__(self, inner, forbidden):
+        super().__init__(None, inner.ctx)
+        self.inner, self.forbidden, self.found, self.walks = inner, forbidden, [], 0
+        self.name, self.placements = inner.name, inner.placements
+        self.listens_to_finishes = inner.listens_to_finishes
+
+    def on_event(self, event, view):
+        seen = reachable(view, event, self.inner)
+        self.walks += 1
+        self.found += [name for name, obj in self.forbidden().items() if id(obj) in seen]
+        return self.inner.on_event(event, view)
+
+
+@pytest.mark.parametrize("name, sets", [
+    ("sync", []), ("sortedrl", []), ("sortedrl", ["mode=partial"]), ("partial", []),
+    ("tail_batch", []), ("async", []), ("one_step_off", []),
+    ("oracle_sorted", ["predictor=history"]),
+])
+def test_no_builtin_policy_reaches_true_lengths(name, sets):
+    trace = make_trace([5, 9, 3, 7, 30, 2, 11, 4], group_size=2, steps=[0, 0, 0, 0, 1, 1, 1, 1])
+    cluster = dataclasses.replace(tiny_cluster(engines=3, max_num_seqs=2, kv=80), train_gpus=1)
+    timeline = Timeline({})
+    inner = make_policy(name, sets, trace)
+    cluster = cluster_for(inner.placements, cluster)
+    backend = SimBackend(trace, cluster, timeline)
+    forbidden = lambda: {  # noqa: E731
+        "trace": trace, "response_len": trace.response_len, "backend": backend,
+        "lengths list": backend._lengths, **{f"engine {e.pub.index}": e for e in backend.engines},
+    }
+    policy = Wrapped(inner, forbidden)
+    Controller(policy, trace.prompt_id, trace.prompt_len.tolist(), 2, backend, timeline).run()
+    assert policy.walks > 3 and policy.found == []
+    assert not inner.oracle
+
+
+def test_the_oracle_is_explicit_and_labelled():
+    trace = make_trace([5, 9, 3, 7])
+    policy = make_policy("oracle_sorted", [], trace)
+    assert policy.oracle and isinstance(policy.predictor, OracleLengths)
+    assert id(policy.predictor._true) not in reachable(trace)  # a copy, handed over explicitly
+    assert make_policy("oracle_sorted", ["predictor=history"], trace).oracle is False
 
 
 def test_the_walk_would_find_a_leak():

@@ -17,7 +17,7 @@ import pytest
 
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import preset
-from sortedrl.sim.run import run_context, simulate
+from sortedrl.sim.run import simulate
 from sortedrl.traces.io import read_trace
 from sortedrl.traces.synth import synthesize
 
@@ -26,7 +26,7 @@ BUNDLED = Path(__file__).resolve().parents[1] / "sortedrl" / "traces" / "data" /
 
 
 def bubble(trace) -> float:
-    return simulate(trace, make_policy("sync", [], run_context(trace)), PAPER).summary["bubble_ratio"]
+    return simulate(trace, make_policy("sync", [], trace), PAPER).summary["bubble_ratio"]
 
 
 def test_bundled_trace_gives_the_paper_bubble():

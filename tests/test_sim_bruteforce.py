@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sortedrl.policies.registry import make_policy
-from sortedrl.sim.run import run_context, simulate
+from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
 
@@ -129,7 +129,7 @@ def test_event_jump_matches_brute_force(case):
     cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=kv, watermark=wm, **costs)
     if prompts and max(prompts) + max(lengths) + 1 > cluster.kv_admit_budget:
         return  # an impossible cluster, tested elsewhere
-    policy = make_policy("sync", [f"rollout_batch={batch}"], run_context(trace))
+    policy = make_policy("sync", [f"rollout_batch={batch}"], trace)
     got = simulate(trace, policy, cluster)
     want_spans, want_end = brute_sync(trace, cluster, batch)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from sortedrl.policies.registry import make_policy
-from sortedrl.sim.run import run_context, simulate
+from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
 
 def run(trace, cluster, sets=()):
-    return simulate(trace, make_policy("sync", list(sets), run_context(trace)), cluster)
+    return simulate(trace, make_policy("sync", list(sets), trace), cluster)
 
 
 def test_two_samples_one_engine_exact_makespan():

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sortedrl.policies.registry import make_policy
-from sortedrl.sim.run import run_context, simulate
+from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
 
@@ -47,7 +47,7 @@ def test_run_invariants(case):
     if max(prompts) + max(lengths) + 1 > cluster.kv_admit_budget:
         return
     policy = make_policy("sync", [f"rollout_batch={batch}", f"minibatches={minibatches}"],
-                         run_context(trace))
+                         trace)
     r = simulate(trace, policy, cluster, audit=True)
     tl, s = r.timeline, r.summary
 

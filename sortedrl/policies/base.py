@@ -52,8 +52,9 @@ class Admit:
 
 @dataclass(frozen=True, slots=True)
 class Abort:
-    """Stop admitted samples. ``keep_tokens``: pause them with their partial response; otherwise
-    drop the partial response (wasted) and make them wait to be regenerated."""
+    """Stop samples. ``keep_tokens=True`` pauses admitted samples with their partial responses.
+    ``keep_tokens=False`` drops the response of admitted, paused or finished samples (its tokens
+    are wasted) and makes them wait to be regenerated from scratch."""
 
     samples: tuple[int, ...]
     keep_tokens: bool = True
@@ -121,6 +122,7 @@ class Policy(ABC):
     Params: ClassVar[type] = NoParams
     listens_to_finishes: ClassVar[bool] = True
     oracle: ClassVar[bool] = False  # True only for policies that read true lengths on purpose
+    placements: ClassVar[tuple[str, ...] | None] = None  # cluster placements it runs on (None: all)
 
     def __init__(self, params: object | None = None, ctx: RunContext | None = None) -> None:
         self.params = params if params is not None else self.Params()

@@ -219,9 +219,11 @@ class Controller:
             return
         self._check_ids(act.samples, "abort")
         live = [i for i in samples if s.state[i] == A]
+        allowed = (A,) if act.keep_tokens else (A, P, F)
         for i in samples:
-            if s.state[i] not in (A, P) or (s.state[i] == P and act.keep_tokens):
-                raise self._bad(f"abort of sample {i}, which is {SampleState(s.state[i]).name.lower()}")
+            if s.state[i] not in allowed:
+                raise self._bad(f"abort (keep_tokens={act.keep_tokens}) of sample {i}, which is "
+                                f"{SampleState(s.state[i]).name.lower()}")
         tokens = dict(zip(live, self.backend.abort(live), strict=True)) if live else {}
         self.timeline.abort(self.backend.now(), samples, act.keep_tokens)
         for i in samples:
@@ -230,11 +232,14 @@ class Controller:
                 s.generated[i] = tokens[i]
                 s.state[i] = P
                 s.paused[i] = None
-            else:  # the partial response is wasted; regenerate from scratch
+            else:  # the (partial or finished) response is wasted; regenerate from scratch
                 s.generated[i] = 0
+                s.oldest[i] = -1
                 s.attempt[i] += 1
                 s.state[i] = W
                 s.paused.pop(i, None)
+                s.buffer.pop(i, None)
+                s.response_len.pop(i, None)
 
     def _discard(self, act: Discard) -> None:
         s = self.s
@@ -301,6 +306,8 @@ def _spread(samples: list[int], loads: list[int]) -> list[tuple[int, list[int]]]
     Lower engine indices take the remainder; each engine gets one contiguous block, so the
     samples of a group tend to share an engine. Deterministic.
     """
+    if len(samples) == 1:  # the common case: the least loaded engine, lowest index on ties
+        return [(min(range(len(loads)), key=lambda e: (loads[e], e)), samples)]
     order = sorted(range(len(loads)), key=lambda e: (loads[e], e))
     total = sum(loads) + len(samples)
     # find the level: engines below it are filled up to it

@@ -9,11 +9,24 @@ import importlib
 import inspect
 
 from sortedrl.errors import ConfigError
+from sortedrl.policies.async_rl import AsyncPolicy
 from sortedrl.policies.base import Policy, RunContext, parse_params
+from sortedrl.policies.one_step_off import OneStepOffPolicy
+from sortedrl.policies.oracle_sorted import OracleSortedPolicy
+from sortedrl.policies.partial import PartialRolloutPolicy
+from sortedrl.policies.predictors import OracleLengths
+from sortedrl.policies.sortedrl import SortedRLPolicy
 from sortedrl.policies.sync import SyncPolicy
+from sortedrl.policies.tail_batch import TailBatchPolicy
 
 BUILTIN: dict[str, type[Policy]] = {
     "sync": SyncPolicy,
+    "sortedrl": SortedRLPolicy,
+    "partial": PartialRolloutPolicy,
+    "tail_batch": TailBatchPolicy,
+    "async": AsyncPolicy,
+    "one_step_off": OneStepOffPolicy,
+    "oracle_sorted": OracleSortedPolicy,
 }
 
 
@@ -35,7 +48,24 @@ def policy_class(name: str) -> type[Policy]:
     return cls
 
 
-def make_policy(name: str, sets: list[str], ctx: RunContext) -> Policy:
-    """Instantiate a policy with its ``--set key=value`` knobs."""
+def run_context(trace) -> RunContext:
+    """The public facts about a trace that a policy may size itself by."""
+    return RunContext(prompts_per_step=trace.prompts_per_step, group_size=trace.meta.group_size,
+                      num_groups=trace.num_groups, max_response_len=trace.meta.max_response_len)
+
+
+def make_policy(name: str, sets: list[str], trace) -> Policy:
+    """Instantiate a policy for ``trace`` with its ``--set key=value`` knobs.
+
+    The trace's true lengths reach a policy only through an explicit oracle, and only when the
+    policy asks for one (``wants_oracle``); such runs are labelled oracle in every output.
+    """
     cls = policy_class(name)
-    return cls(parse_params(cls.Params, sets, name), ctx)
+    params = parse_params(cls.Params, sets, name)
+    try:
+        policy = cls(params, run_context(trace))
+    except ValueError as e:
+        raise ConfigError(f"policy {name}: {e}") from None
+    if getattr(policy, "wants_oracle", False):
+        policy.attach_oracle(OracleLengths(trace.response_len.tolist()))
+    return policy

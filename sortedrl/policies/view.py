@@ -46,6 +46,7 @@ class PublicState:
         self.generated = [0] * n  # tokens kept at the last report (finish, pause, preempt)
         self.response_len: dict[int, int] = {}  # observed: finished samples only
         self.attempt = [0] * n
+        self.oldest = [-1] * n  # version of the oldest kept token (-1: none yet)
         self.engine_of = [-1] * n
         self.buffer: dict[int, None] = {}  # finished, untrained, in finish order
         self.paused: dict[int, None] = {}
@@ -141,6 +142,11 @@ class ClusterView:
 
     def attempt(self, sample: int) -> int:
         return self._s.attempt[sample]
+
+    def oldest_version(self, sample: int) -> int | None:
+        """The policy version that generated the sample's oldest kept token (None: no tokens)."""
+        v = self._s.oldest[sample]
+        return None if v < 0 else v
 
     def generated(self, sample: int) -> int:
         """Tokens generated so far (live for running samples)."""

@@ -82,12 +82,19 @@ class SimBackend(Backend):
 
     def train(self, samples: list[int], version: int) -> None:
         tokens = sum(self._plen[i] + self._lengths[i] for i in samples)
-        start = max([self.env.now] + [e.pub.t for e in self.engines])  # in-flight steps end first
+        start = self.env.now
+        if self.placement == "colocated":  # the shared GPUs finish their in-flight steps first
+            start = max([start] + [e.pub.t for e in self.engines])
         dur = self.cost.train(tokens)
         self.env.process(self._train(start, dur, version, samples, tokens))
 
     def sync(self, version: int) -> None:
-        start = max([self.env.now] + [e.pub.t for e in self.engines])
+        now = start = self.env.now
+        if self.placement == "colocated":  # the shared GPUs finish their in-flight steps first
+            start = max([start] + [e.pub.t for e in self.engines])
+        for e in self.engines:  # each stops at its next step boundary (colocated: idle already)
+            e.begin_sync(now)
+        self._poke()
         self.env.process(self._sync(start, self.cost.sync(), version))
 
     def set_rollout(self, enabled: bool) -> None:
@@ -98,7 +105,7 @@ class SimBackend(Backend):
     def run(self, controller: Controller) -> None:
         self.ctl = controller
         for e in self.engines:
-            e.bind(controller, controller.s.attempt)
+            e.bind(controller, controller.s.attempt, controller.s.oldest)
         self._proc = self.env.process(self._pool())
         self._dispatch(controller.start)
         self.env.run()
@@ -115,8 +122,9 @@ class SimBackend(Backend):
     def _sync(self, start: float, dur: float, version: int):
         yield self.env.timeout(start + dur - self.env.now)
         for e in self.engines:
-            e.pub.version = version
+            e.end_sync(self.env.now, version)
         self.timeline.sync(start, start + dur, version)
+        self._poke()
         self._dispatch(self.ctl.sync_done)
 
     def _pool(self):
@@ -161,8 +169,7 @@ class SimBackend(Backend):
     def _dispatch(self, fn) -> None:
         self._catch_up()
         fn()
-        if self._deferred:
-            self._poke()
+        self._poke()  # the event may have changed any engine's next change
 
     def _poke(self) -> None:
         """Wake the pool so it re-plans (it is waiting on a timeout that may now be wrong)."""

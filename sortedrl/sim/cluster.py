@@ -1,13 +1,15 @@
 """Cluster presets: which GPUs, which model, how they are split into engines and a trainer.
 
 A preset name reads ``{gpu}-{model}[-tp{N}][-{G}gpu][-{S}seq]``, e.g. ``h100-llama3.1-8b`` or
-``h200-qwen2.5-32b-tp2-16gpu`` (``-{S}seq`` sets ``max_num_seqs``). From the hardware and model constants (see
+``h200-qwen2.5-32b-tp2-16gpu`` (``-{S}seq`` sets ``max_num_seqs``; a final ``-disagg`` selects the disaggregated placement). From the hardware and model constants (see
 ../shared/reference/anchors.md §A3) it derives the roofline :class:`~sortedrl.sim.cost.CostModel`
 and the KV-token budget of each engine. A JSON file ``{"preset": NAME, field: value, ...}``
 overrides any field, which is how users describe their own cluster.
 
 Placement ``colocated`` means the same GPUs alternate between rollout and training (verl's hybrid
-engine): ``gpus / tp`` engines, and the trainer uses all ``gpus``.
+engine): ``gpus / tp`` engines, and the trainer uses all ``gpus``. ``disaggregated`` splits them
+into a trainer pool of ``train_gpus`` (default a quarter, AReaL's 75/25 split) and a rollout pool
+of the rest, which generate at the same time (needed by ``async`` and ``one_step_off``).
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class Cluster:
     model: str = field(default="llama3.1-8b", metadata={"help": "model: " + ", ".join(MODELS)})
     tp: int = field(default=1, metadata={"help": "tensor-parallel degree of one rollout engine"})
     gpus: int = field(default=8, metadata={"help": "GPUs in the cluster"})
-    placement: str = field(default="colocated", metadata={"help": "colocated (rollout and training alternate on the same GPUs)"})
+    placement: str = field(default="colocated", metadata={"help": "colocated (rollout and training alternate on the same GPUs) or disaggregated (separate pools)"})
+    train_gpus: int = field(default=0, metadata={"help": "disaggregated: GPUs of the trainer pool (0: a quarter of the GPUs); the rest run rollout"})
     max_num_seqs: int = field(default=256, metadata={"help": "max running sequences per engine (vLLM max_num_seqs)"})
     gpu_mem_util: float = field(default=0.9, metadata={"help": "share of HBM given to weights + KV cache"})
     kv_budget_tokens: int = field(default=0, metadata={"help": "KV tokens per engine; 0 derives it from HBM, weights and KV size"})
@@ -88,12 +91,18 @@ class Cluster:
     # -- derived ----------------------------------------------------------------------------
 
     @property
-    def engines(self) -> int:
-        return self.gpus // self.tp
+    def trainer_gpus(self) -> int:
+        if self.placement == "colocated":
+            return self.gpus
+        return self.train_gpus or max(1, self.gpus // 4)
 
     @property
-    def trainer_gpus(self) -> int:
-        return self.gpus
+    def rollout_gpus(self) -> int:
+        return self.gpus if self.placement == "colocated" else self.gpus - self.trainer_gpus
+
+    @property
+    def engines(self) -> int:
+        return self.rollout_gpus // self.tp
 
     @property
     def kv_budget(self) -> int:
@@ -139,13 +148,20 @@ class Cluster:
             raise ConfigError(f"{where}: field 'gpu': unknown GPU {self.gpu!r} (known: {', '.join(GPUS)})")
         if self.model not in MODELS:
             raise ConfigError(f"{where}: field 'model': unknown model {self.model!r} (known: {', '.join(MODELS)})")
-        if self.placement != "colocated":
-            raise ConfigError(f"{where}: field 'placement': {self.placement!r} is not supported (known: colocated)")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"{where}: field 'placement': unknown placement {self.placement!r} "
+                              f"(known: {', '.join(PLACEMENTS)})")
         for name in ("tp", "gpus", "max_num_seqs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}: field '{name}': must be >= 1, got {getattr(self, name)}")
-        if self.gpus % self.tp:
-            raise ConfigError(f"{where}: field 'gpus': {self.gpus} GPUs do not split into tp={self.tp} engines")
+        if self.train_gpus < 0:
+            raise ConfigError(f"{where}: field 'train_gpus': must be >= 0, got {self.train_gpus}")
+        if self.rollout_gpus < self.tp:
+            raise ConfigError(f"{where}: field 'train_gpus': {self.trainer_gpus} trainer GPUs of {self.gpus} "
+                              f"leave no rollout engine of tp={self.tp}")
+        if self.rollout_gpus % self.tp:
+            raise ConfigError(f"{where}: field 'gpus': {self.rollout_gpus} rollout GPUs do not split into "
+                              f"tp={self.tp} engines")
         for name in ("gpu_mem_util", "mbu", "mfu", "mfu_prefill", "mfu_train"):
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
@@ -175,8 +191,9 @@ class Cluster:
 
 # -- presets and parsing ----------------------------------------------------------------------
 
+PLACEMENTS = ("colocated", "disaggregated")
 _PRESET = re.compile(r"^(?P<gpu>[a-z0-9]+)-(?P<model>.+?)(?:-tp(?P<tp>\d+))?(?:-(?P<g>\d+)gpu)?"
-                     r"(?:-(?P<seqs>\d+)seq)?$")
+                     r"(?:-(?P<seqs>\d+)seq)?(?P<dis>-disagg)?$")
 
 
 def preset(name: str) -> Cluster:
@@ -184,17 +201,18 @@ def preset(name: str) -> Cluster:
     m = _PRESET.match(name)
     if not m or m["gpu"] not in GPUS or m["model"] not in MODELS:
         raise ConfigError(f"unknown cluster preset {name!r} (known: {', '.join(preset_names())}; "
-                          "optional suffixes -tpN, -Ngpu and -Nseq)")
+                          "optional suffixes -tpN, -Ngpu, -Nseq and -disagg)")
     model = MODELS[m["model"]]
     tp = int(m["tp"]) if m["tp"] else model.default_tp
     gpus = int(m["g"]) if m["g"] else 8
     seqs = int(m["seqs"]) if m["seqs"] else Cluster.max_num_seqs
+    placement = "disaggregated" if m["dis"] else "colocated"
     return Cluster(name=name, gpu=m["gpu"], model=model.name, tp=tp, gpus=gpus,
-                   max_num_seqs=seqs).validate(name)
+                   max_num_seqs=seqs, placement=placement).validate(name)
 
 
 def preset_names() -> list[str]:
-    return [f"{g}-{m}" for g in GPUS for m in MODELS]
+    return [f"{g}-{m}{d}" for g in GPUS for m in MODELS for d in ("", "-disagg")]
 
 
 def load_cluster(spec: str) -> Cluster:

@@ -41,7 +41,7 @@ class EngineState:
     """The public half of an engine: who is running or queued, and the clock of its base point."""
 
     __slots__ = ("index", "max_num_seqs", "version", "run", "queue", "t", "step", "kv",
-                 "inflight", "prefilling", "cost")
+                 "inflight", "prefilling", "frozen", "cost")
 
     def __init__(self, index: int, max_num_seqs: int, cost: CostModel) -> None:
         self.index = index
@@ -54,6 +54,7 @@ class EngineState:
         self.kv = 0  # KV tokens held at the base
         self.inflight = False  # the base is the end of a decode step still running
         self.prefilling: tuple[int, ...] = ()  # samples whose prefill ends at the base
+        self.frozen = False  # stalled by a weight sync: nothing decodes
         self.cost = cost
 
     def running(self) -> tuple[int, ...]:
@@ -71,6 +72,8 @@ class EngineState:
         if entry is None:
             return None
         off, _, tok0, _ = entry
+        if self.frozen:
+            return self.step + off
         if now >= self.t:
             b = len(self.run)
             return self.step + self.cost.decode_steps_within(now - self.t, b, self.kv) + off
@@ -92,6 +95,7 @@ class Engine:
         self._L = lengths
         self._p = prompt_len
         self._attempt: list[int] = []
+        self._oldest: list[int] = []
         self._ctl = None
         self._spans = timeline.spans
         self._prefills = timeline.prefills
@@ -99,24 +103,27 @@ class Engine:
         self._live: dict[int, int] = {}  # sample -> seq of its valid heap entry
         self._seq = 0
         self._gen0: dict[int, int] = {}  # queued sample -> tokens it resumes from
-        self.enabled = True
+        self.enabled = True  # rollout allowed (colocated placement turns it off to train)
+        self.stalled = False  # a weight sync is loading new weights
         self._slots: list[float] = [INF] * (index + 1)  # the backend's list of next times
         self.next_t = INF
         self._next_k = 0
         self.idle_reported = True
         self.preemptions = 0
 
-    def bind(self, controller: object, attempt: list[int]) -> None:
-        """Report finishes and preemptions to ``controller``; read attempts from its list."""
+    def bind(self, controller: object, attempt: list[int], oldest: list[int]) -> None:
+        """Report finishes and preemptions to ``controller``; read attempts from its list and
+        record in ``oldest`` the version of each sample's first kept token when it starts."""
         self._ctl = controller
         self._attempt = attempt
+        self._oldest = oldest
 
     # -- planning ------------------------------------------------------------------------------
 
     def _admissible(self) -> bool:
         p = self.pub
         q = p.queue
-        if not q or len(p.run) >= p.max_num_seqs or not self.enabled:
+        if not q or len(p.run) >= p.max_num_seqs or not self.enabled or self.stalled:
             return False
         i = q[0]
         return p.kv + self._p[i] + self._gen0[i] + len(p.run) + 2 <= self.K_admit
@@ -127,7 +134,7 @@ class Engine:
         b = len(p.run)
         if p.queue and self._admissible():
             self.next_t, self._next_k = p.t, 0
-        elif b == 0:
+        elif b == 0 or self.stalled:
             self.next_t, self._next_k = INF, 0
         else:
             heap, live = self._heap, self._live
@@ -204,7 +211,7 @@ class Engine:
         admitted: list[int] = []
         tokens = pairs = recomputed = 0
         queue, run, lengths, plen, gen0 = p.queue, p.run, self._L, self._p, self._gen0
-        heap, live = self._heap, self._live
+        heap, live, oldest = self._heap, self._live, self._oldest
         kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, p.max_num_seqs, self.K_admit
         seq = self._seq
         while queue and len(run) < cap:
@@ -217,6 +224,8 @@ class Engine:
             del gen0[i]
             off = g0 + 1 - step
             run[i] = (off, t, g0, ver)
+            if oldest[i] < 0:
+                oldest[i] = ver
             kv += ctx + 1
             seq += 1
             live[i] = seq
@@ -241,7 +250,7 @@ class Engine:
         up every engine before it dispatches an event).
         """
         p = self.pub
-        if now <= p.t:
+        if now <= p.t or p.frozen:
             return
         b = len(p.run)
         if b == 0:
@@ -283,12 +292,36 @@ class Engine:
         else:
             tok = p.step + off
         p.kv -= self._p[sample] + p.step + off
-        self._spans.append((t0, now, p.index, sample, self._attempt[sample], ver, tok - tok0, "abort"))
+        if not p.frozen:  # a frozen sample's span already ended when the sync began
+            # SimPy's clock can trail the engine's by an ulp (now + (t - now) != t)
+            self._spans.append((t0, max(now, t0), p.index, sample, self._attempt[sample], ver,
+                                tok - tok0, "abort"))
         return tok
 
     def set_enabled(self, enabled: bool, now: float) -> None:
         self.materialize(now)
         self.enabled = enabled
+        self.plan()
+
+    def begin_sync(self, now: float) -> None:
+        """Stop at the next step boundary for a weight sync; running spans end there."""
+        self.materialize(now)
+        p = self.pub
+        for i, (off, t0, tok0, ver) in p.run.items():
+            self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, p.step + off - tok0, "sync"))
+        p.frozen = self.stalled = True
+        self.plan()
+
+    def end_sync(self, now: float, version: int) -> None:
+        """New weights are in: running samples continue (KV kept) under ``version``."""
+        p = self.pub
+        p.t = max(p.t, now)
+        p.inflight = False
+        p.prefilling = ()
+        p.version = version
+        for i, (off, _, _, _) in p.run.items():
+            p.run[i] = (off, p.t, p.step + off, version)
+        p.frozen = self.stalled = False
         self.plan()
 
     def audit(self) -> None:

@@ -11,9 +11,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sortedrl.errors import ConfigError
 from sortedrl.metrics import summarize
-from sortedrl.policies.base import Policy, RunContext, params_dict
+from sortedrl.policies.base import Policy, params_dict
 from sortedrl.policies.controller import Controller
+from sortedrl.policies.registry import run_context  # noqa: F401  (re-exported)
 from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.cluster import Cluster
 from sortedrl.timeline import Timeline
@@ -27,18 +29,13 @@ class SimResult:
     sim_events: int = 0  # SimPy events scheduled (the event-jump claim: O(samples + actions))
 
 
-def run_context(trace: Trace) -> RunContext:
-    return RunContext(prompts_per_step=trace.prompts_per_step, group_size=trace.meta.group_size,
-                      num_groups=trace.num_groups, max_response_len=trace.meta.max_response_len)
-
-
 def lower_bound(trace: Trace, cluster: Cluster) -> float:
     """Seconds no policy can beat when every sample is generated and trained once.
 
     Rollout: the decode work at the engines' peak rate (full batch, KV reads ignored) plus the
     prompt prefill compute, or the longest response's chain of decode steps at batch 1, whichever
     is longer. Training: every token once plus one update's fixed cost. Colocated placement adds
-    the two, since rollout and training cannot overlap.
+    the two, since rollout and training cannot overlap; disaggregated takes the longer.
     """
     c = cluster.cost()
     q = cluster.max_num_seqs
@@ -49,13 +46,19 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     chain = (int(trace.response_len.max()) - 1) * (c.t_fix + c.a0)
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
     train = c.train(tokens)
-    return max(work, chain) + train
+    if cluster.placement == "colocated":
+        return max(work, chain) + train
+    return max(work, chain, train)
 
 
 def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
              progress: Callable[[int], None] | None = None, audit: bool = False) -> SimResult:
     """Simulate ``policy`` on ``trace``; raises ConfigError for a cluster that cannot run it."""
     cluster.validate(cluster.name)
+    if policy.placements and cluster.placement not in policy.placements:
+        raise ConfigError(f"policy {policy.name} needs a {' or '.join(policy.placements)} cluster "
+                          f"(a preset ending in -disagg, or placement in a cluster file); "
+                          f"{cluster.name} is {cluster.placement}")
     cluster.check_fits(int(trace.prompt_len.max()) + trace.meta.max_response_len, cluster.name)
     meta = {
         "backend": "sim",

@@ -1,0 +1,42 @@
+"""Small helpers shared by the policies: what is in flight, which groups are complete."""
+
+from __future__ import annotations
+
+from sortedrl.policies.base import SampleState
+from sortedrl.policies.view import ClusterView
+
+DONE = (SampleState.FINISHED, SampleState.TRAINED)
+
+
+def in_flight(view: ClusterView) -> list[int]:
+    """Every admitted sample (running or queued), engine by engine."""
+    out: list[int] = []
+    for e in range(view.engines):
+        out += view.running(e)
+        out += view.queued(e)
+    return out
+
+
+def finished_in(view: ClusterView, group: int) -> list[int]:
+    return [i for i in view.group_samples(group) if view.state(i) == SampleState.FINISHED]
+
+
+def waiting_in(view: ClusterView, group: int) -> list[int]:
+    """Samples of a group that are not admitted and not done: paused ones first."""
+    paused = [i for i in view.group_samples(group) if view.state(i) == SampleState.PAUSED]
+    fresh = [i for i in view.group_samples(group) if view.state(i) == SampleState.WAITING]
+    return paused + fresh
+
+
+def shortest_first(view: ClusterView, samples) -> tuple[int, ...]:
+    """Finished samples sorted by observed length (ties by index): SortedRL's update order."""
+    return tuple(sorted(samples, key=lambda i: (view.response_len(i), i)))
+
+
+def complete_groups(view: ClusterView, samples) -> list[int]:
+    """Groups all of whose samples are among ``samples`` (finished ones), in first-seen order."""
+    count: dict[int, int] = {}
+    for i in samples:
+        g = view.group_of(i)
+        count[g] = count.get(g, 0) + 1
+    return [g for g, c in count.items() if c == view.group_size]

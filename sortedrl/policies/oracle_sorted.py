@@ -1,0 +1,90 @@
+"""``oracle_sorted``: length-sorted packing with known lengths — an upper reference.
+
+**With the default ``predictor=oracle`` this policy reads the true lengths of the trace** through
+an explicit :class:`~sortedrl.policies.predictors.OracleLengths`; every output labels the run
+``"oracle": true``. It shows what SortedRL's idea could reach with perfect length knowledge: each
+round admits the next ``update_batch`` samples of the current group shortest-first, so a round's
+samples have similar lengths and short tails; nothing is aborted or wasted and every token is
+on-policy. With ``predictor=history`` the same packing runs on
+:class:`~sortedrl.policies.predictors.HistoryLengths` (the last length seen for the prompt) and
+is an ordinary, deployable policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sortedrl.policies.base import Action, Admit, Event, EventKind, Policy, RunContext, Sync, Train
+from sortedrl.policies.common import shortest_first
+from sortedrl.policies.predictors import HistoryLengths, LengthPredictor
+from sortedrl.policies.view import ClusterView
+
+
+@dataclass(frozen=True)
+class OracleSortedParams:
+    predictor: Literal["oracle", "history"] = field(default="oracle", metadata={
+        "help": "oracle: true lengths (an upper reference); history: last length seen per prompt"})
+    rollout_batch: int = field(default=0, metadata={
+        "help": "prompts sorted together (0: 4 x the trace's prompts per step)"})
+    update_batch: int = field(default=0, metadata={
+        "help": "samples per round and update (0: the engines' total max_num_seqs)"})
+
+    def __post_init__(self) -> None:
+        if self.rollout_batch < 0 or self.update_batch < 0:
+            raise ValueError("rollout_batch and update_batch must be >= 0")
+
+
+class OracleSortedPolicy(Policy):
+    """Shortest-first packing by predicted length (ORACLE by default: reads true lengths)."""
+
+    name = "oracle_sorted"
+    Params = OracleSortedParams
+    listens_to_finishes = False
+
+    def __init__(self, params: OracleSortedParams | None = None, ctx: RunContext | None = None) -> None:
+        super().__init__(params, ctx)
+        self.batch = self.params.rollout_batch or 4 * max(1, self.ctx.prompts_per_step)
+        self.predictor: LengthPredictor | None = (
+            None if self.params.predictor == "oracle" else HistoryLengths(self.ctx.max_response_len / 2))
+        self.order: list[int] = []  # the current group's samples, shortest predicted first
+        self.round: list[int] = []
+
+    @property
+    def wants_oracle(self) -> bool:
+        return self.params.predictor == "oracle"
+
+    def attach_oracle(self, oracle: LengthPredictor) -> None:
+        self.predictor = oracle
+        self.oracle = True
+
+    def staleness_bound(self) -> int:
+        return 0
+
+    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        kind = event.kind
+        if kind == EventKind.UPDATE_DONE:
+            return [Sync()]
+        if kind in (EventKind.STARTED, EventKind.SYNC_DONE):
+            return self._next_round(view)
+        if kind == EventKind.ENGINE_IDLE and self.round and view.admitted == 0:
+            batch, self.round = self.round, []
+            self.predictor.observe(view, tuple(batch))
+            return [Train(shortest_first(view, batch))]
+        return []
+
+    def _next_round(self, view: ClusterView) -> list[Action]:
+        if not self.order:
+            groups = view.next_groups(self.batch)
+            samples = [i for g in groups for i in view.group_samples(g)]
+            self.order = sorted(samples, key=lambda i: (self.predictor.predict(view, i), i))
+        size = self.params.update_batch or view.total_capacity
+        self.round, self.order = self.order[:size], self.order[size:]
+        # longest predicted first onto the least loaded engine (LPT), so engines end together
+        load = [0.0] * view.engines
+        per_engine: list[list[int]] = [[] for _ in range(view.engines)]
+        for i in sorted(self.round, key=lambda i: (-self.predictor.predict(view, i), i)):
+            e = min(range(view.engines), key=lambda e: (load[e], e))
+            per_engine[e].append(i)
+            load[e] += self.predictor.predict(view, i)
+        return [Admit(tuple(s), e) for e, s in enumerate(per_engine) if s]

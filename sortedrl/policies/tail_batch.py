@@ -1,0 +1,133 @@
+"""``tail_batch``: RollPacker's tail batching (NSDI'26; paper.md §4.1, §4.3).
+
+Short rounds launch ceil(eta x P) prompts and keep the first P to complete; the prompts that did
+not make it are aborted (their work wasted: strictly on-policy) and go to a long-prompt queue.
+Once that queue holds P prompts, a long round runs them with no speculation. With eta = 1.25 one
+long round follows about every four short ones, as in RollPacker's Fig. 4.
+
+Response over-provisioning (RollPacker launches eta x n responses per prompt and keeps the first
+n): a trace only holds the responses it recorded, so this needs a trace with more samples per
+prompt than the n to keep. Set ``responses`` to n; the first n finished per prompt are trained,
+the others are discarded. By default ``responses`` is the trace's group size (no response
+over-provisioning).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from sortedrl.policies.base import (
+    Abort,
+    Action,
+    Admit,
+    Discard,
+    Event,
+    EventKind,
+    Policy,
+    RunContext,
+    SampleState,
+    Sync,
+    Train,
+)
+from sortedrl.policies.view import ClusterView
+
+
+@dataclass(frozen=True)
+class TailBatchParams:
+    rollout_batch: int = field(default=0, metadata={
+        "help": "P: prompts trained per round (0: the trace's prompts per step)"})
+    eta: float = field(default=1.25, metadata={"help": "prompt over-provisioning of short rounds"})
+    responses: int = field(default=0, metadata={
+        "help": "responses kept per prompt (0: the trace's group size)"})
+
+    def __post_init__(self) -> None:
+        if self.rollout_batch < 0 or self.responses < 0:
+            raise ValueError("rollout_batch and responses must be >= 0")
+        if not self.eta >= 1.0:
+            raise ValueError(f"eta must be >= 1, got {self.eta}")
+
+
+class TailBatchPolicy(Policy):
+    """RollPacker: speculative short rounds, deferred long prompts in long rounds."""
+
+    name = "tail_batch"
+    Params = TailBatchParams
+
+    def __init__(self, params: TailBatchParams | None = None, ctx: RunContext | None = None) -> None:
+        super().__init__(params, ctx)
+        self.P = self.params.rollout_batch or max(1, self.ctx.prompts_per_step)
+        self.keep = self.params.responses or self.ctx.group_size
+        if self.keep > self.ctx.group_size:
+            raise ValueError(f"responses ({self.keep}) is above the trace's group size "
+                             f"({self.ctx.group_size})")
+        self.long_queue: list[int] = []
+        self.launched: list[int] = []
+        self.short = True
+        self.done: dict[int, list[int]] = {}  # finished samples per launched group, in order
+        self.complete: list[int] = []  # groups with `keep` finished, in completion order
+
+    def staleness_bound(self) -> int:
+        return 0
+
+    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        if event.kind == EventKind.FINISHED:
+            for i in event.samples:
+                g = view.group_of(i)
+                got = self.done.setdefault(g, [])
+                got.append(i)
+                if len(got) == self.keep:
+                    self.complete.append(g)
+        if event.kind == EventKind.UPDATE_DONE:
+            return [Sync()]
+        if view.trainer_busy or view.syncing:
+            return []
+        if event.kind in (EventKind.STARTED, EventKind.SYNC_DONE):
+            return self._next_round(view)
+        if self.launched and len(self.complete) >= min(self.P, len(self.launched)):
+            if not self.short and len(self.complete) < len(self.launched):
+                return []  # a long round waits for every prompt
+            return self._end_round(view)
+        return []
+
+    def _next_round(self, view: ClusterView) -> list[Action]:
+        self.done, self.complete = {}, []
+        fresh_left = view.groups_left > 0
+        if self.long_queue and (len(self.long_queue) >= self.P or not fresh_left):
+            self.short = False
+            self.launched, self.long_queue = self.long_queue[: self.P], self.long_queue[self.P:]
+            admit, extra = [], []
+            for g in self.launched:
+                members = list(view.group_samples(g))
+                admit += members[: self.keep]
+                extra += [i for i in members[self.keep:] if view.state(i) == SampleState.WAITING]
+            out: list[Action] = [Discard(tuple(extra))] if extra else []
+            return out + [Admit(tuple(admit))]
+        self.short = True
+        self.launched = list(view.next_groups(math.ceil(self.params.eta * self.P)))
+        if not self.launched:
+            return []
+        return [Admit(tuple(i for g in self.launched for i in view.group_samples(g)))]
+
+    def _end_round(self, view: ClusterView) -> list[Action]:
+        kept = self.complete[: self.P]
+        kept_set = set(kept)
+        batch, drop, discard = [], [], []
+        for g in self.launched:
+            members = view.group_samples(g)
+            if g in kept_set:
+                first = self.done[g][: self.keep]
+                batch += first
+                rest = [i for i in members if i not in set(first)]
+                drop += [i for i in rest if view.state(i) in (SampleState.ADMITTED, SampleState.FINISHED)]
+                discard += [i for i in rest if view.state(i) != SampleState.DISCARDED]
+            else:  # deferred to a long round, regenerated from scratch
+                drop += [i for i in members if view.state(i) in (SampleState.ADMITTED, SampleState.FINISHED)]
+                self.long_queue.append(g)
+        out: list[Action] = []
+        if drop:
+            out.append(Abort(tuple(drop), keep_tokens=False))
+        if discard:
+            out.append(Discard(tuple(discard)))
+        self.launched = []
+        return out + [Train(tuple(batch))]

@@ -1,0 +1,91 @@
+"""``sortedrl compare``: every policy side by side on bundled and imported traces.
+
+Run: pytest tests/test_compare.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.metrics import CONTRACT_KEYS
+from sortedrl.policies.registry import BUILTIN
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "sortedrl" / "traces" / "data"
+FIXTURE = ROOT / "tests" / "fixtures" / "splitwise_conv_head.csv"
+ALL = [a for name in BUILTIN for a in ("--policy", name)]
+runner = CliRunner()
+
+
+def compare(*args):
+    return runner.invoke(app, ["compare", *args])
+
+
+@pytest.mark.parametrize("trace", ["logic-8k.jsonl", "math-16k.jsonl"])
+def test_all_policies_on_the_bundled_traces(tmp_path, trace):
+    out = tmp_path / "cmp"
+    r = compare("--trace", str(DATA / trace), *ALL, "--cluster", "h100-llama3.1-8b-2gpu",
+                "--out", str(out))
+    assert r.exit_code == 0, r.output
+    summaries = json.loads((out / "compare.json").read_text())
+    assert [s["label"] for s in summaries] == list(BUILTIN)
+    for s in summaries:
+        assert set(CONTRACT_KEYS) <= set(s)
+        assert s["samples_trained"] == s["samples_total"]
+        run_summary = json.loads((out / s["label"] / "summary.json").read_text())
+        assert run_summary == {k: v for k, v in s.items() if k != "label"}
+        assert (out / s["label"] / "timeline.jsonl").exists()
+    by = {s["label"]: s for s in summaries}
+    assert by["async"]["cluster"] == by["one_step_off"]["cluster"] == "h100-llama3.1-8b-2gpu-disagg"
+    assert by["sync"]["cluster"] == "h100-llama3.1-8b-2gpu"
+    assert by["oracle_sorted"]["oracle"] is True and not by["sortedrl"]["oracle"]
+    for key in ("makespan_s", "bubble_ratio", "tokens_per_s", "staleness_mean"):
+        assert key in r.stdout
+    assert "(oracle)" in r.stdout  # the column header marks the oracle
+    assert "upper reference" in r.stdout
+
+
+def test_all_policies_on_an_imported_public_table(tmp_path):
+    imported = tmp_path / "conv.jsonl"
+    r = runner.invoke(app, ["trace", "import", str(FIXTURE), "--prompt-len-col", "num_prefill_tokens",
+                            "--response-len-col", "num_decode_tokens", "--group-size", "4",
+                            "--out", str(imported)])
+    assert r.exit_code == 0, r.output
+    r = compare("--trace", str(imported), *ALL, "--cluster", "h100-llama3.1-8b-2gpu-8seq",
+                "--out", str(tmp_path / "c"), "--json")
+    assert r.exit_code == 0, r.output
+    summaries = json.loads(r.stdout)
+    assert len(summaries) == len(BUILTIN)
+    assert all(s["samples_total"] == s["samples_trained"] == 48 for s in summaries)
+    assert {s["trace"] for s in summaries} == {"conv.jsonl"}
+
+
+def test_labels_and_scoped_knobs(tmp_path):
+    r = compare("--synthetic", "logic-8k", "--prompts", "64", "--group-size", "2",
+                "--policy", "on=sortedrl", "--policy", "part=sortedrl", "--set", "part.mode=partial",
+                "--set", "on.update_batch=32", "--out", str(tmp_path / "x"), "--json")
+    assert r.exit_code == 0, r.output
+    on, part = json.loads(r.stdout)
+    assert (on["label"], on["params"]["mode"], on["params"]["update_batch"]) == ("on", "on_policy", 32)
+    assert (part["label"], part["params"]["mode"]) == ("part", "partial")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "sync", "--set", "minibatches=2"], "--set 'minibatches=2': compare needs LABEL.key=value"),
+    (["--policy", "sync", "--set", "nope.minibatches=2"], "no policy labelled 'nope'"),
+    (["--policy", "sync", "--policy", "sync"], "label 'sync' is used twice"),
+    (["--policy", "sync", "--policy", "bogus"], "unknown policy 'bogus'"),
+    (["--policy", "sync", "--set", "sync.minibatches=0"], "minibatches must be >= 1"),
+])
+def test_compare_errors(tmp_path, args, message):
+    out = tmp_path / "o"
+    r = compare("--trace", str(DATA / "logic-8k.jsonl"), *args, "--out", str(out))
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+    assert not out.exists()
