@@ -246,9 +246,11 @@ def list_policies() -> None:
     import dataclasses
     console = Console()
     for name, cls in BUILTIN.items():
-        console.print(f"[bold]{name}[/bold]: {(cls.__doc__ or '').strip().splitlines()[0]}")
+        doc = (cls.__doc__ or "").strip().splitlines() or [""]
+        console.print(f"[bold]{name}[/bold]: {doc[0]}", highlight=False)
         for f in dataclasses.fields(cls.Params):
-            console.print(f"  {f.name} = {f.default!r}  {f.metadata.get('help', '')}")
+            console.print(f"  {f.name} = {f.default!r}  {f.metadata.get('help', '')}",
+                          highlight=False, markup=False)
 
 
 @app.command("clusters")
@@ -257,5 +259,6 @@ def list_clusters() -> None:
     for name in preset_names():
         c = load_cluster(name)
         typer.echo(f"{name}: {c.gpus} GPUs, tp={c.tp}, {c.engines} engines x {c.max_num_seqs} seqs, "
-                   f"KV {c.kv_budget:,} tokens/engine, {c.placement}")
+                   f"KV {c.kv_budget:,} tokens/engine, {c.placement}"
+                   + (f" (+{c.trainer_gpus} trainer GPUs)" if c.placement == "disaggregated" else ""))
 

@@ -131,3 +131,20 @@ def test_existing_out_dir_keeps_other_files(tmp_path):
     r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out))
     assert r.exit_code == 0
     assert (out / "notes.txt").read_text() == "mine" and (out / "summary.json").exists()
+
+
+def test_policies_lists_every_policy_and_knob():
+    from sortedrl.policies.registry import BUILTIN
+
+    r = invoke("policies")
+    assert r.exit_code == 0, r.output
+    for name in BUILTIN:
+        assert f"{name}:" in r.stdout
+    assert "minibatches = 1" in r.stdout and "mode = 'on_policy'" in r.stdout
+
+
+def test_clusters_lists_presets_with_shapes():
+    r = invoke("clusters")
+    assert r.exit_code == 0
+    assert "h100-llama3.1-8b: 8 GPUs, tp=1, 8 engines x 256 seqs, KV 426,788 tokens/engine, colocated" in r.stdout
+    assert "h200-qwen2.5-32b-disagg: 8 GPUs, tp=2, 3 engines x 256 seqs" in r.stdout

@@ -40,6 +40,8 @@ class SyncParams:
 
 
 class SyncPolicy(Policy):
+    """verl's synchronous baseline: admit a whole step, wait for all of it, train, sync."""
+
     name = "sync"
     Params = SyncParams
     listens_to_finishes = False
