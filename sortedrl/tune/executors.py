@@ -1,0 +1,120 @@
+"""Where trials run: in this process, in local processes, or on a Ray cluster.
+
+Every trial is a deterministic simulation, so the backend changes only the wall time, never the
+results: the search collects results by trial id and decides the next round from them alone.
+The trace and cluster travel to each worker once (process initializer, ``ray.put``), not per
+trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+from sortedrl.compare import cluster_for
+from sortedrl.errors import ConfigError
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.run import simulate
+from sortedrl.traces.schema import Trace
+
+Job = tuple[str, list[str]]  # (policy name, ["key=value", ...])
+
+_worker: dict = {}
+
+
+def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job) -> dict:
+    name, sets = job
+    policy = make_policy(name, sets, trace)
+    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed).summary
+
+
+def _init(trace: Trace, cluster: Cluster, seed: int) -> None:
+    _worker.update(trace=trace, cluster=cluster, seed=seed)
+
+
+def _run(job: Job) -> dict:
+    return run_trial(_worker["trace"], _worker["cluster"], _worker["seed"], job)
+
+
+class Executor:
+    """Runs a batch of trials and returns their summaries in order."""
+
+    name = "inline"
+
+    def __init__(self, trace: Trace, cluster: Cluster, seed: int) -> None:
+        self.trace, self.cluster, self.seed = trace, cluster, seed
+
+    def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
+        out = []
+        for job in jobs:
+            out.append(run_trial(self.trace, self.cluster, self.seed, job))
+            done(1)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class LocalProcesses(Executor):
+    name = "processes"
+
+    def __init__(self, trace: Trace, cluster: Cluster, seed: int, workers: int) -> None:
+        super().__init__(trace, cluster, seed)
+        self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_init,
+                                        initargs=(trace, cluster, seed))
+
+    def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
+        futures = [self.pool.submit(_run, job) for job in jobs]
+        out = []
+        for f in futures:
+            out.append(f.result())
+            done(1)
+        return out
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+class RayCluster(Executor):
+    """Ray: ``address`` is ``auto`` (a running cluster), ``local`` (start one here) or an address."""
+
+    name = "ray"
+
+    def __init__(self, trace: Trace, cluster: Cluster, seed: int, address: str) -> None:
+        super().__init__(trace, cluster, seed)
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--ray needs Ray: pip install 'sortedrl[ray]'") from None
+        self.ray = ray
+        self.started = False
+        if not ray.is_initialized():
+            try:
+                ray.init(address=None if address == "local" else address,
+                         include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
+            self.started = True
+        self.trace_ref = ray.put(trace)
+        self.remote = ray.remote(run_trial)
+
+    def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
+        refs = [self.remote.remote(self.trace_ref, self.cluster, self.seed, job) for job in jobs]
+        out = []
+        for ref in refs:
+            out.append(self.ray.get(ref))
+            done(1)
+        return out
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+
+def make_executor(trace: Trace, cluster: Cluster, seed: int, workers: int, ray: str | None) -> Executor:
+    if ray:
+        return RayCluster(trace, cluster, seed, ray)
+    if workers > 1:
+        return LocalProcesses(trace, cluster, seed, workers)
+    return Executor(trace, cluster, seed)

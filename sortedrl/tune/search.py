@@ -1,0 +1,203 @@
+"""The tuner: grid when the space is small, else quasi-random search then local refinement.
+
+Budget accounting is per policy: each ``--policy`` gets an equal share of ``--budget`` trials
+(small finite spaces take only their size and leave the rest to the others). A policy whose space
+is finite and fits its share is searched exhaustively. Otherwise its first trial is its defaults
+(so the best found is never worse than the defaults), 60% of the rest of its share samples a scrambled Sobol sequence (``scipy.stats.qmc``, seeded) and the rest refines: each
+round tries the neighbours of the policy's best feasible trial (one step up and down along each
+axis, every other value of a list) and halves the step when a round finds nothing better.
+
+``--max-staleness`` is a hard constraint on ``staleness_max`` (no trained token more than that
+many versions behind); trials that break it are kept in ``tune.json`` as infeasible, never best.
+The Pareto front is over every trial: useful ``tokens_per_s`` up, ``staleness_mean`` down.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from scipy.stats import qmc
+
+from sortedrl.tune.executors import Executor
+from sortedrl.tune.space import Space, as_sets
+
+OBJECTIVES = {"tokens_per_s": 1.0, "makespan_s": -1.0}  # +1 maximise, -1 minimise
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    objective: str = "tokens_per_s"
+    max_staleness: float | None = None
+    budget: int = 64
+    seed: int = 0
+
+
+class Tuner:
+    def __init__(self, spaces: list[Space], cfg: TuneConfig, executor: Executor,
+                 progress: Callable[[int], None] = lambda n: None) -> None:
+        self.spaces, self.cfg, self.ex, self.progress = spaces, cfg, executor, progress
+        self.trials: list[dict] = []
+        self.seen: set[tuple] = set()
+
+    # -- bookkeeping -------------------------------------------------------------------------
+
+    def _key(self, policy: str, params: dict) -> tuple:
+        return (policy, tuple(sorted(params.items())))
+
+    def _fresh(self, policy: str, candidates: list[dict]) -> list[dict]:
+        out = []
+        for p in candidates:
+            k = self._key(policy, p)
+            if k not in self.seen:
+                self.seen.add(k)
+                out.append(p)
+        return out
+
+    def _evaluate(self, batch: list[tuple[str, dict]]) -> None:
+        summaries = self.ex.map([(name, as_sets(p)) for name, p in batch], self.progress)
+        for (name, params), summary in zip(batch, summaries, strict=True):
+            feasible = (self.cfg.max_staleness is None
+                        or summary["staleness_max"] <= self.cfg.max_staleness)
+            self.trials.append({"id": len(self.trials), "policy": name, "params": params,
+                                "feasible": feasible, "summary": summary})
+
+    def _score(self, t: dict) -> float:
+        return OBJECTIVES[self.cfg.objective] * t["summary"][self.cfg.objective]
+
+    def best(self, policy: str | None = None, explicit: bool = False) -> dict | None:
+        """The best feasible trial; ``explicit`` skips the defaults trial (no params to refine)."""
+        pool = [t for t in self.trials if t["feasible"] and (policy is None or t["policy"] == policy)
+                and (t["params"] or not explicit)]
+        return max(pool, key=lambda t: (self._score(t), -t["id"])) if pool else None
+
+    # -- search --------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        shares = self._shares()
+        total = sum(s.size for s in self.spaces)
+        exhaustive = total <= self.cfg.budget
+        first: list[tuple[str, dict]] = []
+        refine: dict[str, tuple[Space, int]] = {}
+        for idx, (space, share) in enumerate(zip(self.spaces, shares, strict=True)):
+            if not exhaustive and space.size > share and share > 1:
+                # the policy's defaults are always a trial, so the best is never worse than them
+                first += [(space.policy, p) for p in self._fresh(space.policy, [{}])]
+                share -= 1
+            if exhaustive or space.size <= share:
+                first += [(space.policy, p) for p in self._fresh(space.policy, space.grid())]
+                continue
+            n0 = max(1, math.ceil(0.6 * share))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Sobol balance warnings for n not a power of 2
+                points = qmc.Sobol(len(space.dims), scramble=True, seed=self.cfg.seed + idx).random(n0)
+            picked = self._fresh(space.policy, [space.at(u) for u in points])
+            first += [(space.policy, p) for p in picked]
+            refine[space.policy] = (space, share - len(picked))
+        self._evaluate(first)
+        self._refine(refine)
+        return self.report("grid" if exhaustive else "qmc+refine")
+
+    def _refine(self, todo: dict[str, tuple[Space, int]]) -> None:
+        step = {name: 0.125 for name in todo}
+        left = {name: n for name, (_, n) in todo.items()}
+        while True:
+            batch: list[tuple[str, dict]] = []
+            before = {name: self.best(name, explicit=True) for name in todo}
+            for name, (space, _) in todo.items():
+                centre = before[name] or self._any_best(name)
+                if centre is None:
+                    left[name] = 0
+                if left[name] <= 0 or step[name] < 1 / 64:
+                    continue
+                cands = self._fresh(name, _neighbours(space, centre["params"], step[name])[: left[name]])
+                left[name] -= len(cands)
+                batch += [(name, p) for p in cands]
+                if not cands:
+                    step[name] /= 2
+            if not batch:
+                if all(left[n] <= 0 or step[n] < 1 / 64 for n in todo):
+                    return
+                continue
+            self._evaluate(batch)
+            for name in todo:
+                after, prev = self.best(name, explicit=True), before[name]
+                if (after and after["id"]) == (prev and prev["id"]):
+                    step[name] /= 2  # no better neighbour: look closer
+
+    def _shares(self) -> list[int]:
+        """Budget per policy: small finite spaces take their size, the rest split what is left."""
+        shares = [0] * len(self.spaces)
+        left, open_ = self.cfg.budget, list(range(len(self.spaces)))
+        changed = True
+        while changed and open_:
+            changed = False
+            fair = _split(left, len(open_))
+            for k, idx in enumerate(list(open_)):
+                size = self.spaces[idx].size
+                if size <= fair[k]:
+                    shares[idx] = int(size)
+                    left -= int(size)
+                    open_.remove(idx)
+                    changed = True
+                    break
+        for idx, share in zip(open_, _split(left, len(open_)) if open_ else [], strict=True):
+            shares[idx] = share
+        return shares
+
+    def _any_best(self, policy: str) -> dict | None:
+        pool = [t for t in self.trials if t["policy"] == policy and t["params"]]
+        return max(pool, key=lambda t: (self._score(t), -t["id"])) if pool else None
+
+    def report(self, search: str) -> dict:
+        overall = self.best()
+        return {
+            "objective": self.cfg.objective,
+            "max_staleness": self.cfg.max_staleness,
+            "budget": self.cfg.budget,
+            "seed": self.cfg.seed,
+            "search": search,
+            "trials": self.trials,
+            "best": {"overall": overall["id"] if overall else None,
+                     "per_policy": {s.policy: (b["id"] if (b := self.best(s.policy)) else None)
+                                    for s in self.spaces}},
+            "pareto": pareto(self.trials),
+        }
+
+
+def pareto(trials: list[dict]) -> list[int]:
+    """Ids of the trials no other trial beats on both useful tokens/s (up) and staleness (down).
+
+    Of trials with exactly the same two numbers only the first is listed.
+    """
+    pts = [(t["summary"]["tokens_per_s"], t["summary"]["staleness_mean"], t["id"]) for t in trials]
+    front, taken = [], set()
+    for tps, st, i in pts:
+        dominated = any((o_tps >= tps and o_st <= st) and (o_tps > tps or o_st < st)
+                        for o_tps, o_st, _ in pts)
+        if not dominated and (tps, st) not in taken:
+            taken.add((tps, st))
+            front.append((st, -tps, i))
+    return [i for _, _, i in sorted(front)]
+
+
+def _split(budget: int, parts: int) -> list[int]:
+    base, extra = divmod(budget, parts)
+    return [base + (1 if k < extra else 0) for k in range(parts)]
+
+
+def _neighbours(space: Space, params: dict, step: float) -> list[dict]:
+    out = []
+    for d in space.dims:
+        here = params[d.key]
+        if d.kind == "choice":
+            moves = [v for v in d.values if v != here]
+        else:
+            u = d.position(here)
+            moves = [d.at(min(0.999999, max(0.0, u + s))) for s in (-step, step)]
+        for v in moves:
+            if v != here:
+                out.append({**params, d.key: v})
+    return out

@@ -1,0 +1,146 @@
+"""Search spaces: ``--param NAME.key=lo:hi[:log]`` and ``--param NAME.key=v1,v2,...``.
+
+Each dimension is typed by the policy's ``Params`` dataclass: integer knobs take integer ranges,
+float knobs continuous ranges (``:log`` for a log scale), and any knob a list of values. A space
+is *finite* when every dimension is a list or a short integer range; finite spaces are searched
+exhaustively, the others by quasi-random sampling (``scipy.stats.qmc``) and local refinement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import typing
+from dataclasses import dataclass
+
+from sortedrl.errors import ConfigError
+from sortedrl.policies.base import parse_params
+from sortedrl.policies.registry import policy_class
+
+MAX_INT_GRID = 16  # an integer range with at most this many values is enumerated
+
+
+@dataclass(frozen=True)
+class Dim:
+    key: str
+    kind: str  # "choice", "int" or "float"
+    values: tuple = ()  # choice: typed values
+    lo: float = 0.0
+    hi: float = 0.0
+    log: bool = False
+
+    @property
+    def finite(self) -> bool:
+        return self.kind == "choice" or (self.kind == "int" and self.hi - self.lo + 1 <= MAX_INT_GRID)
+
+    def grid(self) -> list:
+        if self.kind == "choice":
+            return list(self.values)
+        return list(range(int(self.lo), int(self.hi) + 1))
+
+    def at(self, u: float):
+        """The value at position ``u`` in [0, 1) along this dimension."""
+        if self.kind == "choice":
+            return self.values[min(len(self.values) - 1, int(u * len(self.values)))]
+        if self.log:
+            x = math.exp(math.log(self.lo) + u * (math.log(self.hi) - math.log(self.lo)))
+        else:
+            x = self.lo + u * (self.hi - self.lo)
+        if self.kind == "int":
+            return int(min(self.hi, max(self.lo, round(x))))
+        return float(min(self.hi, max(self.lo, x)))
+
+    def position(self, value) -> float:
+        if self.kind == "choice":
+            return (self.values.index(value) + 0.5) / len(self.values)
+        if self.hi == self.lo:
+            return 0.0
+        if self.log:
+            return (math.log(value) - math.log(self.lo)) / (math.log(self.hi) - math.log(self.lo))
+        return (value - self.lo) / (self.hi - self.lo)
+
+
+@dataclass(frozen=True)
+class Space:
+    policy: str
+    dims: tuple[Dim, ...]
+
+    @property
+    def finite(self) -> bool:
+        return all(d.finite for d in self.dims)
+
+    @property
+    def size(self) -> float:
+        return math.prod(len(d.grid()) for d in self.dims) if self.finite else math.inf
+
+    def grid(self) -> list[dict]:
+        keys = [d.key for d in self.dims]
+        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(d.grid() for d in self.dims))]
+
+    def at(self, point) -> dict:
+        return {d.key: d.at(float(u)) for d, u in zip(self.dims, point, strict=True)}
+
+
+def parse_spaces(policies: list[str], params: list[str]) -> list[Space]:
+    """One space per ``--policy``, from the ``--param`` strings that name it."""
+    if not policies:
+        raise ConfigError("tune needs at least one --policy")
+    if len(set(policies)) != len(policies):
+        raise ConfigError("tune: each --policy may be given once")
+    for name in policies:
+        policy_class(name)
+    dims: dict[str, dict[str, Dim]] = {name: {} for name in policies}
+    for spec in params:
+        name, dim = _parse_one(spec, policies)
+        if dim.key in dims[name]:
+            raise ConfigError(f"--param {spec!r}: {name}.{dim.key} is given twice")
+        dims[name][dim.key] = dim
+    return [Space(name, tuple(dims[name].values())) for name in policies]
+
+
+def _parse_one(spec: str, policies: list[str]) -> tuple[str, Dim]:
+    where = f"--param {spec!r}"
+    target, eq, raw = spec.partition("=")
+    name, dot, key = target.partition(".")
+    if not eq or not dot or not key or not raw:
+        raise ConfigError(f"{where}: expected NAME.key=lo:hi[:log] or NAME.key=v1,v2,...")
+    if name not in policies:
+        raise ConfigError(f"{where}: policy {name!r} is not among the --policy list ({', '.join(policies)})")
+    cls = policy_class(name)
+    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    if key not in fields:
+        raise ConfigError(f"{where}: unknown parameter for policy {name} (known: {', '.join(fields) or 'none'})")
+    hint = typing.get_type_hints(cls.Params)[key]
+    if ":" in raw:
+        parts = raw.split(":")
+        log = len(parts) == 3 and parts[2] == "log"
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
+            raise ConfigError(f"{where}: a range is lo:hi or lo:hi:log")
+        if hint not in (int, float):
+            raise ConfigError(f"{where}: {key} is not numeric; give a list of values instead")
+        try:
+            lo, hi = (int(parts[0]), int(parts[1])) if hint is int else (float(parts[0]), float(parts[1]))
+        except ValueError:
+            raise ConfigError(f"{where}: lo and hi must be {'integers' if hint is int else 'numbers'}") from None
+        if lo > hi:
+            raise ConfigError(f"{where}: lo ({lo}) is above hi ({hi})")
+        if log and lo <= 0:
+            raise ConfigError(f"{where}: a log range needs lo > 0")
+        for v in (lo, hi):  # the policy's own checks (e.g. minibatches >= 1)
+            parse_params(cls.Params, [f"{key}={v}"], name)
+        return name, Dim(key, "int" if hint is int else "float", lo=lo, hi=hi, log=log)
+    values = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            raise ConfigError(f"{where}: an empty value in the list")
+        values.append(getattr(parse_params(cls.Params, [f"{key}={item}"], name), key))
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{where}: a value is listed twice")
+    return name, Dim(key, "choice", values=tuple(values))
+
+
+def as_sets(params: dict) -> list[str]:
+    """Trial params back to ``key=value`` strings for :func:`make_policy`."""
+    return [f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in params.items()]

@@ -1,0 +1,139 @@
+"""``sortedrl tune``: grid and quasi-random search, the staleness constraint, the Pareto front,
+and identical results on local processes and on Ray.
+
+Run: pytest tests/test_tune.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.traces.io import write_trace
+from sortedrl.tune.search import pareto
+from tests.conftest import make_trace
+
+DATA = Path(__file__).resolve().parents[1] / "sortedrl" / "traces" / "data"
+runner = CliRunner()
+TINY = {"preset": "h100-llama3.1-8b", "gpus": 1, "max_num_seqs": 4, "kv_budget_tokens": 10000,
+        "kv_watermark": 0.0, "costs": {"t_fix": 1.0, "a0": 1.0, "a1": 0.0, "c1": 0.0, "p1": 0.0,
+                                       "p2": 0.0, "train_per_token": 0.0, "train_fix": 10.0,
+                                       "sync_s": 5.0}}
+
+
+def tune(*args):
+    return runner.invoke(app, ["tune", *args])
+
+
+@pytest.fixture()
+def tiny(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    write_trace(make_trace([3, 5]), trace)
+    cluster = tmp_path / "tiny.json"
+    cluster.write_text(json.dumps(TINY))
+    return str(trace), str(cluster)
+
+
+def test_grid_finds_the_hand_computed_best(tiny, tmp_path):
+    # Rollout ends at 10 s (prefill 2 s + 4 decode steps of 2 s for the 5-token response).
+    # minibatches=k runs k updates of 10 s, then one 5 s sync: makespan 10 + 10k + 5.
+    trace, cluster = tiny
+    r = tune("--trace", trace, "--cluster", cluster, "--policy", "sync",
+             "--param", "sync.minibatches=1,2,3", "--objective", "makespan_s",
+             "--out", str(tmp_path / "o"), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["search"] == "grid"
+    got = {t["params"]["minibatches"]: t["summary"]["makespan_s"] for t in d["trials"]}
+    assert got == {1: 25.0, 2: 35.0, 3: 35.0}  # two samples: at most two updates
+    assert d["trials"][d["best"]["overall"]]["params"] == {"minibatches": 1}
+    assert json.loads((tmp_path / "o" / "tune.json").read_text()) == d
+
+
+def test_max_staleness_is_a_hard_constraint(tiny, tmp_path):
+    trace, cluster = tiny
+    r = tune("--trace", trace, "--cluster", cluster, "--policy", "sync",
+             "--param", "sync.minibatches=1,2", "--objective", "tokens_per_s",
+             "--max-staleness", "0", "--out", str(tmp_path / "o"), "--json")
+    d = json.loads(r.stdout)
+    feasible = {t["params"]["minibatches"]: t["feasible"] for t in d["trials"]}
+    assert feasible == {1: True, 2: False}
+    assert d["trials"][d["best"]["overall"]]["summary"]["staleness_max"] == 0
+
+
+def test_async_eta_search_respects_the_bound(tmp_path):
+    r = tune("--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "async",
+             "--param", "async.eta=0:4", "--max-staleness", "2", "--cluster", "h100-llama3.1-8b-2gpu",
+             "--out", str(tmp_path / "o"), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert sorted(t["params"]["eta"] for t in d["trials"]) == [0, 1, 2, 3, 4]
+    for t in d["trials"]:
+        assert t["feasible"] == (t["summary"]["staleness_max"] <= 2)
+        assert t["summary"]["staleness_max"] <= t["params"]["eta"]
+    best = d["trials"][d["best"]["overall"]]
+    assert best["feasible"] and best["params"]["eta"] <= 2
+
+
+SEARCH = ["--trace", str(DATA / "math-16k.jsonl"), "--policy", "sortedrl", "--policy", "sync",
+          "--param", "sortedrl.mode=on_policy,partial", "--param", "sortedrl.update_batch=64:1024:log",
+          "--param", "sortedrl.oversubscribe=1:4", "--param", "sync.minibatches=1,2",
+          "--max-staleness", "2", "--budget", "16", "--cluster", "h100-llama3.1-8b-2gpu", "--json"]
+
+
+def test_local_processes_and_ray_give_identical_trials(tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray is the [ray] extra; make test installs it")
+    local = json.loads(tune(*SEARCH, "--workers", "2", "--out", str(tmp_path / "l")).stdout)
+    inline = json.loads(tune(*SEARCH, "--out", str(tmp_path / "i")).stdout)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        on_ray = json.loads(tune(*SEARCH, "--ray", "auto", "--out", str(tmp_path / "r")).stdout)
+    finally:
+        ray.shutdown()
+    assert local["search"] == "qmc+refine" and len(local["trials"]) <= 16
+    assert local["trials"] == inline["trials"] == on_ray["trials"]
+    assert local == on_ray
+    # the defaults are a trial, so the best is at least as fast as sortedrl's defaults
+    defaults = next(t for t in local["trials"] if t["policy"] == "sortedrl" and t["params"] == {})
+    best = local["trials"][local["best"]["per_policy"]["sortedrl"]]
+    assert best["summary"]["tokens_per_s"] >= defaults["summary"]["tokens_per_s"]
+    assert best["summary"]["staleness_max"] <= 2
+
+
+@pytest.mark.parametrize("param, message", [
+    ("sortedrl.update_batch=512:64", "lo (512) is above hi (64)"),
+    ("sortedrl.update_batch=a:b", "lo and hi must be integers"),
+    ("sortedrl.mode=1:3", "mode is not numeric; give a list of values instead"),
+    ("sortedrl.mode=fast,slow", "--set mode=fast: expected one of on_policy, partial"),
+    ("sortedrl.nope=1:2", "unknown parameter for policy sortedrl"),
+    ("sync.minibatches=1,2", "policy 'sync' is not among the --policy list (sortedrl)"),
+    ("sortedrl.oversubscribe=0:2:log", "a log range needs lo > 0"),
+    ("sortedrl.oversubscribe=1:2:lin", "a range is lo:hi or lo:hi:log"),
+    ("sortedrl.update_batch", "expected NAME.key=lo:hi[:log] or NAME.key=v1,v2,..."),
+    ("sortedrl.oversubscribe=0.5:2", "oversubscribe must be >= 1, got 0.5"),
+])
+def test_bad_params_get_one_line_errors(tmp_path, param, message):
+    out = tmp_path / "o"
+    r = tune("--trace", str(DATA / "logic-8k.jsonl"), "--policy", "sortedrl", "--param", param,
+             "--out", str(out))
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert not out.exists()
+
+
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 5)), min_size=1, max_size=30))
+def test_pareto_front_is_exactly_the_non_dominated_trials(points):
+    trials = [{"id": i, "summary": {"tokens_per_s": float(t), "staleness_mean": float(s)}}
+              for i, (t, s) in enumerate(points)]
+    front = set(pareto(trials))
+    for a, (ta, sa) in enumerate(points):
+        dominated = any(tb >= ta and sb <= sa and (tb > ta or sb < sa) for tb, sb in points)
+        first = points.index((ta, sa)) == a  # exact ties: only the first is listed
+        assert (a in front) == (not dominated and first)
