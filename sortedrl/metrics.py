@@ -1,13 +1,14 @@
 """Metrics: every reported number, computed from a timeline alone.
 
-``docs/metrics.md`` defines each key precisely. Sums of floats use ``math.fsum`` (correctly
-rounded, so independent of record order): a timeline read back from JSONL gives a byte-identical
-summary.
+``docs/metrics.md`` defines each key precisely. Float sums are taken in a canonical order
+(spans sorted by start, end, engine, sample) or with ``math.fsum``, so they do not depend on the
+order records were written in: a timeline read back from JSONL gives a byte-identical summary.
 """
 
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 
 import numpy as np
 
@@ -21,12 +22,15 @@ CONTRACT_KEYS = (
 )
 
 
-def union_length(t0: np.ndarray, t1: np.ndarray) -> float:
+def union_length(t0: np.ndarray, t1: np.ndarray, presorted: bool = False) -> float:
     """Total length of the union of intervals ``[t0, t1]``."""
     if t0.size == 0:
         return 0.0
-    order = np.lexsort((t1, t0))
-    a, b = t0[order], t1[order]
+    if presorted:
+        a, b = t0, t1
+    else:
+        order = np.lexsort((t1, t0))
+        a, b = t0[order], t1[order]
     reach = np.maximum.accumulate(b)
     brk = np.flatnonzero(a[1:] > reach[:-1]) + 1  # a new merged segment starts here
     starts = np.concatenate(([a[0]], a[brk]))
@@ -50,22 +54,27 @@ def summarize(tl: Timeline) -> dict:
     engines, capacity = int(m["engines"]), int(m["engines"]) * int(m["max_num_seqs"])
 
     sp = span_table(tl)
+    sp = sp[np.lexsort((sp["sample"], sp["engine"], sp["t1"], sp["t0"]))]  # canonical order
     t0, t1, eng, smp = sp["t0"], sp["t1"], sp["engine"], sp["sample"]
     att, ver, tok = sp["attempt"], sp["version"], sp["tokens"]
 
-    ends = [t1.max() if t1.size else 0.0]
-    ends += [r[1] for r in tl.prefills] + [r[1] for r in tl.trains] + [r[1] for r in tl.syncs]
-    ends += [r[0] for r in tl.admits] + [r[0] for r in tl.aborts] + [r[0] for r in tl.discards]
+    end1, end0 = itemgetter(1), itemgetter(0)
+    ends = [float(t1.max()) if t1.size else 0.0]
+    for rows, get in ((tl.prefills, end1), (tl.trains, end1), (tl.syncs, end1),
+                      (tl.admits, end0), (tl.aborts, end0), (tl.discards, end0)):
+        if rows:
+            ends.append(max(map(get, rows)))
     makespan = float(max(ends))
 
     # rollout slot-time
-    busy_slots = math.fsum((t1 - t0).tolist())
-    rollout_s = union_length(t0, t1)
+    busy_slots = float(np.sum(t1 - t0))
+    rollout_s = union_length(t0, t1, presorted=True)
     bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
 
-    # GPU time
+    # GPU time: engines' own unions in one pass, each engine shifted past the others
     tp, gpus = int(m["tp"]), int(m["gpus"])
-    engine_busy = math.fsum(union_length(t0[eng == e], t1[eng == e]) for e in range(engines))
+    shift = (makespan + 1.0) * eng
+    engine_busy = union_length(t0 + shift, t1 + shift) if engines > 1 else rollout_s
     train_s = math.fsum(r[1] - r[0] for r in tl.trains)
     sync_s = math.fsum(r[1] - r[0] for r in tl.syncs)
     gpu_busy = engine_busy * tp + train_s * int(m["trainer_gpus"]) + sync_s * gpus
@@ -76,7 +85,9 @@ def summarize(tl: Timeline) -> dict:
     for _, _, v, samples, _ in tl.trains:
         trained_ver[np.asarray(samples, dtype=np.int64)] = v
     last_att = np.full(n_samples, -1, dtype=np.int64)
-    if smp.size:
+    if smp.size and att.max() == 0:
+        last_att[smp] = 0  # nothing was ever regenerated (np.maximum.at is slow)
+    elif smp.size:
         np.maximum.at(last_att, smp, att)
     useful_mask = (trained_ver[smp] >= 0) & (att == last_att[smp]) if smp.size else np.zeros(0, bool)
     generated = int(tok.sum())
@@ -120,7 +131,7 @@ def summarize(tl: Timeline) -> dict:
         "rollout_s": rollout_s,
         "train_s": train_s,
         "sync_s": sync_s,
-        "recomputed_tokens": int(sum(r[5] for r in tl.prefills)),
+        "recomputed_tokens": int(sum(map(itemgetter(5), tl.prefills))),
         "preemptions": int(np.count_nonzero(sp["end"] == "preempt")),
     }
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
