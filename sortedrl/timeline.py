@@ -28,6 +28,17 @@ from sortedrl.errors import SortedRLError
 
 KINDS = ("meta", "admit", "prefill", "span", "abort", "discard", "train", "sync")
 _ORDER = {k: i for i, k in enumerate(KINDS)}
+FIELDS = {  # the JSON field of each tuple position, per record kind
+    "span": ("t", "t_end", "engine", "sample", "attempt", "version", "tokens", "end"),
+    "prefill": ("t", "t_end", "engine", "samples", "tokens", "recomputed"),
+    "admit": ("t", "engine", "samples"),
+    "abort": ("t", "samples", "keep_tokens"),
+    "discard": ("t", "samples"),
+    "train": ("t", "t_end", "version", "samples", "tokens"),
+    "sync": ("t", "t_end", "version"),
+}
+_LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
+         "discard": "discards", "train": "trains", "sync": "syncs"}
 
 
 class Timeline:
@@ -44,46 +55,41 @@ class Timeline:
         self.syncs: list[tuple] = []  # (t0, t1, version)
 
     # -- recording ---------------------------------------------------------------------------
+    # The simulator appends to the lists directly (hot path); the real runner goes through
+    # :meth:`add`, which also streams each record to ``sink`` (crash-safe logs).
+
+    sink = None  # optional callable(dict), set by the real runner
+
+    def add(self, kind: str, *row) -> None:
+        getattr(self, _LIST[kind]).append(row)
+        if self.sink is not None:
+            self.sink(_record(kind, row))
 
     def admit(self, t: float, engine: int, samples: list[int]) -> None:
-        self.admits.append((t, engine, list(samples)))
+        self.add("admit", t, engine, list(samples))
 
     def abort(self, t: float, samples: list[int], keep_tokens: bool) -> None:
-        self.aborts.append((t, list(samples), keep_tokens))
+        self.add("abort", t, list(samples), keep_tokens)
 
     def discard(self, t: float, samples: list[int]) -> None:
-        self.discards.append((t, list(samples)))
+        self.add("discard", t, list(samples))
 
     def train(self, t0: float, t1: float, version: int, samples: list[int], tokens: int) -> None:
-        self.trains.append((t0, t1, version, list(samples), tokens))
+        self.add("train", t0, t1, version, list(samples), tokens)
 
     def sync(self, t0: float, t1: float, version: int) -> None:
-        self.syncs.append((t0, t1, version))
+        self.add("sync", t0, t1, version)
 
     # -- JSONL ---------------------------------------------------------------------------------
 
     def records(self) -> list[dict]:
         """All records as JSON-ready dicts, ordered by start time (ties: kind, then insertion)."""
         rows: list[tuple] = []
-        for j, (t0, t1, e, i, a, v, k, end) in enumerate(self.spans):
-            rows.append((t0, _ORDER["span"], j, {"kind": "span", "t": t0, "t_end": t1, "engine": e,
-                         "sample": i, "attempt": a, "version": v, "tokens": k, "end": end}))
-        for j, (t0, t1, e, ss, k, r) in enumerate(self.prefills):
-            rows.append((t0, _ORDER["prefill"], j, {"kind": "prefill", "t": t0, "t_end": t1, "engine": e,
-                         "samples": ss, "tokens": k, "recomputed": r}))
-        for j, (t, e, ss) in enumerate(self.admits):
-            rows.append((t, _ORDER["admit"], j, {"kind": "admit", "t": t, "engine": e, "samples": ss}))
-        for j, (t, ss, keep) in enumerate(self.aborts):
-            rows.append((t, _ORDER["abort"], j, {"kind": "abort", "t": t, "samples": ss, "keep_tokens": keep}))
-        for j, (t, ss) in enumerate(self.discards):
-            rows.append((t, _ORDER["discard"], j, {"kind": "discard", "t": t, "samples": ss}))
-        for j, (t0, t1, v, ss, k) in enumerate(self.trains):
-            rows.append((t0, _ORDER["train"], j, {"kind": "train", "t": t0, "t_end": t1, "version": v,
-                         "samples": ss, "tokens": k}))
-        for j, (t0, t1, v) in enumerate(self.syncs):
-            rows.append((t0, _ORDER["sync"], j, {"kind": "sync", "t": t0, "t_end": t1, "version": v}))
+        for kind, name in _LIST.items():
+            order = _ORDER[kind]
+            rows += [(row[0], order, j, kind, row) for j, row in enumerate(getattr(self, name))]
         rows.sort(key=lambda r: r[:3])
-        return [{"kind": "meta", **self.meta}] + [r[3] for r in rows]
+        return [{"kind": "meta", **self.meta}] + [_record(kind, row) for *_, kind, row in rows]
 
     def write_jsonl(self, path: str | Path) -> None:
         """Write atomically: a failure leaves any previous file untouched."""
@@ -110,26 +116,18 @@ class Timeline:
                     kind = r["kind"]
                     if kind == "meta":
                         tl.meta = {k: v for k, v in r.items() if k != "kind"}
-                    elif kind == "span":
-                        tl.spans.append((r["t"], r["t_end"], r["engine"], r["sample"], r["attempt"],
-                                         r["version"], r["tokens"], r["end"]))
-                    elif kind == "prefill":
-                        tl.prefills.append((r["t"], r["t_end"], r["engine"], r["samples"], r["tokens"],
-                                            r["recomputed"]))
-                    elif kind == "admit":
-                        tl.admits.append((r["t"], r["engine"], r["samples"]))
-                    elif kind == "abort":
-                        tl.aborts.append((r["t"], r["samples"], r["keep_tokens"]))
-                    elif kind == "discard":
-                        tl.discards.append((r["t"], r["samples"]))
-                    elif kind == "train":
-                        tl.trains.append((r["t"], r["t_end"], r["version"], r["samples"], r["tokens"]))
-                    elif kind == "sync":
-                        tl.syncs.append((r["t"], r["t_end"], r["version"]))
+                    elif kind in FIELDS:
+                        getattr(tl, _LIST[kind]).append(tuple(r[f] for f in FIELDS[kind]))
                     else:
                         raise SortedRLError(f"{path}: line {n}: unknown record kind {kind!r}")
                 except json.JSONDecodeError as e:
                     raise SortedRLError(f"{path}: line {n}: not valid JSON ({e.msg})") from None
                 except KeyError as e:
                     raise SortedRLError(f"{path}: line {n}: missing field {e.args[0]!r}") from None
+                except (TypeError, AttributeError):
+                    raise SortedRLError(f"{path}: line {n}: not a timeline record") from None
         return tl
+
+
+def _record(kind: str, row: tuple) -> dict:
+    return {"kind": kind, **dict(zip(FIELDS[kind], row, strict=True))}

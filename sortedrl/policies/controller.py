@@ -40,7 +40,13 @@ W, A, P, F, T, D = (SampleState.WAITING, SampleState.ADMITTED, SampleState.PAUSE
 
 
 class Backend(ABC):
-    """Executes actions and reports events; the simulator and the real runner implement it."""
+    """Executes actions and reports events; the simulator and the real runner implement it.
+
+    Besides the calls below, a backend keeps two of the controller's lists current, because only
+    it sees tokens being made: ``controller.s.oldest[i]``, the policy version of sample i's
+    oldest kept token (set when its first token is generated), and it reports finishes through
+    ``controller.samples_finished`` (preemptions through ``sample_preempted``).
+    """
 
     placement: str = "colocated"
 

@@ -1,0 +1,189 @@
+"""The real backend: the controller's Backend interface over vLLM and the torch trainer.
+
+Time is the wall clock. One in-process vLLM engine generates; the trainer runs in the same
+process on the same (CPU or GPU) device, so placement is colocated: the engine does not step
+while an update runs. The controller and the policy are the simulator's, unchanged. The run loop
+steps the engine, reports finishes and idleness, and runs the updates and weight syncs the
+controller asked for, one at a time, so events never arrive while the controller is acting.
+
+Per sample it keeps what the trainer needs: response tokens so far, vLLM's behaviour log-prob of
+each token and the policy version that sampled it (exact per-token staleness), and the reward.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+
+from sortedrl.policies.base import Event, EventKind
+from sortedrl.policies.controller import Backend, Controller
+from sortedrl.realrun.engine import VllmEngine
+from sortedrl.realrun.trainer import GRPOTrainer, Rollout, group_advantages
+from sortedrl.timeline import Timeline
+
+
+class RealEngineState:
+    """The public half of the real engine, as policies see it."""
+
+    def __init__(self, engine: VllmEngine, max_num_seqs: int, kept: list[list[int]]) -> None:
+        self.index, self.max_num_seqs, self.version = 0, max_num_seqs, 0
+        self._engine, self._kept = engine, kept
+
+    def running(self) -> tuple[int, ...]:
+        return tuple(r.sample for r in self._engine.requests.values() if r.started)
+
+    def queued(self) -> tuple[int, ...]:
+        return tuple(r.sample for r in self._engine.requests.values() if not r.started)
+
+    def load(self) -> int:
+        return len(self._engine.requests)
+
+    def tokens(self, sample: int, now: float) -> int | None:
+        rid = self._engine.by_sample.get(sample)
+        if rid is None:
+            return None
+        return len(self._kept[sample]) + len(self._engine.requests[rid].tokens)
+
+
+class RealBackend(Backend):
+    placement = "colocated"
+
+    def __init__(self, engine: VllmEngine, trainer: GRPOTrainer, prompts: list[list[int]],
+                 answers: list[list[int]], group_size: int, max_tokens: int, temperature: float,
+                 max_num_seqs: int, timeline: Timeline, seed: int = 0, eos: int | None = None,
+                 on_update: Callable[[dict, list[int]], None] | None = None,
+                 clock_offset: float = 0.0) -> None:
+        self.engine, self.trainer, self.timeline = engine, trainer, timeline
+        self.prompts, self.answers, self.n = prompts, answers, group_size
+        self.max_tokens, self.temperature, self.seed, self.eos = max_tokens, temperature, seed, eos
+        n = len(prompts)
+        self.kept: list[list[int]] = [[] for _ in range(n)]
+        self.kept_lp: list[list[float]] = [[] for _ in range(n)]
+        self.kept_ver: list[list[int]] = [[] for _ in range(n)]
+        self.reward: dict[int, float] = {}
+        self.reason: dict[int, str] = {}  # "stop" (EOS) or "length" (hit max_tokens)
+        self.group_rewards: dict[int, list[float]] = {}
+        self.segment = [0] * n
+        self.state = RealEngineState(engine, max_num_seqs, self.kept)
+        self.jobs: deque[Callable[[], None]] = deque()
+        self.enabled = True
+        self.idle_reported = True
+        self.on_update = on_update
+        self.t0 = time.monotonic() - clock_offset
+        self.ctl: Controller | None = None
+
+    # -- Backend interface -------------------------------------------------------------------
+
+    def engine_infos(self):
+        return [self.state]
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
+        for i, g in zip(samples, generated, strict=True):
+            if g == 0 and self.kept[i]:  # the policy dropped the partial response
+                self.kept[i], self.kept_lp[i], self.kept_ver[i] = [], [], []
+            assert g == len(self.kept[i]), "controller and backend disagree on kept tokens"
+            self.segment[i] += 1
+            attempt = self.ctl.s.attempt[i]
+            rid = f"{i}.{attempt}.{self.segment[i]}"
+            seed = zlib.crc32(f"{self.seed}:{rid}".encode())
+            self.engine.add(i, rid, self.prompts[i] + self.kept[i], len(self.kept[i]),
+                            self.max_tokens - len(self.kept[i]), self.temperature, seed)
+        self.idle_reported = False
+
+    def abort(self, samples: list[int]) -> list[int]:
+        now, out = self.now(), []
+        for i in samples:
+            req = self.engine.abort(i)
+            if req.started:
+                self._keep(i, req.tokens, req.logprobs)
+                self.timeline.add("span", req.t0, now, 0, i, self.ctl.s.attempt[i], self.state.version,
+                                  len(req.tokens), "abort")
+            out.append(len(self.kept[i]))
+        return out
+
+    def train(self, samples: list[int], version: int) -> None:
+        self.jobs.append(lambda: self._train(list(samples), version))
+
+    def sync(self, version: int) -> None:
+        self.jobs.append(lambda: self._sync(version))
+
+    def set_rollout(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def run(self, controller: Controller) -> None:
+        self.ctl = controller
+        if not controller.s.version and not self.timeline.trains:
+            controller.start()
+        while True:
+            if self.jobs:
+                self.jobs.popleft()()
+            elif self.enabled and self.engine.has_unfinished():
+                self._step()
+            else:
+                return
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _keep(self, i: int, tokens: list[int], logprobs: list[float]) -> None:
+        if tokens and not self.kept[i]:
+            self.ctl.s.oldest[i] = self.state.version  # the version of its oldest kept token
+        self.kept[i] += tokens
+        self.kept_lp[i] += logprobs
+        self.kept_ver[i] += [self.state.version] * len(tokens)
+
+    def _step(self) -> None:
+        t_before = self.now()
+        started, finished = self.engine.step(self.now)
+        t_after = self.now()
+        if started:
+            self.timeline.add("prefill", t_before, t_after, 0, [r.sample for r in started],
+                              sum(len(r.prompt) for r in started), sum(r.kept for r in started))
+        if not finished:
+            return
+        lengths = {}
+        for f in finished:
+            i = f.sample
+            self._keep(i, f.tokens, f.logprobs)
+            response = self.kept[i]
+            lengths[i] = len(response)
+            body = response[:-1] if self.eos is not None and response and response[-1] == self.eos else response
+            self.reason[i] = f.reason
+            self.reward[i] = 1.0 if (f.reason == "stop" and body == self.answers[i]) else 0.0
+            self.group_rewards.setdefault(i // self.n, []).append(self.reward[i])
+            self.timeline.add("span", f.t0, t_after, 0, i, self.ctl.s.attempt[i],
+                              self.state.version, len(f.tokens), "finish")
+        samples = list(lengths)
+        self.ctl.samples_finished(samples, lengths)
+        if self.ctl.policy.listens_to_finishes:
+            self.ctl.dispatch(Event(EventKind.FINISHED, 0, tuple(samples)))
+        if not self.engine.has_unfinished() and not self.idle_reported:
+            self.idle_reported = True
+            self.ctl.dispatch(Event(EventKind.ENGINE_IDLE, 0))
+
+    def _train(self, samples: list[int], version: int) -> None:
+        t0 = self.now()
+        batch = [Rollout(i, i // self.n, self.prompts[i], self.kept[i], self.kept_lp[i],
+                         self.kept_ver[i], self.reward[i]) for i in samples]
+        metrics = self.trainer.update(batch, group_advantages(batch, self.group_rewards), version)
+        t1 = self.now()
+        tokens = sum(len(r.prompt) + len(r.response) for r in batch)
+        self.timeline.train(t0, t1, version, samples, tokens)
+        metrics.update(version=version, samples=len(samples),
+                       reward_mean=sum(r.reward for r in batch) / len(batch),
+                       response_len_mean=sum(len(r.response) for r in batch) / len(batch),
+                       train_s=t1 - t0)
+        if self.on_update is not None:
+            self.on_update(metrics, samples)
+        self.ctl.update_done()
+
+    def _sync(self, version: int) -> None:
+        t0 = self.now()
+        self.engine.load_weights(self.trainer.state_dict(), version)
+        self.state.version = version
+        self.timeline.sync(t0, self.now(), version)
+        self.ctl.sync_done()

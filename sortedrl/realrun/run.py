@@ -1,0 +1,249 @@
+"""``sortedrl run``: GRPO for real, with the simulator's controller and policies, crash-safe.
+
+RUNDIR gets the same files a simulation writes, plus what a real run needs:
+- ``timeline.jsonl``: the simulator's schema, appended and flushed per record;
+- ``trace.jsonl``: the observed lengths (rows are appended to ``trace.partial.jsonl`` as samples
+  are trained; the final file is a canonical trace readable by ``simulate --trace``);
+- ``summary.json``: the same keys as a simulation (``lower_bound_s`` is 0: a real run has no cost
+  model until it is calibrated);
+- ``metrics.jsonl``: per update, reward, loss and the vLLM-vs-trainer log-prob mismatch;
+- ``checkpoint/``: written atomically after every update.
+
+``--resume`` restores the last checkpoint: the logs are cut back to it, the trainer, the engine's
+weights, the controller's bookkeeping and the policy are reloaded, and every sample that was
+admitted is submitted again. Work done after the checkpoint is lost and redone; no sample is lost
+or trained twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from sortedrl.errors import ConfigError
+from sortedrl.metrics import summarize
+from sortedrl.policies.base import SampleState, params_dict
+from sortedrl.policies.controller import Controller
+from sortedrl.policies.registry import make_policy, policy_class
+from sortedrl.realrun.model import check_model_dir
+from sortedrl.realrun.task import get_task
+from sortedrl.timeline import Timeline
+
+LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
+
+
+@dataclass
+class RunConfig:
+    model: str
+    policy: str
+    out: str
+    steps: int = 3
+    sets: list[str] = field(default_factory=list)
+    task: str = "sort"
+    prompts: int = 8  # prompts per step
+    group_size: int = 4
+    max_tokens: int = 64
+    temperature: float = 1.0
+    lr: float = 1e-3
+    kl_coef: float = 0.0
+    max_num_seqs: int = 32
+    seed: int = 0
+
+
+def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
+    """The trace-like facts make_policy sizes a policy by; no lengths exist before generating."""
+    return SimpleNamespace(prompts_per_step=cfg.prompts, num_groups=n_groups,
+                           meta=SimpleNamespace(group_size=cfg.group_size, max_response_len=cfg.max_tokens))
+
+
+class Appender:
+    """Append JSON lines and flush each one (the logs survive a crash)."""
+
+    def __init__(self, path: Path) -> None:
+        self.f = open(path, "a")  # noqa: SIM115 (kept open for the run)
+
+    def __call__(self, record: dict) -> None:
+        self.f.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
+    model_dir = check_model_dir(cfg.model)
+    task = get_task(cfg.task)
+    cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
+    out = Path(cfg.out)
+    ckpt = out / "checkpoint"
+    if resume and not (ckpt / "state.pkl").exists():
+        raise ConfigError(f"--resume: {out} has no checkpoint to resume from")
+    if not resume and out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: exists and is not empty (use --resume to continue it)")
+    if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
+        raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
+
+    from transformers import AutoTokenizer
+
+    from sortedrl.realrun.backend import RealBackend
+    from sortedrl.realrun.engine import VllmEngine
+    from sortedrl.realrun.trainer import GRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
+    n = cfg.group_size
+    prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
+    answers = [tok(p.answer, add_special_tokens=False)["input_ids"] for p in problems for _ in range(n)]
+    groups = prompt_set(cfg, len(problems))
+    policy = make_policy(cfg.policy, cfg.sets, groups)
+    if policy.placements and "colocated" not in policy.placements:
+        raise ConfigError(f"policy {cls.name} needs a {' or '.join(policy.placements)} cluster; "
+                          "the real runner is one colocated engine")
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = None
+    if resume:
+        with open(ckpt / "state.pkl", "rb") as f:
+            state = pickle.load(f)
+        for name, size in state["offsets"].items():
+            with open(out / name, "r+") as fh:
+                fh.truncate(size)
+        policy = state["policy"]
+        timeline = Timeline.read_jsonl(out / "timeline.jsonl")
+    else:
+        meta = {"backend": "vllm", "policy": policy.name, "oracle": False,
+                "params": params_dict(policy.params), "trace": f"task:{task.name}",
+                "cluster": "local-vllm", "seed": cfg.seed, "placement": "colocated", "engines": 1,
+                "max_num_seqs": cfg.max_num_seqs, "kv_budget": 0, "tp": 1, "gpus": 1,
+                "trainer_gpus": 1, "group_size": n, "samples_total": len(prompts),
+                "lower_bound_s": 0.0, "run": asdict(cfg)}
+        timeline = Timeline(meta)
+        for name in LOGS:
+            (out / name).touch()
+        Appender(out / "timeline.jsonl")({"kind": "meta", **meta})
+    logs = {name: Appender(out / name) for name in LOGS}
+    timeline.sink = logs["timeline.jsonl"]
+
+    engine = VllmEngine(str(model_dir), cfg.max_num_seqs, cfg.max_tokens + max(map(len, prompts)) + 1,
+                        seed=cfg.seed)
+    trainer = GRPOTrainer(str(model_dir), lr=cfg.lr, kl_coef=cfg.kl_coef,
+                          temperature=cfg.temperature, seed=cfg.seed)
+    backend = RealBackend(engine, trainer, prompts, answers, n, cfg.max_tokens, cfg.temperature,
+                          cfg.max_num_seqs, timeline, seed=cfg.seed, eos=tok.eos_token_id,
+                          clock_offset=state["clock"] if state else 0.0)
+    controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
+                            timeline)
+    synced = {"weights": None, "version": 0}
+
+    def on_update(metrics: dict, samples: list[int]) -> None:
+        logs["metrics.jsonl"]({"update": len(timeline.trains) - 1, **metrics})
+        for i in samples:
+            logs["trace.partial.jsonl"](_trace_row(i, n, cfg, prompts, backend))
+        if progress is not None:
+            progress(len(samples))
+        _checkpoint(ckpt, out, trainer, policy, controller, backend, synced)
+
+    backend.on_update = on_update
+    original_sync = backend._sync
+
+    def sync_and_remember(version: int) -> None:
+        original_sync(version)
+        synced.update(weights={k: v.clone() for k, v in trainer.state_dict().items()}, version=version)
+
+    backend._sync = sync_and_remember
+    if state is not None:
+        _restore(state, trainer, engine, controller, backend, synced, ckpt)
+    try:
+        controller.run()
+    finally:
+        for a in logs.values():
+            a.close()
+        engine.close()
+    summary = summarize(Timeline.read_jsonl(out / "timeline.jsonl"))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _write_trace(out, cfg, task.name)
+    return summary
+
+
+def _ids(k: int):
+    import numpy as np
+
+    return np.array([f"p{g:06d}" for g in range(k)])
+
+
+def _trace_row(i: int, n: int, cfg: RunConfig, prompts, backend) -> dict:
+    resp, reason = backend.kept[i], backend.reason[i]
+    return {"prompt_id": f"p{i // n:06d}", "sample": i % n, "prompt_len": len(prompts[i]),
+            "response_len": len(resp), "truncated": reason == "length", "step": (i // n) // cfg.prompts,
+            "reward": backend.reward[i], "finish_reason": reason}
+
+
+def _write_trace(out: Path, cfg: RunConfig, task: str) -> None:
+    from sortedrl.traces.io import write_trace
+    from sortedrl.traces.schema import Trace, TraceMeta
+
+    rows = [json.loads(line) for line in (out / "trace.partial.jsonl").read_text().splitlines()]
+    by_group: dict[str, list[dict]] = {}
+    for r in rows:
+        by_group.setdefault(r["prompt_id"], []).append(r)
+    rows = [r for g in by_group.values() if len(g) == cfg.group_size for r in g]  # whole groups
+    if not rows:
+        return
+    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    meta = TraceMeta(cfg.max_tokens, cfg.group_size, f"sortedrl run: task {task}, policy {cfg.policy}")
+    write_trace(Trace.from_columns(cols, meta, where=str(out / "trace.jsonl")), out / "trace.jsonl")
+
+
+def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, synced) -> None:
+    import torch
+
+    tmp = ckpt.with_name("checkpoint.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    trainer.save(str(tmp / "trainer.pt"))
+    if synced["weights"] is not None:
+        torch.save(synced["weights"], tmp / "engine.pt")
+    s = controller.s
+    public = {k: v for k, v in vars(s).items() if k != "engines"}
+    b = backend
+    state = {"policy": policy, "public": public, "settled": controller.settled,
+             "rollout_on": controller.rollout_on, "engine_version": synced["version"],
+             "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
+                         "reward": b.reward, "reason": b.reason, "group_rewards": b.group_rewards,
+                         "segment": b.segment},
+             "admitted": [i for i, st in enumerate(s.state) if st == SampleState.ADMITTED],
+             "clock": b.now(),
+             "offsets": {name: os.path.getsize(out / name) for name in LOGS}}
+    with open(tmp / "state.pkl", "wb") as f:
+        pickle.dump(state, f)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    os.replace(tmp, ckpt)
+
+
+def _restore(state: dict, trainer, engine, controller, backend, synced, ckpt: Path) -> None:
+    import torch
+
+    trainer.load(str(ckpt / "trainer.pt"))
+    if (ckpt / "engine.pt").exists():
+        weights = torch.load(ckpt / "engine.pt", weights_only=True)
+        engine.load_weights(weights, state["engine_version"])
+        synced.update(weights=weights, version=state["engine_version"])
+    backend.state.version = state["engine_version"]
+    engines = controller.s.engines
+    controller.s.__dict__.update(state["public"])
+    controller.s.engines = engines
+    controller.settled, controller.rollout_on = state["settled"], state["rollout_on"]
+    for k, v in state["backend"].items():
+        setattr(backend, k, v)
+    backend.state._kept = backend.kept
+    backend.enabled = state["rollout_on"]
+    backend.ctl = controller
+    admitted = state["admitted"]
+    if admitted:  # they were in the engine: submit them again from what they kept
+        backend.admit(0, admitted, [len(backend.kept[i]) for i in admitted])
+    backend.jobs.append(controller.update_done)  # the checkpoint was taken just before it

