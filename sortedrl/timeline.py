@@ -58,12 +58,12 @@ class Timeline:
     # The simulator appends to the lists directly (hot path); the real runner goes through
     # :meth:`add`, which also streams each record to ``sink`` (crash-safe logs).
 
-    sink = None  # optional callable(dict), set by the real runner
+    sink = None  # optional callable(kind, row), set by the real runner (see record_line)
 
     def add(self, kind: str, *row) -> None:
         getattr(self, _LIST[kind]).append(row)
         if self.sink is not None:
-            self.sink(_record(kind, row))
+            self.sink(kind, row)
 
     def admit(self, t: float, engine: int, samples: list[int]) -> None:
         self.add("admit", t, engine, list(samples))
@@ -97,9 +97,8 @@ class Timeline:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
-                dumps = json.JSONEncoder(separators=(",", ":")).encode
                 for rec in self.records():
-                    f.write(dumps(rec))
+                    f.write(_dumps(rec))
                     f.write("\n")
             os.replace(tmp, path)
         except BaseException:
@@ -131,3 +130,15 @@ class Timeline:
 
 def _record(kind: str, row: tuple) -> dict:
     return {"kind": kind, **dict(zip(FIELDS[kind], row, strict=True))}
+
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def record_line(kind: str, row: tuple) -> str:
+    """One JSONL line, byte-identical to ``write_jsonl``'s; spans take a fast path."""
+    if kind == "span":
+        t0, t1, e, i, a, v, k, end = row
+        return (f'{{"kind":"span","t":{float(t0)!r},"t_end":{float(t1)!r},"engine":{e},"sample":{i},'
+                f'"attempt":{a},"version":{v},"tokens":{k},"end":"{end}"}}\n')
+    return _dumps(_record(kind, row)) + "\n"

@@ -44,7 +44,7 @@ class RealEngineState:
         rid = self._engine.by_sample.get(sample)
         if rid is None:
             return None
-        return len(self._kept[sample]) + len(self._engine.requests[rid].tokens)
+        return len(self._kept[sample]) + self._engine.requests[rid].count
 
 
 class RealBackend(Backend):
@@ -71,6 +71,7 @@ class RealBackend(Backend):
         self.enabled = True
         self.idle_reported = True
         self.on_update = on_update
+        self.flush: Callable[[], None] = lambda: None  # the run's logs, after each step or job
         self.t0 = time.monotonic() - clock_offset
         self.ctl: Controller | None = None
 
@@ -125,7 +126,9 @@ class RealBackend(Backend):
             elif self.enabled and self.engine.has_unfinished():
                 self._step()
             else:
+                self.flush()
                 return
+            self.flush()
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ code runs CUDA vLLM. Imports of vLLM happen only when an engine is built.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -27,8 +27,20 @@ class Request:
     kept: int  # response tokens kept from earlier segments
     started: bool = False
     t0: float = 0.0
-    tokens: list[int] = field(default_factory=list)  # this segment's tokens so far
-    logprobs: list[float] = field(default_factory=list)
+    last: object = None  # vLLM's latest (cumulative) completion output; read lazily
+
+    @property
+    def tokens(self) -> list[int]:
+        """This segment's tokens so far."""
+        return [] if self.last is None else list(self.last.token_ids)
+
+    @property
+    def logprobs(self) -> list[float]:
+        return [] if self.last is None else _sampled_logprobs(self.last)
+
+    @property
+    def count(self) -> int:
+        return 0 if self.last is None else len(self.last.token_ids)
 
 
 @dataclass
@@ -85,12 +97,11 @@ class VllmEngine:
             if not req.started:
                 req.started, req.t0 = True, t_before
                 started.append(req)
-            req.tokens = list(comp.token_ids)
-            req.logprobs = _sampled_logprobs(comp)
+            req.last = comp  # no copy per step: cumulative outputs grow with the response
             if out.finished:
                 del self.requests[req.rid]
                 self.by_sample.pop(req.sample, None)
-                finished.append(Finished(req.sample, req.tokens, req.logprobs,
+                finished.append(Finished(req.sample, list(comp.token_ids), _sampled_logprobs(comp),
                                          "length" if comp.finish_reason == "length" else "stop",
                                          req.t0))
         return started, finished

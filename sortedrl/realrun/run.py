@@ -32,7 +32,7 @@ from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.realrun.model import check_model_dir
 from sortedrl.realrun.task import get_task
-from sortedrl.timeline import Timeline
+from sortedrl.timeline import Timeline, record_line
 
 LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
 
@@ -62,13 +62,19 @@ def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
 
 
 class Appender:
-    """Append JSON lines and flush each one (the logs survive a crash)."""
+    """Append JSON lines; the backend flushes after every engine step and every update, so the
+    logs on disk are never more than one step behind (they survive a crash)."""
 
     def __init__(self, path: Path) -> None:
         self.f = open(path, "a")  # noqa: SIM115 (kept open for the run)
 
-    def __call__(self, record: dict) -> None:
+    def __call__(self, kind: str, row: tuple) -> None:
+        self.f.write(record_line(kind, row))
+
+    def write(self, record: dict) -> None:
         self.f.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def flush(self) -> None:
         self.f.flush()
 
     def close(self) -> None:
@@ -125,7 +131,9 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
         timeline = Timeline(meta)
         for name in LOGS:
             (out / name).touch()
-        Appender(out / "timeline.jsonl")({"kind": "meta", **meta})
+        head = Appender(out / "timeline.jsonl")
+        head.write({"kind": "meta", **meta})
+        head.close()
     logs = {name: Appender(out / name) for name in LOGS}
     timeline.sink = logs["timeline.jsonl"]
 
@@ -141,14 +149,15 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
     synced = {"weights": None, "version": 0}
 
     def on_update(metrics: dict, samples: list[int]) -> None:
-        logs["metrics.jsonl"]({"update": len(timeline.trains) - 1, **metrics})
+        logs["metrics.jsonl"].write({"update": len(timeline.trains) - 1, **metrics})
         for i in samples:
-            logs["trace.partial.jsonl"](_trace_row(i, n, cfg, prompts, backend))
+            logs["trace.partial.jsonl"].write(_trace_row(i, n, cfg, prompts, backend))
         if progress is not None:
             progress(len(samples))
         _checkpoint(ckpt, out, trainer, policy, controller, backend, synced)
 
     backend.on_update = on_update
+    backend.flush = lambda: [a.flush() for a in logs.values()]
     original_sync = backend._sync
 
     def sync_and_remember(version: int) -> None:
@@ -217,8 +226,9 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, syn
                          "reward": b.reward, "reason": b.reason, "group_rewards": b.group_rewards,
                          "segment": b.segment},
              "admitted": [i for i, st in enumerate(s.state) if st == SampleState.ADMITTED],
-             "clock": b.now(),
-             "offsets": {name: os.path.getsize(out / name) for name in LOGS}}
+             "clock": b.now()}
+    backend.flush()  # the offsets below must be on disk
+    state["offsets"] = {name: os.path.getsize(out / name) for name in LOGS}
     with open(tmp / "state.pkl", "wb") as f:
         pickle.dump(state, f)
     shutil.rmtree(ckpt, ignore_errors=True)
