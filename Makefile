@@ -33,6 +33,7 @@ demo: $(STAMP)
 	$(BIN)/sortedrl trace stats $(DATA)/math-16k.jsonl
 	$(BIN)/sortedrl compare --trace $(DATA)/math-16k.jsonl $(addprefix --policy ,$(POLICIES)) \
 		--cluster h100-llama3.1-8b-2gpu --out runs/demo
+	$(BIN)/sortedrl report runs/demo
 
 test: $(STAMP_TEST)
 	$(BIN)/ruff check sortedrl tests bench

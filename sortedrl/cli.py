@@ -148,6 +148,7 @@ def simulate(
     group_size: int = typer.Option(None, "--group-size", help="synthetic: responses per prompt"),
     steps: int = typer.Option(None, "--steps", help="synthetic: steps"),
     out: Path = typer.Option(None, "--out", help="run directory (default runs/TRACE-POLICY)"),
+    perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
     """Replay a length trace through a simulated cluster under one policy."""
@@ -164,6 +165,10 @@ def simulate(
     out = out or Path("runs") / f"{Path(tr.name).stem}-{pol.name}"
     write_run_dir(out, {"summary.json": write_json(result.summary),
                         "timeline.jsonl": result.timeline.write_jsonl})
+    if perfetto is not None:
+        from sortedrl.plot.perfetto import write_perfetto
+
+        write_perfetto(result.timeline, perfetto)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
         return
@@ -317,6 +322,12 @@ def tune_table(result: dict) -> Table:
     return table
 
 
+def _register_plots() -> None:
+    from sortedrl.plot.commands import register
+
+    register(app, user_errors)
+
+
 model_app = typer.Typer(no_args_is_help=True, help="Build the tiny local model for real runs.")
 app.add_typer(model_app, name="model")
 
@@ -355,6 +366,7 @@ def run(
     max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
     seed: int = typer.Option(0, "--seed", help="seed"),
     resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint"),
+    perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
     """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
@@ -368,6 +380,11 @@ def run(
         summary = run_real(cfg, resume=resume, progress=bar)
     finally:
         bar.close()
+    if perfetto is not None:
+        from sortedrl.plot.perfetto import write_perfetto
+        from sortedrl.timeline import Timeline
+
+        write_perfetto(Timeline.read_jsonl(out / "timeline.jsonl"), perfetto)
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
@@ -396,6 +413,8 @@ def list_clusters() -> None:
         typer.echo(f"{name}: {c.gpus} GPUs, tp={c.tp}, {c.engines} engines x {c.max_num_seqs} seqs, "
                    f"KV {c.kv_budget:,} tokens/engine, {c.placement}"
                    + (f" (+{c.trainer_gpus} trainer GPUs)" if c.placement == "disaggregated" else ""))
+
+_register_plots()
 
 if __name__ == "__main__":
     main()

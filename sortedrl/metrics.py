@@ -71,10 +71,17 @@ def summarize(tl: Timeline) -> dict:
     rollout_s = union_length(t0, t1, presorted=True)
     bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
 
-    # GPU time: engines' own unions in one pass, each engine shifted past the others
+    # GPU time: an engine is active while it holds a span or prefills; the engines' unions in
+    # one pass, each engine shifted past the others
     tp, gpus = int(m["tp"]), int(m["gpus"])
-    shift = (makespan + 1.0) * eng
-    engine_busy = union_length(t0 + shift, t1 + shift) if engines > 1 else rollout_s
+    if tl.prefills:
+        p0, p1, pe = (np.fromiter(map(itemgetter(k), tl.prefills), dtype=float if k < 2 else np.int64,
+                                  count=len(tl.prefills)) for k in (0, 1, 2))
+        a0, a1, ae = np.concatenate((t0, p0)), np.concatenate((t1, p1)), np.concatenate((eng, pe))
+    else:
+        a0, a1, ae = t0, t1, eng
+    shift = (makespan + 1.0) * ae
+    engine_busy = union_length(a0 + shift, a1 + shift)
     train_s = math.fsum(r[1] - r[0] for r in tl.trains)
     sync_s = math.fsum(r[1] - r[0] for r in tl.syncs)
     gpu_busy = engine_busy * tp + train_s * int(m["trainer_gpus"]) + sync_s * gpus

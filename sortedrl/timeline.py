@@ -95,6 +95,9 @@ class Timeline:
         """Write atomically: a failure leaves any previous file untouched."""
         path = Path(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         try:
             with os.fdopen(fd, "w") as f:
                 for rec in self.records():

@@ -1,0 +1,128 @@
+"""Reading what ``simulate``, ``compare`` and ``tune`` wrote, with one-line errors.
+
+The plot commands read files written by other commands, perhaps edited, truncated or from an
+older version. Every problem becomes a :class:`PlotError` whose message names the file and what
+is wrong, which the CLI prints as one ``error:`` line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from sortedrl.errors import SortedRLError
+from sortedrl.metrics import span_table, summarize
+from sortedrl.timeline import Timeline
+
+META_KEYS = ("policy", "trace", "cluster", "engines", "max_num_seqs", "samples_total")
+"""Meta fields a timeline must have to be plotted."""
+
+BAR_KEYS = ("makespan_s", "bubble_ratio", "tokens_per_s", "staleness_mean")
+"""Summary keys every compared policy needs for the report's bars."""
+
+
+class PlotError(SortedRLError):
+    """A run, compare or tune directory that cannot be plotted."""
+
+
+def load_timeline(path: Path) -> Timeline:
+    """Read and check ``timeline.jsonl``: a meta record with the fields plots need, typed spans."""
+    if not path.is_file():
+        raise PlotError(f"{path}: no such file (is this a run directory written by simulate?)")
+    try:
+        tl = Timeline.read_jsonl(path)
+    except SortedRLError as e:
+        raise PlotError(str(e)) from None
+    except UnicodeDecodeError:
+        raise PlotError(f"{path}: not a text file") from None
+    except (TypeError, ValueError, IndexError) as e:  # a line that is JSON but not a record
+        raise PlotError(f"{path}: not a timeline ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not tl.meta:
+        raise PlotError(f'{path}: no meta record (the first line must be {{"kind": "meta", ...}})')
+    for key in META_KEYS:
+        if key not in tl.meta:
+            raise PlotError(f"{path}: the meta record has no {key!r}")
+    try:
+        engines, seqs = int(tl.meta["engines"]), int(tl.meta["max_num_seqs"])
+        sp = span_table(tl)
+        _ = [(float(a), float(b), int(e)) for a, b, e, *_ in tl.prefills]
+        _ = [(float(a), float(b), int(v), len(s), int(k)) for a, b, v, s, k in tl.trains]
+        _ = [(float(a), float(b), int(v)) for a, b, v in tl.syncs]
+    except (TypeError, ValueError) as e:
+        raise PlotError(f"{path}: a record has a field of the wrong type ({e})") from None
+    if engines < 1 or seqs < 1:
+        raise PlotError(f"{path}: the meta record needs engines >= 1 and max_num_seqs >= 1")
+    if sp.size and (sp["engine"].min() < 0 or sp["engine"].max() >= engines):
+        raise PlotError(f"{path}: a span names an engine outside 0..{engines - 1}")
+    if sp.size and np.any(sp["t1"] < sp["t0"]):
+        raise PlotError(f"{path}: a span ends before it starts")
+    return tl
+
+
+def load_json(path: Path) -> object:
+    if not path.is_file():
+        raise PlotError(f"{path}: no such file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise PlotError(f"{path}: not a text file") from None
+    except json.JSONDecodeError as e:
+        raise PlotError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    except OSError as e:
+        raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def load_run(rundir: Path) -> tuple[Timeline, dict]:
+    """A run directory's timeline and summary (recomputed from the timeline if absent)."""
+    if not rundir.is_dir():
+        raise PlotError(f"{rundir}: no such directory")
+    tl = load_timeline(rundir / "timeline.jsonl")
+    summary_path = rundir / "summary.json"
+    if summary_path.exists():
+        summary = load_json(summary_path)
+        if not isinstance(summary, dict):
+            raise PlotError(f"{summary_path}: expected a JSON object (a run summary)")
+        return tl, summary
+    try:
+        return tl, summarize(tl)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise PlotError(f"{rundir / 'timeline.jsonl'}: cannot summarise ({e!r})") from None
+
+
+def load_compare(path: Path) -> list[dict]:
+    """``compare.json``: a non-empty list of summaries, each with a label and the bar keys."""
+    raw = load_json(path)
+    if not isinstance(raw, list) or not raw:
+        raise PlotError(f"{path}: expected a non-empty JSON list of summaries")
+    for n, s in enumerate(raw):
+        if not isinstance(s, dict):
+            raise PlotError(f"{path}: entry {n} is not a JSON object")
+        for key in ("label", *BAR_KEYS):
+            if key not in s:
+                raise PlotError(f"{path}: entry {n} has no {key!r}")
+        if not all(isinstance(s[k], int | float) for k in BAR_KEYS):
+            raise PlotError(f"{path}: entry {n} ({s['label']}): "
+                            f"{', '.join(BAR_KEYS)} must be numbers")
+    return raw
+
+
+def load_tune(path: Path) -> dict:
+    """``tune.json``: ``{"trials": [{"policy", "params", "summary"}, ...], "pareto": [i, ...]}``."""
+    raw = load_json(path)
+    if not isinstance(raw, dict) or not isinstance(raw.get("trials"), list) or not raw["trials"]:
+        raise PlotError(f"{path}: expected an object with a non-empty list 'trials'")
+    for n, t in enumerate(raw["trials"]):
+        if not isinstance(t, dict) or not isinstance(t.get("summary"), dict):
+            raise PlotError(f"{path}: trial {n} has no 'summary' object")
+        for key in ("tokens_per_s", "staleness_mean"):
+            if not isinstance(t["summary"].get(key), int | float):
+                raise PlotError(f"{path}: trial {n}: summary has no number {key!r}")
+    pareto = raw.get("pareto", [])
+    if not isinstance(pareto, list) or not all(
+            isinstance(i, int) and 0 <= i < len(raw["trials"]) for i in pareto):
+        raise PlotError(f"{path}: 'pareto' must be a list of trial indices")
+    return raw

@@ -1,0 +1,255 @@
+"""``sortedrl report``: one self-contained HTML page comparing policies on one trace and cluster.
+
+It reads a ``compare`` output directory (``compare.json`` plus one run directory per label) or a
+``tune`` output directory (``tune.json``), and shows:
+
+- bars of makespan (s), bubble ratio, useful tokens/s and mean staleness (versions) per policy,
+  oracle runs hatched and labelled ``(oracle)``; for a tune directory without ``compare.json``,
+  each policy's best trial (highest useful tokens/s on the Pareto front, else over all trials);
+- the response-length histogram of the trace, from a trace file in the directory
+  (``trace.jsonl``, ``trace.csv`` or ``trace.parquet``) or else reconstructed from a run's
+  timeline: a finished sample's length is the sum of the span tokens of its final attempt;
+- for ``tune.json``, every trial's useful tokens/s against its mean staleness, with the Pareto
+  front highlighted;
+- a table of the headline numbers, linking each run's ``timeline.html`` where one exists.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from sortedrl.errors import SortedRLError
+from sortedrl.metrics import span_table
+from sortedrl.plot.inputs import PlotError, load_compare, load_timeline, load_tune
+from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
+from sortedrl.timeline import Timeline
+
+METRICS = (("makespan_s", "makespan (s)", ",.1f"), ("bubble_ratio", "bubble ratio", ".1%"),
+           ("tokens_per_s", "useful tokens/s", ",.0f"),
+           ("staleness_mean", "staleness mean (versions)", ".2f"))
+TRACE_FILES = ("trace.jsonl", "trace.csv", "trace.parquet")
+HIST_BINS = 60
+PALETTE = qualitative.Plotly
+
+
+def response_lengths(tl: Timeline) -> np.ndarray:
+    """Lengths of the finished samples: the span tokens of each one's final attempt, summed."""
+    sp = span_table(tl)
+    if sp.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    n = int(sp["sample"].max()) + 1
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(last, sp["sample"], sp["attempt"])
+    final = sp["attempt"] == last[sp["sample"]]
+    tokens = np.bincount(sp["sample"][final], weights=sp["tokens"][final], minlength=n)
+    done = np.zeros(n, dtype=bool)
+    done[sp["sample"][final & (sp["end"] == "finish")]] = True
+    return tokens[done].astype(np.int64)
+
+
+def find_lengths(root: Path, labels: list[str]) -> tuple[np.ndarray, str] | None:
+    """The trace's response lengths and where they came from, or None if nothing has them."""
+    for name in TRACE_FILES:
+        if (root / name).is_file():
+            from sortedrl.traces.io import read_trace
+            try:
+                return read_trace(root / name).response_len, str(root / name)
+            except SortedRLError as e:
+                raise PlotError(str(e)) from None
+    runs = [root / label for label in labels] if labels else sorted(
+        p.parent for p in root.glob("*/timeline.jsonl"))
+    best: tuple[np.ndarray, str] | None = None
+    for run in runs:
+        path = run / "timeline.jsonl"
+        if not path.is_file():
+            continue
+        tl = load_timeline(path)
+        lengths = response_lengths(tl)
+        if best is None or lengths.size > best[0].size:
+            best = lengths, f"{path} ({lengths.size:,} finished samples)"
+        if lengths.size >= int(tl.meta["samples_total"]):
+            break
+    return best
+
+
+def bar_entries(root: Path) -> tuple[list[dict], str]:
+    """Per-policy summaries for the bars, and what they are."""
+    if (root / "compare.json").exists():
+        return load_compare(root / "compare.json"), f"{root / 'compare.json'}"
+    tune = load_tune(root / "tune.json")
+    trials, pareto = tune["trials"], set(tune.get("pareto", []))
+    by: dict[str, list[int]] = {}
+    for i, t in enumerate(trials):
+        by.setdefault(str(t.get("policy", t["summary"].get("policy", "?"))), []).append(i)
+    out = []
+    for policy, idx in by.items():
+        pool = [i for i in idx if i in pareto] or idx
+        i = max(pool, key=lambda j: trials[j]["summary"]["tokens_per_s"])
+        s = trials[i]["summary"]
+        missing = [k for k, _, _ in METRICS if not isinstance(s.get(k), int | float)]
+        if missing:
+            raise PlotError(f"{root / 'tune.json'}: trial {i}: "
+                            f"summary has no number {missing[0]!r}")
+        out.append({**s, "label": f"{policy} (best of {len(idx)})", "policy": policy})
+    return out, f"best trial per policy in {root / 'tune.json'}"
+
+
+def _name(s: dict) -> str:
+    return str(s["label"]) + (" (oracle)" if s.get("oracle") else "")
+
+
+def bars_figure(entries: list[dict]) -> go.Figure:
+    """Four bar charts, one per headline metric, one bar (and legend entry) per policy."""
+    fig = make_subplots(rows=2, cols=2, subplot_titles=[t for _, t, _ in METRICS],
+                        vertical_spacing=0.24, horizontal_spacing=0.1)
+    names = [_name(s) for s in entries]
+    for i, s in enumerate(entries):
+        color = PALETTE[i % len(PALETTE)]
+        for k, (key, label, fmt) in enumerate(METRICS):
+            v = float(s[key])
+            fig.add_trace(go.Bar(
+                x=[names[i]], y=[v], name=names[i], legendgroup=names[i], showlegend=k == 0,
+                marker={"color": color, "pattern": {"shape": "/" if s.get("oracle") else ""}},
+                text=[format(v, fmt)], textposition="outside", cliponaxis=False,
+                hovertemplate=f"{html.escape(names[i])}<br>{label}: %{{y:{fmt}}}<extra></extra>"),
+                row=k // 2 + 1, col=k % 2 + 1)
+            fig.update_yaxes(title_text=label, rangemode="tozero", row=k // 2 + 1, col=k % 2 + 1,
+                             tickformat=".0%" if key == "bubble_ratio" else None)
+    first = entries[0]
+    fig.update_layout(title={"text": f"Policies on {first.get('trace', '?')} "
+                             f"({first.get('cluster', '?')})", "x": 0.01},
+                      height=820, barmode="group", plot_bgcolor="white",
+                      legend={"title": {"text": "policy"}}, margin={"t": 90})
+    fig.update_yaxes(showgrid=True, gridcolor="#eeeeee")
+    return fig
+
+
+def histogram_figure(lengths: np.ndarray, source: str) -> go.Figure:
+    """Response-length histogram (counts per bin, so the page stays small for any trace)."""
+    top = int(lengths.max()) if lengths.size else 1
+    counts, edges = np.histogram(lengths, bins=HIST_BINS, range=(0, max(top, 1)))
+    mids = (edges[:-1] + edges[1:]) / 2
+    fig = go.Figure(go.Bar(x=mids, y=counts, width=np.diff(edges), name="samples",
+                           marker={"color": "#4c78a8", "line": {"width": 0}},
+                           customdata=np.stack([edges[:-1], edges[1:]], axis=1),
+                           hovertemplate="%{customdata[0]:.0f} to %{customdata[1]:.0f} tokens<br>"
+                                         "%{y} samples<extra></extra>"))
+    for name, value, dash in (("mean", float(lengths.mean()), "dash"),
+                              ("p50", float(np.median(lengths)), "dot"),
+                              ("p99", float(np.percentile(lengths, 99)), "dashdot")):
+        fig.add_trace(go.Scatter(x=[value, value], y=[0, int(counts.max())], mode="lines",
+                                 name=f"{name} {value:,.0f} tokens",
+                                 line={"color": "#e45756", "dash": dash, "width": 1.5}))
+    fig.update_layout(title={"text": f"Response lengths of the trace ({lengths.size:,} samples; "
+                             f"from {source})", "x": 0.01, "font": {"size": 13}},
+                      height=420, bargap=0, plot_bgcolor="white",
+                      xaxis_title="response length (tokens)", yaxis_title="samples",
+                      legend={"title": {"text": "response length"}})
+    fig.update_yaxes(showgrid=True, gridcolor="#eeeeee")
+    return fig
+
+
+def pareto_figure(tune: dict) -> go.Figure:
+    """Every trial's useful tokens/s against mean staleness; the Pareto front highlighted."""
+    trials, pareto = tune["trials"], list(tune.get("pareto", []))
+    fig = go.Figure()
+    policies = list(dict.fromkeys(str(t.get("policy", "?")) for t in trials))
+    for i, policy in enumerate(policies):
+        idx = [j for j, t in enumerate(trials) if str(t.get("policy", "?")) == policy]
+        fig.add_trace(go.Scatter(
+            x=[trials[j]["summary"]["staleness_mean"] for j in idx],
+            y=[trials[j]["summary"]["tokens_per_s"] for j in idx], mode="markers",
+            name=f"{policy} trials", marker={"color": PALETTE[i % len(PALETTE)], "size": 8,
+                                             "opacity": 0.6},
+            text=[html.escape(_params(trials[j].get("params"))) for j in idx],
+            hovertemplate="%{text}<br>staleness %{x:.3f} versions<br>%{y:,.0f} tokens/s"
+                          "<extra></extra>"))
+    front = sorted(pareto, key=lambda j: trials[j]["summary"]["staleness_mean"])
+    fig.add_trace(go.Scatter(
+        x=[trials[j]["summary"]["staleness_mean"] for j in front],
+        y=[trials[j]["summary"]["tokens_per_s"] for j in front], mode="lines+markers",
+        name="Pareto front", line={"color": "#222222", "shape": "hv", "width": 2},
+        marker={"size": 12, "symbol": "diamond-open", "color": "#222222", "line": {"width": 2}},
+        text=[html.escape(f"{trials[j].get('policy', '?')}: {_params(trials[j].get('params'))}")
+              for j in front],
+        hovertemplate="%{text}<br>staleness %{x:.3f} versions<br>%{y:,.0f} tokens/s"
+                      "<extra>Pareto front</extra>"))
+    best = tune.get("best")
+    if isinstance(best, int) and 0 <= best < len(trials):
+        s = trials[best]["summary"]
+        fig.add_trace(go.Scatter(x=[s["staleness_mean"]], y=[s["tokens_per_s"]], mode="markers",
+                                 name="best", marker={"symbol": "star", "size": 18,
+                                                      "color": "#f58518"}))
+    fig.update_layout(title={"text": f"Tuning: useful tokens/s against staleness "
+                             f"({len(trials)} trials, {len(pareto)} on the Pareto front)",
+                             "x": 0.01},
+                      height=480, plot_bgcolor="white", xaxis_title="staleness mean (versions)",
+                      yaxis_title="useful tokens/s", legend={"title": {"text": "trials"}})
+    xs = [float(t["summary"]["staleness_mean"]) for t in trials]
+    pad = 0.05 * max(max(xs) - min(min(xs), 0.0), 0.1)
+    fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", range=[min(min(xs), 0.0) - pad,
+                                                                 max(xs) + pad])
+    fig.update_yaxes(showgrid=True, gridcolor="#eeeeee")
+    return fig
+
+
+def _params(params: object) -> str:
+    if isinstance(params, dict):
+        return ", ".join(f"{k}={v}" for k, v in params.items()) or "defaults"
+    return "defaults" if params is None else str(params)
+
+
+def _summary_table(root: Path, entries: list[dict], base: Path) -> str:
+    cols = ("policy", "oracle", "cluster", "makespan (s)", "bubble ratio", "useful tokens/s",
+            "staleness mean", "staleness max", "wasted tokens", "efficiency", "timeline")
+    rows = []
+    for s in entries:
+        timeline = root / str(s["label"]) / "timeline.html"
+        rows.append((_name(s), "yes" if s.get("oracle") else "no", str(s.get("cluster", "")),
+                     float(s["makespan_s"]), f"{float(s['bubble_ratio']):.1%}",
+                     float(s["tokens_per_s"]), float(s["staleness_mean"]),
+                     s.get("staleness_max", ""), s.get("wasted_tokens", ""),
+                     s.get("efficiency", ""),
+                     Link("timeline", os.path.relpath(timeline, base)) if timeline.is_file()
+                     else "-"))
+    return table(cols, rows, "summary")
+
+
+def report_page(root: Path, out: Path | None = None) -> str:
+    """The whole report page for a compare or tune directory, to be written at ``out``."""
+    if not root.is_dir():
+        raise PlotError(f"{root}: no such directory")
+    if not (root / "compare.json").exists() and not (root / "tune.json").exists():
+        raise PlotError(f"{root}: neither compare.json nor tune.json here (run sortedrl compare "
+                        "or sortedrl tune with --out first)")
+    entries, source = bar_entries(root)
+    parts = [f"<h1>Report: {html.escape(str(root))}</h1>",
+             f'<p class="note">Bars from {html.escape(source)}. Hatched bars are oracle runs: '
+             "upper references that read true lengths, not deployable policies.</p>",
+             figure_div(bars_figure(entries), "bars")]
+    labels = [str(s["label"]) for s in entries] if (root / "compare.json").exists() else []
+    found = find_lengths(root, labels)
+    if found is not None and found[0].size:
+        parts.append(figure_div(histogram_figure(*found), "lengths"))
+    else:
+        parts.append('<p class="note">No trace file or run timeline here: no length histogram.</p>')
+    if (root / "tune.json").exists():
+        parts.append(figure_div(pareto_figure(load_tune(root / "tune.json")), "pareto"))
+    base = (out or root / "report.html").parent
+    parts += ["<h2>Headline numbers</h2>", _summary_table(root, entries, base)]
+    return page(f"report: {root.name}", parts)
+
+
+def write_report(dir: str | Path, path: str | Path | None = None) -> Path:
+    """Write the report of ``dir`` (default ``dir/report.html``) atomically; returns the path."""
+    root = Path(dir)
+    out = Path(path) if path is not None else root / "report.html"
+    atomic_write({out: report_page(root, out)})
+    return out

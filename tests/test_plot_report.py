@@ -1,0 +1,245 @@
+"""Comparison reports, the plot and report commands, their errors, and offline pages (issue 7).
+
+Run: pytest tests/test_plot_report.py
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from plotly.offline import get_plotlyjs
+from typer.testing import CliRunner
+
+from sortedrl.compare import PolicySpec, run_compare
+from sortedrl.plot.report import (
+    bars_figure,
+    find_lengths,
+    histogram_figure,
+    pareto_figure,
+    report_page,
+    response_lengths,
+    write_report,
+)
+from sortedrl.plot.timeline_plot import write_timeline_html
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import preset
+from sortedrl.sim.run import simulate
+from sortedrl.timeline import Timeline
+from sortedrl.traces.io import write_trace
+from sortedrl.traces.synth import synthesize
+
+SMALL_CLUSTER = "h100-llama3.1-8b-2gpu-8seq"
+from sortedrl.cli import app  # noqa: E402  (the real CLI, with plot and report registered)
+
+runner = CliRunner()
+
+
+def write_run(out: Path, result) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    result.timeline.write_jsonl(out / "timeline.jsonl")
+    (out / "summary.json").write_text(json.dumps(result.summary))
+    return out
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    tr = synthesize("logic-8k", prompts=16, group_size=2, steps=2)
+    r = simulate(tr, make_policy("sortedrl", [], tr), preset(SMALL_CLUSTER))
+    return write_run(tmp_path_factory.mktemp("small") / "run", r), r, tr
+
+
+@pytest.fixture(scope="module")
+def compare_dir(tmp_path_factory):
+    """What ``sortedrl compare`` writes, built with the library (one oracle run among them)."""
+    tr = synthesize("logic-8k", prompts=16, group_size=2, steps=2)
+    specs = [PolicySpec("sync", "sync"), PolicySpec("part", "sortedrl", ("mode=partial",)),
+             PolicySpec("async", "async"), PolicySpec("oracle_sorted", "oracle_sorted")]
+    out = tmp_path_factory.mktemp("cmp") / "cmp"
+    summaries = []
+    for spec, r in run_compare(tr, specs, preset(SMALL_CLUSTER)):
+        write_run(out / spec.label, r)
+        summaries.append({"label": spec.label, **r.summary})
+    (out / "compare.json").write_text(json.dumps(summaries, indent=2))
+    return out, summaries, tr
+
+
+def trace(fig, name: str):
+    (t,) = [t for t in fig.data if t.name == name]
+    return t
+
+
+def test_html_is_offline(small, compare_dir, tmp_path):
+    pages = [write_timeline_html(small[1].timeline, tmp_path / "t.html"),
+             write_report(compare_dir[0], tmp_path / "r.html")]
+    for p in pages:
+        text = p.read_text()
+        assert not re.search(r"<script[^>]*\bsrc\s*=", text, re.I)  # nothing fetched, CDN or not
+        assert not re.search(r"<link[^>]*\bhref\s*=\s*[\"']https?:", text, re.I)
+        assert text.count(get_plotlyjs()) == 1  # plotly.js inlined once
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def test_report_bars_histogram_and_table(compare_dir):
+    out, summaries, tr = compare_dir
+    fig = bars_figure(summaries)
+    labels = ["sync", "part", "async", "oracle_sorted (oracle)"]
+    assert [t.name for t in fig.data if t.showlegend] == labels
+    for k, key in enumerate(("makespan_s", "bubble_ratio", "tokens_per_s", "staleness_mean")):
+        axis = "yaxis" if k == 0 else f"yaxis{k + 1}"
+        bars = [t for t in fig.data if t.yaxis == axis.replace("axis", "")]
+        assert [t.y[0] for t in bars] == [s[key] for s in summaries]
+    oracle = [t for t in fig.data if t.name == "oracle_sorted (oracle)"]
+    assert all(t.marker.pattern.shape == "/" for t in oracle)
+    assert fig.layout.yaxis.title.text == "makespan (s)"
+    assert fig.layout.yaxis3.title.text == "useful tokens/s"
+    assert fig.layout.yaxis4.title.text == "staleness mean (versions)"
+    # lengths reconstructed from a timeline are the trace's lengths
+    tl = Timeline.read_jsonl(out / "part" / "timeline.jsonl")  # partial mode: resumed samples
+    assert sorted(response_lengths(tl).tolist()) == sorted(tr.response_len.tolist())
+    hist = histogram_figure(response_lengths(tl), "x")
+    assert sum(hist.data[0].y) == len(tr)
+    assert hist.layout.xaxis.title.text == "response length (tokens)"
+    text = report_page(out)
+    assert text.count("setAttribute('data-rendered'") == 2  # bars and lengths; no tune.json
+    for label in labels:
+        assert f">{label}</td>" in text
+
+
+def test_report_via_the_command(compare_dir):
+    out = compare_dir[0]
+    r = runner.invoke(app, ["report", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().splitlines()[-1] == f"wrote {out / 'report.html'}"
+    text = (out / "report.html").read_text()
+    assert 'id="bars"' in text and 'id="lengths"' in text and 'id="pareto"' not in text
+
+
+def test_report_of_a_tune_directory(tmp_path, compare_dir):
+    _, summaries, tr = compare_dir
+    trials = [{"policy": s["policy"], "params": {"k": i}, "summary": s}
+              for i, s in enumerate(summaries)]
+    tune = {"trials": trials, "pareto": [2, 0], "best": 0}
+    (tmp_path / "tune.json").write_text(json.dumps(tune))
+    write_trace(tr, tmp_path / "trace.jsonl")
+    fig = pareto_figure(tune)
+    front = trace(fig, "Pareto front")
+    order = sorted([2, 0], key=lambda i: summaries[i]["staleness_mean"])
+    assert list(front.x) == [summaries[i]["staleness_mean"] for i in order]
+    assert list(front.y) == [summaries[i]["tokens_per_s"] for i in order]
+    assert fig.layout.xaxis.title.text == "staleness mean (versions)"
+    assert fig.layout.yaxis.title.text == "useful tokens/s"
+    assert sum(len(t.x) for t in fig.data if t.name.endswith(" trials")) == len(trials)
+    lengths, source = find_lengths(tmp_path, [])
+    assert source == str(tmp_path / "trace.jsonl")  # the trace file, not a timeline
+    assert np.array_equal(lengths, tr.response_len)
+    path = write_report(tmp_path)
+    text = path.read_text()
+    assert 'id="pareto"' in text and 'id="lengths"' in text
+    assert ">sortedrl (best of 1)</td>" in text
+
+
+# -- the plot command and errors ------------------------------------------------------------------
+
+
+def test_plot_command_writes_html_and_perfetto(small, tmp_path):
+    rundir = small[0]
+    pf = tmp_path / "sub" / "trace.json"
+    r = runner.invoke(app, ["plot", str(rundir), "--perfetto", str(pf)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().splitlines()[-1] == f"wrote {rundir / 'timeline.html'}"
+    assert json.loads(pf.read_text())["traceEvents"]
+    assert "engine 0: rollout" in (rundir / "timeline.html").read_text()
+
+
+def _corrupt(name: str, text: str | bytes):
+    def make(root: Path) -> Path:
+        run = root / "run"
+        run.mkdir()
+        p = run / name
+        p.write_bytes(text) if isinstance(text, bytes) else p.write_text(text)
+        return run
+    return make
+
+
+META = json.dumps({"kind": "meta", "policy": "p", "trace": "t", "cluster": "c", "engines": 1,
+                   "max_num_seqs": 2, "samples_total": 1})
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root: root / "nope", r"nope: no such directory$"),
+    (lambda root: (root / "run").mkdir() or root / "run",
+     r"run/timeline\.jsonl: no such file"),
+    (_corrupt("timeline.jsonl", META + "\n{not json\n"),
+     r"timeline\.jsonl: line 2: not valid JSON"),
+    (_corrupt("timeline.jsonl", META + "\n[1, 2]\n"),
+     r"timeline\.jsonl: (line 2: )?not a timeline"),
+    (_corrupt("timeline.jsonl", b"\xff\xfe\x00garbage"), r"timeline\.jsonl: not a text file"),
+    (_corrupt("timeline.jsonl", '{"kind": "span", "t": 0}\n'),
+     r"timeline\.jsonl: line 1: missing field 't_end'"),
+    (_corrupt("timeline.jsonl", '{"kind": "meta", "policy": "p"}\n'),
+     r"timeline\.jsonl: the meta record has no 'trace'"),
+    (_corrupt("timeline.jsonl", META + '\n{"kind": "span", "t": "x", "t_end": 1, "engine": 0, '
+              '"sample": 0, "attempt": 0, "version": 0, "tokens": 1, "end": "finish"}\n'),
+     r"timeline\.jsonl: a record has a field of the wrong type"),
+])
+def test_plot_errors_are_one_line_exit_2_and_write_nothing(tmp_path, make, message):
+    target = make(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    r = runner.invoke(app, ["plot", str(target), "--perfetto", str(tmp_path / "p.json")])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert re.search(message, lines[0]), lines[0]
+    assert sorted(tmp_path.rglob("*")) == before  # no output, no temp file left behind
+
+
+@pytest.mark.parametrize("files, message", [
+    (None, r"cmp: no such directory$"),
+    ({}, r"cmp: neither compare\.json nor tune\.json here"),
+    ({"compare.json": "[{"}, r"compare\.json: line 1: not valid JSON"),
+    ({"compare.json": "{}"}, r"compare\.json: expected a non-empty JSON list of summaries"),
+    ({"compare.json": '[{"label": "a", "makespan_s": 1}]'}, r"compare\.json: entry 0 has no "
+                                                            r"'bubble_ratio'"),
+    ({"tune.json": '{"trials": []}'}, r"tune\.json: expected an object with a non-empty list"),
+    ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": 1, "staleness_mean": 0}}], '
+                   '"pareto": [3]}'}, r"tune\.json: 'pareto' must be a list of trial indices"),
+])
+def test_report_errors_are_one_line_exit_2_and_write_nothing(tmp_path, files, message):
+    root = tmp_path / "cmp"
+    if files is not None:
+        root.mkdir()
+        for name, text in files.items():
+            (root / name).write_text(text)
+    before = sorted(tmp_path.rglob("*"))
+    r = runner.invoke(app, ["report", str(root)])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert re.search(message, lines[0]), lines[0]
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_report_names_a_corrupt_run_timeline(tmp_path, compare_dir):
+    root = tmp_path / "cmp"
+    root.mkdir()
+    (root / "compare.json").write_text(json.dumps(compare_dir[1]))
+    (root / "sync").mkdir()
+    (root / "sync" / "timeline.jsonl").write_text("{oops\n")
+    r = runner.invoke(app, ["report", str(root)])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"error: {root / 'sync' / 'timeline.jsonl'}: line 1: not valid "
+                                "JSON (Expecting property name enclosed in double quotes)")
+    assert not (root / "report.html").exists()
+
+
+def test_an_output_that_is_a_directory_is_an_error(small, tmp_path):
+    r = runner.invoke(app, ["plot", str(small[0]), "--out", str(tmp_path)])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"error: {tmp_path}: is a directory, not a file"
+    assert list(tmp_path.iterdir()) == []
