@@ -51,7 +51,7 @@ def summarize(tl: Timeline) -> dict:
     """The summary of a run (the ``summary.json`` contract, plus a few extra keys)."""
     m = tl.meta
     n_samples = int(m["samples_total"])
-    engines, capacity = int(m["engines"]), int(m["engines"]) * int(m["max_num_seqs"])
+    capacity = int(m["engines"]) * int(m["max_num_seqs"])
 
     sp = span_table(tl)
     sp = sp[np.lexsort((sp["sample"], sp["engine"], sp["t1"], sp["t0"]))]  # canonical order
