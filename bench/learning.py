@@ -4,7 +4,7 @@ Runs ``sortedrl run`` (sync policy) for ``--steps`` steps on a fresh tiny model,
 reward per update, its average over the first and last fifths, and greedy exact-match accuracy
 on 256 held-out problems before and after training. Prints figures, asserts nothing.
 
-Run: python bench/learning.py [--steps 40] [--prompts 16] [--group-size 8] [--lr 2e-3]
+Run: python bench/learning.py [--steps 100] [--prompts 16] [--group-size 8] [--lr 1e-3]
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ def accuracy(model, tok, problems) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup-steps", type=int, default=150)
     ap.add_argument("--policy", default="sync")
     args = ap.parse_args()

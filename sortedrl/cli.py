@@ -106,8 +106,10 @@ class LazyProgress:
         self.bar: Progress | None = None
         self.task = None
 
-    def __call__(self, advance: int) -> None:
+    def __call__(self, advance: int, note: str = "") -> None:
         self.done += advance
+        if note:
+            self.label = note
         if self.bar is None:
             if time.monotonic() - self.t0 < 1.0:
                 return
@@ -115,7 +117,7 @@ class LazyProgress:
                                 TimeElapsedColumn(), console=err, transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=self.total)
-        self.bar.update(self.task, completed=self.done)
+        self.bar.update(self.task, completed=self.done, description=self.label)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -71,6 +71,16 @@ class VllmEngine:
         self.engine.set_weight_version(self.version)
         self.requests: dict[str, Request] = {}
         self.by_sample: dict[int, str] = {}
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """vLLM's first step costs about a second of one-off work; keep it off every timeline."""
+        from vllm import SamplingParams, TokensPrompt
+
+        self.engine.add_request("warmup", TokensPrompt(prompt_token_ids=[1, 2, 3]),
+                                SamplingParams(max_tokens=2, ignore_eos=True))
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
 
     # -- requests --------------------------------------------------------------------------------
 

@@ -153,7 +153,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
         for i in samples:
             logs["trace.partial.jsonl"].write(_trace_row(i, n, cfg, prompts, backend))
         if progress is not None:
-            progress(len(samples))
+            generated = sum(row[6] for row in timeline.spans)
+            progress(len(samples), f"{cfg.policy}: update {len(timeline.trains)}, {generated:,} tokens")
         _checkpoint(ckpt, out, trainer, policy, controller, backend, synced)
 
     backend.on_update = on_update
@@ -201,6 +202,7 @@ def _write_trace(out: Path, cfg: RunConfig, task: str) -> None:
     for r in rows:
         by_group.setdefault(r["prompt_id"], []).append(r)
     rows = [r for g in by_group.values() if len(g) == cfg.group_size for r in g]  # whole groups
+    rows.sort(key=lambda r: (r["prompt_id"], r["sample"]))  # dataloader order, as simulate loads it
     if not rows:
         return
     cols = {k: [r[k] for r in rows] for k in rows[0]}
