@@ -67,7 +67,7 @@ def ours(vengine, prompts, answers, n, max_tokens, seed) -> tuple[int, float]:
     policy = make_policy("sync", [], groups)
     ctl = Controller(policy, _ids(len(prompts) // n), [len(p) for p in prompts], n, backend, tl)
     t0 = time.perf_counter()
-    backend.on_update = lambda m, s: ts.append(time.perf_counter())
+    backend.on_update = lambda m, s, train: ts.append(time.perf_counter())
     ts: list[float] = []
     ctl.run()
     log.close()

@@ -53,7 +53,7 @@ class RealBackend(Backend):
     def __init__(self, engine: VllmEngine, trainer: GRPOTrainer, prompts: list[list[int]],
                  answers: list[list[int]], group_size: int, max_tokens: int, temperature: float,
                  max_num_seqs: int, timeline: Timeline, seed: int = 0, eos: int | None = None,
-                 on_update: Callable[[dict, list[int]], None] | None = None,
+                 on_update: Callable[[dict, list[int], tuple], None] | None = None,
                  clock_offset: float = 0.0) -> None:
         self.engine, self.trainer, self.timeline = engine, trainer, timeline
         self.prompts, self.answers, self.n = prompts, answers, group_size
@@ -173,15 +173,14 @@ class RealBackend(Backend):
         batch = [Rollout(i, i // self.n, self.prompts[i], self.kept[i], self.kept_lp[i],
                          self.kept_ver[i], self.reward[i]) for i in samples]
         metrics = self.trainer.update(batch, group_advantages(batch, self.group_rewards), version)
-        t1 = self.now()
         tokens = sum(len(r.prompt) + len(r.response) for r in batch)
-        self.timeline.train(t0, t1, version, samples, tokens)
         metrics.update(version=version, samples=len(samples),
                        reward_mean=sum(r.reward for r in batch) / len(batch),
                        response_len_mean=sum(len(r.response) for r in batch) / len(batch),
-                       train_s=t1 - t0)
-        if self.on_update is not None:
-            self.on_update(metrics, samples)
+                       train_s=self.now() - t0)
+        if self.on_update is not None:  # logs and the checkpoint are part of the update's time
+            self.on_update(metrics, samples, (t0, version, list(samples), tokens))
+        self.timeline.train(t0, self.now(), version, samples, tokens)
         self.ctl.update_done()
 
     def _sync(self, version: int) -> None:

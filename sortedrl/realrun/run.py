@@ -148,14 +148,14 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
                             timeline)
     synced = {"weights": None, "version": 0}
 
-    def on_update(metrics: dict, samples: list[int]) -> None:
-        logs["metrics.jsonl"].write({"update": len(timeline.trains) - 1, **metrics})
+    def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
+        logs["metrics.jsonl"].write({"update": len(timeline.trains), **metrics})
         for i in samples:
             logs["trace.partial.jsonl"].write(_trace_row(i, n, cfg, prompts, backend))
         if progress is not None:
             generated = sum(row[6] for row in timeline.spans)
-            progress(len(samples), f"{cfg.policy}: update {len(timeline.trains)}, {generated:,} tokens")
-        _checkpoint(ckpt, out, trainer, policy, controller, backend, synced)
+            progress(len(samples), f"{cfg.policy}: update {len(timeline.trains) + 1}, {generated:,} tokens")
+        _checkpoint(ckpt, out, trainer, policy, controller, backend, synced, train)
 
     backend.on_update = on_update
     backend.flush = lambda: [a.flush() for a in logs.values()]
@@ -210,7 +210,11 @@ def _write_trace(out: Path, cfg: RunConfig, task: str) -> None:
     write_trace(Trace.from_columns(cols, meta, where=str(out / "trace.jsonl")), out / "trace.jsonl")
 
 
-def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, synced) -> None:
+def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, synced,
+                train: tuple) -> None:
+    """Everything needed to continue after this update. The update's own ``train`` record is
+    stored here rather than in the logs' offsets: it is written once the checkpoint is done, so
+    that its duration includes the checkpoint."""
     import torch
 
     tmp = ckpt.with_name("checkpoint.tmp")
@@ -231,6 +235,7 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, syn
              "clock": b.now()}
     backend.flush()  # the offsets below must be on disk
     state["offsets"] = {name: os.path.getsize(out / name) for name in LOGS}
+    state["train"] = (*train, backend.now())
     with open(tmp / "state.pkl", "wb") as f:
         pickle.dump(state, f)
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -258,4 +263,6 @@ def _restore(state: dict, trainer, engine, controller, backend, synced, ckpt: Pa
     admitted = state["admitted"]
     if admitted:  # they were in the engine: submit them again from what they kept
         backend.admit(0, admitted, [len(backend.kept[i]) for i in admitted])
+    t0, version, samples, tokens, t1 = state["train"]
+    backend.timeline.train(t0, t1, version, samples, tokens)  # the update the checkpoint closed
     backend.jobs.append(controller.update_done)  # the checkpoint was taken just before it
