@@ -394,6 +394,78 @@ def run(
     typer.echo(f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl")
 
 
+@app.command()
+@user_errors
+def calibrate(
+    model: Path = typer.Option(..., "--model", help="model directory from `sortedrl model init`"),
+    out: Path = typer.Option(..., "--out", help="profile to write (PROFILE.json)"),
+    engine: str = typer.Option("vllm", "--engine", help="engine to measure (vllm)"),
+    max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
+    repeats: int = typer.Option(3, "--repeats", help="repetitions of the measurement grid"),
+    seed: int = typer.Option(0, "--seed", help="seed"),
+) -> None:
+    """Measure decode, prefill, update and sync times on the real engine; fit the cost model."""
+    from sortedrl.realrun.calibrate import BATCHES, CONTEXTS, PREFILL_COUNTS, PREFILL_LENS, calibrate
+    from sortedrl.sim.profile import write_profile
+
+    if engine != "vllm":
+        raise ConfigError(f"--engine {engine}: unknown engine (known: vllm)")
+    if repeats < 1 or max_num_seqs < 1:
+        raise ConfigError("--repeats and --max-num-seqs must be >= 1")
+    per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(CONTEXTS)
+           + len([c for c in PREFILL_COUNTS if c <= max_num_seqs]) * len(PREFILL_LENS))
+    bar = LazyProgress(repeats * (per + 7), "calibrate")
+    try:
+        profile = calibrate(str(model), max_num_seqs=max_num_seqs, repeats=repeats, seed=seed,
+                            progress=bar)
+    finally:
+        bar.close()
+    write_profile(out, profile)
+    fit = profile["fit"]
+    typer.echo(f"wrote {out}: decode MAPE {100 * fit['decode']['mape']:.1f}% over "
+               f"{fit['decode']['measurements']} steps, prefill {100 * fit['prefill']['mape']:.1f}%, "
+               f"update {100 * fit['train']['mape']:.1f}%, sync {1000 * fit['sync']['median']:.1f} ms")
+
+
+@app.command()
+@user_errors
+def validate(
+    rundir: Path = typer.Argument(..., help="run directory written by `sortedrl run`"),
+    profile: Path = typer.Option(None, "--profile", help="calibrated profile (default RUNDIR/profile.json)"),
+    plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated"),
+    as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
+) -> None:
+    """Replay a real run in the simulator and report the error per step."""
+    from sortedrl.validate import overlay_html, validate as run_validation, write_validate
+
+    profile = profile or rundir / "profile.json"
+    if not profile.exists():
+        raise ConfigError(f"--profile {profile}: not found (make one with `sortedrl calibrate`)")
+    result = run_validation(rundir, profile)
+    write_validate(result, rundir / "validate.json")
+    if plot is not None:
+        overlay_html(result, plot)
+    if as_json:
+        typer.echo((rundir / "validate.json").read_text(), nl=False)
+        return
+    table = Table(title=f"validate {result['policy']} ({rundir}) against {profile}")
+    for col in ("step", "real step s", "sim step s", "err %", "real rollout s", "sim rollout s",
+                "real train s", "sim train s", "real bubble", "sim bubble"):
+        table.add_column(col, justify="right")
+    for s in result["steps"]:
+        table.add_row(str(s["step"]), f"{s['real_step_s']:.3f}", f"{s['sim_step_s']:.3f}",
+                      f"{s['step_err_pct']:.1f}", f"{s['real_rollout_s']:.3f}", f"{s['sim_rollout_s']:.3f}",
+                      f"{s['real_train_s']:.3f}", f"{s['sim_train_s']:.3f}",
+                      f"{s['real_bubble_ratio']:.3f}", f"{s['sim_bubble_ratio']:.3f}")
+    console = Console(width=140)
+    console.print(table)
+    console.print(f"step_time_mape {result['step_time_mape']:.2f}%  rollout_time_mape "
+                  f"{result['rollout_time_mape']:.2f}%  bubble_ratio_abs_err "
+                  f"{100 * result['bubble_ratio_abs_err']:.2f} points  makespan error "
+                  f"{result['makespan_err_pct']:.2f}%")
+    console.print(f"wrote {rundir}/validate.json" + (f" and {plot}" if plot else ""))
+
+
 @app.command("policies")
 def list_policies() -> None:
     """List the built-in policies and their knobs."""

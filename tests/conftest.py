@@ -30,9 +30,9 @@ def make_trace(lengths, prompt_lens=None, group_size=1, max_len=None, steps=None
 
 def costs(**kw) -> CostModel:
     base = dict(t_fix=1.0, a0=1.0, a1=0.0, c1=0.0, p1=0.0, p2=0.0, train_per_token=0.0,
-                train_fix=10.0, sync_s=5.0)
+                train_fix=10.0, sync_s=5.0, s1=0.0)
     base.update(kw)
-    return CostModel(**base)
+    return CostModel(**base)  # prefill_in_step may be passed in kw
 
 
 def tiny_cluster(engines=1, max_num_seqs=4, kv=10_000, watermark=0.0, **cost_kw) -> Cluster:

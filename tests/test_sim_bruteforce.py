@@ -24,6 +24,7 @@ from tests.conftest import make_trace, tiny_cluster
 
 def brute_engine(t, samples, L, P, cost, cap, K, K_admit):
     """Step one engine decode step by decode step. Returns (spans, end time)."""
+    first = 0 if cost.prefill_in_step else 1  # does the prefill pass yield a token itself?
     queue = deque(samples)
     gen0 = {i: 0 for i in samples}
     running: list[list] = []  # [sample, tokens, t0, tok0], in admission order
@@ -48,8 +49,8 @@ def brute_engine(t, samples, L, P, cost, cap, K, K_admit):
             if kv + ctx + 1 + len(running) + 1 > K_admit:
                 break
             queue.popleft()
-            running.append([i, gen0[i] + 1, t, gen0[i]])
-            kv += ctx + 1
+            running.append([i, gen0[i] + first, t, gen0[i]])
+            kv += ctx + first
             admitted.append(i)
             tokens += ctx
             pairs += ctx * (ctx + 1) // 2
@@ -116,6 +117,8 @@ def cases(draw):
         p1=draw(st.sampled_from([0.0, 0.01])),
         p2=draw(st.sampled_from([0.0, 0.0001])),
         train_per_token=0.001,
+        s1=draw(st.sampled_from([0.0, 0.02])),
+        prefill_in_step=draw(st.booleans()),
     )
     batch = draw(st.integers(1, max(1, n // group)))
     return lengths, prompts, group, engines, cap, kv, wm, costs, batch

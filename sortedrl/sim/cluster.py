@@ -216,7 +216,8 @@ def preset_names() -> list[str]:
 
 
 def load_cluster(spec: str) -> Cluster:
-    """A preset name, or a JSON file ``{"preset": NAME, field: value, ...}``."""
+    """A preset name, a JSON file ``{"preset": NAME, field: value, ...}``, or a calibrated
+    profile written by ``sortedrl calibrate``."""
     if not spec.endswith(".json"):
         return preset(spec)
     path = Path(spec)
@@ -228,6 +229,10 @@ def load_cluster(spec: str) -> Cluster:
         raise ConfigError(f"{spec}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{spec}: expected a JSON object")
+    from sortedrl.sim.profile import is_profile, profile_cluster
+
+    if is_profile(raw):  # a calibrated profile from `sortedrl calibrate`
+        return profile_cluster(raw, spec, path.stem)
     base = preset(str(raw.pop("preset", "h100-llama3.1-8b")))
     known = {f.name: f for f in dataclasses.fields(Cluster)}
     changes: dict[str, object] = {"name": str(raw.pop("name", path.stem))}
@@ -249,17 +254,23 @@ def load_cluster(spec: str) -> Cluster:
 
 def _costs(raw: object, where: str) -> CostModel:
     names = [f.name for f in dataclasses.fields(CostModel)]
+    required = [f.name for f in dataclasses.fields(CostModel) if f.default is dataclasses.MISSING]
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: field 'costs': expected an object with {', '.join(names)}")
-    missing = [n for n in names if n not in raw]
+    missing = [n for n in required if n not in raw]
     if missing:
         raise ConfigError(f"{where}: field 'costs': missing {', '.join(missing)}")
     extra = [k for k in raw if k not in names]
     if extra:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(extra)}")
     vals = {}
-    for n in names:
+    for n in (n for n in names if n in raw):
         v = raw[n]
+        if n == "prefill_in_step":
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}: field 'costs.{n}': expected true or false, got {v!r}")
+            vals[n] = v
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{n}': expected a number >= 0, got {v!r}")
         vals[n] = float(v)

@@ -3,17 +3,20 @@
 The simulator never steps token by token, so the decode cost must be summable in closed form.
 A decode step of a batch of ``B`` sequences holding ``S`` KV tokens costs the roofline
 
-    t_step(B, S) = t_fix + max(a0 + a1·S, c1·B)
+    t_step(B, S) = t_fix + s1·B + max(a0 + a1·S, c1·B)
 
 where ``a0 = W / (BW·MBU)`` reads the weights, ``a1 = kv / (BW·MBU)`` reads one KV token and
-``c1 = 2·P / (F·MFU)`` is the compute of one sequence (all per engine, after tensor parallelism).
+``c1 = 2·P / (F·MFU)`` is the compute of one sequence (all per engine, after tensor parallelism),
+and ``s1`` is a per-sequence host overhead of each step (scheduling, sampling, output
+processing) that matters for small models on CPU and is 0 in the GPU presets.
 Between two membership changes ``B`` is constant and ``S`` grows by ``B`` per step, so the memory
 term is linear in the step index and the sum of ``k`` steps is a piecewise quadratic:
 :meth:`CostModel.decode_time` evaluates it and :meth:`CostModel.decode_steps_within` inverts it.
 
 Deliberate simplifications, each to be absorbed by calibration: paged-block rounding of the KV
-cache is ignored (block size 1), prefill is an engine-wide stall rather than chunked into decode
-steps, and training cost is linear in tokens (6·P FLOPs per token, plus 2·P per extra forward).
+cache is ignored (block size 1), prefill is an engine-wide stall (either its own pass, or, with
+``prefill_in_step``, extra time of the next decode step, as vLLM V1 batches it) and never
+chunked, and training cost is linear in tokens (6·P FLOPs per token, plus 2·P per extra forward).
 """
 
 from __future__ import annotations
@@ -35,12 +38,17 @@ class CostModel:
     train_per_token: float  # trainer time per trained token (prompt + response), s/token
     train_fix: float  # fixed time per update (optimizer step, offload/onload), s
     sync_s: float  # one weight sync, s
+    s1: float = 0.0  # host overhead per running sequence per decode step, s/sequence
+    # True: prefills ride in the next decode step, as vLLM V1 schedules them: prefill() is the
+    # step's extra time and a new sample's first token comes with that step. False: a prefill is
+    # its own engine pass that yields the first token.
+    prefill_in_step: bool = False
 
     # -- decode ----------------------------------------------------------------------------
 
     def decode_step(self, batch: int, kv_tokens: int) -> float:
         """One decode step of ``batch`` sequences that hold ``kv_tokens`` KV tokens in total."""
-        return self.t_fix + max(self.a0 + self.a1 * kv_tokens, self.c1 * batch)
+        return self.t_fix + self.s1 * batch + max(self.a0 + self.a1 * kv_tokens, self.c1 * batch)
 
     def _split(self, batch: int, kv0: int) -> tuple[float, float, float, int]:
         """(alpha, beta, compute, j*): step j costs t_fix + max(alpha + beta·j, compute).
@@ -68,25 +76,27 @@ class CostModel:
         if steps <= 0:
             return 0.0
         alpha, beta, comp, j = self._split(batch, kv0)
+        fixed = self.t_fix + self.s1 * batch
         if j < 0 or steps <= j:
-            return steps * (self.t_fix + comp)
+            return steps * (fixed + comp)
         mem_steps = steps - j
         tri = (steps * (steps - 1) - j * (j - 1)) // 2  # sum of step indices j .. steps-1
-        return j * (self.t_fix + comp) + mem_steps * (self.t_fix + alpha) + beta * tri
+        return j * (fixed + comp) + mem_steps * (fixed + alpha) + beta * tri
 
     def decode_steps_within(self, elapsed: float, batch: int, kv0: int) -> int:
         """The largest ``k`` with ``decode_time(k) <= elapsed``: steps completed after ``elapsed``."""
         if elapsed <= 0.0:
             return 0
         alpha, beta, comp, j = self._split(batch, kv0)
-        per = self.t_fix + comp
+        fixed = self.t_fix + self.s1 * batch
+        per = fixed + comp
         if j < 0:
             k = int(elapsed // per)
         elif elapsed < j * per:
             k = int(elapsed // per)
         else:
             rest = elapsed - j * per
-            lin = self.t_fix + alpha + beta * j  # cost of step j
+            lin = fixed + alpha + beta * j  # cost of step j
             if beta <= 0.0:
                 m = int(rest // lin)
             else:
@@ -104,6 +114,8 @@ class CostModel:
 
     def prefill(self, tokens: int, pairs: int) -> float:
         """Prefill ``tokens`` new tokens with ``pairs`` causal (query, key) attention pairs."""
+        if self.prefill_in_step:
+            return self.p1 * tokens + self.p2 * pairs
         return self.t_fix + max(self.a0, self.p1 * tokens + self.p2 * pairs)
 
     def train(self, tokens: int) -> float:

@@ -14,8 +14,9 @@ absolute finish steps gives the next finish.
 Conventions (the brute-force reference in the tests uses the same ones):
 - a running sample with ``g`` tokens holds ``prompt + g`` KV tokens; a decode step reads the KV
   held before it, then gives every running sample one token;
-- admission prefills ``prompt + g`` tokens (``g > 0`` is recomputation) and yields one token; it
-  stalls the engine for the prefill time;
+- admission prefills ``prompt + g`` tokens (``g > 0`` is recomputation) and stalls the engine for
+  the prefill time; the prefill pass yields the sample's next token, or, when the cost model says
+  ``prefill_in_step`` (vLLM V1 batching a prefill into the next step), that step does;
 - the head of the queue is admitted when ``kv + prompt + g + 1 + (B + 1) <= kv_admit_budget``,
   leaving room for one more decode step; a step runs only when ``kv + B <= kv_budget``;
 - an action that arrives mid-step lets the step finish for everyone else (the engine's base moves
@@ -149,7 +150,8 @@ class Engine:
             c = self.cost
             alpha = c.a0 + c.a1 * kv
             if alpha >= c.c1 * b:  # memory-bound throughout: the common case, inlined
-                self.next_t = p.t + k * (c.t_fix + alpha) + c.a1 * b * (k * (k - 1) // 2)
+                self.next_t = (p.t + k * (c.t_fix + c.s1 * b + alpha)
+                               + c.a1 * b * (k * (k - 1) // 2))
             else:
                 self.next_t = p.t + c.decode_time(k, b, kv)
         self._slots[p.index] = self.next_t
@@ -214,6 +216,7 @@ class Engine:
         heap, live, oldest = self._heap, self._live, self._oldest
         kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, p.max_num_seqs, self.K_admit
         seq = self._seq
+        first = 0 if self.cost.prefill_in_step else 1  # the token the prefill pass itself yields
         while queue and len(run) < cap:
             i = queue[0]
             g0 = gen0[i]
@@ -222,11 +225,11 @@ class Engine:
                 break
             queue.popleft()
             del gen0[i]
-            off = g0 + 1 - step
+            off = g0 + first - step
             run[i] = (off, t, g0, ver)
             if oldest[i] < 0:
                 oldest[i] = ver
-            kv += ctx + 1
+            kv += ctx + first
             seq += 1
             live[i] = seq
             heapq.heappush(heap, (lengths[i] - off, seq, i))
@@ -328,9 +331,10 @@ class Engine:
         """Check the engine's bookkeeping against first principles (tests call this)."""
         p = self.pub
         kv = 0
+        low = 0 if self.cost.prefill_in_step else 1
         for i, (off, _, _, _) in p.run.items():
             kv += self._p[i] + p.step + off
-            assert 0 < p.step + off <= self._L[i], "a running sample's tokens are out of range"
+            assert low <= p.step + off <= self._L[i], "a running sample's tokens are out of range"
         assert kv == p.kv, f"engine {p.index}: kv bookkeeping {p.kv} != {kv}"
         assert len(p.run) <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs"
         assert p.kv <= self.K, f"engine {p.index}: KV {p.kv} over budget {self.K}"

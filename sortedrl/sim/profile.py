@@ -1,0 +1,150 @@
+"""Calibrated profiles: cost-model terms fitted to measurements of a real engine and trainer.
+
+``sortedrl calibrate`` measures decode steps over a grid of batch sizes and contexts, prefills,
+updates and weight syncs (``realrun/calibrate.py``); this module fits the cost model to them with
+``scipy.optimize.least_squares`` on relative errors, and reads and writes the profile JSON. A
+profile records what it was measured on (device, model, engine and engine version, since
+predictors drift as engines change: vidur #60, #72), every fitted term with its standard error,
+and the fit's error per kind of measurement. ``--cluster PROFILE.json`` loads one wherever a
+preset is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from sortedrl.errors import ConfigError
+from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.cost import CostModel
+
+FORMAT = 1
+DECODE_TERMS = ("t_fix", "s1", "a0", "a1", "c1")
+PREFILL_TERMS = ("p1", "p2")
+TRAIN_TERMS = ("train_fix", "train_per_token")
+
+
+# -- fitting ---------------------------------------------------------------------------------------
+
+
+def _fit(model, x0: np.ndarray, t: np.ndarray, scale_by: np.ndarray | None = None
+         ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Least squares on residuals relative to ``scale_by`` (default: the measurements
+    themselves); returns (params, standard errors, mean absolute relative error)."""
+    from scipy.optimize import least_squares
+
+    den = t if scale_by is None else scale_by
+    best = None
+    for scale in (1.0, 0.1, 10.0):  # a few starts: the decode model has a max() kink
+        r = least_squares(lambda p: (model(p) - t) / den, x0 * scale, bounds=(0.0, np.inf))
+        if best is None or r.cost < best.cost:
+            best = r
+    resid = best.fun
+    dof = max(1, len(t) - len(x0))
+    try:
+        cov = np.linalg.pinv(best.jac.T @ best.jac) * (resid @ resid) / dof
+        err = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    except np.linalg.LinAlgError:
+        err = np.full(len(x0), np.nan)
+    return best.x, err, float(np.mean(np.abs(resid)))
+
+
+def fit_decode(batch, kv, seconds) -> dict:
+    """t = t_fix + s1·B + max(a0 + a1·S, c1·B) over measured decode steps."""
+    b, s, t = (np.asarray(v, dtype=float) for v in (batch, kv, seconds))
+
+    def model(p):
+        return p[0] + p[1] * b + np.maximum(p[2] + p[3] * s, p[4] * b)
+
+    x0 = np.array([t.min() * 0.5, 1e-5, t.min() * 0.5, 1e-8, 1e-5])
+    x, err, mape = _fit(model, x0, t)
+    return _report(DECODE_TERMS, x, err, mape, len(t))
+
+
+def fit_prefill(tokens, pairs, step_seconds, decode_seconds) -> dict:
+    """The first step of a batch of new requests costs a decode step plus ``p1·T + p2·pairs``
+    (vLLM V1 runs a prefill inside a step). ``decode_seconds`` is the decode fit's prediction
+    for that step; the error is relative to the whole step, as the simulator sees it."""
+    T, P, t, d = (np.asarray(v, dtype=float) for v in (tokens, pairs, step_seconds, decode_seconds))
+
+    def model(p):
+        return d + p[0] * T + p[1] * P
+
+    x0 = np.array([max(1e-9, float(np.mean(t - d)) / max(float(T.mean()), 1.0)), 1e-12])
+    x, err, mape = _fit(model, x0, t)
+    return _report(PREFILL_TERMS, x, err, mape, len(t))
+
+
+def decode_time(terms: dict, batch, kv) -> np.ndarray:
+    b, s = np.asarray(batch, dtype=float), np.asarray(kv, dtype=float)
+    return terms["t_fix"] + terms["s1"] * b + np.maximum(terms["a0"] + terms["a1"] * s, terms["c1"] * b)
+
+
+def fit_train(tokens, seconds) -> dict:
+    """t = train_fix + train_per_token · tokens."""
+    T, t = np.asarray(tokens, dtype=float), np.asarray(seconds, dtype=float)
+    x, err, mape = _fit(lambda p: p[0] + p[1] * T, np.array([t.min(), 1e-6]), t)
+    return _report(TRAIN_TERMS, x, err, mape, len(t))
+
+
+def _report(names, x, err, mape, n) -> dict:
+    return {"terms": {k: {"value": float(v), "stderr": float(e)} for k, v, e in zip(names, x, err, strict=True)},
+            "mape": mape, "measurements": n}
+
+
+# -- profile files -------------------------------------------------------------------------------
+
+
+def write_profile(path: str | Path, profile: dict) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(profile, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def is_profile(raw: object) -> bool:
+    return isinstance(raw, dict) and "sortedrl_profile" in raw
+
+
+def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
+    """The one-engine, colocated cluster a profile describes, with its fitted costs."""
+    for key in ("device", "model", "engine", "engine_version", "costs", "engine_config"):
+        if key not in raw:
+            raise ConfigError(f"{where}: field {key!r}: missing (not a profile from sortedrl calibrate?)")
+    if raw["sortedrl_profile"] != FORMAT:
+        raise ConfigError(f"{where}: field 'sortedrl_profile': format {raw['sortedrl_profile']!r} is not {FORMAT}")
+    costs = raw["costs"]
+    if not isinstance(costs, dict):
+        raise ConfigError(f"{where}: field 'costs': expected an object of fitted terms")
+    vals = {}
+    for f in dataclasses.fields(CostModel):
+        if f.name not in costs:
+            raise ConfigError(f"{where}: field 'costs.{f.name}': missing")
+        v = costs[f.name]
+        if f.name == "prefill_in_step":
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}: field 'costs.{f.name}': expected true or false, got {v!r}")
+            vals[f.name] = v
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+            raise ConfigError(f"{where}: field 'costs.{f.name}': expected a number >= 0, got {v!r}")
+        vals[f.name] = float(v)
+    extra = set(costs) - set(vals)
+    if extra:
+        raise ConfigError(f"{where}: field 'costs': unknown {', '.join(sorted(extra))}")
+    if vals["t_fix"] + vals["a0"] <= 0:
+        raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
+    ec = raw["engine_config"]
+    try:
+        seqs, kv = int(ec["max_num_seqs"]), int(ec["kv_budget_tokens"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens") from None
+    return Cluster(name=name, gpus=1, tp=1, placement="colocated", max_num_seqs=seqs,
+                   kv_budget_tokens=kv, kv_watermark=0.0, costs=CostModel(**vals)).validate(where)

@@ -1,0 +1,132 @@
+"""``sortedrl validate``: replay a real run in the simulator and say how far apart they are.
+
+The run directory holds what ``sortedrl run`` wrote: the timeline, the observed trace and the
+run's configuration (policy, knobs, engine size) in the timeline's meta record. The simulator
+replays the trace with the same policy and knobs on the cluster a calibrated profile describes,
+with the run's ``max_num_seqs``. Steps are aligned by update: step k ends when update k ends and
+starts when update k-1 ended, so a step holds its rollout, its update, and the sync before it.
+Per step we compare step time, rollout time (time with at least one running sample), update time
+and bubble ratio; ``step_time_mape`` and ``bubble_ratio_abs_err`` (whole run) are the headline
+errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from sortedrl.errors import ConfigError
+from sortedrl.metrics import span_table, summarize, union_length
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import load_cluster
+from sortedrl.sim.run import simulate
+from sortedrl.timeline import Timeline
+from sortedrl.traces.io import read_trace
+
+
+def step_table(tl: Timeline) -> list[dict]:
+    """Per update: step, rollout and update time, and the bubble ratio within the step."""
+    sp = span_table(tl)
+    capacity = int(tl.meta["engines"]) * int(tl.meta["max_num_seqs"])
+    trains = sorted(tl.trains, key=lambda r: r[0])
+    rows, start = [], 0.0
+    for k, (t0, t1, *_rest) in enumerate(trains):
+        a = np.clip(sp["t0"], start, t0)
+        b = np.clip(sp["t1"], start, t0)
+        keep = b > a
+        rollout = union_length(a[keep], b[keep])
+        busy = float(np.sum(b[keep] - a[keep]))
+        rows.append({"step": k, "step_s": t1 - start, "rollout_s": rollout, "train_s": t1 - t0,
+                     "bubble_ratio": 1.0 - busy / (capacity * rollout) if rollout > 0 else 0.0})
+        start = t1
+    return rows
+
+
+def _pct(real: float, sim: float) -> float:
+    return abs(sim - real) / real * 100.0 if real > 0 else 0.0
+
+
+def validate(rundir: str | Path, profile: str | Path) -> dict:
+    rundir = Path(rundir)
+    for name in ("timeline.jsonl", "trace.jsonl"):
+        if not (rundir / name).exists():
+            raise ConfigError(f"{rundir}: missing {name} (not a run directory from sortedrl run?)")
+    real_tl = Timeline.read_jsonl(rundir / "timeline.jsonl")
+    run = real_tl.meta.get("run")
+    if not isinstance(run, dict) or "policy" not in run:
+        raise ConfigError(f"{rundir}/timeline.jsonl: the meta record has no 'run' configuration")
+    trace = read_trace(rundir / "trace.jsonl")
+    cluster = dataclasses.replace(load_cluster(str(profile)), max_num_seqs=int(run["max_num_seqs"]))
+    policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
+    sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)))
+    real_steps, sim_steps = step_table(real_tl), step_table(sim.timeline)
+    steps = []
+    for r, s in zip(real_steps, sim_steps, strict=False):
+        row = {"step": r["step"]}
+        for key in ("step_s", "rollout_s", "train_s", "bubble_ratio"):
+            row[f"real_{key}"], row[f"sim_{key}"] = r[key], s[key]
+        row["step_err_pct"] = _pct(r["step_s"], s["step_s"])
+        row["rollout_err_pct"] = _pct(r["rollout_s"], s["rollout_s"])
+        row["train_err_pct"] = _pct(r["train_s"], s["train_s"])
+        row["bubble_abs_err"] = abs(s["bubble_ratio"] - r["bubble_ratio"])
+        steps.append(row)
+    real_sum, sim_sum = summarize(real_tl), sim.summary
+    mean = (lambda k: float(np.mean([x[k] for x in steps])) if steps else 0.0)  # noqa: E731
+    return {
+        "run": str(rundir),
+        "profile": str(profile),
+        "policy": run["policy"],
+        "sets": list(run.get("sets", [])),
+        "steps_real": len(real_steps),
+        "steps_sim": len(sim_steps),
+        "step_time_mape": mean("step_err_pct"),
+        "rollout_time_mape": mean("rollout_err_pct"),
+        "train_time_mape": mean("train_err_pct"),
+        "bubble_ratio_abs_err": abs(sim_sum["bubble_ratio"] - real_sum["bubble_ratio"]),
+        "makespan_err_pct": _pct(real_sum["makespan_s"], sim_sum["makespan_s"]),
+        "steps": steps,
+        "real": real_sum,
+        "sim": sim_sum,
+        "_timelines": (real_tl, sim.timeline),
+    }
+
+
+def write_validate(result: dict, out: Path) -> None:
+    clean = {k: v for k, v in result.items() if not k.startswith("_")}
+    out.write_text(json.dumps(clean, indent=2) + "\n")
+
+
+def overlay_html(result: dict, path: Path) -> None:
+    """Running samples over time, real against simulated, with the updates marked."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from sortedrl.plot.lanes import running_steps
+    from sortedrl.plot.page import atomic_write, figure_div, page
+
+    real_tl, sim_tl = result["_timelines"]
+    fig = make_subplots(rows=2, cols=1, subplot_titles=("Running samples", "Step time per update"),
+                        vertical_spacing=0.15)
+    for name, tl, color in (("real", real_tl, "#1f77b4"), ("simulated", sim_tl, "#ff7f0e")):
+        sp = span_table(tl)
+        x, y = running_steps(sp["t0"], sp["t1"])
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": color},
+                                 name=f"{name}: running samples"), row=1, col=1)
+        for t0, t1, *_ in tl.trains:
+            fig.add_vrect(x0=t0, x1=t1, fillcolor=color, opacity=0.15, line_width=0, row=1, col=1)
+    steps = result["steps"]
+    fig.add_trace(go.Bar(x=[s["step"] for s in steps], y=[s["real_step_s"] for s in steps],
+                         name="real step time", marker_color="#1f77b4"), row=2, col=1)
+    fig.add_trace(go.Bar(x=[s["step"] for s in steps], y=[s["sim_step_s"] for s in steps],
+                         name="simulated step time", marker_color="#ff7f0e"), row=2, col=1)
+    fig.update_xaxes(title_text="time (s)", row=1, col=1)
+    fig.update_yaxes(title_text="samples", row=1, col=1)
+    fig.update_xaxes(title_text="update", row=2, col=1)
+    fig.update_yaxes(title_text="seconds", row=2, col=1)
+    fig.update_layout(height=800, barmode="group", title=(
+        f"validate {result['policy']}: step-time MAPE {result['step_time_mape']:.1f}%, "
+        f"bubble error {100 * result['bubble_ratio_abs_err']:.1f} points"))
+    atomic_write({path: page(f"validate {result['run']}", [figure_div(fig, "validate")])})
