@@ -405,7 +405,13 @@ def calibrate(
     seed: int = typer.Option(0, "--seed", help="seed"),
 ) -> None:
     """Measure decode, prefill, update and sync times on the real engine; fit the cost model."""
-    from sortedrl.realrun.calibrate import BATCHES, CONTEXTS, PREFILL_COUNTS, PREFILL_LENS, calibrate
+    from sortedrl.realrun.calibrate import (
+        BATCHES,
+        CONTEXTS,
+        PREFILL_COUNTS,
+        PREFILL_LENS,
+        calibrate,
+    )
     from sortedrl.sim.profile import write_profile
 
     if engine != "vllm":
@@ -436,7 +442,8 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
 ) -> None:
     """Replay a real run in the simulator and report the error per step."""
-    from sortedrl.validate import overlay_html, validate as run_validation, write_validate
+    from sortedrl.validate import overlay_html, write_validate
+    from sortedrl.validate import validate as run_validation
 
     profile = profile or rundir / "profile.json"
     if not profile.exists():
