@@ -420,7 +420,7 @@ def calibrate(
         raise ConfigError("--repeats and --max-num-seqs must be >= 1")
     per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(CONTEXTS)
            + len([c for c in PREFILL_COUNTS if c <= max_num_seqs]) * len(PREFILL_LENS))
-    bar = LazyProgress(repeats * (per + 7), "calibrate")
+    bar = LazyProgress(repeats * (per + 4) + per, "calibrate")
     try:
         profile = calibrate(str(model), max_num_seqs=max_num_seqs, repeats=repeats, seed=seed,
                             progress=bar)
@@ -428,8 +428,10 @@ def calibrate(
         bar.close()
     write_profile(out, profile)
     fit = profile["fit"]
-    typer.echo(f"wrote {out}: decode MAPE {100 * fit['decode']['mape']:.1f}% over "
-               f"{fit['decode']['measurements']} steps, prefill {100 * fit['prefill']['mape']:.1f}%, "
+    typer.echo(f"wrote {out}: engine steps MAPE {100 * fit['steps']['mape']:.1f}% (total "
+               f"{100 * fit['steps']['total_error']:+.1f}%) over "
+               f"{fit['steps']['measurements']} steps (decode-only {100 * fit['steps']['mape_decode_only']:.1f}%, "
+               f"with prefill {100 * fit['steps']['mape_with_prefill']:.1f}%), "
                f"update {100 * fit['train']['mape']:.1f}%, sync {1000 * fit['sync']['median']:.1f} ms")
 
 

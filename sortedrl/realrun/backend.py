@@ -73,6 +73,10 @@ class RealBackend(Backend):
         self.on_update = on_update
         self.flush: Callable[[], None] = lambda: None  # the run's logs, after each step or job
         self.t0 = time.monotonic() - clock_offset
+        # host time the runner adds around the engine, for calibration: per step, per admission
+        self.stats = {"steps": 0, "host_s": 0.0, "admitted": 0, "admit_s": 0.0,
+                      "events": 0, "event_s": 0.0}
+        self.step_log: list[tuple] | None = None  # (batch, new, new tokens, new pairs, kv, s)
         self.ctl: Controller | None = None
 
     # -- Backend interface -------------------------------------------------------------------
@@ -84,6 +88,7 @@ class RealBackend(Backend):
         return time.monotonic() - self.t0
 
     def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
+        t_start = time.perf_counter()
         for i, g in zip(samples, generated, strict=True):
             if g == 0 and self.kept[i]:  # the policy dropped the partial response
                 self.kept[i], self.kept_lp[i], self.kept_ver[i] = [], [], []
@@ -95,6 +100,8 @@ class RealBackend(Backend):
             self.engine.add(i, rid, self.prompts[i] + self.kept[i], len(self.kept[i]),
                             self.max_tokens - len(self.kept[i]), self.temperature, seed)
         self.idle_reported = False
+        self.stats["admitted"] += len(samples)
+        self.stats["admit_s"] += time.perf_counter() - t_start
 
     def abort(self, samples: list[int]) -> list[int]:
         now, out = self.now(), []
@@ -140,9 +147,31 @@ class RealBackend(Backend):
         self.kept_ver[i] += [self.state.version] * len(tokens)
 
     def _step(self) -> None:
+        st = self.stats
+        admits0, events0 = st["admit_s"], st["event_s"]
+        log = self.step_log
+        if log is not None:  # the step vLLM is about to run: up to max_num_seqs, FCFS
+            reqs = list(self.engine.requests.values())
+            running = [r for r in reqs if r.started]
+            fresh = [len(r.prompt) for r in reqs if not r.started][: max(0, self.state.max_num_seqs - len(running))]
+            shape = (len(running) + len(fresh), len(fresh), sum(fresh),
+                     sum(x * (x + 1) // 2 for x in fresh),
+                     sum(len(r.prompt) + r.count for r in running) + sum(fresh))
+            h0 = time.perf_counter()
         t_before = self.now()
         started, finished = self.engine.step(self.now)
         t_after = self.now()
+        h1 = time.perf_counter()
+        if log is not None:
+            log.append((*shape, h1 - h0))
+        try:
+            self._after_step(started, finished, t_before, t_after)
+        finally:  # host time around the engine step; admissions and events have their own terms
+            st["steps"] += 1
+            st["host_s"] += (time.perf_counter() - h1 - (st["admit_s"] - admits0)
+                             - (st["event_s"] - events0))
+
+    def _after_step(self, started, finished, t_before: float, t_after: float) -> None:
         if started:
             self.timeline.add("prefill", t_before, t_after, 0, [r.sample for r in started],
                               sum(len(r.prompt) for r in started), sum(r.kept for r in started))
@@ -163,10 +192,18 @@ class RealBackend(Backend):
         samples = list(lengths)
         self.ctl.samples_finished(samples, lengths)
         if self.ctl.policy.listens_to_finishes:
-            self.ctl.dispatch(Event(EventKind.FINISHED, 0, tuple(samples)))
+            self._event(Event(EventKind.FINISHED, 0, tuple(samples)))
         if not self.engine.has_unfinished() and not self.idle_reported:
             self.idle_reported = True
-            self.ctl.dispatch(Event(EventKind.ENGINE_IDLE, 0))
+            self._event(Event(EventKind.ENGINE_IDLE, 0))
+
+    def _event(self, event: Event) -> None:
+        """Dispatch an engine event, counting the host time the policy's reaction takes."""
+        st = self.stats
+        h0, admits0 = time.perf_counter(), st["admit_s"]
+        self.ctl.dispatch(event)
+        st["events"] += 1
+        st["event_s"] += time.perf_counter() - h0 - (st["admit_s"] - admits0)
 
     def _train(self, samples: list[int], version: int) -> None:
         t0 = self.now()

@@ -5,11 +5,14 @@ Measurements, each repeated ``repeats`` times:
   the first decodes exactly B sequences holding a known number of KV tokens (a grid of batch
   sizes x contexts);
 - prefills: the first step of a batch of new requests (a grid of prompt lengths x counts);
-- updates: the runner's own update path (a GRPO step plus the per-update checkpoint write) on
-  synthetic batches of several sizes;
-- weight syncs: the runner's push of the trainer's weights into vLLM.
-The fit is in :mod:`sortedrl.sim.profile`. Measurements go through the same engine adapter the
-runner uses, so its per-step host overhead is part of what is fitted.
+- updates, weight syncs and the runner's own host overhead (per engine step, per admitted
+  request, per policy event) from short ``sync`` and ``sortedrl`` runs of the real runner, so the
+  logs, checkpoints and bookkeeping it adds are in the profile: the host overhead becomes
+  ``t_fix`` (per step), ``p0`` (per request) and ``f0`` (per event; policy-dependent, measured
+  with the built-in policies); updates are fitted on padded tokens, as the trainer pads.
+Decode and prefill terms are fitted together on every engine step measured, the grid's and the
+runner's own (whose batches change shape every step, which costs vLLM more than a steady grid
+batch: the simulator must predict those). The fit is in :mod:`sortedrl.sim.profile`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sortedrl.realrun.model import check_model_dir
-from sortedrl.sim.profile import FORMAT, decode_time, fit_decode, fit_prefill, fit_train
+from sortedrl.sim.profile import FORMAT, fit_step_table, fit_train
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 CONTEXTS = (16, 64, 160)
@@ -37,7 +40,8 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     import vllm
 
     from sortedrl.realrun.engine import VllmEngine
-    from sortedrl.realrun.trainer import GRPOTrainer, Rollout
+    from sortedrl.realrun.run import RunConfig, run_real
+    from sortedrl.timeline import Timeline
 
     model = check_model_dir(model_dir)
     tick = progress or (lambda n, note="": None)
@@ -46,7 +50,7 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     eng = VllmEngine(str(model), max_num_seqs=max_num_seqs, max_model_len=max(max_len, 128), seed=seed)
     vocab = eng.engine.model_config.get_vocab_size()
     clock = time.perf_counter
-    decode, prefill = {"b": [], "s": [], "t": []}, {"n": [], "T": [], "P": [], "t": []}
+    steps: list[tuple] = []  # (batch, new, new tokens, new pairs, kv, seconds)
 
     def batch_run(count: int, length: int, steps: int) -> list[float]:
         for k in range(count):
@@ -69,59 +73,61 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
                 times = batch_run(b, ctx, DECODE_STEPS)
                 if not keep:
                     continue
-                # step 0 prefills and yields token 1; step j decodes with prompt + j tokens each
+                # step 0 prefills (and samples token 1); step j decodes prompt + j tokens each
+                steps.append((b, b, b * ctx, b * ctx * (ctx + 1) // 2, b * ctx, times[0]))
                 for j, t in enumerate(times[1:DECODE_STEPS], start=1):
-                    decode["b"].append(b)
-                    decode["s"].append(b * (ctx + j))
-                    decode["t"].append(t)
+                    steps.append((b, 0, 0, 0, b * (ctx + j), t))
                 tick(1, f"decode B={b} ctx={ctx}")
         for n in (x for x in PREFILL_COUNTS if x <= max_num_seqs):
             for length in PREFILL_LENS:
                 t = batch_run(n, length, 1)[0]
                 if not keep:
                     continue
-                prefill["n"].append(n)
-                prefill["T"].append(n * length)
-                prefill["P"].append(n * length * (length + 1) // 2)
-                prefill["t"].append(t)
+                steps.append((n, n, n * length, n * length * (length + 1) // 2, n * length, t))
                 tick(1, f"prefill {n} x {length}")
 
-    trainer = GRPOTrainer(str(model), seed=seed)
-    train = {"tokens": [], "t": []}
-    sync_times = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(repeats):
-            for size in (4, 16, 64):
-                for resp in (8, 32):
-                    batch = [Rollout(i, i // 4, [1] + [rng.randrange(4, vocab) for _ in range(8)],
-                                     [rng.randrange(4, vocab) for _ in range(resp)], [-1.0] * resp,
-                                     [0] * resp, float(i % 2)) for i in range(size)]
-                    t0 = clock()
-                    trainer.update(batch, [1.0 if i % 2 else -1.0 for i in range(size)], 0)
-                    trainer.save(str(Path(tmp) / "trainer.pt"))  # the runner checkpoints every update
-                    torch.save(trainer.state_dict(), Path(tmp) / "engine.pt")
-                    train["t"].append(clock() - t0)
-                    train["tokens"].append(size * (9 + resp))
-                    tick(1, f"update {size} x {resp}")
-            for _ in range(5):
-                t0 = clock()
-                eng.load_weights(trainer.state_dict(), 1)
-                _ = {k: v.clone() for k, v in trainer.state_dict().items()}  # the runner keeps a copy
-                sync_times.append(clock() - t0)
-            tick(1, "sync")
     kv_tokens = int(eng.engine.vllm_config.cache_config.num_gpu_blocks or 0) * int(
         eng.engine.vllm_config.cache_config.block_size)
     eng.close()
 
-    d = fit_decode(decode["b"], decode["s"], decode["t"])
-    dv = {k: v["value"] for k, v in d["terms"].items()}
-    p = fit_prefill(prefill["T"], prefill["P"], prefill["t"],
-                    decode_time(dv, prefill["n"], prefill["T"]))
+
+    # Updates, syncs and the runner's host overhead come from short real runs of the runner
+    # itself, so that every cost it adds (logs, checkpoints, bookkeeping) is in the fit.
+    train = {"tokens": [], "t": []}
+    sync_times: list[float] = []
+    host = {"steps": 0, "host_s": 0.0, "admitted": 0, "admit_s": 0.0, "events": 0, "event_s": 0.0}
+    runs = [("sync", [], 4, 4), ("sync", [], 8, 4), ("sync", [], 8, 8), ("sync", [], 16, 4),
+            ("sortedrl", ["update_batch=16"], 8, 4), ("sortedrl", ["update_batch=16", "mode=partial"], 8, 4)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(repeats):
+            for k, (policy, sets, prompts, n) in enumerate(runs):
+                out = Path(tmp) / f"run-{rep}-{k}"
+                st: dict = {}
+                run_real(RunConfig(model=str(model), policy=policy, sets=sets, out=str(out),
+                                   steps=4, prompts=prompts, group_size=n, max_num_seqs=max_num_seqs,
+                                   seed=seed + rep), stats=st)
+                tl = Timeline.read_jsonl(out / "timeline.jsonl")
+                seq = _sequence_lengths(out / "trace.partial.jsonl", n)
+                for t0, t1, _v, samples, _tokens in tl.trains[1:]:  # a first update pays set-up
+                    train["tokens"].append(len(samples) * max(seq[i] for i in samples))
+                    train["t"].append(t1 - t0)
+                sync_times += [t1 - t0 for t0, t1, _v in tl.syncs]
+                for key in host:
+                    host[key] += st[key]
+                steps += st["step_log"]  # the runner's own steps: what the simulator predicts
+                tick(1, f"runner: {policy} {prompts} prompts x {n}")
+
+    d = fit_step_table(*zip(*steps, strict=True), max_batch=max_num_seqs)
     tr = fit_train(train["tokens"], train["t"])
     sync_s = sorted(sync_times)[len(sync_times) // 2]
-    costs = {**dv, **{k: v["value"] for k, v in p["terms"].items()},
+    host_step = host["host_s"] / max(1, host["steps"])
+    p0 = host["admit_s"] / max(1, host["admitted"])
+    f0 = host["event_s"] / max(1, host["events"])
+    costs = {"t_fix": 0.0, "s1": 0.0, "a0": 0.0, "c1": 0.0, "a1": d["a1"], "p1": d["p1"],
+             "p2": d["p2"], "pn": d["pn"], "step_table": d["table"],
              **{k: v["value"] for k, v in tr["terms"].items()}, "sync_s": sync_s,
-             "prefill_in_step": True}
+             "prefill_in_step": True, "p0": p0 + d["pr"], "f0": f0, "train_padded": True}
+    costs["step_table"] = [x + host_step for x in d["table"]]  # the runner's work around each step
     return {
         "sortedrl_profile": FORMAT,
         "device": f"{platform.machine()} {platform.processor() or 'cpu'} ({torch.get_num_threads()} torch threads)",
@@ -131,10 +137,24 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
         "torch_version": torch.__version__,
         "engine_config": {"max_num_seqs": max_num_seqs, "kv_budget_tokens": kv_tokens or 10**7},
         "costs": costs,
-        "fit": {"decode": d, "prefill": p, "train": tr,
+        "fit": {"steps": d, "train": tr,
                 "sync": {"median": sync_s, "samples": len(sync_times),
-                         "spread": max(sync_times) - min(sync_times)}},
+                         "spread": max(sync_times) - min(sync_times)},
+                "runner": {"host_s_per_step": host_step, "admit_s_per_request": p0,
+                           "event_s_per_event": f0, "steps": host["steps"],
+                           "requests": host["admitted"], "events": host["events"]}},
         "grid": {"batches": list(BATCHES), "contexts": list(CONTEXTS), "decode_steps": DECODE_STEPS,
                  "prefill_lens": list(PREFILL_LENS), "prefill_counts": list(PREFILL_COUNTS),
                  "repeats": repeats},
     }
+
+
+def _sequence_lengths(rows_path: Path, n: int) -> dict[int, int]:
+    """Prompt + response length of every trained sample of a run, by sample index."""
+    import json
+
+    out = {}
+    for line in rows_path.read_text().splitlines():
+        r = json.loads(line)
+        out[int(r["prompt_id"][1:]) * n + int(r["sample"])] = r["prompt_len"] + r["response_len"]
+    return out

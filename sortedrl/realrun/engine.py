@@ -56,7 +56,7 @@ class VllmEngine:
     """One in-process vLLM engine, driven step by step."""
 
     def __init__(self, model_dir: str, max_num_seqs: int, max_model_len: int, seed: int = 0,
-                 kv_cache_gib: int = 1) -> None:
+                 kv_cache_gib: int = 1, warm_tokens: int = 0) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays ours
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -75,14 +75,32 @@ class VllmEngine:
         self.engine.set_weight_version(self.version)
         self.requests: dict[str, Request] = {}
         self.by_sample: dict[int, str] = {}
-        self._warm_up()
+        self._warm_up(max_model_len, warm_tokens or min(1024, max_num_seqs * 32))
 
-    def _warm_up(self) -> None:
-        """vLLM's first step costs about a second of one-off work; keep it off every timeline."""
+    def _warm_up(self, max_model_len: int, warm_tokens: int) -> None:
+        """vLLM's CPU kernels are built the first time each shape is seen: about a second for
+        the first, a millisecond or two for each new number of tokens in a step. Run every step
+        size from 1 to ``warm_tokens`` tokens once (prefills of requests that add up to it), then
+        a full batch that shrinks one sequence per step, so a run's clock starts warm."""
         from vllm import SamplingParams, TokensPrompt
 
-        self.engine.add_request("warmup", TokensPrompt(prompt_token_ids=[1, 2, 3]),
-                                SamplingParams(max_tokens=2, ignore_eos=True))
+        n = self.engine.vllm_config.scheduler_config.max_num_seqs
+        longest = max(1, min(max_model_len - 2, 256))
+        k = 0
+        for total in range(1, warm_tokens + 1):
+            left = total
+            while left > 0:
+                size = min(left, longest)
+                self.engine.add_request(f"warm-{k}", TokensPrompt(prompt_token_ids=[1] * size),
+                                        SamplingParams(max_tokens=1, seed=k, logprobs=0))
+                left -= size
+                k += 1
+            while self.engine.has_unfinished_requests():
+                self.engine.step()
+        for j in range(n):  # seeded, with log-probs: the sampling path the runner uses
+            self.engine.add_request(f"warmup-{j}", TokensPrompt(prompt_token_ids=[1] * (4 + j % 29)),
+                                    SamplingParams(max_tokens=1 + j, ignore_eos=True, seed=j,
+                                                   logprobs=0, temperature=1.0))
         while self.engine.has_unfinished_requests():
             self.engine.step()
 

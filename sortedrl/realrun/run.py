@@ -81,7 +81,10 @@ class Appender:
         self.f.close()
 
 
-def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
+def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | None = None) -> dict:
+    """Run, or resume, a real GRPO run; returns its summary. ``stats`` (for calibration)
+    receives the backend's host-overhead counters and, under ``steps``, every engine step's
+    shape and time."""
     model_dir = check_model_dir(cfg.model)
     task = get_task(cfg.task)
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
@@ -158,6 +161,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
         _checkpoint(ckpt, out, trainer, policy, controller, backend, synced, train)
 
     backend.on_update = on_update
+    if stats is not None:
+        backend.step_log = []
     backend.flush = lambda: [a.flush() for a in logs.values()]
     original_sync = backend._sync
 
@@ -174,6 +179,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None) -> dict:
         for a in logs.values():
             a.close()
         engine.close()
+        if stats is not None:
+            stats.update(backend.stats, step_log=backend.step_log)
     summary = summarize(Timeline.read_jsonl(out / "timeline.jsonl"))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_trace(out, cfg, task.name)

@@ -81,11 +81,12 @@ class SimBackend(Backend):
         return out
 
     def train(self, samples: list[int], version: int) -> None:
-        tokens = sum(self._plen[i] + self._lengths[i] for i in samples)
+        lengths = [self._plen[i] + self._lengths[i] for i in samples]
+        tokens = sum(lengths)
         start = self.env.now
         if self.placement == "colocated":  # the shared GPUs finish their in-flight steps first
             start = max([start] + [e.pub.t for e in self.engines])
-        dur = self.cost.train(tokens)
+        dur = self.cost.train(self.cost.train_tokens(lengths))
         self.env.process(self._train(start, dur, version, samples, tokens))
 
     def sync(self, version: int) -> None:
@@ -136,6 +137,8 @@ class SimBackend(Backend):
                 if t > env.now:
                     yield env.timeout(t - env.now)  # nothing else is due before t
                 self._dispatch(lambda ev=event: self.ctl.dispatch(ev))
+                if self.cost.f0 > 0 and event.engine is not None:
+                    self.engines[event.engine].hold(env.now, self.cost.f0)  # the policy's time
                 continue
             t = min(nexts)
             eng = engines[nexts.index(t)]

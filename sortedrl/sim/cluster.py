@@ -266,7 +266,12 @@ def _costs(raw: object, where: str) -> CostModel:
     vals = {}
     for n in (n for n in names if n in raw):
         v = raw[n]
-        if n == "prefill_in_step":
+        if n == "step_table":
+            from sortedrl.sim.profile import _table
+
+            vals[n] = _table(v, where)
+            continue
+        if n in ("prefill_in_step", "train_padded"):
             if not isinstance(v, bool):
                 raise ConfigError(f"{where}: field 'costs.{n}': expected true or false, got {v!r}")
             vals[n] = v
@@ -274,6 +279,6 @@ def _costs(raw: object, where: str) -> CostModel:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{n}': expected a number >= 0, got {v!r}")
         vals[n] = float(v)
-    if vals["t_fix"] + vals["a0"] <= 0:
+    if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
         raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
     return CostModel(**vals)

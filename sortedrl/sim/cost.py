@@ -43,12 +43,29 @@ class CostModel:
     # step's extra time and a new sample's first token comes with that step. False: a prefill is
     # its own engine pass that yields the first token.
     prefill_in_step: bool = False
+    p0: float = 0.0  # cost of admitting one request (vLLM add_request, batch insertion), s
+    pn: float = 0.0  # fixed extra cost of a step that starts any new request, s
+    f0: float = 0.0  # host time a policy event (finish, idle) holds the engine's loop, s
+    train_padded: bool = False  # the trainer pads a batch to its longest sequence
+    # Measured per-step fixed time for batch sizes 1..len (a calibrated lookup table, as vidur
+    # does); replaces t_fix + s1·B when given. Beyond the table it extends the last slope.
+    step_table: tuple[float, ...] | None = None
+
+    def fixed(self, batch: int) -> float:
+        """The part of a decode step that depends only on the batch size."""
+        tab = self.step_table
+        if tab is None:
+            return self.t_fix + self.s1 * batch
+        if batch <= len(tab):
+            return tab[batch - 1] if batch > 0 else tab[0]
+        slope = (tab[-1] - tab[-2]) if len(tab) > 1 else 0.0
+        return tab[-1] + slope * (batch - len(tab))
 
     # -- decode ----------------------------------------------------------------------------
 
     def decode_step(self, batch: int, kv_tokens: int) -> float:
         """One decode step of ``batch`` sequences that hold ``kv_tokens`` KV tokens in total."""
-        return self.t_fix + self.s1 * batch + max(self.a0 + self.a1 * kv_tokens, self.c1 * batch)
+        return self.fixed(batch) + max(self.a0 + self.a1 * kv_tokens, self.c1 * batch)
 
     def _split(self, batch: int, kv0: int) -> tuple[float, float, float, int]:
         """(alpha, beta, compute, j*): step j costs t_fix + max(alpha + beta·j, compute).
@@ -76,7 +93,7 @@ class CostModel:
         if steps <= 0:
             return 0.0
         alpha, beta, comp, j = self._split(batch, kv0)
-        fixed = self.t_fix + self.s1 * batch
+        fixed = self.fixed(batch)
         if j < 0 or steps <= j:
             return steps * (fixed + comp)
         mem_steps = steps - j
@@ -88,7 +105,7 @@ class CostModel:
         if elapsed <= 0.0:
             return 0
         alpha, beta, comp, j = self._split(batch, kv0)
-        fixed = self.t_fix + self.s1 * batch
+        fixed = self.fixed(batch)
         per = fixed + comp
         if j < 0:
             k = int(elapsed // per)
@@ -112,15 +129,21 @@ class CostModel:
 
     # -- prefill, training, sync -----------------------------------------------------------
 
-    def prefill(self, tokens: int, pairs: int) -> float:
-        """Prefill ``tokens`` new tokens with ``pairs`` causal (query, key) attention pairs."""
+    def prefill(self, tokens: int, pairs: int, requests: int = 0) -> float:
+        """Prefill ``tokens`` new tokens of ``requests`` requests with ``pairs`` causal (query,
+        key) attention pairs."""
         if self.prefill_in_step:
-            return self.p1 * tokens + self.p2 * pairs
-        return self.t_fix + max(self.a0, self.p1 * tokens + self.p2 * pairs)
+            return self.pn + self.p0 * requests + self.p1 * tokens + self.p2 * pairs
+        return self.p0 * requests + self.t_fix + max(self.a0, self.p1 * tokens + self.p2 * pairs)
 
     def train(self, tokens: int) -> float:
-        """One update on ``tokens`` tokens (prompt + response of every sample in the batch)."""
+        """One update on ``tokens`` tokens (prompt + response of every sample in the batch, or
+        batch size x the longest sequence when ``train_padded``: see :meth:`train_tokens`)."""
         return self.train_fix + self.train_per_token * tokens
+
+    def train_tokens(self, lengths: list[int]) -> int:
+        """The tokens an update pays for, from each sample's prompt + response length."""
+        return len(lengths) * max(lengths) if self.train_padded else sum(lengths)
 
     def sync(self) -> float:
         """One weight sync from the trainer to the rollout engines."""

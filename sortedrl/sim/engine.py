@@ -150,8 +150,8 @@ class Engine:
             c = self.cost
             alpha = c.a0 + c.a1 * kv
             if alpha >= c.c1 * b:  # memory-bound throughout: the common case, inlined
-                self.next_t = (p.t + k * (c.t_fix + c.s1 * b + alpha)
-                               + c.a1 * b * (k * (k - 1) // 2))
+                fx = c.t_fix + c.s1 * b if c.step_table is None else c.fixed(b)
+                self.next_t = p.t + k * (fx + alpha) + c.a1 * b * (k * (k - 1) // 2)
             else:
                 self.next_t = p.t + c.decode_time(k, b, kv)
         self._slots[p.index] = self.next_t
@@ -239,7 +239,7 @@ class Engine:
             recomputed += g0
         self._seq = seq
         p.kv = kv
-        dt = self.cost.prefill(tokens, pairs)
+        dt = self.cost.prefill(tokens, pairs, len(admitted))
         self._prefills.append((t, t + dt, p.index, admitted, tokens, recomputed))
         p.t = t + dt
         p.prefilling = tuple(admitted)
@@ -305,6 +305,14 @@ class Engine:
         self.materialize(now)
         self.enabled = enabled
         self.plan()
+
+    def hold(self, now: float, seconds: float) -> None:
+        """The host is busy for ``seconds`` (reacting to an event): the engine does not step."""
+        self.materialize(now)
+        p = self.pub
+        if not p.frozen:
+            p.t = max(p.t, now) + seconds
+            self.plan()
 
     def begin_sync(self, now: float) -> None:
         """Stop at the next step boundary for a weight sync; running spans end there."""

@@ -80,6 +80,53 @@ def fit_prefill(tokens, pairs, step_seconds, decode_seconds) -> dict:
     return _report(PREFILL_TERMS, x, err, mape, len(t))
 
 
+def fit_steps(batch, new, new_tokens, new_pairs, kv, seconds) -> dict:
+    """One fit of decode and prefill terms over engine steps of any mix: a step of B sequences
+    (``new`` of them prefilling ``new_tokens`` tokens with ``new_pairs`` attention pairs) holding
+    ``kv`` KV tokens costs ``t_fix + s1·B + max(a0 + a1·S, c1·B) + p1·T + p2·pairs``."""
+    b, n, T, P, s, t = (np.asarray(v, dtype=float) for v in (batch, new, new_tokens, new_pairs, kv, seconds))
+
+    def model(p):
+        return p[0] + p[1] * b + np.maximum(p[2] + p[3] * s, p[4] * b) + p[5] * T + p[6] * P
+
+    x0 = np.array([t.min() * 0.5, 1e-5, t.min() * 0.5, 1e-8, 1e-5, 1e-6, 1e-12])
+    x, err, mape = _fit(model, x0, t)
+    out = _report(DECODE_TERMS + PREFILL_TERMS, x, err, mape, len(t))
+    out["mape_decode_only"] = float(np.mean(np.abs(model(x)[n == 0] - t[n == 0]) / t[n == 0])) if (n == 0).any() else 0.0
+    out["mape_with_prefill"] = float(np.mean(np.abs(model(x)[n > 0] - t[n > 0]) / t[n > 0])) if (n > 0).any() else 0.0
+    return out
+
+
+def fit_step_table(batch, new, new_tokens, new_pairs, kv, seconds, max_batch: int) -> dict:
+    """A lookup-table fit: a step costs ``T[B] + a1·S + [new > 0]·pn + pr·new + p1·T_new +
+    p2·pairs``, linear in every unknown, solved by bounded linear least squares weighted by each
+    step's duration. T[B] for batch sizes never measured is interpolated; the table is made
+    non-decreasing."""
+    from scipy.optimize import lsq_linear
+
+    b = np.minimum(np.asarray(batch, dtype=int), max_batch)
+    n, T, P, s, t = (np.asarray(v, dtype=float) for v in (new, new_tokens, new_pairs, kv, seconds))
+    X = np.zeros((len(t), max_batch + 5))
+    X[np.arange(len(t)), b - 1] = 1.0
+    X[:, max_batch], X[:, max_batch + 1], X[:, max_batch + 2] = s, T, P
+    X[:, max_batch + 3], X[:, max_batch + 4] = (n > 0), n
+    w = 1.0 / np.sqrt(t * t.mean())
+    x = lsq_linear(X * w[:, None], t * w, bounds=(0.0, np.inf)).x
+    counts = np.bincount(b - 1, minlength=max_batch)
+    seen = np.flatnonzero(counts >= 3)
+    table = np.interp(np.arange(max_batch), seen, x[seen]) if seen.size else np.full(max_batch, t.mean())
+    table = np.maximum.accumulate(table)
+    pred = X[:, :max_batch] @ table + X[:, max_batch:] @ x[max_batch:]
+    rel = np.abs(pred - t) / t
+    return {"table": [float(v) for v in table], "a1": float(x[max_batch]), "p1": float(x[max_batch + 1]),
+            "p2": float(x[max_batch + 2]), "pn": float(x[max_batch + 3]), "pr": float(x[max_batch + 4]),
+            "mape": float(rel.mean()),
+            "mape_decode_only": float(rel[n == 0].mean()) if (n == 0).any() else 0.0,
+            "mape_with_prefill": float(rel[n > 0].mean()) if (n > 0).any() else 0.0,
+            "total_error": float((pred.sum() - t.sum()) / t.sum()), "measurements": int(len(t)),
+            "batch_counts": [int(c) for c in counts]}
+
+
 def decode_time(terms: dict, batch, kv) -> np.ndarray:
     b, s = np.asarray(batch, dtype=float), np.asarray(kv, dtype=float)
     return terms["t_fix"] + terms["s1"] * b + np.maximum(terms["a0"] + terms["a1"] * s, terms["c1"] * b)
@@ -126,9 +173,14 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
     vals = {}
     for f in dataclasses.fields(CostModel):
         if f.name not in costs:
+            if f.default is not dataclasses.MISSING:
+                continue
             raise ConfigError(f"{where}: field 'costs.{f.name}': missing")
         v = costs[f.name]
-        if f.name == "prefill_in_step":
+        if f.name == "step_table":
+            vals[f.name] = _table(v, where)
+            continue
+        if f.name in ("prefill_in_step", "train_padded"):
             if not isinstance(v, bool):
                 raise ConfigError(f"{where}: field 'costs.{f.name}': expected true or false, got {v!r}")
             vals[f.name] = v
@@ -139,7 +191,7 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
     extra = set(costs) - set(vals)
     if extra:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(sorted(extra))}")
-    if vals["t_fix"] + vals["a0"] <= 0:
+    if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
         raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
     ec = raw["engine_config"]
     try:
@@ -148,3 +200,12 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
         raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens") from None
     return Cluster(name=name, gpus=1, tp=1, placement="colocated", max_num_seqs=seqs,
                    kv_budget_tokens=kv, kv_watermark=0.0, costs=CostModel(**vals)).validate(where)
+
+
+def _table(v: object, where: str) -> tuple[float, ...] | None:
+    if v is None:
+        return None
+    if (not isinstance(v, list) or not v
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)):
+        raise ConfigError(f"{where}: field 'costs.step_table': expected a list of seconds >= 0 per batch size")
+    return tuple(float(x) for x in v)

@@ -39,11 +39,11 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     """
     c = cluster.cost()
     q = cluster.max_num_seqs
-    peak = q / (c.t_fix + c.s1 * q + max(c.a0, c.c1 * q))  # tokens/s of one engine
+    peak = max(b / (c.fixed(b) + max(c.a0, c.c1 * b)) for b in range(1, q + 1))  # tok/s, one engine
     decode = int(trace.response_len.sum()) - len(trace)  # the first token comes from prefill
     prefill = c.p1 * int(trace.prompt_len.sum())
     work = (decode / peak + prefill) / cluster.engines
-    chain = (int(trace.response_len.max()) - 1) * (c.t_fix + c.s1 + c.a0)
+    chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.a0)
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
     train = c.train(tokens)
     if cluster.placement == "colocated":

@@ -1,0 +1,134 @@
+"""Calibration and validation: the fits recover known costs, profiles are checked, and
+``validate`` reports its error table on a run recorded by the real runner (a bundled fixture).
+
+Run: pytest tests/test_calibrate.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.errors import ConfigError
+from sortedrl.sim.cluster import load_cluster
+from sortedrl.sim.cost import CostModel
+from sortedrl.sim.profile import fit_step_table, fit_train, profile_cluster
+from sortedrl.timeline import Timeline
+from sortedrl.validate import step_table
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+RUN, PROFILE = FIX / "run-sync", FIX / "cpu-profile.json"
+runner = CliRunner()
+
+
+def test_step_fit_recovers_a_known_cost_model():
+    rng = np.random.default_rng(0)
+    table = np.array([1.0, 1.1, 1.25, 1.3, 1.5, 1.6, 1.8, 2.0]) * 1e-3
+    a1, pn, pr, p1, p2 = 2e-8, 3e-4, 5e-5, 4e-6, 1e-9
+    rows = []
+    for _ in range(400):
+        b = int(rng.integers(1, 9))
+        new = int(rng.integers(0, b + 1)) if rng.random() < 0.3 else 0
+        lens = rng.integers(4, 40, size=new)
+        T, P = int(lens.sum()), int((lens * (lens + 1) // 2).sum())
+        S = int(rng.integers(b * 5, b * 100))
+        t = table[b - 1] + a1 * S + (pn if new else 0.0) + pr * new + p1 * T + p2 * P
+        rows.append((b, new, T, P, S, t))
+    fit = fit_step_table(*zip(*rows, strict=True), max_batch=8)
+    np.testing.assert_allclose(fit["table"], table, rtol=1e-6)
+    for name, want in (("a1", a1), ("pn", pn), ("pr", pr), ("p1", p1), ("p2", p2)):
+        assert fit[name] == pytest.approx(want, rel=1e-5), name
+    assert fit["mape"] < 1e-6 and fit["measurements"] == 400
+
+
+def test_step_fit_fills_unseen_batch_sizes_and_keeps_the_table_monotone():
+    rows = [(b, 0, 0, 0, 0, t) for b, t in ((1, 1.0), (2, 1.2), (5, 1.8)) for _ in range(5)]
+    fit = fit_step_table(*zip(*rows, strict=True), max_batch=6)
+    np.testing.assert_allclose(fit["table"], [1.0, 1.2, 1.4, 1.6, 1.8, 1.8], rtol=1e-6)
+
+
+def test_train_fit_recovers_fixed_and_per_token_costs():
+    tokens = np.array([100, 400, 900, 1600, 2500])
+    fit = fit_train(tokens, 0.01 + 2e-5 * tokens)
+    assert fit["terms"]["train_fix"]["value"] == pytest.approx(0.01, rel=1e-6)
+    assert fit["terms"]["train_per_token"]["value"] == pytest.approx(2e-5, rel=1e-6)
+
+
+def test_a_profile_is_a_cluster():
+    c = load_cluster(str(PROFILE))
+    raw = json.loads(PROFILE.read_text())
+    assert c.name == "cpu-profile" and c.engines == 1 and c.placement == "colocated"
+    assert c.max_num_seqs == raw["engine_config"]["max_num_seqs"]
+    cost = c.cost()
+    assert cost.step_table == tuple(raw["costs"]["step_table"]) and cost.prefill_in_step
+    assert cost.decode_step(3, 100) == pytest.approx(raw["costs"]["step_table"][2] + 100 * raw["costs"]["a1"])
+    assert isinstance(cost, CostModel)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: p.pop("costs"), "field 'costs': missing (not a profile from sortedrl calibrate?)"),
+    (lambda p: p["costs"].pop("train_fix"), "field 'costs.train_fix': missing"),
+    (lambda p: p["costs"].update(a1=-1), "field 'costs.a1': expected a number >= 0, got -1"),
+    (lambda p: p["costs"].update(a1="fast"), "field 'costs.a1': expected a number >= 0, got 'fast'"),
+    (lambda p: p["costs"].update(step_table=[]), "field 'costs.step_table': expected a list of seconds"),
+    (lambda p: p["costs"].update(prefill_in_step=1), "field 'costs.prefill_in_step': expected true or false"),
+    (lambda p: p["costs"].update(bogus=1), "field 'costs': unknown bogus"),
+    (lambda p: p.update(sortedrl_profile=99), "field 'sortedrl_profile': format 99 is not 1"),
+    (lambda p: p["engine_config"].pop("max_num_seqs"), "field 'engine_config': needs integer max_num_seqs"),
+])
+def test_bad_profiles_are_rejected_clearly(tmp_path, edit, message):
+    raw = json.loads(PROFILE.read_text())
+    edit(raw)
+    with pytest.raises(ConfigError) as e:
+        profile_cluster(raw, "p.json", "p")
+    assert str(e.value).startswith("p.json: ") and message in str(e.value)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    r = runner.invoke(app, ["simulate", "--trace", str(RUN / "trace.jsonl"), "--policy", "sync",
+                            "--cluster", str(path), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and message in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_simulate_accepts_a_profile(tmp_path):
+    r = runner.invoke(app, ["simulate", "--trace", str(RUN / "trace.jsonl"), "--policy", "sync",
+                            "--cluster", str(PROFILE), "--out", str(tmp_path / "s"), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["cluster"] == "cpu-profile" and s["samples_trained"] == 128
+
+
+def test_validate_prints_the_error_table_for_a_recorded_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in RUN.iterdir():
+        (run / f.name).write_bytes(f.read_bytes())
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE), "--plot", str(tmp_path / "v.html")])
+    assert r.exit_code == 0, r.output
+    v = json.loads((run / "validate.json").read_text())
+    assert v["policy"] == "sync" and v["steps_real"] == v["steps_sim"] == 4
+    real = step_table(Timeline.read_jsonl(run / "timeline.jsonl"))
+    assert [s["real_step_s"] for s in v["steps"]] == [x["step_s"] for x in real]
+    for s in v["steps"]:
+        assert s["step_err_pct"] == pytest.approx(abs(s["sim_step_s"] - s["real_step_s"]) / s["real_step_s"] * 100)
+    assert v["step_time_mape"] == pytest.approx(np.mean([s["step_err_pct"] for s in v["steps"]]))
+    assert v["bubble_ratio_abs_err"] == pytest.approx(abs(v["sim"]["bubble_ratio"] - v["real"]["bubble_ratio"]))
+    assert v["sim"]["samples_trained"] == v["real"]["samples_trained"] == 128
+    for word in ("real step s", "sim step s", "step_time_mape", "bubble_ratio_abs_err"):
+        assert word in r.stdout
+    html = (tmp_path / "v.html").read_text()
+    assert "validate sync" in html and "<script src=\"http" not in html
+    # deterministic: a second validation gives the same numbers
+    r2 = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE), "--json"])
+    assert json.loads(r2.stdout) == v
+
+
+def test_validate_errors(tmp_path):
+    r = runner.invoke(app, ["validate", str(tmp_path), "--profile", str(PROFILE)])
+    assert r.exit_code == 2 and "missing timeline.jsonl" in r.stderr
+    r = runner.invoke(app, ["validate", str(RUN)])
+    assert r.exit_code == 2 and "profile.json: not found (make one with `sortedrl calibrate`)" in r.stderr
