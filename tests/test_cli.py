@@ -148,3 +148,14 @@ def test_clusters_lists_presets_with_shapes():
     assert r.exit_code == 0
     assert "h100-llama3.1-8b: 8 GPUs, tp=1, 8 engines x 256 seqs, KV 426,788 tokens/engine, colocated" in r.stdout
     assert "h200-qwen2.5-32b-disagg: 8 GPUs, tp=2, 3 engines x 256 seqs" in r.stdout
+
+
+def test_simulate_exports_perfetto(tmp_path):
+    pf = tmp_path / "trace.json"
+    r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(tmp_path / "r"),
+               "--perfetto", str(pf))
+    assert r.exit_code == 0, r.output
+    events = json.loads(pf.read_text())["traceEvents"]
+    names = {e.get("name") for e in events if e.get("ph") == "X"}
+    assert {"update 0", "sync to version 1", "rollout", "prefill", "sample 0"} <= names
+    assert {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"} >= {"engine 0", "trainer"}

@@ -1,33 +1,16 @@
 """The ``plot`` and ``report`` commands, added to the ``sortedrl`` CLI by :func:`register`.
 
 They live here rather than in ``sortedrl/cli.py`` so that the plotting code (and plotly) is
-imported only by the commands that need it, and so that ``cli.py`` can import this module without
-a cycle: the error wrapper is passed in, or a local one equivalent to ``cli.user_errors`` is used.
+imported only by the commands that need it.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from sortedrl.errors import SortedRLError
-
-Wrap = Callable[[Callable], Callable]
-
-
-def one_line_errors(fn: Callable) -> Callable:
-    """Report a SortedRLError as one ``error:`` line on stderr and exit with its code (2)."""
-    @functools.wraps(fn)
-    def wrapper(*args: object, **kwargs: object) -> object:
-        try:
-            return fn(*args, **kwargs)
-        except SortedRLError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(e.exit_code) from None
-    return wrapper
+from sortedrl.cli_common import user_errors
 
 
 def plot(
@@ -63,8 +46,7 @@ def report(
     typer.echo(f"wrote {write_report(dir, out)}")
 
 
-def register(app: typer.Typer, wrap: Wrap | None = None) -> None:
-    """Add ``plot`` and ``report`` to ``app``; ``wrap`` turns errors into exit codes."""
-    wrap = wrap or one_line_errors
-    app.command("plot")(wrap(plot))
-    app.command("report")(wrap(report))
+def register(app: typer.Typer) -> None:
+    """Add ``plot`` and ``report`` to ``app``, with one-line errors."""
+    app.command("plot")(user_errors(plot))
+    app.command("report")(user_errors(report))

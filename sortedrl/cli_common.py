@@ -1,0 +1,142 @@
+"""Helpers the ``sortedrl`` commands share: one-line errors, all-or-nothing output, progress,
+and tables.
+
+Every command turns a :class:`~sortedrl.errors.SortedRLError` into one ``error: ...`` line on
+stderr and exit code 2, with no traceback and no half-written output.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.traces.io import read_trace
+from sortedrl.traces.schema import Trace
+from sortedrl.traces.synth import synthesize
+
+err = Console(stderr=True)
+
+UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "s", "sync_s": "s",
+         "tokens_per_s": "tok/s", "generated_tokens": "tok", "useful_tokens": "tok",
+         "wasted_tokens": "tok", "recomputed_tokens": "tok", "staleness_mean": "versions",
+         "staleness_p95": "versions", "staleness_max": "versions"}
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Report SortedRLError as one line and exit 2."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SortedRLError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(e.exit_code) from None
+    return wrapper
+
+
+def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | None,
+                     group_size: int | None, steps: int | None, seed: int) -> Trace:
+    if (trace is None) == (synthetic is None):
+        raise ConfigError("give exactly one of --trace FILE or --synthetic PRESET")
+    if trace is not None:
+        return read_trace(trace)
+    return synthesize(synthetic, prompts=prompts, group_size=group_size, steps=steps, seed=seed)
+
+
+def write_run_dir(out: Path, files: dict[str, Callable[[Path], None]]) -> None:
+    """Write ``files`` (relative paths) into ``out`` all-or-nothing: build them in a temporary
+    sibling first, then move them in; files of ``out`` not named here are left alone."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        for name, write in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            write(tmp / name)
+        if not out.exists():
+            os.rename(tmp, out)
+            return
+        for name in files:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / name, out / name)
+        shutil.rmtree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_json(obj: object) -> Callable[[Path], None]:
+    return lambda p: p.write_text(json.dumps(obj, indent=2) + "\n")
+
+
+class LazyProgress:
+    """A rich progress bar on stderr that appears only once a run has lasted a second."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total, self.label, self.done = total, label, 0
+        self.t0 = time.monotonic()
+        self.bar: Progress | None = None
+        self.task = None
+
+    def __call__(self, advance: int, note: str = "") -> None:
+        self.done += advance
+        if note:
+            self.label = note
+        if self.bar is None:
+            if time.monotonic() - self.t0 < 1.0:
+                return
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=err, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=self.total)
+        self.bar.update(self.task, completed=self.done, description=self.label)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def summary_table(summary: dict, title: str) -> Table:
+    table = Table(title=title, show_header=True)
+    table.add_column("metric", no_wrap=True, min_width=18)
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    for key, value in summary.items():
+        table.add_row(key, _cell(value), UNITS.get(key, ""))
+    return table
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, dict):
+        return "\n".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in value.items()) or "defaults"
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+# -- options several commands take ------------------------------------------------------------------
+
+TRACE = typer.Option(None, "--trace", help="length trace (.jsonl, .csv, .parquet)")
+SYNTHETIC = typer.Option(None, "--synthetic", help="synthetic preset (logic-8k, math-16k)")
+CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help="cluster preset, cluster file or calibrated profile")
+SEED = typer.Option(0, "--seed", help="seed (synthetic traces, searches)")
+PROMPTS = typer.Option(None, "--prompts", help="synthetic: prompts per step")
+GROUP_SIZE = typer.Option(None, "--group-size", help="synthetic: responses per prompt")
+STEPS = typer.Option(None, "--steps", help="synthetic: steps")

@@ -1,0 +1,163 @@
+"""The real runner's commands: ``model init``, ``run``, ``calibrate`` and ``validate``.
+
+vLLM, torch and transformers are imported inside the commands, so the rest of the CLI starts
+fast and works without the ``[cpu]`` or ``[gpu]`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sortedrl.cli_common import LazyProgress, summary_table, user_errors
+from sortedrl.errors import ConfigError
+
+
+def register(app: typer.Typer) -> None:
+    model_app = typer.Typer(no_args_is_help=True, help="Build the tiny local model for real runs.")
+    app.add_typer(model_app, name="model")
+
+
+    @model_app.command("init")
+    @user_errors
+    def model_init(
+        out: Path = typer.Option(..., "--out", help="directory to create (HF format)"),
+        task: str = typer.Option("sort", "--task", help="toy task whose text trains the tokenizer"),
+        hidden: int = typer.Option(64, "--hidden", help="hidden size (multiple of 32)"),
+        layers: int = typer.Option(2, "--layers", help="transformer layers"),
+        warmup_steps: int = typer.Option(300, "--warmup-steps", help="supervised warm-start steps (0: random weights)"),
+        seed: int = typer.Option(0, "--seed", help="seed"),
+    ) -> None:
+        """A tiny Qwen2 model with random weights and a locally trained tokenizer; no downloads."""
+        from sortedrl.realrun.model import init_model
+
+        path = init_model(out, task=task, hidden=hidden, layers=layers, warmup_steps=warmup_steps, seed=seed)
+        typer.echo(f"wrote {path}")
+
+
+    @app.command()
+    @user_errors
+    def run(
+        model: Path = typer.Option(..., "--model", help="model directory from `sortedrl model init`"),
+        policy: str = typer.Option(..., "--policy", help="policy name or module:Class"),
+        steps: int = typer.Option(..., "--steps", help="steps of prompts to train on"),
+        out: Path = typer.Option(..., "--out", help="run directory"),
+        sets: list[str] = typer.Option([], "--set", help="policy knob key=value (repeatable)"),
+        task: str = typer.Option("sort", "--task", help="toy task"),
+        prompts: int = typer.Option(8, "--prompts", help="prompts per step"),
+        group_size: int = typer.Option(4, "--group-size", help="responses per prompt (GRPO n)"),
+        max_tokens: int = typer.Option(64, "--max-tokens", help="response cap"),
+        lr: float = typer.Option(1e-3, "--lr", help="learning rate"),
+        kl_coef: float = typer.Option(0.0, "--kl", help="KL coefficient to the initial weights"),
+        max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
+        seed: int = typer.Option(0, "--seed", help="seed"),
+        resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint"),
+        perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
+        as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
+    ) -> None:
+        """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
+        from sortedrl.realrun.run import RunConfig, run_real
+
+        cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
+                        task=task, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr,
+                        kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed)
+        bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
+        try:
+            summary = run_real(cfg, resume=resume, progress=bar)
+        finally:
+            bar.close()
+        if perfetto is not None:
+            from sortedrl.plot.perfetto import write_perfetto
+            from sortedrl.timeline import Timeline
+
+            write_perfetto(Timeline.read_jsonl(out / "timeline.jsonl"), perfetto)
+        if as_json:
+            typer.echo(json.dumps(summary, indent=2))
+            return
+        Console().print(summary_table(summary, f"{policy} for real on {model}"))
+        typer.echo(f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl")
+
+
+    @app.command()
+    @user_errors
+    def calibrate(
+        model: Path = typer.Option(..., "--model", help="model directory from `sortedrl model init`"),
+        out: Path = typer.Option(..., "--out", help="profile to write (PROFILE.json)"),
+        engine: str = typer.Option("vllm", "--engine", help="engine to measure (vllm)"),
+        max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
+        repeats: int = typer.Option(3, "--repeats", help="repetitions of the measurement grid"),
+        seed: int = typer.Option(0, "--seed", help="seed"),
+    ) -> None:
+        """Measure decode, prefill, update and sync times on the real engine; fit the cost model."""
+        from sortedrl.realrun.calibrate import (
+            BATCHES,
+            CONTEXTS,
+            PREFILL_COUNTS,
+            PREFILL_LENS,
+            calibrate,
+        )
+        from sortedrl.sim.profile import write_profile
+
+        if engine != "vllm":
+            raise ConfigError(f"--engine {engine}: unknown engine (known: vllm)")
+        if repeats < 1 or max_num_seqs < 1:
+            raise ConfigError("--repeats and --max-num-seqs must be >= 1")
+        per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(CONTEXTS)
+               + len([c for c in PREFILL_COUNTS if c <= max_num_seqs]) * len(PREFILL_LENS))
+        bar = LazyProgress(repeats * (per + 4) + per, "calibrate")
+        try:
+            profile = calibrate(str(model), max_num_seqs=max_num_seqs, repeats=repeats, seed=seed,
+                                progress=bar)
+        finally:
+            bar.close()
+        write_profile(out, profile)
+        fit = profile["fit"]
+        typer.echo(f"wrote {out}: engine steps MAPE {100 * fit['steps']['mape']:.1f}% (total "
+                   f"{100 * fit['steps']['total_error']:+.1f}%) over "
+                   f"{fit['steps']['measurements']} steps (decode-only {100 * fit['steps']['mape_decode_only']:.1f}%, "
+                   f"with prefill {100 * fit['steps']['mape_with_prefill']:.1f}%), "
+                   f"update {100 * fit['train']['mape']:.1f}%, sync {1000 * fit['sync']['median']:.1f} ms")
+
+
+    @app.command()
+    @user_errors
+    def validate(
+        rundir: Path = typer.Argument(..., help="run directory written by `sortedrl run`"),
+        profile: Path = typer.Option(None, "--profile", help="calibrated profile (default RUNDIR/profile.json)"),
+        plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated"),
+        as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
+    ) -> None:
+        """Replay a real run in the simulator and report the error per step."""
+        from sortedrl.validate import overlay_html, write_validate
+        from sortedrl.validate import validate as run_validation
+
+        profile = profile or rundir / "profile.json"
+        if not profile.exists():
+            raise ConfigError(f"--profile {profile}: not found (make one with `sortedrl calibrate`)")
+        result = run_validation(rundir, profile)
+        write_validate(result, rundir / "validate.json")
+        if plot is not None:
+            overlay_html(result, plot)
+        if as_json:
+            typer.echo((rundir / "validate.json").read_text(), nl=False)
+            return
+        table = Table(title=f"validate {result['policy']} ({rundir}) against {profile}")
+        for col in ("step", "real step s", "sim step s", "err %", "real rollout s", "sim rollout s",
+                    "real train s", "sim train s", "real bubble", "sim bubble"):
+            table.add_column(col, justify="right")
+        for s in result["steps"]:
+            table.add_row(str(s["step"]), f"{s['real_step_s']:.3f}", f"{s['sim_step_s']:.3f}",
+                          f"{s['step_err_pct']:.1f}", f"{s['real_rollout_s']:.3f}", f"{s['sim_rollout_s']:.3f}",
+                          f"{s['real_train_s']:.3f}", f"{s['sim_train_s']:.3f}",
+                          f"{s['real_bubble_ratio']:.3f}", f"{s['sim_bubble_ratio']:.3f}")
+        console = Console(width=140)
+        console.print(table)
+        console.print(f"step_time_mape {result['step_time_mape']:.2f}%  rollout_time_mape "
+                      f"{result['rollout_time_mape']:.2f}%  bubble_ratio_abs_err "
+                      f"{100 * result['bubble_ratio_abs_err']:.2f} points  makespan error "
+                      f"{result['makespan_err_pct']:.2f}%")
+        console.print(f"wrote {rundir}/validate.json" + (f" and {plot}" if plot else ""))
