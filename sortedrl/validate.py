@@ -3,8 +3,10 @@
 The run directory holds what ``sortedrl run`` wrote: the timeline, the observed trace and the
 run's configuration (policy, knobs, engine size) in the timeline's meta record. The simulator
 replays the trace with the same policy and knobs on the cluster a calibrated profile describes,
-with the run's ``max_num_seqs``. Steps are aligned by update: step k ends when update k ends and
-starts when update k-1 ended, so a step holds its rollout, its update, and the sync before it.
+with the run's ``max_num_seqs``. Steps follow the real run's updates: real step k ends when
+update k ends, and the simulated step k ends when the simulation has trained as many samples
+(a policy whose decisions depend on timing may split them into a different number of updates).
+A step holds its rollout, its update(s), and the sync before it.
 Per step we compare step time, rollout time (time with at least one running sample), update time
 and bubble ratio; ``step_time_mape`` and ``bubble_ratio_abs_err`` (whole run) are the headline
 errors.
@@ -27,22 +29,48 @@ from sortedrl.timeline import Timeline
 from sortedrl.traces.io import read_trace
 
 
-def step_table(tl: Timeline) -> list[dict]:
-    """Per update: step, rollout and update time, and the bubble ratio within the step."""
+def step_ends(tl: Timeline) -> tuple[list[float], list[int]]:
+    """End time of every update, and how many samples had been trained by then."""
+    trains = sorted(tl.trains, key=lambda r: r[0])
+    return [r[1] for r in trains], list(np.cumsum([len(r[3]) for r in trains]).tolist())
+
+
+def window(tl: Timeline, start: float, end: float) -> dict:
+    """Step, rollout and update time, and the bubble ratio, within ``[start, end]``."""
     sp = span_table(tl)
     capacity = int(tl.meta["engines"]) * int(tl.meta["max_num_seqs"])
-    trains = sorted(tl.trains, key=lambda r: r[0])
+    a, b = np.clip(sp["t0"], start, end), np.clip(sp["t1"], start, end)
+    keep = b > a
+    rollout = union_length(a[keep], b[keep])
+    busy = float(np.sum(b[keep] - a[keep]))
+    train = sum(max(0.0, min(t1, end) - max(t0, start)) for t0, t1, *_ in tl.trains)
+    return {"step_s": end - start, "rollout_s": rollout, "train_s": train,
+            "bubble_ratio": 1.0 - busy / (capacity * rollout) if rollout > 0 else 0.0}
+
+
+def step_table(tl: Timeline, ends: list[float] | None = None) -> list[dict]:
+    """Per step (by default one per update, ending when it ends): see :func:`window`."""
+    ends = step_ends(tl)[0] if ends is None else ends
     rows, start = [], 0.0
-    for k, (t0, t1, *_rest) in enumerate(trains):
-        a = np.clip(sp["t0"], start, t0)
-        b = np.clip(sp["t1"], start, t0)
-        keep = b > a
-        rollout = union_length(a[keep], b[keep])
-        busy = float(np.sum(b[keep] - a[keep]))
-        rows.append({"step": k, "step_s": t1 - start, "rollout_s": rollout, "train_s": t1 - t0,
-                     "bubble_ratio": 1.0 - busy / (capacity * rollout) if rollout > 0 else 0.0})
-        start = t1
+    for k, end in enumerate(ends):
+        rows.append({"step": k, **window(tl, start, end)})
+        start = end
     return rows
+
+
+def aligned_ends(real: Timeline, sim: Timeline) -> list[float]:
+    """For each real update, when the simulation had trained as many samples.
+
+    A policy's decisions depend on timing, so the simulation may split the same samples into a
+    different number of updates; aligning by samples trained keeps the steps comparable.
+    """
+    real_counts = step_ends(real)[1]
+    sim_t, sim_counts = step_ends(sim)
+    out = []
+    for c in real_counts:
+        j = int(np.searchsorted(sim_counts, c))  # first sim update with at least c trained
+        out.append(sim_t[min(j, len(sim_t) - 1)])
+    return out
 
 
 def _pct(real: float, sim: float) -> float:
@@ -62,7 +90,8 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
     cluster = dataclasses.replace(load_cluster(str(profile)), max_num_seqs=int(run["max_num_seqs"]))
     policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
     sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)))
-    real_steps, sim_steps = step_table(real_tl), step_table(sim.timeline)
+    real_steps = step_table(real_tl)
+    sim_steps = step_table(sim.timeline, aligned_ends(real_tl, sim.timeline))
     steps = []
     for r, s in zip(real_steps, sim_steps, strict=False):
         row = {"step": r["step"]}
@@ -80,8 +109,8 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
         "profile": str(profile),
         "policy": run["policy"],
         "sets": list(run.get("sets", [])),
-        "steps_real": len(real_steps),
-        "steps_sim": len(sim_steps),
+        "updates_real": len(real_tl.trains),
+        "updates_sim": len(sim.timeline.trains),
         "step_time_mape": mean("step_err_pct"),
         "rollout_time_mape": mean("rollout_err_pct"),
         "train_time_mape": mean("train_err_pct"),

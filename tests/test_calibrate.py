@@ -110,7 +110,7 @@ def test_validate_prints_the_error_table_for_a_recorded_run(tmp_path):
     r = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE), "--plot", str(tmp_path / "v.html")])
     assert r.exit_code == 0, r.output
     v = json.loads((run / "validate.json").read_text())
-    assert v["policy"] == "sync" and v["steps_real"] == v["steps_sim"] == 4
+    assert v["policy"] == "sync" and v["updates_real"] == v["updates_sim"] == len(v["steps"]) == 4
     real = step_table(Timeline.read_jsonl(run / "timeline.jsonl"))
     assert [s["real_step_s"] for s in v["steps"]] == [x["step_s"] for x in real]
     for s in v["steps"]:
