@@ -156,7 +156,8 @@ def register(app: typer.Typer) -> None:
                           f"{s['real_bubble_ratio']:.3f}", f"{s['sim_bubble_ratio']:.3f}")
         console = Console(width=140)
         console.print(table)
-        console.print(f"step_time_mape {result['step_time_mape']:.2f}%  rollout_time_mape "
+        console.print(f"step_time_mape {result['step_time_mape']:.2f}%  progress_time_mape "
+                      f"{result['progress_time_mape']:.2f}%  rollout_time_mape "
                       f"{result['rollout_time_mape']:.2f}%  bubble_ratio_abs_err "
                       f"{100 * result['bubble_ratio_abs_err']:.2f} points  makespan error "
                       f"{result['makespan_err_pct']:.2f}%")
