@@ -68,6 +68,7 @@ class RealBackend(Backend):
         self.segment = [0] * n
         self.state = RealEngineState(engine, max_num_seqs, self.kept)
         self.jobs: deque[Callable[[], None]] = deque()
+        self.synced: dict | None = None  # the weights the engine runs, once a sync pushed them
         self.enabled = True
         self.idle_reported = True
         self.on_update = on_update
@@ -222,7 +223,9 @@ class RealBackend(Backend):
 
     def _sync(self, version: int) -> None:
         t0 = self.now()
-        self.engine.load_weights(self.trainer.state_dict(), version)
+        weights = self.trainer.state_dict()
+        self.engine.load_weights(weights, version)
+        self.synced = {k: v.detach().clone() for k, v in weights.items()}  # for checkpoints
         self.state.version = version
         self.timeline.sync(t0, self.now(), version)
         self.ctl.sync_done()

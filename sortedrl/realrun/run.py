@@ -149,8 +149,6 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                           clock_offset=state["clock"] if state else 0.0)
     controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
                             timeline)
-    synced = {"weights": None, "version": 0}
-
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
         logs["metrics.jsonl"].write({"update": len(timeline.trains), **metrics})
         for i in samples:
@@ -158,21 +156,14 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         if progress is not None:
             generated = sum(row[6] for row in timeline.spans)
             progress(len(samples), f"{cfg.policy}: update {len(timeline.trains) + 1}, {generated:,} tokens")
-        _checkpoint(ckpt, out, trainer, policy, controller, backend, synced, train)
+        _checkpoint(ckpt, out, trainer, policy, controller, backend, train)
 
     backend.on_update = on_update
     if stats is not None:
         backend.step_log = []
     backend.flush = lambda: [a.flush() for a in logs.values()]
-    original_sync = backend._sync
-
-    def sync_and_remember(version: int) -> None:
-        original_sync(version)
-        synced.update(weights={k: v.clone() for k, v in trainer.state_dict().items()}, version=version)
-
-    backend._sync = sync_and_remember
     if state is not None:
-        _restore(state, trainer, engine, controller, backend, synced, ckpt)
+        _restore(state, trainer, engine, controller, backend, ckpt)
     try:
         controller.run()
     finally:
@@ -217,8 +208,7 @@ def _write_trace(out: Path, cfg: RunConfig, task: str) -> None:
     write_trace(Trace.from_columns(cols, meta, where=str(out / "trace.jsonl")), out / "trace.jsonl")
 
 
-def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, synced,
-                train: tuple) -> None:
+def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, train: tuple) -> None:
     """Everything needed to continue after this update. The update's own ``train`` record is
     stored here rather than in the logs' offsets: it is written once the checkpoint is done, so
     that its duration includes the checkpoint."""
@@ -228,13 +218,13 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, syn
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     trainer.save(str(tmp / "trainer.pt"))
-    if synced["weights"] is not None:
-        torch.save(synced["weights"], tmp / "engine.pt")
+    if backend.synced is not None:
+        torch.save(backend.synced, tmp / "engine.pt")
     s = controller.s
     public = {k: v for k, v in vars(s).items() if k != "engines"}
     b = backend
     state = {"policy": policy, "public": public, "settled": controller.settled,
-             "rollout_on": controller.rollout_on, "engine_version": synced["version"],
+             "rollout_on": controller.rollout_on, "engine_version": backend.state.version,
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
                          "reward": b.reward, "reason": b.reason, "group_rewards": b.group_rewards,
                          "segment": b.segment},
@@ -249,14 +239,14 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, syn
     os.replace(tmp, ckpt)
 
 
-def _restore(state: dict, trainer, engine, controller, backend, synced, ckpt: Path) -> None:
+def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> None:
     import torch
 
     trainer.load(str(ckpt / "trainer.pt"))
     if (ckpt / "engine.pt").exists():
         weights = torch.load(ckpt / "engine.pt", weights_only=True)
         engine.load_weights(weights, state["engine_version"])
-        synced.update(weights=weights, version=state["engine_version"])
+        backend.synced = weights
     backend.state.version = state["engine_version"]
     engines = controller.s.engines
     controller.s.__dict__.update(state["public"])
