@@ -12,6 +12,7 @@ Run: python bench/sim_speed.py [--sizes 10000,100000,1000000] [--policy sync|all
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 
 from sortedrl.compare import cluster_for
@@ -43,6 +44,8 @@ def main() -> None:
             trace = traces[n]
             policy = make_policy(name, [], trace)
             cluster = cluster_for(policy.placements, base)
+            result = None
+            gc.collect()  # the previous run's garbage is not this run's time
             t0 = time.perf_counter()
             result = simulate(trace, policy, cluster)
             dt = time.perf_counter() - t0
