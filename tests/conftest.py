@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 
@@ -40,3 +42,11 @@ def tiny_cluster(engines=1, max_num_seqs=4, kv=10_000, watermark=0.0, **cost_kw)
         Cluster(name="tiny"), gpus=engines, tp=1, max_num_seqs=max_num_seqs,
         kv_budget_tokens=kv, kv_watermark=watermark, costs=costs(**cost_kw),
     )
+
+
+def write_run(out: Path, result) -> Path:
+    """A simulated run's directory, as ``sortedrl simulate`` writes it."""
+    out.mkdir(parents=True, exist_ok=True)
+    result.timeline.write_jsonl(out / "timeline.jsonl")
+    (out / "summary.json").write_text(json.dumps(result.summary))
+    return out

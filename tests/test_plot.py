@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,15 +22,9 @@ from sortedrl.sim.cluster import preset
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import Timeline
 from sortedrl.traces.synth import synthesize
+from tests.conftest import write_run
 
 SMALL_CLUSTER = "h100-llama3.1-8b-2gpu-8seq"
-
-
-def write_run(out: Path, result) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    result.timeline.write_jsonl(out / "timeline.jsonl")
-    (out / "summary.json").write_text(json.dumps(result.summary))
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -31,18 +31,12 @@ from sortedrl.sim.run import simulate
 from sortedrl.timeline import Timeline
 from sortedrl.traces.io import write_trace
 from sortedrl.traces.synth import synthesize
+from tests.conftest import write_run
 
 SMALL_CLUSTER = "h100-llama3.1-8b-2gpu-8seq"
 from sortedrl.cli import app  # noqa: E402  (the real CLI, with plot and report registered)
 
 runner = CliRunner()
-
-
-def write_run(out: Path, result) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    result.timeline.write_jsonl(out / "timeline.jsonl")
-    (out / "summary.json").write_text(json.dumps(result.summary))
-    return out
 
 
 @pytest.fixture(scope="module")
