@@ -75,6 +75,18 @@ def aligned_ends(real: Timeline, sim: Timeline) -> list[float]:
     return out
 
 
+def dropped_attempts(tl: Timeline, cap: int) -> dict:
+    """Attempts the real run dropped and regenerated: (sample, attempt) -> a length for them.
+
+    Their true lengths were never observed (they were aborted first); they were at least longer
+    than what they had reached, so the replay gives them the cap and they run until a harvest
+    drops them too, as they did. The trained attempt keeps the trace's length."""
+    last: dict[int, int] = {}
+    for row in tl.spans:
+        last[row[3]] = max(last.get(row[3], 0), row[4])
+    return {(i, a): cap for i, final in last.items() for a in range(final)}
+
+
 def _pct(real: float, sim: float) -> float:
     return abs(sim - real) / real * 100.0 if real > 0 else 0.0
 
@@ -91,7 +103,8 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
     trace = read_trace(rundir / "trace.jsonl")
     cluster = dataclasses.replace(load_cluster(str(profile)), max_num_seqs=int(run["max_num_seqs"]))
     policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
-    sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)))
+    sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)),
+                   attempt_lengths=dropped_attempts(real_tl, trace.meta.max_response_len))
     real_ends = step_ends(real_tl)[0]
     sim_ends = aligned_ends(real_tl, sim.timeline)
     real_steps = step_table(real_tl, real_ends)

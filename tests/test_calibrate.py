@@ -132,3 +132,24 @@ def test_validate_errors(tmp_path):
     assert r.exit_code == 2 and "missing timeline.jsonl" in r.stderr
     r = runner.invoke(app, ["validate", str(RUN)])
     assert r.exit_code == 2 and "profile.json: not found (make one with `sortedrl calibrate`)" in r.stderr
+
+
+def test_dropped_attempts_come_from_the_real_timeline():
+    from sortedrl.validate import dropped_attempts
+
+    tl = Timeline({})
+    tl.spans += [(0.0, 1.0, 0, 4, 0, 0, 3, "abort"), (1.0, 2.0, 0, 4, 1, 1, 2, "abort"),
+                 (2.0, 3.0, 0, 4, 2, 2, 5, "finish"), (0.0, 1.0, 0, 7, 0, 0, 4, "finish")]
+    assert dropped_attempts(tl, 64) == {(4, 0): 64, (4, 1): 64}
+
+
+def test_a_replay_gives_each_attempt_its_own_length():
+    from sortedrl.policies.registry import make_policy
+    from sortedrl.sim.run import simulate
+    from tests.conftest import make_trace, tiny_cluster
+
+    trace = make_trace([3, 5])
+    plain = simulate(trace, make_policy("sync", [], trace), tiny_cluster())
+    replay = simulate(trace, make_policy("sync", [], trace), tiny_cluster(), attempt_lengths={(0, 0): 7})
+    assert [s[6] for s in sorted(plain.timeline.spans, key=lambda s: s[3])] == [3, 5]
+    assert [s[6] for s in sorted(replay.timeline.spans, key=lambda s: s[3])] == [7, 5]

@@ -31,13 +31,15 @@ class SimBackend(Backend):
     """Runs a trace on a simulated :class:`~sortedrl.sim.cluster.Cluster`."""
 
     def __init__(self, trace: Trace, cluster: Cluster, timeline: Timeline, progress=None,
-                 audit: bool = False) -> None:
+                 audit: bool = False, attempt_lengths: dict | None = None) -> None:
         self.env = simpy.Environment()
         self.cluster = cluster
         self.placement = cluster.placement
         self.cost = cluster.cost()
         self.timeline = timeline
-        self._lengths = trace.response_len.tolist()
+        self._lengths = trace.response_len.tolist()  # of each sample's current attempt
+        self._final = list(self._lengths) if attempt_lengths else None
+        self._attempt_lengths = attempt_lengths or {}  # (sample, attempt) -> its length
         self._plen = trace.prompt_len.tolist()
         self._progress = progress
         self.audit = audit  # re-check every engine's bookkeeping after each change (tests)
@@ -65,6 +67,10 @@ class SimBackend(Backend):
         return self.env.now
 
     def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
+        if self._final is not None:  # a replay that knows earlier attempts' lengths
+            attempt = self.ctl.s.attempt
+            for i in samples:
+                self._lengths[i] = self._attempt_lengths.get((i, attempt[i]), self._final[i])
         eng = self.engines[engine]
         eng.admit(samples, generated, self.env.now)
         self._poke()

@@ -52,8 +52,12 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
 
 
 def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
-             progress: Callable[[int], None] | None = None, audit: bool = False) -> SimResult:
-    """Simulate ``policy`` on ``trace``; raises ConfigError for a cluster that cannot run it."""
+             progress: Callable[[int], None] | None = None, audit: bool = False,
+             attempt_lengths: dict | None = None) -> SimResult:
+    """Simulate ``policy`` on ``trace``; raises ConfigError for a cluster that cannot run it.
+
+    ``attempt_lengths`` maps (sample, attempt) to the length of an attempt that was dropped and
+    regenerated (``validate`` passes what a real run showed); other attempts use the trace's."""
     cluster.validate(cluster.name)
     if policy.placements and cluster.placement not in policy.placements:
         raise ConfigError(f"policy {policy.name} needs a {' or '.join(policy.placements)} cluster "
@@ -80,7 +84,8 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
         "lower_bound_s": lower_bound(trace, cluster),
     }
     timeline = Timeline(meta)
-    backend = SimBackend(trace, cluster, timeline, progress, audit=audit)
+    backend = SimBackend(trace, cluster, timeline, progress, audit=audit,
+                         attempt_lengths=attempt_lengths)
     controller = Controller(policy, trace.prompt_id, trace.prompt_len.tolist(),
                             trace.meta.group_size, backend, timeline)
     # The hot loop allocates millions of small tuples and makes no reference cycles worth
