@@ -24,24 +24,19 @@ from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cost import CostModel
 
 FORMAT = 1
-DECODE_TERMS = ("t_fix", "s1", "a0", "a1", "c1")
-PREFILL_TERMS = ("p1", "p2")
 TRAIN_TERMS = ("train_fix", "train_per_token")
 
 
 # -- fitting ---------------------------------------------------------------------------------------
 
 
-def _fit(model, x0: np.ndarray, t: np.ndarray, scale_by: np.ndarray | None = None
-         ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Least squares on residuals relative to ``scale_by`` (default: the measurements
-    themselves); returns (params, standard errors, mean absolute relative error)."""
+def _fit(model, x0: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Least squares on relative residuals; returns (params, standard errors, MAPE)."""
     from scipy.optimize import least_squares
 
-    den = t if scale_by is None else scale_by
     best = None
-    for scale in (1.0, 0.1, 10.0):  # a few starts: the decode model has a max() kink
-        r = least_squares(lambda p: (model(p) - t) / den, x0 * scale, bounds=(0.0, np.inf))
+    for scale in (1.0, 0.1, 10.0):  # a few starts
+        r = least_squares(lambda p: (model(p) - t) / t, x0 * scale, bounds=(0.0, np.inf))
         if best is None or r.cost < best.cost:
             best = r
     resid = best.fun
@@ -52,49 +47,6 @@ def _fit(model, x0: np.ndarray, t: np.ndarray, scale_by: np.ndarray | None = Non
     except np.linalg.LinAlgError:
         err = np.full(len(x0), np.nan)
     return best.x, err, float(np.mean(np.abs(resid)))
-
-
-def fit_decode(batch, kv, seconds) -> dict:
-    """t = t_fix + s1·B + max(a0 + a1·S, c1·B) over measured decode steps."""
-    b, s, t = (np.asarray(v, dtype=float) for v in (batch, kv, seconds))
-
-    def model(p):
-        return p[0] + p[1] * b + np.maximum(p[2] + p[3] * s, p[4] * b)
-
-    x0 = np.array([t.min() * 0.5, 1e-5, t.min() * 0.5, 1e-8, 1e-5])
-    x, err, mape = _fit(model, x0, t)
-    return _report(DECODE_TERMS, x, err, mape, len(t))
-
-
-def fit_prefill(tokens, pairs, step_seconds, decode_seconds) -> dict:
-    """The first step of a batch of new requests costs a decode step plus ``p1·T + p2·pairs``
-    (vLLM V1 runs a prefill inside a step). ``decode_seconds`` is the decode fit's prediction
-    for that step; the error is relative to the whole step, as the simulator sees it."""
-    T, P, t, d = (np.asarray(v, dtype=float) for v in (tokens, pairs, step_seconds, decode_seconds))
-
-    def model(p):
-        return d + p[0] * T + p[1] * P
-
-    x0 = np.array([max(1e-9, float(np.mean(t - d)) / max(float(T.mean()), 1.0)), 1e-12])
-    x, err, mape = _fit(model, x0, t)
-    return _report(PREFILL_TERMS, x, err, mape, len(t))
-
-
-def fit_steps(batch, new, new_tokens, new_pairs, kv, seconds) -> dict:
-    """One fit of decode and prefill terms over engine steps of any mix: a step of B sequences
-    (``new`` of them prefilling ``new_tokens`` tokens with ``new_pairs`` attention pairs) holding
-    ``kv`` KV tokens costs ``t_fix + s1·B + max(a0 + a1·S, c1·B) + p1·T + p2·pairs``."""
-    b, n, T, P, s, t = (np.asarray(v, dtype=float) for v in (batch, new, new_tokens, new_pairs, kv, seconds))
-
-    def model(p):
-        return p[0] + p[1] * b + np.maximum(p[2] + p[3] * s, p[4] * b) + p[5] * T + p[6] * P
-
-    x0 = np.array([t.min() * 0.5, 1e-5, t.min() * 0.5, 1e-8, 1e-5, 1e-6, 1e-12])
-    x, err, mape = _fit(model, x0, t)
-    out = _report(DECODE_TERMS + PREFILL_TERMS, x, err, mape, len(t))
-    out["mape_decode_only"] = float(np.mean(np.abs(model(x)[n == 0] - t[n == 0]) / t[n == 0])) if (n == 0).any() else 0.0
-    out["mape_with_prefill"] = float(np.mean(np.abs(model(x)[n > 0] - t[n > 0]) / t[n > 0])) if (n > 0).any() else 0.0
-    return out
 
 
 def fit_step_table(batch, new, new_tokens, new_pairs, kv, seconds, max_batch: int) -> dict:
@@ -125,11 +77,6 @@ def fit_step_table(batch, new, new_tokens, new_pairs, kv, seconds, max_batch: in
             "mape_with_prefill": float(rel[n > 0].mean()) if (n > 0).any() else 0.0,
             "total_error": float((pred.sum() - t.sum()) / t.sum()), "measurements": int(len(t)),
             "batch_counts": [int(c) for c in counts]}
-
-
-def decode_time(terms: dict, batch, kv) -> np.ndarray:
-    b, s = np.asarray(batch, dtype=float), np.asarray(kv, dtype=float)
-    return terms["t_fix"] + terms["s1"] * b + np.maximum(terms["a0"] + terms["a1"] * s, terms["c1"] * b)
 
 
 def fit_train(tokens, seconds) -> dict:
