@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
+from hypothesis import settings
 
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cost import CostModel
 from sortedrl.traces.schema import Trace, TraceMeta
+
+# CI and `make test` run the same examples every time (a test that passes does not fail later
+# by finding a new example); HYPOTHESIS_PROFILE=explore draws fresh ones.
+settings.register_profile("repeatable", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 def make_trace(lengths, prompt_lens=None, group_size=1, max_len=None, steps=None) -> Trace:
