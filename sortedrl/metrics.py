@@ -22,10 +22,9 @@ CONTRACT_KEYS = (
 )
 
 
-def union_length(t0: np.ndarray, t1: np.ndarray, presorted: bool = False) -> float:
-    """Total length of the union of intervals ``[t0, t1]``."""
-    if t0.size == 0:
-        return 0.0
+def merge_intervals(t0: np.ndarray, t1: np.ndarray, presorted: bool = False
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[t0, t1]`` as sorted, disjoint ``(starts, ends)``."""
     if presorted:
         a, b = t0, t1
     else:
@@ -35,6 +34,14 @@ def union_length(t0: np.ndarray, t1: np.ndarray, presorted: bool = False) -> flo
     brk = np.flatnonzero(a[1:] > reach[:-1]) + 1  # a new merged segment starts here
     starts = np.concatenate(([a[0]], a[brk]))
     ends = np.concatenate((reach[brk - 1], [reach[-1]]))
+    return starts, ends
+
+
+def union_length(t0: np.ndarray, t1: np.ndarray, presorted: bool = False) -> float:
+    """Total length of the union of intervals ``[t0, t1]``."""
+    if t0.size == 0:
+        return 0.0
+    starts, ends = merge_intervals(t0, t1, presorted)
     return math.fsum((ends - starts).tolist())
 
 

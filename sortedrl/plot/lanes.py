@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sortedrl.metrics import span_table
+from sortedrl.metrics import merge_intervals, span_table
 from sortedrl.timeline import Timeline
 
 Intervals = tuple[np.ndarray, np.ndarray]  # (starts, ends), sorted, disjoint, non-empty
@@ -40,13 +40,7 @@ def union(t0: np.ndarray, t1: np.ndarray) -> Intervals:
     t0, t1 = t0[keep], t1[keep]
     if t0.size == 0:
         return EMPTY
-    order = np.lexsort((t1, t0))
-    a, b = t0[order], t1[order]
-    reach = np.maximum.accumulate(b)
-    brk = np.flatnonzero(a[1:] > reach[:-1]) + 1  # a new merged interval starts here
-    starts = np.concatenate(([a[0]], a[brk]))
-    ends = np.concatenate((reach[brk - 1], [reach[-1]]))
-    return starts, ends
+    return merge_intervals(t0, t1)
 
 
 def _inside(x: np.ndarray, iv: Intervals) -> np.ndarray:
