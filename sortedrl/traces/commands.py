@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from sortedrl.errors import SortedRLError
+from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.io import read_trace, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
@@ -35,18 +35,32 @@ def _fail(e: SortedRLError) -> typer.Exit:
 
 @app.command("import")
 def import_cmd(
-    file: Annotated[Path, typer.Argument(help="Per-request table: CSV with a header, or JSONL.")],
-    prompt_len_col: Annotated[str, typer.Option(help="Column holding the prompt length.")],
-    response_len_col: Annotated[str, typer.Option(help="Column holding the response length.")],
+    file: Annotated[Path, typer.Argument(help="Per-request table (CSV/JSONL), or with --from a "
+                                              "framework's dump file or directory.")],
     out: Annotated[Path, typer.Option(help="Output trace (.jsonl, .csv or .parquet).")],
+    prompt_len_col: Annotated[
+        str | None, typer.Option(help="Column holding the prompt length (tables).")] = None,
+    response_len_col: Annotated[
+        str | None, typer.Option(help="Column holding the response length (tables).")] = None,
     group_size: Annotated[int, typer.Option(help="Consecutive rows per prompt (GRPO n).")] = 1,
     max_response_len: Annotated[
         int | None, typer.Option(help="Generation cap; longer rows are clipped. Default: max.")
     ] = None,
     source: Annotated[str | None, typer.Option(help="Source label. Default: file name.")] = None,
+    framework: Annotated[str | None, typer.Option(
+        "--from", help="Read a framework's own dump: verl, slime, nemo-rl or trl.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(
+        help="--from verl/trl: local tokenizer directory (its tokenizer.json) for token counts."
+    )] = None,
 ) -> None:
-    """Turn a public per-request table into a length trace."""
+    """Turn a public per-request table, or an RL framework's rollout dump, into a length trace."""
+    if framework is not None:
+        _import_framework(framework, file, out, tokenizer, max_response_len, source)
+        return
     try:
+        if prompt_len_col is None or response_len_col is None:
+            raise ConfigError("give --prompt-len-col and --response-len-col for a table, "
+                              "or --from FRAMEWORK for a framework's dump")
         trace, report = import_table_with_report(
             file, prompt_len_col, response_len_col, group_size, max_response_len, source
         )
@@ -69,6 +83,23 @@ def import_cmd(
         f"wrote {out}: {report.rows} rows read, {report.prompts} prompts x {group_size}, "
         f"{report.dropped_rows} rows dropped, {report.clipped_rows} clipped"
     )
+
+
+def _import_framework(framework: str, path: Path, out: Path, tokenizer: Path | None,
+                      max_response_len: int | None, source: str | None) -> None:
+    from sortedrl.traces.importers import import_framework
+
+    try:
+        trace, report = import_framework(framework, path, tokenizer, max_response_len, source)
+        write_trace(trace, out)
+    except SortedRLError as e:
+        raise _fail(e) from None
+    if report.dropped_groups:
+        typer.echo(f"note: dropped {report.dropped_groups} groups ({report.dropped_rows} "
+                   f"samples) with fewer than {report.group_size} samples", err=True)
+    typer.echo(f"wrote {out}: {report.rows} samples from {report.files} {framework} file(s), "
+               f"{report.groups} groups x {report.group_size} over {report.steps} step(s), "
+               f"cap {trace.meta.max_response_len}")
 
 
 @app.command("synth")

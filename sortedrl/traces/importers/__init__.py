@@ -1,0 +1,52 @@
+"""Importers for the RL frameworks' own per-sample rollout dumps (``trace import --from``).
+
+Users have logs of their own runs, not our trace format. Each module here reads one framework's
+dump in its exact layout (the field names are in docs/traces.md and peers.md §4) into the
+common rows of :mod:`._common`, which become a canonical trace. A dump whose layout is not the
+named framework's is refused with the fields that are missing and those that were found.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sortedrl.errors import ConfigError
+from sortedrl.traces.importers._common import FrameworkReport, to_trace
+from sortedrl.traces.schema import Trace
+
+FRAMEWORKS = ("verl", "slime", "nemo-rl", "trl")
+
+
+def import_framework(framework: str, path: str | Path, tokenizer: str | Path | None = None,
+                     max_response_len: int | None = None,
+                     source: str | None = None) -> tuple[Trace, FrameworkReport]:
+    """Read ``path`` (a dump file, or a directory of them) as a trace of ``framework``."""
+    p = Path(path)
+    tok = None if tokenizer is None else Path(tokenizer)
+    if max_response_len is not None and max_response_len < 1:
+        raise ConfigError(f"--max-response-len must be >= 1, got {max_response_len}")
+    if framework == "verl":
+        from sortedrl.traces.importers.verl import read_verl
+
+        rows, files = read_verl(p, tok)
+    elif framework == "slime":
+        from sortedrl.traces.importers.slime import read_slime
+
+        rows, files = read_slime(p)
+    elif framework == "nemo-rl":
+        from sortedrl.traces.importers.nemo_rl import read_nemo_rl
+
+        rows, files = read_nemo_rl(p)
+    elif framework == "trl":
+        from sortedrl.traces.importers.trl import read_trl
+
+        rows, files = read_trl(p, tok)
+    else:
+        raise ConfigError(f"--from {framework!r}: unknown framework; known: "
+                          f"{', '.join(FRAMEWORKS)} (AReaL's session tracer logs times, not "
+                          f"token counts, so it cannot give a length trace)")
+    return to_trace(rows, framework, files, str(p), max_response_len,
+                    source or f"{framework}:{p.name}")
+
+
+__all__ = ["FRAMEWORKS", "FrameworkReport", "import_framework"]

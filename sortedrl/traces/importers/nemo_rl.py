@@ -1,0 +1,54 @@
+"""NeMo-RL's per-step training dump: ``train_data_step{N}.jsonl``, one object per sample.
+
+NeMo-RL logs the training batch: ``input_lengths`` (tokens in the sample, prompt and response),
+``token_ids`` and ``token_loss_mask`` (1 on tokens the policy generated), ``rewards`` and
+``content``. The response length is the masked tokens within ``input_lengths``; the prompt is
+the tokens before the first masked one (a multi-turn sample's tool outputs count as prompt). A
+group is the samples with the same prompt tokens within one step; the step is ``N``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sortedrl.errors import TraceError
+from sortedrl.traces.importers._common import (
+    Rows,
+    check_layout,
+    dump_files,
+    number_or_none,
+    read_jsonl,
+    whole_number,
+)
+
+REQUIRED = ("input_lengths", "token_ids", "token_loss_mask")
+STEP = re.compile(r"train_data_step(\d+)\.jsonl$")
+
+
+def read_nemo_rl(path: Path) -> tuple[Rows, int]:
+    files = dump_files(path, "train_data_step*.jsonl", "NeMo-RL train_data_step")
+    rows = Rows()
+    for f in files:
+        match = STEP.search(f.name)
+        if match is None:
+            raise TraceError(f"{f}: not a NeMo-RL dump name: expected train_data_step{{N}}.jsonl")
+        step = int(match.group(1))
+        for lineno, obj in read_jsonl(f):
+            where = f"{f}: line {lineno}"
+            check_layout(where, "NeMo-RL train_data_step", obj, REQUIRED)
+            total = whole_number(where, "input_lengths", obj["input_lengths"], 2)
+            ids, mask = obj["token_ids"], obj["token_loss_mask"]
+            if not isinstance(ids, list) or not isinstance(mask, list) or len(mask) < total \
+                    or len(ids) < total:
+                raise TraceError(f"{where}: 'token_ids' and 'token_loss_mask' must be lists of "
+                                 f"at least input_lengths = {total} entries")
+            mask = mask[:total]
+            if 1 not in mask:
+                raise TraceError(f"{where}: field 'token_loss_mask' marks no generated token")
+            prompt = mask.index(1)
+            response = sum(1 for m in mask if m)
+            key = "ids:" + ",".join(map(str, ids[:prompt]))
+            reward = number_or_none(where, "rewards", obj.get("rewards"))
+            rows.add(key, step, max(1, total - response), response, reward)
+    return rows, len(files)

@@ -1,0 +1,76 @@
+"""slime's ``--save-debug-rollout-data`` dump: ``{rollout_id}.pt`` holding
+``{"rollout_id": ..., "samples": [Sample.to_dict(), ...]}``.
+
+Each sample gives ``group_index`` (its GRPO group within the rollout), ``index``, ``tokens``
+(prompt + response ids), ``response_length``, ``reward`` and ``status`` (``completed``,
+``truncated``, ``aborted``, ...). The prompt length is ``len(tokens) - response_length``; the
+step is ``rollout_id``; a group is a ``group_index`` within one rollout, named by its prompt text
+when the sample holds one (so a prompt revisited in a later rollout keeps its id). The file is
+opened with ``torch.load(weights_only=True)``: a file that needs pickled code to load is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sortedrl.errors import TraceError
+from sortedrl.traces.importers._common import (
+    Rows,
+    check_layout,
+    dump_files,
+    number_or_none,
+    whole_number,
+)
+
+REQUIRED = ("group_index", "index", "response_length", "reward", "status")
+
+
+def load_pt(path: Path) -> object:
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsafe content"
+        raise TraceError(f"{path}: refused: loading it needs pickled code, which could run "
+                         f"arbitrary code (torch.load weights_only=True said: {first[:160]})"
+                         ) from None
+    except (RuntimeError, EOFError, OSError) as e:
+        raise TraceError(f"{path}: not a torch.save file: {str(e).splitlines()[0][:160]}") from None
+
+
+def read_slime(path: Path) -> tuple[Rows, int]:
+    files = dump_files(path, "*.pt", "slime debug rollout")
+    rows = Rows()
+    for f in files:
+        data = load_pt(f)
+        if not isinstance(data, dict):
+            raise TraceError(f"{f}: not a slime dump: expected a dict with 'rollout_id' and "
+                             f"'samples', found a {type(data).__name__}")
+        check_layout(str(f), "slime debug rollout", data, ("rollout_id", "samples"))
+        step = whole_number(str(f), "rollout_id", data["rollout_id"])
+        for i, sample in enumerate(data["samples"]):
+            where = f"{f}: sample {i}"
+            if not isinstance(sample, dict):
+                raise TraceError(f"{where}: expected a dict, found a {type(sample).__name__}")
+            check_layout(where, "slime debug rollout", sample, REQUIRED)
+            response = whole_number(where, "response_length", sample["response_length"])
+            tokens = sample.get("tokens")
+            prompt = len(tokens) - response if isinstance(tokens, list) else 1
+            group = whole_number(where, "group_index", sample["group_index"])
+            text = sample.get("prompt")
+            key = (f"prompt:{json.dumps(text, sort_keys=True)}" if text
+                   else f"rollout:{step}:group:{group}")
+            status = str(sample["status"])
+            rows.add(key, step, prompt, response, _reward(where, sample["reward"]),
+                     stopped_at_cap=status == "truncated")
+    return rows, len(files)
+
+
+def _reward(where: str, value: object) -> float | None:
+    if isinstance(value, dict):  # a reward dict: slime reads the --reward-key entry of it
+        return None
+    return number_or_none(where, "reward", value)
