@@ -18,8 +18,15 @@ CONTRACT_KEYS = (
     "makespan_s", "lower_bound_s", "efficiency", "bubble_ratio", "gpu_idle_ratio",
     "generated_tokens", "useful_tokens", "wasted_tokens", "tokens_per_s", "updates",
     "samples_total", "samples_trained", "staleness_mean", "staleness_p95", "staleness_max",
-    "policy", "params", "trace", "cluster", "seed",
+    "learnable_tokens", "learnable_tokens_per_s", "groups_trained_whole", "samples_in_split_groups",
+    "filtered_groups", "filtered_tokens", "policy", "params", "trace", "cluster", "seed",
 )
+
+
+def rank_rate(summary: dict) -> float:
+    """The rate policies are ranked by (``compare``, ``tune``, the report): learnable tokens/s,
+    or useful tokens/s for a summary written before learnable tokens were counted."""
+    return summary.get("learnable_tokens_per_s", summary["tokens_per_s"])
 
 
 def merge_intervals(t0: np.ndarray, t1: np.ndarray, presorted: bool = False
@@ -54,6 +61,35 @@ def span_table(tl: Timeline) -> np.ndarray:
     return np.fromiter(tl.spans, dtype=SPAN_DTYPE, count=len(tl.spans))
 
 
+def _group_learning(tl: Timeline, update_of: np.ndarray, group_size: int) -> dict:
+    """Which trained samples a GRPO update can learn from, group by group (docs/metrics.md).
+
+    A trained sample is *learnable* when its update is the last one that trains a member of its
+    group: there every trained member's reward is in the group's baseline. A group trained whole
+    (all its trained samples in one update) is learnable entirely; a group spread over several
+    updates is learnable only in its last one. Filtered groups (dynamic sampling) were dropped.
+    """
+    n_samples = update_of.size
+    groups = np.arange(n_samples, dtype=np.int64) // max(1, group_size)
+    n_groups = int(groups[-1]) + 1 if n_samples else 0
+    trained = update_of >= 0
+    last = np.full(n_groups, -1, dtype=np.int64)
+    first = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.maximum.at(last, groups[trained], update_of[trained])
+    np.minimum.at(first, groups[trained], update_of[trained])
+    whole = (last >= 0) & (first == last)
+    filtered = np.zeros(n_samples, dtype=bool)
+    for _, samples in tl.filters:
+        filtered[np.asarray(samples, dtype=np.int64)] = True
+    return {
+        "learnable": trained & (update_of == last[groups]),
+        "whole": int(np.count_nonzero(whole)),
+        "split_samples": int(np.count_nonzero(trained & ~whole[groups])),
+        "filtered": filtered,
+        "filtered_groups": len(np.unique(groups[filtered])),
+    }
+
+
 def summarize(tl: Timeline) -> dict:
     """The summary of a run (the ``summary.json`` contract, plus a few extra keys)."""
     m = tl.meta
@@ -68,7 +104,8 @@ def summarize(tl: Timeline) -> dict:
     end1, end0 = itemgetter(1), itemgetter(0)
     ends = [float(t1.max()) if t1.size else 0.0]
     for rows, get in ((tl.prefills, end1), (tl.trains, end1), (tl.syncs, end1),
-                      (tl.admits, end0), (tl.aborts, end0), (tl.discards, end0)):
+                      (tl.admits, end0), (tl.aborts, end0), (tl.discards, end0),
+                      (tl.filters, end0)):
         if rows:
             ends.append(max(map(get, rows)))
     makespan = float(max(ends))
@@ -96,8 +133,11 @@ def summarize(tl: Timeline) -> dict:
 
     # tokens: a span is useful when its sample was trained on that attempt
     trained_ver = np.full(n_samples, -1, dtype=np.int64)
-    for _, _, v, samples, _ in tl.trains:
-        trained_ver[np.asarray(samples, dtype=np.int64)] = v
+    update_of = np.full(n_samples, -1, dtype=np.int64)
+    for u, (_, _, v, samples, _) in enumerate(tl.trains):
+        idx = np.asarray(samples, dtype=np.int64)
+        trained_ver[idx] = v
+        update_of[idx] = u
     last_att = np.full(n_samples, -1, dtype=np.int64)
     if smp.size and att.max() == 0:
         last_att[smp] = 0  # nothing was ever regenerated (np.maximum.at is slow)
@@ -106,6 +146,11 @@ def summarize(tl: Timeline) -> dict:
     useful_mask = (trained_ver[smp] >= 0) & (att == last_att[smp]) if smp.size else np.zeros(0, bool)
     generated = int(tok.sum())
     useful = int(tok[useful_mask].sum())
+
+    groups = _group_learning(tl, update_of, int(m.get("group_size", 1)))
+    learnable = int(tok[useful_mask & groups["learnable"][smp]].sum()) if smp.size else 0
+    filtered = groups["filtered"]
+    filtered_tokens = int(tok[filtered[smp] & (att == last_att[smp])].sum()) if smp.size else 0
 
     stale = trained_ver[smp[useful_mask]] - ver[useful_mask]
     weights = tok[useful_mask]
@@ -135,6 +180,12 @@ def summarize(tl: Timeline) -> dict:
         "staleness_mean": s_mean,
         "staleness_p95": s_p95,
         "staleness_max": s_max,
+        "learnable_tokens": learnable,
+        "learnable_tokens_per_s": learnable / makespan if makespan > 0 else 0.0,
+        "groups_trained_whole": groups["whole"],
+        "samples_in_split_groups": groups["split_samples"],
+        "filtered_groups": groups["filtered_groups"],
+        "filtered_tokens": filtered_tokens,
         "policy": m["policy"],
         "params": m["params"],
         "trace": m["trace"],

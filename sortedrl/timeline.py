@@ -13,7 +13,8 @@ Record kinds (``docs/metrics.md`` defines each field):
   ``abort`` (a policy action). Preempt, finish and abort events are these span ends;
 - ``prefill``: an engine-wide prefill of newly admitted samples (``recomputed`` counts tokens that
   had been generated before and are recomputed);
-- ``admit``, ``abort``, ``discard``: the controller's decisions;
+- ``admit``, ``abort``, ``discard``: the controller's decisions; ``filter``: finished groups
+  dropped by dynamic sampling (all rewards equal, so no GRPO signal);
 - ``train``: one update from ``version`` to ``version + 1``; ``sync``: one weight push.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from sortedrl.errors import SortedRLError
 
-KINDS = ("meta", "admit", "prefill", "span", "abort", "discard", "train", "sync")
+KINDS = ("meta", "admit", "prefill", "span", "abort", "discard", "filter", "train", "sync")
 _ORDER = {k: i for i, k in enumerate(KINDS)}
 FIELDS = {  # the JSON field of each tuple position, per record kind
     "span": ("t", "t_end", "engine", "sample", "attempt", "version", "tokens", "end"),
@@ -34,11 +35,12 @@ FIELDS = {  # the JSON field of each tuple position, per record kind
     "admit": ("t", "engine", "samples"),
     "abort": ("t", "samples", "keep_tokens"),
     "discard": ("t", "samples"),
+    "filter": ("t", "samples"),
     "train": ("t", "t_end", "version", "samples", "tokens"),
     "sync": ("t", "t_end", "version"),
 }
 _LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
-         "discard": "discards", "train": "trains", "sync": "syncs"}
+         "discard": "discards", "filter": "filters", "train": "trains", "sync": "syncs"}
 
 
 class Timeline:
@@ -51,6 +53,7 @@ class Timeline:
         self.admits: list[tuple] = []  # (t, engine, samples)
         self.aborts: list[tuple] = []  # (t, samples, keep_tokens)
         self.discards: list[tuple] = []  # (t, samples)
+        self.filters: list[tuple] = []  # (t, samples): dynamic sampling dropped these groups
         self.trains: list[tuple] = []  # (t0, t1, version, samples, tokens)
         self.syncs: list[tuple] = []  # (t0, t1, version)
 
@@ -73,6 +76,9 @@ class Timeline:
 
     def discard(self, t: float, samples: list[int]) -> None:
         self.add("discard", t, list(samples))
+
+    def filter(self, t: float, samples: list[int]) -> None:
+        self.add("filter", t, list(samples))
 
     def train(self, t0: float, t1: float, version: int, samples: list[int], tokens: int) -> None:
         self.add("train", t0, t1, version, list(samples), tokens)

@@ -26,7 +26,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sortedrl.errors import SortedRLError
-from sortedrl.metrics import span_table
+from sortedrl.metrics import rank_rate, span_table
 from sortedrl.plot.inputs import PlotError, load_compare, load_timeline, load_tune
 from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
 from sortedrl.timeline import Timeline
@@ -91,7 +91,7 @@ def bar_entries(root: Path) -> tuple[list[dict], str]:
     out = []
     for policy, idx in by.items():
         pool = [i for i in idx if i in pareto] or idx
-        i = max(pool, key=lambda j: trials[j]["summary"]["tokens_per_s"])
+        i = max(pool, key=lambda j: rank_rate(trials[j]["summary"]))
         s = trials[i]["summary"]
         missing = [k for k, _, _ in METRICS if not isinstance(s.get(k), int | float)]
         if missing:

@@ -1,7 +1,9 @@
 """``async``: AReaL's fully asynchronous RL with bounded staleness (arXiv 2505.24298).
 
 Rollout never stops. On a disaggregated cluster the engines keep generating while the trainer
-takes the oldest ``batch`` finished samples per update; after each update the new weights are
+takes the oldest ``batch`` samples' worth of complete GRPO groups per update (``whole_groups``,
+the default; ``whole_groups=false`` takes the oldest ``batch`` finished samples, as AReaL's
+buffer does, and so spreads groups over updates); after each update the new weights are
 pushed mid-sequence (interruptible generation), so one response can span several versions.
 
 Admission is AReaL's staleness rule: the N-th sample may be submitted only while
@@ -30,7 +32,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
-from sortedrl.policies.common import in_flight
+from sortedrl.policies.common import complete_groups, in_flight
 from sortedrl.policies.view import ClusterView
 
 
@@ -41,6 +43,8 @@ class AsyncParams:
         "help": "B: samples per update (0: the trace's prompts per step x n)"})
     max_concurrent: int = field(default=0, metadata={
         "help": "samples admitted at most (0: the engines' total max_num_seqs)"})
+    whole_groups: bool = field(default=True, metadata={
+        "help": "train complete GRPO groups only (false: the oldest finished samples)"})
     recompute_on_sync: bool = field(default=False, metadata={
         "help": "drop the KV cache at each weight switch and re-prefill (AReaL) instead of keeping it"})
 
@@ -109,8 +113,15 @@ class AsyncPolicy(Policy):
             self.redo.extend(stale)
             self.accepted -= len(stale)
             finished = tuple(i for i in finished if i not in set(stale))
-        if len(finished) >= self.B or (last and finished):
-            out.append(Train(finished[: self.B]))
+        if not self.params.whole_groups:
+            if len(finished) >= self.B or (last and finished):
+                out.append(Train(finished[: self.B]))
+            return out
+        n = view.group_size
+        groups = complete_groups(view, finished)
+        per_update = max(1, self.B // n)
+        if len(groups) >= per_update or (last and groups):
+            out.append(Train(tuple(i for g in groups[:per_update] for i in view.group_samples(g))))
         return out
 
     def _admit(self, view: ClusterView, pending: list[Action]) -> list[Action]:

@@ -68,6 +68,14 @@ class Discard:
 
 
 @dataclass(frozen=True, slots=True)
+class Filter:
+    """Dynamic sampling (DAPO): drop finished GRPO groups whose rewards are all equal. Their
+    advantages would all be zero, so they teach nothing; their tokens are wasted."""
+
+    groups: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Train:
     """Run one update on finished samples."""
 
@@ -79,7 +87,7 @@ class Sync:
     """Push the trainer's latest weights to every engine."""
 
 
-Action = Admit | Abort | Discard | Train | Sync
+Action = Admit | Abort | Discard | Filter | Train | Sync
 
 
 class SampleState(IntEnum):
@@ -88,7 +96,7 @@ class SampleState(IntEnum):
     PAUSED = 2  # aborted with its partial response kept
     FINISHED = 3  # complete, not yet trained
     TRAINED = 4
-    DISCARDED = 5
+    DISCARDED = 5  # given up on, or filtered (dynamic sampling)
 
 
 # -- the policy ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ end-of-run check — lives here once.
 Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError`):
 - admit only waiting or paused samples; abort only admitted ones; discard only unadmitted ones;
 - train only finished, untrained samples, one update at a time;
+- filter only whole finished groups whose rewards are all equal (dynamic sampling);
 - sync only when the trainer is idle and no sync is running;
 - colocated placement: rollout and training share the GPUs, so a ``Train`` needs every engine
   to have nothing running, and rollout stays stopped until the update and any sync are done.
@@ -16,7 +17,7 @@ Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from sortedrl.policies.base import (
     Discard,
     Event,
     EventKind,
+    Filter,
     Policy,
     SampleState,
     Sync,
@@ -87,8 +89,12 @@ class Controller:
     """Checks and applies a policy's actions on a backend, and keeps the public bookkeeping."""
 
     def __init__(self, policy: Policy, prompt_id: np.ndarray, prompt_len: Sequence[int],
-                 group_size: int, backend: Backend, timeline: Timeline) -> None:
+                 group_size: int, backend: Backend, timeline: Timeline,
+                 rewards: Sequence[float] | Mapping[int, float] | None = None) -> None:
+        """``rewards[i]``: sample i's reward, read only when it finishes (the grader's verdict;
+        the real backend fills it as responses finish). ``None``: the trace has no rewards."""
         self.policy = policy
+        self._rewards = rewards
         self.backend = backend
         self.timeline = timeline
         self.s = PublicState(prompt_id, list(prompt_len), group_size, backend.engine_infos(),
@@ -148,6 +154,9 @@ class Controller:
             resp[i] = n
             eng[i] = -1
             buf[i] = None
+        if self._rewards is not None:
+            for i in samples:
+                s.reward[i] = float(self._rewards[i])
 
     def sample_preempted(self, sample: int, tokens: int) -> None:
         self.s.generated[sample] = tokens  # still admitted: back in its engine's queue
@@ -174,6 +183,8 @@ class Controller:
             self._abort(action)
         elif isinstance(action, Discard):
             self._discard(action)
+        elif isinstance(action, Filter):
+            self._filter(action)
         else:
             raise PolicyError(f"policy {self.policy.name} returned {action!r}, which is not an action")
 
@@ -246,6 +257,7 @@ class Controller:
                 s.paused.pop(i, None)
                 s.buffer.pop(i, None)
                 s.response_len.pop(i, None)
+                s.reward.pop(i, None)
 
     def _discard(self, act: Discard) -> None:
         s = self.s
@@ -265,6 +277,29 @@ class Controller:
         self.settled += len(act.samples)
         if act.samples:
             self.timeline.discard(self.backend.now(), list(act.samples))
+
+    def _filter(self, act: Filter) -> None:
+        s, n = self.s, self.s.group_size
+        if len(set(act.groups)) != len(act.groups):
+            raise self._bad("filter lists a group twice")
+        dropped: list[int] = []
+        for g in act.groups:
+            if not isinstance(g, (int, np.integer)) or not 0 <= g < s.num_groups:
+                raise self._bad(f"filter of unknown group {g!r}")
+            members = range(g * n, (g + 1) * n)
+            done = [i for i in members if s.state[i] == F]
+            if not done or any(s.state[i] not in (F, D) for i in members):
+                raise self._bad(f"filter of group {g}, which is not finished")
+            rewards = {s.reward[i] for i in done if i in s.reward}
+            if len(rewards) != 1 or any(i not in s.reward for i in done):
+                raise self._bad(f"filter of group {g}, whose rewards are not all equal")
+            dropped += done
+        for i in dropped:
+            s.state[i] = D
+            del s.buffer[i]
+        self.settled += len(dropped)
+        if dropped:
+            self.timeline.filter(self.backend.now(), dropped)
 
     def _train(self, act: Train) -> None:
         s = self.s

@@ -29,6 +29,8 @@ class OracleSortedParams:
         "help": "prompts sorted together (0: 4 x the trace's prompts per step)"})
     update_batch: int = field(default=0, metadata={
         "help": "samples per round and update (0: the engines' total max_num_seqs)"})
+    whole_groups: bool = field(default=True, metadata={
+        "help": "rounds of whole GRPO groups (false: single samples, groups spread over rounds)"})
 
     def __post_init__(self) -> None:
         if self.rollout_batch < 0 or self.update_batch < 0:
@@ -77,8 +79,17 @@ class OracleSortedPolicy(Policy):
         if not self.order:
             groups = view.next_groups(self.batch)
             samples = [i for g in groups for i in view.group_samples(g)]
-            self.order = sorted(samples, key=lambda i: (self.predictor.predict(view, i), i))
+            if self.params.whole_groups:  # groups by their longest predicted member, kept together
+                def longest(g: int) -> tuple:
+                    return (max(self.predictor.predict(view, i) for i in view.group_samples(g)), g)
+                samples = [i for g in sorted(groups, key=longest) for i in view.group_samples(g)]
+            else:
+                samples = sorted(samples, key=lambda i: (self.predictor.predict(view, i), i))
+            self.order = samples
         size = self.params.update_batch or view.total_capacity
+        if self.params.whole_groups:
+            n = view.group_size
+            size = max(n, size - size % n)
         self.round, self.order = self.order[:size], self.order[size:]
         # longest predicted first onto the least loaded engine (LPT), so engines end together
         load = [0.0] * view.engines

@@ -5,18 +5,26 @@ first, are harvested into early updates sorted by length. Cache-aware loading: a
 ``group_prompts`` prompts is loaded only once the current one is consumed.
 
 What the paper leaves open, and what we chose:
-- **Trigger**: a count, ``update_batch`` finished samples (``harvest=samples``) or that many
-  samples' worth of complete GRPO groups (``harvest=groups``). A harvest stops rollout (the
+- **Trigger**: a count, ``update_batch`` samples' worth of complete GRPO groups
+  (``harvest=groups``, the default: GRPO advantages need the whole group) or that many finished
+  samples (``harvest=samples``: groups may be spread over updates). A harvest stops rollout (the
   baseline is verl's colocated hybrid engine), trains once, syncs, and resumes.
+- **Defaults from the cluster and the trace**, so the policy keeps its own behaviour on every
+  preset and trace size: the loading group is ``4 x`` the trace's prompts per step (at most the
+  trace), and ``update_batch`` is the smaller of half the engines' slots and a quarter of the
+  loading group (the paper: 512-prompt rollout batches, 128 per update), so a loading group gives
+  at least four harvests even when the oversubscribed window covers all of it.
 - **Modes**: ``on_policy`` drops unfinished responses at each harvest and regenerates them under
   the new weights (wasted tokens). With ``harvest=groups`` the finished members of incomplete
   groups are regenerated too, so every trained token has staleness 0. ``partial`` pauses them
   with their tokens and version segments; they resume first, re-prefilling prompt + prefix.
   ``max_span`` bounds staleness: a sample whose oldest kept token is more than ``max_span``
   versions behind is regenerated instead of resumed or trained.
-- **Starvation guard** (the paper's "scavenging"): once the group has nothing left to admit, the
-  policy stops harvesting early and lets the stragglers run to completion, so a prompt whose
-  responses are always long still finishes; the group's last harvest waits for all of them.
+- **Starvation guard** (the paper's "scavenging"): a harvest fires whenever the trigger count is
+  reached; once the group has nothing left to admit and the trigger can no longer be reached,
+  the policy stops harvesting early and lets the stragglers run to completion, so a prompt whose
+  responses are always long still finishes (each harvest trains at least ``update_batch``
+  samples, so the group always ends).
 """
 
 from __future__ import annotations
@@ -49,9 +57,11 @@ class SortedRLParams:
     oversubscribe: float = field(default=2.0, metadata={
         "help": "samples kept admitted, as a multiple of the engines' total max_num_seqs"})
     update_batch: int = field(default=0, metadata={
-        "help": "finished samples that trigger a harvest (0: half the engines' total max_num_seqs)"})
-    harvest: Literal["samples", "groups"] = field(default="samples", metadata={
-        "help": "count finished samples, or samples of complete GRPO groups"})
+        "help": "finished samples that trigger a harvest (0: half the engines' total max_num_seqs, "
+                "at most a quarter of the loading group)"})
+    harvest: Literal["samples", "groups"] = field(default="groups", metadata={
+        "help": "groups: train complete GRPO groups only; samples: any finished samples "
+                "(spreads groups over updates)"})
     mode: Literal["on_policy", "partial"] = field(default="on_policy", metadata={
         "help": "on_policy: drop unfinished at a harvest; partial: keep and resume them"})
     max_span: int = field(default=2, metadata={
@@ -90,7 +100,7 @@ class SortedRLPolicy(Policy):
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         if not self.update_batch:
-            self.update_batch = max(1, view.total_capacity // 2)
+            self.update_batch = self._default_update_batch(view)
         if event.kind == EventKind.FINISHED and self.params.harvest == "groups":
             for i in event.samples:  # a cheap trigger; the harvest re-checks the buffer
                 if view.state(i) == SampleState.FINISHED:
@@ -108,6 +118,14 @@ class SortedRLPolicy(Policy):
             return self._harvest(view)
         return self._top_up(view)
 
+    def _default_update_batch(self, view: ClusterView) -> int:
+        loading = min(self.group_prompts, view.num_groups) * view.group_size
+        size = min(view.total_capacity // 2, loading // 4)
+        if self.params.harvest == "groups":  # whole groups: a multiple of the group size
+            size -= size % view.group_size
+            return max(view.group_size, size)
+        return max(1, size)
+
     def _load(self, view: ClusterView) -> bool:
         groups = view.next_groups(self.group_prompts)
         for g in groups:
@@ -118,19 +136,25 @@ class SortedRLPolicy(Policy):
     def _harvest_due(self, view: ClusterView) -> bool:
         if view.finished_count == 0:
             return False
-        if not self.ready:  # starvation guard: drain the group's stragglers
-            return view.admitted == 0
         if self.params.harvest == "samples":
-            return view.finished_count >= self.update_batch
-        return self.ncomplete * view.group_size >= self.update_batch
+            if view.finished_count >= self.update_batch:
+                return True
+        elif self.ncomplete * view.group_size >= self.update_batch:
+            return True
+        # starvation guard: nothing left to admit, so drain the stragglers once the trigger
+        # can no longer be reached
+        return not self.ready and view.admitted == 0
 
-    def _top_up(self, view: ClusterView, admitted: int | None = None) -> list[Action]:
+    def _top_up(self, view: ClusterView, admitted: int | None = None,
+                dropped: frozenset[int] = frozenset()) -> list[Action]:
+        """Admit from the group up to the oversubscribed window; ``dropped`` samples were just
+        aborted without their tokens in this same reaction (the view does not show it yet)."""
         admitted = view.admitted if admitted is None else admitted
         room = math.floor(self.params.oversubscribe * view.total_capacity) - admitted
         take, drop = [], []
         while room > 0 and self.ready:
             i = self.ready.popleft()
-            if self._too_stale(view, i):
+            if i not in dropped and self._too_stale(view, i):
                 drop.append(i)  # paused too long: regenerate from scratch
             take.append(i)
             room -= 1
@@ -147,19 +171,19 @@ class SortedRLPolicy(Policy):
         if running:
             out.append(Abort(tuple(running), keep_tokens=self.partial))
         finished = view.finished()
-        if self.params.harvest == "groups" and self.ready:
-            members = {i for g in complete_groups(view, finished) for i in view.group_samples(g)}
+        stale = [i for i in finished if self._too_stale(view, i)]
+        if self.params.harvest == "groups":  # a group with a too-stale member waits for it
+            held = {view.group_of(i) for i in stale}
+            members = {i for g in complete_groups(view, finished) if g not in held
+                       for i in view.group_samples(g)}
             batch = [i for i in finished if i in members]
-            left = [i for i in finished if i not in members]
         else:
-            batch, left = list(finished), []
-        stale = [i for i in batch if self._too_stale(view, i)]
-        if not self.partial:
-            stale += left  # on-policy: a finished sample may not wait for a later version
+            batch = [i for i in finished if i not in set(stale)]
+        if not self.partial:  # on-policy: a finished sample may not wait for a later version
+            taken = set(batch) | set(stale)
+            stale += [i for i in finished if i not in taken]
         if stale:
             out.append(Abort(tuple(stale), keep_tokens=False))
-            dropped = set(stale)
-            batch = [i for i in batch if i not in dropped]
         in_batch, dropped_set = set(batch), set(stale)
         self.done_in_group, self.ncomplete = {}, 0
         for i in finished:
@@ -168,7 +192,7 @@ class SortedRLPolicy(Policy):
                 self.done_in_group[g] = self.done_in_group.get(g, 0) + 1
         self.ready.extendleft(reversed(running + stale))
         if not batch:  # everything was too stale: nothing to train, rollout goes on
-            return out + self._top_up(view, admitted=0)
+            return out + self._top_up(view, admitted=0, dropped=frozenset(stale))
         self.unsettled -= len(batch)
         out.append(Train(shortest_first(view, batch)))
         return out

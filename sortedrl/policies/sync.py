@@ -2,7 +2,8 @@
 
 Each step admits the whole rollout batch (``rollout_batch`` prompts x n responses), waits until
 every response has finished, then runs ``minibatches`` updates on equal slices of the batch and
-syncs the weights once. With ``minibatches > 1`` every update after the first trains on data one
+syncs the weights once. Minibatches are cut at group boundaries, so every GRPO group is trained
+whole in one update. With ``minibatches > 1`` every update after the first trains on data one
 more version behind, as in the SortedRL paper's PPO baseline (512 prompts, 128 per update).
 
 It reacts only to idle engines and finished updates, so it does not listen to every finish.
@@ -62,8 +63,8 @@ class SyncPolicy(Policy):
         if kind == EventKind.ENGINE_IDLE:
             if view.admitted or not self.step_samples or view.trainer_busy or self.pending:
                 return []
-            batch, k = self.step_samples, self.params.minibatches
-            size = -(-len(batch) // k)
+            batch, k, n = self.step_samples, self.params.minibatches, view.group_size
+            size = -(-len(batch) // n // k) * n  # whole groups in every minibatch
             self.pending = [batch[j:j + size] for j in range(0, len(batch), size)]
             return [Train(tuple(self.pending.pop(0)))]
         if kind == EventKind.UPDATE_DONE:

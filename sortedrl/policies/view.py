@@ -45,6 +45,7 @@ class PublicState:
         self.state = [SampleState.WAITING] * n
         self.generated = [0] * n  # tokens kept at the last report (finish, pause, preempt)
         self.response_len: dict[int, int] = {}  # observed: finished samples only
+        self.reward: dict[int, float] = {}  # observed: finished samples only (the grader's verdict)
         self.attempt = [0] * n
         self.oldest = [-1] * n  # version of the oldest kept token (-1: none yet)
         self.engine_of = [-1] * n
@@ -161,6 +162,14 @@ class ClusterView:
             return self._s.response_len[sample]
         except KeyError:
             raise PolicyError(f"sample {sample} has not finished: its length is unknown") from None
+
+    def reward(self, sample: int) -> float:
+        """The reward of a finished response (graded when it finished)."""
+        try:
+            return self._s.reward[sample]
+        except KeyError:
+            raise PolicyError(f"sample {sample} has no reward: it has not finished, or the trace "
+                              "has no reward column") from None
 
     def engine_of(self, sample: int) -> int | None:
         e = self._s.engine_of[sample]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from sortedrl.policies.base import Event, EventKind
 from sortedrl.policies.controller import Backend, Controller
 from sortedrl.realrun.engine import VllmEngine
-from sortedrl.realrun.trainer import GRPOTrainer, Rollout, group_advantages
+from sortedrl.realrun.trainer import GroupRewards, GRPOTrainer, Rollout
 from sortedrl.timeline import Timeline
 
 
@@ -64,7 +64,7 @@ class RealBackend(Backend):
         self.kept_ver: list[list[int]] = [[] for _ in range(n)]
         self.reward: dict[int, float] = {}
         self.reason: dict[int, str] = {}  # "stop" (EOS) or "length" (hit max_tokens)
-        self.group_rewards: dict[int, list[float]] = {}
+        self.rewards = GroupRewards(group_size)  # advantages from trained attempts only
         self.segment = [0] * n
         self.state = RealEngineState(engine, max_num_seqs, self.kept)
         self.jobs: deque[Callable[[], None]] = deque()
@@ -187,7 +187,7 @@ class RealBackend(Backend):
             body = response[:-1] if self.eos is not None and response and response[-1] == self.eos else response
             self.reason[i] = f.reason
             self.reward[i] = 1.0 if (f.reason == "stop" and body == self.answers[i]) else 0.0
-            self.group_rewards.setdefault(i // self.n, []).append(self.reward[i])
+            self.rewards.finished(i, self.reward[i])
             self.timeline.add("span", f.t0, t_after, 0, i, self.ctl.s.attempt[i],
                               self.state.version, len(f.tokens), "finish")
         samples = list(lengths)
@@ -210,7 +210,7 @@ class RealBackend(Backend):
         t0 = self.now()
         batch = [Rollout(i, i // self.n, self.prompts[i], self.kept[i], self.kept_lp[i],
                          self.kept_ver[i], self.reward[i]) for i in samples]
-        metrics = self.trainer.update(batch, group_advantages(batch, self.group_rewards), version)
+        metrics = self.trainer.update(batch, self.rewards.advantages(batch), version)
         tokens = sum(len(r.prompt) + len(r.response) for r in batch)
         metrics.update(version=version, samples=len(samples),
                        reward_mean=sum(r.reward for r in batch) / len(batch),

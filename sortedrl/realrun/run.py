@@ -148,7 +148,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                           cfg.max_num_seqs, timeline, seed=cfg.seed, eos=tok.eos_token_id,
                           clock_offset=state["clock"] if state else 0.0)
     controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
-                            timeline)
+                            timeline, rewards=backend.reward)
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
         logs["metrics.jsonl"].write({"update": len(timeline.trains), **metrics})
         for i in samples:
@@ -226,7 +226,7 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     state = {"policy": policy, "public": public, "settled": controller.settled,
              "rollout_on": controller.rollout_on, "engine_version": backend.state.version,
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
-                         "reward": b.reward, "reason": b.reason, "group_rewards": b.group_rewards,
+                         "reward": b.reward, "reason": b.reason, "rewards": b.rewards,
                          "segment": b.segment},
              "admitted": [i for i, st in enumerate(s.state) if st == SampleState.ADMITTED],
              "clock": b.now()}
@@ -253,7 +253,10 @@ def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> N
     controller.s.engines = engines
     controller.settled, controller.rollout_on = state["settled"], state["rollout_on"]
     for k, v in state["backend"].items():
-        setattr(backend, k, v)
+        if k == "reward":
+            backend.reward.update(v)  # the controller reads rewards through this very dict
+        else:
+            setattr(backend, k, v)
     backend.state._kept = backend.kept
     backend.enabled = state["rollout_on"]
     backend.ctl = controller

@@ -1,8 +1,10 @@
 """The GRPO trainer: plain torch, one update per ``Train`` action.
 
 Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md §C):
-- advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` over every finished response of
-  the prompt seen so far (a policy may train a group across several updates);
+- advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` over the group's *trained*
+  attempts: those in this update plus those trained in earlier ones (a policy may spread a group
+  over updates). A dropped attempt (aborted and regenerated) or a discarded or filtered sample
+  never enters a baseline (:class:`GroupRewards`);
 - the loss is the token-level clipped surrogate with DAPO normalisation (summed over tokens,
   divided by the batch's response tokens);
 - the "old" log-probs are vLLM's behaviour log-probs, kept per token with the policy version that
@@ -32,8 +34,12 @@ class Rollout:
     reward: float
 
 
-def group_advantages(batch: list[Rollout], rewards: dict[int, list[float]]) -> list[float]:
-    """``rewards[g]``: every finished reward of group g so far (including this batch)."""
+def group_advantages(batch: list[Rollout], trained_before: dict[int, list[float]]) -> list[float]:
+    """GRPO advantages of ``batch``. Group g's baseline is ``trained_before[g]`` (rewards of its
+    attempts trained in earlier updates) plus the rewards of its members in this batch."""
+    rewards: dict[int, list[float]] = {}
+    for r in batch:
+        rewards.setdefault(r.group, list(trained_before.get(r.group, ()))).append(r.reward)
     out = []
     for r in batch:
         rs = rewards[r.group]
@@ -41,6 +47,33 @@ def group_advantages(batch: list[Rollout], rewards: dict[int, list[float]]) -> l
         std = math.sqrt(sum((x - mean) ** 2 for x in rs) / len(rs))
         out.append((r.reward - mean) / (std + 1e-4))
     return out
+
+
+class GroupRewards:
+    """Rewards per GRPO group, counting trained attempts only.
+
+    ``finished`` records the reward of a sample's current attempt; a later attempt of the same
+    sample (the first was dropped and regenerated) replaces it, so a dropped attempt's reward
+    never reaches a baseline. ``advantages`` computes an update's advantages and then records its
+    rewards as trained. Samples that are never trained (discarded, filtered) never count.
+    """
+
+    def __init__(self, group_size: int) -> None:
+        self.group_size = group_size
+        self.current: dict[int, float] = {}  # sample -> reward of its latest finished attempt
+        self.trained: dict[int, list[float]] = {}  # group -> rewards of its trained attempts
+
+    def finished(self, sample: int, reward: float) -> None:
+        self.current[sample] = reward
+
+    def advantages(self, batch: list[Rollout]) -> list[float]:
+        for r in batch:
+            if self.current.get(r.sample) != r.reward:
+                raise ValueError(f"sample {r.sample}: trained reward differs from its last attempt's")
+        out = group_advantages(batch, self.trained)
+        for r in batch:
+            self.trained.setdefault(r.group, []).append(r.reward)
+        return out
 
 
 class GRPOTrainer:

@@ -86,8 +86,9 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
     timeline = Timeline(meta)
     backend = SimBackend(trace, cluster, timeline, progress, audit=audit,
                          attempt_lengths=attempt_lengths)
+    rewards = trace.reward.tolist() if trace.reward is not None else None
     controller = Controller(policy, trace.prompt_id, trace.prompt_len.tolist(),
-                            trace.meta.group_size, backend, timeline)
+                            trace.meta.group_size, backend, timeline, rewards=rewards)
     # The hot loop allocates millions of small tuples and makes no reference cycles worth
     # collecting; pausing the cyclic GC makes it ~40% faster.
     was_enabled = gc.isenabled()

@@ -9,7 +9,8 @@ axis, every other value of a list) and halves the step when a round finds nothin
 
 ``--max-staleness`` is a hard constraint on ``staleness_max`` (no trained token more than that
 many versions behind); trials that break it are kept in ``tune.json`` as infeasible, never best.
-The Pareto front is over every trial: useful ``tokens_per_s`` up, ``staleness_mean`` down.
+The Pareto front is over every trial: ``learnable_tokens_per_s`` up (tokens a GRPO update can
+learn from; ``tokens_per_s`` for summaries without it), ``staleness_mean`` down.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from dataclasses import dataclass
 
 from scipy.stats import qmc
 
+from sortedrl.metrics import rank_rate
 from sortedrl.tune.executors import Executor
 from sortedrl.tune.space import Space, as_sets
 
-OBJECTIVES = {"tokens_per_s": 1.0, "makespan_s": -1.0}  # +1 maximise, -1 minimise
+OBJECTIVES = {"learnable_tokens_per_s": 1.0, "tokens_per_s": 1.0, "makespan_s": -1.0}  # +1 max, -1 min
 
 
 @dataclass(frozen=True)
 class TuneConfig:
-    objective: str = "tokens_per_s"
+    objective: str = "learnable_tokens_per_s"
     max_staleness: float | None = None
     budget: int = 64
     seed: int = 0
@@ -168,11 +170,11 @@ class Tuner:
 
 
 def pareto(trials: list[dict]) -> list[int]:
-    """Ids of the trials no other trial beats on both useful tokens/s (up) and staleness (down).
+    """Ids of the trials no other trial beats on both learnable tokens/s (up) and staleness (down).
 
     Of trials with exactly the same two numbers only the first is listed.
     """
-    pts = [(t["summary"]["tokens_per_s"], t["summary"]["staleness_mean"], t["id"]) for t in trials]
+    pts = [(rank_rate(t["summary"]), t["summary"]["staleness_mean"], t["id"]) for t in trials]
     front, taken = [], set()
     for tps, st, i in pts:
         dominated = any((o_tps >= tps and o_st <= st) and (o_tps > tps or o_st < st)

@@ -1,0 +1,116 @@
+"""Whole GRPO groups: the learnable-token metrics, each policy's whole-group default, the real
+runner's advantages from trained attempts only, and SortedRL's defaults on a large cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sortedrl.compare import cluster_for
+from sortedrl.metrics import summarize
+from sortedrl.policies.registry import BUILTIN, make_policy
+from sortedrl.realrun.trainer import GroupRewards, Rollout
+from sortedrl.sim.cluster import preset
+from sortedrl.sim.run import simulate
+from sortedrl.timeline import Timeline
+from sortedrl.traces.synth import synthesize
+
+META = {"samples_total": 6, "engines": 1, "max_num_seqs": 6, "tp": 1, "gpus": 1,
+        "trainer_gpus": 1, "lower_bound_s": 1.0, "group_size": 2, "policy": "hand",
+        "params": {}, "trace": "t", "cluster": "c", "seed": 0}
+
+
+def test_learnable_tokens_hand_computed():
+    # groups of 2: group 0 trained whole in update 0; group 1 split over updates 0 and 1;
+    # group 2 filtered (dynamic sampling). Sample 3's first attempt (7 tokens) was dropped.
+    tl = Timeline(META)
+    for t1, i, att, tok in ((1.0, 0, 0, 10), (2.0, 1, 0, 20), (1.5, 2, 0, 30), (0.5, 3, 0, 7),
+                            (3.0, 3, 1, 40), (1.0, 4, 0, 5), (1.0, 5, 0, 6)):
+        tl.spans.append((0.0, t1, 0, i, att, 0, tok, "finish"))
+    tl.aborts.append((0.5, [3], False))
+    tl.filters.append((1.0, [4, 5]))
+    tl.trains += [(2.0, 2.5, 0, [0, 1, 2], 99), (3.0, 3.5, 1, [3], 50)]
+    s = summarize(tl)
+    assert s["generated_tokens"] == 118 and s["useful_tokens"] == 100
+    assert s["wasted_tokens"] == 18 == 7 + 5 + 6
+    assert s["groups_trained_whole"] == 1
+    assert s["samples_in_split_groups"] == 2
+    assert s["learnable_tokens"] == 10 + 20 + 40  # sample 2 was trained before its group's last
+    assert s["learnable_tokens_per_s"] == pytest.approx(70 / 3.5)
+    assert s["filtered_groups"] == 1 and s["filtered_tokens"] == 11
+
+
+def _small_trace(group_size=4):
+    return synthesize("math-16k", prompts=8, group_size=group_size, steps=3, seed=3)
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_every_builtin_policy_trains_whole_groups_by_default(name):
+    trace = _small_trace()
+    cluster = dataclasses.replace(preset("h100-llama3.1-8b-2gpu-16seq"), name="small")
+    policy = make_policy(name, [], trace)
+    s = simulate(trace, policy, cluster_for(policy.placements, cluster)).summary
+    assert s["samples_in_split_groups"] == 0
+    assert s["learnable_tokens"] == s["useful_tokens"] > 0
+    assert s["groups_trained_whole"] == len(trace) // 4 - s["filtered_groups"]
+    assert s["generated_tokens"] == s["useful_tokens"] + s["wasted_tokens"]
+
+
+@pytest.mark.parametrize("name, sets", [("sortedrl", ["harvest=samples"]),
+                                        ("async", ["whole_groups=false"]),
+                                        ("oracle_sorted", ["whole_groups=false"])])
+def test_opting_out_spreads_groups_and_loses_learnable_tokens(name, sets):
+    trace = _small_trace()
+    cluster = dataclasses.replace(preset("h100-llama3.1-8b-2gpu-16seq"), name="small")
+    policy = make_policy(name, sets, trace)
+    s = simulate(trace, policy, cluster_for(policy.placements, cluster)).summary
+    assert s["samples_in_split_groups"] > 0
+    assert s["learnable_tokens"] < s["useful_tokens"]
+    assert s["generated_tokens"] == s["useful_tokens"] + s["wasted_tokens"]
+
+
+def _rollout(sample, reward, n=4):
+    return Rollout(sample, sample // n, [1], [2], [0.0], [0], reward)
+
+
+def test_real_runner_advantage_ignores_a_dropped_attempt():
+    book = GroupRewards(group_size=4)
+    book.finished(0, 1.0)
+    book.finished(1, 1.0)  # this attempt is dropped (aborted without tokens) ...
+    book.finished(1, 0.0)  # ... and regenerated: only the new reward may count
+    book.finished(2, 0.0)
+    book.finished(3, 1.0)  # never trained (discarded): not in any baseline
+    adv = book.advantages([_rollout(0, 1.0), _rollout(1, 0.0), _rollout(2, 0.0)])
+    # baseline over the trained rewards [1, 0, 0]: mean 1/3, std sqrt(2)/3
+    std = np.sqrt(2) / 3
+    assert adv == pytest.approx([(2 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4),
+                                 (-1 / 3) / (std + 1e-4)])
+
+
+def test_real_runner_split_group_uses_earlier_trained_rewards():
+    book = GroupRewards(group_size=4)
+    for i, r in enumerate([1.0, 0.0, 1.0, 1.0]):
+        book.finished(i, r)
+    assert book.advantages([_rollout(0, 1.0)]) == [0.0]  # a lone member teaches nothing
+    adv = book.advantages([_rollout(1, 0.0), _rollout(2, 1.0)])
+    mean, std = 2 / 3, np.sqrt(2) / 3  # trained rewards [1, 0, 1]
+    assert adv == pytest.approx([(0 - mean) / (std + 1e-4), (1 - mean) / (std + 1e-4)])
+    with pytest.raises(ValueError, match="sample 3"):
+        book.advantages([_rollout(3, 0.0)])  # not the reward its last attempt got
+
+
+def test_sortedrl_defaults_keep_its_behaviour_on_a_large_cluster():
+    # issue 10: on 2,048 slots the old defaults admitted the whole loading group at once and
+    # made 2 updates of 4,096 samples, identical in both modes
+    trace = synthesize("logic-8k", prompts=128, group_size=8, steps=8, seed=0)
+    cluster = preset("h100-llama3.1-8b")
+    on = simulate(trace, make_policy("sortedrl", ["mode=on_policy"], trace), cluster).summary
+    part = simulate(trace, make_policy("sortedrl", ["mode=partial"], trace), cluster).summary
+    assert on["updates"] > 2 and part["updates"] > 2
+    assert on["updates"] != part["updates"] or on["makespan_s"] != part["makespan_s"]
+    assert on["wasted_tokens"] > part["wasted_tokens"] > 0
+    assert on["staleness_max"] == 0 < part["staleness_max"] <= 2
+    for s in (on, part):
+        assert s["samples_trained"] == 8192 and s["samples_in_split_groups"] == 0
