@@ -18,6 +18,7 @@ from rich.table import Table
 
 from sortedrl.cli_common import (
     CLUSTER,
+    FORCE,
     GROUP_SIZE,
     PROMPTS,
     SEED,
@@ -27,12 +28,16 @@ from sortedrl.cli_common import (
     UNITS,
     LazyProgress,
     _cell,
+    input_files,
     load_input_trace,
+    perfetto_writer,
+    print_notes,
+    slug,
+    source_name,
     summary_table,
     user_errors,
-    write_json,
-    write_run_dir,
 )
+from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
 from sortedrl.realrun.commands import register as register_real
@@ -65,14 +70,21 @@ def simulate(
     prompts: int = PROMPTS,
     group_size: int = GROUP_SIZE,
     steps: int = STEPS,
-    out: Path = typer.Option(None, "--out", help="run directory (default runs/TRACE-POLICY)"),
+    out: Path = typer.Option(None, "--out", help="run directory (default runs/TRACE-POLICY-CLUSTER)"),
     perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
+    force: bool = FORCE,
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
     """Replay a length trace through a simulated cluster under one policy."""
     cl = load_cluster(cluster)
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
+    outs = Outputs("simulate", force, inputs=input_files(trace, cluster))
+    source = source_name(trace, synthetic)
+    run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")), identity=dict(
+        source=str(trace or synthetic), policy=policy, sets=sets, cluster=cluster, seed=seed,
+        prompts=prompts, group_size=group_size, steps=steps))
+    perfetto = outs.file(perfetto, "--perfetto")
     tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
     pol = make_policy(policy, sets, tr)
     bar = LazyProgress(len(tr), f"simulate {pol.name}")
@@ -80,20 +92,20 @@ def simulate(
         result = run_simulation(tr, pol, cl, seed=seed, progress=bar)
     finally:
         bar.close()
-    out = out or Path("runs") / f"{Path(tr.name).stem}-{pol.name}"
-    write_run_dir(out, {"summary.json": write_json(result.summary),
-                        "timeline.jsonl": result.timeline.write_jsonl})
+    files: dict = {run_dir: {"summary.json": write_json(result.summary),
+                             "timeline.jsonl": result.timeline.write_jsonl}}
     if perfetto is not None:
-        from sortedrl.plot.perfetto import write_perfetto
-
-        write_perfetto(result.timeline, perfetto)
+        files[perfetto] = perfetto_writer(result.timeline)
+    outs.write(files)
+    print_notes(outs)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
         return
     console = Console()
     oracle = " [ORACLE: reads true lengths, an upper reference]" if pol.oracle else ""
     console.print(summary_table(result.summary, f"{pol.name} on {tr.name} ({cl.name}){oracle}"))
-    console.print(f"wrote {out}/summary.json and {out}/timeline.jsonl")
+    console.print(f"wrote {run_dir}/summary.json and {run_dir}/timeline.jsonl"
+                  + (f", and {perfetto}" if perfetto else ""))
 
 
 @app.command()
@@ -108,7 +120,8 @@ def compare(
     prompts: int = PROMPTS,
     group_size: int = GROUP_SIZE,
     steps: int = STEPS,
-    out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE)"),
+    out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE-CLUSTER)"),
+    force: bool = FORCE,
     as_json: bool = typer.Option(False, "--json", help="print only the list of summaries"),
 ) -> None:
     """Run several policies on the same trace and cluster; print them side by side."""
@@ -116,6 +129,11 @@ def compare(
 
     specs = parse_specs(policies, sets)
     cl = load_cluster(cluster)
+    outs = Outputs("compare", force, inputs=input_files(trace, cluster))
+    source = source_name(trace, synthetic)
+    run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")), identity=dict(
+        source=str(trace or synthetic), policies=policies, sets=sets, cluster=cluster, seed=seed,
+        prompts=prompts, group_size=group_size, steps=steps))
     tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
     bar = LazyProgress(len(tr) * len(specs), f"compare {len(specs)} policies")
     try:
@@ -123,12 +141,12 @@ def compare(
     finally:
         bar.close()
     summaries = [{"label": spec.label, **r.summary} for spec, r in results]
-    out = out or Path("runs") / f"compare-{Path(tr.name).stem}"
     files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
     for spec, r in results:
         files[f"{spec.label}/summary.json"] = write_json(r.summary)
         files[f"{spec.label}/timeline.jsonl"] = r.timeline.write_jsonl
-    write_run_dir(out, files)
+    outs.write({run_dir: files})
+    print_notes(outs)
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))
         return
@@ -136,7 +154,7 @@ def compare(
     console.print(compare_table(summaries, f"{tr.name} on {cl.name}"))
     if any(s["oracle"] for s in summaries):
         console.print("oracle = an upper reference that reads true lengths; not a deployable policy")
-    console.print(f"wrote {out}/compare.json and one directory per policy")
+    console.print(f"wrote {run_dir}/compare.json and one directory per policy")
 
 
 def compare_table(summaries: list[dict], title: str) -> Table:

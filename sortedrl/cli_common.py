@@ -8,10 +8,8 @@ stderr and exit code 2, with no traceback and no half-written output.
 from __future__ import annotations
 
 import functools
-import json
-import os
-import shutil
-import tempfile
+import math
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,16 +32,38 @@ UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "
          "staleness_p95": "versions", "staleness_max": "versions"}
 
 
+# Optional extras, by the top-level module a command imports: what to install to get it.
+EXTRAS = {"torch": "cpu", "vllm": "cpu", "transformers": "cpu", "tokenizers": "cpu",
+          "safetensors": "cpu", "ray": "ray", "pyarrow": "parquet"}
+
+
 def user_errors(fn: Callable) -> Callable:
-    """Report SortedRLError as one line and exit 2."""
+    """Report every failure a user can cause as one ``error:`` line and exit 2: a
+    SortedRLError, a number that is not finite, a missing optional extra, an OS error."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            _check_finite(kwargs)
             return fn(*args, **kwargs)
         except SortedRLError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(e.exit_code) from None
+            message, code = str(e), e.exit_code
+        except ModuleNotFoundError as e:
+            top = (e.name or "").split(".")[0]
+            if top not in EXTRAS:
+                raise
+            message, code = (f"`sortedrl {fn.__name__.removesuffix('_cmd').replace('_', ' ')}` needs {top}, which is not "
+                             f"installed: pip install 'sortedrl[{EXTRAS[top]}]' (or `make test`)"), 2
+        except OSError as e:
+            message, code = f"{e.filename or 'output'}: {e.strerror or e}", 2
+        typer.echo(f"error: {message}", err=True)
+        raise typer.Exit(code)
     return wrapper
+
+
+def _check_finite(kwargs: dict) -> None:
+    for name, value in kwargs.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"--{name.replace('_', '-')} {value}: must be a finite number")
 
 
 def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | None,
@@ -55,32 +75,32 @@ def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | N
     return synthesize(synthetic, prompts=prompts, group_size=group_size, steps=steps, seed=seed)
 
 
-def write_run_dir(out: Path, files: dict[str, Callable[[Path], None]]) -> None:
-    """Write ``files`` (relative paths) into ``out`` all-or-nothing: build them in a temporary
-    sibling first, then move them in; files of ``out`` not named here are left alone."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: exists and is not a directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
-        for name, write in files.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            write(tmp / name)
-        if not out.exists():
-            os.rename(tmp, out)
-            return
-        for name in files:
-            (out / name).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp / name, out / name)
-        shutil.rmtree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+def input_files(*paths: Path | str | None) -> list[Path]:
+    """The arguments that name existing files: what no output may overwrite or delete."""
+    return [Path(p) for p in paths if p is not None and Path(p).exists()]
 
 
-def write_json(obj: object) -> Callable[[Path], None]:
-    return lambda p: p.write_text(json.dumps(obj, indent=2) + "\n")
+def source_name(trace: Path | None, synthetic: str | None) -> str:
+    """What a default run directory calls the trace: the file's stem or the preset's name."""
+    return Path(trace).stem if trace is not None else str(synthetic)
+
+
+def slug(text: str) -> str:
+    """``text`` as one safe file name (what default run directories are called)."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("._") or "run"
+
+
+def perfetto_writer(timeline) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        from sortedrl.plot.perfetto import perfetto_json
+
+        path.write_text(perfetto_json(timeline))
+    return write
+
+
+def print_notes(outs) -> None:
+    for note in outs.notes:
+        typer.echo(note, err=True)
 
 
 class LazyProgress:
@@ -140,3 +160,4 @@ SEED = typer.Option(0, "--seed", help="seed (synthetic traces, searches)")
 PROMPTS = typer.Option(None, "--prompts", help="synthetic: prompts per step")
 GROUP_SIZE = typer.Option(None, "--group-size", help="synthetic: responses per prompt")
 STEPS = typer.Option(None, "--steps", help="synthetic: steps")
+FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")

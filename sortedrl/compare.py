@@ -12,10 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sortedrl.errors import ConfigError
+from sortedrl.outputs import check_label
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
 from sortedrl.traces.schema import Trace
+
+RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ def parse_specs(policies: list[str], sets: list[str]) -> list[PolicySpec]:
             label, name = p, p
         if not label or not name:
             raise ConfigError(f"--policy {p!r}: expected NAME or LABEL=NAME")
+        check_label(label, RESERVED)
         if label in labels:
             raise ConfigError(f"--policy {p!r}: label {label!r} is used twice (name them LABEL=NAME)")
         policy_class(name)  # unknown names fail here, before any work

@@ -124,13 +124,29 @@ def test_errors_are_one_line_exit_2_and_leave_nothing(tmp_path, args_fn, message
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 
-def test_existing_out_dir_keeps_other_files(tmp_path):
+def test_out_into_someone_elses_directory_is_refused_and_force_replaces_it(tmp_path):
+    # issue 15: --out into a non-empty directory that is not a previous run of the same command
+    # is refused (it used to merge into it); --force replaces it whole.
     out = tmp_path / "run"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out))
-    assert r.exit_code == 0
-    assert (out / "notes.txt").read_text() == "mine" and (out / "summary.json").exists()
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (f"error: --out {out}: not empty (files not written by sortedrl); give "
+                                "another directory, or --force to replace it")
+    assert (out / "notes.txt").read_text() == "mine" and not (out / "summary.json").exists()
+    r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out), "--force")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == [".sortedrl-run", "summary.json", "timeline.jsonl"]
+
+
+def test_a_previous_run_of_the_same_command_is_replaced_with_a_note(tmp_path):
+    out = tmp_path / "run"
+    for _ in range(2):
+        r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out), "--json")
+        assert r.exit_code == 0, r.output
+    assert r.stderr.strip() == f"note: replacing the previous `sortedrl simulate` run in {out}"
+    assert not [p for p in tmp_path.iterdir() if p.name != "run"]
 
 
 def test_policies_lists_every_policy_and_knob():

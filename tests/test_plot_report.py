@@ -235,5 +235,5 @@ def test_report_names_a_corrupt_run_timeline(tmp_path, compare_dir):
 def test_an_output_that_is_a_directory_is_an_error(small, tmp_path):
     r = runner.invoke(app, ["plot", str(small[0]), "--out", str(tmp_path)])
     assert r.exit_code == 2
-    assert r.stderr.strip() == f"error: {tmp_path}: is a directory, not a file"
+    assert r.stderr.strip() == f"error: --out {tmp_path}: is a directory, not a file"
     assert list(tmp_path.iterdir()) == []

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import typer
 
-from sortedrl.cli_common import user_errors
+from sortedrl.cli_common import FORCE, print_notes, user_errors
+from sortedrl.outputs import Outputs, write_text
 
 
 def plot(
@@ -18,19 +19,22 @@ def plot(
     out: Path = typer.Option(None, "--out", help="HTML file (default RUNDIR/timeline.html)"),
     perfetto: Path = typer.Option(None, "--perfetto",
                                   help="also write the timeline as Chrome trace-event JSON"),
+    force: bool = FORCE,
 ) -> None:
     """Plot one run's timeline as a self-contained HTML page (works offline)."""
     from sortedrl.plot.inputs import load_run
-    from sortedrl.plot.page import atomic_write
     from sortedrl.plot.perfetto import perfetto_json
     from sortedrl.plot.timeline_plot import timeline_page
 
+    outs = Outputs("plot", force, inputs=[rundir / "summary.json", rundir / "timeline.jsonl"])
+    out = outs.file(out, "--out", default=rundir / "timeline.html")
+    perfetto = outs.file(perfetto, "--perfetto")
     tl, summary = load_run(rundir)
-    out = out or rundir / "timeline.html"
-    files = {out: timeline_page(tl, summary)}
+    files = {out: write_text(timeline_page(tl, summary))}
     if perfetto is not None:
-        files[perfetto] = perfetto_json(tl)
-    atomic_write(files)  # all built first: a failure leaves nothing half-written
+        files[perfetto] = write_text(perfetto_json(tl))
+    outs.write(files)  # all built first: a failure leaves nothing half-written
+    print_notes(outs)
     if perfetto is not None:
         typer.echo(f"wrote {perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
     typer.echo(f"wrote {out}")
@@ -39,11 +43,16 @@ def plot(
 def report(
     dir: Path = typer.Argument(..., help="compare or tune output directory"),
     out: Path = typer.Option(None, "--out", help="HTML file (default DIR/report.html)"),
+    force: bool = FORCE,
 ) -> None:
     """Compare the policies of a compare or tune directory in one HTML page (works offline)."""
-    from sortedrl.plot.report import write_report
+    from sortedrl.plot.report import report_page
 
-    typer.echo(f"wrote {write_report(dir, out)}")
+    outs = Outputs("report", force, inputs=[dir / "compare.json", dir / "tune.json"])
+    out = outs.file(out, "--out", default=dir / "report.html")
+    outs.write({out: write_text(report_page(dir, out))})
+    print_notes(outs)
+    typer.echo(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ policies, and a registry from name to class (:mod:`sortedrl.policies.registry`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from abc import ABC, abstractmethod
@@ -193,9 +194,12 @@ def _coerce(raw: str, hint: object, where: str) -> object:
             raise ConfigError(f"{where}: expected an integer") from None
     if hint is float:
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise ConfigError(f"{where}: expected a number") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: expected a finite number")
+        return value
     return raw
 
 

@@ -13,8 +13,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sortedrl.cli_common import LazyProgress, summary_table, user_errors
+from sortedrl.cli_common import FORCE, LazyProgress, perfetto_writer, summary_table, user_errors
 from sortedrl.errors import ConfigError
+from sortedrl.outputs import Outputs
 
 
 def register(app: typer.Typer) -> None:
@@ -33,6 +34,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="seed"),
     ) -> None:
         """A tiny Qwen2 model with random weights and a locally trained tokenizer; no downloads."""
+        Outputs("model init").place(out, "--out")
         from sortedrl.realrun.model import init_model
 
         path = init_model(out, task=task, hidden=hidden, layers=layers, warmup_steps=warmup_steps, seed=seed)
@@ -57,9 +59,13 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="seed"),
         resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint"),
         perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
     ) -> None:
         """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
+        outs = Outputs("run", force, inputs=[model])
+        outs.place(out, "--out")
+        perfetto = outs.file(perfetto, "--perfetto")
         from sortedrl.realrun.run import RunConfig, run_real
 
         cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
@@ -71,10 +77,9 @@ def register(app: typer.Typer) -> None:
         finally:
             bar.close()
         if perfetto is not None:
-            from sortedrl.plot.perfetto import write_perfetto
             from sortedrl.timeline import Timeline
 
-            write_perfetto(Timeline.read_jsonl(out / "timeline.jsonl"), perfetto)
+            outs.write({perfetto: perfetto_writer(Timeline.read_jsonl(out / "timeline.jsonl"))})
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
             return
@@ -91,8 +96,11 @@ def register(app: typer.Typer) -> None:
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         repeats: int = typer.Option(3, "--repeats", help="repetitions of the measurement grid"),
         seed: int = typer.Option(0, "--seed", help="seed"),
+        force: bool = FORCE,
     ) -> None:
         """Measure decode, prefill, update and sync times on the real engine; fit the cost model."""
+        outs = Outputs("calibrate", force, inputs=[model])
+        outs.file(out, "--out")
         from sortedrl.realrun.calibrate import (
             BATCHES,
             CONTEXTS,
@@ -114,7 +122,7 @@ def register(app: typer.Typer) -> None:
                                 progress=bar)
         finally:
             bar.close()
-        write_profile(out, profile)
+        outs.write({out: lambda p: write_profile(p, profile)})
         fit = profile["fit"]
         typer.echo(f"wrote {out}: engine steps MAPE {100 * fit['steps']['mape']:.1f}% (total "
                    f"{100 * fit['steps']['total_error']:+.1f}%) over "
@@ -129,6 +137,7 @@ def register(app: typer.Typer) -> None:
         rundir: Path = typer.Argument(..., help="run directory written by `sortedrl run`"),
         profile: Path = typer.Option(None, "--profile", help="calibrated profile (default RUNDIR/profile.json)"),
         plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated"),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
     ) -> None:
         """Replay a real run in the simulator and report the error per step."""
@@ -138,10 +147,15 @@ def register(app: typer.Typer) -> None:
         profile = profile or rundir / "profile.json"
         if not profile.exists():
             raise ConfigError(f"--profile {profile}: not found (make one with `sortedrl calibrate`)")
+        outs = Outputs("validate", force, inputs=[profile, *(p for p in rundir.glob("*")
+                                                            if p.is_file() and p.name != "validate.json")])
+        written = outs.file(None, "validate.json", default=rundir / "validate.json")
+        plot = outs.file(plot, "--plot")
         result = run_validation(rundir, profile)
-        write_validate(result, rundir / "validate.json")
+        files = {written: lambda p: write_validate(result, p)}
         if plot is not None:
-            overlay_html(result, plot)
+            files[plot] = lambda p: overlay_html(result, p)
+        outs.write(files)
         if as_json:
             typer.echo((rundir / "validate.json").read_text(), nl=False)
             return

@@ -15,9 +15,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.cli_common import user_errors
+from sortedrl.errors import ConfigError, TraceError
+from sortedrl.outputs import Outputs
 from sortedrl.traces.importer import import_table_with_report
-from sortedrl.traces.io import read_trace, write_trace
+from sortedrl.traces.io import FORMATS, read_trace, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
 from sortedrl.traces.synth import PRESETS, synthesize
 
@@ -28,12 +30,20 @@ app = typer.Typer(
 )
 
 
-def _fail(e: SortedRLError) -> typer.Exit:
-    typer.echo(f"error: {e}", err=True)
-    return typer.Exit(e.exit_code)
+def _output(out: Path, force: bool, inputs: list[Path]) -> Outputs:
+    """Check ``--out`` before any work: a known trace format, writable, not an input."""
+    if out.suffix.lower() not in FORMATS:
+        raise TraceError(f"{out}: unknown trace format {out.suffix!r}; use one of {', '.join(FORMATS)}")
+    outs = Outputs("trace", force, inputs=inputs)
+    outs.file(out, "--out")
+    return outs
+
+
+FORCE = typer.Option("--force", help="Overwrite an existing --out file (written atomically).")
 
 
 @app.command("import")
+@user_errors
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="Per-request table (CSV/JSONL), or with --from a "
                                               "framework's dump file or directory.")],
@@ -52,21 +62,20 @@ def import_cmd(
     tokenizer: Annotated[Path | None, typer.Option(
         help="--from verl/trl: local tokenizer directory (its tokenizer.json) for token counts."
     )] = None,
+    force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Turn a public per-request table, or an RL framework's rollout dump, into a length trace."""
+    outs = _output(out, force, [file] if file.is_file() else [p for p in file.rglob("*") if p.is_file()])
     if framework is not None:
-        _import_framework(framework, file, out, tokenizer, max_response_len, source)
+        _import_framework(framework, file, out, tokenizer, max_response_len, source, outs)
         return
-    try:
-        if prompt_len_col is None or response_len_col is None:
-            raise ConfigError("give --prompt-len-col and --response-len-col for a table, "
-                              "or --from FRAMEWORK for a framework's dump")
-        trace, report = import_table_with_report(
-            file, prompt_len_col, response_len_col, group_size, max_response_len, source
-        )
-        write_trace(trace, out)
-    except SortedRLError as e:
-        raise _fail(e) from None
+    if prompt_len_col is None or response_len_col is None:
+        raise ConfigError("give --prompt-len-col and --response-len-col for a table, "
+                          "or --from FRAMEWORK for a framework's dump")
+    trace, report = import_table_with_report(
+        file, prompt_len_col, response_len_col, group_size, max_response_len, source
+    )
+    outs.write({out: lambda p: write_trace(trace, p)})
     if report.dropped_rows:
         typer.echo(
             f"note: dropped {report.dropped_rows} trailing rows that do not fill a group of "
@@ -86,14 +95,11 @@ def import_cmd(
 
 
 def _import_framework(framework: str, path: Path, out: Path, tokenizer: Path | None,
-                      max_response_len: int | None, source: str | None) -> None:
+                      max_response_len: int | None, source: str | None, outs: Outputs) -> None:
     from sortedrl.traces.importers import import_framework
 
-    try:
-        trace, report = import_framework(framework, path, tokenizer, max_response_len, source)
-        write_trace(trace, out)
-    except SortedRLError as e:
-        raise _fail(e) from None
+    trace, report = import_framework(framework, path, tokenizer, max_response_len, source)
+    outs.write({out: lambda p: write_trace(trace, p)})
     if report.dropped_groups:
         typer.echo(f"note: dropped {report.dropped_groups} groups ({report.dropped_rows} "
                    f"samples) with fewer than {report.group_size} samples", err=True)
@@ -103,6 +109,7 @@ def _import_framework(framework: str, path: Path, out: Path, tokenizer: Path | N
 
 
 @app.command("synth")
+@user_errors
 def synth_cmd(
     preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(sorted(PRESETS))}.")],
     out: Annotated[Path, typer.Option(help="Output trace (.jsonl, .csv or .parquet).")],
@@ -113,13 +120,12 @@ def synth_cmd(
     dataset_size: Annotated[
         int | None, typer.Option(help="Distinct prompts (default prompts x steps).")
     ] = None,
+    force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Draw a synthetic trace from a preset fitted to published length statistics."""
-    try:
-        trace = synthesize(preset, prompts, group_size, steps, seed, dataset_size)
-        write_trace(trace, out)
-    except SortedRLError as e:
-        raise _fail(e) from None
+    outs = _output(out, force, [])
+    trace = synthesize(preset, prompts, group_size, steps, seed, dataset_size)
+    outs.write({out: lambda p: write_trace(trace, p)})
     typer.echo(
         f"wrote {out}: {len(trace)} samples, {trace.prompts_per_step} prompts x "
         f"{trace.meta.group_size} per step, {trace.num_groups // trace.prompts_per_step} steps"
@@ -127,15 +133,13 @@ def synth_cmd(
 
 
 @app.command("stats")
+@user_errors
 def stats_cmd(
     file: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv or .parquet).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print only the stats as JSON.")] = False,
 ) -> None:
     """Print response-length statistics of a trace."""
-    try:
-        stats = trace_stats(read_trace(file))
-    except SortedRLError as e:
-        raise _fail(e) from None
+    stats = trace_stats(read_trace(file))
     if as_json:
         typer.echo(json.dumps(stats, indent=2))
     else:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from sortedrl.cli_common import (
     CLUSTER,
+    FORCE,
     GROUP_SIZE,
     PROMPTS,
     SEED,
@@ -19,12 +20,15 @@ from sortedrl.cli_common import (
     TRACE,
     LazyProgress,
     _cell,
+    input_files,
     load_input_trace,
+    print_notes,
+    slug,
+    source_name,
     user_errors,
-    write_json,
-    write_run_dir,
 )
 from sortedrl.errors import ConfigError
+from sortedrl.outputs import Outputs, write_json
 from sortedrl.sim.cluster import load_cluster
 
 
@@ -47,7 +51,8 @@ def register(app: typer.Typer) -> None:
         prompts: int = PROMPTS,
         group_size: int = GROUP_SIZE,
         steps: int = STEPS,
-        out: Path = typer.Option(None, "--out", help="output directory (default runs/tune-TRACE)"),
+        out: Path = typer.Option(None, "--out", help="output directory (default runs/tune-TRACE-CLUSTER)"),
+        force: bool = FORCE,
         as_json: bool = typer.Option(False, "--json", help="print only tune.json"),
     ) -> None:
         """Search policies' knobs for the fastest run within a staleness budget."""
@@ -63,6 +68,12 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--max-staleness {max_staleness}: must be >= 0")
         spaces = parse_spaces(policies, params)
         cl = load_cluster(cluster)
+        outs = Outputs("tune", force, inputs=input_files(trace, cluster))
+        run_dir = outs.run_dir(out, Path("runs") / slug(f"tune-{source_name(trace, synthetic)}-{cl.name}"),
+                               identity=dict(source=str(trace or synthetic), policies=policies, params=params,
+                                             objective=objective, max_staleness=max_staleness, budget=budget,
+                                             cluster=cluster, seed=seed, prompts=prompts,
+                                             group_size=group_size, steps=steps))
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
         cfg = TuneConfig(objective, max_staleness, budget, seed)
         executor = make_executor(tr, cl, seed, workers, ray)
@@ -73,14 +84,28 @@ def register(app: typer.Typer) -> None:
             bar.close()
             executor.close()
         result = {"trace": tr.name, "cluster": cl.name, **result}
-        out = out or Path("runs") / f"tune-{Path(tr.name).stem}"
-        write_run_dir(out, {"tune.json": write_json(result)})
+        if result["best"]["overall"] is None:
+            raise ConfigError(infeasible_message(result))
+        outs.write({run_dir: {"tune.json": write_json(result)}})
+        print_notes(outs)
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
         console = Console(width=120)
         console.print(tune_table(result))
-        console.print(f"wrote {out}/tune.json ({len(result['trials'])} trials, {result['search']})")
+        console.print(f"wrote {run_dir}/tune.json ({len(result['trials'])} trials, {result['search']})")
+
+
+def infeasible_message(result: dict) -> str:
+    """No trial met --max-staleness: name the one that came closest."""
+    trials = result["trials"]
+    closest = min(trials, key=lambda t: (t["summary"]["staleness_max"], -t["summary"]["tokens_per_s"], t["id"]))
+    s = closest["summary"]
+    params = ", ".join(f"{k}={v}" for k, v in closest["params"].items()) or "defaults"
+    return (f"no trial of {len(trials)} meets --max-staleness {result['max_staleness']}; the closest is "
+            f"trial {closest['id']}: {closest['policy']} ({params}) with staleness_max "
+            f"{s['staleness_max']} at {s['tokens_per_s']:,.0f} tok/s; raise the bound or add a policy "
+            "that bounds staleness (sync, sortedrl)")
 
 
 def tune_table(result: dict) -> Table:

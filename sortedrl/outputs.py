@@ -1,0 +1,279 @@
+"""Where a command's outputs go: checked before any work, written all-or-nothing.
+
+Why this exists: a command that runs for minutes and then fails to write, or that writes over
+its own input, or that merges into (or silently replaces) someone's directory, costs the user more
+than the run. So every command declares its outputs first (:class:`Outputs`), each is checked at
+once (writable, not a file where a directory goes, not an input, not someone else's directory),
+and only then does the work start. At the end every output is built in a temporary sibling and
+renamed into place; if any rename fails, the ones already made are undone, so a command leaves
+either all its outputs or none of them (and the previous ones, if it was replacing them).
+
+A run directory holds a small marker, ``.sortedrl-run``, naming the command (and its options)
+that wrote it. A directory is replaced without ``--force`` only when it is empty or holds a
+previous run of the same command; a default directory (no ``--out``) only when it holds a run
+of the same command with the same options, since its name cannot tell the user what is in it.
+
+Labels that become directory names (``compare --policy LABEL=NAME``) go through
+:func:`check_label`, so a label can never name a path outside ``--out``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sortedrl.errors import SortedRLError
+
+MARKER = ".sortedrl-run"
+Writer = Callable[[Path], None]  # writes one file at the path it is given
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+class OutputError(SortedRLError):
+    """An output path that cannot be written, or may not be (an input, someone else's files)."""
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_label(label: str, reserved: Iterable[str] = (), option: str = "--policy") -> str:
+    """``label`` if it can name a file inside an output directory, else a one-line error."""
+    if not _LABEL.fullmatch(label) or label.endswith(".") or ".." in label:
+        raise OutputError(f"{option} {label!r}: a label names a directory, so it must be 1-64 letters, "
+                          "digits or '_.+-', start with a letter or digit, and have no '..'")
+    taken = {r.lower() for r in reserved}
+    if label.lower() in taken:
+        raise OutputError(f"{option} {label!r}: that name is reserved for an output file "
+                          f"({', '.join(sorted(reserved))}); choose another label")
+    return label
+
+
+def write_json(obj: object) -> Writer:
+    return lambda p: p.write_text(json.dumps(obj, indent=2) + "\n")
+
+
+def write_text(text: str) -> Writer:
+    return lambda p: p.write_text(text)
+
+
+@dataclass(frozen=True)
+class _Target:
+    path: Path
+    option: str
+    is_dir: bool
+
+
+class Outputs:
+    """The outputs of one command. Declare each with :meth:`run_dir` or :meth:`file` before any
+    work (they are checked there), then write them all with :meth:`write`."""
+
+    def __init__(self, command: str, force: bool = False, inputs: Iterable[Path | None] = ()) -> None:
+        self.command, self.force = command, force
+        self.inputs = [Path(p).resolve() for p in inputs if p is not None]
+        self.targets: dict[Path, _Target] = {}
+        self.notes: list[str] = []
+        self.identity: dict = {}
+
+    # -- checks, before any work -----------------------------------------------------------------
+
+    def run_dir(self, path: Path | None, default: Path, identity: dict | None = None,
+                option: str = "--out") -> Path:
+        """Check a run directory (``path``, or ``default`` when the user gave none)."""
+        given = path is not None
+        out = Path(path if given else default)
+        self.identity = {"command": self.command, **(identity or {})}
+        self._check_place(out, option)
+        if Path.cwd().is_relative_to(out.resolve()):
+            raise OutputError(f"{option} {out}: is the current directory or holds it; give a new directory")
+        if out.exists():
+            self._check_replace_dir(out, option, given)
+        for p in self.inputs:
+            if p.is_relative_to(out.resolve()):
+                raise OutputError(f"{option} {out}: holds the input {p}; write the output elsewhere")
+        return self._add(out, option, is_dir=True)
+
+    def file(self, path: Path | None, option: str, default: Path | None = None) -> Path | None:
+        """Check an output file (``None`` and no ``default``: the option was not given). A
+        ``default`` is this command's own file (``RUNDIR/timeline.html``): it is replaced with a
+        note, while a file the user named is replaced only with ``--force``."""
+        if path is None and default is None:
+            return None
+        out = Path(path if path is not None else default)
+        self._check_place(out, option)
+        if out.is_dir():
+            raise OutputError(f"{option} {out}: is a directory, not a file")
+        if out.exists() or out.is_symlink():
+            if any(out.resolve() == p for p in self.inputs):
+                raise OutputError(f"{option} {out}: is an input of this command; write the output elsewhere")
+            if path is not None and not self.force:
+                raise OutputError(f"{option} {out}: exists (add --force to overwrite it)")
+            self.notes.append(f"note: replacing {out}")
+        return self._add(out, option, is_dir=False)
+
+    def place(self, path: Path, option: str) -> Path:
+        """Check only that ``path`` can be created (for outputs written as they go)."""
+        self._check_place(Path(path), option)
+        return Path(path)
+
+    def _add(self, out: Path, option: str, is_dir: bool) -> Path:
+        key = Path(os.path.abspath(out))
+        for other in self.targets.values():
+            mine = Path(os.path.abspath(other.path))
+            if key == mine or key.is_relative_to(mine) or mine.is_relative_to(key):
+                raise OutputError(f"{option} {out}: overlaps {other.option} {other.path}; give separate paths")
+        self.targets[key] = _Target(out, option, is_dir)
+        return out
+
+    def _check_place(self, out: Path, option: str) -> None:
+        if not Path(os.path.abspath(out)).name:
+            raise OutputError(f"{option} {out}: give a file or directory name")
+        parent = Path(os.path.abspath(out)).parent
+        while not parent.exists():
+            if parent.is_symlink():
+                raise OutputError(f"{option} {out}: {parent} is a broken link")
+            parent = parent.parent
+        if not parent.is_dir():
+            raise OutputError(f"{option} {out}: {parent} is a file, not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            why = "is on a read-only filesystem" if _read_only(parent) else "is not writable"
+            raise OutputError(f"{option} {out}: {parent} {why}")
+
+    def _check_replace_dir(self, out: Path, option: str, given: bool) -> None:
+        if not out.is_dir():
+            raise OutputError(f"{option} {out}: exists and is not a directory")
+        if not any(out.iterdir()):
+            return
+        if self.force:
+            self.notes.append(f"note: replacing {out} (--force)")
+            return
+        previous = read_marker(out)
+        if previous.get("command") != self.command:
+            what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
+            raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "
+                              f"or --force to replace it")
+        if not given and previous != self.identity:
+            raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; give "
+                              f"--out DIR to keep both, or --force to replace it")
+        self.notes.append(f"note: replacing the previous `sortedrl {self.command}` run in {out}")
+
+    # -- writing, after the work -----------------------------------------------------------------
+
+    def write(self, contents: dict[Path, Writer | dict[str, Writer]]) -> None:
+        """Write every declared output: a run directory gets a dict of relative names to writers
+        (or one writer that fills the directory it is given), a file gets one writer. All are
+        built aside, then renamed into place together."""
+        staged: list[tuple[Path, Path]] = []
+        made_dirs: list[Path] = []
+        try:
+            for path, what in contents.items():
+                target = self.targets.get(Path(os.path.abspath(path)))
+                if target is None:
+                    raise AssertionError(f"{path} was not declared")
+                made_dirs += _make_parents(Path(path))
+                staged.append((Path(path), self._stage(Path(path), what)))
+            _commit(staged)
+        except BaseException as e:
+            for _, tmp in staged:
+                _remove(tmp)
+            for d in reversed(made_dirs):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            if isinstance(e, OSError):
+                where = e.filename or next(iter(contents), "")
+                raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
+            raise
+
+    def _stage(self, path: Path, what: Writer | dict[str, Writer]) -> Path:
+        """Build one output beside its target; on a failure remove what was built."""
+        is_dir = self.targets[Path(os.path.abspath(path))].is_dir
+        if is_dir:
+            tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-")).absolute()
+        else:
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-", suffix=path.suffix)
+            os.close(fd)
+            tmp = Path(name).absolute()
+        try:
+            if is_dir:
+                os.chmod(tmp, 0o777 & ~umask())
+                for name, write in (what.items() if isinstance(what, dict) else [(".", what)]):
+                    dest = tmp / name
+                    if not Path(os.path.abspath(dest)).is_relative_to(tmp):
+                        raise AssertionError(f"{name} escapes {path}")
+                    _make_parents(dest)
+                    write(dest)
+                (tmp / MARKER).write_text(json.dumps(self.identity, sort_keys=True) + "\n")
+            else:
+                what(tmp)
+                os.chmod(tmp, 0o666 & ~umask())
+        except BaseException:
+            _remove(tmp)
+            raise
+        return tmp
+
+
+def read_marker(out: Path) -> dict:
+    """The command and options recorded in a run directory, or {} if none."""
+    try:
+        return json.loads((out / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _commit(staged: list[tuple[Path, Path]]) -> None:
+    """Rename each staged temp onto its target; on a failure, undo the ones already done."""
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        for path, tmp in staged:
+            backup = None
+            if path.exists() or path.is_symlink():
+                backup = path.with_name(f".{path.name}.old-{os.getpid()}")
+                _remove(backup)
+                os.rename(path, backup)
+            done.append((path, backup))
+            os.rename(tmp, path)
+    except BaseException:
+        for path, backup in reversed(done):
+            _remove(path)
+            if backup is not None:
+                os.rename(backup, path)
+        raise
+    for _, backup in done:
+        if backup is not None:
+            _remove(backup)
+
+
+def _make_parents(path: Path) -> list[Path]:
+    """Create the missing parents of ``path`` with the user's umask; returns those created."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        d.mkdir()
+    return list(reversed(missing))
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
