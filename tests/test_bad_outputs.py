@@ -1,0 +1,178 @@
+"""Bad outputs (issue 15): every output a user can get wrong is one ``error:`` line and exit 2.
+
+For each case: exactly one ``error:`` line on stderr, no traceback, nothing created anywhere in
+the working directory (so nothing outside ``--out`` and nothing half-written), and every input
+byte-identical afterwards (checksums before and after).
+
+Run: pytest tests/test_bad_outputs.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGIC = ROOT / "sortedrl" / "traces" / "data" / "logic-8k.jsonl"
+FIXTURE = ROOT / "tests" / "fixtures" / "splitwise_conv_head.csv"
+runner = CliRunner()
+SMALL = ["--synthetic", "logic-8k", "--prompts", "16", "--group-size", "2"]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under ``root`` with the checksum of each file ('dir' for directories)."""
+    return {str(p.relative_to(root)): ("dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    """A working directory holding inputs and someone's files, as a user's would."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "trace.jsonl").write_bytes(LOGIC.read_bytes())
+    (tmp_path / "table.csv").write_bytes(FIXTURE.read_bytes())
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    (tmp_path / "afile").write_text("a file, not a directory")
+    (tmp_path / "old.json").write_text("{}")
+    run = tmp_path / "run"  # a simulate run directory, for plot and report
+    r = runner.invoke(app, ["simulate", *SMALL, "--policy", "sync", "--out", str(run), "--json"])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "run" / "trace.jsonl").write_bytes(LOGIC.read_bytes())
+    return tmp_path
+
+
+IMPORT = ["trace", "import", "table.csv", "--prompt-len-col", "num_prefill_tokens",
+          "--response-len-col", "num_decode_tokens", "--group-size", "4"]
+SIM = ["simulate", "--trace", "trace.jsonl", "--policy", "sync"]
+CMP = ["compare", "--trace", "trace.jsonl", "--policy", "sync"]
+
+CASES = {
+    "label with a path outside --out": (
+        [*CMP, "--policy", "../../evil=sync", "--out", "c"], "--policy '../../evil': a label names a directory"),
+    "absolute label": ([*CMP, "--policy", "/tmp/evil=sync", "--out", "c"], "--policy '/tmp/evil'"),
+    "label '..'": ([*CMP, "--policy", "..=sync", "--out", "c"], "--policy '..'"),
+    "label naming compare.json": (
+        [*CMP, "--policy", "compare.json=partial", "--out", "c"], "that name is reserved for an output file"),
+    "label naming Compare.JSON": ([*CMP, "--policy", "Compare.JSON=partial", "--out", "c"], "reserved"),
+    "trace import over its input": ([*IMPORT, "--out", "table.csv"], "is an input of this command"),
+    "trace import over its input with --force": (
+        [*IMPORT, "--out", "table.csv", "--force"], "is an input of this command"),
+    "trace synth over an existing file": (
+        ["trace", "synth", "logic-8k", "--out", "trace.jsonl"], "exists (add --force to overwrite it)"),
+    "trace synth to an unknown format": (["trace", "synth", "logic-8k", "--out", "t.txt"], "unknown trace format"),
+    "--out into someone else's directory": ([*SIM, "--out", "mine"], "not empty (files not written by sortedrl)"),
+    "--out into a run of another command": ([*CMP, "--out", "run"], "not empty (a `sortedrl simulate` run)"),
+    "--out is a file": ([*SIM, "--out", "afile"], "exists and is not a directory"),
+    "--out under a file": ([*SIM, "--out", "afile/run"], "is a file, not a directory"),
+    "--out on a read-only filesystem": ([*SIM, "--out", "/proc/sys/sortedrl-run"], "/proc/sys is not writable"),
+    "--out where creating fails late": ([*SIM, "--out", "/sys/sortedrl-run"], "cannot write"),
+    "--out holding the input, with --force": ([*SIM, "--out", ".", "--force"], "--out ."),
+    "--out holding the input trace": (
+        ["simulate", "--trace", "run/trace.jsonl", "--policy", "sync", "--out", "run", "--force"],
+        "holds the input"),
+    "--perfetto unwritable": ([*SIM, "--out", "s", "--perfetto", "/proc/sys/p.json"], "--perfetto"),
+    "--perfetto fails late: the run directory goes too": (
+        [*SIM, "--out", "s", "--perfetto", "/sys/p.json"], "cannot write"),
+    "--perfetto is a directory": ([*SIM, "--out", "s", "--perfetto", "mine"], "is a directory, not a file"),
+    "--perfetto over an existing file": ([*SIM, "--out", "s", "--perfetto", "old.json"], "exists (add --force"),
+    "--perfetto over the input trace": (
+        [*SIM, "--out", "s", "--perfetto", "trace.jsonl", "--force"], "is an input of this command"),
+    "--perfetto inside --out": ([*SIM, "--out", "s", "--perfetto", "s/p.json"], "overlaps --out s"),
+    "--perfetto under a file": ([*SIM, "--out", "s", "--perfetto", "afile/p.json"], "is a file, not a directory"),
+    "plot over its own timeline": (
+        ["plot", "run", "--out", "run/timeline.jsonl", "--force"], "is an input of this command"),
+    "plot --perfetto over an existing file": (["plot", "run", "--perfetto", "old.json"], "exists"),
+    "report over an existing file": (["report", "run", "--out", "old.json"], "exists (add --force"),
+    "tune --out into someone else's directory": (
+        ["tune", *SMALL, "--policy", "sync", "--budget", "1", "--out", "mine"], "not empty"),
+    "--set knob = inf": (["simulate", "--trace", "trace.jsonl", "--policy", "sortedrl", "--set", "oversubscribe=inf",
+                          "--out", "s"], "--set oversubscribe=inf: expected a finite number"),
+    "--set knob = nan": (["simulate", *SMALL, "--policy", "sortedrl", "--set", "oversubscribe=nan", "--out", "s"],
+                         "--set oversubscribe=nan: expected a finite number"),
+    "compare --set knob = -inf": ([*CMP, "--set", "sync.minibatches=1", "--policy", "s=sortedrl",
+                                   "--set", "s.oversubscribe=-inf", "--out", "c"], "expected a finite number"),
+    "tune --max-staleness nan": (["tune", *SMALL, "--policy", "sync", "--max-staleness", "nan", "--out", "t"],
+                                 "--max-staleness nan: must be a finite number"),
+    "tune range to inf": (["tune", *SMALL, "--policy", "sortedrl", "--param", "sortedrl.oversubscribe=1:inf",
+                           "--out", "t"], "expected a finite number"),
+    "tune with no feasible trial": (
+        ["tune", "--synthetic", "logic-8k", "--prompts", "32", "--group-size", "4", "--steps", "4",
+         "--policy", "async", "--max-staleness", "0", "--budget", "1", "--cluster", "h100-llama3.1-8b-2gpu",
+         "--out", "t"],
+        "no trial of 1 meets --max-staleness 0.0; the closest is trial 0: async (defaults) with staleness_max 2"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_output_is_one_line_and_changes_nothing(ws, case):
+    args, message = CASES[case]
+    before = snapshot(ws)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert message in lines[0], lines[0]
+    assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
+    assert snapshot(ws) == before  # nothing created, nothing half-written, no input changed
+
+
+@pytest.mark.parametrize("command, needs", [
+    (["model", "init", "--out", "new"], "`sortedrl model init` needs torch"),
+    (["calibrate", "--model", "m", "--out", "p.json"], "`sortedrl calibrate` needs torch"),
+    (["run", "--model", "m", "--policy", "sync", "--steps", "1", "--out", "r"], "`sortedrl run` needs transformers"),
+])
+def test_a_missing_extra_says_which_to_install(tmp_path, command, needs):
+    # torch and vLLM made unimportable, as after `make demo` (which installs neither); `run` gets
+    # a model directory copied from elsewhere, so that only the missing extra stops it
+    model = tmp_path / "m"
+    model.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (model / name).write_text("{}")
+    (model / "model.safetensors").write_bytes(b"")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code = ("import sys; sys.modules.update(torch=None, vllm=None, transformers=None); "
+            f"from sortedrl.cli import app; sys.argv = ['sortedrl', *{command!r}]; app()")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (f"error: {needs}, which is not installed: "
+                                "pip install 'sortedrl[cpu]' (or `make test`)")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_force_replaces_a_directory_whole_and_keeps_the_users_umask(ws):
+    import os
+
+    old = os.umask(0o027)
+    try:
+        r = runner.invoke(app, [*SIM, "--out", "mine", "--force", "--perfetto", "old.json"])
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (ws / "mine").iterdir()) == [".sortedrl-run", "summary.json", "timeline.jsonl"]
+    assert (ws / "mine").stat().st_mode & 0o777 == 0o750
+    assert (ws / "mine" / "summary.json").stat().st_mode & 0o777 == 0o640
+    assert (ws / "old.json").stat().st_mode & 0o777 == 0o640 and (ws / "old.json").read_text() != "{}"
+    assert not [p for p in ws.iterdir() if p.name.startswith(".")]  # no temp or backup left
+
+
+def test_default_run_directory_names_what_differs(ws):
+    a = runner.invoke(app, [*SIM, "--json"])
+    b = runner.invoke(app, [*SIM, "--seed", "3", "--json"])
+    c = runner.invoke(app, [*SIM, "--cluster", "h100-llama3.1-8b-2gpu", "--json"])
+    assert a.exit_code == b.exit_code == c.exit_code == 0
+    assert sorted(p.name for p in (ws / "runs").iterdir()) == [
+        "trace-sync-h100-llama3.1-8b", "trace-sync-h100-llama3.1-8b-2gpu", "trace-sync-h100-llama3.1-8b-seed3"]
+    # the same name with other options is refused, not silently replaced
+    r = runner.invoke(app, [*SIM, "--set", "minibatches=2"])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == ("error: runs/trace-sync-h100-llama3.1-8b holds a `sortedrl simulate` run "
+                                "with other options; give --out DIR to keep both, or --force to replace it")
