@@ -135,13 +135,17 @@ def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
            "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",
            "--steps", "12", "--json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt = out / "checkpoint" / "state.pkl"
+    ckpt = out / "checkpoint" / "state.json"
     deadline = time.monotonic() + 240
     while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)  # right after the first of twelve checkpoints: mid-run
     proc.wait()
     assert ckpt.exists() and not (out / "summary.json").exists(), "the run was not killed mid-way"
+    # data only: JSON and safetensors, nothing pickled that a resume would run
+    files = {p.name for p in ckpt.parent.iterdir()}
+    assert {"model.safetensors", "optimizer.safetensors", "state.json"} <= files
+    assert files <= {"engine.safetensors", "model.safetensors", "optimizer.safetensors", "state.json"}
     killed_at = len(Timeline.read_jsonl(out / "timeline.jsonl").trains)
 
     r = run(model, out, "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",

@@ -11,7 +11,8 @@ RUNDIR gets the same files a simulation writes, plus what a real run needs:
 
 ``--resume`` restores the last checkpoint: the logs are cut back to it, the trainer, the engine's
 weights, the controller's bookkeeping and the policy are reloaded, and every sample that was
-admitted is submitted again. Work done after the checkpoint is lost and redone; no sample is lost
+admitted is submitted again. Checkpoints hold data only (JSON and safetensors, no pickles:
+:mod:`sortedrl.realrun.checkpoint`), so resuming a run directory never runs code it carries. Work done after the checkpoint is lost and redone; no sample is lost
 or trained twice.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from sortedrl.metrics import summarize
 from sortedrl.policies.base import SampleState, params_dict
 from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
+from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.model import check_model_dir
 from sortedrl.realrun.task import get_task
 from sortedrl.timeline import Timeline, record_line
@@ -90,7 +91,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
-    if resume and not (ckpt / "state.pkl").exists():
+    if resume and not (ckpt / ckpt_io.STATE).exists():
         raise ConfigError(f"--resume: {out} has no checkpoint to resume from")
     if not resume and out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out}: exists and is not empty (use --resume to continue it)")
@@ -117,12 +118,11 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:
-        with open(ckpt / "state.pkl", "rb") as f:
-            state = pickle.load(f)
+        state = ckpt_io.read_state(ckpt)
+        ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:
                 fh.truncate(size)
-        policy = state["policy"]
         timeline = Timeline.read_jsonl(out / "timeline.jsonl")
     else:
         meta = {"backend": "vllm", "policy": policy.name, "oracle": False,
@@ -212,18 +212,16 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     """Everything needed to continue after this update. The update's own ``train`` record is
     stored here rather than in the logs' offsets: it is written once the checkpoint is done, so
     that its duration includes the checkpoint."""
-    import torch
-
     tmp = ckpt.with_name("checkpoint.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    trainer.save(str(tmp / "trainer.pt"))
+    optimizer = ckpt_io.save_trainer(tmp, trainer)
     if backend.synced is not None:
-        torch.save(backend.synced, tmp / "engine.pt")
+        ckpt_io.save_tensors(tmp / "engine.safetensors", backend.synced)
     s = controller.s
     public = {k: v for k, v in vars(s).items() if k != "engines"}
     b = backend
-    state = {"policy": policy, "public": public, "settled": controller.settled,
+    state = {"policy": ckpt_io.policy_state(policy), "optimizer": optimizer, "public": public, "settled": controller.settled,
              "rollout_on": controller.rollout_on, "engine_version": backend.state.version,
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
                          "reward": b.reward, "reason": b.reason, "rewards": b.rewards,
@@ -233,18 +231,15 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     backend.flush()  # the offsets below must be on disk
     state["offsets"] = {name: os.path.getsize(out / name) for name in LOGS}
     state["train"] = (*train, backend.now())
-    with open(tmp / "state.pkl", "wb") as f:
-        pickle.dump(state, f)
+    ckpt_io.write_state(tmp, state)
     shutil.rmtree(ckpt, ignore_errors=True)
     os.replace(tmp, ckpt)
 
 
 def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> None:
-    import torch
-
-    trainer.load(str(ckpt / "trainer.pt"))
-    if (ckpt / "engine.pt").exists():
-        weights = torch.load(ckpt / "engine.pt", weights_only=True)
+    ckpt_io.load_trainer(ckpt, trainer, state["optimizer"])
+    if (ckpt / "engine.safetensors").exists():
+        weights = ckpt_io.load_tensors(ckpt / "engine.safetensors")
         engine.load_weights(weights, state["engine_version"])
         backend.synced = weights
     backend.state.version = state["engine_version"]
