@@ -33,7 +33,7 @@ SKIPPED = ("params", "ctx")  # rebuilt from the run's configuration
 
 
 class Attrs(dict):
-    """The decoded attributes of a policy's helper object."""
+    """The decoded attributes of one of our helper objects."""
 
 
 class NotPlainData(TypeError):
@@ -60,9 +60,9 @@ def encode(value: object, where: str = "state") -> object:
         return {"$bytearray": list(value)}
     if isinstance(value, np.ndarray) and value.dtype.kind in "biufU":
         return {"$ndarray": value.tolist(), "dtype": value.dtype.str}
-    if type(value).__module__.startswith("sortedrl.policies") and hasattr(value, "__dict__"):
-        # a policy's helper (a length predictor): its attributes, restored into the helper that
-        # the rebuilt policy made, so the checkpoint never names a class to construct
+    if type(value).__module__.startswith("sortedrl.") and hasattr(value, "__dict__"):
+        # one of our helpers (a length predictor, the runner's group rewards): its attributes,
+        # restored into the helper that the rebuilt run made: a checkpoint never names a class
         return {"$attrs": encode(vars(value), where)}
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("$") for k in value):
@@ -119,16 +119,17 @@ def restore_policy(policy, saved: dict, where: Path) -> None:
     if hasattr(policy, "load_state_dict"):
         policy.load_state_dict(state)
     else:
-        _assign(policy, state, where)
+        assign(policy, state, where)
 
 
-def _assign(target: object, attrs: dict, where: Path) -> None:
+def assign(target: object, attrs: dict, where: Path | str) -> None:
+    """Set ``attrs`` on ``target``; a helper object's attributes go into the one it holds."""
     for name, value in attrs.items():
         if isinstance(value, Attrs):
             helper = getattr(target, name, None)
             if helper is None or not hasattr(helper, "__dict__"):
                 raise ConfigError(f"{where}: the policy has no helper object {name!r} to restore")
-            _assign(helper, value, where)
+            assign(helper, value, where)
         else:
             setattr(target, name, value)
 

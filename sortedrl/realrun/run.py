@@ -221,8 +221,8 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     s = controller.s
     public = {k: v for k, v in vars(s).items() if k != "engines"}
     b = backend
-    state = {"policy": ckpt_io.policy_state(policy), "optimizer": optimizer, "public": public, "settled": controller.settled,
-             "rollout_on": controller.rollout_on, "engine_version": backend.state.version,
+    state = {"policy": ckpt_io.policy_state(policy), "optimizer": optimizer, "public": public,
+             "settled": controller.settled, "rollout_on": controller.rollout_on, "engine_version": backend.state.version,
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
                          "reward": b.reward, "reason": b.reason, "rewards": b.rewards,
                          "segment": b.segment},
@@ -244,14 +244,14 @@ def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> N
         backend.synced = weights
     backend.state.version = state["engine_version"]
     engines = controller.s.engines
-    controller.s.__dict__.update(state["public"])
+    ckpt_io.assign(controller.s, state["public"], ckpt)
     controller.s.engines = engines
     controller.settled, controller.rollout_on = state["settled"], state["rollout_on"]
     for k, v in state["backend"].items():
         if k == "reward":
             backend.reward.update(v)  # the controller reads rewards through this very dict
         else:
-            setattr(backend, k, v)
+            ckpt_io.assign(backend, {k: v}, ckpt)
     backend.state._kept = backend.kept
     backend.enabled = state["rollout_on"]
     backend.ctl = controller
