@@ -14,7 +14,6 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from sortedrl.cli_common import (
     CLUSTER,
@@ -25,24 +24,24 @@ from sortedrl.cli_common import (
     STEPS,
     SYNTHETIC,
     TRACE,
-    UNITS,
     LazyProgress,
-    _cell,
     input_files,
     load_input_trace,
     perfetto_writer,
     print_notes,
     slug,
     source_name,
-    summary_table,
+    summary_text,
     user_errors,
 )
+from sortedrl.compare import gpu_split
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
 from sortedrl.realrun.commands import register as register_real
 from sortedrl.sim.cluster import load_cluster, preset_names
 from sortedrl.sim.run import simulate as run_simulation
+from sortedrl.tables import terminal_width
 from sortedrl.traces.commands import app as trace_app
 from sortedrl.tune.commands import register as register_tune
 
@@ -76,20 +75,23 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
     """Replay a length trace through a simulated cluster under one policy."""
+    from sortedrl.compare import cluster_for, fit_warnings, placement_note
+
     cl = load_cluster(cluster)
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
     outs = Outputs("simulate", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
-    run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")), identity=dict(
-        source=str(trace or synthetic), policy=policy, sets=sets, cluster=cluster, seed=seed,
-        prompts=prompts, group_size=group_size, steps=steps))
+    run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),
+                           identity=dict(source=str(trace or synthetic), policy=policy, sets=sets,
+                                         cluster=cluster, seed=seed, prompts=prompts,
+                                         group_size=group_size, steps=steps))
     perfetto = outs.file(perfetto, "--perfetto")
     tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
     pol = make_policy(policy, sets, tr)
     bar = LazyProgress(len(tr), f"simulate {pol.name}")
     try:
-        result = run_simulation(tr, pol, cl, seed=seed, progress=bar)
+        result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed, progress=bar)
     finally:
         bar.close()
     files: dict = {run_dir: {"summary.json": write_json(result.summary),
@@ -98,14 +100,17 @@ def simulate(
         files[perfetto] = perfetto_writer(result.timeline)
     outs.write(files)
     print_notes(outs)
+    notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl)]
+    for note in filter(None, notes):
+        typer.echo(note, err=True)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
         return
-    console = Console()
     oracle = " [ORACLE: reads true lengths, an upper reference]" if pol.oracle else ""
-    console.print(summary_table(result.summary, f"{pol.name} on {tr.name} ({cl.name}){oracle}"))
-    console.print(f"wrote {run_dir}/summary.json and {run_dir}/timeline.jsonl"
-                  + (f", and {perfetto}" if perfetto else ""))
+    typer.echo(summary_text(result.summary, f"{pol.name} on {tr.name} ({result.summary['cluster']}, "
+                            f"GPUs {gpu_split(result.timeline.meta)}){oracle}"))
+    typer.echo(f"wrote {run_dir}/summary.json and {run_dir}/timeline.jsonl"
+               + (f", and {perfetto}" if perfetto else ""))
 
 
 @app.command()
@@ -122,18 +127,27 @@ def compare(
     steps: int = STEPS,
     out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE-CLUSTER)"),
     force: bool = FORCE,
+    wide: bool = typer.Option(False, "--wide", help="print every field, a metric per row (not fitted)"),
     as_json: bool = typer.Option(False, "--json", help="print only the list of summaries"),
 ) -> None:
     """Run several policies on the same trace and cluster; print them side by side."""
-    from sortedrl.compare import parse_specs, run_compare
+    from sortedrl.compare import (
+        compare_text,
+        fit_warnings,
+        gpu_split,
+        parse_specs,
+        run_compare,
+        wide_text,
+    )
 
     specs = parse_specs(policies, sets)
     cl = load_cluster(cluster)
     outs = Outputs("compare", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
-    run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")), identity=dict(
-        source=str(trace or synthetic), policies=policies, sets=sets, cluster=cluster, seed=seed,
-        prompts=prompts, group_size=group_size, steps=steps))
+    run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")),
+                           identity=dict(source=str(trace or synthetic), policies=policies, sets=sets,
+                                         cluster=cluster, seed=seed, prompts=prompts,
+                                         group_size=group_size, steps=steps))
     tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
     bar = LazyProgress(len(tr) * len(specs), f"compare {len(specs)} policies")
     try:
@@ -147,28 +161,16 @@ def compare(
         files[f"{spec.label}/timeline.jsonl"] = r.timeline.write_jsonl
     outs.write({run_dir: files})
     print_notes(outs)
+    for note in fit_warnings(tr, cl, synthetic is not None):
+        typer.echo(note, err=True)
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))
         return
-    console = Console(width=max(100, 34 + 18 * len(summaries)))
-    console.print(compare_table(summaries, f"{tr.name} on {cl.name}"))
-    if any(s["oracle"] for s in summaries):
-        console.print("oracle = an upper reference that reads true lengths; not a deployable policy")
-    console.print(f"wrote {run_dir}/compare.json and one directory per policy")
-
-
-def compare_table(summaries: list[dict], title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("metric", no_wrap=True, min_width=18)
-    for s in summaries:
-        table.add_column(s["label"] + (" (oracle)" if s["oracle"] else ""), justify="right")
-    table.add_column("unit")
-    for key in summaries[0]:
-        if key == "label":
-            continue
-        cells = [_cell(s[key]) for s in summaries]
-        table.add_row(key, *cells, UNITS.get(key, ""))
-    return table
+    title = f"{len(specs)} policies on {tr.name} ({len(tr):,} samples), cluster {cl.name}"
+    splits = [gpu_split(r.timeline.meta) for _, r in results]
+    typer.echo(wide_text(summaries, title) if wide
+               else compare_text(summaries, splits, cl, title, terminal_width()))
+    typer.echo(f"wrote {run_dir}/compare.json and one directory per policy")
 
 
 def _register_plots() -> None:

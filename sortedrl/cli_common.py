@@ -140,6 +140,19 @@ def summary_table(summary: dict, title: str) -> Table:
     return table
 
 
+def summary_text(summary: dict, title: str) -> str:
+    """A summary as a metric-per-row text table fitted to the terminal; knobs (as used, with
+    their auto values) under it, wrapped, since one line of them can be wider than a screen."""
+    from sortedrl.policies.auto import knob_text
+    from sortedrl.tables import Col, render, terminal_width
+
+    rows = [[key, _cell(value), UNITS.get(key, "")] for key, value in summary.items()
+            if key not in ("params", "auto_params")]
+    knobs = "knobs: " + knob_text(summary.get("params", {}), summary.get("auto_params", {}))
+    return render([Col("metric", left=True), Col("value"), Col("unit", left=True)], rows,
+                  terminal_width(), title, [knobs])
+
+
 def _cell(value: object) -> str:
     if isinstance(value, dict):
         return "\n".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -16,6 +16,7 @@ from sortedrl.outputs import check_label
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
+from sortedrl.tables import Col, key_value_table, render
 from sortedrl.traces.schema import Trace
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
@@ -63,6 +64,54 @@ def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster) -> 
                                placement="disaggregated").validate(cluster.name)
 
 
+def placement_note(policy: str, placements: tuple[str, ...] | None, cluster: Cluster) -> str | None:
+    """The one rule, said where it applies: a policy that needs separate rollout and training GPUs
+    runs on the disaggregated split of the same GPUs (in simulate, compare and tune alike)."""
+    used = cluster_for(placements, cluster)
+    if used is cluster:
+        return None
+    return (f"note: {policy} needs separate rollout and training GPUs, so it runs on the disaggregated "
+            f"split of the same {cluster.gpus} GPUs: {used.rollout_gpus} roll out, {used.trainer_gpus} "
+            f"train ({used.name})")
+
+
+def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
+    """Warn when a trace cannot show how policies differ on this cluster: a step fills fewer than
+    half the decode slots (every policy mostly idles), or the trace ends before a steady-state
+    step (the first step of every policy is its warm-up)."""
+    out = []
+    per_step = trace.prompts_per_step * trace.meta.group_size
+    slots = cluster.engines * cluster.max_num_seqs
+    if per_step < slots / 2:
+        hint = _smaller_cluster(cluster, per_step)
+        out.append(f"warning: a step of {trace.name} has {per_step:,} samples, filling "
+                   f"{100 * per_step / slots:.0f}% of the {slots:,} decode slots of {cluster.name} "
+                   f"({cluster.engines} engines x {cluster.max_num_seqs}): every policy will mostly idle; "
+                   + (f"try --cluster {hint}" if hint else "try a smaller --cluster")
+                   + (" or more --prompts" if synthetic else " or a trace with more prompts per step"))
+    steps = trace.num_groups // max(1, trace.prompts_per_step)
+    if steps < 2:
+        out.append(f"warning: {trace.name} has {steps} step, so no policy gets past its warm-up step "
+                   "to a steady state; " + ("give --steps 4" if synthetic else "use a trace of several steps"))
+    return out
+
+
+def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
+    """A preset of the same GPU and model whose decode slots the trace's steps fill."""
+    if not cluster.name.startswith(f"{cluster.gpu}-{cluster.model}"):
+        return None
+    best = None
+    for gpus in (1, 2, 4, 8, 16, 32):
+        if gpus % cluster.tp or gpus >= cluster.gpus:
+            continue
+        if (gpus // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:
+            best = gpus
+    if best is None:
+        return None
+    tp = f"-tp{cluster.tp}" if cluster.tp > 1 else ""
+    return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu"
+
+
 def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: int = 0,
                 progress: Callable[[int], None] | None = None) -> list[tuple[PolicySpec, SimResult]]:
     policies = [make_policy(s.name, list(s.sets), trace) for s in specs]  # all knobs checked first
@@ -72,3 +121,86 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
                           progress=progress)
         out.append((spec, result))
     return out
+
+
+# -- the side-by-side table -------------------------------------------------------------------------
+
+HEADLINE = [Col("policy", left=True), Col("makespan", "s"), Col("useful", "tok/s"),
+            Col("learnable", "tok/s", hide=4), Col("vs", "first"), Col("bubble", "%", hide=3),
+            Col("staleness", "mean/max", hide=2), Col("wasted", "%", hide=5), Col("updates", hide=6),
+            Col("GPUs", "roll+train")]
+
+
+def gpu_split(meta: dict) -> str:
+    """Which GPUs rolled out and which trained: ``2 shared`` (colocated) or ``1+1``."""
+    if meta.get("placement") == "disaggregated":
+        return f"{int(meta['engines']) * int(meta['tp'])}+{meta['trainer_gpus']}"
+    return f"{meta['gpus']} shared"
+
+
+def headline_rows(summaries: list[dict], splits: list[str]) -> tuple[list[Col], list[list[str]]]:
+    """One row per policy; ``learnable`` only when the summaries have it (and it ranks ``vs``)."""
+    learnable = all("learnable_tokens_per_s" in s for s in summaries)
+    rank = "learnable_tokens_per_s" if learnable else "tokens_per_s"
+    first = summaries[0][rank]
+    rows = []
+    for s, split in zip(summaries, splits, strict=True):
+        gen = s["generated_tokens"]
+        rows.append([
+            s["label"] + (" *" if s.get("oracle") else ""),
+            f"{s['makespan_s']:,.1f}",
+            f"{s['tokens_per_s']:,.0f}",
+            f"{s.get('learnable_tokens_per_s', 0):,.0f}",
+            f"{s[rank] / first:.2f}x" if first > 0 else "-",
+            f"{100 * s['bubble_ratio']:.1f}",
+            f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
+            f"{100 * s['wasted_tokens'] / gen:.1f}" if gen else "0.0",
+            str(s["updates"]),
+            split,
+        ])
+    cols = list(HEADLINE)
+    if not learnable:
+        keep = [i for i, c in enumerate(cols) if c.title != "learnable"]
+        cols, rows = [cols[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    return cols, rows
+
+
+def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) -> list[str]:
+    """What a reader needs to read the table honestly: knobs as used, placements, oracles."""
+    from sortedrl.policies.auto import knob_text
+
+    notes = ["knobs: " + "; ".join(f"{s['label']}: {knob_text(s['params'], s.get('auto_params', {}))}"
+                                   for s in summaries)]
+    moved = [s["label"] for s, split in zip(summaries, splits, strict=True) if not split.endswith("shared")]
+    if moved and cluster.placement == "colocated":
+        d = cluster_for(("disaggregated",), cluster)
+        notes.append(f"GPUs: 'shared' = all {cluster.gpus} GPUs roll out and train in turn; "
+                     f"{', '.join(moved)} need separate GPUs, so they ran on the disaggregated split "
+                     f"of the same {cluster.gpus} GPUs ({d.rollout_gpus} roll out, {d.trainer_gpus} train: "
+                     f"{d.name})")
+    if any(s.get("oracle") for s in summaries):
+        notes.append("* oracle: reads true lengths, an upper reference, not a deployable policy")
+    rank = "learnable tok/s" if all("learnable_tokens_per_s" in s for s in summaries) else "useful tok/s"
+    notes.append(f"vs first: {rank} over {summaries[0]['label']}'s")
+    return notes
+
+
+def compare_text(summaries: list[dict], splits: list[str], cluster: Cluster, title: str,
+                 width: int | None) -> str:
+    cols, rows = headline_rows(summaries, splits)
+    return render(cols, rows, width, title, compare_notes(summaries, splits, cluster))
+
+
+def wide_text(summaries: list[dict], title: str) -> str:
+    """Every field of every summary, a metric per row (``compare --wide``)."""
+    from sortedrl.cli_common import UNITS, _cell
+    from sortedrl.policies.auto import knob_text
+
+    keys = [k for k in summaries[0] if k not in ("label", "auto_params")]
+    rows = []
+    for key in keys:
+        if key == "params":
+            rows.append((key, [knob_text(s["params"], s.get("auto_params", {})) for s in summaries], ""))
+            continue
+        rows.append((key, [_cell(s.get(key, "")).replace("\n", ", ") for s in summaries], UNITS.get(key, "")))
+    return key_value_table(rows, [s["label"] + (" *" if s.get("oracle") else "") for s in summaries], title)

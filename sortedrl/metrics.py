@@ -193,6 +193,7 @@ def summarize(tl: Timeline) -> dict:
         "seed": m["seed"],
         # extras
         "oracle": bool(m.get("oracle", False)),
+        "auto_params": m.get("auto_params", {}),  # resolved values of knobs left at 0 (auto)
         "rollout_s": rollout_s,
         "train_s": train_s,
         "sync_s": sync_s,

@@ -174,6 +174,7 @@ class Outputs:
         built aside, then renamed into place together."""
         staged: list[tuple[Path, Path]] = []
         made_dirs: list[Path] = []
+        target: _Target | None = None
         try:
             for path, what in contents.items():
                 target = self.targets.get(Path(os.path.abspath(path)))
@@ -181,6 +182,7 @@ class Outputs:
                     raise AssertionError(f"{path} was not declared")
                 made_dirs += _make_parents(Path(path))
                 staged.append((Path(path), self._stage(Path(path), what)))
+            target = None
             _commit(staged)
         except BaseException as e:
             for _, tmp in staged:
@@ -189,7 +191,7 @@ class Outputs:
                 with contextlib.suppress(OSError):
                     d.rmdir()
             if isinstance(e, OSError):
-                where = e.filename or next(iter(contents), "")
+                where = f"{target.option} {target.path}" if target else str(e.filename or "output")
                 raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
             raise
 

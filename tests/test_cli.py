@@ -145,7 +145,7 @@ def test_a_previous_run_of_the_same_command_is_replaced_with_a_note(tmp_path):
     for _ in range(2):
         r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out), "--json")
         assert r.exit_code == 0, r.output
-    assert r.stderr.strip() == f"note: replacing the previous `sortedrl simulate` run in {out}"
+    assert f"note: replacing the previous `sortedrl simulate` run in {out}" in r.stderr.splitlines()
     assert not [p for p in tmp_path.iterdir() if p.name != "run"]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sortedrl.errors import ConfigError
 from sortedrl.metrics import summarize
+from sortedrl.policies.auto import auto_params
 from sortedrl.policies.base import Policy, params_dict
 from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import run_context  # noqa: F401  (re-exported)
@@ -98,6 +99,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
     finally:
         if was_enabled:
             gc.enable()
+    timeline.meta["auto_params"] = auto_params(policy, cluster.engines * cluster.max_num_seqs)
     summary = summarize(timeline)
     assert math.isfinite(summary["makespan_s"])
     return SimResult(summary, timeline, next(backend.env._eid))

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from sortedrl.cli_common import (
     CLUSTER,
@@ -19,7 +17,6 @@ from sortedrl.cli_common import (
     SYNTHETIC,
     TRACE,
     LazyProgress,
-    _cell,
     input_files,
     load_input_trace,
     print_notes,
@@ -27,9 +24,13 @@ from sortedrl.cli_common import (
     source_name,
     user_errors,
 )
+from sortedrl.compare import cluster_for, fit_warnings, placement_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_json
-from sortedrl.sim.cluster import load_cluster
+from sortedrl.policies.auto import knob_text
+from sortedrl.policies.registry import policy_class
+from sortedrl.sim.cluster import Cluster, load_cluster
+from sortedrl.tables import Col, render, terminal_width
 
 
 def register(app: typer.Typer) -> None:
@@ -88,12 +89,15 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(infeasible_message(result))
         outs.write({run_dir: {"tune.json": write_json(result)}})
         print_notes(outs)
+        notes = fit_warnings(tr, cl, synthetic is not None)
+        notes += [placement_note(s.policy, policy_class(s.policy).placements, cl) for s in spaces]
+        for note in filter(None, notes):
+            typer.echo(note, err=True)
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
-        console = Console(width=120)
-        console.print(tune_table(result))
-        console.print(f"wrote {run_dir}/tune.json ({len(result['trials'])} trials, {result['search']})")
+        typer.echo(tune_text(result, cl, terminal_width()))
+        typer.echo(f"wrote {run_dir}/tune.json ({len(result['trials'])} trials, {result['search']})")
 
 
 def infeasible_message(result: dict) -> str:
@@ -108,24 +112,44 @@ def infeasible_message(result: dict) -> str:
             "that bounds staleness (sync, sortedrl)")
 
 
-def tune_table(result: dict) -> Table:
+TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("vs", "best"),
+             Col("makespan", "s", hide=2), Col("staleness", "mean/max"), Col("GPUs", "roll+train", hide=1)]
+
+
+def _trial_row(t: dict, best_tps: float, splits: dict[str, str]) -> list[str]:
+    s = t["summary"]
+    return [t["policy"], str(t["id"]), f"{s['tokens_per_s']:,.0f}",
+            f"{s['tokens_per_s'] / best_tps:.2f}x" if best_tps > 0 else "-",
+            f"{s['makespan_s']:,.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}", splits[t["policy"]]]
+
+
+def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
+    """Two tables: the best feasible trial per policy (best first), then the Pareto front of
+    feasible trials; each trial's knobs under them."""
     trials = result["trials"]
-    table = Table(title=f"tune: best per policy ({result['objective']}"
-                        + (f", staleness_max <= {result['max_staleness']}" if result["max_staleness"] is not None else "")
-                        + ")")
-    for col in ("", "policy", "params", "tokens_per_s", "makespan_s", "staleness_mean", "staleness_max"):
-        table.add_column(col)
-    rows = [("best", result["best"]["overall"])]
-    rows += [("", i) for i in result["best"]["per_policy"].values()]
-    rows += [("pareto", i) for i in result["pareto"]]
-    for tag, i in rows:
-        if i is None:
-            continue
-        t = trials[i]
-        s = t["summary"]
-        table.add_row(tag, t["policy"], _cell(t["params"]), _cell(s["tokens_per_s"]), _cell(s["makespan_s"]),
-                      _cell(s["staleness_mean"]), str(s["staleness_max"]))
+    splits = {p: _split(p, cluster) for p in result["best"]["per_policy"]}
+    best = [trials[i] for i in result["best"]["per_policy"].values() if i is not None]
+    key = "makespan_s" if result["objective"] == "makespan_s" else "tokens_per_s"
+    best.sort(key=lambda t: (t["summary"][key] if key == "makespan_s" else -t["summary"][key], t["id"]))
+    top = trials[result["best"]["overall"]]["summary"]["tokens_per_s"]
+    bound = (f", staleness_max <= {result['max_staleness']:g}" if result["max_staleness"] is not None else "")
     missing = [p for p, i in result["best"]["per_policy"].items() if i is None]
-    if missing:
-        table.caption = "no feasible trial for: " + ", ".join(missing)
-    return table
+    notes = [f"no feasible trial for: {', '.join(missing)}"] if missing else []
+    first = render(TUNE_COLS, [_trial_row(t, top, splits) for t in best], width,
+                   f"tune: best trial per policy by {result['objective']}{bound} "
+                   f"({len(trials)} trials, {result['search']})", notes, footer="")
+    from sortedrl.tune.search import pareto
+
+    front = [trials[i] for i in pareto([t for t in trials if t["feasible"]])]
+    shown = {t["id"]: t for t in best + front}
+    knobs = [f"trial {i} {t['policy']}: " + knob_text(t["summary"]["params"], t["summary"].get("auto_params", {}))
+             for i, t in sorted(shown.items())]
+    second = render(TUNE_COLS, [_trial_row(t, top, splits) for t in front], width,
+                    "Pareto front: feasible trials no other beats on both useful tok/s and staleness mean",
+                    ["knobs: " + "; ".join(knobs), "vs best: useful tok/s over the best trial's"])
+    return first + "\n\n" + second
+
+
+def _split(policy: str, cluster: Cluster) -> str:
+    used = cluster_for(policy_class(policy).placements, cluster)
+    return f"{used.rollout_gpus}+{used.trainer_gpus}" if used.placement == "disaggregated" else f"{used.gpus} shared"

@@ -1,0 +1,85 @@
+"""Plain-text tables that fit the terminal without cutting a value.
+
+Why not rich's tables: when a rich table is wider than the terminal it shortens cells with an
+ellipsis, and a cut cell can change the meaning (``h100-llama3.1-…`` hides the ``-disagg`` that
+changed the result). Here a cell is never cut. A table that is too wide first loses whole
+columns, least important first, and says which ones it hid and how to see them (``--wide``,
+``--json``). Every table ends with one line that points at docs/metrics.md, where every
+column is defined with its unit.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+GAP = "  "
+METRICS_LINE = "columns are defined in docs/metrics.md; --json prints every field"
+
+
+@dataclass(frozen=True)
+class Col:
+    title: str
+    unit: str = ""
+    hide: int = 0  # 0: always shown; when too wide, the column with the largest ``hide`` goes first
+    left: bool = False
+
+
+def terminal_width(default: int = 100) -> int:
+    """The width to fit: ``COLUMNS`` when set (even when not a terminal), else the terminal's."""
+    return max(40, shutil.get_terminal_size((default, 24)).columns)
+
+
+def render(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int | None, title: str = "",
+           notes: Sequence[str] = (), footer: str = METRICS_LINE) -> str:
+    """The table as text, at most ``width`` characters a line where its shown columns allow
+    (``None``: no limit). ``notes`` are printed under the table, wrapped, before the footer."""
+    widths = [max([len(c.title), len(c.unit)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    shown = list(range(len(cols)))
+    hidden: list[str] = []
+    while width is not None and _total(widths, shown) > width:
+        droppable = [i for i in shown if cols[i].hide > 0]
+        if not droppable:
+            break
+        gone = max(droppable, key=lambda i: (cols[i].hide, i))
+        shown.remove(gone)
+        hidden.insert(0, cols[gone].title + (f" {cols[gone].unit}" if cols[gone].unit else ""))
+    lines = _wrap(title, width)
+    lines.append(_line([cols[i].title for i in shown], cols, widths, shown))
+    if any(cols[i].unit for i in shown):
+        lines.append(_line([cols[i].unit for i in shown], cols, widths, shown))
+    lines.append("-" * _total(widths, shown))
+    lines += [_line([r[i] for i in shown], cols, widths, shown) for r in rows]
+    for note in notes:
+        lines += _wrap(note, width, indent="  ")
+    if hidden:
+        lines += _wrap(f"hidden to fit {width} columns: {', '.join(hidden)} (--wide shows them)", width)
+    lines += _wrap(footer, width)
+    return "\n".join(lines)
+
+
+def key_value_table(rows: Sequence[tuple[str, Sequence[str], str]], heads: Sequence[str], title: str) -> str:
+    """A metric-per-row table (``--wide``): every field, each policy a column, never cut."""
+    cols = [Col("metric", left=True), *(Col(h) for h in heads), Col("unit", left=True)]
+    return render(cols, [[k, *vals, unit] for k, vals, unit in rows], None, title)
+
+
+def _total(widths: Sequence[int], shown: Sequence[int]) -> int:
+    return sum(widths[i] for i in shown) + len(GAP) * max(0, len(shown) - 1)
+
+
+def _line(cells: Sequence[str], cols: Sequence[Col], widths: Sequence[int], shown: Sequence[int]) -> str:
+    parts = [cell.ljust(widths[i]) if cols[i].left else cell.rjust(widths[i]) for cell, i in zip(cells, shown, strict=True)]
+    return GAP.join(parts).rstrip()
+
+
+def _wrap(text: str, width: int | None, indent: str = "") -> list[str]:
+    """Wrap at spaces only; a word longer than the line stays whole (it is never cut)."""
+    if not text:
+        return []
+    if width is None:
+        return [text]
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [text]
