@@ -193,13 +193,33 @@ def list_policies() -> None:
 
 
 @app.command("clusters")
-def list_clusters() -> None:
-    """List the cluster presets (suffixes -tpN and -Ngpu change the shape)."""
-    for name in preset_names():
-        c = load_cluster(name)
-        typer.echo(f"{name}: {c.gpus} GPUs, tp={c.tp}, {c.engines} engines x {c.max_num_seqs} seqs, "
-                   f"KV {c.kv_budget:,} tokens/engine, {c.placement}"
-                   + (f" (+{c.trainer_gpus} trainer GPUs)" if c.placement == "disaggregated" else ""))
+@user_errors
+def list_clusters(
+    wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
+    as_json: bool = typer.Option(False, "--json", help="print the presets' shapes as JSON"),
+) -> None:
+    """List the cluster presets: {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg]."""
+    from sortedrl.tables import Col, render
+
+    clusters = [load_cluster(name) for name in preset_names()]
+    if as_json:
+        typer.echo(json.dumps([{"name": c.name, "gpus": c.gpus, "tp": c.tp, "engines": c.engines,
+                                "max_num_seqs": c.max_num_seqs, "kv_budget": c.kv_budget,
+                                "placement": c.placement, "rollout_gpus": c.rollout_gpus,
+                                "trainer_gpus": c.trainer_gpus} for c in clusters], indent=2))
+        return
+    cols = [Col("preset", left=True), Col("GPUs", "roll+train"), Col("tp"), Col("engines", "x seqs"),
+            Col("KV", "tok/engine", hide=1)]
+    rows = [[c.name, f"{c.rollout_gpus}+{c.trainer_gpus}" if c.placement == "disaggregated" else f"{c.gpus} shared",
+             str(c.tp), f"{c.engines} x {c.max_num_seqs}", f"{c.kv_budget:,}"] for c in clusters]
+    typer.echo(render(cols, rows, None if wide else terminal_width(), "cluster presets", [
+        "grammar: {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg], e.g. h100-llama3.1-8b-tp2-4gpu-64seq: "
+        "-tpN tensor-parallel degree (default per model), -Ngpu GPUs in all (default 8), -Nseq "
+        "max_num_seqs per engine (default 256), -disagg separate rollout and trainer GPUs "
+        "(train_gpus of them train, default a quarter; the rest roll out). 'shared': every GPU rolls out "
+        "and trains in turn.",
+        "a JSON file {\"preset\": NAME, field: value} overrides any field (docs/calibration.md)"]))
+
 
 _register_plots()
 register_tune(app)

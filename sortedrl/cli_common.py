@@ -17,7 +17,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.traces.io import read_trace
@@ -128,16 +127,6 @@ class LazyProgress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
-
-
-def summary_table(summary: dict, title: str) -> Table:
-    table = Table(title=title, show_header=True)
-    table.add_column("metric", no_wrap=True, min_width=18)
-    table.add_column("value", justify="right")
-    table.add_column("unit")
-    for key, value in summary.items():
-        table.add_row(key, _cell(value), UNITS.get(key, ""))
-    return table
 
 
 def summary_text(summary: dict, title: str) -> str:

@@ -159,11 +159,18 @@ def test_policies_lists_every_policy_and_knob():
     assert "minibatches = 1" in r.stdout and "mode = 'on_policy'" in r.stdout
 
 
-def test_clusters_lists_presets_with_shapes():
+def test_clusters_lists_presets_with_shapes(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
     r = invoke("clusters")
     assert r.exit_code == 0
-    assert "h100-llama3.1-8b: 8 GPUs, tp=1, 8 engines x 256 seqs, KV 426,788 tokens/engine, colocated" in r.stdout
-    assert "h200-qwen2.5-32b-disagg: 8 GPUs, tp=2, 3 engines x 256 seqs" in r.stdout
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 80
+    assert "h100-llama3.1-8b           8 shared   1  8 x 256     426,788" in lines
+    assert "h200-qwen2.5-32b-disagg         6+2   2  3 x 256" in r.stdout
+    assert "{gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg]" in r.stdout
+    assert lines[-1] == "columns are defined in docs/metrics.md; --json prints every field"
+    shapes = {c["name"]: c for c in json.loads(invoke("clusters", "--json").stdout)}
+    assert shapes["h200-qwen2.5-32b-disagg"]["rollout_gpus"] == 6
 
 
 def test_simulate_exports_perfetto(tmp_path):

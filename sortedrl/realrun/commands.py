@@ -10,12 +10,11 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from sortedrl.cli_common import FORCE, LazyProgress, perfetto_writer, summary_table, user_errors
+from sortedrl.cli_common import FORCE, LazyProgress, perfetto_writer, summary_text, user_errors
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
+from sortedrl.tables import Col, render, terminal_width
 
 
 def register(app: typer.Typer) -> None:
@@ -83,7 +82,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(summary, indent=2))
             return
-        Console().print(summary_table(summary, f"{policy} for real on {model}"))
+        typer.echo(summary_text(summary, f"{policy} for real on {model}"))
         typer.echo(f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl")
 
 
@@ -138,6 +137,7 @@ def register(app: typer.Typer) -> None:
         profile: Path = typer.Option(None, "--profile", help="calibrated profile (default RUNDIR/profile.json)"),
         plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated"),
         force: bool = FORCE,
+        wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
         as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
     ) -> None:
         """Replay a real run in the simulator and report the error per step."""
@@ -159,20 +159,17 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo((rundir / "validate.json").read_text(), nl=False)
             return
-        table = Table(title=f"validate {result['policy']} ({rundir}) against {profile}")
-        for col in ("step", "real step s", "sim step s", "err %", "real rollout s", "sim rollout s",
-                    "real train s", "sim train s", "real bubble", "sim bubble"):
-            table.add_column(col, justify="right")
-        for s in result["steps"]:
-            table.add_row(str(s["step"]), f"{s['real_step_s']:.3f}", f"{s['sim_step_s']:.3f}",
-                          f"{s['step_err_pct']:.1f}", f"{s['real_rollout_s']:.3f}", f"{s['sim_rollout_s']:.3f}",
-                          f"{s['real_train_s']:.3f}", f"{s['sim_train_s']:.3f}",
-                          f"{s['real_bubble_ratio']:.3f}", f"{s['sim_bubble_ratio']:.3f}")
-        console = Console(width=140)
-        console.print(table)
-        console.print(f"step_time_mape {result['step_time_mape']:.2f}%  progress_time_mape "
-                      f"{result['progress_time_mape']:.2f}%  rollout_time_mape "
-                      f"{result['rollout_time_mape']:.2f}%  bubble_ratio_abs_err "
-                      f"{100 * result['bubble_ratio_abs_err']:.2f} points  makespan error "
-                      f"{result['makespan_err_pct']:.2f}%")
-        console.print(f"wrote {rundir}/validate.json" + (f" and {plot}" if plot else ""))
+        cols = [Col("update"), Col("real step s"), Col("sim step s"), Col("err %"),
+                Col("real rollout s", hide=2), Col("sim rollout s", hide=2), Col("real train s", hide=1),
+                Col("sim train s", hide=1), Col("real bubble", hide=3), Col("sim bubble", hide=3)]
+        rows = [[str(s["step"]), f"{s['real_step_s']:.3f}", f"{s['sim_step_s']:.3f}", f"{s['step_err_pct']:.1f}",
+                 f"{s['real_rollout_s']:.3f}", f"{s['sim_rollout_s']:.3f}", f"{s['real_train_s']:.3f}",
+                 f"{s['sim_train_s']:.3f}", f"{s['real_bubble_ratio']:.3f}", f"{s['sim_bubble_ratio']:.3f}"]
+                for s in result["steps"]]
+        errors = (f"step_time_mape {result['step_time_mape']:.2f}%, progress_time_mape "
+                  f"{result['progress_time_mape']:.2f}%, rollout_time_mape {result['rollout_time_mape']:.2f}%, "
+                  f"bubble_ratio_abs_err {100 * result['bubble_ratio_abs_err']:.2f} points, makespan error "
+                  f"{result['makespan_err_pct']:.2f}%")
+        typer.echo(render(cols, rows, None if wide else terminal_width(),
+                          f"validate {result['policy']} ({rundir}) against {profile}", [errors]))
+        typer.echo(f"wrote {written}" + (f" and {plot}" if plot else ""))

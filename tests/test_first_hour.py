@@ -1,0 +1,141 @@
+"""The first hour of a new user (issue 15): tables that fit the terminal without cutting a value,
+auto knobs shown as used, one placement rule in simulate, compare and tune, fit warnings.
+
+Run: pytest tests/test_first_hour.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.policies.registry import BUILTIN
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "sortedrl" / "traces" / "data"
+SYNTH = ["--synthetic", "logic-8k", "--prompts", "64", "--group-size", "8", "--steps", "3"]
+TWO = ["--cluster", "h100-llama3.1-8b-2gpu"]
+ALL = [a for name in BUILTIN for a in ("--policy", name)]
+runner = CliRunner()
+
+
+def invoke(*args, columns: int = 80):
+    return runner.invoke(app, list(args), env={"COLUMNS": str(columns)})
+
+
+@pytest.fixture(scope="module")
+def seven(tmp_path_factory):
+    """compare of the 7 built-in policies at COLUMNS=80, and the summaries it wrote."""
+    out = tmp_path_factory.mktemp("seven") / "cmp"
+    r = invoke("compare", *SYNTH, *TWO, *ALL, "--out", str(out))
+    assert r.exit_code == 0, r.output
+    return r, json.loads((out / "compare.json").read_text())
+
+
+def test_compare_of_seven_policies_fits_80_columns_and_cuts_no_headline_value(seven):
+    r, summaries = seven
+    lines = r.stdout.splitlines()[:-1]  # the last line names the output directory
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in BUILTIN}
+    assert list(rows) == list(BUILTIN)  # policies as rows, in the order given
+    first = summaries[0]["tokens_per_s"]
+    for s in summaries:
+        cells = rows[s["label"]].split()
+        split = "1+1" if s["cluster"].endswith("-disagg") else "2 shared"
+        expected = [f"{s['makespan_s']:,.1f}", f"{s['tokens_per_s']:,.0f}", f"{s['tokens_per_s'] / first:.2f}x",
+                    f"{100 * s['bubble_ratio']:.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
+                    f"{100 * s['wasted_tokens'] / s['generated_tokens']:.1f}", *split.split()]
+        assert [c for c in cells if c != "*"][1:] == expected, (s["label"], cells)
+    assert "hidden to fit 80 columns: updates (--wide shows them)" in lines
+    assert lines[-1] == "columns are defined in docs/metrics.md; --json prints every field"
+
+
+def test_wide_prints_every_field_uncut(tmp_path):
+    r = invoke("compare", *SYNTH, *TWO, "--policy", "sync", "--policy", "on=sortedrl", "--wide",
+               "--out", str(tmp_path / "w"))
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.split()}
+    summaries = json.loads((tmp_path / "w" / "compare.json").read_text())
+    assert rows["updates"][:2] == [str(s["updates"]) for s in summaries]
+    assert rows["cluster"][:2] == ["h100-llama3.1-8b-2gpu"] * 2
+    assert "update_batch=256 (auto)," in r.stdout
+
+
+def test_auto_knobs_are_shown_as_used(seven):
+    r, summaries = seven
+    by = {s["label"]: s for s in summaries}
+    # 2 engines x 256 slots; 64 prompts per step of 8 responses
+    assert by["sortedrl"]["auto_params"] == {"group_prompts": 256, "update_batch": 256}
+    assert by["sync"]["auto_params"] == {"rollout_batch": 64}
+    assert by["async"]["auto_params"] == {"batch": 512, "max_concurrent": 256}  # 1 rollout engine
+    assert by["oracle_sorted"]["auto_params"] == {"rollout_batch": 256, "update_batch": 512}
+    for s in summaries:  # every knob whose help says "0: ..." and was left at 0 is resolved
+        cls = BUILTIN[s["label"]]
+        auto = {f.name for f in dataclasses.fields(cls.Params)
+                if any(w in f.metadata.get("help", "") for w in ("(0:", "; 0 takes"))
+                and "unbounded" not in f.metadata["help"]}
+        assert set(s["auto_params"]) == auto, s["label"]
+    text = " ".join(r.stdout.split())
+    assert "sortedrl: group_prompts=256 (auto), oversubscribe=2.0, update_batch=256 (auto)," in text
+
+
+def test_an_explicit_knob_is_not_auto(tmp_path):
+    r = invoke("simulate", *SYNTH, *TWO, "--policy", "sortedrl", "--set", "update_batch=32",
+               "--out", str(tmp_path / "s"), "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["auto_params"] == {"group_prompts": 256} and s["params"]["update_batch"] == 32
+
+
+def test_one_placement_rule_in_simulate_compare_and_tune(seven, tmp_path):
+    _, summaries = seven
+    by = {s["label"]: s for s in summaries}
+    r = invoke("simulate", *SYNTH, *TWO, "--policy", "async", "--out", str(tmp_path / "a"), "--json")
+    assert r.exit_code == 0, r.output
+    sim = json.loads(r.stdout)
+    assert sim["cluster"] == by["async"]["cluster"] == "h100-llama3.1-8b-2gpu-disagg"
+    assert sim["makespan_s"] == by["async"]["makespan_s"]
+    note = ("note: async needs separate rollout and training GPUs, so it runs on the disaggregated split "
+            "of the same 2 GPUs: 1 roll out, 1 train (h100-llama3.1-8b-2gpu-disagg)")
+    assert note in r.stderr.splitlines()
+    t = invoke("tune", *SYNTH, *TWO, "--policy", "async", "--budget", "1", "--out", str(tmp_path / "t"))
+    assert t.exit_code == 0, t.output
+    assert note in t.stderr.splitlines()
+    trial = json.loads((tmp_path / "t" / "tune.json").read_text())["trials"][0]
+    assert trial["summary"]["makespan_s"] == sim["makespan_s"]
+    assert max(len(line) for line in t.stdout.splitlines()[:-1]) <= 80
+    assert any(line.split()[:2] == ["async", "0"] and line.endswith("1+1") for line in t.stdout.splitlines())
+
+
+def test_compare_states_which_gpus_rolled_out_and_which_trained(seven):
+    text = " ".join(seven[0].stdout.split())
+    assert ("async, one_step_off need separate GPUs, so they ran on the disaggregated split of the same 2 "
+            "GPUs (1 roll out, 1 train: h100-llama3.1-8b-2gpu-disagg)") in text
+
+
+def test_a_trace_too_small_for_the_cluster_is_warned(tmp_path):
+    r = invoke("simulate", "--trace", str(DATA / "logic-8k.jsonl"), "--policy", "sync",
+               "--out", str(tmp_path / "s"), "--json")
+    assert r.exit_code == 0
+    assert r.stderr.splitlines() == [
+        "warning: a step of logic-8k.jsonl has 512 samples, filling 25% of the 2,048 decode slots of "
+        "h100-llama3.1-8b (8 engines x 256): every policy will mostly idle; try --cluster "
+        "h100-llama3.1-8b-4gpu or a trace with more prompts per step",
+        "warning: logic-8k.jsonl has 1 step, so no policy gets past its warm-up step to a steady state; "
+        "use a trace of several steps"]
+    r = invoke("simulate", *SYNTH, *TWO, "--policy", "sync", "--out", str(tmp_path / "t"), "--json")
+    assert r.exit_code == 0 and r.stderr == ""
+
+
+def test_simulate_summary_fits_and_ends_with_the_metrics_line(tmp_path):
+    r = invoke("simulate", *SYNTH, *TWO, "--policy", "sortedrl", "--out", str(tmp_path / "s"))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines[:-1])) <= 80
+    assert lines[-2] == "columns are defined in docs/metrics.md; --json prints every field"
+    assert "update_batch=256 (auto)" in " ".join(r.stdout.split())
