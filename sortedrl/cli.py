@@ -24,7 +24,7 @@ from sortedrl.cli_common import (
     STEPS,
     SYNTHETIC,
     TRACE,
-    LazyProgress,
+    err,
     input_files,
     load_input_trace,
     perfetto_writer,
@@ -38,6 +38,7 @@ from sortedrl.compare import gpu_split
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
+from sortedrl.progress import Phases
 from sortedrl.realrun.commands import register as register_real
 from sortedrl.sim.cluster import load_cluster, preset_names
 from sortedrl.sim.run import simulate as run_simulation
@@ -87,18 +88,17 @@ def simulate(
                                          cluster=cluster, seed=seed, prompts=prompts,
                                          group_size=group_size, steps=steps))
     perfetto = outs.file(perfetto, "--perfetto")
-    tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
-    pol = make_policy(policy, sets, tr)
-    bar = LazyProgress(len(tr), f"simulate {pol.name}")
-    try:
-        result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed, progress=bar)
-    finally:
-        bar.close()
-    files: dict = {run_dir: {"summary.json": write_json(result.summary),
-                             "timeline.jsonl": result.timeline.write_jsonl}}
-    if perfetto is not None:
-        files[perfetto] = perfetto_writer(result.timeline)
-    outs.write(files)
+    with Phases(err) as progress:
+        progress.phase(f"reading {trace or synthetic}")
+        tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
+        pol = make_policy(policy, sets, tr)
+        progress.phase(f"simulating {pol.name} (samples trained)", total=len(tr))
+        result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed, progress=progress)
+        files: dict = {run_dir: {"summary.json": write_json(result.summary),
+                                 "timeline.jsonl": result.timeline.write_jsonl}}
+        if perfetto is not None:
+            files[perfetto] = perfetto_writer(result.timeline)
+        outs.write(files, progress.file)
     print_notes(outs)
     notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl)]
     for note in filter(None, notes):
@@ -148,18 +148,16 @@ def compare(
                            identity=dict(source=str(trace or synthetic), policies=policies, sets=sets,
                                          cluster=cluster, seed=seed, prompts=prompts,
                                          group_size=group_size, steps=steps))
-    tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
-    bar = LazyProgress(len(tr) * len(specs), f"compare {len(specs)} policies")
-    try:
-        results = run_compare(tr, specs, cl, seed=seed, progress=bar)
-    finally:
-        bar.close()
-    summaries = [{"label": spec.label, **r.summary} for spec, r in results]
-    files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
-    for spec, r in results:
-        files[f"{spec.label}/summary.json"] = write_json(r.summary)
-        files[f"{spec.label}/timeline.jsonl"] = r.timeline.write_jsonl
-    outs.write({run_dir: files})
+    with Phases(err) as progress:
+        progress.phase(f"reading {trace or synthetic}")
+        tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
+        results = run_compare(tr, specs, cl, seed=seed, progress=progress)
+        summaries = [{"label": spec.label, **r.summary} for spec, r in results]
+        files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
+        for spec, r in results:
+            files[f"{spec.label}/summary.json"] = write_json(r.summary)
+            files[f"{spec.label}/timeline.jsonl"] = r.timeline.write_jsonl
+        outs.write({run_dir: files}, progress.file)
     print_notes(outs)
     for note in fit_warnings(tr, cl, synthetic is not None):
         typer.echo(note, err=True)

@@ -10,15 +10,14 @@ from __future__ import annotations
 import functools
 import math
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.progress import Phases
 from sortedrl.traces.io import read_trace
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import synthesize
@@ -102,31 +101,12 @@ def print_notes(outs) -> None:
         typer.echo(note, err=True)
 
 
-class LazyProgress:
-    """A rich progress bar on stderr that appears only once a run has lasted a second."""
+class LazyProgress(Phases):
+    """One bar (``total`` units of ``label``) on stderr, shown once a command has run a second."""
 
     def __init__(self, total: int, label: str) -> None:
-        self.total, self.label, self.done = total, label, 0
-        self.t0 = time.monotonic()
-        self.bar: Progress | None = None
-        self.task = None
-
-    def __call__(self, advance: int, note: str = "") -> None:
-        self.done += advance
-        if note:
-            self.label = note
-        if self.bar is None:
-            if time.monotonic() - self.t0 < 1.0:
-                return
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=err, transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(self.label, total=self.total)
-        self.bar.update(self.task, completed=self.done, description=self.label)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        super().__init__(err)
+        self.phase(label, total)
 
 
 def summary_text(summary: dict, title: str) -> str:

@@ -116,7 +116,9 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
                 progress: Callable[[int], None] | None = None) -> list[tuple[PolicySpec, SimResult]]:
     policies = [make_policy(s.name, list(s.sets), trace) for s in specs]  # all knobs checked first
     out = []
-    for spec, policy in zip(specs, policies, strict=True):
+    for k, (spec, policy) in enumerate(zip(specs, policies, strict=True)):
+        if hasattr(progress, "phase"):
+            progress.phase(f"simulating {spec.label} ({k + 1} of {len(specs)} policies)", total=len(trace))
         result = simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
                           progress=progress)
         out.append((spec, result))

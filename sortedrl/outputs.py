@@ -168,10 +168,17 @@ class Outputs:
 
     # -- writing, after the work -----------------------------------------------------------------
 
-    def write(self, contents: dict[Path, Writer | dict[str, Writer]]) -> None:
+    def write(self, contents: dict[Path, Writer | dict[str, Writer]],
+              progress: Callable[[str, int, int], None] | None = None) -> None:
         """Write every declared output: a run directory gets a dict of relative names to writers
         (or one writer that fills the directory it is given), a file gets one writer. All are
-        built aside, then renamed into place together."""
+        built aside, then renamed into place together. ``progress(name, index, count)`` is
+        told of each file as it is written."""
+        names: list[str] = []
+        for path, what in contents.items():
+            names += [f"{path}/{n}" for n in what] if isinstance(what, dict) else [str(path)]
+        self._progress = (lambda: progress(names[self._written], self._written, len(names))) if progress else None
+        self._written = 0
         staged: list[tuple[Path, Path]] = []
         made_dirs: list[Path] = []
         target: _Target | None = None
@@ -212,15 +219,23 @@ class Outputs:
                     if not Path(os.path.abspath(dest)).is_relative_to(tmp):
                         raise AssertionError(f"{name} escapes {path}")
                     _make_parents(dest)
+                    self._tick()
                     write(dest)
                 (tmp / MARKER).write_text(json.dumps(self.identity, sort_keys=True) + "\n")
             else:
+                self._tick()
                 what(tmp)
                 os.chmod(tmp, 0o666 & ~umask())
         except BaseException:
             _remove(tmp)
             raise
         return tmp
+
+
+    def _tick(self) -> None:
+        if self._progress is not None:
+            self._progress()
+            self._written += 1
 
 
 def read_marker(out: Path) -> dict:

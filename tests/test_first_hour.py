@@ -139,3 +139,28 @@ def test_simulate_summary_fits_and_ends_with_the_metrics_line(tmp_path):
     assert max(map(len, lines[:-1])) <= 80
     assert lines[-2] == "columns are defined in docs/metrics.md; --json prints every field"
     assert "update_batch=256 (auto)" in " ".join(r.stdout.split())
+
+
+def test_progress_names_each_phase_with_the_right_totals(tmp_path, monkeypatch):
+    import sortedrl.cli as cli
+    from sortedrl.progress import Phases
+
+    seen: list[tuple[str, int | None]] = []
+
+    class Recording(Phases):
+        def phase(self, label, total=None):
+            seen.append((label, total))
+            return super().phase(label, total)
+
+        def close(self):
+            task = self.bar.tasks[1]  # the simulating phase
+            seen.append(("simulated", int(task.completed)))
+            super().close()
+
+    monkeypatch.setattr(cli, "Phases", Recording)
+    out = tmp_path / "s"
+    r = invoke("simulate", *SYNTH, *TWO, "--policy", "sync", "--out", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    assert seen == [("reading logic-8k", None), ("simulating sync (samples trained)", 1536),
+                    (f"writing {out}/summary.json (1 of 2 files)", None),
+                    (f"writing {out}/timeline.jsonl (2 of 2 files)", None), ("simulated", 1536)]

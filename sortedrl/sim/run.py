@@ -100,6 +100,8 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
         if was_enabled:
             gc.enable()
     timeline.meta["auto_params"] = auto_params(policy, cluster.engines * cluster.max_num_seqs)
+    if progress is not None:
+        progress(0, "summarising the timeline")
     summary = summarize(timeline)
     assert math.isfinite(summary["makespan_s"])
     return SimResult(summary, timeline, next(backend.env._eid))

@@ -16,7 +16,7 @@ from sortedrl.cli_common import (
     STEPS,
     SYNTHETIC,
     TRACE,
-    LazyProgress,
+    err,
     input_files,
     load_input_trace,
     print_notes,
@@ -29,6 +29,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.auto import knob_text
 from sortedrl.policies.registry import policy_class
+from sortedrl.progress import Phases
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.tables import Col, render, terminal_width
 
@@ -75,15 +76,18 @@ def register(app: typer.Typer) -> None:
                                              objective=objective, max_staleness=max_staleness, budget=budget,
                                              cluster=cluster, seed=seed, prompts=prompts,
                                              group_size=group_size, steps=steps))
-        tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
-        cfg = TuneConfig(objective, max_staleness, budget, seed)
-        executor = make_executor(tr, cl, seed, workers, ray)
-        bar = LazyProgress(budget, "tune trials")
-        try:
-            result = Tuner(spaces, cfg, executor, bar).run()
-        finally:
-            bar.close()
-            executor.close()
+        with Phases(err) as progress:
+            progress.phase(f"reading {trace or synthetic}")
+            tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
+            cfg = TuneConfig(objective, max_staleness, budget, seed)
+            progress.phase("starting workers")
+            executor = make_executor(tr, cl, seed, workers, ray)
+            trials = int(min(budget, sum(s.size for s in spaces)))
+            progress.phase(f"tune: trials run (at most {trials})", total=trials)
+            try:
+                result = Tuner(spaces, cfg, executor, progress).run()
+            finally:
+                executor.close()
         result = {"trace": tr.name, "cluster": cl.name, **result}
         if result["best"]["overall"] is None:
             raise ConfigError(infeasible_message(result))
