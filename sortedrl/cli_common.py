@@ -20,7 +20,7 @@ from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.traces.io import read_trace
 from sortedrl.traces.schema import Trace
-from sortedrl.traces.synth import synthesize
+from sortedrl.traces.synth import PRESETS, synthesize
 
 err = Console(stderr=True)
 
@@ -135,11 +135,20 @@ def _cell(value: object) -> str:
 
 # -- options several commands take ------------------------------------------------------------------
 
+def _preset_default(field: str) -> str:
+    values = sorted({getattr(p, field) for p in PRESETS.values()})
+    return str(values[0]) if len(values) == 1 else "/".join(map(str, values))
+
+
 TRACE = typer.Option(None, "--trace", help="length trace (.jsonl, .csv, .parquet)")
-SYNTHETIC = typer.Option(None, "--synthetic", help="synthetic preset (logic-8k, math-16k)")
-CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help="cluster preset, cluster file or calibrated profile")
+SYNTHETIC = typer.Option(None, "--synthetic", help=f"synthetic preset ({', '.join(sorted(PRESETS))})")
+CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help=(
+    "a preset {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg] (`sortedrl clusters` lists them; defaults "
+    "8 GPUs, 256 seqs per engine, colocated), a cluster JSON file, or a calibrated profile"))
 SEED = typer.Option(0, "--seed", help="seed (synthetic traces, searches)")
-PROMPTS = typer.Option(None, "--prompts", help="synthetic: prompts per step")
-GROUP_SIZE = typer.Option(None, "--group-size", help="synthetic: responses per prompt")
-STEPS = typer.Option(None, "--steps", help="synthetic: steps")
+PROMPTS = typer.Option(None, "--prompts", show_default=False,
+                       help=f"synthetic: prompts per step (default: {_preset_default('prompts')}, the preset's)")
+GROUP_SIZE = typer.Option(None, "--group-size", show_default=False,
+                          help=f"synthetic: responses per prompt, GRPO n (default: {_preset_default('group_size')})")
+STEPS = typer.Option(4, "--steps", help="synthetic: training steps (the first is every policy's warm-up)")
 FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")

@@ -164,3 +164,26 @@ def test_progress_names_each_phase_with_the_right_totals(tmp_path, monkeypatch):
     assert seen == [("reading logic-8k", None), ("simulating sync (samples trained)", 1536),
                     (f"writing {out}/summary.json (1 of 2 files)", None),
                     (f"writing {out}/timeline.jsonl (2 of 2 files)", None), ("simulated", 1536)]
+
+
+@pytest.mark.parametrize("command", [["simulate"], ["compare"], ["tune"], ["trace", "synth"]])
+def test_help_shows_every_synthetic_default(command):
+    r = invoke(*command, "--help", columns=200)
+    assert r.exit_code == 0
+    text = " ".join(r.stdout.replace("│", " ").split())
+    for option, default in (("--prompts", "128"), ("--group-size", "8"), ("--steps", "4")):
+        line = text[text.index(option):][:160]
+        assert f"default: {default}" in line or f"default: the preset's, {default}" in line, line
+
+
+def test_readme_shows_the_preset_grammar_and_links_only_files_in_the_repository():
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    assert "{gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg]" in readme
+    for word in ("`train_gpus`", "`--prompts` (default 128", "`--group-size` (default 8)", "`--steps` (default 4"):
+        assert word in readme, word
+    linked = set(re.findall(r"`((?:docs|tests|bench|sortedrl)/[\w./-]+\.(?:md|py|jsonl))", readme))
+    assert linked and all((ROOT / p).exists() for p in linked), sorted(p for p in linked if not (ROOT / p).exists())
+    assert "ARCHITECTURE.md" not in readme
+    assert " --cluster h100-llama3.1-8b-2gpu" in readme.split("## The CLI")[1].split("sortedrl compare")[1][:120]

@@ -113,9 +113,11 @@ def _import_framework(framework: str, path: Path, out: Path, tokenizer: Path | N
 def synth_cmd(
     preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(sorted(PRESETS))}.")],
     out: Annotated[Path, typer.Option(help="Output trace (.jsonl, .csv or .parquet).")],
-    prompts: Annotated[int | None, typer.Option(help="Prompts per step.")] = None,
-    group_size: Annotated[int | None, typer.Option(help="Samples per prompt (GRPO n).")] = None,
-    steps: Annotated[int | None, typer.Option(help="Training steps.")] = None,
+    prompts: Annotated[int | None, typer.Option(
+        help="Prompts per step (default: the preset's, 128).", show_default=False)] = None,
+    group_size: Annotated[int | None, typer.Option(
+        help="Samples per prompt, GRPO n (default: the preset's, 8).", show_default=False)] = None,
+    steps: Annotated[int, typer.Option(help="Training steps (the first is every policy's warm-up).")] = 4,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     dataset_size: Annotated[
         int | None, typer.Option(help="Distinct prompts (default prompts x steps).")
