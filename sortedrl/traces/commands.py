@@ -18,6 +18,7 @@ from rich.console import Console
 from sortedrl.cli_common import user_errors
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.outputs import Outputs
+from sortedrl.tables import METRICS_LINE
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.io import FORMATS, read_trace, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
@@ -146,3 +147,4 @@ def stats_cmd(
         typer.echo(json.dumps(stats, indent=2))
     else:
         Console().print(format_stats(stats))
+        typer.echo(METRICS_LINE)

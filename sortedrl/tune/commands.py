@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         steps: int = STEPS,
         out: Path = typer.Option(None, "--out", help="output directory (default runs/tune-TRACE-CLUSTER)"),
         force: bool = FORCE,
+        wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
         as_json: bool = typer.Option(False, "--json", help="print only tune.json"),
     ) -> None:
         """Search policies' knobs for the fastest run within a staleness budget."""
@@ -100,7 +101,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
-        typer.echo(tune_text(result, cl, terminal_width()))
+        typer.echo(tune_text(result, cl, None if wide else terminal_width()))
         typer.echo(f"wrote {run_dir}/tune.json ({len(result['trials'])} trials, {result['search']})")
 
 
