@@ -128,9 +128,9 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
 # -- the side-by-side table -------------------------------------------------------------------------
 
 HEADLINE = [Col("policy", left=True), Col("makespan", "s"), Col("useful", "tok/s"),
-            Col("learnable", "tok/s", hide=4), Col("vs", "first"), Col("bubble", "%", hide=3),
-            Col("staleness", "mean/max", hide=2), Col("wasted", "%", hide=5), Col("updates", hide=6),
-            Col("GPUs", "roll+train")]
+            Col("learnable", "tok/s", hide=1), Col("vs", "first"), Col("bubble", "%", hide=3),
+            Col("stale", "mean/max", hide=2), Col("wasted", "%", hide=5), Col("updates", hide=6),
+            Col("GPUs", "r+t")]
 
 
 def gpu_split(meta: dict) -> str:
@@ -176,8 +176,8 @@ def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) ->
     moved = [s["label"] for s, split in zip(summaries, splits, strict=True) if not split.endswith("shared")]
     if moved and cluster.placement == "colocated":
         d = cluster_for(("disaggregated",), cluster)
-        notes.append(f"GPUs: 'shared' = all {cluster.gpus} GPUs roll out and train in turn; "
-                     f"{', '.join(moved)} need separate GPUs, so they ran on the disaggregated split "
+        notes.append(f"GPUs: 'N shared' = all N GPUs roll out and train in turn; 'R+T' = R GPUs roll "
+                     f"out while T others train; {', '.join(moved)} need separate GPUs, so they ran on the disaggregated split "
                      f"of the same {cluster.gpus} GPUs ({d.rollout_gpus} roll out, {d.trainer_gpus} train: "
                      f"{d.name})")
     if any(s.get("oracle") for s in summaries):

@@ -44,7 +44,7 @@ def test_all_policies_on_the_bundled_traces(tmp_path, trace):
     assert by["async"]["cluster"] == by["one_step_off"]["cluster"] == "h100-llama3.1-8b-2gpu-disagg"
     assert by["sync"]["cluster"] == "h100-llama3.1-8b-2gpu"
     assert by["oracle_sorted"]["oracle"] is True and not by["sortedrl"]["oracle"]
-    for key in ("makespan", "bubble", "useful", "staleness"):  # the headline columns (issue 15)
+    for key in ("makespan", "bubble", "useful", "stale"):  # the headline columns (issue 15)
         assert key in r.stdout
     assert "\noracle_sorted *" in r.stdout  # the row marks the oracle
     assert "upper reference" in r.stdout

@@ -37,22 +37,33 @@ def seven(tmp_path_factory):
     return r, json.loads((out / "compare.json").read_text())
 
 
-def test_compare_of_seven_policies_fits_80_columns_and_cuts_no_headline_value(seven):
+def test_compare_of_seven_policies_fits_80_columns_and_cuts_no_headline_value(seven, tmp_path):
     r, summaries = seven
     lines = r.stdout.splitlines()[:-1]  # the last line names the output directory
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    titles = lines[1].split()
     rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in BUILTIN}
     assert list(rows) == list(BUILTIN)  # policies as rows, in the order given
-    first = summaries[0]["tokens_per_s"]
+    rank = "learnable_tokens_per_s" if "learnable_tokens_per_s" in summaries[0] else "tokens_per_s"
+    always = ["policy", "makespan", "useful", "vs", "bubble", "stale", "GPUs"]
+    assert titles == always[:3] + (["learnable"] if rank != "tokens_per_s" else []) + always[3:], titles
     for s in summaries:
-        cells = rows[s["label"]].split()
-        split = "1+1" if s["cluster"].endswith("-disagg") else "2 shared"
-        expected = [f"{s['makespan_s']:,.1f}", f"{s['tokens_per_s']:,.0f}", f"{s['tokens_per_s'] / first:.2f}x",
-                    f"{100 * s['bubble_ratio']:.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
-                    f"{100 * s['wasted_tokens'] / s['generated_tokens']:.1f}", *split.split()]
-        assert [c for c in cells if c != "*"][1:] == expected, (s["label"], cells)
-    assert "hidden to fit 80 columns: updates (--wide shows them)" in lines
+        cells = [c for c in rows[s["label"]].split() if c != "*"]
+        if cells[-1] == "shared":
+            cells[-2:] = [" ".join(cells[-2:])]
+        expected = {"policy": s["label"], "makespan": f"{s['makespan_s']:,.1f}",
+                    "useful": f"{s['tokens_per_s']:,.0f}",
+                    "learnable": f"{s.get('learnable_tokens_per_s', 0):,.0f}",
+                    "vs": f"{s[rank] / summaries[0][rank]:.2f}x", "bubble": f"{100 * s['bubble_ratio']:.1f}",
+                    "stale": f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
+                    "GPUs": "1+1" if s["cluster"].endswith("-disagg") else "2 shared"}
+        assert cells == [expected[t] for t in titles], (s["label"], cells)
+    hidden = [line for line in lines if line.startswith("hidden to fit 80 columns: ")]
+    assert hidden == ["hidden to fit 80 columns: wasted %, updates (--wide shows them)"]
     assert lines[-1] == "columns are defined in docs/metrics.md; --json prints every field"
+    wide = invoke("compare", *SYNTH, *TWO, *ALL, "--out", str(tmp_path / "w"), columns=120)
+    assert wide.exit_code == 0, wide.output
+    assert "hidden to fit" not in wide.stdout and "updates" in wide.stdout.splitlines()[1]
 
 
 def test_wide_prints_every_field_uncut(tmp_path):

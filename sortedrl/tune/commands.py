@@ -118,7 +118,7 @@ def infeasible_message(result: dict) -> str:
 
 
 TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("vs", "best"),
-             Col("makespan", "s", hide=2), Col("staleness", "mean/max"), Col("GPUs", "roll+train", hide=1)]
+             Col("makespan", "s", hide=2), Col("stale", "mean/max"), Col("GPUs", "r+t", hide=1)]
 
 
 def _trial_row(t: dict, best_tps: float, splits: dict[str, str]) -> list[str]:
