@@ -20,6 +20,7 @@ from sortedrl.cli_common import (
     FORCE,
     GROUP_SIZE,
     PROMPTS,
+    REGEN,
     SEED,
     STEPS,
     SYNTHETIC,
@@ -40,6 +41,7 @@ from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
 from sortedrl.progress import Phases
 from sortedrl.realrun.commands import register as register_real
+from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import load_cluster, preset_names
 from sortedrl.sim.run import simulate as run_simulation
 from sortedrl.tables import terminal_width
@@ -70,6 +72,7 @@ def simulate(
     prompts: int = PROMPTS,
     group_size: int = GROUP_SIZE,
     steps: int = STEPS,
+    regen: str = REGEN,
     out: Path = typer.Option(None, "--out", help="run directory (default runs/TRACE-POLICY-CLUSTER)"),
     perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
     force: bool = FORCE,
@@ -78,6 +81,7 @@ def simulate(
     """Replay a length trace through a simulated cluster under one policy."""
     from sortedrl.compare import cluster_for, fit_warnings, placement_note
 
+    check_regen(regen)
     cl = load_cluster(cluster)
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
@@ -86,14 +90,15 @@ def simulate(
     run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),
                            identity=dict(source=str(trace or synthetic), policy=policy, sets=sets,
                                          cluster=cluster, seed=seed, prompts=prompts,
-                                         group_size=group_size, steps=steps))
+                                         group_size=group_size, steps=steps, regen=regen))
     perfetto = outs.file(perfetto, "--perfetto")
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
         pol = make_policy(policy, sets, tr)
         progress.phase(f"simulating {pol.name} (samples trained)", total=len(tr))
-        result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed, progress=progress)
+        result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed, progress=progress,
+                                regen=regen)
         files: dict = {run_dir: {"summary.json": write_json(result.summary),
                                  "timeline.jsonl": result.timeline.write_jsonl}}
         if perfetto is not None:
@@ -125,6 +130,7 @@ def compare(
     prompts: int = PROMPTS,
     group_size: int = GROUP_SIZE,
     steps: int = STEPS,
+    regen: str = REGEN,
     out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE-CLUSTER)"),
     force: bool = FORCE,
     wide: bool = typer.Option(False, "--wide", help="print every field, a metric per row (not fitted)"),
@@ -140,6 +146,7 @@ def compare(
         wide_text,
     )
 
+    check_regen(regen)
     specs = parse_specs(policies, sets)
     cl = load_cluster(cluster)
     outs = Outputs("compare", force, inputs=input_files(trace, cluster))
@@ -147,11 +154,11 @@ def compare(
     run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")),
                            identity=dict(source=str(trace or synthetic), policies=policies, sets=sets,
                                          cluster=cluster, seed=seed, prompts=prompts,
-                                         group_size=group_size, steps=steps))
+                                         group_size=group_size, steps=steps, regen=regen))
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
-        results = run_compare(tr, specs, cl, seed=seed, progress=progress)
+        results = run_compare(tr, specs, cl, seed=seed, progress=progress, regen=regen)
         summaries = [{"label": spec.label, **r.summary} for spec, r in results]
         files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
         for spec, r in results:

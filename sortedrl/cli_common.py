@@ -152,3 +152,5 @@ GROUP_SIZE = typer.Option(None, "--group-size", show_default=False,
                           help=f"synthetic: responses per prompt, GRPO n (default: {_preset_default('group_size')})")
 STEPS = typer.Option(4, "--steps", help="synthetic: training steps (the first is every policy's warm-up)")
 FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")
+REGEN = typer.Option("resample", "--regen", help="length of a regenerated attempt: resample (a fresh "
+                     "draw for its prompt, docs/metrics.md) or same (repeat the recorded length)")

@@ -113,14 +113,15 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
 
 
 def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: int = 0,
-                progress: Callable[[int], None] | None = None) -> list[tuple[PolicySpec, SimResult]]:
+                progress: Callable[[int], None] | None = None, regen: str = "resample",
+                ) -> list[tuple[PolicySpec, SimResult]]:
     policies = [make_policy(s.name, list(s.sets), trace) for s in specs]  # all knobs checked first
     out = []
     for k, (spec, policy) in enumerate(zip(specs, policies, strict=True)):
         if hasattr(progress, "phase"):
             progress.phase(f"simulating {spec.label} ({k + 1} of {len(specs)} policies)", total=len(trace))
         result = simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
-                          progress=progress)
+                          progress=progress, regen=regen)
         out.append((spec, result))
     return out
 

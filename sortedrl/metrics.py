@@ -192,6 +192,8 @@ def summarize(tl: Timeline) -> dict:
         "cluster": m["cluster"],
         "seed": m["seed"],
         # extras
+        "regen": m.get("regen", "same"),
+        "regen_sigma": m.get("regen_sigma", 0.0),
         "oracle": bool(m.get("oracle", False)),
         "auto_params": m.get("auto_params", {}),  # resolved values of knobs left at 0 (auto)
         "rollout_s": rollout_s,

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from sortedrl.compare import cluster_for
 from sortedrl.policies.registry import BUILTIN, make_policy
+from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -83,7 +84,11 @@ def test_every_policy_keeps_its_invariants(case):
     assert set(trained) | discarded == set(range(len(trace))), "a sample neither trained nor discarded"
     assert not set(trained) & discarded
     assert s["generated_tokens"] == s["useful_tokens"] + s["wasted_tokens"]
-    assert s["useful_tokens"] == sum(lengths[i] for i in trained)
+    last = {}  # each sample's last attempt; its length is that attempt's draw (--regen resample)
+    for span in tl.spans:
+        last[span[3]] = max(last.get(span[3], 0), span[4])
+    draw = AttemptLengths(trace, seed=0)
+    assert s["useful_tokens"] == sum(draw.length(i, last[i]) for i in trained)
     bound = policy.staleness_bound()
     if bound is not None:
         assert s["staleness_max"] <= bound, (name, sets, s["staleness_max"], bound)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from sortedrl.policies.base import Abort, Admit, EventKind, Policy, SampleState, Train
 from sortedrl.policies.registry import policy_class
+from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.run import run_context, simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -74,7 +75,7 @@ def test_abort_without_keeping_tokens_wastes_them():
     cluster = tiny_cluster(engines=2, max_num_seqs=1, p1=0.5)
     policy = Scripted([Admit((0,), 0), Admit((1,), 1)],
                       {0: [Abort((1,), keep_tokens=False), Admit((1,), 0)]}, run_context(trace))
-    r = simulate(trace, policy, cluster, audit=True)
+    r = simulate(trace, policy, cluster, audit=True, regen="same")  # the recorded length again
     # regenerated from scratch on engine 0: prefill of 4 tokens 6-9, 19 steps -> 47
     assert spans_of(r)[1:] == [(1, 0.0, 6.0, 1, 2, "abort"), (1, 6.0, 47.0, 0, 20, "finish")]
     s = r.summary
@@ -137,6 +138,7 @@ def test_random_mid_step_actions_keep_every_invariant(lengths, engines, cap, see
     trace = make_trace(lengths, prompt_lens=[1 + (i * 7) % 9 for i in range(len(lengths))])
     cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=200, p1=0.37, a1=a1)
     r = simulate(trace, Chaos(seed, run_context(trace)), cluster, audit=True)
+    draw = AttemptLengths(trace, seed=0)  # a regenerated attempt's own length (--regen resample)
     last = {}
     for t0, t1, _e, i, att, _v, k, end in r.timeline.spans:
         assert t0 <= t1
@@ -145,10 +147,10 @@ def test_random_mid_step_actions_keep_every_invariant(lengths, engines, cap, see
         spans.sort(key=lambda s: s[1])
         assert all(a[2] <= b[1] for a, b in zip(spans, spans[1:], strict=False))
         final = max(s[0] for s in spans)
-        assert sum(s[3] for s in spans if s[0] == final) == lengths[i]
+        assert sum(s[3] for s in spans if s[0] == final) == draw.length(i, final)
         assert [s[4] for s in spans if s[0] == final][-1] == "finish"
     s = r.summary
-    assert s["useful_tokens"] == sum(lengths)
+    assert s["useful_tokens"] == sum(draw.length(i, max(a for a, *_ in last[i])) for i in last)
     assert s["generated_tokens"] == s["useful_tokens"] + s["wasted_tokens"]
 
 

@@ -21,6 +21,7 @@ import simpy
 from sortedrl.policies.base import Event, EventKind
 from sortedrl.policies.controller import Backend, Controller
 from sortedrl.policies.view import EngineInfo
+from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.engine import INF, Engine
 from sortedrl.timeline import Timeline
@@ -31,15 +32,16 @@ class SimBackend(Backend):
     """Runs a trace on a simulated :class:`~sortedrl.sim.cluster.Cluster`."""
 
     def __init__(self, trace: Trace, cluster: Cluster, timeline: Timeline, progress=None,
-                 audit: bool = False, attempt_lengths: dict | None = None) -> None:
+                 audit: bool = False, attempt_lengths: dict | None = None, seed: int = 0,
+                 regen: str = "resample") -> None:
         self.env = simpy.Environment()
         self.cluster = cluster
         self.placement = cluster.placement
         self.cost = cluster.cost()
         self.timeline = timeline
         self._lengths = trace.response_len.tolist()  # of each sample's current attempt
-        self._final = list(self._lengths) if attempt_lengths else None
-        self._attempt_lengths = attempt_lengths or {}  # (sample, attempt) -> its length
+        self._attempts = AttemptLengths(trace, seed, regen)  # a regenerated attempt's draw
+        self._replay = attempt_lengths  # (sample, attempt) -> length a real run showed
         self._plen = trace.prompt_len.tolist()
         self._progress = progress
         self.audit = audit  # re-check every engine's bookkeeping after each change (tests)
@@ -67,10 +69,14 @@ class SimBackend(Backend):
         return self.env.now
 
     def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
-        if self._final is not None:  # a replay that knows earlier attempts' lengths
-            attempt = self.ctl.s.attempt
+        attempt, lengths = self.ctl.s.attempt, self._lengths
+        if self._replay is not None:  # a replay that knows earlier attempts' lengths; the last is the trace's
             for i in samples:
-                self._lengths[i] = self._attempt_lengths.get((i, attempt[i]), self._final[i])
+                lengths[i] = self._replay.get((i, attempt[i]), self._attempts.length(i, 0))
+        else:
+            for i in samples:
+                if attempt[i]:
+                    lengths[i] = self._attempts.length(i, attempt[i])
         eng = self.engines[engine]
         eng.admit(samples, generated, self.env.now)
         self._poke()

@@ -17,6 +17,7 @@ from sortedrl.policies.auto import auto_params
 from sortedrl.policies.base import Policy, params_dict
 from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import run_context  # noqa: F401  (re-exported)
+from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.cluster import Cluster
 from sortedrl.timeline import Timeline
@@ -54,11 +55,15 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
 
 def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
              progress: Callable[[int], None] | None = None, audit: bool = False,
-             attempt_lengths: dict | None = None) -> SimResult:
+             attempt_lengths: dict | None = None, regen: str = "resample") -> SimResult:
     """Simulate ``policy`` on ``trace``; raises ConfigError for a cluster that cannot run it.
 
-    ``attempt_lengths`` maps (sample, attempt) to the length of an attempt that was dropped and
-    regenerated (``validate`` passes what a real run showed); other attempts use the trace's."""
+    ``regen`` says where a regenerated attempt's length comes from (:mod:`sortedrl.sim.attempts`:
+    ``resample`` draws a fresh one for its prompt, seeded by ``seed``; ``same`` repeats the
+    recorded one). ``attempt_lengths`` maps (sample, attempt) to the length of an attempt that
+    was dropped and regenerated (``validate`` passes what a real run showed); it replaces the
+    draw, and the last attempt is the trace's."""
+    check_regen(regen)
     cluster.validate(cluster.name)
     if policy.placements and cluster.placement not in policy.placements:
         raise ConfigError(f"policy {policy.name} needs a {' or '.join(policy.placements)} cluster "
@@ -73,6 +78,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
         "trace": trace.name,
         "cluster": cluster.name,
         "seed": seed,
+        "regen": "replay" if attempt_lengths is not None else regen,
         "placement": cluster.placement,
         "engines": cluster.engines,
         "max_num_seqs": cluster.max_num_seqs,
@@ -86,7 +92,8 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
     }
     timeline = Timeline(meta)
     backend = SimBackend(trace, cluster, timeline, progress, audit=audit,
-                         attempt_lengths=attempt_lengths)
+                         attempt_lengths=attempt_lengths, seed=seed, regen=regen)
+    timeline.meta["regen_sigma"] = round(backend._attempts.sigma_within, 6)
     rewards = trace.reward.tolist() if trace.reward is not None else None
     controller = Controller(policy, trace.prompt_id, trace.prompt_len.tolist(),
                             trace.meta.group_size, backend, timeline, rewards=rewards)

@@ -12,6 +12,7 @@ from sortedrl.cli_common import (
     FORCE,
     GROUP_SIZE,
     PROMPTS,
+    REGEN,
     SEED,
     STEPS,
     SYNTHETIC,
@@ -30,6 +31,7 @@ from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.auto import knob_text
 from sortedrl.policies.registry import policy_class
 from sortedrl.progress import Phases
+from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.tables import Col, render, terminal_width
 
@@ -53,6 +55,7 @@ def register(app: typer.Typer) -> None:
         prompts: int = PROMPTS,
         group_size: int = GROUP_SIZE,
         steps: int = STEPS,
+        regen: str = REGEN,
         out: Path = typer.Option(None, "--out", help="output directory (default runs/tune-TRACE-CLUSTER)"),
         force: bool = FORCE,
         wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
@@ -63,6 +66,7 @@ def register(app: typer.Typer) -> None:
         from sortedrl.tune.search import OBJECTIVES, TuneConfig, Tuner
         from sortedrl.tune.space import parse_spaces
 
+        check_regen(regen)
         if objective not in OBJECTIVES:
             raise ConfigError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
         if budget < 1 or workers < 1:
@@ -76,20 +80,20 @@ def register(app: typer.Typer) -> None:
                                identity=dict(source=str(trace or synthetic), policies=policies, params=params,
                                              objective=objective, max_staleness=max_staleness, budget=budget,
                                              cluster=cluster, seed=seed, prompts=prompts,
-                                             group_size=group_size, steps=steps))
+                                             group_size=group_size, steps=steps, regen=regen))
         with Phases(err) as progress:
             progress.phase(f"reading {trace or synthetic}")
             tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
             cfg = TuneConfig(objective, max_staleness, budget, seed)
             progress.phase("starting workers")
-            executor = make_executor(tr, cl, seed, workers, ray)
+            executor = make_executor(tr, cl, seed, workers, ray, regen)
             trials = int(min(budget, sum(s.size for s in spaces)))
             progress.phase(f"tune: trials run (at most {trials})", total=trials)
             try:
                 result = Tuner(spaces, cfg, executor, progress).run()
             finally:
                 executor.close()
-        result = {"trace": tr.name, "cluster": cl.name, **result}
+        result = {"trace": tr.name, "cluster": cl.name, "regen": regen, **result}
         if result["best"]["overall"] is None:
             raise ConfigError(infeasible_message(result))
         outs.write({run_dir: {"tune.json": write_json(result)}})

@@ -23,18 +23,19 @@ Job = tuple[str, list[str]]  # (policy name, ["key=value", ...])
 _worker: dict = {}
 
 
-def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job) -> dict:
+def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = "resample") -> dict:
     name, sets = job
     policy = make_policy(name, sets, trace)
-    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed).summary
+    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
+                    regen=regen).summary
 
 
-def _init(trace: Trace, cluster: Cluster, seed: int) -> None:
-    _worker.update(trace=trace, cluster=cluster, seed=seed)
+def _init(trace: Trace, cluster: Cluster, seed: int, regen: str) -> None:
+    _worker.update(trace=trace, cluster=cluster, seed=seed, regen=regen)
 
 
 def _run(job: Job) -> dict:
-    return run_trial(_worker["trace"], _worker["cluster"], _worker["seed"], job)
+    return run_trial(_worker["trace"], _worker["cluster"], _worker["seed"], job, _worker["regen"])
 
 
 class Executor:
@@ -42,13 +43,13 @@ class Executor:
 
     name = "inline"
 
-    def __init__(self, trace: Trace, cluster: Cluster, seed: int) -> None:
-        self.trace, self.cluster, self.seed = trace, cluster, seed
+    def __init__(self, trace: Trace, cluster: Cluster, seed: int, regen: str = "resample") -> None:
+        self.trace, self.cluster, self.seed, self.regen = trace, cluster, seed, regen
 
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
         out = []
         for job in jobs:
-            out.append(run_trial(self.trace, self.cluster, self.seed, job))
+            out.append(run_trial(self.trace, self.cluster, self.seed, job, self.regen))
             done(1)
         return out
 
@@ -59,10 +60,11 @@ class Executor:
 class LocalProcesses(Executor):
     name = "processes"
 
-    def __init__(self, trace: Trace, cluster: Cluster, seed: int, workers: int) -> None:
-        super().__init__(trace, cluster, seed)
+    def __init__(self, trace: Trace, cluster: Cluster, seed: int, workers: int,
+                 regen: str = "resample") -> None:
+        super().__init__(trace, cluster, seed, regen)
         self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_init,
-                                        initargs=(trace, cluster, seed))
+                                        initargs=(trace, cluster, seed, regen))
 
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
         futures = [self.pool.submit(_run, job) for job in jobs]
@@ -81,8 +83,9 @@ class RayCluster(Executor):
 
     name = "ray"
 
-    def __init__(self, trace: Trace, cluster: Cluster, seed: int, address: str) -> None:
-        super().__init__(trace, cluster, seed)
+    def __init__(self, trace: Trace, cluster: Cluster, seed: int, address: str,
+                 regen: str = "resample") -> None:
+        super().__init__(trace, cluster, seed, regen)
         try:
             import ray
         except ImportError:
@@ -100,7 +103,7 @@ class RayCluster(Executor):
         self.remote = ray.remote(run_trial)
 
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
-        refs = [self.remote.remote(self.trace_ref, self.cluster, self.seed, job) for job in jobs]
+        refs = [self.remote.remote(self.trace_ref, self.cluster, self.seed, job, self.regen) for job in jobs]
         out = []
         for ref in refs:
             out.append(self.ray.get(ref))
@@ -112,9 +115,10 @@ class RayCluster(Executor):
             self.ray.shutdown()
 
 
-def make_executor(trace: Trace, cluster: Cluster, seed: int, workers: int, ray: str | None) -> Executor:
+def make_executor(trace: Trace, cluster: Cluster, seed: int, workers: int, ray: str | None,
+                  regen: str = "resample") -> Executor:
     if ray:
-        return RayCluster(trace, cluster, seed, ray)
+        return RayCluster(trace, cluster, seed, ray, regen)
     if workers > 1:
-        return LocalProcesses(trace, cluster, seed, workers)
-    return Executor(trace, cluster, seed)
+        return LocalProcesses(trace, cluster, seed, workers, regen)
+    return Executor(trace, cluster, seed, regen)

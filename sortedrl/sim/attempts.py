@@ -1,0 +1,117 @@
+"""Lengths of regenerated attempts: a fresh response to the same prompt, drawn by the backend.
+
+When a policy drops a response and regenerates it (on-policy SortedRL after a harvest,
+``tail_batch``'s deferred prompts, an ``async`` abort with ``keep_tokens=False``), vLLM samples
+a *new* response under new weights. Its length is correlated with the old one through the
+prompt (responses to one prompt have similar lengths) but not equal to it. How strongly must
+come from the user's trace, not from a constant of ours, so the draw is:
+
+- attempt 0 of a sample is the trace's recorded length;
+- ``regen="same"``: every attempt repeats the recorded length (the behaviour before regen);
+- ``regen="resample"`` (default): attempt ``a > 0`` of sample ``i`` is one of the *other*
+  recorded responses of the same prompt (same ``prompt_id``, any step), uniformly, when the
+  trace has at least :data:`MIN_OTHERS` of them; otherwise a draw from the per-prompt model
+  below.
+
+The per-prompt model is a normal-normal hierarchy on log-lengths: the prompt's mean log-length
+``m_p ~ N(mu, sigma_between^2)`` and each response ``log l ~ N(m_p, sigma_within^2)``.
+``sigma_within`` is the trace's pooled within-prompt standard deviation (over prompts with two
+or more recorded responses); ``sigma_between^2`` is the variance of all log-lengths minus
+``sigma_within^2``. A new attempt is drawn from the posterior predictive given the prompt's
+``n_p`` recorded responses (mean ``x_p``): ``N(mu + w (x_p - mu), sigma_within^2 + w
+sigma_within^2 / n_p)`` with ``w = n_p sigma_between^2 / (n_p sigma_between^2 +
+sigma_within^2)``, then rounded and clipped to ``[1, max_response_len]``. A trace where no
+prompt was recorded twice (group size 1, no repeated prompts) cannot show its within-prompt
+spread; there ``sigma_within^2`` is :data:`WITHIN_SHARE` of the total log-length variance (the
+share the bundled synthetic presets assume, ~0.3) and the summary's ``regen_sigma`` says so
+by its value. Recorded lengths at the cap count as observed at the cap.
+
+Each draw is a pure function of ``(seed, sample, attempt)`` hashed with BLAKE2b, so no two
+attempts share a random stream, a run is deterministic, and the order of draws does not matter.
+The object lives in the simulator's backend; a policy never reaches it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from statistics import NormalDist
+
+import numpy as np
+
+from sortedrl.errors import ConfigError
+from sortedrl.traces.schema import Trace
+
+REGEN_MODES = ("resample", "same")
+MIN_OTHERS = 3  # other recorded responses of a prompt needed to resample from them
+WITHIN_SHARE = 0.3  # within-prompt share of log-length variance when the trace cannot show it
+_UNIT = NormalDist()
+
+
+def check_regen(regen: str) -> str:
+    if regen not in REGEN_MODES:
+        raise ConfigError(f"--regen {regen!r}: expected one of {', '.join(REGEN_MODES)}")
+    return regen
+
+
+def stream_key(seed: int, sample: int, attempt: int) -> bytes:
+    """The 16-byte random stream of one attempt: distinct for distinct (seed, sample, attempt)."""
+    return hashlib.blake2b(struct.pack("<qqq", seed, sample, attempt), digest_size=16,
+                           person=b"sortedrl-regen").digest()
+
+
+def _uniforms(seed: int, sample: int, attempt: int) -> tuple[float, float]:
+    hi, lo = struct.unpack("<QQ", stream_key(seed, sample, attempt))
+    # 53-bit uniforms in (0, 1): never exactly 0 or 1, so inv_cdf is finite
+    return ((hi >> 11) + 0.5) / 2.0**53, ((lo >> 11) + 0.5) / 2.0**53
+
+
+class AttemptLengths:
+    """The length of every attempt of every sample (the simulator's private knowledge)."""
+
+    def __init__(self, trace: Trace, seed: int = 0, regen: str = "resample") -> None:
+        self.regen = check_regen(regen)
+        self.seed = int(seed)
+        self._recorded = trace.response_len.tolist()
+        self._cap = int(trace.meta.max_response_len)
+        codes, inverse = np.unique(trace.prompt_id, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(codes) + 1))
+        self._members = [order[bounds[p]:bounds[p + 1]].tolist() for p in range(len(codes))]
+        self._prompt_of = inverse.tolist()
+        self.sigma_within, self._mu, self._between2, self.fitted = self._fit(trace)
+
+    def _fit(self, trace: Trace) -> tuple[float, float, float, bool]:
+        logs = np.log(np.maximum(trace.response_len, 1).astype(float))
+        total2 = float(np.var(logs))
+        sq, dof = 0.0, 0
+        for members in self._members:
+            if len(members) > 1:
+                x = logs[members]
+                sq += float(np.sum((x - x.mean()) ** 2))
+                dof += len(members) - 1
+        fitted = dof > 0
+        within2 = sq / dof if fitted else WITHIN_SHARE * total2
+        return math.sqrt(within2), float(logs.mean()), max(total2 - within2, 0.0), fitted
+
+    def length(self, sample: int, attempt: int) -> int:
+        """The response length of ``attempt`` (0 = the recorded one) of ``sample``."""
+        if attempt == 0 or self.regen == "same":
+            return self._recorded[sample]
+        u_pick, u_draw = _uniforms(self.seed, sample, attempt)
+        members = self._members[self._prompt_of[sample]]
+        if len(members) - 1 >= MIN_OTHERS:
+            others = [j for j in members if j != sample]
+            return self._recorded[others[int(u_pick * len(others))]]
+        return self._model_draw(members, u_draw)
+
+    def _model_draw(self, members: list[int], u: float) -> int:
+        n = len(members)
+        x = math.fsum(math.log(max(self._recorded[j], 1)) for j in members) / n
+        within2, between2 = self.sigma_within**2, self._between2
+        w = n * between2 / (n * between2 + within2) if within2 > 0 else 1.0
+        mean = self._mu + w * (x - self._mu)
+        sd = math.sqrt(within2 + w * within2 / n)
+        log_len = mean + sd * _UNIT.inv_cdf(u)
+        return int(min(max(round(math.exp(min(log_len, 50.0))), 1), self._cap))
