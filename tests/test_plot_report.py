@@ -26,6 +26,7 @@ from sortedrl.plot.report import (
 )
 from sortedrl.plot.timeline_plot import write_timeline_html
 from sortedrl.policies.registry import make_policy
+from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import preset
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import Timeline
@@ -93,9 +94,15 @@ def test_report_bars_histogram_and_table(compare_dir):
     assert fig.layout.yaxis.title.text == "makespan (s)"
     assert fig.layout.yaxis3.title.text == "useful tokens/s"
     assert fig.layout.yaxis4.title.text == "staleness mean (versions)"
-    # lengths reconstructed from a timeline are the trace's lengths
+    # lengths reconstructed from a timeline are those of each sample's final attempt (a
+    # regenerated attempt draws its own length, --regen resample)
     tl = Timeline.read_jsonl(out / "part" / "timeline.jsonl")  # partial mode: resumed samples
-    assert sorted(response_lengths(tl).tolist()) == sorted(tr.response_len.tolist())
+    last = {}
+    for span in tl.spans:
+        last[span[3]] = max(last.get(span[3], 0), span[4])
+    draw = AttemptLengths(tr, seed=0)
+    want = [draw.length(i, a) for i, a in last.items()]
+    assert sorted(response_lengths(tl).tolist()) == sorted(want)
     hist = histogram_figure(response_lengths(tl), "x")
     assert sum(hist.data[0].y) == len(tr)
     assert hist.layout.xaxis.title.text == "response length (tokens)"
