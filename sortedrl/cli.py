@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from sortedrl.calibration.commands import profile_app
 from sortedrl.cli_common import (
     CLUSTER,
     FORCE,
@@ -51,6 +52,7 @@ from sortedrl.tune.commands import register as register_tune
 app = typer.Typer(name="sortedrl", no_args_is_help=True, add_completion=False,
                   help="Design, simulate and validate rollout-scheduling policies for GRPO.")
 app.add_typer(trace_app, name="trace", help="Import, synthesise and inspect length traces.")
+app.add_typer(profile_app, name="profile", help="Inspect calibrated profiles (profile show).")
 
 
 def main() -> None:

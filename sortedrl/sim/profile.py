@@ -6,7 +6,9 @@ updates and weight syncs (``realrun/calibrate.py``); this module fits the cost m
 profile records what it was measured on (device, model, engine and engine version, since
 predictors drift as engines change: vidur #60, #72), every fitted term with its standard error,
 and the fit's error per kind of measurement. ``--cluster PROFILE.json`` loads one wherever a
-preset is accepted.
+preset is accepted. A profile fitted from measurements taken elsewhere (``calibrate
+--from-vllm-bench``, ``--from-metrics``, :mod:`sortedrl.calibration`) also records the preset
+whose shape it keeps (``cluster``) and which terms were measured (``measured_terms``).
 """
 
 from __future__ import annotations
@@ -145,8 +147,26 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
         seqs, kv = int(ec["max_num_seqs"]), int(ec["kv_budget_tokens"])
     except (KeyError, TypeError, ValueError):
         raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens") from None
-    return Cluster(name=name, gpus=1, tp=1, placement="colocated", max_num_seqs=seqs,
-                   kv_budget_tokens=kv, kv_watermark=0.0, costs=CostModel(**vals)).validate(where)
+    return Cluster(name=name, max_num_seqs=seqs, kv_budget_tokens=kv, kv_watermark=0.0,
+                   costs=CostModel(**vals), **_shape(raw, where)).validate(where)
+
+
+def _shape(raw: dict, where: str) -> dict:
+    """The cluster's shape: the preset's a profile was fitted on (``cluster``), else one engine
+    on one device (a profile measured by ``calibrate --model``)."""
+    shape = raw.get("cluster")
+    if shape is None:
+        return {"gpus": 1, "tp": 1, "placement": "colocated"}
+    if not isinstance(shape, dict):
+        raise ConfigError(f"{where}: field 'cluster': expected an object (gpu, model, gpus, tp, placement)")
+    out = {}
+    for key, kind in (("gpu", str), ("model", str), ("gpus", int), ("tp", int), ("placement", str),
+                      ("train_gpus", int)):
+        if key in shape:
+            if type(shape[key]) is not kind:
+                raise ConfigError(f"{where}: field 'cluster.{key}': expected {kind.__name__}, got {shape[key]!r}")
+            out[key] = shape[key]
+    return out
 
 
 def _table(v: object, where: str) -> tuple[float, ...] | None:

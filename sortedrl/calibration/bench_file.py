@@ -1,0 +1,186 @@
+"""Read the JSON that vLLM's benchmark client writes, checked field by field.
+
+Both layouts are accepted: ``vllm bench serve --save-result --save-detailed`` (vLLM >= 0.9) and
+the older ``benchmarks/benchmark_serving.py``. They share the keys used here: ``duration``,
+``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``request_rate``, ``max_concurrency``;
+the newer one adds ``start_times`` and ``queue_times``. A summary saved without
+``--save-detailed`` has no per-request lists; its ``total_input_tokens``,
+``total_output_tokens`` and ``completed`` stand in for them (every request then gets the mean
+lengths, an approximation the fit report names).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sortedrl.errors import ConfigError
+
+VERSION_KEYS = ("vllm_version", "engine_version", "version")
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One benchmark run: its requests (in the order the client sent them) and what it measured."""
+
+    path: str
+    duration_s: float
+    input_lens: np.ndarray
+    output_lens: np.ndarray
+    concurrency: int  # requests in flight at most (the request count when unlimited)
+    arrivals: np.ndarray | None  # None: all at once (infinite rate); else when each request was ready to be sent, s from the start
+    ttfts: np.ndarray | None  # time to first token per request, s
+    itls: list[np.ndarray] | None  # gaps between streamed chunks per request, s
+    start_times: np.ndarray | None  # when each request was sent, s from the first
+    engine_version: str | None
+    lengths_from_totals: bool  # lengths are the totals' means (a summary without per-request lists)
+
+    @property
+    def detailed(self) -> bool:
+        return self.ttfts is not None and self.itls is not None
+
+
+def read_bench(path: str | Path) -> BenchRun:
+    """Parse and check one benchmark JSON; every problem is one line naming the file and field."""
+    where = str(path)
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: benchmark file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a JSON object from `vllm bench serve --save-result`")
+    duration = _number(raw, "duration", where)
+    if duration <= 0:
+        raise ConfigError(f"{where}: field 'duration': must be > 0 s, got {duration}")
+    ok, fallback = _requests(raw, where)
+    ins, outs = (np.asarray(v, dtype=np.int64) for v in ok[:2])
+    ttfts, itls, starts, queues = ok[2:]
+    n = len(ins)
+    if n == 0:
+        raise ConfigError(f"{where}: no completed request (every output length is 0)")
+    conc = raw.get("max_concurrency")
+    if conc is None:
+        conc = n
+    elif isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+        raise ConfigError(f"{where}: field 'max_concurrency': expected an integer >= 1 or null, got {conc!r}")
+    rate = _rate(raw, where)
+    arrivals = _arrivals(rate, starts, queues, where)
+    version = next((str(raw[k]) for k in VERSION_KEYS if raw.get(k)), None)
+    return BenchRun(where, duration, ins, outs, min(conc, n), arrivals, ttfts, itls, starts,
+                    version, fallback)
+
+
+# -- fields -------------------------------------------------------------------------------------
+
+
+def _number(raw: dict, key: str, where: str) -> float:
+    v = raw.get(key)
+    if v is None:
+        raise ConfigError(f"{where}: field {key!r}: missing")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ConfigError(f"{where}: field {key!r}: expected a number, got {v!r}")
+    return float(v)
+
+
+def _requests(raw: dict, where: str) -> tuple[list, bool]:
+    """(input_lens, output_lens, ttfts, itls, start_times, queue_times) of completed requests."""
+    if "input_lens" not in raw or "output_lens" not in raw:
+        return _from_totals(raw, where), True
+    n = _list(raw, "input_lens", where, None)
+    lists = {k: _list(raw, k, where, n) for k in ("output_lens", "ttfts", "itls", "start_times",
+                                                  "queue_times", "errors")}
+    ins, outs = raw["input_lens"], raw["output_lens"]
+    for key, vals in (("input_lens", ins), ("output_lens", outs)):
+        for i, v in enumerate(vals):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"{where}: field {key!r}: entry {i}: expected a token count >= 0, got {v!r}")
+    errors = raw.get("errors") if lists["errors"] else None
+    keep = [i for i in range(n) if outs[i] > 0 and not (errors and errors[i])]
+    ttfts = _floats(raw, "ttfts", where, keep) if lists["ttfts"] else None
+    itls = None
+    if lists["itls"]:
+        itls = []
+        for i in keep:
+            row = raw["itls"][i]
+            if not isinstance(row, list) or not all(_finite(x) and x >= 0 for x in row):
+                raise ConfigError(f"{where}: field 'itls': entry {i}: expected a list of seconds >= 0")
+            itls.append(np.asarray(row, dtype=float))
+    starts = _floats(raw, "start_times", where, keep) if lists["start_times"] else None
+    if starts is not None:
+        starts = starts - starts.min()
+    queues = _floats(raw, "queue_times", where, keep) if lists["queue_times"] else None
+    return [[ins[i] for i in keep], [outs[i] for i in keep], ttfts, itls, starts, queues], False
+
+
+def _list(raw: dict, key: str, where: str, n: int | None) -> int | bool:
+    v = raw.get(key)
+    if v is None and n is not None:
+        return False
+    if not isinstance(v, list):
+        raise ConfigError(f"{where}: field {key!r}: expected a list (saved with --save-detailed?)")
+    if n is not None and len(v) != n:
+        raise ConfigError(f"{where}: field {key!r}: {len(v)} entries, but 'input_lens' has {n}")
+    return len(v) if n is None else True
+
+
+def _floats(raw: dict, key: str, where: str, keep: list[int]) -> np.ndarray:
+    vals = raw[key]
+    for i in keep:
+        if not _finite(vals[i]) or vals[i] < 0:
+            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got {vals[i]!r}")
+    return np.asarray([vals[i] for i in keep], dtype=float)
+
+
+def _finite(v: object) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _from_totals(raw: dict, where: str) -> list:
+    need = ("completed", "total_input_tokens", "total_output_tokens")
+    missing = [k for k in need if k not in raw]
+    if missing:
+        raise ConfigError(f"{where}: no 'input_lens'/'output_lens' lists and no {', '.join(missing)}: "
+                          "cannot tell the requests' lengths")
+    done = _number(raw, "completed", where)
+    if done < 1 or done != int(done):
+        raise ConfigError(f"{where}: field 'completed': expected a request count >= 1, got {raw['completed']!r}")
+    n = int(done)
+    tin, tout = _number(raw, "total_input_tokens", where), _number(raw, "total_output_tokens", where)
+    if tin < 0 or tout < n:
+        raise ConfigError(f"{where}: fields 'total_input_tokens'/'total_output_tokens': "
+                          f"{tin:g}/{tout:g} tokens for {n} requests")
+    ins, outs = _spread(int(tin), n), _spread(int(tout), n)
+    return [ins, outs, None, None, None, None]
+
+
+def _spread(total: int, n: int) -> list[int]:
+    """``n`` integers as equal as possible that sum to ``total``."""
+    base, extra = divmod(total, n)
+    return [base + (i < extra) for i in range(n)]
+
+
+def _rate(raw: dict, where: str) -> float:
+    v = raw.get("request_rate", "inf")
+    if v in ("inf", None) or (isinstance(v, float) and math.isinf(v)):
+        return math.inf
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        raise ConfigError(f"{where}: field 'request_rate': expected a rate > 0 or \"inf\", got {v!r}")
+    return float(v)
+
+
+def _arrivals(rate: float, starts, queues, where: str) -> np.ndarray | None:
+    """When each request became ready to send: all at once at an infinite rate, else the send
+    time minus the time it waited for the concurrency limit (``start_times - queue_times``)."""
+    if math.isinf(rate):
+        return None
+    if starts is None:
+        raise ConfigError(f"{where}: field 'start_times': needed to replay a request_rate of {rate:g}/s "
+                          "(save with --save-detailed, or benchmark with --request-rate inf)")
+    q = queues if queues is not None else np.zeros_like(starts)
+    return np.maximum(0.0, starts - q)

@@ -1,0 +1,97 @@
+"""Assemble a profile from measured fits on top of a preset (or of an earlier profile).
+
+What the measurements do not cover comes from ``--cluster``: its shape (GPUs, tensor
+parallelism, placement), its KV budget and ``max_num_seqs``, and any cost term not fitted. The
+profile says which terms came from where (``fit.from_preset``), so ``profile show`` can tell a
+measured number from an assumed one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from sortedrl.calibration.bench_file import read_bench
+from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
+from sortedrl.calibration.vllm_bench import fit_bench
+from sortedrl.errors import ConfigError
+from sortedrl.sim.cluster import Cluster, load_cluster
+from sortedrl.sim.cost import CostModel
+from sortedrl.sim.profile import FORMAT, is_profile
+
+SHAPE = ("gpu", "model", "gpus", "tp", "placement", "train_gpus")
+MODEL_FIXED = ("a0", "c1", "p2", "pn", "prefill_in_step", "step_table")  # set by the vllm-bench model
+
+
+def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
+                  samples_per_step: int | None = None) -> dict:
+    """The profile JSON: every input is read and fitted before anything is written."""
+    _check_inputs(bench, metrics)
+    cluster = load_cluster(cluster_spec)
+    base = _base_profile(cluster_spec, cluster)
+    fit = dict(base.get("fit") or {})
+    costs = cluster.cost()
+    measured: set[str] = set(base.get("measured_terms", []))
+    if bench:
+        runs = [read_bench(p) for p in bench]
+        engine = fit_bench(runs, cluster)
+        costs = dataclasses.replace(engine.pop("costs"), **_trainer_terms(costs))
+        fit["engine"] = {"source": "vllm-bench", "fixed_by_model": list(MODEL_FIXED), **engine}
+        measured |= set(engine["terms"]) | set(MODEL_FIXED)
+        base["device"] = f"the server of the benchmark files (shape of {cluster.name})"
+        versions = sorted({r.engine_version for r in runs if r.engine_version})
+        base["engine"], base["engine_version"] = "vllm", ", ".join(versions) or "unknown"
+        models = sorted({_model_id(p) for p in bench} - {None})
+        if models:
+            base["model"] = ", ".join(models)
+    if metrics is not None:
+        trainer = fit_metrics(read_metrics(metrics), str(metrics), samples_per_step)
+        costs = dataclasses.replace(costs, **{k: v["value"] for k, v in trainer["terms"].items()})
+        fit["trainer"] = trainer
+        measured |= set(trainer["terms"])
+    names = [f.name for f in dataclasses.fields(CostModel)]
+    fit["from_preset"] = [n for n in names if n not in measured]
+    base.update(costs=_costs_json(costs), fit=fit, measured_terms=sorted(measured),
+                sources=[*base.get("sources", []), *map(str, bench), *([str(metrics)] if metrics else [])])
+    return base
+
+
+def _check_inputs(bench: list[Path], metrics: Path | None) -> None:
+    if not bench and metrics is None:
+        raise ConfigError("give --from-vllm-bench FILE.json ... and/or --from-metrics FILE")
+
+
+def _base_profile(spec: str, cluster: Cluster) -> dict:
+    """An earlier profile given as --cluster is kept and extended; a preset starts a new one."""
+    if spec.endswith(".json"):
+        raw = json.loads(Path(spec).read_text())
+        if is_profile(raw):
+            if "measured_terms" not in raw:  # from `calibrate --model`: every term was measured
+                raw["measured_terms"] = sorted(raw.get("costs", {}))
+            return raw
+    return {"sortedrl_profile": FORMAT,
+            "device": f"{cluster.gpus} x {cluster.gpu} (shape of {cluster.name})",
+            "model": cluster.model, "engine": "none measured (the preset's roofline)", "engine_version": "",
+            "engine_config": {"max_num_seqs": cluster.max_num_seqs, "kv_budget_tokens": cluster.kv_budget},
+            "cluster": {"preset": cluster.name, **{k: getattr(cluster, k) for k in SHAPE}}}
+
+
+def _trainer_terms(costs: CostModel) -> dict:
+    keep = {"train_per_token", "train_fix", "sync_s", "train_padded", "offload_s", "onload_s", "f0"}
+    return {f.name: getattr(costs, f.name) for f in dataclasses.fields(costs) if f.name in keep}
+
+
+def _costs_json(costs: CostModel) -> dict:
+    d = dataclasses.asdict(costs)
+    if d.get("step_table") is not None:
+        d["step_table"] = list(d["step_table"])
+    return d
+
+
+def _model_id(path: Path) -> str | None:
+    try:
+        v = json.loads(Path(path).read_text()).get("model_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(v) if v else None

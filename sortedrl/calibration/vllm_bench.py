@@ -1,0 +1,162 @@
+"""``calibrate --from-vllm-bench``: fit a profile's engine terms to ``vllm bench serve`` results.
+
+The benchmark's closed loop is replayed on the cost model (:mod:`.replay`); with vLLM V1's
+batching (``prefill_in_step``) and no roofline ``max`` (``a0 = c1 = 0``) a step costs
+
+    t_fix + s1·B + a1·S + p1·(prompt tokens it prefills) + p0·(requests it admits)
+
+which is linear in the five terms, so every measured time is the dot product of the terms with
+features the replay sums over the steps it spans:
+- every file's ``duration`` spans all steps (minus the engine's idle time);
+- with ``--save-detailed`` lists, each request's time to first token (its admission step) and
+  its end-to-end latency (``ttft + sum(itls)``: from its admission to its last step). Single
+  inter-token gaps are not fitted: a busy API server streams tokens in bursts, so one gap is
+  not one step, while their sum is exact.
+The terms solve a bounded linear least squares on relative errors. The replay's schedule does
+not depend on the costs when every request is ready at once (``request_rate inf``); at a finite
+rate it does, so fit and replay alternate until the terms settle.
+
+Deliberate simplifications: the server's own per-request work (HTTP, tokenisation) is engine
+time (``p0``), exact when server and engine share the CPU and an upper bound when they overlap;
+``p2`` (attention pairs) and ``pn`` are 0, which holds for the short prompts of a benchmark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from sortedrl.calibration.bench_file import BenchRun
+from sortedrl.calibration.replay import ENGINE_TERMS, Replay, replay
+from sortedrl.errors import ConfigError
+from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.cost import CostModel
+
+ITERATIONS = 20
+UNCERTAIN = 0.1  # a term is uncertain when one standard error moves the mean step by 10%
+TERM_UNITS = {"t_fix": "s/step", "s1": "s/sequence/step", "a1": "s/KV token/step",
+              "p1": "s/prompt token", "p0": "s/request"}
+
+
+def engine_costs(terms: dict[str, float], base: CostModel) -> CostModel:
+    """``base`` (the preset's trainer and sync terms) with the fitted engine terms."""
+    return dataclasses.replace(base, **terms, a0=0.0, c1=0.0, p2=0.0, pn=0.0, step_table=None,
+                               prefill_in_step=True)
+
+
+def check_enough(runs: list[BenchRun]) -> None:
+    if any(r.detailed for r in runs) or len(runs) >= len(ENGINE_TERMS):
+        return
+    raise ConfigError(
+        f"{', '.join(r.path for r in runs)}: {len(runs)} benchmark file(s) without per-request latencies "
+        f"(ttfts, itls) cannot fit {len(ENGINE_TERMS)} terms ({', '.join(ENGINE_TERMS)}): give at least "
+        f"{len(ENGINE_TERMS)} files (e.g. several --max-concurrency levels) or save with --save-detailed")
+
+
+def fit_bench(runs: list[BenchRun], cluster: Cluster) -> dict:
+    """Fit the engine terms to ``runs``; returns the fitted terms and the error per file."""
+    check_enough(runs)
+    base = cluster.cost()
+    terms = {"t_fix": base.t_fix or 1e-3, "s1": base.s1, "a1": base.a1, "p1": base.p1, "p0": base.p0}
+    for _ in range(ITERATIONS):
+        reps = [replay(r, engine_costs(terms, base), 0.0, cluster.max_num_seqs) for r in runs]
+        X, y, w = _design(runs, reps)
+        x = _solve(X, y, w)
+        new = dict(zip(ENGINE_TERMS, (float(v) for v in x), strict=True))
+        settled = all(math.isclose(new[k], terms[k], rel_tol=1e-9, abs_tol=1e-15) for k in terms)
+        terms = new
+        if settled:
+            break
+    costs = engine_costs(terms, base)
+    err = _stderr(X, y, w, x)
+    return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
+                      for (k, v), s in zip(terms.items(), err, strict=True)},
+            "unidentified": _unidentified(X * w[:, None]),
+            "uncertain": _uncertain(reps, x, err),
+            "files": [_file_report(r, costs, cluster.max_num_seqs) for r in runs],
+            "costs": costs}
+
+
+# -- the linear system ----------------------------------------------------------------------------
+
+
+def _design(runs: list[BenchRun], reps: list[Replay]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows: each file's duration, and each detailed request's ttft and end-to-end latency;
+    weights make each a relative error, and give a file's duration the weight of its requests."""
+    X, y, w = [], [], []
+    for run, rep in zip(runs, reps, strict=True):
+        rows, targets = _request_rows(run, rep)
+        X.append(rep.features[None, :])
+        y.append([run.duration_s - rep.idle_s])
+        w.append([math.sqrt(max(1, len(targets))) / run.duration_s])
+        if len(targets):
+            X.append(rows)
+            y.append(targets)
+            w.append(1.0 / np.maximum(targets, 1e-9))
+    return np.vstack(X), np.concatenate(y), np.concatenate(w)
+
+
+def _request_rows(run: BenchRun, rep: Replay) -> tuple[np.ndarray, np.ndarray]:
+    if not run.detailed:
+        return np.zeros((0, len(ENGINE_TERMS))), np.zeros(0)
+    prefix = np.vstack([np.zeros(len(ENGINE_TERMS)), np.cumsum(rep.step_features, axis=0)])
+    first = rep.step_features[rep.admit_step]
+    whole = prefix[rep.end_step + 1] - prefix[rep.admit_step]
+    e2e = run.ttfts + np.array([g.sum() for g in run.itls])
+    return np.vstack([first, whole]), np.concatenate([run.ttfts, e2e])
+
+
+def _solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    from scipy.optimize import lsq_linear
+
+    scale = np.maximum(np.abs(X).max(axis=0), 1e-300)  # columns span 1 to 1e5: normalise
+    r = lsq_linear((X / scale) * w[:, None], y * w, bounds=(0.0, np.inf), method="bvls")
+    return r.x / scale
+
+
+def _stderr(X: np.ndarray, y: np.ndarray, w: np.ndarray, x: np.ndarray) -> list[float]:
+    A = X * w[:, None]
+    resid = A @ x - y * w
+    dof = max(1, len(y) - len(x))
+    cov = np.linalg.pinv(A.T @ A) * (resid @ resid) / dof
+    return [float(v) for v in np.sqrt(np.clip(np.diag(cov), 0.0, None))]
+
+
+def _unidentified(A: np.ndarray) -> list[str]:
+    """Terms the data cannot tell apart (they share a direction the rows never constrain)."""
+    scale = np.maximum(np.abs(A).max(axis=0), 1e-300)
+    _, sv, vt = np.linalg.svd(A / scale, full_matrices=True)
+    tol = max(A.shape) * np.finfo(float).eps * (sv[0] if len(sv) else 0.0) * 1e6
+    null = vt[np.count_nonzero(sv > tol):]
+    hit = np.abs(null).max(axis=0) > 0.1 if len(null) else np.zeros(A.shape[1], dtype=bool)
+    return [name for name, h in zip(ENGINE_TERMS, hit, strict=True) if h]
+
+
+def _uncertain(reps: list[Replay], x: np.ndarray, err: list[float]) -> list[str]:
+    """Terms whose standard error moves the mean step time by more than ``UNCERTAIN`` (e.g. the
+    per-step and per-sequence terms from a single concurrency level, where the batch hardly
+    varies)."""
+    feats = sum(r.features for r in reps)
+    steps = max(1.0, feats[0])
+    mean_step = float(feats @ x) / steps
+    return [k for k, f, e in zip(ENGINE_TERMS, feats / steps, err, strict=True) if e * f > UNCERTAIN * mean_step]
+
+
+def _file_report(run: BenchRun, costs: CostModel, max_num_seqs: int) -> dict:
+    rep = replay(run, costs, 0.0, max_num_seqs)
+    out = {"path": run.path, "engine_version": run.engine_version, "concurrency": run.concurrency,
+           "requests": len(run.input_lens), "detailed": run.detailed,
+           "lengths_from_totals": run.lengths_from_totals, "duration_s": run.duration_s,
+           "predicted_s": rep.duration_s,
+           "error_pct": 100.0 * (rep.duration_s - run.duration_s) / run.duration_s}
+    if run.detailed:
+        e2e = run.ttfts + np.array([g.sum() for g in run.itls])
+        out["latency_mape_pct"] = float(100.0 * np.mean(np.abs(rep.end_s - rep.sent_s - e2e) / e2e))
+    return out
+
+
+def predict_duration(run: BenchRun, costs: CostModel, max_num_seqs: int) -> float:
+    """The benchmark's duration replayed on ``costs`` (what the acceptance test compares)."""
+    return replay(run, costs, 0.0, max_num_seqs).duration_s

@@ -1,0 +1,75 @@
+"""``calibrate --from-metrics``: exact recovery of known trainer terms from a verl metrics JSONL
+and a W&B CSV export of an OpenRLHF run (tests/fixtures/metrics, built from the terms named in
+tests/fixtures/README.md), profiles that load as clusters, and bad layouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
+from sortedrl.cli import app
+from sortedrl.sim.cluster import load_cluster, preset
+
+FIX = Path(__file__).parent / "fixtures" / "metrics"
+runner = CliRunner()
+
+
+def test_verl_jsonl_recovers_the_update_and_sync_terms():
+    fit = fit_metrics(read_metrics(FIX / "verl_metrics.jsonl"), "verl_metrics.jsonl")
+    terms = {k: v["value"] for k, v in fit["terms"].items()}
+    assert terms == pytest.approx({"train_fix": 4.0, "train_per_token": 4.5e-5, "sync_s": 1.25}, rel=1e-9)
+    assert fit["steps"] == 8
+    assert fit["columns"]["update"] == ["timing_s/update_actor", "timing_s/old_log_prob", "timing_s/ref"]
+    assert fit["columns"]["tokens"] == "perf/total_num_tokens"
+    assert fit["update_mape_pct"] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_wandb_csv_export_recovers_terms_from_mean_lengths():
+    metrics = read_metrics(FIX / "wandb_openrlhf.csv")
+    assert "timing/ppo_train" in metrics and not any(k.endswith(("__MIN", "__MAX")) for k in metrics)
+    fit = fit_metrics(metrics, "wandb_openrlhf.csv", samples_per_step=256)
+    terms = {k: v["value"] for k, v in fit["terms"].items()}
+    assert terms == pytest.approx({"train_fix": 6.0, "train_per_token": 2.0e-5, "sync_s": 0.85}, rel=1e-9)
+    assert fit["steps"] == 5  # step 3 has no update time (an empty cell)
+
+
+def test_cli_writes_a_profile_that_loads_as_a_cluster(tmp_path):
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(FIX / "verl_metrics.jsonl"),
+                            "--cluster", "h100-llama3.1-8b", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    cl = load_cluster(str(out))
+    base = preset("h100-llama3.1-8b")
+    assert (cl.gpus, cl.tp, cl.placement, cl.max_num_seqs) == (8, 1, "colocated", 256)
+    c = cl.cost()
+    assert (c.train_fix, c.sync_s) == pytest.approx((4.0, 1.25))
+    assert c.train_per_token == pytest.approx(4.5e-5)
+    assert (c.t_fix, c.a0, c.c1) == (base.cost().t_fix, base.cost().a0, base.cost().c1)  # engine: the preset's
+    raw = json.loads(out.read_text())
+    assert "t_fix" in raw["fit"]["from_preset"] and "train_fix" not in raw["fit"]["from_preset"]
+
+
+def test_unknown_layout_lists_the_columns_found_and_needed(tmp_path):
+    bad = tmp_path / "m.csv"
+    bad.write_text("Step,loss,reward\n1,0.5,0.1\n2,0.4,0.2\n")
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(bad), "--cluster", "h100-llama3.1-8b",
+                            "--out", str(out)])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [
+        f"error: {bad}: no update time: needs one of timing_s/update_actor, timing/ppo_train "
+        "(columns found: loss, reward)"]
+    assert not out.exists()
+
+
+def test_mean_lengths_without_samples_per_step_is_an_error(tmp_path):
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(FIX / "wandb_openrlhf.csv"),
+                            "--cluster", "h100-llama3.1-8b", "--out", str(out)])
+    assert r.exit_code == 2 and r.output.count("\n") == 1
+    assert "no tokens per step: needs perf/total_num_tokens" in r.output and "--samples-per-step" in r.output
+    assert not out.exists()

@@ -1,0 +1,173 @@
+"""``calibrate --from-vllm-bench``: exact recovery on synthetic benchmarks, prediction across
+concurrency levels on files recorded with a real vLLM server and vLLM's own benchmark client
+(tests/fixtures/vllm_bench/record.py), the profile on the CLI, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.calibration.bench_file import BenchRun, read_bench
+from sortedrl.calibration.replay import replay
+from sortedrl.calibration.vllm_bench import engine_costs, fit_bench, predict_duration
+from sortedrl.cli import app
+from sortedrl.sim.cluster import load_cluster, preset
+
+RECORDED = Path(__file__).parent / "fixtures" / "vllm_bench"
+PRESET = "h100-llama3.1-8b-1gpu-32seq"
+TRUE = {"t_fix": 0.012, "s1": 4e-4, "a1": 3e-7, "p1": 2e-5, "p0": 0.003}
+runner = CliRunner()
+
+
+def synthetic(tmp: Path, name: str, ins, outs, concurrency: int, detailed: bool = True,
+              lists: bool = True) -> Path:
+    """A benchmark file in vLLM's layout whose times are exactly the replay's on TRUE;
+    ``detailed=False`` leaves out the latencies, ``lists=False`` the per-request lists too."""
+    cl = preset(PRESET)
+    n = len(ins)
+    run = BenchRun(name, 1.0, np.asarray(ins), np.asarray(outs), concurrency, None, None, None, None,
+                   None, False)
+    rep = replay(run, engine_costs(TRUE, cl.cost()), 0.0, cl.max_num_seqs)
+    raw = {"backend": "vllm", "model_id": "synthetic", "vllm_version": "0.0-test", "request_rate": "inf",
+           "max_concurrency": concurrency, "duration": rep.duration_s, "completed": n,
+           "total_input_tokens": int(sum(ins)), "total_output_tokens": int(sum(outs))}
+    if lists:
+        raw.update(input_lens=list(map(int, ins)), output_lens=list(map(int, outs)))
+    if detailed:
+        ttft = rep.first_token_s - rep.sent_s
+        rest = rep.end_s - rep.first_token_s
+        raw.update(ttfts=ttft.tolist(), start_times=(100.0 + rep.sent_s).tolist(),
+                   itls=[[r / (o - 1)] * (o - 1) if o > 1 else [] for r, o in zip(rest, outs, strict=True)])
+    path = tmp / name
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def lengths(seed: int, n: int) -> tuple[list[int], list[int]]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(20, 400, n).tolist(), rng.integers(2, 300, n).tolist()
+
+
+def assert_recovered(fit: dict) -> None:
+    got = {k: v["value"] for k, v in fit["terms"].items()}
+    assert got == pytest.approx(TRUE, rel=1e-6)
+    assert fit["unidentified"] == []
+    assert all(abs(f["error_pct"]) < 1e-6 for f in fit["files"])
+
+
+def test_detailed_files_recover_known_terms(tmp_path):
+    files = [synthetic(tmp_path, f"c{c}.json", *lengths(c, 40), c) for c in (3, 12)]
+    assert_recovered(fit_bench([read_bench(p) for p in files], preset(PRESET)))
+
+
+def test_duration_only_files_recover_known_terms(tmp_path):
+    files = [synthetic(tmp_path, f"c{c}.json", *lengths(c, 10 + 7 * c), c, detailed=False)
+             for c in (1, 2, 4, 8, 16)]
+    runs = [read_bench(p) for p in files]
+    assert not any(r.detailed for r in runs)
+    assert_recovered(fit_bench(runs, preset(PRESET)))
+
+
+def test_a_summary_without_lists_gives_every_request_the_mean_lengths(tmp_path):
+    path = synthetic(tmp_path, "s.json", [10, 20, 31], [5, 6, 8], 2, detailed=False, lists=False)
+    run = read_bench(path)
+    assert run.lengths_from_totals
+    assert run.input_lens.tolist() == [21, 20, 20] and run.output_lens.tolist() == [7, 6, 6]
+
+
+# -- files recorded with a real vLLM server and benchmark client ----------------------------------
+
+
+def recorded(c: int) -> Path:
+    return RECORDED / f"c{c}.json"
+
+
+def test_recorded_files_are_what_vllm_bench_serve_saved():
+    for c in (1, 2, 4, 8, 16):
+        raw = json.loads(recorded(c).read_text())
+        assert (raw["backend"], raw["vllm_version"], raw["max_concurrency"], raw["num_prompts"]) == \
+            ("vllm", "0.32.0", c, 48)
+        run = read_bench(recorded(c))
+        assert run.detailed and len(run.input_lens) == 48 and run.concurrency == c
+        assert [len(g) for g in run.itls] == (run.output_lens - 1).tolist()  # one gap per token
+
+
+def test_two_levels_fit_and_the_profile_simulates(tmp_path):
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-vllm-bench", str(recorded(4)), str(recorded(16)),
+                            "--cluster", PRESET, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    raw = json.loads(out.read_text())
+    files = raw["fit"]["engine"]["files"]
+    assert [f["concurrency"] for f in files] == [4, 16]
+    assert all(abs(f["error_pct"]) < 5.0 for f in files), files
+    assert raw["engine_version"] == "0.32.0" and raw["sources"] == [str(recorded(4)), str(recorded(16))]
+    cl = load_cluster(str(out))
+    assert cl.cost().prefill_in_step and cl.cost().t_fix == raw["costs"]["t_fix"]
+    sim = runner.invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "2", "--group-size", "2",
+                              "--steps", "1", "--policy", "sync", "--cluster", str(out),
+                              "--out", str(tmp_path / "run"), "--json"])
+    assert sim.exit_code == 0, sim.output
+    assert json.loads(sim.output)["makespan_s"] > 0
+
+
+def test_duration_only_summaries_of_one_dataset_say_what_they_cannot_separate():
+    runs = [dataclasses.replace(read_bench(recorded(c)), ttfts=None, itls=None) for c in (1, 2, 4, 8, 16)]
+    fit = fit_bench(runs, preset(PRESET))
+    # the same 48 requests at every level: only the step count differs between the files
+    assert fit["unidentified"] == ["s1", "a1", "p1", "p0"]
+    assert len(fit["files"]) == 5
+
+
+# -- bad input: one error line, exit 2, no profile ---------------------------------------------------
+
+
+def run_bad(tmp_path, files: list[Path]) -> str:
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-vllm-bench", *map(str, files), "--cluster", PRESET,
+                            "--out", str(out)])
+    assert r.exit_code == 2 and not out.exists()
+    assert r.output.count("\n") == 1 and r.output.startswith("error: ")
+    return r.output.strip()
+
+
+def edited(tmp_path, name: str, **changes) -> Path:
+    raw = json.loads(recorded(4).read_text())
+    raw.update(changes)
+    path = tmp_path / name
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_mismatched_list_lengths(tmp_path):
+    raw = json.loads(recorded(4).read_text())
+    path = edited(tmp_path, "bad.json", ttfts=raw["ttfts"][:-1])
+    assert run_bad(tmp_path, [path]) == f"error: {path}: field 'ttfts': 47 entries, but 'input_lens' has 48"
+
+
+def test_zero_duration(tmp_path):
+    path = edited(tmp_path, "zero.json", duration=0)
+    assert run_bad(tmp_path, [path]) == f"error: {path}: field 'duration': must be > 0 s, got 0.0"
+
+
+def test_too_few_files_without_latencies(tmp_path):
+    files = [edited(tmp_path, f"s{i}.json", ttfts=None, itls=None) for i in range(2)]
+    assert run_bad(tmp_path, files) == (
+        f"error: {files[0]}, {files[1]}: 2 benchmark file(s) without per-request latencies (ttfts, itls) "
+        "cannot fit 5 terms (t_fix, s1, a1, p1, p0): give at least 5 files (e.g. several --max-concurrency "
+        "levels) or save with --save-detailed")
+
+
+def test_one_level_says_it_cannot_tell_the_step_from_the_sequence_cost():
+    """At one concurrency level the batch hardly varies, so the per-step and per-sequence terms
+    trade off; the fit reproduces its own file but flags them (bench/bench_fit_levels.py prints
+    how far such a profile is off at other levels on the recorded files)."""
+    run = read_bench(recorded(4))
+    fit = fit_bench([run], preset(PRESET))
+    assert abs(predict_duration(run, fit["costs"], 32) / run.duration_s - 1) < 0.05
+    assert {"t_fix", "s1"} <= set(fit["uncertain"])

