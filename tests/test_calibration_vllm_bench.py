@@ -113,7 +113,7 @@ def test_two_levels_fit_and_the_profile_simulates(tmp_path):
                               "--steps", "1", "--policy", "sync", "--cluster", str(out),
                               "--out", str(tmp_path / "run"), "--json"])
     assert sim.exit_code == 0, sim.output
-    assert json.loads(sim.output)["makespan_s"] > 0
+    assert json.loads(sim.stdout)["makespan_s"] > 0
 
 
 def test_duration_only_summaries_of_one_dataset_say_what_they_cannot_separate():
