@@ -44,6 +44,7 @@ from sortedrl.progress import Phases
 from sortedrl.realrun.commands import register as register_real
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import load_cluster, preset_names
+from sortedrl.sim.hardware import GPUS, MODELS
 from sortedrl.sim.run import simulate as run_simulation
 from sortedrl.tables import terminal_width
 from sortedrl.traces.commands import app as trace_app
@@ -221,11 +222,13 @@ def list_clusters(
              str(c.tp), f"{c.engines} x {c.max_num_seqs}", f"{c.kv_budget:,}"] for c in clusters]
     typer.echo(render(cols, rows, None if wide else terminal_width(), "cluster presets", [
         "grammar: {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg], e.g. h100-llama3.1-8b-tp2-4gpu-64seq: "
-        "-tpN tensor-parallel degree (default per model), -Ngpu GPUs in all (default 8), -Nseq "
+        "-tpN tensor-parallel degree (default: the fewest GPUs holding the weights twice over), -Ngpu "
+        "GPUs in all (default 8, or more until the trainer holds its Adam state), -Nseq "
         "max_num_seqs per engine (default 256), -disagg separate rollout and trainer GPUs "
         "(train_gpus of them train, default a quarter; the rest roll out). 'shared': every GPU rolls out "
         "and trains in turn.",
-        "a JSON file {\"preset\": NAME, field: value} overrides any field (docs/calibration.md)"]))
+        "a JSON file {\"preset\": NAME, field: value} overrides any field (docs/calibration.md)",
+        *(f"source of {key}: {spec.source}" for key, spec in {**GPUS, **MODELS}.items())]))
 
 
 _register_plots()

@@ -98,7 +98,7 @@ class SimBackend(Backend):
         start = self.env.now
         if self.placement == "colocated":  # the shared GPUs finish their in-flight steps first
             start = max([start] + [e.pub.t for e in self.engines])
-        dur = self.cost.train(self.cost.train_tokens(lengths))
+        dur = self.cost.update(lengths)
         self.env.process(self._train(start, dur, version, samples, tokens))
 
     def sync(self, version: int) -> None:

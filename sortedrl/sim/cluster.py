@@ -1,9 +1,12 @@
 """Cluster presets: which GPUs, which model, how they are split into engines and a trainer.
 
 A preset name reads ``{gpu}-{model}[-tp{N}][-{G}gpu][-{S}seq]``, e.g. ``h100-llama3.1-8b`` or
-``h200-qwen2.5-32b-tp2-16gpu`` (``-{S}seq`` sets ``max_num_seqs``; a final ``-disagg`` selects the disaggregated placement). From the hardware and model constants (see
-../shared/reference/anchors.md §A3) it derives the roofline :class:`~sortedrl.sim.cost.CostModel`
-and the KV-token budget of each engine. A JSON file ``{"preset": NAME, field: value, ...}``
+``h200-qwen2.5-32b-tp2-16gpu`` (``-{S}seq`` sets ``max_num_seqs``; a final ``-disagg`` selects the
+disaggregated placement). From the GPU and model specs (sim/hardware.py) and the measured
+efficiencies (docs/calibration.md) it derives the :class:`~sortedrl.sim.cost.CostModel` and the
+KV-token budget of each engine. Without ``-tpN`` an engine takes the fewest GPUs (a power of two)
+whose memory holds the weights twice over; without ``-Ngpu`` the cluster takes 8 GPUs, or the
+fewest (a power of two) whose trainer holds the weights, gradients and Adam state. A JSON file ``{"preset": NAME, field: value, ...}``
 overrides any field, which is how users describe their own cluster.
 
 Placement ``colocated`` means the same GPUs alternate between rollout and training (verl's hybrid
@@ -22,45 +25,15 @@ from pathlib import Path
 
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cost import CostModel
+from sortedrl.sim.hardware import GPUS, MODELS, Model
 
-
-@dataclass(frozen=True)
-class GPU:
-    name: str
-    hbm_bytes: float
-    mem_bw: float  # bytes/s
-    flops: float  # dense BF16 FLOP/s
-    link_bw: float  # bytes/s, one direction (NVLink)
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str
-    params: float
-    n_layers: int
-    d_model: int
-    kv_heads: int
-    head_dim: int
-    default_tp: int = 1
-
-    @property
-    def weight_bytes(self) -> float:
-        return 2.0 * self.params  # BF16
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self.n_layers * self.kv_heads * self.head_dim * 2 * 2  # K and V, BF16
-
-
-GPUS = {
-    "h100": GPU("h100", 80e9, 3.35e12, 989e12, 450e9),
-    "h200": GPU("h200", 141e9, 4.8e12, 989e12, 450e9),
-}
-MODELS = {
-    "llama3.1-8b": Model("llama3.1-8b", 8.03e9, 32, 4096, 8, 128),
-    "qwen2.5-7b": Model("qwen2.5-7b", 7.62e9, 28, 3584, 4, 128),
-    "qwen2.5-32b": Model("qwen2.5-32b", 32.8e9, 64, 5120, 8, 128, default_tp=2),
-}
+TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
+NET_EFF = 0.8  # share of a NIC's line rate a weight broadcast reaches (NCCL bus bandwidth)
+# decode_model "measured": fitted to vidur's per-operator profiles (docs/calibration.md): weight read
+# at 0.78 of peak bandwidth, KV read at 0.80 plus 20 us per layer (the attention kernel), each
+# running sequence adds its 2·P FLOPs at peak, large batches reach MFU 0.64, host step 0.5 ms
+MEASURED = dict(mbu=0.78, mbu_kv=0.80, mfu=0.64, t_fix=0.0005, attn_layer_s=20e-6, seq_share=1.0)
+DECODE_MODELS = ("roofline", "measured")
 
 
 @dataclass(frozen=True)
@@ -78,14 +51,24 @@ class Cluster:
     gpu_mem_util: float = field(default=0.9, metadata={"help": "share of HBM given to weights + KV cache"})
     kv_budget_tokens: int = field(default=0, metadata={"help": "KV tokens per engine; 0 derives it from HBM, weights and KV size"})
     kv_watermark: float = field(default=0.01, metadata={"help": "share of the KV budget kept free when admitting"})
-    mbu: float = field(default=0.75, metadata={"help": "memory-bandwidth utilisation of decode"})
-    mfu: float = field(default=0.5, metadata={"help": "FLOP utilisation of decode"})
+    decode_model: str = field(default="roofline", metadata={"help": "roofline (t_fix + max(weights + KV read, compute)) or measured (adds a per-sequence and a per-layer attention term, constants fitted to vidur's profiles: docs/calibration.md)"})
+    mbu: float = field(default=0.75, metadata={"help": "memory-bandwidth utilisation of decode (roofline)"})
+    mfu: float = field(default=0.5, metadata={"help": "FLOP utilisation of decode (roofline)"})
     mfu_prefill: float = field(default=0.55, metadata={"help": "FLOP utilisation of prefill"})
-    mfu_train: float = field(default=0.4, metadata={"help": "FLOP utilisation of training"})
-    t_fix: float = field(default=0.002, metadata={"help": "fixed cost per decode step or prefill, s"})
-    extra_forwards: int = field(default=1, metadata={"help": "forward passes per update besides forward+backward (old log-probs, reference)"})
+    mfu_train: float = field(default=0.34, metadata={"help": "FLOP utilisation of training (attention FLOPs counted)"})
+    t_fix: float = field(default=0.002, metadata={"help": "fixed cost per decode step or prefill (roofline), s"})
+    ep: int = field(default=1, metadata={"help": "MoE: expert-parallel shards of one engine (1: experts split by tensor parallelism)"})
+    extra_forwards: int = field(default=1, metadata={"help": "forward passes per update besides forward+backward and the reference (old log-probs: 1)"})
+    ref_model: bool = field(default=True, metadata={"help": "one reference-model forward per update (a KL term)"})
+    recompute: bool = field(default=False, metadata={"help": "activation recompute: one more forward per update"})
     train_fix: float = field(default=1.0, metadata={"help": "fixed time per update, s"})
-    sync_fix: float = field(default=0.5, metadata={"help": "fixed time per weight sync on top of bytes / link bandwidth, s"})
+    sync_fix: float = field(default=0.1, metadata={"help": "fixed time per weight sync on top of bytes / bandwidth, s"})
+    gpus_per_node: int = field(default=8, metadata={"help": "GPUs per node (NVLink domain); beyond it weights sync over the network"})
+    net_gbps: float = field(default=400.0, metadata={"help": "inter-node bandwidth per GPU, Gb/s"})
+    host_gbs: float = field(default=0.0, metadata={"help": "GPU-host bandwidth, GB/s (0: the GPU's PCIe x16 link)"})
+    sleep: bool = field(default=True, metadata={"help": "colocated: engines offload their weights around each update (vLLM sleep/wake)"})
+    offload_s: float = field(default=0.0, metadata={"help": "colocated: seconds to offload an engine (0: weight bytes per GPU / host bandwidth; the KV cache is discarded)"})
+    onload_s: float = field(default=0.0, metadata={"help": "colocated: seconds to reload an engine (0: weight bytes / host bandwidth)"})
     costs: CostModel | None = field(default=None, metadata={"help": "explicit cost terms (a calibrated profile); replaces the roofline"})
 
     # -- derived ----------------------------------------------------------------------------
@@ -121,19 +104,59 @@ class Cluster:
         if self.costs is not None:
             return self.costs
         g, m = GPUS[self.gpu], MODELS[self.model]
-        bw, fl = self.tp * g.mem_bw * self.mbu, self.tp * g.flops
-        train_flops = (6.0 + 2.0 * self.extra_forwards) * m.params
+        bw, fl = self.tp * g.mem_bw, self.tp * g.flops
+        d = MEASURED if self.decode_model == "measured" else dict(
+            mbu=self.mbu, mbu_kv=self.mbu, mfu=self.mfu, t_fix=self.t_fix, attn_layer_s=0.0, seq_share=0.0)
+        active = m.active_params
+        dense_bytes = m.weight_bytes - m.moe_layers * m.experts * m.expert_bytes
+        seq_flops = 2.0 * active / fl  # one sequence's decode FLOPs at peak
         return CostModel(
-            t_fix=self.t_fix,
-            a0=m.weight_bytes / bw,
-            a1=m.kv_bytes_per_token / bw,
-            c1=2.0 * m.params / (fl * self.mfu),
-            p1=2.0 * m.params / (fl * self.mfu_prefill),
-            p2=4.0 * m.n_layers * m.d_model / (fl * self.mfu_prefill),
-            train_per_token=train_flops / (self.trainer_gpus * g.flops * self.mfu_train),
-            train_fix=self.train_fix,
-            sync_s=self.sync_fix + m.weight_bytes / g.link_bw,
+            t_fix=d["t_fix"] + m.n_layers * d["attn_layer_s"],
+            a0=dense_bytes / (bw * d["mbu"]),
+            a1=m.kv_bytes_per_token / (bw * d["mbu_kv"]),
+            c1=(1.0 / d["mfu"] - d["seq_share"]) * seq_flops,
+            s1=d["seq_share"] * seq_flops,
+            p1=2.0 * active / (fl * self.mfu_prefill),
+            p2=m.attn_flops_per_pair / (fl * self.mfu_prefill),
+            expert_read=m.moe_layers * m.expert_bytes / (bw * d["mbu"]),
+            experts=m.experts, experts_per_token=m.experts_per_token, expert_shards=self.ep,
+            **self._update_costs(m),
         )
+
+    def _update_costs(self, m: Model) -> dict:
+        """Training, sync and offload terms: see docs/calibration.md for each."""
+        g = GPUS[self.gpu]
+        passes = 3 + self.extra_forwards + int(self.ref_model) + int(self.recompute)  # in forwards
+        train_flops = self.trainer_gpus * g.flops * self.mfu_train
+        host = self.host_gbs * 1e9 or g.host_bw
+        offload = onload = 0.0
+        if self.placement == "colocated" and self.sleep:
+            # vLLM sleep level 1: weights go to pinned host memory and come back; the KV cache
+            # is discarded, not copied (a resumed partial response prefills again)
+            per_gpu_weights = m.weight_bytes / self.tp
+            offload = self.offload_s or per_gpu_weights / host
+            onload = self.onload_s or per_gpu_weights / host
+        return dict(
+            train_per_token=passes * 2.0 * m.active_params / train_flops,
+            train_per_pair=passes * m.attn_flops_per_pair / train_flops,
+            train_fix=self.train_fix,
+            sync_s=self.sync_fix + m.weight_bytes / self.sync_bandwidth,
+            offload_s=offload, onload_s=onload,
+        )
+
+    @property
+    def sync_bandwidth(self) -> float:
+        """Bytes/s of a weight sync: NVLink within a node; the network when the trainer and the
+        engines (or one engine) span nodes, where the gathered weights cross one GPU's NIC."""
+        one_node = self.gpus <= self.gpus_per_node and self.tp <= self.gpus_per_node
+        if one_node:
+            return GPUS[self.gpu].link_bw
+        return self.net_gbps * 1e9 / 8 * NET_EFF
+
+    @property
+    def train_state_bytes(self) -> float:
+        """Per trainer GPU: weights + gradients + Adam state, FSDP-sharded over the trainer."""
+        return TRAIN_STATE_BYTES * MODELS[self.model].params / self.trainer_gpus
 
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
@@ -151,7 +174,7 @@ class Cluster:
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"{where}: field 'placement': unknown placement {self.placement!r} "
                               f"(known: {', '.join(PLACEMENTS)})")
-        for name in ("tp", "gpus", "max_num_seqs"):
+        for name in ("tp", "gpus", "max_num_seqs", "gpus_per_node", "ep"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}: field '{name}': must be >= 1, got {getattr(self, name)}")
         if self.train_gpus < 0:
@@ -162,15 +185,29 @@ class Cluster:
         if self.rollout_gpus % self.tp:
             raise ConfigError(f"{where}: field 'gpus': {self.rollout_gpus} rollout GPUs do not split into "
                               f"tp={self.tp} engines")
+        if self.decode_model not in DECODE_MODELS:
+            raise ConfigError(f"{where}: field 'decode_model': unknown {self.decode_model!r} "
+                              f"(known: {', '.join(DECODE_MODELS)})")
         for name in ("gpu_mem_util", "mbu", "mfu", "mfu_prefill", "mfu_train"):
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
                 raise ConfigError(f"{where}: field '{name}': must be in (0, 1], got {v}")
         if not 0.0 <= self.kv_watermark < 1.0:
             raise ConfigError(f"{where}: field 'kv_watermark': must be in [0, 1), got {self.kv_watermark}")
-        for name in ("t_fix", "train_fix", "sync_fix"):
+        for name in ("t_fix", "train_fix", "sync_fix", "host_gbs", "offload_s", "onload_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{where}: field '{name}': must be >= 0, got {getattr(self, name)}")
+        if self.net_gbps <= 0:
+            raise ConfigError(f"{where}: field 'net_gbps': must be > 0, got {self.net_gbps}")
+        self._check_ep(where)
+        if self.costs is None and self.train_state_bytes > GPUS[self.gpu].hbm_bytes:
+            m = MODELS[self.model]
+            raise ConfigError(
+                f"{where}: field '{'gpus' if self.placement == 'colocated' else 'train_gpus'}': "
+                f"the trainer cannot hold {m.name}: weights + gradients + Adam state "
+                f"need {TRAIN_STATE_BYTES * m.params / 1e9:,.0f} GB ({TRAIN_STATE_BYTES} bytes x "
+                f"{m.params / 1e9:.2f}B parameters), {self.train_state_bytes / 1e9:.0f} GB per GPU sharded over "
+                f"{self.trainer_gpus} trainer GPUs, more than an {self.gpu}'s {GPUS[self.gpu].hbm_bytes / 1e9:.0f} GB")
         if self.kv_budget <= 0:
             m = MODELS[self.model]
             raise ConfigError(
@@ -178,6 +215,12 @@ class Cluster:
                 f"on tp={self.tp} x {GPUS[self.gpu].hbm_bytes / 1e9:.0f} GB at gpu_mem_util={self.gpu_mem_util}"
             )
         return self
+
+    def _check_ep(self, where: str) -> None:
+        experts = MODELS[self.model].experts
+        if self.ep > 1 and (self.tp % self.ep or not experts or experts % self.ep):
+            raise ConfigError(f"{where}: field 'ep': {self.ep} expert-parallel shards must divide tp={self.tp} "
+                              f"and the model's {experts} experts")
 
     def check_fits(self, longest_sequence: int, where: str = "cluster") -> None:
         """Raise unless one engine can hold the longest sequence (prompt + response) alone."""
@@ -192,7 +235,8 @@ class Cluster:
 # -- presets and parsing ----------------------------------------------------------------------
 
 PLACEMENTS = ("colocated", "disaggregated")
-_PRESET = re.compile(r"^(?P<gpu>[a-z0-9]+)-(?P<model>.+?)(?:-tp(?P<tp>\d+))?(?:-(?P<g>\d+)gpu)?"
+_PRESET = re.compile(r"^(?P<gpu>" + "|".join(sorted(map(re.escape, GPUS), key=len, reverse=True))
+                     + r"|[a-z0-9]+)-(?P<model>.+?)(?:-tp(?P<tp>\d+))?(?:-(?P<g>\d+)gpu)?"
                      r"(?:-(?P<seqs>\d+)seq)?(?P<dis>-disagg)?$")
 
 
@@ -200,19 +244,39 @@ def preset(name: str) -> Cluster:
     """Parse a preset name such as ``h200-qwen2.5-32b-tp2`` or ``h100-llama3.1-8b-16gpu-64seq``."""
     m = _PRESET.match(name)
     if not m or m["gpu"] not in GPUS or m["model"] not in MODELS:
-        raise ConfigError(f"unknown cluster preset {name!r} (known: {', '.join(preset_names())}; "
-                          "optional suffixes -tpN, -Ngpu, -Nseq and -disagg)")
-    model = MODELS[m["model"]]
-    tp = int(m["tp"]) if m["tp"] else model.default_tp
-    gpus = int(m["g"]) if m["g"] else 8
-    seqs = int(m["seqs"]) if m["seqs"] else Cluster.max_num_seqs
+        raise ConfigError(f"unknown cluster preset {name!r}: a preset is GPU-MODEL with GPU one of "
+                          f"{', '.join(GPUS)} and MODEL one of {', '.join(MODELS)} "
+                          "(optional suffixes -tpN, -Ngpu, -Nseq and -disagg)")
     placement = "disaggregated" if m["dis"] else "colocated"
-    return Cluster(name=name, gpu=m["gpu"], model=model.name, tp=tp, gpus=gpus,
+    tp = int(m["tp"]) if m["tp"] else default_tp(m["gpu"], m["model"])
+    gpus = int(m["g"]) if m["g"] else default_gpus(m["gpu"], m["model"], tp, placement)
+    seqs = int(m["seqs"]) if m["seqs"] else Cluster.max_num_seqs
+    return Cluster(name=name, gpu=m["gpu"], model=m["model"], tp=tp, gpus=gpus,
                    max_num_seqs=seqs, placement=placement).validate(name)
 
 
+def default_tp(gpu: str, model: str) -> int:
+    """The fewest GPUs (a power of two) whose usable memory holds the weights twice over."""
+    usable = GPUS[gpu].hbm_bytes * Cluster.gpu_mem_util
+    tp = 1
+    while 2 * MODELS[model].weight_bytes > tp * usable:
+        tp *= 2
+    return tp
+
+
+def default_gpus(gpu: str, model: str, tp: int, placement: str) -> int:
+    """8 GPUs, or the fewest (a power of two, whole engines) whose trainer holds its state."""
+    need = TRAIN_STATE_BYTES * MODELS[model].params
+    gpus = max(8, tp)
+    while True:
+        trainer = gpus if placement == "colocated" else max(1, gpus // 4)
+        if need <= trainer * GPUS[gpu].hbm_bytes:
+            return gpus
+        gpus *= 2
+
+
 def preset_names() -> list[str]:
-    return [f"{g}-{m}{d}" for g in GPUS for m in MODELS for d in ("", "-disagg")]
+    return [f"{g}-{m}" for g in GPUS for m in MODELS]
 
 
 def load_cluster(spec: str) -> Cluster:
@@ -252,6 +316,9 @@ def load_cluster(spec: str) -> Cluster:
     return dataclasses.replace(base, **changes).validate(spec)
 
 
+_INT_COSTS = ("experts", "experts_per_token", "expert_shards")
+
+
 def _costs(raw: object, where: str) -> CostModel:
     names = [f.name for f in dataclasses.fields(CostModel)]
     required = [f.name for f in dataclasses.fields(CostModel) if f.default is dataclasses.MISSING]
@@ -278,7 +345,7 @@ def _costs(raw: object, where: str) -> CostModel:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{n}': expected a number >= 0, got {v!r}")
-        vals[n] = float(v)
+        vals[n] = int(v) if n in _INT_COSTS else float(v)
     if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
         raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
     return CostModel(**vals)

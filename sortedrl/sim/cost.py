@@ -3,12 +3,14 @@
 The simulator never steps token by token, so the decode cost must be summable in closed form.
 A decode step of a batch of ``B`` sequences holding ``S`` KV tokens costs the roofline
 
-    t_step(B, S) = t_fix + s1·B + max(a0 + a1·S, c1·B)
+    t_step(B, S) = t_fix + s1·B + max(W(B) + a1·S, c1·B)
 
-where ``a0 = W / (BW·MBU)`` reads the weights, ``a1 = kv / (BW·MBU)`` reads one KV token and
-``c1 = 2·P / (F·MFU)`` is the compute of one sequence (all per engine, after tensor parallelism),
-and ``s1`` is a per-sequence host overhead of each step (scheduling, sampling, output
-processing) that matters for small models on CPU and is 0 in the GPU presets.
+where ``W(B)`` reads the weights (``a0``; for an MoE model plus the experts a batch of ``B``
+tokens is expected to touch, :func:`expected_experts`), ``a1`` reads one KV token, ``c1·B`` is
+the compute that the weight read cannot hide, ``s1`` is the cost each running sequence adds to
+a step (in the GPU presets its 2·P FLOPs at peak: measured steps grow with B well below the
+roofline's ridge), and ``t_fix`` holds the per-step and per-layer fixed costs (all per engine,
+after tensor parallelism; the derivation is in cluster.py and docs/calibration.md).
 Between two membership changes ``B`` is constant and ``S`` grows by ``B`` per step, so the memory
 term is linear in the step index and the sum of ``k`` steps is a piecewise quadratic:
 :meth:`CostModel.decode_time` evaluates it and :meth:`CostModel.decode_steps_within` inverts it.
@@ -16,13 +18,17 @@ term is linear in the step index and the sum of ``k`` steps is a piecewise quadr
 Deliberate simplifications, each to be absorbed by calibration: paged-block rounding of the KV
 cache is ignored (block size 1), prefill is an engine-wide stall (either its own pass, or, with
 ``prefill_in_step``, extra time of the next decode step, as vLLM V1 batches it) and never
-chunked, and training cost is linear in tokens (6·P FLOPs per token, plus 2·P per extra forward).
+chunked. An update costs a time per token (6·P FLOPs for forward + backward, 2·P per extra
+forward) plus a time per causal attention pair of each sample (its length squared over two),
+plus a fixed time; in colocated placement the engines' offload and onload around it are their own
+terms (``offload_s``, ``onload_s``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,22 @@ class CostModel:
     # Measured per-step fixed time for batch sizes 1..len (a calibrated lookup table, as vidur
     # does); replaces t_fix + s1·B when given. Beyond the table it extends the last slope.
     step_table: tuple[float, ...] | None = None
+    train_per_pair: float = 0.0  # trainer time per causal attention pair of a sample, s/pair
+    offload_s: float = 0.0  # colocated: moving the engines' weights and KV out of GPU memory, s
+    onload_s: float = 0.0  # colocated: moving them back after the update, s
+    # MoE: reading one routed expert in every MoE layer, s; routed experts per layer, chosen per
+    # token, and the expert-parallel shards of an engine (the busiest shard sets the pace).
+    expert_read: float = 0.0
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_shards: int = 1
+
+    def weight_read(self, batch: int) -> float:
+        """Time to read the weights a decode step of ``batch`` tokens needs."""
+        if not self.experts:
+            return self.a0
+        return self.a0 + self.expert_read * busiest_shard(batch, self.experts, self.experts_per_token,
+                                                         self.expert_shards)
 
     def fixed(self, batch: int) -> float:
         """The part of a decode step that depends only on the batch size."""
@@ -65,7 +87,7 @@ class CostModel:
 
     def decode_step(self, batch: int, kv_tokens: int) -> float:
         """One decode step of ``batch`` sequences that hold ``kv_tokens`` KV tokens in total."""
-        return self.fixed(batch) + max(self.a0 + self.a1 * kv_tokens, self.c1 * batch)
+        return self.fixed(batch) + max(self.weight_read(batch) + self.a1 * kv_tokens, self.c1 * batch)
 
     def _split(self, batch: int, kv0: int) -> tuple[float, float, float, int]:
         """(alpha, beta, compute, j*): step j costs t_fix + max(alpha + beta·j, compute).
@@ -74,7 +96,7 @@ class CostModel:
         comparison :meth:`decode_step` makes, so that the closed form and a step-by-step sum
         pick identical branches.
         """
-        alpha = self.a0 + self.a1 * kv0
+        alpha = self.weight_read(batch) + self.a1 * kv0
         beta = self.a1 * batch
         comp = self.c1 * batch
         if alpha >= comp:
@@ -134,12 +156,25 @@ class CostModel:
         key) attention pairs."""
         if self.prefill_in_step:
             return self.pn + self.p0 * requests + self.p1 * tokens + self.p2 * pairs
-        return self.p0 * requests + self.t_fix + max(self.a0, self.p1 * tokens + self.p2 * pairs)
+        return self.p0 * requests + self.t_fix + max(self.weight_read(tokens),
+                                                     self.p1 * tokens + self.p2 * pairs)
 
-    def train(self, tokens: int) -> float:
+    def train(self, tokens: int, pairs: int = 0) -> float:
         """One update on ``tokens`` tokens (prompt + response of every sample in the batch, or
-        batch size x the longest sequence when ``train_padded``: see :meth:`train_tokens`)."""
-        return self.train_fix + self.train_per_token * tokens
+        batch size x the longest sequence when ``train_padded``: see :meth:`train_tokens`) with
+        ``pairs`` causal attention pairs (see :meth:`train_pairs`)."""
+        return self.train_fix + self.train_per_token * tokens + self.train_per_pair * pairs
+
+    def update(self, lengths: list[int]) -> float:
+        """One update on samples of these lengths (prompt + response each)."""
+        return self.train(self.train_tokens(lengths), self.train_pairs(lengths))
+
+    def train_pairs(self, lengths: list[int]) -> int:
+        """Causal attention pairs an update pays for: L·(L+1)/2 per sample of length L."""
+        if self.train_padded:
+            longest = max(lengths)
+            return len(lengths) * (longest * (longest + 1) // 2)
+        return sum(n * (n + 1) // 2 for n in lengths)
 
     def train_tokens(self, lengths: list[int]) -> int:
         """The tokens an update pays for, from each sample's prompt + response length."""
@@ -153,3 +188,24 @@ class CostModel:
 def prefill_pairs(context_before: int, new_tokens: int) -> int:
     """Causal attention pairs when ``new_tokens`` are prefilled after ``context_before`` tokens."""
     return new_tokens * context_before + new_tokens * (new_tokens + 1) // 2
+
+
+def expected_experts(tokens: int, experts: int, per_token: int) -> float:
+    """Distinct experts of ``experts`` that ``tokens`` tokens touch in one layer, in expectation,
+    when each token picks ``per_token`` of them uniformly: E·(1 − (1 − k/E)^B)."""
+    return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+
+
+def busiest_shard(tokens: int, experts: int, per_token: int, shards: int) -> float:
+    """Experts the busiest of ``shards`` expert-parallel shards reads, times ``shards``.
+
+    With one shard this is :func:`expected_experts`. With more, each shard holds E/shards experts,
+    each touched with probability q, and the step waits for the shard that touched the most:
+    its count is approximated by mean + z·sd of the binomial, z the expected maximum of
+    ``shards`` standard normals (Blom's approximation), capped at the shard's size."""
+    if shards <= 1:
+        return expected_experts(tokens, experts, per_token)
+    q = 1.0 - (1.0 - per_token / experts) ** tokens
+    size = experts / shards
+    z = NormalDist().inv_cdf((shards - 0.375) / (shards + 0.25))
+    return shards * min(size, size * q + z * math.sqrt(size * q * (1.0 - q)))

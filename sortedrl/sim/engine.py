@@ -148,7 +148,7 @@ class Engine:
                 k = kk
             self._next_k = k
             c = self.cost
-            alpha = c.a0 + c.a1 * kv
+            alpha = c.weight_read(b) + c.a1 * kv
             if alpha >= c.c1 * b:  # memory-bound throughout: the common case, inlined
                 fx = c.t_fix + c.s1 * b if c.step_table is None else c.fixed(b)
                 self.next_t = p.t + k * (fx + alpha) + c.a1 * b * (k * (k - 1) // 2)

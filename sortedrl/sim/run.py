@@ -41,13 +41,14 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     """
     c = cluster.cost()
     q = cluster.max_num_seqs
-    peak = max(b / (c.fixed(b) + max(c.a0, c.c1 * b)) for b in range(1, q + 1))  # tok/s, one engine
+    peak = max(b / (c.fixed(b) + max(c.weight_read(b), c.c1 * b)) for b in range(1, q + 1))  # tok/s, one engine
     decode = int(trace.response_len.sum()) - len(trace)  # the first token comes from prefill
     prefill = c.p1 * int(trace.prompt_len.sum())
     work = (decode / peak + prefill) / cluster.engines
-    chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.a0)
+    chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.weight_read(1))
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
-    train = c.train(tokens)
+    lengths = (trace.prompt_len + trace.response_len).tolist()
+    train = c.train(tokens, sum(n * (n + 1) // 2 for n in lengths))  # unpadded: a true floor
     if cluster.placement == "colocated":
         return max(work, chain) + train
     return max(work, chain, train)

@@ -1,0 +1,145 @@
+"""GPU and model presets, MoE decode, and the update terms, against hand computations.
+
+Every model number below is copied from the model's Hugging Face config.json (named per row);
+the published totals are the model cards' parameter counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from sortedrl.errors import ConfigError
+from sortedrl.sim.cluster import TRAIN_STATE_BYTES, load_cluster, preset
+from sortedrl.sim.cost import busiest_shard, expected_experts
+from sortedrl.sim.hardware import MODELS
+
+# name: (layers, kv_heads, head_dim, published total params, source)
+DENSE = {
+    "qwen3-0.6b": (28, 8, 128, 0.6e9, "Qwen/Qwen3-0.6B: hidden 1024, 16 heads, ffn 3072, tied"),
+    "qwen3-1.7b": (28, 8, 128, 1.7e9, "Qwen/Qwen3-1.7B: hidden 2048, 16 heads, ffn 6144, tied"),
+    "qwen3-4b": (36, 8, 128, 4.0e9, "Qwen/Qwen3-4B: hidden 2560, 32 heads, ffn 9728, tied"),
+    "qwen3-8b": (36, 8, 128, 8.2e9, "Qwen/Qwen3-8B: hidden 4096, 32 heads, ffn 12288"),
+    "qwen3-14b": (40, 8, 128, 14.8e9, "Qwen/Qwen3-14B: hidden 5120, 40 heads, ffn 17408"),
+    "qwen3-32b": (64, 8, 128, 32.8e9, "Qwen/Qwen3-32B: hidden 5120, 64 heads, ffn 25600"),
+    "qwen2.5-7b": (28, 4, 128, 7.61e9, "Qwen/Qwen2.5-7B: hidden 3584, 28 heads, ffn 18944"),
+    "qwen2.5-32b": (64, 8, 128, 32.8e9, "Qwen/Qwen2.5-32B: hidden 5120, 40 heads, ffn 27648"),
+    "llama3.1-8b": (32, 8, 128, 8.03e9, "meta-llama/Llama-3.1-8B: hidden 4096, 32 heads, ffn 14336"),
+    "llama3.1-70b": (80, 8, 128, 70.6e9, "meta-llama/Llama-3.1-70B: hidden 8192, 64 heads, ffn 28672"),
+    "qwen3-30b-a3b": (48, 4, 128, 30.5e9, "Qwen/Qwen3-30B-A3B: 128 experts, 8 per token"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DENSE))
+def test_model_constants_match_the_configs(name):
+    layers, kv_heads, head_dim, published, _ = DENSE[name]
+    m = MODELS[name]
+    assert m.kv_bytes_per_token == layers * kv_heads * head_dim * 2 * 2  # K and V, BF16
+    assert m.params == pytest.approx(published, rel=0.02)
+    assert m.weight_bytes == 2 * m.params
+
+
+def test_llama_8b_by_hand():
+    # attention 2·4096² + 2·4096·1024, MLP 3·4096·14336, 32 layers, untied 128256 x 4096 embeddings;
+    # the model card's 8,030,261,248 adds the RMSNorm weights (65 x 4096)
+    per_layer = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    assert MODELS["llama3.1-8b"].params == 32 * per_layer + 2 * 128256 * 4096 == 8_030_261_248 - 65 * 4096
+    c = preset("h100-llama3.1-8b")  # KV capacity: 0.9 x 80 GB minus weights, over 128 KiB a token
+    assert c.kv_budget == int((0.9 * 80e9 - 2 * 8_029_995_008) // 131072) == 426_788
+
+
+def test_moe_active_parameters_by_hand():
+    q = MODELS["qwen3-30b-a3b"]  # 48 layers; an expert is 3 x 2048 x 768
+    assert q.expert_params == 3 * 2048 * 768
+    assert q.params - q.active_params == 48 * (128 - 8) * 3 * 2048 * 768
+    assert q.active_params == pytest.approx(3.3e9, rel=0.03)  # model card: 3.3B activated
+    d = MODELS["deepseek-v3"]  # 58 MoE layers of 256 routed + 1 shared expert of 3 x 7168 x 2048
+    assert d.params == pytest.approx(671e9, rel=0.005) and d.active_params == pytest.approx(37e9, rel=0.02)
+    assert d.weight_bytes == d.params  # FP8 checkpoint
+    assert d.kv_bytes_per_token == 61 * (512 + 64) * 2  # MLA: latent + rope key, BF16
+
+
+def test_expected_experts_matches_monte_carlo():
+    rng = random.Random(7)
+    experts, k = 128, 8
+    for batch in (1, 4, 16, 64):
+        trials = 2000
+        total = sum(len({e for _ in range(batch) for e in rng.sample(range(experts), k)})
+                    for _ in range(trials))
+        assert total / trials == pytest.approx(expected_experts(batch, experts, k), rel=0.02)
+    assert busiest_shard(16, experts, k, 1) == expected_experts(16, experts, k)
+    assert busiest_shard(16, experts, k, 8) > expected_experts(16, experts, k)  # the busiest shard paces
+
+
+def test_moe_decode_gets_cheaper_per_token_with_batch():
+    c = preset("h200-qwen3-30b-a3b").cost()
+    per_token = [c.decode_step(b, 0) / b for b in (1, 8, 64, 256)]
+    assert per_token == sorted(per_token, reverse=True)
+    assert c.weight_read(1) < c.weight_read(256) < c.a0 + 128 * c.expert_read * 1.0001
+    dense = MODELS["qwen3-30b-a3b"]
+    assert c.c1 == pytest.approx(2 * dense.active_params / (989e12 * 0.5))  # compute: active params
+
+
+def test_measured_decode_grows_with_batch_below_the_ridge():
+    roof = preset("h100-llama3.1-8b").cost()
+    meas = dataclasses.replace(preset("h100-llama3.1-8b"), decode_model="measured").cost()
+    assert roof.decode_step(64, 0) == roof.decode_step(1, 0)  # the roofline is flat below the ridge
+    assert meas.decode_step(64, 0) - meas.decode_step(1, 0) == pytest.approx(63 * 2 * 8_029_995_008 / 989e12)
+    assert meas.t_fix == pytest.approx(0.0005 + 32 * 20e-6)
+
+
+def test_update_terms_by_hand():
+    c = preset("h100-llama3.1-8b")
+    p, flops = MODELS["llama3.1-8b"].params, 8 * 989e12 * 0.34
+    cost = c.cost()
+    passes = 3 + 1 + 1  # forward + backward, old log-probs, reference
+    assert cost.train_per_token == pytest.approx(passes * 2 * p / flops)
+    assert cost.train_per_pair == pytest.approx(passes * 4 * 32 * 4096 / flops)  # q·k and p·v, 32 layers
+    assert cost.update([3, 5]) == pytest.approx(1.0 + 8 * cost.train_per_token + (6 + 15) * cost.train_per_pair)
+    no_ref = dataclasses.replace(c, ref_model=False).cost()
+    recompute = dataclasses.replace(c, recompute=True).cost()
+    assert no_ref.train_per_token == pytest.approx(cost.train_per_token * 4 / 5)
+    assert recompute.train_per_token == pytest.approx(cost.train_per_token * 6 / 5)
+
+
+def test_training_throughput_within_10pct_of_torchtitan():
+    # torchtitan docs/performance.md: Llama 3.1 8B, 8 x H100, FSDP, seq 8192: 5,762 tok/s/GPU eager,
+    # 6,667 with torch.compile. Forward + backward only: no old-log-prob or reference forward.
+    c = dataclasses.replace(preset("h100-llama3.1-8b"), extra_forwards=0, ref_model=False, train_fix=0.0).cost()
+    per_gpu = 8192 / c.update([8192]) / 8
+    assert per_gpu == pytest.approx(5762, rel=0.10) and per_gpu == pytest.approx(6667, rel=0.10)
+
+
+def test_offload_and_cross_node_sync_by_hand():
+    w = 2 * 8_029_995_008
+    c = preset("h100-llama3.1-8b").cost()
+    assert (c.offload_s, c.onload_s) == (pytest.approx(w / 64e9), pytest.approx(w / 64e9))  # PCIe 5 x16
+    assert c.sync_s == pytest.approx(0.1 + w / 450e9)  # NVLink within the node
+    assert preset("h100-llama3.1-8b-16gpu").cost().sync_s == pytest.approx(0.1 + w / (400e9 / 8 * 0.8))
+    dis = preset("h100-llama3.1-8b-disagg").cost()
+    assert dis.offload_s == dis.onload_s == 0.0
+
+
+def test_trainer_memory_check_names_the_memory():
+    with pytest.raises(ConfigError) as e:
+        preset("h100-llama3.1-70b-8gpu")
+    need = TRAIN_STATE_BYTES * MODELS["llama3.1-70b"].params / 1e9
+    assert f"need {need:,.0f} GB" in str(e.value) and "field 'gpus'" in str(e.value)
+    assert preset("h100-llama3.1-70b").gpus == 16  # the default is the fewest GPUs that fit
+
+
+def test_unknown_preset_lists_gpus_and_models():
+    with pytest.raises(ConfigError) as e:
+        preset("v100-llama3.1-8b")
+    assert "mi300x" in str(e.value) and "deepseek-v3" in str(e.value)
+
+
+@pytest.mark.parametrize("field,value", [("net_gbps", -1.0), ("offload_s", -0.5), ("host_gbs", -2.0),
+                                         ("onload_s", -1.0)])
+def test_negative_fields_are_rejected(tmp_path, field, value):
+    f = tmp_path / "c.json"
+    f.write_text(f'{{"preset": "h100-llama3.1-8b", "{field}": {value}}}')
+    with pytest.raises(ConfigError, match=f"field '{field}'"):
+        load_cluster(str(f))
