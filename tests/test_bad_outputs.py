@@ -105,7 +105,7 @@ CASES = {
                            "--out", "t"], "expected a finite number"),
     "tune with no feasible trial": (
         ["tune", "--synthetic", "logic-8k", "--prompts", "32", "--group-size", "4", "--steps", "4",
-         "--policy", "async", "--max-staleness", "0", "--budget", "1", "--cluster", "h100-qwen3-1.7b-2gpu",
+         "--policy", "async", "--max-staleness", "0", "--budget", "1", "--cluster", "h100-llama3.1-8b-2gpu",
          "--out", "t"],
         "no trial of 1 meets --max-staleness 0.0; the closest is trial 0: async (defaults) with staleness_max 2"),
 }

@@ -29,7 +29,7 @@ def compare(*args):
 @pytest.mark.parametrize("trace", ["logic-8k.jsonl", "math-16k.jsonl"])
 def test_all_policies_on_the_bundled_traces(tmp_path, trace):
     out = tmp_path / "cmp"
-    r = compare("--trace", str(DATA / trace), *ALL, "--cluster", "h100-qwen3-1.7b-2gpu",
+    r = compare("--trace", str(DATA / trace), *ALL, "--cluster", "h100-llama3.1-8b-2gpu",
                 "--out", str(out))
     assert r.exit_code == 0, r.output
     summaries = json.loads((out / "compare.json").read_text())
@@ -41,8 +41,8 @@ def test_all_policies_on_the_bundled_traces(tmp_path, trace):
         assert run_summary == {k: v for k, v in s.items() if k != "label"}
         assert (out / s["label"] / "timeline.jsonl").exists()
     by = {s["label"]: s for s in summaries}
-    assert by["async"]["cluster"] == by["one_step_off"]["cluster"] == "h100-qwen3-1.7b-2gpu-disagg"
-    assert by["sync"]["cluster"] == "h100-qwen3-1.7b-2gpu"
+    assert by["async"]["cluster"] == by["one_step_off"]["cluster"] == "h100-llama3.1-8b-2gpu-disagg"
+    assert by["sync"]["cluster"] == "h100-llama3.1-8b-2gpu"
     assert by["oracle_sorted"]["oracle"] is True and not by["sortedrl"]["oracle"]
     for key in ("makespan", "bubble", "useful", "stale"):  # the headline columns (issue 15)
         assert key in r.stdout
@@ -56,7 +56,7 @@ def test_all_policies_on_an_imported_public_table(tmp_path):
                             "--response-len-col", "num_decode_tokens", "--group-size", "4",
                             "--out", str(imported)])
     assert r.exit_code == 0, r.output
-    r = compare("--trace", str(imported), *ALL, "--cluster", "h100-qwen3-1.7b-2gpu-8seq",
+    r = compare("--trace", str(imported), *ALL, "--cluster", "h100-llama3.1-8b-2gpu-8seq",
                 "--out", str(tmp_path / "c"), "--json")
     assert r.exit_code == 0, r.output
     summaries = json.loads(r.stdout)

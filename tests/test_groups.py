@@ -49,7 +49,7 @@ def _small_trace(group_size=4):
 @pytest.mark.parametrize("name", sorted(BUILTIN))
 def test_every_builtin_policy_trains_whole_groups_by_default(name):
     trace = _small_trace()
-    cluster = dataclasses.replace(preset("h100-qwen3-1.7b-2gpu-16seq"), name="small")
+    cluster = dataclasses.replace(preset("h100-llama3.1-8b-2gpu-16seq"), name="small")
     policy = make_policy(name, [], trace)
     s = simulate(trace, policy, cluster_for(policy.placements, cluster)).summary
     assert s["samples_in_split_groups"] == 0
@@ -63,7 +63,7 @@ def test_every_builtin_policy_trains_whole_groups_by_default(name):
                                         ("oracle_sorted", ["whole_groups=false"])])
 def test_opting_out_spreads_groups_and_loses_learnable_tokens(name, sets):
     trace = _small_trace()
-    cluster = dataclasses.replace(preset("h100-qwen3-1.7b-2gpu-16seq"), name="small")
+    cluster = dataclasses.replace(preset("h100-llama3.1-8b-2gpu-16seq"), name="small")
     policy = make_policy(name, sets, trace)
     s = simulate(trace, policy, cluster_for(policy.placements, cluster)).summary
     assert s["samples_in_split_groups"] > 0

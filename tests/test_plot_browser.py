@@ -30,7 +30,7 @@ from sortedrl.sim.cluster import preset
 from sortedrl.sim.run import simulate
 from sortedrl.traces.synth import synthesize
 
-CLUSTER = "h100-qwen3-1.7b-2gpu-8seq"  # its 1-GPU disaggregated trainer holds Adam state
+CLUSTER = "h100-llama3.1-8b-2gpu-8seq"
 WIDTH, HEIGHT = 1400, 1300
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

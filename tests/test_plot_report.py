@@ -34,7 +34,7 @@ from sortedrl.traces.io import write_trace
 from sortedrl.traces.synth import synthesize
 from tests.conftest import write_run
 
-SMALL_CLUSTER = "h100-qwen3-1.7b-2gpu-8seq"  # its 1-GPU disaggregated trainer holds Adam state
+SMALL_CLUSTER = "h100-llama3.1-8b-2gpu-8seq"
 from sortedrl.cli import app  # noqa: E402  (the real CLI, with plot and report registered)
 
 runner = CliRunner()

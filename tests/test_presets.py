@@ -12,7 +12,7 @@ import random
 import pytest
 
 from sortedrl.errors import ConfigError
-from sortedrl.sim.cluster import TRAIN_STATE_BYTES, load_cluster, preset
+from sortedrl.sim.cluster import load_cluster, preset
 from sortedrl.sim.cost import busiest_shard, expected_experts
 from sortedrl.sim.hardware import MODELS
 
@@ -123,11 +123,26 @@ def test_offload_and_cross_node_sync_by_hand():
 
 
 def test_trainer_memory_check_names_the_memory():
+    p70 = MODELS["llama3.1-70b"].params
+    strict = dataclasses.replace(preset("h100-llama3.1-70b"), gpus=8, trainer_offload="none")
     with pytest.raises(ConfigError) as e:
-        preset("h100-llama3.1-70b-8gpu")
-    need = TRAIN_STATE_BYTES * MODELS["llama3.1-70b"].params / 1e9
-    assert f"need {need:,.0f} GB" in str(e.value) and "field 'gpus'" in str(e.value)
+        strict.validate("c")
+    assert f"need {16 * p70 / 1e9:,.0f} GB (16 bytes x 70.55B parameters)" in str(e.value)
+    assert "field 'gpus'" in str(e.value) and "141 GB per GPU" in str(e.value)
+    with pytest.raises(ConfigError, match="even with the Adam state offloaded to host memory, need 282 GB"):
+        preset("h100-llama3.1-70b-tp2-2gpu")  # 4 bytes a parameter left on 2 GPUs
     assert preset("h100-llama3.1-70b").gpus == 16  # the default is the fewest GPUs that fit
+
+
+def test_optimizer_offload_when_adam_state_does_not_fit():
+    p8 = MODELS["llama3.1-8b"].params
+    one = preset("h100-llama3.1-8b-2gpu-disagg")  # a 1-GPU trainer: 128 GB of state > 80 GB
+    assert one.trainer_gpus == 1 and one.optimizer_offloaded and not preset("h100-llama3.1-8b").optimizer_offloaded
+    assert one.train_state_bytes == 4 * p8  # BF16 weights and gradients stay
+    # the FP32 master and Adam m, v (12 bytes a parameter) go out and back over PCIe 5 every update
+    assert one.cost().train_fix == pytest.approx(1.0 + 2 * 12 * p8 / 64e9)
+    with pytest.raises(ConfigError, match="field 'train_gpus'"):
+        dataclasses.replace(one, trainer_offload="none").validate("c")
 
 
 def test_unknown_preset_lists_gpus_and_models():

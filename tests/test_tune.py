@@ -69,7 +69,7 @@ def test_max_staleness_is_a_hard_constraint(tiny, tmp_path):
 
 def test_async_eta_search_respects_the_bound(tmp_path):
     r = tune("--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "async",
-             "--param", "async.eta=0:4", "--max-staleness", "2", "--cluster", "h100-qwen3-1.7b-2gpu",
+             "--param", "async.eta=0:4", "--max-staleness", "2", "--cluster", "h100-llama3.1-8b-2gpu",
              "--out", str(tmp_path / "o"), "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)

@@ -6,8 +6,10 @@ disaggregated placement). From the GPU and model specs (sim/hardware.py) and the
 efficiencies (docs/calibration.md) it derives the :class:`~sortedrl.sim.cost.CostModel` and the
 KV-token budget of each engine. Without ``-tpN`` an engine takes the fewest GPUs (a power of two)
 whose memory holds the weights twice over; without ``-Ngpu`` the cluster takes 8 GPUs, or the
-fewest (a power of two) whose trainer holds the weights, gradients and Adam state. A JSON file ``{"preset": NAME, field: value, ...}``
-overrides any field, which is how users describe their own cluster.
+fewest (a power of two) whose trainer holds the weights, gradients and Adam state (a trainer that
+cannot offloads its Adam state to host memory, or is refused when even that does not fit). A
+JSON file ``{"preset": NAME, field: value, ...}`` overrides any field, which is how users
+describe their own cluster.
 
 Placement ``colocated`` means the same GPUs alternate between rollout and training (verl's hybrid
 engine): ``gpus / tp`` engines, and the trainer uses all ``gpus``. ``disaggregated`` splits them
@@ -28,6 +30,8 @@ from sortedrl.sim.cost import CostModel
 from sortedrl.sim.hardware import GPUS, MODELS, Model
 
 TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
+OFFLOADED_STATE_BYTES = 4  # per parameter left on the GPU when the FP32 master and Adam m, v live on the host
+TRAINER_OFFLOADS = ("auto", "none", "optimizer")
 NET_EFF = 0.8  # share of a NIC's line rate a weight broadcast reaches (NCCL bus bandwidth)
 # decode_model "measured": fitted to vidur's per-operator profiles (docs/calibration.md): weight read
 # at 0.78 of peak bandwidth, KV read at 0.80 plus 20 us per layer (the attention kernel), each
@@ -68,6 +72,7 @@ class Cluster:
     host_gbs: float = field(default=0.0, metadata={"help": "GPU-host bandwidth, GB/s (0: the GPU's PCIe x16 link)"})
     sleep: bool = field(default=True, metadata={"help": "colocated: engines offload their weights around each update (vLLM sleep/wake)"})
     offload_s: float = field(default=0.0, metadata={"help": "colocated: seconds to offload an engine (0: weight bytes per GPU / host bandwidth; the KV cache is discarded)"})
+    trainer_offload: str = field(default="auto", metadata={"help": "none: the trainer holds weights, gradients and Adam state on its GPUs; optimizer: FP32 master and Adam state live in host memory and move in and out each update (verl optimizer_offload); auto: optimizer only when they do not fit"})
     onload_s: float = field(default=0.0, metadata={"help": "colocated: seconds to reload an engine (0: weight bytes / host bandwidth)"})
     costs: CostModel | None = field(default=None, metadata={"help": "explicit cost terms (a calibrated profile); replaces the roofline"})
 
@@ -139,7 +144,7 @@ class Cluster:
         return dict(
             train_per_token=passes * 2.0 * m.active_params / train_flops,
             train_per_pair=passes * m.attn_flops_per_pair / train_flops,
-            train_fix=self.train_fix,
+            train_fix=self.train_fix + self.optimizer_move_s,
             sync_s=self.sync_fix + m.weight_bytes / self.sync_bandwidth,
             offload_s=offload, onload_s=onload,
         )
@@ -154,9 +159,26 @@ class Cluster:
         return self.net_gbps * 1e9 / 8 * NET_EFF
 
     @property
+    def optimizer_move_s(self) -> float:
+        """With the optimizer offloaded: each trainer GPU moves its shard of the FP32 master and
+        Adam state (12 bytes a parameter) in and out over its host link, every update."""
+        if not self.optimizer_offloaded:
+            return 0.0
+        host = self.host_gbs * 1e9 or GPUS[self.gpu].host_bw
+        moved = (TRAIN_STATE_BYTES - OFFLOADED_STATE_BYTES) * MODELS[self.model].params / self.trainer_gpus
+        return 2.0 * moved / host
+
+    @property
+    def optimizer_offloaded(self) -> bool:
+        full = TRAIN_STATE_BYTES * MODELS[self.model].params / self.trainer_gpus
+        return self.trainer_offload == "optimizer" or (
+            self.trainer_offload == "auto" and full > GPUS[self.gpu].hbm_bytes)
+
+    @property
     def train_state_bytes(self) -> float:
-        """Per trainer GPU: weights + gradients + Adam state, FSDP-sharded over the trainer."""
-        return TRAIN_STATE_BYTES * MODELS[self.model].params / self.trainer_gpus
+        """Per trainer GPU: weights + gradients (+ Adam state unless offloaded), FSDP-sharded."""
+        per_param = OFFLOADED_STATE_BYTES if self.optimizer_offloaded else TRAIN_STATE_BYTES
+        return per_param * MODELS[self.model].params / self.trainer_gpus
 
     def describe(self) -> dict:
         d = dataclasses.asdict(self)
@@ -200,14 +222,11 @@ class Cluster:
         if self.net_gbps <= 0:
             raise ConfigError(f"{where}: field 'net_gbps': must be > 0, got {self.net_gbps}")
         self._check_ep(where)
+        if self.trainer_offload not in TRAINER_OFFLOADS:
+            raise ConfigError(f"{where}: field 'trainer_offload': unknown {self.trainer_offload!r} "
+                              f"(known: {', '.join(TRAINER_OFFLOADS)})")
         if self.costs is None and self.train_state_bytes > GPUS[self.gpu].hbm_bytes:
-            m = MODELS[self.model]
-            raise ConfigError(
-                f"{where}: field '{'gpus' if self.placement == 'colocated' else 'train_gpus'}': "
-                f"the trainer cannot hold {m.name}: weights + gradients + Adam state "
-                f"need {TRAIN_STATE_BYTES * m.params / 1e9:,.0f} GB ({TRAIN_STATE_BYTES} bytes x "
-                f"{m.params / 1e9:.2f}B parameters), {self.train_state_bytes / 1e9:.0f} GB per GPU sharded over "
-                f"{self.trainer_gpus} trainer GPUs, more than an {self.gpu}'s {GPUS[self.gpu].hbm_bytes / 1e9:.0f} GB")
+            self._trainer_does_not_fit(where)
         if self.kv_budget <= 0:
             m = MODELS[self.model]
             raise ConfigError(
@@ -215,6 +234,18 @@ class Cluster:
                 f"on tp={self.tp} x {GPUS[self.gpu].hbm_bytes / 1e9:.0f} GB at gpu_mem_util={self.gpu_mem_util}"
             )
         return self
+
+    def _trainer_does_not_fit(self, where: str) -> None:
+        m, g = MODELS[self.model], GPUS[self.gpu]
+        name = "gpus" if self.placement == "colocated" else "train_gpus"
+        what = ("weights + gradients, even with the Adam state offloaded to host memory,"
+                if self.optimizer_offloaded else "weights + gradients + Adam state")
+        per_param = OFFLOADED_STATE_BYTES if self.optimizer_offloaded else TRAIN_STATE_BYTES
+        raise ConfigError(
+            f"{where}: field '{name}': the trainer cannot hold {m.name}: {what} need "
+            f"{per_param * m.params / 1e9:,.0f} GB ({per_param} bytes x {m.params / 1e9:.2f}B parameters), "
+            f"{self.train_state_bytes / 1e9:.0f} GB per GPU sharded over {self.trainer_gpus} trainer GPUs, "
+            f"more than an {self.gpu}'s {g.hbm_bytes / 1e9:.0f} GB")
 
     def _check_ep(self, where: str) -> None:
         experts = MODELS[self.model].experts
