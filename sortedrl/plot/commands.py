@@ -10,8 +10,9 @@ from pathlib import Path
 
 import typer
 
-from sortedrl.cli_common import FORCE, print_notes, user_errors
+from sortedrl.cli_common import FORCE, err, print_notes, user_errors
 from sortedrl.outputs import Outputs, write_text
+from sortedrl.progress import Phases
 
 
 def plot(
@@ -29,11 +30,15 @@ def plot(
     outs = Outputs("plot", force, inputs=[rundir / "summary.json", rundir / "timeline.jsonl"])
     out = outs.file(out, "--out", default=rundir / "timeline.html")
     perfetto = outs.file(perfetto, "--perfetto")
-    tl, summary = load_run(rundir)
-    files = {out: write_text(timeline_page(tl, summary))}
-    if perfetto is not None:
-        files[perfetto] = write_text(perfetto_json(tl))
-    outs.write(files)  # all built first: a failure leaves nothing half-written
+    with Phases(err) as progress:
+        progress.phase(f"reading {rundir}")
+        tl, summary = load_run(rundir)
+        progress.phase("drawing the timeline")
+        files = {out: write_text(timeline_page(tl, summary))}
+        if perfetto is not None:
+            progress.phase("building the Perfetto trace")
+            files[perfetto] = write_text(perfetto_json(tl))
+        outs.write(files, progress.file)  # all built first: a failure leaves nothing half-written
     print_notes(outs)
     if perfetto is not None:
         typer.echo(f"wrote {perfetto} (open it in ui.perfetto.dev or chrome://tracing)")
@@ -50,7 +55,10 @@ def report(
 
     outs = Outputs("report", force, inputs=[dir / "compare.json", dir / "tune.json"])
     out = outs.file(out, "--out", default=dir / "report.html")
-    outs.write({out: write_text(report_page(dir, out))})
+    with Phases(err) as progress:
+        progress.phase(f"reading {dir} and drawing the report")
+        page = report_page(dir, out)
+        outs.write({out: write_text(page)}, progress.file)
     print_notes(outs)
     typer.echo(f"wrote {out}")
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import typer
 
-from sortedrl.cli_common import FORCE, LazyProgress, perfetto_writer, summary_text, user_errors
+from sortedrl.cli_common import FORCE, LazyProgress, err, perfetto_writer, summary_text, user_errors
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
+from sortedrl.progress import Phases
 from sortedrl.tables import Col, render, terminal_width
 
 
@@ -166,11 +167,13 @@ def register(app: typer.Typer) -> None:
                                                             if p.is_file() and p.name != "validate.json")])
         written = outs.file(None, "validate.json", default=rundir / "validate.json")
         plot = outs.file(plot, "--plot")
-        result = run_validation(rundir, profile)
-        files = {written: lambda p: write_validate(result, p)}
-        if plot is not None:
-            files[plot] = lambda p: overlay_html(result, p)
-        outs.write(files)
+        with Phases(err) as progress:
+            progress.phase(f"replaying {rundir} in the simulator")
+            result = run_validation(rundir, profile)
+            files = {written: lambda p: write_validate(result, p)}
+            if plot is not None:
+                files[plot] = lambda p: overlay_html(result, p)
+            outs.write(files, progress.file)
         if as_json:
             typer.echo((rundir / "validate.json").read_text(), nl=False)
             return

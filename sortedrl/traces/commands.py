@@ -15,9 +15,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from sortedrl.cli_common import user_errors
+from sortedrl.cli_common import err, user_errors
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.outputs import Outputs
+from sortedrl.progress import Phases
 from sortedrl.tables import METRICS_LINE
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.io import FORMATS, read_trace, write_trace
@@ -73,10 +74,12 @@ def import_cmd(
     if prompt_len_col is None or response_len_col is None:
         raise ConfigError("give --prompt-len-col and --response-len-col for a table, "
                           "or --from FRAMEWORK for a framework's dump")
-    trace, report = import_table_with_report(
-        file, prompt_len_col, response_len_col, group_size, max_response_len, source
-    )
-    outs.write({out: lambda p: write_trace(trace, p)})
+    with Phases(err) as progress:
+        progress.phase(f"reading {file}")
+        trace, report = import_table_with_report(
+            file, prompt_len_col, response_len_col, group_size, max_response_len, source
+        )
+        outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     if report.dropped_rows:
         typer.echo(
             f"note: dropped {report.dropped_rows} trailing rows that do not fill a group of "
@@ -99,8 +102,10 @@ def _import_framework(framework: str, path: Path, out: Path, tokenizer: Path | N
                       max_response_len: int | None, source: str | None, outs: Outputs) -> None:
     from sortedrl.traces.importers import import_framework
 
-    trace, report = import_framework(framework, path, tokenizer, max_response_len, source)
-    outs.write({out: lambda p: write_trace(trace, p)})
+    with Phases(err) as progress:
+        progress.phase(f"reading {path}")
+        trace, report = import_framework(framework, path, tokenizer, max_response_len, source)
+        outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     if report.dropped_groups:
         typer.echo(f"note: dropped {report.dropped_groups} groups ({report.dropped_rows} "
                    f"samples) with fewer than {report.group_size} samples", err=True)
@@ -127,8 +132,10 @@ def synth_cmd(
 ) -> None:
     """Draw a synthetic trace from a preset fitted to published length statistics."""
     outs = _output(out, force, [])
-    trace = synthesize(preset, prompts, group_size, steps, seed, dataset_size)
-    outs.write({out: lambda p: write_trace(trace, p)})
+    with Phases(err) as progress:
+        progress.phase(f"drawing {preset}")
+        trace = synthesize(preset, prompts, group_size, steps, seed, dataset_size)
+        outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     typer.echo(
         f"wrote {out}: {len(trace)} samples, {trace.prompts_per_step} prompts x "
         f"{trace.meta.group_size} per step, {trace.num_groups // trace.prompts_per_step} steps"
@@ -142,7 +149,11 @@ def stats_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the stats as JSON.")] = False,
 ) -> None:
     """Print response-length statistics of a trace."""
-    stats = trace_stats(read_trace(file))
+    with Phases(err) as progress:
+        progress.phase(f"reading {file}")
+        trace = read_trace(file)
+        progress.phase("computing statistics")
+        stats = trace_stats(trace)
     if as_json:
         typer.echo(json.dumps(stats, indent=2))
     else:
