@@ -18,16 +18,13 @@ from rich.console import Console
 
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
+from sortedrl.tables import UNITS
+from sortedrl.tables import cell as _cell
 from sortedrl.traces.io import read_trace
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import PRESETS, synthesize
 
 err = Console(stderr=True)
-
-UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "s", "sync_s": "s",
-         "tokens_per_s": "tok/s", "generated_tokens": "tok", "useful_tokens": "tok",
-         "wasted_tokens": "tok", "recomputed_tokens": "tok", "staleness_mean": "versions",
-         "staleness_p95": "versions", "staleness_max": "versions"}
 
 
 # Optional extras, by the top-level module a command imports: what to install to get it.
@@ -120,17 +117,6 @@ def summary_text(summary: dict, title: str) -> str:
     knobs = "knobs: " + knob_text(summary.get("params", {}), summary.get("auto_params", {}))
     return render([Col("metric", left=True), Col("value"), Col("unit", left=True)], rows,
                   terminal_width(), title, [knobs])
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, dict):
-        return "\n".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                         for k, v in value.items()) or "defaults"
-    if isinstance(value, float):
-        return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.1f}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
 
 
 # -- options several commands take ------------------------------------------------------------------

@@ -16,7 +16,7 @@ from sortedrl.outputs import check_label
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
-from sortedrl.tables import Col, key_value_table, render
+from sortedrl.tables import UNITS, Col, cell, key_value_table, render
 from sortedrl.traces.schema import Trace
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
@@ -196,7 +196,6 @@ def compare_text(summaries: list[dict], splits: list[str], cluster: Cluster, tit
 
 def wide_text(summaries: list[dict], title: str) -> str:
     """Every field of every summary, a metric per row (``compare --wide``)."""
-    from sortedrl.cli_common import UNITS, _cell
     from sortedrl.policies.auto import knob_text
 
     keys = [k for k in summaries[0] if k not in ("label", "auto_params")]
@@ -205,5 +204,5 @@ def wide_text(summaries: list[dict], title: str) -> str:
         if key == "params":
             rows.append((key, [knob_text(s["params"], s.get("auto_params", {})) for s in summaries], ""))
             continue
-        rows.append((key, [_cell(s.get(key, "")).replace("\n", ", ") for s in summaries], UNITS.get(key, "")))
+        rows.append((key, [cell(s.get(key, "")).replace("\n", ", ") for s in summaries], UNITS.get(key, "")))
     return key_value_table(rows, [s["label"] + (" *" if s.get("oracle") else "") for s in summaries], title)

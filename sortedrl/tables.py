@@ -16,6 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 GAP = "  "
+UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "s", "sync_s": "s",
+         "tokens_per_s": "tok/s", "generated_tokens": "tok", "useful_tokens": "tok",
+         "wasted_tokens": "tok", "recomputed_tokens": "tok", "staleness_mean": "versions",
+         "staleness_p95": "versions", "staleness_max": "versions"}
 METRICS_LINE = "columns are defined in docs/metrics.md; --json prints every field"
 
 
@@ -64,6 +68,17 @@ def key_value_table(rows: Sequence[tuple[str, Sequence[str], str]], heads: Seque
     """A metric-per-row table (``--wide``): every field, each policy a column, never cut."""
     cols = [Col("metric", left=True), *(Col(h) for h in heads), Col("unit", left=True)]
     return render(cols, [[k, *vals, unit] for k, vals, unit in rows], None, title)
+
+
+def cell(value: object) -> str:
+    if isinstance(value, dict):
+        return "\n".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in value.items()) or "defaults"
+    if isinstance(value, float):
+        return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 def _total(widths: Sequence[int], shown: Sequence[int]) -> int:
