@@ -8,7 +8,7 @@ at 100% through all of that, which reads as a hang. Here each phase names what i
 
 Nothing is shown for a command that finishes within ``delay`` seconds (most runs): a timer
 thread starts the display only once the command has run that long, so a phase that makes no
-calls (reading a trace) still shows. The display is transient and on stderr.
+calls (reading a trace) still shows. The display is transient, on stderr, and only on a terminal.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Phases:
 
     def _start(self) -> None:
         with self.lock:
-            if not self.closed:
+            if not self.closed and self.bar.console.is_terminal:  # nothing in logs or pipes
                 self.bar.start()
                 self.started = True
 
