@@ -198,3 +198,20 @@ def test_readme_shows_the_preset_grammar_and_links_only_files_in_the_repository(
     assert linked and all((ROOT / p).exists() for p in linked), sorted(p for p in linked if not (ROOT / p).exists())
     assert "ARCHITECTURE.md" not in readme
     assert " --cluster h100-llama3.1-8b-2gpu" in readme.split("## The CLI")[1].split("sortedrl compare")[1][:120]
+
+
+def test_tune_prints_the_best_per_policy_and_the_front_within_80_columns(tmp_path):
+    r = invoke("tune", "--synthetic", "logic-8k", "--prompts", "64", "--group-size", "4", *TWO,
+               "--policy", "sync", "--policy", "sortedrl", "--policy", "async",
+               "--param", "sortedrl.mode=on_policy,partial", "--max-staleness", "1", "--budget", "8",
+               "--out", str(tmp_path / "t"))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()[:-1]
+    assert max(map(len, lines)) <= 80
+    d = json.loads((tmp_path / "t" / "tune.json").read_text())
+    best = sorted((d["trials"][i] for i in d["best"]["per_policy"].values() if i is not None),
+                  key=lambda t: (-t["summary"]["learnable_tokens_per_s"], t["id"]))
+    rows = [line.split()[:2] for line in lines if line.split()[:1] in (["sync"], ["sortedrl"], ["async"])]
+    assert rows[: len(best)] == [[t["policy"], str(t["id"])] for t in best]  # best first, no 'pareto' tags
+    assert d["best"]["per_policy"]["async"] is None and "no feasible trial for: async" in lines
+    assert lines[-1] == "columns are defined in docs/metrics.md; --json prints every field"

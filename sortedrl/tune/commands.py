@@ -121,41 +121,49 @@ def infeasible_message(result: dict) -> str:
             "that bounds staleness (sync, sortedrl)")
 
 
-TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("vs", "best"),
-             Col("makespan", "s", hide=2), Col("stale", "mean/max"), Col("GPUs", "r+t", hide=1)]
+TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("learnable", "tok/s", hide=3),
+             Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "mean/max"), Col("GPUs", "r+t", hide=1)]
 
 
-def _trial_row(t: dict, best_tps: float, splits: dict[str, str]) -> list[str]:
+def _trial_row(t: dict, rate: str, top: float, splits: dict[str, str]) -> list[str]:
     s = t["summary"]
-    return [t["policy"], str(t["id"]), f"{s['tokens_per_s']:,.0f}",
-            f"{s['tokens_per_s'] / best_tps:.2f}x" if best_tps > 0 else "-",
+    return [t["policy"], str(t["id"]), f"{s['tokens_per_s']:,.0f}", f"{s.get('learnable_tokens_per_s', 0):,.0f}",
+            f"{s[rate] / top:.2f}x" if top > 0 else "-",
             f"{s['makespan_s']:,.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}", splits[t["policy"]]]
 
 
 def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     """Two tables: the best feasible trial per policy (best first), then the Pareto front of
     feasible trials; each trial's knobs under them."""
+    from sortedrl.tune.search import OBJECTIVES, pareto
+
     trials = result["trials"]
+    learnable = all("learnable_tokens_per_s" in t["summary"] for t in trials)
+    rate = "learnable_tokens_per_s" if learnable else "tokens_per_s"
+    cols = [c for c in TUNE_COLS if learnable or c.title != "learnable"]
+    keep = [i for i, c in enumerate(TUNE_COLS) if c in cols]
+
+    def rows(ts: list[dict]) -> list[list[str]]:
+        return [[r[i] for i in keep] for r in (_trial_row(t, rate, top, splits) for t in ts)]
+
     splits = {p: _split(p, cluster) for p in result["best"]["per_policy"]}
     best = [trials[i] for i in result["best"]["per_policy"].values() if i is not None]
-    key = "makespan_s" if result["objective"] == "makespan_s" else "tokens_per_s"
-    best.sort(key=lambda t: (t["summary"][key] if key == "makespan_s" else -t["summary"][key], t["id"]))
-    top = trials[result["best"]["overall"]]["summary"]["tokens_per_s"]
+    sign = OBJECTIVES[result["objective"]]
+    best.sort(key=lambda t: (-sign * t["summary"][result["objective"]], t["id"]))
+    top = trials[result["best"]["overall"]]["summary"][rate]
     bound = (f", staleness_max <= {result['max_staleness']:g}" if result["max_staleness"] is not None else "")
     missing = [p for p, i in result["best"]["per_policy"].items() if i is None]
     notes = [f"no feasible trial for: {', '.join(missing)}"] if missing else []
-    first = render(TUNE_COLS, [_trial_row(t, top, splits) for t in best], width,
-                   f"tune: best trial per policy by {result['objective']}{bound} "
+    first = render(cols, rows(best), width, f"tune: best trial per policy by {result['objective']}{bound} "
                    f"({len(trials)} trials, {result['search']})", notes, footer="")
-    from sortedrl.tune.search import pareto
-
     front = [trials[i] for i in pareto([t for t in trials if t["feasible"]])]
     shown = {t["id"]: t for t in best + front}
     knobs = [f"trial {i} {t['policy']}: " + knob_text(t["summary"]["params"], t["summary"].get("auto_params", {}))
              for i, t in sorted(shown.items())]
-    second = render(TUNE_COLS, [_trial_row(t, top, splits) for t in front], width,
-                    "Pareto front: feasible trials no other beats on both useful tok/s and staleness mean",
-                    ["knobs: " + "; ".join(knobs), "vs best: useful tok/s over the best trial's"])
+    what = "learnable" if learnable else "useful"
+    second = render(cols, rows(front), width,
+                    f"Pareto front: feasible trials no other beats on both {what} tok/s and staleness mean",
+                    ["knobs: " + "; ".join(knobs), f"vs best: {what} tok/s over the best trial's"])
     return first + "\n\n" + second
 
 
