@@ -39,7 +39,7 @@ def bare(engine, prompts, max_tokens, seed_of) -> tuple[int, float]:
     return tokens, time.perf_counter() - t0
 
 
-def ours(vengine, prompts, answers, n, max_tokens, seed) -> tuple[int, float]:
+def ours(vengine, prompts, grade, n, max_tokens, seed) -> tuple[int, float]:
     from types import SimpleNamespace
 
     from sortedrl.policies.controller import Controller
@@ -60,7 +60,7 @@ def ours(vengine, prompts, answers, n, max_tokens, seed) -> tuple[int, float]:
     tl = Timeline({})
     log = Appender(Path(tempfile.mkdtemp()) / "timeline.jsonl")  # the run's crash-safe log, too
     tl.sink = log
-    backend = RealBackend(vengine, NoTrain(), prompts, answers, n, max_tokens, 1.0,
+    backend = RealBackend(vengine, NoTrain(), prompts, grade, n, max_tokens, 1.0,
                           vengine.max_num_seqs, tl, seed=seed)
     backend.flush = log.flush
     backend._sync = lambda version: backend.ctl.sync_done()
@@ -88,6 +88,7 @@ def main() -> None:
 
     from sortedrl.realrun.engine import VllmEngine
     from sortedrl.realrun.model import init_model
+    from sortedrl.realrun.run import grader
     from sortedrl.realrun.task import SortTask
 
     model = args.model or str(init_model(tempfile.mkdtemp() + "/tiny", warmup_steps=300))
@@ -95,7 +96,7 @@ def main() -> None:
     n = args.group_size
     problems = SortTask().problems(args.prompts, 0)
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
-    answers = [tok(p.answer, add_special_tokens=False)["input_ids"] for p in problems for _ in range(n)]
+    grade = grader(SortTask(), problems, tok, n)
     max_len = args.max_tokens + max(map(len, prompts)) + 1
     vengine = VllmEngine(model, args.max_num_seqs, max_len, seed=0)
     vengine.max_num_seqs = args.max_num_seqs
@@ -103,11 +104,11 @@ def main() -> None:
     seed = 0
     seed_of = lambda i: zlib.crc32(f"{seed}:{i}.0.1".encode())  # noqa: E731  (our rids: i.attempt.segment)
     bare(raw, prompts, args.max_tokens, seed_of)  # warm-up
-    ours(vengine, prompts, answers, n, args.max_tokens, seed)
+    ours(vengine, prompts, grade, n, args.max_tokens, seed)
     b, o = [], []
     for _ in range(args.repeats):
         tb, sb = bare(raw, prompts, args.max_tokens, seed_of)
-        to, so = ours(vengine, prompts, answers, n, args.max_tokens, seed)
+        to, so = ours(vengine, prompts, grade, n, args.max_tokens, seed)
         b.append(tb / sb)
         o.append(to / so)
         print(f"bare {tb} tok in {sb:.3f} s = {tb / sb:,.0f} tok/s | ours {to} tok in {so:.3f} s = "

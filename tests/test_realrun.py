@@ -189,3 +189,34 @@ def test_model_dir_missing_files_is_a_clear_error(tmp_path):
     r = runner.invoke(app, ["run", "--model", str(d), "--policy", "sync", "--steps", "1",
                             "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "missing config.json (make one with `sortedrl model init`)" in r.stderr
+
+
+# -- the user's own task -----------------------------------------------------------------------
+
+def always_one(prompt: str, answer: str, response: str) -> float:
+    return 1.0
+
+
+def test_dataset_run_grades_with_the_users_reward(model, tmp_path):
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"sort {a} {b} =", "answer": f"{min(a, b)} {max(a, b)}"}) + "\n"
+                            for a, b in [(3, 1), (2, 9), (7, 5), (4, 4)]))
+    out = tmp_path / "run"
+    r = run(model, out, "--policy", "sync", "--steps", "2", "--prompts", "4", "--group-size", "2",
+            "--max-tokens", "6", "--dataset", str(data), "--reward", "tests.test_realrun:always_one")
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()[1:]]
+    assert len(rows) == 16
+    # the user's reward on every response that ended by itself, 0 on a response cut at the cap
+    assert [row["reward"] for row in rows] == [1.0 if row["finish_reason"] == "stop" else 0.0 for row in rows]
+    assert json.loads((out / "timeline.jsonl").read_text().splitlines()[0])["trace"] == "task:dataset:mine.jsonl"
+
+
+def test_bad_dataset_gets_one_line_and_no_run_directory(model, tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"prompt": "sort 1 =", "answer": "1"}\n{"answer": "2"}\n')
+    out = tmp_path / "run"
+    r = run(model, out, "--policy", "sync", "--steps", "1", "--dataset", str(data))
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [f"error: {data}: row 2: field 'prompt' missing or not a string"]
+    assert not out.exists()

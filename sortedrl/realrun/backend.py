@@ -51,12 +51,13 @@ class RealBackend(Backend):
     placement = "colocated"
 
     def __init__(self, engine: VllmEngine, trainer: GRPOTrainer, prompts: list[list[int]],
-                 answers: list[list[int]], group_size: int, max_tokens: int, temperature: float,
+                 grade: Callable[[int, list[int], str], float], group_size: int, max_tokens: int,
+                 temperature: float,
                  max_num_seqs: int, timeline: Timeline, seed: int = 0, eos: int | None = None,
                  on_update: Callable[[dict, list[int], tuple], None] | None = None,
                  clock_offset: float = 0.0) -> None:
         self.engine, self.trainer, self.timeline = engine, trainer, timeline
-        self.prompts, self.answers, self.n = prompts, answers, group_size
+        self.prompts, self.grade, self.n = prompts, grade, group_size
         self.max_tokens, self.temperature, self.seed, self.eos = max_tokens, temperature, seed, eos
         n = len(prompts)
         self.kept: list[list[int]] = [[] for _ in range(n)]
@@ -184,9 +185,8 @@ class RealBackend(Backend):
             self._keep(i, f.tokens, f.logprobs)
             response = self.kept[i]
             lengths[i] = len(response)
-            body = response[:-1] if self.eos is not None and response and response[-1] == self.eos else response
             self.reason[i] = f.reason
-            self.reward[i] = 1.0 if (f.reason == "stop" and body == self.answers[i]) else 0.0
+            self.reward[i] = self.grade(i, response, f.reason)
             self.rewards.finished(i, self.reward[i])
             self.timeline.add("span", f.t0, t_after, 0, i, self.ctl.s.attempt[i],
                               self.state.version, len(f.tokens), "finish")

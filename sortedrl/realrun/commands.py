@@ -27,17 +27,18 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def model_init(
         out: Path = typer.Option(..., "--out", help="directory to create (HF format)"),
-        task: str = typer.Option("sort", "--task", help="toy task whose text trains the tokenizer"),
+        task: str = typer.Option("sort", "--task", help="task whose text trains the tokenizer: sort, sort-long or module:factory"),
+        dataset: Path = typer.Option(None, "--dataset", help="JSONL of prompt/answer rows whose text trains the tokenizer"),
         hidden: int = typer.Option(64, "--hidden", help="hidden size (multiple of 32)"),
         layers: int = typer.Option(2, "--layers", help="transformer layers"),
         warmup_steps: int = typer.Option(300, "--warmup-steps", help="supervised warm-start steps (0: random weights)"),
         seed: int = typer.Option(0, "--seed", help="seed"),
     ) -> None:
         """A tiny Qwen2 model with random weights and a locally trained tokenizer; no downloads."""
-        Outputs("model init").place(out, "--out")
+        Outputs("model init", inputs=[dataset] if dataset else []).place(out, "--out")
         from sortedrl.realrun.model import init_model
 
-        path = init_model(out, task=task, hidden=hidden, layers=layers, warmup_steps=warmup_steps, seed=seed)
+        path = init_model(out, task=task, dataset=str(dataset) if dataset else None, hidden=hidden, layers=layers, warmup_steps=warmup_steps, seed=seed)
         typer.echo(f"wrote {path}")
 
 
@@ -49,7 +50,9 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(..., "--steps", help="steps of prompts to train on"),
         out: Path = typer.Option(..., "--out", help="run directory"),
         sets: list[str] = typer.Option([], "--set", help="policy knob key=value (repeatable)"),
-        task: str = typer.Option("sort", "--task", help="toy task"),
+        task: str = typer.Option("sort", "--task", help="built-in task (sort, sort-long) or module:factory"),
+        dataset: Path = typer.Option(None, "--dataset", help="your JSONL of prompt/answer[/id] rows (replaces --task)"),
+        reward: str = typer.Option("exact", "--reward", help="grading of --dataset responses: exact, contains, numeric or module:function"),
         prompts: int = typer.Option(8, "--prompts", help="prompts per step"),
         group_size: int = typer.Option(4, "--group-size", help="responses per prompt (GRPO n)"),
         max_tokens: int = typer.Option(64, "--max-tokens", help="response cap"),
@@ -63,13 +66,13 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
     ) -> None:
         """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
-        outs = Outputs("run", force, inputs=[model])
+        outs = Outputs("run", force, inputs=[model] + ([dataset] if dataset else []))
         outs.place(out, "--out")
         perfetto = outs.file(perfetto, "--perfetto")
         from sortedrl.realrun.run import RunConfig, run_real
 
         cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
-                        task=task, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr,
+                        task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr,
                         kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed)
         bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
         try:

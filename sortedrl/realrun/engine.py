@@ -98,8 +98,10 @@ class VllmEngine:
             while self.engine.has_unfinished_requests():
                 self.engine.step()
         for j in range(n):  # seeded, with log-probs: the sampling path the runner uses
-            self.engine.add_request(f"warmup-{j}", TokensPrompt(prompt_token_ids=[1] * (4 + j % 29)),
-                                    SamplingParams(max_tokens=1 + j, ignore_eos=True, seed=j,
+            prompt = min(4 + j % 29, longest)  # within max_model_len, however short the cap
+            self.engine.add_request(f"warmup-{j}", TokensPrompt(prompt_token_ids=[1] * prompt),
+                                    SamplingParams(max_tokens=max(1, min(1 + j, max_model_len - prompt)),
+                                                   ignore_eos=True, seed=j,
                                                    logprobs=0, temperature=1.0))
         while self.engine.has_unfinished_requests():
             self.engine.step()

@@ -32,7 +32,7 @@ def build_tokenizer(lines: list[str]):
 
 
 def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: int = 2,
-               warmup_steps: int = 300, seed: int = 0) -> Path:
+               warmup_steps: int = 300, seed: int = 0, dataset: str | None = None) -> Path:
     """Build and save the tiny model; returns its directory."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -42,13 +42,13 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
         raise ConfigError(f"--out {out}: exists and is not empty")
     if hidden % 32 or hidden < 64:
         raise ConfigError(f"--hidden {hidden}: must be a multiple of 32 and >= 64 (vLLM CPU head size)")
-    t = get_task(task)
+    t = get_task(task, dataset)
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(t.corpus(2000, seed))
     cfg = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
         num_hidden_layers=layers, num_attention_heads=hidden // 32, num_key_value_heads=1,
-        max_position_embeddings=512, tie_word_embeddings=True,
+        max_position_embeddings=4096, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, torch_dtype="float32",
     )

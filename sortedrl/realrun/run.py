@@ -46,6 +46,8 @@ class RunConfig:
     steps: int = 3
     sets: list[str] = field(default_factory=list)
     task: str = "sort"
+    dataset: str | None = None  # the user's JSONL of prompt/answer rows (replaces ``task``)
+    reward: str = "exact"  # how --dataset responses are graded
     prompts: int = 8  # prompts per step
     group_size: int = 4
     max_tokens: int = 64
@@ -87,7 +89,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     receives the backend's host-overhead counters and, under ``steps``, every engine step's
     shape and time."""
     model_dir = check_model_dir(cfg.model)
-    task = get_task(cfg.task)
+    task = get_task(cfg.task, cfg.dataset, cfg.reward)
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
@@ -108,7 +110,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
     n = cfg.group_size
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
-    answers = [tok(p.answer, add_special_tokens=False)["input_ids"] for p in problems for _ in range(n)]
+    grade = grader(task, problems, tok, n)
     groups = prompt_set(cfg, len(problems))
     policy = make_policy(cfg.policy, cfg.sets, groups)
     if policy.placements and "colocated" not in policy.placements:
@@ -144,7 +146,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                         seed=cfg.seed)
     trainer = GRPOTrainer(str(model_dir), lr=cfg.lr, kl_coef=cfg.kl_coef,
                           temperature=cfg.temperature, seed=cfg.seed)
-    backend = RealBackend(engine, trainer, prompts, answers, n, cfg.max_tokens, cfg.temperature,
+    backend = RealBackend(engine, trainer, prompts, grade, n, cfg.max_tokens, cfg.temperature,
                           cfg.max_num_seqs, timeline, seed=cfg.seed, eos=tok.eos_token_id,
                           clock_offset=state["clock"] if state else 0.0)
     controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
@@ -176,6 +178,20 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_trace(out, cfg, task.name)
     return summary
+
+
+def grader(task, problems: list, tok, group_size: int):
+    """The reward of sample ``i``'s response: the task grades the decoded text of a response
+    that ended by itself; a response cut at the length cap gets 0."""
+    eos = tok.eos_token_id
+
+    def grade(i: int, tokens: list[int], reason: str) -> float:
+        if reason != "stop":
+            return 0.0
+        body = tokens[:-1] if eos is not None and tokens and tokens[-1] == eos else tokens
+        return task.reward(problems[i // group_size], tok.decode(body, skip_special_tokens=True))
+
+    return grade
 
 
 def _ids(k: int):

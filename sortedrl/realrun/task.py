@@ -1,4 +1,4 @@
-"""The toy verifiable task: sort a list of digits, graded by exact match.
+"""The built-in verifiable tasks: sort a list of digits, graded by exact match.
 
 ``sort 7 3 9 1 =`` must be answered ``1 3 7 9``. The list length is long-tailed (a geometric
 draw, capped), so response lengths are long-tailed too: most answers are a few tokens, a few are
@@ -6,6 +6,14 @@ several times longer, which is the rollout-scheduling problem in miniature. Prom
 on the fly from a seed; the reward is 1.0 for an exact match of the answer and 0.0 otherwise.
 The vocabulary is tiny (digits, two words, specials), so a locally trained word-level tokenizer
 covers it exactly.
+
+Two sizes share that vocabulary (so one tiny model serves both): ``sort`` (a geometric number
+of items, mean 5, at most 24: responses of a few tokens) and ``sort-long``, whose list length is
+lognormal (median 100 items, sigma 1.2, at most 2,000), so responses run from a few tokens to
+well past 1,000 and a few percent reach a 1,024-token cap, the long tail of reasoning RL
+(p99/p50 of about 10). ``--task module:factory`` plugs in any object with ``name``,
+``problems(n, seed)``, ``reward(problem, response)`` and ``corpus(n, seed)``; ``--dataset`` is
+:class:`sortedrl.realrun.dataset.DatasetTask`.
 """
 
 from __future__ import annotations
@@ -33,9 +41,12 @@ class SortTask:
         self.max_items = max_items
         self.p = 1.0 / mean_items
 
+    def sizes(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return np.minimum(self.max_items, rng.geometric(self.p, size=n))
+
     def problems(self, n: int, seed: int) -> list[Problem]:
         rng = np.random.default_rng(seed)
-        sizes = np.minimum(self.max_items, rng.geometric(self.p, size=n))
+        sizes = self.sizes(rng, n)
         out = []
         for k in sizes:
             items = rng.integers(0, 10, size=int(k))
@@ -51,12 +62,40 @@ class SortTask:
         return [f"{p.prompt} {p.answer}" for p in self.problems(n, seed)]
 
 
-TASKS = {"sort": SortTask}
+class LongSortTask(SortTask):
+    """Sorting digit lists whose length is lognormal: responses from a few tokens to >1,000."""
+
+    name = "sort-long"
+
+    def __init__(self, max_items: int = 2000, median_items: float = 100.0, sigma: float = 1.2) -> None:
+        self.max_items, self.median, self.sigma = max_items, median_items, sigma
+
+    def sizes(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        drawn = rng.lognormal(np.log(self.median), self.sigma, size=n)
+        return np.clip(np.rint(drawn), 1, self.max_items).astype(np.int64)
 
 
-def get_task(name: str) -> SortTask:
+TASKS = {"sort": SortTask, "sort-long": LongSortTask}
+
+
+def get_task(name: str, dataset: str | None = None, reward: str = "exact"):
+    """A built-in task by name, ``module:factory``, or the user's ``--dataset`` file."""
     from sortedrl.errors import ConfigError
 
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)})")
-    return TASKS[name]()
+    if dataset is not None:
+        from sortedrl.realrun.dataset import DatasetTask
+
+        return DatasetTask(dataset, reward)
+    if reward != "exact":
+        raise ConfigError("--reward applies to --dataset only (a built-in or module task grades itself)")
+    if name in TASKS:
+        return TASKS[name]()
+    if ":" in name:
+        from sortedrl.realrun.dataset import load_object
+
+        task = load_object(name, "--task")()
+        missing = [m for m in ("name", "problems", "reward", "corpus") if not hasattr(task, m)]
+        if missing:
+            raise ConfigError(f"--task {name!r}: the task has no {', '.join(missing)}")
+        return task
+    raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)}, or module:factory)")
