@@ -166,7 +166,7 @@ def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
-    (["--task", "poetry"], "unknown task 'poetry' (known: sort)"),
+    (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, or module:factory)"),
     (["--policy", "nope"], "unknown policy 'nope'"),
     (["--policy", "async"], "the real runner is one colocated engine"),
 ])
