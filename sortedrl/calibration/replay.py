@@ -36,6 +36,7 @@ class Replay:
     duration_s: float
     features: np.ndarray  # sums over steps of (1, running, KV tokens, prefilled tokens, admitted)
     step_features: np.ndarray  # the same per step (steps x terms)
+    step_start_s: np.ndarray  # when each step started
     admit_step: np.ndarray  # per request, the step that prefilled it (and gave its first token)
     end_step: np.ndarray  # per request, the step that gave its last token
     idle_s: float  # time the engine had nothing to run
@@ -53,6 +54,7 @@ def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int)
     pending, ready, done = deque(range(n)), [], []  # ready: (time at the engine, request)
     sent, first, end = np.zeros(n), np.zeros(n), np.zeros(n)
     rows: list[tuple[float, int, int, int, int]] = []
+    starts: list[float] = []
     admit_step, end_step = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     t = idle = 0.0
     inflight = step = running = kv = 0
@@ -90,6 +92,7 @@ def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int)
         if new:
             dt += costs.prefill(tokens, pairs, new)
         rows.append((1.0, running, kv, tokens, new))
+        starts.append(t)
         t += dt
         first[admitted] = t
         kv += running
@@ -102,4 +105,5 @@ def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int)
         step += 1
         send(t)
     per_step = np.asarray(rows, dtype=float).reshape(-1, len(ENGINE_TERMS))
-    return Replay(t, per_step.sum(axis=0), per_step, admit_step, end_step, idle, step, sent, first, end)
+    return Replay(t, per_step.sum(axis=0), per_step, np.asarray(starts), admit_step, end_step, idle, step,
+                  sent, first, end)

@@ -55,39 +55,50 @@ def check_enough(runs: list[BenchRun]) -> None:
         f"{len(ENGINE_TERMS)} files (e.g. several --max-concurrency levels) or save with --save-detailed")
 
 
-def fit_bench(runs: list[BenchRun], cluster: Cluster) -> dict:
-    """Fit the engine terms to ``runs``; returns the fitted terms and the error per file."""
+def fit_bench(runs: list[BenchRun], cluster: Cluster, latency_s: float = 0.0) -> dict:
+    """Fit the engine terms to ``runs``; returns the fitted terms and the error per file.
+    ``latency_s`` is a request's latency outside the engine (0: the server's work is engine
+    time, ``p0``; searching it did not improve the fits to the recorded CPU files)."""
     check_enough(runs)
+    base = cluster.cost()
+    terms, reps, (X, y, w, x) = _fit_at(runs, cluster, latency_s)
+    costs = engine_costs(terms, base)
+    err = _stderr(X, y, w, x)
+    return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
+                      for (k, v), s in zip(terms.items(), err, strict=True)},
+            "latency_s": latency_s,
+            "unidentified": _unidentified(X * w[:, None]),
+            "uncertain": _uncertain(reps, x, err),
+            "files": [_file_report(r, costs, latency_s, cluster.max_num_seqs) for r in runs],
+            "costs": costs}
+
+
+def _fit_at(runs: list[BenchRun], cluster: Cluster, latency_s: float):
+    """Fit and replay alternately until the terms settle (at once when the schedule does not
+    depend on them)."""
     base = cluster.cost()
     terms = {"t_fix": base.t_fix or 1e-3, "s1": base.s1, "a1": base.a1, "p1": base.p1, "p0": base.p0}
     for _ in range(ITERATIONS):
-        reps = [replay(r, engine_costs(terms, base), 0.0, cluster.max_num_seqs) for r in runs]
-        X, y, w = _design(runs, reps)
+        reps = [replay(r, engine_costs(terms, base), latency_s, cluster.max_num_seqs) for r in runs]
+        X, y, w = _design(runs, reps, latency_s)
         x = _solve(X, y, w)
         new = dict(zip(ENGINE_TERMS, (float(v) for v in x), strict=True))
         settled = all(math.isclose(new[k], terms[k], rel_tol=1e-9, abs_tol=1e-15) for k in terms)
         terms = new
         if settled:
             break
-    costs = engine_costs(terms, base)
-    err = _stderr(X, y, w, x)
-    return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
-                      for (k, v), s in zip(terms.items(), err, strict=True)},
-            "unidentified": _unidentified(X * w[:, None]),
-            "uncertain": _uncertain(reps, x, err),
-            "files": [_file_report(r, costs, cluster.max_num_seqs) for r in runs],
-            "costs": costs}
+    return terms, reps, (X, y, w, x)
 
 
 # -- the linear system ----------------------------------------------------------------------------
 
 
-def _design(runs: list[BenchRun], reps: list[Replay]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _design(runs: list[BenchRun], reps: list[Replay], latency_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows: each file's duration, and each detailed request's ttft and end-to-end latency;
     weights make each a relative error, and give a file's duration the weight of its requests."""
     X, y, w = [], [], []
     for run, rep in zip(runs, reps, strict=True):
-        rows, targets = _request_rows(run, rep)
+        rows, targets = _request_rows(run, rep, latency_s)
         X.append(rep.features[None, :])
         y.append([run.duration_s - rep.idle_s])
         w.append([math.sqrt(max(1, len(targets))) / run.duration_s])
@@ -98,14 +109,17 @@ def _design(runs: list[BenchRun], reps: list[Replay]) -> tuple[np.ndarray, np.nd
     return np.vstack(X), np.concatenate(y), np.concatenate(w)
 
 
-def _request_rows(run: BenchRun, rep: Replay) -> tuple[np.ndarray, np.ndarray]:
+def _request_rows(run: BenchRun, rep: Replay, latency_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """A request's time to first token is its latency, its wait for the running step to end
+    (from the replay) and its admission step; its end-to-end time adds the steps to its last."""
     if not run.detailed:
         return np.zeros((0, len(ENGINE_TERMS))), np.zeros(0)
     prefix = np.vstack([np.zeros(len(ENGINE_TERMS)), np.cumsum(rep.step_features, axis=0)])
     first = rep.step_features[rep.admit_step]
     whole = prefix[rep.end_step + 1] - prefix[rep.admit_step]
+    before = rep.step_start_s[rep.admit_step] - rep.sent_s  # latency + wait, s
     e2e = run.ttfts + np.array([g.sum() for g in run.itls])
-    return np.vstack([first, whole]), np.concatenate([run.ttfts, e2e])
+    return np.vstack([first, whole]), np.concatenate([run.ttfts - before, e2e - before])
 
 
 def _solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -144,8 +158,8 @@ def _uncertain(reps: list[Replay], x: np.ndarray, err: list[float]) -> list[str]
     return [k for k, f, e in zip(ENGINE_TERMS, feats / steps, err, strict=True) if e * f > UNCERTAIN * mean_step]
 
 
-def _file_report(run: BenchRun, costs: CostModel, max_num_seqs: int) -> dict:
-    rep = replay(run, costs, 0.0, max_num_seqs)
+def _file_report(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int) -> dict:
+    rep = replay(run, costs, latency_s, max_num_seqs)
     out = {"path": run.path, "engine_version": run.engine_version, "concurrency": run.concurrency,
            "requests": len(run.input_lens), "detailed": run.detailed,
            "lengths_from_totals": run.lengths_from_totals, "duration_s": run.duration_s,
@@ -157,6 +171,6 @@ def _file_report(run: BenchRun, costs: CostModel, max_num_seqs: int) -> dict:
     return out
 
 
-def predict_duration(run: BenchRun, costs: CostModel, max_num_seqs: int) -> float:
+def predict_duration(run: BenchRun, costs: CostModel, max_num_seqs: int, latency_s: float = 0.0) -> float:
     """The benchmark's duration replayed on ``costs`` (what the acceptance test compares)."""
-    return replay(run, costs, 0.0, max_num_seqs).duration_s
+    return replay(run, costs, latency_s, max_num_seqs).duration_s
