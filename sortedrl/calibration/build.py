@@ -36,7 +36,7 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     if bench:
         runs = [read_bench(p) for p in bench]
         engine = fit_bench(runs, cluster)
-        costs = dataclasses.replace(engine.pop("costs"), **_trainer_terms(costs))
+        costs = engine.pop("costs")  # with the preset's trainer terms
         fit["engine"] = {"source": "vllm-bench", "fixed_by_model": list(MODEL_FIXED), **engine}
         measured |= set(engine["terms"]) | set(MODEL_FIXED)
         base["device"] = f"the server of the benchmark files (shape of {cluster.name})"
@@ -75,11 +75,6 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
             "model": cluster.model, "engine": "none measured (the preset's roofline)", "engine_version": "",
             "engine_config": {"max_num_seqs": cluster.max_num_seqs, "kv_budget_tokens": cluster.kv_budget},
             "cluster": {"preset": cluster.name, **{k: getattr(cluster, k) for k in SHAPE}}}
-
-
-def _trainer_terms(costs: CostModel) -> dict:
-    keep = {"train_per_token", "train_fix", "sync_s", "train_padded", "offload_s", "onload_s", "f0"}
-    return {f.name: getattr(costs, f.name) for f in dataclasses.fields(costs) if f.name in keep}
 
 
 def _costs_json(costs: CostModel) -> dict:

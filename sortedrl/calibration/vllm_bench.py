@@ -41,9 +41,17 @@ TERM_UNITS = {"t_fix": "s/step", "s1": "s/sequence/step", "a1": "s/KV token/step
 
 
 def engine_costs(terms: dict[str, float], base: CostModel) -> CostModel:
-    """``base`` (the preset's trainer and sync terms) with the fitted engine terms."""
-    return dataclasses.replace(base, **terms, a0=0.0, c1=0.0, p2=0.0, pn=0.0, step_table=None,
-                               prefill_in_step=True)
+    """The fitted engine terms, with ``base``'s (the preset's) trainer and sync terms; every
+    other engine term is 0 (a preset's roofline terms would count the step twice)."""
+    return CostModel(**{**terms, "a0": 0.0, "c1": 0.0, "p2": 0.0, "prefill_in_step": True},
+                     **trainer_terms(base))
+
+
+def trainer_terms(costs: CostModel) -> dict:
+    """The terms of the update, the weight sync and the moves around them (``train_*``,
+    ``sync*``, ``offload_s``, ``onload_s``): what a benchmark of the engine does not measure."""
+    return {f.name: getattr(costs, f.name) for f in dataclasses.fields(costs)
+            if f.name.startswith(("train_", "sync")) or f.name in ("offload_s", "onload_s")}
 
 
 def check_enough(runs: list[BenchRun]) -> None:
