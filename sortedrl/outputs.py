@@ -15,6 +15,13 @@ of the same command with the same options, since its name cannot tell the user w
 
 Labels that become directory names (``compare --policy LABEL=NAME``) go through
 :func:`check_label`, so a label can never name a path outside ``--out``.
+
+A new command uses it in three lines (``force`` from ``cli_common.FORCE``)::
+
+    outs = Outputs("forecast", force, inputs=[trace_path])       # before any work
+    out = outs.file(out, "--out")                                 # or outs.run_dir(out, default)
+    ...                                                           # the work
+    outs.write({out: write_json(result)})                         # all or nothing
 """
 
 from __future__ import annotations
