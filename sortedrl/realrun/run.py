@@ -27,6 +27,7 @@ from types import SimpleNamespace
 
 from sortedrl.errors import ConfigError
 from sortedrl.metrics import summarize
+from sortedrl.policies.auto import auto_params
 from sortedrl.policies.base import SampleState, params_dict
 from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
@@ -174,7 +175,9 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         engine.close()
         if stats is not None:
             stats.update(backend.stats, step_log=backend.step_log)
-    summary = summarize(Timeline.read_jsonl(out / "timeline.jsonl"))
+    timeline = Timeline.read_jsonl(out / "timeline.jsonl")
+    timeline.meta["auto_params"] = auto_params(policy, cfg.max_num_seqs)  # one engine's slots
+    summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_trace(out, cfg, task.name)
     return summary
