@@ -42,6 +42,7 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     (tmp_path / "afile").write_text("a file, not a directory")
     (tmp_path / "old.json").write_text("{}")
+    (tmp_path / "nan.json").write_text('{"preset": "h100-llama3.1-8b", "mbu": NaN}')
     run = tmp_path / "run"  # a simulate run directory, for plot and report
     r = runner.invoke(app, ["simulate", *SMALL, "--policy", "sync", "--out", str(run), "--json"])
     assert r.exit_code == 0, r.output
@@ -99,6 +100,10 @@ CASES = {
                          "--set oversubscribe=nan: expected a finite number"),
     "compare --set knob = -inf": ([*CMP, "--set", "sync.minibatches=1", "--policy", "s=sortedrl",
                                    "--set", "s.oversubscribe=-inf", "--out", "c"], "expected a finite number"),
+    "cluster file with NaN": ([*SIM, "--cluster", "nan.json", "--out", "s"],
+                              "nan.json: field 'mbu': must be in (0, 1], got nan"),
+    "--lr inf for a real run": (["run", "--model", "m", "--policy", "sync", "--steps", "1", "--lr", "inf",
+                                 "--out", "r"], "--lr inf: must be a finite number"),
     "tune --max-staleness nan": (["tune", *SMALL, "--policy", "sync", "--max-staleness", "nan", "--out", "t"],
                                  "--max-staleness nan: must be a finite number"),
     "tune range to inf": (["tune", *SMALL, "--policy", "sortedrl", "--param", "sortedrl.oversubscribe=1:inf",
