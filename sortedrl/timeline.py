@@ -11,8 +11,8 @@ Record kinds (``docs/metrics.md`` defines each field):
 - ``span``: one stretch of decoding of one sample on one engine under one policy version, written
   when it ends; ``end`` says how: ``finish``, ``preempt`` (KV cache full; recomputed later) or
   ``abort`` (a policy action). Preempt, finish and abort events are these span ends;
-- ``prefill``: an engine-wide prefill of newly admitted samples (``recomputed`` counts tokens that
-  had been generated before and are recomputed);
+- ``prefill``: the prefill of newly admitted samples, engine-wide or in chunks beside the running
+  batch (``recomputed`` counts tokens that had been generated before and are recomputed);
 - ``admit``, ``abort``, ``discard``: the controller's decisions; ``filter``: finished groups
   dropped by dynamic sampling (all rewards equal, so no GRPO signal);
 - ``train``: one update from ``version`` to ``version + 1``; ``sync``: one weight push.

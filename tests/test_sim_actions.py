@@ -10,6 +10,7 @@ Run: pytest tests/test_sim_actions.py
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hypothesis import given, settings
@@ -133,10 +134,13 @@ class Chaos(Policy):
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(1, 60), min_size=1, max_size=14), st.integers(1, 3),
-       st.integers(1, 4), st.integers(0, 10_000), st.sampled_from([0.0, 0.01]))
-def test_random_mid_step_actions_keep_every_invariant(lengths, engines, cap, seed, a1):
+       st.integers(1, 4), st.integers(0, 10_000), st.sampled_from([0.0, 0.01]),
+       st.sampled_from([0, 5, 12]))
+def test_random_mid_step_actions_keep_every_invariant(lengths, engines, cap, seed, a1, chunk):
     trace = make_trace(lengths, prompt_lens=[1 + (i * 7) % 9 for i in range(len(lengths))])
     cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=200, p1=0.37, a1=a1)
+    cluster = dataclasses.replace(cluster, chunked_prefill=chunk > 0,
+                                  max_num_batched_tokens=chunk or 8192)  # 0: prefill stalls
     r = simulate(trace, Chaos(seed, run_context(trace)), cluster, audit=True)
     draw = AttemptLengths(trace, seed=0)  # a regenerated attempt's own length (--regen resample)
     last = {}

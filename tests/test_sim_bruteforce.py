@@ -10,6 +10,7 @@ Run: pytest tests/test_sim_bruteforce.py
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 import numpy as np
@@ -22,8 +23,10 @@ from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
 
-def brute_engine(t, samples, L, P, cost, cap, K, K_admit):
+def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0):
     """Step one engine decode step by decode step. Returns (spans, end time)."""
+    if chunk and not cost.prefill_in_step:
+        return brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk)
     first = 0 if cost.prefill_in_step else 1  # does the prefill pass yield a token itself?
     queue = deque(samples)
     gen0 = {i: 0 for i in samples}
@@ -66,6 +69,65 @@ def brute_engine(t, samples, L, P, cost, cap, K, K_admit):
         kv += len(running)
 
 
+def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk):
+    """Chunked prefill, step by step: a step carries one token per running sample and up to
+    ``chunk - B`` prompt tokens of the samples being admitted, which join (with their first token)
+    after their last chunk. A set of samples is admitted only if its chunks end by the next finish
+    of a running sample and the KV after them leaves room for one more step. Preemption as in
+    :func:`brute_engine`."""
+    queue = deque(samples)
+    gen0 = {i: 0 for i in samples}
+    running: list[list] = []  # [sample, tokens, t0, tok0]
+    kv = 0
+    spans = []
+    while True:
+        for r in [r for r in running if r[1] == L[r[0]]]:
+            running.remove(r)
+            kv -= P[r[0]] + r[1]
+            spans.append((r[2], t, r[0], r[1] - r[3], "finish"))
+        while running and kv + len(running) > K:
+            r = running.pop()
+            kv -= P[r[0]] + r[1]
+            spans.append((r[2], t, r[0], r[1] - r[3], "preempt"))
+            queue.appendleft(r[0])
+            gen0[r[0]] = r[1]
+        b0 = len(running)
+        horizon = min((L[r[0]] - r[1] for r in running), default=10**9)
+        admitted, tokens, pairs, steps, need_kv = [], 0, 0, 0, kv
+        while queue and b0 + len(admitted) < cap:
+            ctx = P[queue[0]] + gen0[queue[0]]
+            n = -(-(tokens + ctx) // (chunk - b0))
+            if n > horizon or need_kv + ctx + 1 + b0 * n + b0 + len(admitted) + 1 > K_admit:
+                break
+            i = queue.popleft()
+            admitted.append(i)
+            tokens += ctx
+            pairs += ctx * (ctx + 1) // 2
+            need_kv += ctx + 1
+            steps = n
+        if admitted:
+            left, t0 = tokens, t
+            for _ in range(steps):  # mixed steps: the running batch decodes beside a chunk
+                part = min(left, chunk - b0)
+                t += cost.decode_step(b0, kv) + cost.p1 * part
+                left -= part
+                for r in running:
+                    r[1] += 1
+                kv += b0
+            t += cost.pn + cost.p0 * len(admitted) + cost.p2 * pairs
+            for i in admitted:
+                running.append([i, gen0[i] + 1, t0, gen0[i]])
+                kv += P[i] + gen0[i] + 1
+            continue
+        if not running:
+            assert not queue
+            return spans, t
+        t += cost.decode_step(len(running), kv)
+        for r in running:
+            r[1] += 1
+        kv += len(running)
+
+
 def blocks(samples, engines):
     size, extra = divmod(len(samples), engines)
     out, pos = [], 0
@@ -89,7 +151,8 @@ def brute_sync(trace, cluster, batch):
             if not chunk:
                 continue
             sp, end = brute_engine(t, chunk, L, P, cost, cluster.max_num_seqs, cluster.kv_budget,
-                                   cluster.kv_admit_budget)
+                                   cluster.kv_admit_budget,
+                                   cluster.max_num_batched_tokens if cluster.chunked_prefill else 0)
             spans += [(a, b, e, i, k, why) for a, b, i, k, why in sp]
             ends.append(end)
         t = max(ends)
@@ -121,15 +184,18 @@ def cases(draw):
         prefill_in_step=draw(st.booleans()),
     )
     batch = draw(st.integers(1, max(1, n // group)))
-    return lengths, prompts, group, engines, cap, kv, wm, costs, batch
+    chunk = draw(st.sampled_from([0, 0, cap + 1, cap + 7, 64]))  # 0: prefill stalls the engine
+    return lengths, prompts, group, engines, cap, kv, wm, costs, batch, chunk
 
 
 @settings(max_examples=150, deadline=None)
 @given(cases())
 def test_event_jump_matches_brute_force(case):
-    lengths, prompts, group, engines, cap, kv, wm, costs, batch = case
+    lengths, prompts, group, engines, cap, kv, wm, costs, batch, chunk = case
     trace = make_trace(lengths, prompts, group_size=group, max_len=max(lengths))
     cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=kv, watermark=wm, **costs)
+    cluster = dataclasses.replace(cluster, chunked_prefill=chunk > 0,
+                                  max_num_batched_tokens=chunk or 8192)
     if prompts and max(prompts) + max(lengths) + 1 > cluster.kv_admit_budget:
         return  # an impossible cluster, tested elsewhere
     policy = make_policy("sync", [f"rollout_batch={batch}"], trace)

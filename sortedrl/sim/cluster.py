@@ -52,6 +52,8 @@ class Cluster:
     placement: str = field(default="colocated", metadata={"help": "colocated (rollout and training alternate on the same GPUs) or disaggregated (separate pools)"})
     train_gpus: int = field(default=0, metadata={"help": "disaggregated: GPUs of the trainer pool (0: a quarter of the GPUs); the rest run rollout"})
     max_num_seqs: int = field(default=256, metadata={"help": "max running sequences per engine (vLLM max_num_seqs)"})
+    chunked_prefill: bool = field(default=False, metadata={"help": "prefill in chunks inside decode steps, as vLLM V1 (the presets turn it on); false: an admission stalls the engine"})
+    max_num_batched_tokens: int = field(default=8192, metadata={"help": "tokens per engine step with chunked prefill (vLLM max_num_batched_tokens)"})
     gpu_mem_util: float = field(default=0.9, metadata={"help": "share of HBM given to weights + KV cache"})
     kv_budget_tokens: int = field(default=0, metadata={"help": "KV tokens per engine; 0 derives it from HBM, weights and KV size"})
     kv_watermark: float = field(default=0.01, metadata={"help": "share of the KV budget kept free when admitting"})
@@ -196,6 +198,9 @@ class Cluster:
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"{where}: field 'placement': unknown placement {self.placement!r} "
                               f"(known: {', '.join(PLACEMENTS)})")
+        if self.chunked_prefill and self.max_num_batched_tokens <= self.max_num_seqs:
+            raise ConfigError(f"{where}: field 'max_num_batched_tokens': must be > max_num_seqs "
+                              f"({self.max_num_seqs}), got {self.max_num_batched_tokens}")
         for name in ("tp", "gpus", "max_num_seqs", "gpus_per_node", "ep"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}: field '{name}': must be >= 1, got {getattr(self, name)}")
@@ -283,7 +288,7 @@ def preset(name: str) -> Cluster:
     gpus = int(m["g"]) if m["g"] else default_gpus(m["gpu"], m["model"], tp, placement)
     seqs = int(m["seqs"]) if m["seqs"] else Cluster.max_num_seqs
     return Cluster(name=name, gpu=m["gpu"], model=m["model"], tp=tp, gpus=gpus,
-                   max_num_seqs=seqs, placement=placement).validate(name)
+                   max_num_seqs=seqs, placement=placement, chunked_prefill=True).validate(name)
 
 
 def default_tp(gpu: str, model: str) -> int:

@@ -19,6 +19,13 @@ Conventions (the brute-force reference in the tests uses the same ones):
   ``prefill_in_step`` (vLLM V1 batching a prefill into the next step), that step does;
 - the head of the queue is admitted when ``kv + prompt + g + 1 + (B + 1) <= kv_admit_budget``,
   leaving room for one more decode step; a step runs only when ``kv + B <= kv_budget``;
+- with chunked prefill (``chunk_budget``, vLLM V1's ``max_num_batched_tokens``; the GPU presets)
+  an admission is no stall: the ``B`` running samples keep decoding in ``n = ceil(T / (budget -
+  B))`` mixed steps that also carry the ``T`` prompt tokens, each costing a decode step of the
+  ``B`` plus its chunk's prefill compute; the last chunk yields the new samples' first token.
+  Samples join FCFS while the chunks end by the next finish of a running sample (else the
+  admission waits for that finish: the closed form needs a constant batch) and ``kv + T + new +
+  n·B`` leaves room for one more step. An action mid-phase lets the phase finish, as mid-step;
 - an action that arrives mid-step lets the step finish for everyone else (the engine's base moves
   to the end of that step); an aborted sample keeps only its completed tokens.
 
@@ -53,7 +60,7 @@ class EngineState:
         self.t = 0.0  # base time
         self.step = 0  # decode steps completed at the base
         self.kv = 0  # KV tokens held at the base
-        self.inflight = False  # the base is the end of a decode step still running
+        self.inflight = 0  # the base is the end of this many decode steps still running
         self.prefilling: tuple[int, ...] = ()  # samples whose prefill ends at the base
         self.frozen = False  # stalled by a weight sync: nothing decodes
         self.cost = cost
@@ -78,9 +85,9 @@ class EngineState:
         if now >= self.t:
             b = len(self.run)
             return self.step + self.cost.decode_steps_within(now - self.t, b, self.kv) + off
-        if self.inflight:
-            return self.step - 1 + off
-        return tok0 if sample in self.prefilling else self.step + off
+        if sample in self.prefilling:
+            return tok0
+        return self.step - self.inflight + off
 
 
 class Engine:
@@ -88,8 +95,10 @@ class Engine:
 
     def __init__(self, index: int, cost: CostModel, max_num_seqs: int, kv_budget: int,
                  kv_admit_budget: int, lengths: list[int], prompt_len: list[int],
-                 timeline: Timeline) -> None:
+                 timeline: Timeline, chunk_budget: int = 0) -> None:
         self.pub = EngineState(index, max_num_seqs, cost)
+        # chunked prefill: tokens per step (vLLM max_num_batched_tokens); 0 = a prefill stalls
+        self.chunk = 0 if cost.prefill_in_step else chunk_budget
         self.cost = cost
         self.K = kv_budget
         self.K_admit = kv_admit_budget
@@ -127,7 +136,28 @@ class Engine:
         if not q or len(p.run) >= p.max_num_seqs or not self.enabled or self.stalled:
             return False
         i = q[0]
+        if self.chunk:
+            return self._chunk_steps(0, self._p[i] + self._gen0[i], p.kv, len(p.run)) > 0
         return p.kv + self._p[i] + self._gen0[i] + len(p.run) + 2 <= self.K_admit
+
+    def _horizon(self) -> float:
+        """Decode steps until the next running sample finishes (INF when none runs)."""
+        heap, live = self._heap, self._live
+        if not self.pub.run:
+            return INF
+        while live.get(heap[0][2]) != heap[0][1]:
+            heapq.heappop(heap)
+        return heap[0][0] - self.pub.step
+
+    def _chunk_steps(self, tokens: int, ctx: int, kv: int, running: int) -> int:
+        """Mixed steps needed to prefill ``tokens + ctx`` beside the running batch, or 0 when
+        the next sample (``ctx`` tokens) cannot join: the chunks must end by the next finish
+        of a running sample, and the KV held after them must leave room for one more step."""
+        b0 = len(self.pub.run)
+        steps = -(-(tokens + ctx) // (self.chunk - b0))
+        if steps > self._horizon() or kv + ctx + 1 + b0 * steps + running + 1 > self.K_admit:
+            return 0
+        return steps
 
     def plan(self) -> None:
         """Compute the time of the next membership change (hot path: kept flat)."""
@@ -166,7 +196,7 @@ class Engine:
         t = p.t = self.next_t
         step = p.step = p.step + k
         kv = p.kv + k * len(run)
-        p.inflight = False
+        p.inflight = 0
         p.prefilling = ()
         finished = []
         heap, live, lengths, plen, attempt = self._heap, self._live, self._L, self._p, self._attempt
@@ -209,6 +239,9 @@ class Engine:
 
     def _admit_from_queue(self) -> None:
         """Admit FCFS from the queue while the head fits, then stall for one prefill."""
+        if self.chunk:
+            self._admit_chunked()
+            return
         p = self.pub
         admitted: list[int] = []
         tokens = pairs = recomputed = 0
@@ -244,6 +277,51 @@ class Engine:
         p.t = t + dt
         p.prefilling = tuple(admitted)
 
+    def _admit_chunked(self) -> None:
+        """Admit FCFS while the head fits, prefilling in chunks beside the running batch.
+
+        vLLM V1's chunked prefill: each step carries one token per running sample plus up to
+        ``chunk - B`` prefill tokens, so the running samples keep decoding. The admitted
+        samples' prompts take ``steps`` mixed steps, each costing a decode step of the running
+        batch plus its chunk's prefill compute; the last chunk yields their first token.
+        """
+        p = self.pub
+        admitted: list[int] = []
+        tokens = pairs = recomputed = 0
+        queue, run, lengths, plen, gen0 = p.queue, p.run, self._L, self._p, self._gen0
+        b0, kv, t, ver, steps = len(run), p.kv, p.t, p.version, 0
+        while queue and b0 + len(admitted) < p.max_num_seqs:
+            i = queue[0]
+            ctx = plen[i] + gen0[i]
+            need = self._chunk_steps(tokens, ctx, kv, b0 + len(admitted))
+            if not need:
+                break
+            steps = need
+            queue.popleft()
+            admitted.append(i)
+            kv += ctx + 1
+            tokens += ctx
+            pairs += ctx * (ctx + 1) // 2
+            recomputed += gen0[i]
+        c = self.cost
+        dt = (c.decode_time(steps, b0, p.kv) + c.pn + c.p0 * len(admitted) + c.p1 * tokens
+              + c.p2 * pairs)
+        step = p.step = p.step + steps
+        p.kv = kv + steps * b0
+        for i in admitted:
+            g0 = gen0.pop(i)
+            off = g0 + 1 - step
+            run[i] = (off, t, g0, ver)
+            if self._oldest[i] < 0:
+                self._oldest[i] = ver
+            self._seq += 1
+            self._live[i] = self._seq
+            heapq.heappush(self._heap, (lengths[i] - off, self._seq, i))
+        self._prefills.append((t, t + dt, p.index, admitted, tokens, recomputed))
+        p.t = t + dt
+        p.inflight = steps if b0 else 0
+        p.prefilling = tuple(admitted)
+
     # -- actions from the controller ------------------------------------------------------------
 
     def materialize(self, now: float) -> None:
@@ -255,6 +333,7 @@ class Engine:
         p = self.pub
         if now <= p.t or p.frozen:
             return
+        p.prefilling = ()
         b = len(p.run)
         if b == 0:
             p.t = now
@@ -263,9 +342,9 @@ class Engine:
         k = self.cost.decode_steps_within(elapsed, b, p.kv)
         assert k < self._next_k or self._next_k == 0, "materialize past a pending change"
         if self.cost.decode_time(k, b, p.kv) == elapsed:
-            p.t, done, p.inflight = now, k, False
+            p.t, done, p.inflight = now, k, 0
         else:
-            p.t, done, p.inflight = p.t + self.cost.decode_time(k + 1, b, p.kv), k + 1, True
+            p.t, done, p.inflight = p.t + self.cost.decode_time(k + 1, b, p.kv), k + 1, 1
         p.step += done
         p.kv += done * b
 
@@ -287,11 +366,11 @@ class Engine:
         self.materialize(now)
         off, t0, tok0, ver = p.run.pop(sample)
         del self._live[sample]
-        if now < p.t and p.inflight:
-            tok = p.step - 1 + off
-        elif now < p.t and sample in p.prefilling:
+        if now < p.t and sample in p.prefilling:
             tok = tok0
             p.prefilling = tuple(j for j in p.prefilling if j != sample)
+        elif now < p.t and p.inflight:
+            tok = p.step - p.inflight + off
         else:
             tok = p.step + off
         p.kv -= self._p[sample] + p.step + off
@@ -327,7 +406,7 @@ class Engine:
         """New weights are in: running samples continue (KV kept) under ``version``."""
         p = self.pub
         p.t = max(p.t, now)
-        p.inflight = False
+        p.inflight = 0
         p.prefilling = ()
         p.version = version
         for i, (off, _, _, _) in p.run.items():

@@ -1,0 +1,69 @@
+"""Chunked prefill inside decode steps, hand-computed (vLLM V1's ``max_num_batched_tokens``).
+
+Costs are round numbers: a decode step (or a mixed step) costs ``t_fix + a0 = 2 s`` plus
+``p1 = 0.01 s`` per prompt token it carries.
+
+Run: pytest tests/test_sim_prefill.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sortedrl.errors import ConfigError
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import preset
+from sortedrl.sim.run import simulate
+from tests.conftest import make_trace, tiny_cluster
+
+
+def chunked(cluster, budget):
+    return dataclasses.replace(cluster, chunked_prefill=True, max_num_batched_tokens=budget)
+
+
+def spans(result):
+    return sorted((s[3], round(s[0], 9), round(s[1], 9), s[6], s[7]) for s in result.timeline.spans)
+
+
+def test_running_samples_decode_beside_a_chunked_prefill():
+    # A (prompt 2, 10 tokens) and B (prompt 2, 2 tokens) are admitted together: one mixed step
+    # of 2 + 0.04 s. B finishes after one more step (4.04). C (prompt 30) then joins beside A:
+    # 11 prompt tokens per step (budget 12 - 1 running) -> 3 mixed steps of 2 s + 0.30 s of
+    # prefill compute, ending at 10.34, during which A decodes 3 tokens (it is not stalled).
+    trace = make_trace([10, 2, 3], prompt_lens=[2, 2, 30])
+    cluster = chunked(tiny_cluster(max_num_seqs=2, p1=0.01), budget=12)
+    r = simulate(trace, make_policy("sync", ["rollout_batch=3"], trace), cluster, audit=True)
+    # A: 1 token at 2.04, 2 at 4.04, 5 at 10.34, then 5 steps -> 20.34
+    # C: first token at 10.34, 2 more steps -> 14.34
+    assert spans(r) == [(0, 0.0, 20.34, 10, "finish"), (1, 0.0, 4.04, 2, "finish"),
+                        (2, 4.04, 14.34, 3, "finish")]
+    prefills = [(round(a, 9), round(b, 9), e, s, k) for a, b, e, s, k, _ in r.timeline.prefills]
+    assert prefills == [(0.0, 2.04, 0, [0, 1], 4), (4.04, 10.34, 0, [2], 30)]
+    # the same run with the engine-wide stall: A waits through C's prefill (2 + 0.3 s) and
+    # finishes later
+    stall = simulate(trace, make_policy("sync", ["rollout_batch=3"], trace),
+                     tiny_cluster(max_num_seqs=2, p1=0.01), audit=True)
+    assert spans(stall)[0][2] > 20.34
+
+
+def test_an_admission_waits_when_its_chunks_would_outlast_the_next_finish():
+    # at 4.04 B has finished and A has 2 of its 3 tokens: C's 30 prompt tokens at 11 per step
+    # need 3 mixed steps, more than A's 1 step left, so C waits for A's finish
+    trace = make_trace([3, 2, 3], prompt_lens=[2, 2, 30])
+    cluster = chunked(tiny_cluster(max_num_seqs=2, p1=0.01), budget=12)
+    r = simulate(trace, make_policy("sync", ["rollout_batch=3"], trace), cluster, audit=True)
+    # A: 1 token at 2.04, 3 at 6.04 (finish). C admitted at 6.04 alone: ceil(30/12) = 3 steps of
+    # 2 s + 0.3 s -> first token at 12.34, 2 more steps -> 16.34
+    assert spans(r) == [(0, 0.0, 6.04, 3, "finish"), (1, 0.0, 4.04, 2, "finish"),
+                        (2, 6.04, 16.34, 3, "finish")]
+
+
+def test_presets_chunk_by_default_and_the_budget_is_checked():
+    assert preset("h100-llama3.1-8b").chunked_prefill
+    assert preset("h100-llama3.1-8b").max_num_batched_tokens == 8192
+    assert not tiny_cluster().chunked_prefill  # explicit cost models keep their own prefill
+    bad = dataclasses.replace(preset("h100-llama3.1-8b"), max_num_batched_tokens=100)
+    with pytest.raises(ConfigError, match="field 'max_num_batched_tokens': must be > max_num_seqs"):
+        bad.validate("x.json")
