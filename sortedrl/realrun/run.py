@@ -100,6 +100,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         raise ConfigError(f"--out {out}: exists and is not empty (use --resume to continue it)")
     if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
         raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
+    if not 0.0 < cfg.temperature < float("inf"):
+        raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
 
     from transformers import AutoTokenizer
 
