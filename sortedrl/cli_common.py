@@ -66,6 +66,10 @@ def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | N
     if (trace is None) == (synthetic is None):
         raise ConfigError("give exactly one of --trace FILE or --synthetic PRESET")
     if trace is not None:
+        from sortedrl.traces.model import generate, is_trace_model, load_model
+
+        if is_trace_model(trace):  # --trace-model MODEL.json: a run of --steps from the model
+            return generate(load_model(trace), steps or 1, seed=seed, prompts=prompts)
         return read_trace(trace)
     return synthesize(synthetic, prompts=prompts, group_size=group_size, steps=steps, seed=seed)
 
@@ -126,17 +130,20 @@ def _preset_default(field: str) -> str:
     return str(values[0]) if len(values) == 1 else "/".join(map(str, values))
 
 
-TRACE = typer.Option(None, "--trace", help="length trace (.jsonl, .csv, .parquet)")
+TRACE = typer.Option(None, "--trace", "--trace-model",
+                     help="length trace (.jsonl, .csv, .parquet), or a trace model from `trace fit`")
 SYNTHETIC = typer.Option(None, "--synthetic", help=f"synthetic preset ({', '.join(sorted(PRESETS))})")
 CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help=(
     "a preset {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg] (`sortedrl clusters` lists them; defaults "
     "8 GPUs, 256 seqs per engine, colocated), a cluster JSON file, or a calibrated profile"))
 SEED = typer.Option(0, "--seed", help="seed (synthetic traces, searches)")
 PROMPTS = typer.Option(None, "--prompts", show_default=False,
-                       help=f"synthetic: prompts per step (default: {_preset_default('prompts')}, the preset's)")
+                       help=f"synthetic or trace model: prompts per step (default: {_preset_default('prompts')}, "
+                            "the preset's; the model's)")
 GROUP_SIZE = typer.Option(None, "--group-size", show_default=False,
                           help=f"synthetic: responses per prompt, GRPO n (default: {_preset_default('group_size')})")
-STEPS = typer.Option(4, "--steps", help="synthetic: training steps (the first is every policy's warm-up)")
+STEPS = typer.Option(4, "--steps", help="synthetic or trace model: training steps (the first is every "
+                                        "policy's warm-up)")
 FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")
 REGEN = typer.Option("resample", "--regen", help="length of a regenerated attempt: resample (a fresh "
                      "draw for its prompt, docs/metrics.md) or same (repeat the recorded length)")

@@ -20,6 +20,7 @@ from sortedrl.errors import ConfigError, TraceError
 from sortedrl.outputs import Outputs
 from sortedrl.progress import Phases
 from sortedrl.tables import METRICS_LINE
+from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.io import FORMATS, read_trace, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
@@ -140,6 +141,9 @@ def synth_cmd(
         f"wrote {out}: {len(trace)} samples, {trace.prompts_per_step} prompts x "
         f"{trace.meta.group_size} per step, {trace.num_groups // trace.prompts_per_step} steps"
     )
+
+
+_register_fit(app)
 
 
 @app.command("stats")

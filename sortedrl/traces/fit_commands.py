@@ -1,0 +1,86 @@
+"""``sortedrl trace fit``: fit the length model to a trace, print how well it fits, save it.
+
+Thin over :mod:`sortedrl.traces.fit`; registered on the ``trace`` command group. The model file
+is written atomically and never over an input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sortedrl.errors import ConfigError, SortedRLError
+
+
+def fit_cmd(
+    trace: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv or .parquet).")],
+    out: Annotated[Path, typer.Option(help="Output model (.json).")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
+    drift_from: Annotated[Path | None, typer.Option(
+        help="W&B export CSV of a longer run: fit the per-step drift of the mean from it.")] = None,
+    metric: Annotated[str, typer.Option(
+        help="The length metric in --drift-from (its max and clip-ratio siblings are read too "
+             "when present).")] = "response_length/mean",
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the model as JSON.")] = False,
+) -> None:
+    """Fit the hierarchical length model to a trace; report quantiles and the KS statistic."""
+    from sortedrl.outputs import Outputs, write_text
+    from sortedrl.traces.fit import drift_from_wandb, fit_trace
+    from sortedrl.traces.io import read_trace
+
+    try:
+        if out.suffix.lower() != ".json":
+            raise ConfigError(f"--out {out}: a trace model is a .json file")
+        outs = Outputs("trace fit", force, inputs=[trace, drift_from])
+        outs.file(out, "--out")
+        model = fit_trace(read_trace(trace), source=trace.name)
+        if drift_from is not None:
+            model = dataclasses.replace(model, **drift_from_wandb(drift_from, metric))
+        body = model.to_json()
+        outs.write({out: write_text(body)})
+    except SortedRLError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(e.exit_code) from None
+    if as_json:
+        typer.echo(body, nl=False)
+        return
+    console = Console()
+    console.print(_params_table(model))
+    console.print(_fit_table(model.fit))
+    console.print(f"wrote {out}")
+
+
+def _params_table(model) -> Table:
+    table = Table(title=f"length model of {model.source}")
+    table.add_column("parameter")
+    table.add_column("value", justify="right")
+    for f in dataclasses.fields(model):
+        if f.name not in ("fit", "source"):
+            v = getattr(model, f.name)
+            table.add_row(f.name, "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+    return table
+
+
+def _fit_table(fit: dict) -> Table:
+    table = Table(title=f"goodness of fit: KS statistic {fit['ks']:.4f} "
+                        f"({fit['samples']} samples vs {fit['model_samples']} drawn)")
+    table.add_column("response_len")
+    table.add_column("data (tok)", justify="right")
+    table.add_column("model (tok)", justify="right")
+    for row in fit["quantiles"]:
+        table.add_row(f"p{round(row['q'] * 100)}", f"{row['data']:.0f}", f"{row['model']:.0f}")
+    table.add_row("mean", f"{fit['mean_data']:.1f}", f"{fit['mean_model']:.1f}")
+    table.add_row("truncated share", f"{fit['truncated_data']:.4f}", f"{fit['truncated_model']:.4f}")
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit")(fit_cmd)
+
+
+__all__ = ["fit_cmd", "register"]

@@ -1,0 +1,164 @@
+"""A fitted length model: what a short trace says about a whole run, in a dozen numbers.
+
+A user's own trace often covers one or a few steps; a single-step trace ends before any policy
+reaches a steady state, so its drain dominates. ``trace fit`` (:mod:`sortedrl.traces.fit`)
+estimates this model from such a trace, and :func:`generate` draws a run of any number of steps
+with the same statistics. The model is the hierarchical one of :mod:`sortedrl.traces.synth`,
+reduced to what a trace identifies, for prompt ``p``, sample ``k`` and step ``t``:
+
+* prompt effect ``m_p = mu0 + drift * t + sigma_between * z_p``, ``z_p ~ N(0, 1)``;
+* ``log l = m_p + sigma_within * e``, ``e ~ N(0, 1)``: responses to one prompt are alike;
+* with probability ``runaway_share + runaway_drift * t`` a sample runs away to the cap;
+* ``response_len = clip(round(l), 1, cap)``; ``truncated`` = at the cap (truncation at the cap);
+* reward: each prompt has a pass rate ``q_p ~ Beta(pass_alpha, pass_beta)`` and each sample
+  passes (reward 1) with probability ``q_p``, 0 otherwise (the parametrisation of per-prompt pass
+  rates in GRPO: a group with ``q_p`` of 0 or 1 teaches nothing);
+* ``prompt_len = clip(round(lognormal(log prompt_median, prompt_sigma)), prompt_min, prompt_max)``.
+
+Stored as JSON with the key ``sortedrl_trace_model``; every field is checked on load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sortedrl.errors import TraceError
+from sortedrl.traces.schema import Trace, TraceMeta
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class TraceModel:
+    """Parameters of the fitted length model (see the module docstring); lengths in tokens."""
+
+    max_response_len: int
+    group_size: int
+    prompts_per_step: int
+    mu0: float  # log-length mean of a prompt at step 0
+    sigma_between: float  # std of the prompt effect (log units)
+    sigma_within: float  # std of log length within a group
+    drift: float  # log-length mean change per step
+    runaway_share: float  # share of samples that run to the cap at step 0
+    prompt_median: float
+    prompt_sigma: float
+    prompt_min: int
+    prompt_max: int
+    runaway_drift: float = 0.0  # change of runaway_share per step (from a W&B clip_ratio)
+    max_drift: float = 0.0  # log change of the per-step max per step (W&B; reported only)
+    pass_alpha: float | None = None  # Beta pass-rate prior; None: the trace had no reward
+    pass_beta: float | None = None
+    source: str = ""
+    fit: dict = field(default_factory=dict, compare=False)  # goodness of fit, for the record
+
+    def to_json(self) -> str:
+        body = {"sortedrl_trace_model": VERSION, **dataclasses.asdict(self)}
+        return json.dumps(body, indent=2) + "\n"
+
+
+POSITIVE = ("max_response_len", "group_size", "prompts_per_step", "prompt_min", "prompt_max")
+NONNEGATIVE = ("sigma_between", "sigma_within", "runaway_share", "prompt_sigma")
+
+
+def is_trace_model(path: Path) -> bool:
+    """Whether ``path`` holds a trace model (a JSON object with ``sortedrl_trace_model``)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(200)
+    except OSError:
+        return False
+    return b'"sortedrl_trace_model"' in head
+
+
+def load_model(path: str | Path) -> TraceModel:
+    p = Path(path)
+    try:
+        body = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TraceError(f"{p}: not a trace model (bad JSON: {e})") from None
+    if not isinstance(body, dict) or body.get("sortedrl_trace_model") != VERSION:
+        raise TraceError(f"{p}: not a trace model (no \"sortedrl_trace_model\": {VERSION})")
+    names = {f.name for f in dataclasses.fields(TraceModel)}
+    unknown = sorted(set(body) - names - {"sortedrl_trace_model"})
+    if unknown:
+        raise TraceError(f"{p}: unknown field(s) {', '.join(unknown)}")
+    body.pop("sortedrl_trace_model")
+    try:
+        model = TraceModel(**body)
+    except TypeError as e:
+        raise TraceError(f"{p}: {e}") from None
+    check_model(model, str(p))
+    return model
+
+
+def check_model(model: TraceModel, where: str) -> None:
+    """Raise a one-line error for a field out of its range (a negative spread, say)."""
+    for name in POSITIVE:
+        v = getattr(model, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TraceError(f"{where}: field '{name}': {v!r} must be a positive integer")
+    for f in dataclasses.fields(TraceModel):
+        v = getattr(model, f.name)
+        if f.name in ("source", "fit") or f.name in POSITIVE or v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise TraceError(f"{where}: field '{f.name}': {v!r} is not a finite number")
+    for name in NONNEGATIVE:
+        if getattr(model, name) < 0:
+            what = "spread" if name.startswith("sigma") or name == "prompt_sigma" else "share"
+            raise TraceError(f"{where}: field '{name}': {getattr(model, name)} is negative "
+                             f"(a {what} must be >= 0)")
+    if model.runaway_share > 1:
+        raise TraceError(f"{where}: field 'runaway_share': {model.runaway_share} is above 1")
+    if model.prompt_median <= 0 or model.prompt_min > model.prompt_max:
+        raise TraceError(f"{where}: prompt lengths: need prompt_median > 0 and "
+                         f"prompt_min <= prompt_max")
+    if (model.pass_alpha is None) != (model.pass_beta is None):
+        raise TraceError(f"{where}: give both pass_alpha and pass_beta, or neither")
+    for name in ("pass_alpha", "pass_beta"):
+        v = getattr(model, name)
+        if v is not None and v <= 0:
+            raise TraceError(f"{where}: field '{name}': {v} must be > 0")
+
+
+def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None = None) -> Trace:
+    """Draw a ``steps``-step trace from the model: fresh prompts every step."""
+    if steps < 1:
+        raise TraceError(f"--steps must be >= 1, got {steps}")
+    rng = np.random.default_rng(seed)
+    n, per_step = model.group_size, prompts or model.prompts_per_step
+    groups = per_step * steps
+    step = np.repeat(np.arange(steps, dtype=np.int64), per_step)
+    effect = model.mu0 + model.drift * step + model.sigma_between * rng.standard_normal(groups)
+    log_len = np.repeat(effect, n) + model.sigma_within * rng.standard_normal(groups * n)
+    cap = model.max_response_len
+    response = np.clip(np.rint(np.exp(np.minimum(log_len, math.log(cap) + 1.0))), 1, cap)
+    runaway = np.clip(model.runaway_share + model.runaway_drift * np.repeat(step, n), 0.0, 1.0)
+    response = np.where(rng.random(groups * n) < runaway, cap, response).astype(np.int64)
+    truncated = response == cap
+    plen = np.rint(np.exp(math.log(model.prompt_median)
+                          + model.prompt_sigma * rng.standard_normal(groups)))
+    plen = np.clip(plen, model.prompt_min, model.prompt_max).astype(np.int64)
+    columns = {
+        "prompt_id": np.repeat(np.array([f"m{g:07d}" for g in range(groups)]), n),
+        "sample": np.tile(np.arange(n, dtype=np.int64), groups),
+        "prompt_len": np.repeat(plen, n),
+        "response_len": response,
+        "truncated": truncated,
+        "step": np.repeat(step, n),
+        "finish_reason": np.where(truncated, "length", "stop"),
+    }
+    if model.pass_alpha is not None:
+        rate = np.repeat(rng.beta(model.pass_alpha, model.pass_beta, size=groups), n)
+        columns["reward"] = (rng.random(groups * n) < rate).astype(np.float64)
+    name = f"model:{model.source or 'fit'} steps={steps} seed={seed}"
+    meta = TraceMeta(max_response_len=cap, group_size=n, source=name)
+    return Trace(meta=meta, name=Path(model.source or "model").stem or "model", **columns)
