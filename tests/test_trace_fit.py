@@ -81,7 +81,7 @@ def test_one_step_trace_becomes_an_n_step_run(tmp_path) -> None:
     r = run(["simulate", "--trace-model", str(tmp_path / "m.json"), "--steps", "2",
              "--policy", "sync", "--prompts", "8", "--out", str(tmp_path / "run"), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["samples_total"] == 2 * 8 * 8
+    assert json.loads(r.stdout)["samples_total"] == 2 * 8 * 8
 
 
 def test_drift_from_wandb_export(tmp_path) -> None:
@@ -100,7 +100,7 @@ def test_drift_from_wandb_export(tmp_path) -> None:
     r = run(["trace", "fit", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "m.json"),
              "--drift-from", str(csv), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["drift"] == pytest.approx(0.002, abs=1e-9)
+    assert json.loads(r.stdout)["drift"] == pytest.approx(0.002, abs=1e-9)
 
 
 def test_wandb_export_without_length_column(tmp_path) -> None:
