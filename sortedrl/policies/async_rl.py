@@ -40,7 +40,7 @@ from sortedrl.policies.view import ClusterView
 class AsyncParams:
     eta: int = field(default=2, metadata={"help": "staleness bound in policy versions (AReaL's eta)"})
     batch: int = field(default=0, metadata={
-        "help": "B: samples per update (0: the trace's prompts per step x n)"})
+        "help": "B: samples per update, whole groups when whole_groups (0: the trace's prompts per step x n)"})
     max_concurrent: int = field(default=0, metadata={
         "help": "samples admitted at most (0: the engines' total max_num_seqs)"})
     whole_groups: bool = field(default=True, metadata={
@@ -64,6 +64,8 @@ class AsyncPolicy(Policy):
         super().__init__(params, ctx)
         c = self.ctx
         self.B = self.params.batch or max(1, c.prompts_per_step * c.group_size)
+        if self.params.whole_groups:  # admission must let whole groups in, or none completes
+            self.B = -(-self.B // c.group_size) * c.group_size
         self.total = c.num_groups * c.group_size
         self.fresh = 0  # next never-admitted sample, in dataloader order
         self.redo: deque[int] = deque()  # dropped samples to regenerate first
