@@ -55,3 +55,24 @@ def test_not_a_profile_is_one_error_line(tmp_path):
     assert r.exit_code == 2
     assert r.output == (f"error: {bad}: not a profile (no 'sortedrl_profile' field; make one with "
                         "`sortedrl calibrate`)\n")
+
+
+def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
+    out = tmp_path / "p.json"
+    bench = [FIX / "vllm_bench" / "c4.json", FIX / "vllm_bench" / "c16.json"]
+    r = runner.invoke(app, ["calibrate", "--from-vllm-bench", *map(str, bench), "--from-metrics",
+                            str(FIX / "metrics" / "verl_metrics.jsonl"),
+                            "--cluster", "h100-llama3.1-8b-1gpu-32seq", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    lines = show(out)
+    assert lines[1] == ("  measured on: the server of the benchmark files (shape of h100-llama3.1-8b-1gpu-32seq); "
+                        f"model {json.loads(bench[0].read_text())['model_id']}; engine vllm 0.32.0")
+    assert next(x for x in lines if x.startswith("  a0 ")).endswith("set by the vllm-bench model")
+    assert next(x for x in lines if x.startswith("  t_fix ")).split()[2:4] == ["s/step", "vllm-bench"]
+    assert next(x for x in lines if x.startswith("  train_fix ")).endswith("metrics fit")
+    i = lines.index("engine fit (vllm bench serve, 2 file(s)): duration predicted by replaying each "
+                    "benchmark on the profile")
+    assert [x.split()[:3] for x in lines[i + 2:i + 4]] == [["c4.json", "4", "48"], ["c16.json", "16", "48"]]
+    assert lines[i + 4] == ("  poorly determined: s1, a1 (one standard error moves the mean step by over 10%; "
+                            "add concurrency levels or files with other lengths)")
+    assert any(x.startswith("trainer fit (") for x in lines)
