@@ -158,3 +158,63 @@ def test_negative_fields_are_rejected(tmp_path, field, value):
     f.write_text(f'{{"preset": "h100-llama3.1-8b", "{field}": {value}}}')
     with pytest.raises(ConfigError, match=f"field '{field}'"):
         load_cluster(str(f))
+
+
+def test_moe_presets_by_hand():
+    # Qwen3-30B-A3B config: hidden 2048, 48 layers, 32 heads and 4 KV heads of 128, 128 experts of
+    # intermediate 768 (+ a 2048 x 128 router) per layer, vocab 151936, untied
+    attn = 2 * 2048 * 32 * 128 + 2 * 2048 * 4 * 128
+    qwen = 48 * (attn + 128 * 3 * 2048 * 768 + 2048 * 128) + 2 * 151936 * 2048
+    assert MODELS["qwen3-30b-a3b"].params == qwen
+    h200 = preset("h200-qwen3-30b-a3b")  # tp 1: 61 GB of weights fit twice in 0.9 x 141 GB
+    assert h200.tp == 1 and h200.kv_budget == int((0.9 * 141e9 - 2 * qwen) // (48 * 4 * 128 * 4))
+    # DeepSeek-V3 config: hidden 7168, 61 layers (3 dense, ffn 18432), 128 heads, q_lora_rank 1536,
+    # kv_lora_rank 512, qk_nope 128 + rope 64, v 128, 256 routed + 1 shared expert of 2048, vocab 129280
+    mla = (7168 * 1536 + 1536 * 128 * 192 + 7168 * (512 + 64) + 512 * 128 * (128 + 128)
+           + 128 * 128 * 7168)
+    moe = 257 * 3 * 7168 * 2048 + 7168 * 256
+    dsv3 = 61 * mla + 58 * moe + 3 * 3 * 7168 * 18432 + 2 * 129280 * 7168
+    assert MODELS["deepseek-v3"].params == dsv3
+    c = preset("h200-deepseek-v3-tp8-128gpu")  # FP8: one byte a weight
+    assert c.kv_budget == int((8 * 0.9 * 141e9 - dsv3) // 70272)
+    assert c.gpus == 128 and preset("h200-deepseek-v3").gpus == 128  # 16 bytes x 671B over 141 GB
+
+
+@pytest.mark.parametrize("name", ["h200-qwen3-30b-a3b", "h200-deepseek-v3-tp8-128gpu"])
+def test_moe_closed_form_equals_the_step_sum(name):
+    for model in ("roofline", "measured"):
+        c = dataclasses.replace(preset(name), decode_model=model, ep=8 if "deepseek" in name else 1).cost()
+        for batch, kv0, steps in ((1, 0, 50), (7, 3000, 200), (256, 100_000, 300)):
+            by_step = sum(c.decode_step(batch, kv0 + j * batch) for j in range(steps))
+            assert c.decode_time(steps, batch, kv0) == pytest.approx(by_step, rel=1e-12)
+            assert c.decode_steps_within(c.decode_time(steps, batch, kv0), batch, kv0) == steps
+
+
+def test_negative_bandwidth_on_the_command_line_is_one_error_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from sortedrl.cli import app
+
+    f = tmp_path / "c.json"
+    f.write_text('{"preset": "h100-llama3.1-8b", "net_gbps": -400}')
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "8", "--policy", "sync",
+                                 "--cluster", str(f), "--out", str(out)])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [f"error: {f}: field 'net_gbps': must be > 0, got -400.0"]
+    assert not out.exists()
+
+
+def test_busiest_expert_shard_against_monte_carlo():
+    # 256 experts, 8 per token, 8 expert-parallel shards of 32: the step reads as many experts on
+    # every shard as the busiest one touched. The normal approximation is within 7% (worst at B=1).
+    rng = random.Random(1)
+    experts, k, shards = 256, 8, 8
+    for batch in (1, 4, 16, 64):
+        trials, total = 1000, 0
+        for _ in range(trials):
+            per = [0] * shards
+            for e in {e for _ in range(batch) for e in rng.sample(range(experts), k)}:
+                per[e * shards // experts] += 1
+            total += max(per) * shards
+        assert busiest_shard(batch, experts, k, shards) == pytest.approx(total / trials, rel=0.07)
