@@ -11,7 +11,7 @@ Run: pytest tests/test_sim_bruteforce.py
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
+from collections import Counter, deque
 
 import numpy as np
 import pytest
@@ -23,10 +23,34 @@ from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
 
-def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0):
+class Held:
+    """The prompt KV one engine holds: per running sample, or with prefix caching (``group`` >
+    0) once per (group, prompt length) while any member runs."""
+
+    def __init__(self, P, group):
+        self.P, self.group, self.count = P, group, Counter()
+
+    def key(self, i):
+        return (i // self.group, self.P[i]) if self.group else ("sample", i)
+
+    def new(self, i):
+        """Prompt tokens sample i must prefill and add."""
+        return 0 if self.count[self.key(i)] else self.P[i]
+
+    def join(self, i):
+        self.count[self.key(i)] += 1
+
+    def leave(self, i):
+        """Prompt tokens freed when sample i stops running."""
+        self.count[self.key(i)] -= 1
+        return 0 if self.count[self.key(i)] else self.P[i]
+
+
+def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0, group=0):
     """Step one engine decode step by decode step. Returns (spans, end time)."""
+    held = Held(P, group)
     if chunk and not cost.prefill_in_step:
-        return brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk)
+        return brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held)
     first = 0 if cost.prefill_in_step else 1  # does the prefill pass yield a token itself?
     queue = deque(samples)
     gen0 = {i: 0 for i in samples}
@@ -37,26 +61,29 @@ def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0):
         # boundary: finishes, preemption, admission (+ prefill, then a boundary again)
         for r in [r for r in running if r[1] == L[r[0]]]:
             running.remove(r)
-            kv -= P[r[0]] + r[1]
+            kv -= held.leave(r[0]) + r[1]
             spans.append((r[2], t, r[0], r[1] - r[3], "finish"))
         while running and kv + len(running) > K:
             r = running.pop()
-            kv -= P[r[0]] + r[1]
+            kv -= held.leave(r[0]) + r[1]
             spans.append((r[2], t, r[0], r[1] - r[3], "preempt"))
             queue.appendleft(r[0])
             gen0[r[0]] = r[1]
         admitted, tokens, pairs = [], 0, 0
         while queue and len(running) < cap:
             i = queue[0]
-            ctx = P[i] + gen0[i]
-            if kv + ctx + 1 + len(running) + 1 > K_admit:
+            prompt = held.new(i)
+            new = prompt + gen0[i]
+            if kv + new + 1 + len(running) + 1 > K_admit:
                 break
             queue.popleft()
+            held.join(i)
             running.append([i, gen0[i] + first, t, gen0[i]])
-            kv += ctx + first
+            kv += new + first
             admitted.append(i)
-            tokens += ctx
-            pairs += ctx * (ctx + 1) // 2
+            work = max(new, 1)  # a full prefix hit computes the last prompt token again
+            tokens += work
+            pairs += work * (P[i] - prompt) + work * (work + 1) // 2 if new else P[i] + gen0[i]
         if admitted:
             t += cost.prefill(tokens, pairs)
             continue
@@ -69,7 +96,7 @@ def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0):
         kv += len(running)
 
 
-def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk):
+def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held):
     """Chunked prefill, step by step: a step carries one token per running sample and up to
     ``chunk - B`` prompt tokens of the samples being admitted, which join (with their first token)
     after their last chunk. A set of samples is admitted only if its chunks end by the next finish
@@ -83,11 +110,11 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk):
     while True:
         for r in [r for r in running if r[1] == L[r[0]]]:
             running.remove(r)
-            kv -= P[r[0]] + r[1]
+            kv -= held.leave(r[0]) + r[1]
             spans.append((r[2], t, r[0], r[1] - r[3], "finish"))
         while running and kv + len(running) > K:
             r = running.pop()
-            kv -= P[r[0]] + r[1]
+            kv -= held.leave(r[0]) + r[1]
             spans.append((r[2], t, r[0], r[1] - r[3], "preempt"))
             queue.appendleft(r[0])
             gen0[r[0]] = r[1]
@@ -95,15 +122,18 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk):
         horizon = min((L[r[0]] - r[1] for r in running), default=10**9)
         admitted, tokens, pairs, steps, need_kv = [], 0, 0, 0, kv
         while queue and b0 + len(admitted) < cap:
-            ctx = P[queue[0]] + gen0[queue[0]]
-            n = -(-(tokens + ctx) // (chunk - b0))
-            if n > horizon or need_kv + ctx + 1 + b0 * n + b0 + len(admitted) + 1 > K_admit:
+            prompt = held.new(queue[0])
+            new = prompt + gen0[queue[0]]
+            work = max(new, 1)  # a full prefix hit computes the last prompt token again
+            n = -(-(tokens + work) // (chunk - b0))
+            if n > horizon or need_kv + new + 1 + b0 * n + b0 + len(admitted) + 1 > K_admit:
                 break
             i = queue.popleft()
+            held.join(i)
             admitted.append(i)
-            tokens += ctx
-            pairs += ctx * (ctx + 1) // 2
-            need_kv += ctx + 1
+            tokens += work
+            pairs += work * (P[i] - prompt) + work * (work + 1) // 2 if new else P[i] + gen0[i]
+            need_kv += new + 1
             steps = n
         if admitted:
             left, t0 = tokens, t
@@ -117,7 +147,7 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk):
             t += cost.pn + cost.p0 * len(admitted) + cost.p2 * pairs
             for i in admitted:
                 running.append([i, gen0[i] + 1, t0, gen0[i]])
-                kv += P[i] + gen0[i] + 1
+            kv = need_kv + b0 * steps
             continue
         if not running:
             assert not queue
@@ -128,13 +158,17 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk):
         kv += len(running)
 
 
-def blocks(samples, engines):
+def blocks(samples, engines, group):
+    """Equal contiguous shares (lower engines take the remainder); a block ends only where a
+    group does, so an engine may take up to a group beyond its share (the default placement)."""
     size, extra = divmod(len(samples), engines)
-    out, pos = [], 0
-    for e in range(engines):
-        n = size + (1 if e < extra else 0)
-        out.append(samples[pos:pos + n])
-        pos += n
+    share = [size + (1 if e < extra else 0) for e in range(engines)]
+    out, e = [[] for _ in range(engines)], 0
+    for pos, i in enumerate(samples):
+        starts = pos == 0 or i // group != samples[pos - 1] // group
+        if starts and len(out[e]) >= share[e] and e + 1 < engines and share[e + 1]:
+            e += 1
+        out[e].append(i)
     return out
 
 
@@ -147,12 +181,13 @@ def brute_sync(trace, cluster, batch):
     for start in range(0, n, batch * group):
         step = list(range(start, min(n, start + batch * group)))
         ends = []
-        for e, chunk in enumerate(blocks(step, cluster.engines)):
+        for e, chunk in enumerate(blocks(step, cluster.engines, group)):
             if not chunk:
                 continue
             sp, end = brute_engine(t, chunk, L, P, cost, cluster.max_num_seqs, cluster.kv_budget,
                                    cluster.kv_admit_budget,
-                                   cluster.max_num_batched_tokens if cluster.chunked_prefill else 0)
+                                   cluster.max_num_batched_tokens if cluster.chunked_prefill else 0,
+                                   group if cluster.prefix_caching and group > 1 else 0)
             spans += [(a, b, e, i, k, why) for a, b, i, k, why in sp]
             ends.append(end)
         t = max(ends)
@@ -185,16 +220,19 @@ def cases(draw):
     )
     batch = draw(st.integers(1, max(1, n // group)))
     chunk = draw(st.sampled_from([0, 0, cap + 1, cap + 7, 64]))  # 0: prefill stalls the engine
-    return lengths, prompts, group, engines, cap, kv, wm, costs, batch, chunk
+    prefix = draw(st.booleans())
+    if draw(st.booleans()):  # the members of a group share one prompt length (real traces)
+        prompts = [prompts[i - i % group] for i in range(n)]
+    return lengths, prompts, group, engines, cap, kv, wm, costs, batch, chunk, prefix
 
 
 @settings(max_examples=150, deadline=None)
 @given(cases())
 def test_event_jump_matches_brute_force(case):
-    lengths, prompts, group, engines, cap, kv, wm, costs, batch, chunk = case
+    lengths, prompts, group, engines, cap, kv, wm, costs, batch, chunk, prefix = case
     trace = make_trace(lengths, prompts, group_size=group, max_len=max(lengths))
     cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=kv, watermark=wm, **costs)
-    cluster = dataclasses.replace(cluster, chunked_prefill=chunk > 0,
+    cluster = dataclasses.replace(cluster, chunked_prefill=chunk > 0, prefix_caching=prefix,
                                   max_num_batched_tokens=chunk or 8192)
     if prompts and max(prompts) + max(lengths) + 1 > cluster.kv_admit_budget:
         return  # an impossible cluster, tested elsewhere

@@ -67,3 +67,53 @@ def test_presets_chunk_by_default_and_the_budget_is_checked():
     bad = dataclasses.replace(preset("h100-llama3.1-8b"), max_num_batched_tokens=100)
     with pytest.raises(ConfigError, match="field 'max_num_batched_tokens': must be > max_num_seqs"):
         bad.validate("x.json")
+
+
+# -- prefix caching ---------------------------------------------------------------------------
+
+
+def test_a_group_prompt_is_prefilled_and_held_once():
+    # one group of 3 with a 10-token prompt on one engine with 20 KV tokens. Shared: the prompt
+    # is prefilled once (10 tokens, + the last prompt token of each sibling: 12) and held once,
+    # so all three run together: prefill 1 + 0.1 x 12 = 2.2 s, then 2 steps of 2 s -> 6.2.
+    # Unshared, a second 10-token prompt does not fit beside the first (11 + 10 + 1 + 2 > 20):
+    # the three run one after another, each 2 s of prefill + 2 steps: 6, 12, 18.
+    trace = make_trace([3, 3, 3], prompt_lens=[10, 10, 10], group_size=3)
+    base = tiny_cluster(max_num_seqs=4, kv=20, p1=0.1)
+    sync = make_policy("sync", [], trace)
+    shared = simulate(trace, sync, base, audit=True)
+    assert spans(shared) == [(0, 0.0, 6.2, 3, "finish"), (1, 0.0, 6.2, 3, "finish"),
+                             (2, 0.0, 6.2, 3, "finish")]
+    assert [(round(a, 9), round(b, 9), s, k) for a, b, _, s, k, _ in shared.timeline.prefills] == [
+        (0.0, 2.2, [0, 1, 2], 12)]
+    alone = simulate(trace, make_policy("sync", [], trace),
+                     dataclasses.replace(base, prefix_caching=False), audit=True)
+    assert [s[2] for s in spans(alone)] == [6.0, 12.0, 18.0]
+    assert sum(p[4] for p in alone.timeline.prefills) == 30
+
+
+def long_prompt_trace(groups=32, n=16, prompt=4096):
+    from sortedrl.traces.synth import synthesize
+
+    trace = synthesize("math-16k", prompts=groups, group_size=n, steps=1, seed=3)
+    return dataclasses.replace(trace, prompt_len=trace.prompt_len * 0 + prompt)
+
+
+def test_long_shared_prompts_prefill_once_per_engine_and_finish_sooner():
+    # 32 prompts of 4k tokens x 16 responses on 8 H100 engines: the default placement keeps
+    # each group on one engine, so caching prefills 4,096 + 15 tokens per group, not 16 x 4,096
+    trace = long_prompt_trace()
+    cluster = preset("h100-llama3.1-8b")
+    runs = {}
+    for caching in (True, False):
+        policy = make_policy("sync", [], trace)
+        runs[caching] = simulate(trace, policy, dataclasses.replace(cluster, prefix_caching=caching))
+    on, off = runs[True], runs[False]
+    assert sum(p[4] for p in on.timeline.prefills) == 32 * (4096 + 15)
+    assert sum(p[4] for p in off.timeline.prefills) == 512 * 4096
+    assert on.summary["makespan_s"] < off.summary["makespan_s"]
+    assert on.summary["useful_tokens"] == off.summary["useful_tokens"]
+    engines = {e for _, _, e, samples, _, _ in on.timeline.prefills for _ in samples}
+    assert len(engines) == 8
+    for g in range(32):  # every group's members on one engine
+        assert len({s[2] for s in on.timeline.spans if s[3] // 16 == g}) == 1

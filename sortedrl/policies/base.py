@@ -45,10 +45,15 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class Admit:
-    """Queue waiting or paused samples on an engine (``None``: spread over the least loaded)."""
+    """Queue waiting or paused samples on an engine (``None``: spread over the least loaded).
+
+    ``keep_groups`` (a placement hint, used when ``engine`` is ``None``): keep each GRPO group's
+    members on one engine where capacity allows, so that prefix caching prefills and holds the
+    group's shared prompt once there. False spreads samples by load alone."""
 
     samples: tuple[int, ...]
     engine: int | None = None
+    keep_groups: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
+from sortedrl.policies.placement import spread
 from sortedrl.policies.view import ClusterView, EngineInfo, PublicState
 from sortedrl.timeline import Timeline
 
@@ -218,8 +219,7 @@ class Controller:
                 s.started_count += 1
         while s.next_group < s.num_groups and s.started[s.next_group]:
             s.next_group += 1
-        plan = ([(act.engine, list(samples))] if act.engine is not None
-                else _spread(list(samples), [e.load() for e in engines]))
+        plan = self._placement(act)
         now = self.backend.now()
         for e, chunk in plan:
             gen = [s.generated[i] for i in chunk]
@@ -229,6 +229,24 @@ class Controller:
                 s.paused.pop(i, None)
             self.timeline.admit(now, e, chunk)
             self.backend.admit(e, chunk, gen)
+
+    def _placement(self, act: Admit) -> list[tuple[int, list[int]]]:
+        """Which engine gets which admitted samples (see :func:`~sortedrl.policies.placement.spread`). A lone sample whose
+        group has a member admitted on an engine joins it there (shared prompt), unless that
+        engine is over both its ``max_num_seqs`` and the least load plus one group."""
+        s, samples = self.s, list(act.samples)
+        if act.engine is not None:
+            return [(act.engine, samples)]
+        loads = [e.load() for e in s.engines]
+        n = s.group_size if act.keep_groups else 1
+        if n > 1 and len(samples) == 1:
+            i = samples[0]
+            limit = min(loads) + n
+            for j in range(i - i % n, i - i % n + n):
+                e = s.engine_of[j]
+                if j != i and e >= 0 and loads[e] < max(s.engines[e].max_num_seqs, limit):
+                    return [(e, samples)]
+        return spread(samples, loads, n)
 
     def _abort(self, act: Abort) -> None:
         s, samples = self.s, list(act.samples)
@@ -339,34 +357,3 @@ class Controller:
             self.backend.set_rollout(False)
         s.syncing = True
         self.backend.sync(s.version)
-
-
-def _spread(samples: list[int], loads: list[int]) -> list[tuple[int, list[int]]]:
-    """Water-fill ``samples`` onto engines so loads end as equal as possible.
-
-    Lower engine indices take the remainder; each engine gets one contiguous block, so the
-    samples of a group tend to share an engine. Deterministic.
-    """
-    if len(samples) == 1:  # the common case: the least loaded engine, lowest index on ties
-        return [(min(range(len(loads)), key=lambda e: (loads[e], e)), samples)]
-    order = sorted(range(len(loads)), key=lambda e: (loads[e], e))
-    total = sum(loads) + len(samples)
-    # find the level: engines below it are filled up to it
-    share = [0] * len(loads)
-    left = len(samples)
-    for k in range(len(order), 0, -1):
-        group = order[:k]
-        level = (sum(loads[e] for e in group) + left) // k
-        if level >= loads[order[k - 1]]:
-            extra = sum(loads[e] for e in group) + left - level * k
-            for e in sorted(group):
-                share[e] = level - loads[e] + (1 if extra > 0 else 0)
-                extra -= 1 if extra > 0 else 0
-            break
-    assert sum(share) == left and total >= 0
-    out, pos = [], 0
-    for e in range(len(loads)):
-        if share[e]:
-            out.append((e, samples[pos:pos + share[e]]))
-            pos += share[e]
-    return out

@@ -48,7 +48,8 @@ class SimBackend(Backend):
         c = cluster
         self.engines = [
             Engine(e, self.cost, c.max_num_seqs, c.kv_budget, c.kv_admit_budget, self._lengths,
-                   self._plen, timeline, c.max_num_batched_tokens if c.chunked_prefill else 0)
+                   self._plen, timeline, c.max_num_batched_tokens if c.chunked_prefill else 0,
+                   trace.meta.group_size, c.prefix_caching)
             for e in range(c.engines)
         ]
         self._next = [INF] * len(self.engines)  # next change time of each engine

@@ -53,6 +53,7 @@ class Cluster:
     train_gpus: int = field(default=0, metadata={"help": "disaggregated: GPUs of the trainer pool (0: a quarter of the GPUs); the rest run rollout"})
     max_num_seqs: int = field(default=256, metadata={"help": "max running sequences per engine (vLLM max_num_seqs)"})
     chunked_prefill: bool = field(default=False, metadata={"help": "prefill in chunks inside decode steps, as vLLM V1 (the presets turn it on); false: an admission stalls the engine"})
+    prefix_caching: bool = field(default=True, metadata={"help": "an engine prefills a GRPO group's shared prompt once and holds its KV once while any member runs there (vLLM V1 prefix caching)"})
     max_num_batched_tokens: int = field(default=8192, metadata={"help": "tokens per engine step with chunked prefill (vLLM max_num_batched_tokens)"})
     gpu_mem_util: float = field(default=0.9, metadata={"help": "share of HBM given to weights + KV cache"})
     kv_budget_tokens: int = field(default=0, metadata={"help": "KV tokens per engine; 0 derives it from HBM, weights and KV size"})

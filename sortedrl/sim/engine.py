@@ -26,6 +26,9 @@ Conventions (the brute-force reference in the tests uses the same ones):
   Samples join FCFS while the chunks end by the next finish of a running sample (else the
   admission waits for that finish: the closed form needs a constant batch) and ``kv + T + new +
   n·B`` leaves room for one more step. An action mid-phase lets the phase finish, as mid-step;
+- with prefix caching, the samples of one GRPO group (same prompt) that run on the engine hold
+  their prompt's KV once, counted from the first member's admission to the last one's leaving;
+  a member joining while the prompt is held prefills only ``g`` (or 1: the last prompt token);
 - an action that arrives mid-step lets the step finish for everyone else (the engine's base moves
   to the end of that step); an aborted sample keeps only its completed tokens.
 
@@ -37,57 +40,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 
 from sortedrl.sim.cost import CostModel
+from sortedrl.sim.engine_state import EngineState
 from sortedrl.timeline import Timeline
 
 INF = math.inf
-
-
-class EngineState:
-    """The public half of an engine: who is running or queued, and the clock of its base point."""
-
-    __slots__ = ("index", "max_num_seqs", "version", "run", "queue", "t", "step", "kv",
-                 "inflight", "prefilling", "frozen", "cost")
-
-    def __init__(self, index: int, max_num_seqs: int, cost: CostModel) -> None:
-        self.index = index
-        self.max_num_seqs = max_num_seqs
-        self.version = 0
-        self.run: dict[int, tuple[int, float, int, int]] = {}  # sample -> (off, t0, tok0, version)
-        self.queue: deque[int] = deque()
-        self.t = 0.0  # base time
-        self.step = 0  # decode steps completed at the base
-        self.kv = 0  # KV tokens held at the base
-        self.inflight = 0  # the base is the end of this many decode steps still running
-        self.prefilling: tuple[int, ...] = ()  # samples whose prefill ends at the base
-        self.frozen = False  # stalled by a weight sync: nothing decodes
-        self.cost = cost
-
-    def running(self) -> tuple[int, ...]:
-        return tuple(self.run)
-
-    def queued(self) -> tuple[int, ...]:
-        return tuple(self.queue)
-
-    def load(self) -> int:
-        return len(self.run) + len(self.queue)
-
-    def tokens(self, sample: int, now: float) -> int | None:
-        """Tokens a running sample holds at ``now`` (``None`` if it is not running here)."""
-        entry = self.run.get(sample)
-        if entry is None:
-            return None
-        off, _, tok0, _ = entry
-        if self.frozen:
-            return self.step + off
-        if now >= self.t:
-            b = len(self.run)
-            return self.step + self.cost.decode_steps_within(now - self.t, b, self.kv) + off
-        if sample in self.prefilling:
-            return tok0
-        return self.step - self.inflight + off
 
 
 class Engine:
@@ -95,10 +53,16 @@ class Engine:
 
     def __init__(self, index: int, cost: CostModel, max_num_seqs: int, kv_budget: int,
                  kv_admit_budget: int, lengths: list[int], prompt_len: list[int],
-                 timeline: Timeline, chunk_budget: int = 0) -> None:
+                 timeline: Timeline, chunk_budget: int = 0, group_size: int = 1,
+                 prefix_caching: bool = False) -> None:
         self.pub = EngineState(index, max_num_seqs, cost)
         # chunked prefill: tokens per step (vLLM max_num_batched_tokens); 0 = a prefill stalls
         self.chunk = 0 if cost.prefill_in_step else chunk_budget
+        # prefix caching: a group's prompt is prefilled and held once while a member runs here
+        self._group = group_size if prefix_caching and group_size > 1 else 0
+        # (group, prompt length) -> its running samples here; members of a group normally share
+        # one prompt length, and samples whose lengths differ are not taken to share a prompt
+        self._members: dict[tuple[int, int], int] = {}
         self.cost = cost
         self.K = kv_budget
         self.K_admit = kv_admit_budget
@@ -137,8 +101,35 @@ class Engine:
             return False
         i = q[0]
         if self.chunk:
-            return self._chunk_steps(0, self._p[i] + self._gen0[i], p.kv, len(p.run)) > 0
-        return p.kv + self._p[i] + self._gen0[i] + len(p.run) + 2 <= self.K_admit
+            new = self._new_prompt(i) + self._gen0[i]
+            return self._chunk_steps(new or 1, new, p.kv, len(p.run)) > 0
+        return p.kv + self._new_prompt(i) + self._gen0[i] + len(p.run) + 2 <= self.K_admit
+
+    # -- prefix caching ------------------------------------------------------------------------
+
+    def _new_prompt(self, sample: int) -> int:
+        """Prompt tokens ``sample`` must prefill and add to the KV cache (0: its group's prompt
+        is already held here)."""
+        if self._group and self._members.get((sample // self._group, self._p[sample])):
+            return 0
+        return self._p[sample]
+
+    def _join(self, sample: int) -> None:
+        if self._group:
+            g = (sample // self._group, self._p[sample])
+            self._members[g] = self._members.get(g, 0) + 1
+
+    def _leave(self, sample: int) -> int:
+        """A running sample leaves: the prompt KV tokens freed with it."""
+        if not self._group:
+            return self._p[sample]
+        g = (sample // self._group, self._p[sample])
+        left = self._members[g] - 1
+        if left:
+            self._members[g] = left
+            return 0
+        del self._members[g]
+        return self._p[sample]
 
     def _horizon(self) -> float:
         """Decode steps until the next running sample finishes (INF when none runs)."""
@@ -149,13 +140,13 @@ class Engine:
             heapq.heappop(heap)
         return heap[0][0] - self.pub.step
 
-    def _chunk_steps(self, tokens: int, ctx: int, kv: int, running: int) -> int:
-        """Mixed steps needed to prefill ``tokens + ctx`` beside the running batch, or 0 when
-        the next sample (``ctx`` tokens) cannot join: the chunks must end by the next finish
-        of a running sample, and the KV held after them must leave room for one more step."""
+    def _chunk_steps(self, work: int, new: int, kv: int, running: int) -> int:
+        """Mixed steps needed to prefill ``work`` tokens beside the running batch, or 0 when
+        the next sample (adding ``new`` KV tokens) cannot join: the chunks must end by the next
+        finish of a running sample, and the KV after them must leave room for one more step."""
         b0 = len(self.pub.run)
-        steps = -(-(tokens + ctx) // (self.chunk - b0))
-        if steps > self._horizon() or kv + ctx + 1 + b0 * steps + running + 1 > self.K_admit:
+        steps = -(-work // (self.chunk - b0))
+        if steps > self._horizon() or kv + new + 1 + b0 * steps + running + 1 > self.K_admit:
             return 0
         return steps
 
@@ -199,7 +190,7 @@ class Engine:
         p.inflight = 0
         p.prefilling = ()
         finished = []
-        heap, live, lengths, plen, attempt = self._heap, self._live, self._L, self._p, self._attempt
+        heap, live, lengths, attempt = self._heap, self._live, self._L, self._attempt
         spans, idx = self._spans, p.index
         while heap:
             fs, seq, i = heap[0]
@@ -212,7 +203,7 @@ class Engine:
             del live[i]
             _, t0, tok0, ver = run.pop(i)
             n = lengths[i]
-            kv -= plen[i] + n
+            kv -= self._leave(i) + n
             spans.append((t0, t, idx, i, attempt[i], ver, n - tok0, "finish"))
             finished.append(i)
         p.kv = kv
@@ -230,7 +221,7 @@ class Engine:
         i, (off, t0, tok0, ver) = p.run.popitem()  # the most recently admitted
         del self._live[i]
         tok = p.step + off
-        p.kv -= self._p[i] + tok
+        p.kv -= self._leave(i) + tok
         self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, tok - tok0, "preempt"))
         p.queue.appendleft(i)
         self._gen0[i] = tok
@@ -253,22 +244,25 @@ class Engine:
         while queue and len(run) < cap:
             i = queue[0]
             g0 = gen0[i]
-            ctx = plen[i] + g0
-            if kv + ctx + len(run) + 2 > budget:
+            prompt = self._new_prompt(i)
+            new = prompt + g0  # tokens to prefill (a cached prompt is attended to, not computed)
+            if kv + new + len(run) + 2 > budget:
                 break
             queue.popleft()
             del gen0[i]
+            self._join(i)
             off = g0 + first - step
             run[i] = (off, t, g0, ver)
             if oldest[i] < 0:
                 oldest[i] = ver
-            kv += ctx + first
+            kv += new + first
             seq += 1
             live[i] = seq
             heapq.heappush(heap, (lengths[i] - off, seq, i))
             admitted.append(i)
-            tokens += ctx
-            pairs += ctx * (ctx + 1) // 2
+            work = new or 1  # a full prefix hit still computes the last prompt token (vLLM)
+            tokens += work
+            pairs += work * (plen[i] + g0 - work) + work * (work + 1) // 2
             recomputed += g0
         self._seq = seq
         p.kv = kv
@@ -292,16 +286,19 @@ class Engine:
         b0, kv, t, ver, steps = len(run), p.kv, p.t, p.version, 0
         while queue and b0 + len(admitted) < p.max_num_seqs:
             i = queue[0]
-            ctx = plen[i] + gen0[i]
-            need = self._chunk_steps(tokens, ctx, kv, b0 + len(admitted))
+            prompt = self._new_prompt(i)
+            new = prompt + gen0[i]
+            work = new or 1  # a full prefix hit still computes the last prompt token (vLLM)
+            need = self._chunk_steps(tokens + work, new, kv, b0 + len(admitted))
             if not need:
                 break
             steps = need
             queue.popleft()
+            self._join(i)
             admitted.append(i)
-            kv += ctx + 1
-            tokens += ctx
-            pairs += ctx * (ctx + 1) // 2
+            kv += new + 1
+            tokens += work
+            pairs += work * (plen[i] + gen0[i] - work) + work * (work + 1) // 2
             recomputed += gen0[i]
         c = self.cost
         dt = (c.decode_time(steps, b0, p.kv) + c.pn + c.p0 * len(admitted) + c.p1 * tokens
@@ -373,7 +370,7 @@ class Engine:
             tok = p.step - p.inflight + off
         else:
             tok = p.step + off
-        p.kv -= self._p[sample] + p.step + off
+        p.kv -= self._leave(sample) + p.step + off
         if not p.frozen:  # a frozen sample's span already ended when the sync began
             # SimPy's clock can trail the engine's by an ulp (now + (t - now) != t)
             self._spans.append((t0, max(now, t0), p.index, sample, self._attempt[sample], ver,
@@ -419,10 +416,18 @@ class Engine:
         p = self.pub
         kv = 0
         low = 0 if self.cost.prefill_in_step else 1
+        prompts: dict[tuple[int, int], int] = {}  # shared prompt (or sample) -> tokens held once
+        members: dict[tuple[int, int], int] = {}
         for i, (off, _, _, _) in p.run.items():
-            kv += self._p[i] + p.step + off
+            key = (i // self._group, self._p[i]) if self._group else (-1 - i, 0)
+            prompts[key] = self._p[i]
+            members[key] = members.get(key, 0) + 1
+            kv += p.step + off
             assert low <= p.step + off <= self._L[i], "a running sample's tokens are out of range"
+        kv += sum(prompts.values())
         assert kv == p.kv, f"engine {p.index}: kv bookkeeping {p.kv} != {kv}"
+        if self._group:
+            assert members == self._members, f"engine {p.index}: group members {self._members}"
         assert len(p.run) <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs"
         assert p.kv <= self.K, f"engine {p.index}: KV {p.kv} over budget {self.K}"
         assert len(p.queue) == len(self._gen0)

@@ -1,0 +1,58 @@
+"""Default placement of admitted samples onto rollout engines.
+
+The controller uses it when an ``Admit`` names no engine: water-fill by load so engines end
+equally loaded, in contiguous blocks, and (with the ``keep_groups`` hint, the default) cut
+blocks only between GRPO groups, so a group's shared prompt is prefilled and held once per
+engine under prefix caching.
+"""
+
+from __future__ import annotations
+
+
+def spread(samples: list[int], loads: list[int], group_size: int = 1
+            ) -> list[tuple[int, list[int]]]:
+    """Water-fill ``samples`` onto engines so loads end as equal as possible.
+
+    Lower engine indices take the remainder; each engine gets one contiguous block. With
+    ``group_size`` > 1 a block ends only where a group does, so each group's members share an
+    engine (an engine may take up to a group's worth beyond its share). Deterministic.
+    """
+    if len(samples) == 1:  # the common case: the least loaded engine, lowest index on ties
+        return [(min(range(len(loads)), key=lambda e: (loads[e], e)), samples)]
+    order = sorted(range(len(loads)), key=lambda e: (loads[e], e))
+    total = sum(loads) + len(samples)
+    # find the level: engines below it are filled up to it
+    share = [0] * len(loads)
+    left = len(samples)
+    for k in range(len(order), 0, -1):
+        group = order[:k]
+        level = (sum(loads[e] for e in group) + left) // k
+        if level >= loads[order[k - 1]]:
+            extra = sum(loads[e] for e in group) + left - level * k
+            for e in sorted(group):
+                share[e] = level - loads[e] + (1 if extra > 0 else 0)
+                extra -= 1 if extra > 0 else 0
+            break
+    assert sum(share) == left and total >= 0
+    if group_size > 1:
+        return blocks_by_group(samples, share, group_size)
+    out, pos = [], 0
+    for e in range(len(loads)):
+        if share[e]:
+            out.append((e, samples[pos:pos + share[e]]))
+            pos += share[e]
+    return out
+
+
+def blocks_by_group(samples: list[int], share: list[int], group_size: int
+                     ) -> list[tuple[int, list[int]]]:
+    """Contiguous blocks of ``samples`` by ``share``, cut only between groups."""
+    targets = [e for e in range(len(share)) if share[e]]
+    blocks: dict[int, list[int]] = {}
+    k = 0
+    for pos, i in enumerate(samples):
+        new_group = pos == 0 or i // group_size != samples[pos - 1] // group_size
+        if new_group and len(blocks.get(targets[k], ())) >= share[targets[k]] and k + 1 < len(targets):
+            k += 1
+        blocks.setdefault(targets[k], []).append(i)
+    return list(blocks.items())
