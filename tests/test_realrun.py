@@ -166,6 +166,21 @@ def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
     assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
 
 
+def test_trainer_updates_in_bfloat16(model):
+    """The GPU path's trainer dtype, exercised on the CPU: one update, finite loss, weights moved."""
+    import torch
+
+    from sortedrl.realrun.trainer import GRPOTrainer, Rollout
+
+    trainer = GRPOTrainer(model, dtype="bfloat16")
+    assert next(trainer.model.parameters()).dtype == torch.bfloat16
+    before = trainer.model.model.embed_tokens.weight.detach().clone()
+    batch = [Rollout(i, 0, [1, 11, 12, 8, 10], [8, 12, 2], [-1.0] * 3, [0] * 3, float(i)) for i in range(2)]
+    metrics = trainer.update(batch, [-1.0, 1.0], 0)
+    assert metrics["loss"] == metrics["loss"] and abs(metrics["loss"]) < float("inf")
+    assert not torch.equal(before, trainer.model.model.embed_tokens.weight)
+
+
 def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(model, tmp_path):
     """Both sides use the tempered distribution the token was sampled from (vLLM's default
     returns raw log-probs: 0.046 nats apart at T=0.6 before the engine asked for processed ones)."""
@@ -178,6 +193,9 @@ def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(model, tmp_pa
 
 @pytest.mark.parametrize("args, message", [
     (["--temperature", "0"], "--temperature: must be a number > 0, got 0.0"),
+    (["--device", "tpu"], "--device: unknown device 'tpu' (known: cpu, cuda)"),
+    (["--dtype", "float16"], "--dtype: unknown dtype 'float16' (known: float32, bfloat16)"),
+    (["--device", "cuda"], "--device cuda: torch sees no CUDA device here"),
     (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
     (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, or module:factory)"),
     (["--policy", "nope"], "unknown policy 'nope'"),

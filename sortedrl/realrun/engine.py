@@ -56,7 +56,8 @@ class VllmEngine:
     """One in-process vLLM engine, driven step by step."""
 
     def __init__(self, model_dir: str, max_num_seqs: int, max_model_len: int, seed: int = 0,
-                 kv_cache_gib: int = 1, warm_tokens: int = 0) -> None:
+                 kv_cache_gib: int = 1, warm_tokens: int = 0, dtype: str = "float32",
+                 device: str = "cpu", gpu_memory_utilization: float = 0.5) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays ours
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -71,9 +72,14 @@ class VllmEngine:
         # ones (after temperature), the distribution the token was sampled from, which is what the
         # trainer computes from logits / temperature; vLLM's default (raw) ignores temperature.
         self.engine = LLMEngine.from_engine_args(EngineArgs(
-            model=model_dir, dtype="float32", enforce_eager=True, max_model_len=max_model_len,
+            model=model_dir, enforce_eager=True, max_model_len=max_model_len,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max(8192, max_num_seqs * max_model_len),
-            seed=seed, logprobs_mode="processed_logprobs"))
+            seed=seed, logprobs_mode="processed_logprobs", dtype=dtype,
+            # on a GPU the colocated trainer shares the device: vLLM takes only its share, and
+            # sleeps (weights to host, KV cache freed) while the trainer updates
+            **({"gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": True}
+               if device == "cuda" else {})))
+        self.can_sleep = device == "cuda"
         self.engine.set_weight_version(self.version)
         self.requests: dict[str, Request] = {}
         self.by_sample: dict[int, str] = {}
@@ -163,6 +169,17 @@ class VllmEngine:
         self.engine.reset_prefix_cache()
         self.version = str(version)
         self.engine.set_weight_version(self.version)
+
+    def sleep(self) -> None:
+        """Free the GPU for the colocated trainer (vLLM sleep mode); nothing to do on CPU."""
+        if self.can_sleep and not self.requests:
+            self.engine.sleep(level=1)
+            self.asleep = True
+
+    def wake(self) -> None:
+        if getattr(self, "asleep", False):
+            self.engine.wake_up()
+            self.asleep = False
 
     def close(self) -> None:
         for rid in list(self.requests):

@@ -57,6 +57,9 @@ class RunConfig:
     kl_coef: float = 0.0
     max_num_seqs: int = 32
     seed: int = 0
+    device: str = "cpu"  # cpu, or cuda (vLLM for GPUs, the [gpu] extra)
+    dtype: str = "float32"  # of the engine and the trainer: float32 or bfloat16
+    gpu_memory_utilization: float = 0.5  # vLLM's share of the GPU; the colocated trainer has the rest
 
 
 def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
@@ -100,6 +103,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         raise ConfigError(f"--out {out}: exists and is not empty (use --resume to continue it)")
     if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
         raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
+    check_device(cfg)
     if not 0.0 < cfg.temperature < float("inf"):
         raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
 
@@ -146,9 +150,10 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     timeline.sink = logs["timeline.jsonl"]
 
     engine = VllmEngine(str(model_dir), cfg.max_num_seqs, cfg.max_tokens + max(map(len, prompts)) + 1,
-                        seed=cfg.seed)
+                        seed=cfg.seed, dtype=cfg.dtype, device=cfg.device,
+                        gpu_memory_utilization=cfg.gpu_memory_utilization)
     trainer = GRPOTrainer(str(model_dir), lr=cfg.lr, kl_coef=cfg.kl_coef,
-                          temperature=cfg.temperature, seed=cfg.seed)
+                          temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
     backend = RealBackend(engine, trainer, prompts, grade, n, cfg.max_tokens, cfg.temperature,
                           cfg.max_num_seqs, timeline, seed=cfg.seed, eos=tok.eos_token_id,
                           clock_offset=state["clock"] if state else 0.0)
@@ -183,6 +188,22 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_trace(out, cfg, task.name)
     return summary
+
+
+def check_device(cfg: RunConfig) -> None:
+    """One error line for a device, dtype or memory share this machine cannot run."""
+    if cfg.device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device: unknown device {cfg.device!r} (known: cpu, cuda)")
+    if cfg.dtype not in ("float32", "bfloat16"):
+        raise ConfigError(f"--dtype: unknown dtype {cfg.dtype!r} (known: float32, bfloat16)")
+    if not 0.0 < cfg.gpu_memory_utilization < 1.0:
+        raise ConfigError(f"--gpu-memory-utilization: must be in (0, 1), got {cfg.gpu_memory_utilization}")
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: torch sees no CUDA device here (install the [gpu] "
+                              "extra on a GPU machine; see bench/gpu_check.sh)")
 
 
 def grader(task, problems: list, tok, group_size: int):

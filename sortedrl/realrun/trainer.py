@@ -78,13 +78,16 @@ class GroupRewards:
 
 class GRPOTrainer:
     def __init__(self, model_dir: str, lr: float = 1e-3, clip: float = 0.2, kl_coef: float = 0.0,
-                 temperature: float = 1.0, is_cap: float = 2.0, seed: int = 0) -> None:
+                 temperature: float = 1.0, is_cap: float = 2.0, seed: int = 0,
+                 device: str = "cpu", dtype: str = "float32") -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.device = torch.device(device)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=getattr(torch, dtype)).to(self.device)
         self.model.train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.ref = copy.deepcopy(self.model).eval() if kl_coef > 0 else None
@@ -105,10 +108,10 @@ class GRPOTrainer:
         torch = self.torch
         seqs = [r.prompt + r.response for r in batch]
         width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), self.pad, dtype=torch.long)
-        attn = torch.zeros((len(seqs), width), dtype=torch.long)
+        ids = torch.full((len(seqs), width), self.pad, dtype=torch.long, device=self.device)
+        attn = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
         for k, s in enumerate(seqs):
-            ids[k, : len(s)] = torch.tensor(s)
+            ids[k, : len(s)] = torch.tensor(s, device=self.device)
             attn[k, : len(s)] = 1
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1] / self.temperature
         logp = torch.log_softmax(logits.float(), dim=-1)
@@ -130,15 +133,15 @@ class GRPOTrainer:
         for k, r in enumerate(batch):
             start = len(r.prompt) - 1
             n = len(r.response)
-            behaviour[k, start: start + n] = torch.tensor(r.behaviour)
-            stale[k, start: start + n] = torch.tensor([v < version for v in r.versions])
+            behaviour[k, start: start + n] = torch.tensor(r.behaviour, device=self.device)
+            stale[k, start: start + n] = torch.tensor([v < version for v in r.versions], device=self.device)
             adv[k, start: start + n] = advantages[k]
         ratio = torch.exp(logp - behaviour)
         ratio = torch.where(stale, torch.clamp(ratio, max=self.is_cap), ratio)
         surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv)
         tokens = mask.sum().clamp(min=1.0)
         loss = -(surrogate * mask).sum() / tokens
-        kl = torch.zeros(())
+        kl = torch.zeros((), device=self.device)
         if self.ref is not None:
             with torch.no_grad():
                 ref_logp, _ = self._logps(self.ref, batch)
