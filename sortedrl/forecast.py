@@ -1,0 +1,125 @@
+"""``sortedrl forecast``: the whole training run, before the GPUs are spent.
+
+The question users ask (peers.md §3: "how long will GRPO training take?") is about a whole run:
+its wall-clock, its GPU-hours and cost, how long a step takes and where the time goes. This
+module answers it by simulating the run: for each policy and cluster, a trace model (a fitted
+length model, :mod:`sortedrl.traces.model`) is drawn for ``steps`` steps under several seeds, or
+a fixed trace is replayed once, and each draw is simulated. The forecast is the mean over the
+seeds; the interval is the lowest and highest of them (the spread the length model's randomness
+gives; it does not include the cost model's own error, see docs/calibration.md).
+
+A *step* here is one optimizer update: step times are the gaps between consecutive update ends
+(the first from the start of the run), pooled over the seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from sortedrl.compare import PolicySpec, cluster_for
+from sortedrl.metrics import union_length
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.run import SimResult, simulate
+from sortedrl.timeline import Timeline
+from sortedrl.traces.model import TraceModel, generate
+from sortedrl.traces.schema import Trace
+
+PARTS = ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s")
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """Where the runs' lengths come from: a trace model drawn per seed, or one fixed trace."""
+
+    model: TraceModel | None = None
+    trace: Trace | None = None
+    steps: int = 1
+    prompts: int | None = None
+
+    def draw(self, seed: int) -> Trace:
+        if self.model is None:
+            assert self.trace is not None
+            return self.trace
+        return generate(self.model, self.steps, seed=seed, prompts=self.prompts)
+
+    def samples_per_run(self) -> int:
+        if self.model is None:
+            assert self.trace is not None
+            return len(self.trace)
+        return self.steps * (self.prompts or self.model.prompts_per_step) * self.model.group_size
+
+    def seeds(self, seeds: int, base: int) -> list[int]:
+        """A fixed trace has no randomness to sample: one run."""
+        return [base + k for k in range(seeds if self.model is not None else 1)]
+
+
+def step_times(timeline: Timeline) -> np.ndarray:
+    """Seconds between consecutive update ends (the first from 0)."""
+    ends = np.sort(np.array([r[1] for r in timeline.trains], dtype=np.float64))
+    return np.diff(ends, prepend=0.0)
+
+
+def time_parts(result: SimResult) -> dict[str, float]:
+    """Where the wall-clock went: busy seconds per activity, and idle seconds (nothing ran)."""
+    tl, s = result.timeline, result.summary
+    intervals = [(r[0], r[1]) for r in tl.spans] + [(r[0], r[1]) for r in tl.prefills] \
+        + [(r[0], r[1]) for r in tl.trains] + [(r[0], r[1]) for r in tl.syncs]
+    for r in getattr(tl, "offloads", []) or []:
+        intervals.append((r[0], r[1]))
+    busy = 0.0
+    if intervals:
+        arr = np.array(intervals, dtype=np.float64)
+        busy = union_length(arr[:, 0], arr[:, 1])
+    return {"rollout_s": float(s["rollout_s"]), "train_s": float(s["train_s"]),
+            "sync_s": float(s["sync_s"]), "offload_s": float(s.get("offload_s", 0.0)),
+            "idle_s": max(0.0, float(s["makespan_s"]) - busy)}
+
+
+def forecast_one(source: RunSource, spec: PolicySpec, cluster: Cluster, seeds: list[int],
+                 gpu_hour_price: float,
+                 progress: Callable[[int], None] | None = None) -> dict:
+    """Simulate one policy on one cluster under each seed and summarise the run."""
+    walls, steps, parts, summaries = [], [], [], []
+    for seed in seeds:
+        trace = source.draw(seed)
+        policy = make_policy(spec.name, list(spec.sets), trace)
+        ran_on = cluster_for(policy.placements, cluster)
+        result = simulate(trace, policy, ran_on, seed=seed, progress=progress)
+        walls.append(float(result.summary["makespan_s"]))
+        steps.append(step_times(result.timeline))
+        parts.append(time_parts(result))
+        summaries.append(result.summary)
+    wall = math.fsum(walls) / len(walls)
+    pooled = np.concatenate(steps) if steps else np.zeros(1)
+    gpu_hours = ran_on.gpus * wall / 3600.0
+    out = {
+        "policy": spec.label, "name": spec.name, "cluster": ran_on.name,
+        "placement": ran_on.placement, "gpus": ran_on.gpus, "seeds": len(seeds),
+        "wall_s": wall, "wall_s_low": min(walls), "wall_s_high": max(walls),
+        "wall_h": wall / 3600.0, "gpu_hours": gpu_hours, "cost": gpu_hours * gpu_hour_price,
+        "updates": int(pooled.size // len(seeds)),
+        "step_s_p50": float(np.percentile(pooled, 50)),
+        "step_s_p90": float(np.percentile(pooled, 90)),
+        "step_s_max": float(pooled.max()),
+    }
+    for key in PARTS:
+        out[key] = math.fsum(p[key] for p in parts) / len(parts)
+    for key in ("tokens_per_s", "learnable_tokens_per_s", "staleness_mean", "bubble_ratio"):
+        if key in summaries[0]:
+            out[key] = math.fsum(float(s[key]) for s in summaries) / len(summaries)
+    out["walls_s"] = walls
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def run_forecast(source: RunSource, specs: list[PolicySpec], clusters: list[Cluster],
+                 seeds: int = 3, base_seed: int = 0, gpu_hour_price: float = 0.0,
+                 progress: Callable[[int], None] | None = None) -> list[dict]:
+    """One forecast per (cluster, policy), clusters in the order given."""
+    chosen = source.seeds(seeds, base_seed)
+    return [forecast_one(source, spec, cluster, chosen, gpu_hour_price, progress)
+            for cluster in clusters for spec in specs]

@@ -1,0 +1,144 @@
+"""The ``sortedrl forecast`` command: a whole run's wall-clock, GPU-hours, cost and step times
+for one or more policies on one or more clusters, as a table, JSON or an HTML report.
+
+Thin over :mod:`sortedrl.forecast`; the report is a self-contained plotly page like those of
+``sortedrl/plot/`` (no network needed to open it), written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from sortedrl.cli_common import (
+    FORCE,
+    PROMPTS,
+    SEED,
+    TRACE,
+    LazyProgress,
+    user_errors,
+)
+from sortedrl.errors import ConfigError
+from sortedrl.outputs import Outputs, write_text
+from sortedrl.tables import Col, render, terminal_width
+
+COLUMNS = (("policy", ""), ("cluster", ""), ("gpus", ""), ("wall_h", "h"), ("wall_s", "s"),
+           ("wall_s_low", "s"), ("wall_s_high", "s"), ("gpu_hours", "GPU-h"), ("cost", "$"),
+           ("step_s_p50", "s"), ("step_s_p90", "s"), ("step_s_max", "s"), ("rollout_s", "s"),
+           ("train_s", "s"), ("sync_s", "s"), ("offload_s", "s"), ("idle_s", "s"))
+
+
+@user_errors
+def forecast(
+    trace: Path = TRACE,
+    policies: list[str] = typer.Option(..., "--policy", help="[LABEL=]NAME, repeatable"),
+    sets: list[str] = typer.Option([], "--set", help="LABEL.key=value (repeatable)"),
+    clusters: list[str] = typer.Option(["h100-llama3.1-8b"], "--cluster",
+                                       help="cluster preset or file, repeatable"),
+    steps: int = typer.Option(None, "--steps", help="trace model: training steps of the run"),
+    prompts: int = PROMPTS,
+    seeds: int = typer.Option(3, "--seeds", help="trace model: draws (each simulated) for the interval"),
+    seed: int = SEED,
+    gpu_hour_price: float = typer.Option(0.0, "--gpu-hour-price", help="price of one GPU-hour ($)"),
+    report: Path = typer.Option(None, "--report", help="also write an HTML report (.html)"),
+    force: bool = FORCE,
+    as_json: bool = typer.Option(False, "--json", help="print only the list of forecasts"),
+    wide: bool = typer.Option(False, "--wide", help="print every column, however wide"),
+) -> None:
+    """Forecast a whole run: wall-clock, GPU-hours, cost, step times, where the time goes."""
+    from sortedrl.compare import parse_specs
+    from sortedrl.forecast import RunSource, run_forecast
+    from sortedrl.sim.cluster import load_cluster
+    from sortedrl.traces.io import read_trace
+    from sortedrl.traces.model import is_trace_model, load_model
+
+    if trace is None:
+        raise ConfigError("give --trace FILE or --trace-model MODEL.json")
+    if seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    if gpu_hour_price < 0 or gpu_hour_price != gpu_hour_price:
+        raise ConfigError(f"--gpu-hour-price must be >= 0, got {gpu_hour_price}")
+    if report is not None and report.suffix.lower() != ".html":
+        raise ConfigError(f"--report {report}: must end in .html")
+    outs = Outputs("forecast", force, inputs=[trace])
+    outs.file(report, "--report")
+    specs = parse_specs(policies, sets)
+    cls = [load_cluster(c) for c in clusters]
+    if is_trace_model(trace):
+        if steps is None or steps < 1:
+            raise ConfigError("--trace-model needs --steps N >= 1: the length of the run to forecast")
+        source = RunSource(model=load_model(trace), steps=steps, prompts=prompts)
+    else:
+        if steps is not None:
+            raise ConfigError("--steps needs --trace-model (a fixed trace has its own steps)")
+        source = RunSource(trace=read_trace(trace))
+    runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
+    bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")
+    try:
+        results = run_forecast(source, specs, cls, seeds, seed, gpu_hour_price, progress=bar)
+    finally:
+        bar.close()
+    if report is not None:
+        outs.write({report: write_text(report_html(results, trace.name))})
+    if as_json:
+        typer.echo(json.dumps(results, indent=2))
+        return
+    typer.echo(forecast_text(results, f"forecast of {trace.name}",
+                             None if wide else terminal_width()))
+    if report is not None:
+        typer.echo(f"wrote {report}")
+
+
+FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Col("wall", "h"),
+                 Col("low-high", "h", hide=3), Col("GPU-h"), Col("cost", "$", hide=4),
+                 Col("step p50/p90/max", "s"),
+                 Col("rollout/train/sync/offload/idle", "% of wall", hide=2)]
+
+
+def forecast_text(results: list[dict], title: str, width: int | None) -> str:
+    """The terminal view: wall-clock with its interval, GPU-hours, cost, step times and the
+    shares of wall-clock per activity (all keys are in --json)."""
+    rows = []
+    for r in results:
+        shares = "/".join(f"{100 * r[k] / r['wall_s']:.0f}" if r["wall_s"] else "0"
+                          for k in ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s"))
+        rows.append([r["policy"], r["cluster"], f"{r['wall_h']:,.2f}",
+                     f"{r['wall_s_low'] / 3600:,.2f}-{r['wall_s_high'] / 3600:,.2f}",
+                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}",
+                     f"{r['step_s_p50']:,.1f}/{r['step_s_p90']:,.1f}/{r['step_s_max']:,.1f}", shares])
+    seeds = results[0]["seeds"] if results else 0
+    notes = [f"wall: mean of {seeds} simulated run(s); low-high: their range (docs/metrics.md, "
+             "Forecast)"]
+    return render(FORECAST_COLS, rows, width, title, notes)
+
+
+def report_html(results: list[dict], source: str) -> str:
+    """One offline page: the wall-clock with its range, where the time goes, the table."""
+    import plotly.graph_objects as go
+
+    from sortedrl.plot.page import figure_div, page, table
+
+    names = [f"{r['policy']} @ {r['cluster']}" for r in results]
+    wall = go.Figure(go.Bar(
+        x=names, y=[r["wall_s"] / 3600 for r in results],
+        error_y={"type": "data", "symmetric": False,
+                 "array": [(r["wall_s_high"] - r["wall_s"]) / 3600 for r in results],
+                 "arrayminus": [(r["wall_s"] - r["wall_s_low"]) / 3600 for r in results]}))
+    wall.update_layout(title="wall-clock of the whole run (h); bars: lowest to highest seed",
+                       yaxis_title="hours")
+    parts = go.Figure([go.Bar(name=key, x=names, y=[r[key] / 3600 for r in results])
+                       for key in ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s")])
+    parts.update_layout(barmode="group", title="where the time goes (h; rollout and training "
+                        "overlap on a disaggregated cluster)", yaxis_title="hours")
+    rows = [[r[k] for k, _ in COLUMNS] for r in results]
+    return page(f"sortedrl forecast: {source}", [
+        f"<h1>Forecast of {source}</h1>",
+        '<p class="note">Definitions and units: docs/metrics.md ("Forecast").</p>',
+        figure_div(wall, "forecast-wall"), figure_div(parts, "forecast-parts"),
+        table([f"{k} ({u})" if u else k for k, u in COLUMNS], rows, "forecast-table")])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("forecast")(forecast)

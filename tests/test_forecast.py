@@ -1,0 +1,110 @@
+"""`sortedrl forecast`: a trace model's forecast is the mean of the simulations it ran, a fixed
+trace's is its one simulation, and the report and bad inputs behave."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.forecast import step_times
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import load_cluster
+from sortedrl.sim.run import simulate
+from sortedrl.traces import write_trace
+from sortedrl.traces.model import TraceModel, generate
+
+MODEL = TraceModel(max_response_len=4096, group_size=4, prompts_per_step=16, mu0=6.0,
+                   sigma_between=0.5, sigma_within=0.3, drift=0.01, runaway_share=0.01,
+                   prompt_median=200.0, prompt_sigma=0.3, prompt_min=16, prompt_max=1024,
+                   pass_alpha=1.0, pass_beta=1.0, source="test")
+
+
+def run(args):
+    return CliRunner().invoke(app, args)
+
+
+@pytest.fixture()
+def model_file(tmp_path):
+    path = tmp_path / "model.json"
+    path.write_text(MODEL.to_json())
+    return path
+
+
+def test_forecast_is_the_mean_of_its_simulations(model_file) -> None:
+    r = run(["forecast", "--trace-model", str(model_file), "--steps", "6", "--policy", "sync",
+             "--policy", "fast=sortedrl", "--cluster", "h100-llama3.1-8b", "--seeds", "3",
+             "--seed", "5", "--gpu-hour-price", "2.5", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert [o["policy"] for o in out] == ["sync", "fast"]
+    cluster = load_cluster("h100-llama3.1-8b")
+    for o, name in zip(out, ["sync", "sortedrl"], strict=True):
+        walls, steps = [], []
+        for seed in (5, 6, 7):  # the seeds it ran: --seed, --seed + 1, ...
+            trace = generate(MODEL, 6, seed=seed)
+            result = simulate(trace, make_policy(name, [], trace), cluster, seed=seed)
+            walls.append(result.summary["makespan_s"])
+            steps.append(step_times(result.timeline))
+        assert o["walls_s"] == walls
+        assert o["wall_s"] == round(math.fsum(walls) / 3, 6)
+        assert (o["wall_s_low"], o["wall_s_high"]) == (min(walls), max(walls))
+        pooled = np.concatenate(steps)
+        assert o["step_s_p50"] == round(float(np.percentile(pooled, 50)), 6)
+        assert o["step_s_p90"] == round(float(np.percentile(pooled, 90)), 6)
+        assert o["step_s_max"] == round(float(pooled.max()), 6)
+        assert o["gpu_hours"] == pytest.approx(8 * o["wall_s"] / 3600, abs=1e-6)
+        assert o["cost"] == pytest.approx(2.5 * o["gpu_hours"], abs=1e-5)
+        # colocated: rollout, training and sync never overlap, so with idle they fill the wall
+        busy = o["rollout_s"] + o["train_s"] + o["sync_s"] + o["offload_s"] + o["idle_s"]
+        assert busy <= o["wall_s"] * (1 + 1e-6)
+    assert out[0]["updates"] == 6  # sync: one update per step
+
+
+def test_fixed_trace_runs_once(tmp_path) -> None:
+    trace = generate(dataclasses.replace(MODEL, prompts_per_step=8), 2, seed=1)
+    write_trace(trace, tmp_path / "t.jsonl")
+    r = run(["forecast", "--trace", str(tmp_path / "t.jsonl"), "--policy", "sync",
+             "--cluster", "h100-llama3.1-8b", "--cluster", "h100-llama3.1-8b-16gpu", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert [(o["cluster"], o["gpus"], o["seeds"]) for o in out] == [
+        ("h100-llama3.1-8b", 8, 1), ("h100-llama3.1-8b-16gpu", 16, 1)]
+    expected = simulate(trace, make_policy("sync", [], trace), load_cluster("h100-llama3.1-8b"),
+                        seed=0).summary["makespan_s"]
+    assert out[0]["wall_s"] == out[0]["wall_s_low"] == out[0]["wall_s_high"] == expected
+
+
+def test_report_is_written_offline(model_file, tmp_path) -> None:
+    report = tmp_path / "f.html"
+    r = run(["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync",
+             "--seeds", "2", "--report", str(report)])
+    assert r.exit_code == 0, r.output
+    html = report.read_text()
+    assert 'id="forecast-wall"' in html and 'id="forecast-table"' in html
+    assert "<script src=" not in html  # plotly.js inlined, nothing from a CDN
+    assert "forecast of model.json" in r.output and f"wrote {report}" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--gpu-hour-price", "-1"], "--gpu-hour-price must be >= 0"),
+    (["--report", "x.png"], "must end in .html"),
+    (["--policy", "nosuch"], "nosuch"),
+])
+def test_bad_options(model_file, tmp_path, args, message) -> None:
+    base = ["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync"]
+    r = run(base + args)
+    assert r.exit_code == 2 and r.output.startswith("error: ") and message in r.output
+    assert r.output.count("\n") == 1
+
+
+def test_trace_model_needs_steps(model_file) -> None:
+    r = run(["forecast", "--trace-model", str(model_file), "--policy", "sync"])
+    assert r.exit_code == 2
+    assert r.output == "error: --trace-model needs --steps N >= 1: the length of the run to forecast\n"
