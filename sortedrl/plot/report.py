@@ -241,7 +241,12 @@ def report_page(root: Path, out: Path | None = None) -> str:
     else:
         parts.append('<p class="note">No trace file or run timeline here: no length histogram.</p>')
     if (root / "tune.json").exists():
-        parts.append(figure_div(pareto_figure(load_tune(root / "tune.json")), "pareto"))
+        tune = load_tune(root / "tune.json")
+        parts.append(figure_div(pareto_figure(tune), "pareto"))
+        if tune.get("cluster_pareto"):
+            from sortedrl.plot.plan import plan_figure
+
+            parts.append(figure_div(plan_figure(tune), "plan"))
     base = (out or root / "report.html").parent
     parts += ["<h2>Headline numbers</h2>", _summary_table(root, entries, base)]
     return page(f"report: {root.name}", parts)

@@ -164,6 +164,10 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     second = render(cols, rows(front), width,
                     f"Pareto front: feasible trials no other beats on both {what} tok/s and staleness mean",
                     ["knobs: " + "; ".join(knobs), f"vs best: {what} tok/s over the best trial's"])
+    if result.get("cluster_pareto"):  # tune --param cluster.*
+        from sortedrl.tune.plan import plan_text
+
+        second += "\n\n" + plan_text(result, width)
     return first + "\n\n" + second
 
 

@@ -8,6 +8,7 @@ trial.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -17,17 +18,34 @@ from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import simulate
 from sortedrl.traces.schema import Trace
+from sortedrl.tune.space import split_cluster
 
 Job = tuple[str, list[str]]  # (policy name, ["key=value", ...])
 
 _worker: dict = {}
 
 
+def shaped(cluster: Cluster, changes: dict, trace: Trace, placements) -> Cluster:
+    """The base cluster with a trial's shape applied (and split for a policy that needs it);
+    raises ConfigError for a shape that cannot run the trace."""
+    if changes:
+        label = ",".join(f"{k}={v}" for k, v in changes.items())
+        cluster = dataclasses.replace(cluster, name=f"{cluster.name}[{label}]", **changes)
+        cluster.validate(cluster.name)
+    cluster = cluster_for(placements, cluster)
+    cluster.check_fits(int(trace.prompt_len.max()) + trace.meta.max_response_len, cluster.name)
+    return cluster
+
+
 def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = "resample") -> dict:
     name, sets = job
-    policy = make_policy(name, sets, trace)
-    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
-                    regen=regen).summary
+    changes, knobs = split_cluster(sets)
+    policy = make_policy(name, knobs, trace)
+    used = shaped(cluster, changes, trace, policy.placements)
+    summary = simulate(trace, policy, used, seed=seed, regen=regen).summary
+    summary["gpus"] = used.gpus
+    summary["gpu_hours"] = used.gpus * summary["makespan_s"] / 3600.0
+    return summary
 
 
 def _init(trace: Trace, cluster: Cluster, seed: int, regen: str) -> None:

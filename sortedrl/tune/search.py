@@ -11,6 +11,15 @@ axis, every other value of a list) and halves the step when a round finds nothin
 many versions behind); trials that break it are kept in ``tune.json`` as infeasible, never best.
 The Pareto front is over every trial: ``learnable_tokens_per_s`` up (tokens a GRPO update can
 learn from; ``tokens_per_s`` for summaries without it), ``staleness_mean`` down.
+
+Cluster planning: when the space has ``cluster.*`` dimensions, a shape that cannot run (trainer
+GPUs leaving no rollout engine, GPUs that do not split into tp-wide engines, a KV budget too small
+for the longest sequence) is not simulated and is listed under ``skipped``, and the report adds
+``cluster_pareto``: the trials no other feasible trial beats on wall-clock (``makespan_s``),
+``gpu_hours`` and ``staleness_mean`` together (all down), and its knee: among the front's members
+that are also undominated on wall-clock and GPU-hours alone, the interior one farthest below the
+straight line between the fastest and the cheapest, both axes scaled to [0, 1] (none when no
+member lies below it: such a front has no knee).
 """
 
 from __future__ import annotations
@@ -22,11 +31,14 @@ from dataclasses import dataclass
 
 from scipy.stats import qmc
 
+from sortedrl.errors import ConfigError
 from sortedrl.metrics import rank_rate
-from sortedrl.tune.executors import Executor
-from sortedrl.tune.space import Space, as_sets
+from sortedrl.policies.registry import policy_class
+from sortedrl.tune.executors import Executor, shaped
+from sortedrl.tune.space import CLUSTER, Space, as_sets, split_cluster
 
-OBJECTIVES = {"learnable_tokens_per_s": 1.0, "tokens_per_s": 1.0, "makespan_s": -1.0}  # +1 max, -1 min
+OBJECTIVES = {"learnable_tokens_per_s": 1.0, "tokens_per_s": 1.0, "makespan_s": -1.0,
+              "gpu_hours": -1.0}  # +1 max, -1 min
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class Tuner:
                  progress: Callable[[int], None] = lambda n: None) -> None:
         self.spaces, self.cfg, self.ex, self.progress = spaces, cfg, executor, progress
         self.trials: list[dict] = []
+        self.skipped: list[dict] = []
         self.seen: set[tuple] = set()
 
     # -- bookkeeping -------------------------------------------------------------------------
@@ -58,7 +71,23 @@ class Tuner:
                 out.append(p)
         return out
 
+    def _runnable(self, batch: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+        """The trials whose cluster shape can run the trace; the others go to ``skipped``."""
+        out = []
+        for name, params in batch:
+            changes, _ = split_cluster(as_sets(params))
+            if changes:
+                try:
+                    shaped(self.ex.cluster, changes, self.ex.trace, policy_class(name).placements)
+                except ConfigError as e:
+                    self.skipped.append({"policy": name, "params": params, "reason": str(e)})
+                    self.progress(1)
+                    continue
+            out.append((name, params))
+        return out
+
     def _evaluate(self, batch: list[tuple[str, dict]]) -> None:
+        batch = self._runnable(batch)
         summaries = self.ex.map([(name, as_sets(p)) for name, p in batch], self.progress)
         for (name, params), summary in zip(batch, summaries, strict=True):
             feasible = (self.cfg.max_staleness is None
@@ -166,7 +195,15 @@ class Tuner:
                      "per_policy": {s.policy: (b["id"] if (b := self.best(s.policy)) else None)
                                     for s in self.spaces}},
             "pareto": pareto(self.trials),
+            **self._plan(),
         }
+
+    def _plan(self) -> dict:
+        if not any(d.key.startswith(CLUSTER + ".") for s in self.spaces for d in s.dims):
+            return {}
+        front = cluster_front(self.trials)
+        return {"skipped": self.skipped,
+                "cluster_pareto": {"front": front, "knee": knee(self.trials, front)}}
 
 
 def pareto(trials: list[dict]) -> list[int]:
@@ -183,6 +220,44 @@ def pareto(trials: list[dict]) -> list[int]:
             taken.add((tps, st))
             front.append((st, -tps, i))
     return [i for _, _, i in sorted(front)]
+
+
+def cluster_front(trials: list[dict]) -> list[int]:
+    """Ids of the feasible trials no other feasible trial beats on makespan_s, gpu_hours and
+    staleness_mean together (all down), fastest first; of equal points only the first."""
+    keys = ("makespan_s", "gpu_hours", "staleness_mean")
+    pts = [(tuple(t["summary"][k] for k in keys), t["id"]) for t in trials if t["feasible"]]
+    return [i for _, i in sorted(_undominated(pts))]
+
+
+def knee(trials: list[dict], front: list[int]) -> int | None:
+    """The front's knee on wall-clock against GPU-hours (see the module docstring); None when no
+    member lies below the line from the fastest to the cheapest (a straight or concave front has
+    no knee: every step along it trades wall-clock for GPU-hours at the same rate or worse)."""
+    pts = [((trials[i]["summary"]["makespan_s"], trials[i]["summary"]["gpu_hours"]), i)
+           for i in front]
+    flat = sorted(_undominated(pts))
+    if len(flat) < 3:
+        return None
+    (x0, y0), (x1, y1) = flat[0][0], flat[-1][0]  # fastest (dearest) .. slowest (cheapest)
+    span_x, span_y = (x1 - x0) or 1.0, (y0 - y1) or 1.0
+
+    def below(p: tuple[float, float]) -> float:  # distance below the line, in scaled units
+        u, v = (p[0] - x0) / span_x, (p[1] - y1) / span_y
+        return 1.0 - u - v
+
+    depth, _, best = max((below(p), -i, i) for p, i in flat[1:-1])
+    return best if depth > 1e-9 else None
+
+
+def _undominated(pts: list[tuple[tuple, int]]) -> list[tuple[tuple, int]]:
+    out, taken = [], set()
+    for p, i in pts:
+        dominated = any(all(a <= b for a, b in zip(q, p, strict=True)) and q != p for q, _ in pts)
+        if not dominated and p not in taken:
+            taken.add(p)
+            out.append((p, i))
+    return out
 
 
 def _split(budget: int, parts: int) -> list[int]:

@@ -1,7 +1,11 @@
 """Search spaces: ``--param NAME.key=lo:hi[:log]`` and ``--param NAME.key=v1,v2,...``.
 
 Each dimension is typed by the policy's ``Params`` dataclass: integer knobs take integer ranges,
-float knobs continuous ranges (``:log`` for a log scale), and any knob a list of values. A space
+float knobs continuous ranges (``:log`` for a log scale), and any knob a list of values.
+``--param cluster.KEY=...`` searches the cluster's shape as well (KEY one of
+:data:`CLUSTER_KEYS`: ``gpus``, ``train_gpus``, ``tp``, ``max_num_seqs``, ``placement``); a
+cluster dimension is added to every policy's space as ``cluster.KEY``, and the executor applies
+it to the base ``--cluster`` before each trial (:func:`split_cluster`). A space
 is *finite* when every dimension is a list or a short integer range; finite spaces are searched
 exhaustively, the others by quasi-random sampling (``scipy.stats.qmc``) and local refinement.
 """
@@ -19,6 +23,8 @@ from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import policy_class
 
 MAX_INT_GRID = 16  # an integer range with at most this many values is enumerated
+CLUSTER = "cluster"
+CLUSTER_KEYS = {"gpus": int, "train_gpus": int, "tp": int, "max_num_seqs": int, "placement": str}
 
 
 @dataclass(frozen=True)
@@ -91,12 +97,66 @@ def parse_spaces(policies: list[str], params: list[str]) -> list[Space]:
     for name in policies:
         policy_class(name)
     dims: dict[str, dict[str, Dim]] = {name: {} for name in policies}
+    shape: dict[str, Dim] = {}
     for spec in params:
+        if spec.partition(".")[0] == CLUSTER:
+            dim = _parse_cluster(spec)
+            if dim.key in shape:
+                raise ConfigError(f"--param {spec!r}: {dim.key} is given twice")
+            shape[dim.key] = dim
+            continue
         name, dim = _parse_one(spec, policies)
         if dim.key in dims[name]:
             raise ConfigError(f"--param {spec!r}: {name}.{dim.key} is given twice")
         dims[name][dim.key] = dim
-    return [Space(name, tuple(dims[name].values())) for name in policies]
+    return [Space(name, tuple(shape.values()) + tuple(dims[name].values())) for name in policies]
+
+
+def _parse_cluster(spec: str) -> Dim:
+    """``cluster.KEY=v1,v2`` or ``cluster.KEY=lo:hi`` (integers; placement takes a list)."""
+    from sortedrl.sim.cluster import PLACEMENTS
+
+    where = f"--param {spec!r}"
+    target, eq, raw = spec.partition("=")
+    key = target.partition(".")[2]
+    if key not in CLUSTER_KEYS or not eq or not raw:
+        raise ConfigError(f"{where}: expected cluster.KEY=v1,v2,... or cluster.KEY=lo:hi with KEY "
+                          f"one of {', '.join(CLUSTER_KEYS)}")
+    full, low = f"{CLUSTER}.{key}", 0 if key == "train_gpus" else 1
+    if CLUSTER_KEYS[key] is str:
+        values = tuple(v.strip() for v in raw.split(","))
+        bad = [v for v in values if v not in PLACEMENTS]
+        if bad:
+            raise ConfigError(f"{where}: unknown placement {bad[0]!r} (known: {', '.join(PLACEMENTS)})")
+    else:
+        try:
+            if ":" in raw:
+                lo, hi = (int(x) for x in raw.split(":"))
+                if lo > hi:
+                    raise ConfigError(f"{where}: lo ({lo}) is above hi ({hi})")
+                values = tuple(range(lo, hi + 1))
+            else:
+                values = tuple(int(v) for v in raw.split(","))
+        except ValueError:
+            raise ConfigError(f"{where}: {key} takes integers (v1,v2,... or lo:hi)") from None
+        if min(values) < low:
+            raise ConfigError(f"{where}: {key} must be >= {low}")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{where}: a value is listed twice")
+    return Dim(full, "choice", values=values)
+
+
+def split_cluster(sets: list[str]) -> tuple[dict, list[str]]:
+    """Trial ``key=value`` strings split into cluster changes (typed) and policy knobs."""
+    changes, knobs = {}, []
+    for item in sets:
+        key, _, value = item.partition("=")
+        if key.startswith(CLUSTER + "."):
+            field = key[len(CLUSTER) + 1:]
+            changes[field] = CLUSTER_KEYS[field](value)
+        else:
+            knobs.append(item)
+    return changes, knobs
 
 
 def _parse_one(spec: str, policies: list[str]) -> tuple[str, Dim]:
