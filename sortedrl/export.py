@@ -1,0 +1,270 @@
+"""``sortedrl export verl|slime|areal``: a chosen policy as that framework's own config overrides.
+
+A tuned policy is only useful once it runs in the user's framework. Each framework exposes some of
+the same mechanisms under its own names and units (peers.md §1), so this module maps a policy and
+its knobs (and, when known, the cluster shape, group size and prompts per step) to the nearest
+equivalent: verl 0.9 Hydra overrides, AReaL 1.0 CLI overrides, slime command-line flags. Every
+mapping that is not exact carries a caveat saying what differs; staleness is converted between
+units (verl's fully-async ``staleness_threshold`` is a share of a batch generated ahead, AReaL's
+``max_head_offpolicyness`` and ours are policy versions). A policy with no equivalent (RollPacker's
+tail batching, an oracle that reads true lengths) raises :class:`NoEquivalent`.
+
+Every key written exists in the framework's own schema: tests/test_export.py checks them against
+the config files in the verl 0.9.1 and AReaL 1.0.4 wheels and slime's argument parser at a pinned
+commit (tests/fixtures/slime/).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from sortedrl.errors import ConfigError
+from sortedrl.policies.base import params_dict, parse_params
+from sortedrl.policies.registry import policy_class
+from sortedrl.sim.cluster import Cluster
+
+FRAMEWORKS = ("verl", "slime", "areal")
+GPUS_PER_NODE = 8
+
+
+class NoEquivalent(ConfigError):
+    """The policy has no counterpart in the framework."""
+
+
+@dataclass
+class Export:
+    framework: str
+    policy: str
+    params: dict
+    entry: str  # the config file or script the overrides apply to
+    prompts: int | None = None  # prompts per step, when known
+    overrides: dict[str, object] = field(default_factory=dict)
+    caveats: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The overrides as the framework takes them on its command line."""
+        if self.framework == "slime":
+            return [k if v is True else f"{k} {v}" for k, v in self.overrides.items()]
+        return [f"{k}={_value(v)}" for k, v in self.overrides.items()]
+
+    def as_dict(self) -> dict:
+        return {"framework": self.framework, "policy": self.policy, "params": self.params,
+                "entry": self.entry, "overrides": self.overrides, "caveats": self.caveats}
+
+
+def _value(v: object) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None = None,
+           group_size: int | None = None, prompts: int | None = None) -> Export:
+    """The overrides for ``policy`` with knobs ``sets`` in ``framework``."""
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    cls = policy_class(policy)
+    params = params_dict(parse_params(cls.Params, sets, policy))
+    out = Export(framework, policy, params, entry="", prompts=prompts)
+    {"verl": _verl, "slime": _slime, "areal": _areal}[framework](out, params, cluster)
+    _batch(out, group_size, prompts)
+    if cluster is not None:
+        {"verl": _verl_cluster, "slime": _slime_cluster, "areal": _areal_cluster}[framework](
+            out, cluster)
+    return out
+
+
+def _none(framework: str, policy: str, why: str) -> NoEquivalent:
+    return NoEquivalent(f"policy {policy} has no equivalent in {framework}: {why}")
+
+
+NO_TAIL = "RollPacker's tail batching (deferring long prompts to their own rounds) is not in it"
+NO_ORACLE = ("oracle_sorted orders prompts by predicted lengths; with the oracle it reads true "
+             "lengths, and no framework has a length-predicting scheduler")
+
+
+# -- verl 0.9 ---------------------------------------------------------------------------------------
+
+
+def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
+    base = "verl/trainer/config/ppo_trainer.yaml (python -m verl.trainer.main_ppo)"
+    o, c = out.overrides, out.caveats
+    if out.policy == "sync":
+        out.entry = base
+        if p["minibatches"] > 1:
+            c.append(f"minibatches={p['minibatches']}: set actor_rollout_ref.actor."
+                     f"ppo_mini_batch_size to data.train_batch_size / {p['minibatches']}")
+    elif out.policy in ("partial", "sortedrl"):
+        out.entry = base
+        ratio = p["over_sample"] if out.policy == "partial" else p["oversubscribe"]
+        o["actor_rollout_ref.rollout.over_sample_rate"] = round(1.0 - 1.0 / ratio, 6)
+        c.append(f"over-sampling: we keep {ratio}x the step's groups in flight and stop at 1x; "
+                 f"verl starts 1x and aborts the rest once (1 - over_sample_rate) of them are "
+                 f"done, so over_sample_rate = 1 - 1/{ratio}")
+        if out.policy == "sortedrl":
+            c.append("verl has no sorted early updates: the nearest is over-sampling with abort; "
+                     "SortedRL's harvests of the shortest responses into several updates per step "
+                     "are not reproduced")
+        if p.get("keep_partial") or p.get("mode") == "partial":
+            c.append("resuming aborted responses needs verl's fully-async trainer "
+                     "(async_training.partial_rollout=true in fully_async_ppo_trainer.yaml); the "
+                     "synchronous trainer drops them")
+    elif out.policy == "async":
+        out.entry = ("verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml "
+                     "(python -m verl.experimental.fully_async_policy.fully_async_main)")
+        eta = p["eta"]
+        o["async_training.trigger_parameter_sync_step"] = 1
+        o["async_training.staleness_threshold"] = float(max(0, eta - 1))
+        o["async_training.partial_rollout"] = not p["recompute_on_sync"]
+        c.append(f"staleness: ours (eta={eta}) counts policy versions; verl's staleness_threshold "
+                 f"is the share of a batch the rollouter may generate ahead. With one update per "
+                 f"sync (trigger_parameter_sync_step=1) a threshold of eta - 1 = {max(0, eta - 1)} "
+                 f"batches keeps every trained sample within eta versions; verl's guidance keeps "
+                 f"it below 1 (eta <= 2)")
+        c.append("partial_rollout: in-flight responses continue under the new weights across a "
+                 "sync (ours: recompute_on_sync=false keeps their KV cache too)")
+    elif out.policy == "one_step_off":
+        out.entry = ("verl/experimental/one_step_off_policy/config/one_step_off_ppo_trainer.yaml "
+                     "(python -m verl.experimental.one_step_off_policy.main_ppo)")
+    elif out.policy == "tail_batch":
+        raise _none("verl", out.policy, NO_TAIL)
+    else:
+        raise _none("verl", out.policy, NO_ORACLE)
+    if p.get("filter_groups"):
+        o["algorithm.filter_groups.enable"] = True
+        c.append("filter_groups: verl's DAPO dynamic sampling drops groups whose rewards are all "
+                 "equal (metric algorithm.filter_groups.metric, default acc)")
+
+
+def _verl_cluster(out: Export, cl: Cluster) -> None:
+    o = out.overrides
+    split = out.policy in ("async", "one_step_off") or cl.placement == "disaggregated"
+    if split and out.policy not in ("async", "one_step_off"):
+        out.caveats.append("verl's synchronous trainer is colocated (hybrid engine): the "
+                           "disaggregated split applies to its fully-async and one-step-off "
+                           "trainers only; the GPUs are written as one pool")
+        split = False
+    if split:
+        trainer = cl.train_gpus or max(1, cl.gpus // 4)
+        _nodes(o, "trainer", trainer)
+        _nodes(o, "rollout", cl.gpus - trainer)
+    else:
+        _nodes(o, "trainer", cl.gpus)
+    o["actor_rollout_ref.rollout.tensor_model_parallel_size"] = cl.tp
+    o["actor_rollout_ref.rollout.max_num_seqs"] = cl.max_num_seqs
+
+
+def _nodes(o: dict, pool: str, gpus: int) -> None:
+    nodes, per_node = node_split(gpus)
+    o[f"{pool}.nnodes"] = nodes
+    o[f"{pool}.n_gpus_per_node"] = per_node
+
+
+def node_split(gpus: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) for a pool of ``gpus``: the fewest nodes of at most 8 equal ones."""
+    per_node = max(d for d in range(1, GPUS_PER_NODE + 1) if gpus % d == 0)
+    return gpus // per_node, per_node
+
+
+# -- AReaL 1.0 --------------------------------------------------------------------------------------
+
+
+def _areal(out: Export, p: dict, cluster: Cluster | None) -> None:
+    out.entry = "areal GRPOConfig (areal/api/cli_args.py), e.g. examples/math/gsm8k_rl.py"
+    o, c = out.overrides, out.caveats
+    if out.policy == "async":
+        o["rollout.max_head_offpolicyness"] = p["eta"]
+        c.append(f"staleness: AReaL's max_head_offpolicyness is in policy versions, as our eta: "
+                 f"{p['eta']} maps as is")
+        if p["max_concurrent"]:
+            o["rollout.max_concurrent_rollouts"] = p["max_concurrent"]
+        if p["recompute_on_sync"]:
+            c.append("recompute_on_sync=true is AReaL's default behaviour after a weight update "
+                     "(interrupted requests re-prefill)")
+    elif out.policy == "sync":
+        o["rollout.max_head_offpolicyness"] = 0
+        c.append("AReaL runs synchronously with max_head_offpolicyness=0 (its docs: typically "
+                 "about 2x slower than asynchronous)")
+    elif out.policy == "one_step_off":
+        o["rollout.max_head_offpolicyness"] = 1
+        c.append("one_step_off: AReaL streams samples rather than alternating whole batches; "
+                 "max_head_offpolicyness=1 gives the same bound of one version")
+    elif out.policy == "tail_batch":
+        raise _none("areal", out.policy, NO_TAIL)
+    elif out.policy in ("partial", "sortedrl"):
+        raise _none("areal", out.policy, "AReaL has no over-sampling with early stop: its "
+                    "rollouts are interrupted only by weight updates, never aborted for length")
+    else:
+        raise _none("areal", out.policy, NO_ORACLE)
+
+
+def _areal_cluster(out: Export, cl: Cluster) -> None:
+    out.overrides["cluster.n_nodes"], out.overrides["cluster.n_gpus_per_node"] = node_split(cl.gpus)
+    trainer = cl.train_gpus or max(1, cl.gpus // 4)
+    out.caveats.append(f"AReaL always disaggregates: give the rollout backend {cl.gpus - trainer} "
+                       f"GPUs in engines of tp={cl.tp} and the actor {trainer} in the per-engine "
+                       f"backend fields (allocation_mode is deprecated in 1.0)")
+
+
+# -- slime ------------------------------------------------------------------------------------------
+
+
+def _slime(out: Export, p: dict, cluster: Cluster | None) -> None:
+    o, c = out.overrides, out.caveats
+    out.entry = "train.py"
+    if out.policy == "sync":
+        if p["minibatches"] > 1:
+            c.append(f"minibatches={p['minibatches']}: set --num-steps-per-rollout "
+                     f"{p['minibatches']}")
+    elif out.policy == "partial":
+        groups = p["rollout_batch"] or out.prompts
+        if groups:
+            o["--over-sampling-batch-size"] = math.ceil(groups * p["over_sample"])
+        else:
+            c.append(f"set --over-sampling-batch-size to {p['over_sample']} x --rollout-batch-size")
+        if p["keep_partial"]:
+            o["--partial-rollout"] = True
+        c.append("APRIL: slime samples --over-sampling-batch-size prompts and stops at "
+                 "--rollout-batch-size complete groups, as our partial policy does")
+        if p["max_span"]:
+            c.append(f"max_span={p['max_span']}: slime has no bound on how many versions a "
+                     f"resumed response spans; --mask-offpolicy-in-partial-rollout trains only "
+                     f"its on-policy tokens instead")
+    elif out.policy in ("one_step_off", "async"):
+        out.entry = "train_async.py"
+        c.append("train_async.py overlaps the next rollout with training, one step off")
+        if out.policy == "async" and p["eta"] > 1:
+            c.append(f"staleness: slime has no staleness bound beyond that one step (its issue "
+                     f"#1800); eta={p['eta']} versions is not reproduced (nearest: eta=1)")
+    elif out.policy == "tail_batch":
+        raise _none("slime", out.policy, NO_TAIL)
+    elif out.policy == "sortedrl":
+        raise _none("slime", out.policy, "slime trains once per rollout; SortedRL's sorted early "
+                    "updates within a step are not in it (nearest: the partial policy)")
+    else:
+        raise _none("slime", out.policy, NO_ORACLE)
+
+
+def _slime_cluster(out: Export, cl: Cluster) -> None:
+    o = out.overrides
+    if cl.placement == "colocated" and out.entry == "train.py":
+        o["--colocate"] = True
+        trainer = rollout = cl.gpus
+    else:
+        trainer = cl.train_gpus or max(1, cl.gpus // 4)
+        rollout = cl.gpus - trainer
+    o["--actor-num-nodes"], o["--actor-num-gpus-per-node"] = node_split(trainer)
+    o["--rollout-num-gpus"] = rollout
+    o["--rollout-num-gpus-per-engine"] = cl.tp
+
+
+# -- shared -----------------------------------------------------------------------------------------
+
+
+def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:
+    keys = {"verl": ("actor_rollout_ref.rollout.n", "data.train_batch_size"),
+            "slime": ("--n-samples-per-prompt", "--rollout-batch-size"),
+            "areal": ("gconfig.n_samples", "train_dataset.batch_size")}[out.framework]
+    if group_size:
+        out.overrides[keys[0]] = group_size
+    if prompts:
+        out.overrides[keys[1]] = prompts

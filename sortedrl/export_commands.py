@@ -1,0 +1,101 @@
+"""The ``sortedrl export`` command: a tune result's best trial, or a policy and its knobs, as the
+config overrides of verl, slime or AReaL (see :mod:`sortedrl.export`).
+
+Prints the overrides one per line, ready for the framework's command line, then each caveat as a
+``# caveat:`` line; ``--json`` prints them as one object. Writes no file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from sortedrl.cli_common import user_errors
+from sortedrl.errors import ConfigError
+
+
+@user_errors
+def export_cmd(
+    framework: str = typer.Argument(..., help="verl, slime or areal"),
+    best: str = typer.Argument(..., help="a tune.json (its best trial) or a policy name"),
+    sets: list[str] = typer.Option([], "--set", help="policy knob key=value (with a policy name)"),
+    trial: str = typer.Option(None, "--trial", help="tune.json: a trial id, or 'knee' (the cluster "
+                              "plan's knee), instead of the best"),
+    cluster: str = typer.Option(None, "--cluster", help="cluster preset or file (default: a "
+                                "tune.json's own cluster)"),
+    group_size: int = typer.Option(None, "--group-size", help="responses per prompt (GRPO n)"),
+    prompts: int = typer.Option(None, "--prompts", help="prompts per step"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Write a policy's nearest equivalent in verl, slime or AReaL as config overrides."""
+    from sortedrl.export import export
+    from sortedrl.sim.cluster import load_cluster
+
+    policy, knobs, shape, base = _chosen(best, sets, trial)
+    cl = None
+    if cluster or base:
+        import dataclasses
+
+        cl = load_cluster(cluster or base)
+        if shape:
+            cl = dataclasses.replace(cl, **shape).validate(cl.name)
+    result = export(framework, policy, knobs, cl, group_size, prompts)
+    if as_json:
+        typer.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    typer.echo(f"# {framework}: {policy} {json.dumps(result.params)} -> {result.entry}")
+    for line in result.lines():
+        typer.echo(line)
+    for caveat in result.caveats:
+        typer.echo(f"# caveat: {caveat}")
+
+
+def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[str], dict, str | None]:
+    """(policy, knob strings, cluster changes, base cluster name) from BEST."""
+    from sortedrl.tune.space import as_sets, split_cluster
+
+    path = Path(best)
+    if path.suffix != ".json" and not (path / "tune.json").is_file():
+        if trial is not None:
+            raise ConfigError("--trial needs a tune.json")
+        return best, list(sets), {}, None
+    if path.is_dir():
+        path = path / "tune.json"
+    if sets:
+        raise ConfigError("--set applies to a policy name, not to a tune.json trial")
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        trials = result["trials"]
+        chosen = _trial_id(result, trial, path)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{path}: not a tune.json ({type(e).__name__}: {e})") from None
+    if chosen is None:
+        raise ConfigError(f"{path}: no feasible trial to export")
+    match = [t for t in trials if t.get("id") == chosen]
+    if not match:
+        raise ConfigError(f"{path}: no trial with id {chosen}")
+    shape, knobs = split_cluster(as_sets(match[0]["params"]))
+    return match[0]["policy"], knobs, shape, result.get("cluster")
+
+
+def _trial_id(result: dict, trial: str | None, path: Path) -> int | None:
+    if trial is None:
+        return result["best"]["overall"]
+    if trial == "knee":
+        plan = result.get("cluster_pareto")
+        if not plan or plan.get("knee") is None:
+            raise ConfigError(f"{path}: no knee (a tune over --param cluster.* has one when its "
+                              f"front bends)")
+        return plan["knee"]
+    try:
+        return int(trial)
+    except ValueError:
+        raise ConfigError(f"--trial {trial!r}: a trial id or 'knee'") from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_cmd)

@@ -1,0 +1,217 @@
+"""`sortedrl export verl|slime|areal`: every key written exists in the framework's own schema
+(the config files in the verl 0.9.1 and AReaL 1.0.4 wheels from PyPI, slime's argument parser at
+a pinned commit), the unit conversions, and the policies with no equivalent."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.export import NoEquivalent, export, node_split
+from sortedrl.sim.cluster import load_cluster
+
+WHEELS = {"verl": "verl==0.9.1", "areal": "areal==1.0.4"}
+SLIME_ARGS = Path(__file__).parent / "fixtures" / "slime" / "arguments.py.txt"
+POLICIES = ("sync", "partial", "sortedrl", "async", "one_step_off", "tail_batch", "oracle_sorted")
+CLUSTERS = ("h100-llama3.1-8b-16gpu", "h100-llama3.1-8b-12gpu-disagg", "h200-qwen2.5-32b-tp2")
+
+
+def wheel(name: str) -> zipfile.ZipFile:
+    """The framework's wheel, downloaded once (without dependencies) into a cache directory."""
+    cache = Path(os.environ.get("SORTEDRL_TEST_CACHE", Path.home() / ".cache" / "sortedrl-tests"))
+    cache.mkdir(parents=True, exist_ok=True)
+    spec = WHEELS[name]
+    found = sorted(cache.glob(f"{name}-{spec.split('==')[1]}-*.whl"))
+    if not found:
+        run = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", spec,
+                              "-d", str(cache)], capture_output=True, text=True, timeout=600)
+        found = sorted(cache.glob(f"{name}-{spec.split('==')[1]}-*.whl"))
+        if run.returncode or not found:
+            # under CI=true tests/conftest.py turns this skip into a failure
+            pytest.skip(f"cannot download {spec} from the package registry: "
+                        f"{(run.stderr or run.stdout).strip().splitlines()[-1:]}")
+    return zipfile.ZipFile(found[0])
+
+
+def flat_keys(tree: object, prefix: str = "") -> set[str]:
+    out = set()
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            path = f"{prefix}{key}"
+            out.add(path)
+            out |= flat_keys(value, path + ".")
+    return out
+
+
+@pytest.fixture(scope="module")
+def verl_schemas() -> dict[str, set[str]]:
+    whl = wheel("verl")
+    base = flat_keys(yaml.safe_load(whl.read("verl/trainer/config/_generated_ppo_trainer.yaml")))
+    overlay = {
+        "fully_async": "verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml",
+        "one_step_off": "verl/experimental/one_step_off_policy/config/one_step_off_ppo_trainer.yaml",
+    }
+    out = {"base": base}
+    for name, path in overlay.items():
+        out[name] = base | flat_keys(yaml.safe_load(whl.read(path)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def areal_fields() -> dict[str, dict[str, str]]:
+    """Every dataclass of areal/api/cli_args.py: its fields and their annotations, with bases."""
+    tree = ast.parse(wheel("areal").read("areal/api/cli_args.py"))
+    classes: dict[str, dict[str, str]] = {}
+    bases: dict[str, list[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+            classes[node.name] = {s.target.id: ast.unparse(s.annotation) for s in node.body
+                                  if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    for name in list(classes):  # fold in the inherited fields
+        todo = list(bases[name])
+        while todo:
+            parent = todo.pop()
+            if parent in classes:
+                classes[name] = {**classes[parent], **classes[name]}
+                todo += bases.get(parent, [])
+    return classes
+
+
+def areal_has(classes: dict, dotted: str) -> bool:
+    here = "GRPOConfig"
+    parts = dotted.split(".")
+    for k, part in enumerate(parts):
+        fields = classes.get(here, {})
+        if part not in fields:
+            return False
+        if k < len(parts) - 1:
+            nested = [n for n in re.findall(r"[A-Za-z_]+", fields[part]) if n in classes]
+            if not nested:
+                return False
+            here = nested[0]
+    return True
+
+
+def slime_flags() -> set[str]:
+    text = SLIME_ARGS.read_text()
+    return set(re.findall(r'(?:add_argument|reset_arg)\(\s*(?:parser,\s*)?"(--[a-z0-9-]+)"', text))
+
+
+def exports(framework: str):
+    """Every policy with knobs that change the mapping, on colocated, disaggregated and tp=2."""
+    knobs = {"sync": [[], ["minibatches=2"]], "partial": [[], ["rollout_batch=32"]],
+             "sortedrl": [[], ["mode=partial"]], "async": [["eta=1"], ["eta=4", "max_concurrent=512",
+                                                                      "recompute_on_sync=true"]],
+             "one_step_off": [[]], "tail_batch": [[]], "oracle_sorted": [[]]}
+    for policy in POLICIES:
+        for sets in knobs[policy]:
+            for name in CLUSTERS:
+                try:
+                    yield export(framework, policy, sets, load_cluster(name), 8, 64)
+                except NoEquivalent:
+                    continue
+
+
+def test_every_verl_key_is_in_its_config(verl_schemas) -> None:
+    seen = set()
+    for result in exports("verl"):
+        schema = verl_schemas["fully_async" if "fully_async" in result.entry else
+                              "one_step_off" if "one_step_off" in result.entry else "base"]
+        missing = [k for k in result.overrides if k not in schema]
+        assert not missing, (result.policy, missing)
+        seen |= set(result.overrides)
+    assert {"actor_rollout_ref.rollout.over_sample_rate", "async_training.staleness_threshold",
+            "async_training.partial_rollout", "rollout.n_gpus_per_node"} <= seen
+
+
+def test_every_areal_key_is_in_its_config(areal_fields) -> None:
+    seen = set()
+    for result in exports("areal"):
+        missing = [k for k in result.overrides if not areal_has(areal_fields, k)]
+        assert not missing, (result.policy, missing)
+        seen |= set(result.overrides)
+    assert {"rollout.max_head_offpolicyness", "rollout.max_concurrent_rollouts",
+            "cluster.n_gpus_per_node", "gconfig.n_samples"} <= seen
+    assert not areal_has(areal_fields, "rollout.no_such_field")  # the check can fail
+
+
+def test_every_slime_flag_is_in_its_parser() -> None:
+    flags = slime_flags()
+    assert len(flags) > 150 and "--partial-rollout" in flags
+    seen = set()
+    for result in exports("slime"):
+        missing = [k for k in result.overrides if k not in flags]
+        assert not missing, (result.policy, missing)
+        seen |= set(result.overrides)
+    assert {"--over-sampling-batch-size", "--partial-rollout", "--colocate"} <= seen
+
+
+def test_conversions() -> None:
+    verl = export("verl", "async", ["eta=3"])
+    assert verl.overrides["async_training.staleness_threshold"] == 2.0  # eta - 1 batches ahead
+    assert any("staleness" in c and "versions" in c for c in verl.caveats)
+    assert export("areal", "async", ["eta=3"]).overrides["rollout.max_head_offpolicyness"] == 3
+    assert export("verl", "partial", ["over_sample=4"]).overrides[
+        "actor_rollout_ref.rollout.over_sample_rate"] == 0.75
+    slime = export("slime", "partial", ["over_sample=1.5"], prompts=64)
+    assert slime.lines()[:2] == ["--over-sampling-batch-size 96", "--partial-rollout"]
+    assert [node_split(g) for g in (4, 8, 12, 16, 24, 7)] == [
+        (1, 4), (1, 8), (2, 6), (2, 8), (3, 8), (1, 7)]
+
+
+def test_no_equivalent_exits_2() -> None:
+    r = CliRunner().invoke(app, ["export", "areal", "tail_batch"])
+    assert r.exit_code == 2
+    assert r.output == ("error: policy tail_batch has no equivalent in areal: RollPacker's tail "
+                        "batching (deferring long prompts to their own rounds) is not in it\n")
+    r = CliRunner().invoke(app, ["export", "verl", "oracle_sorted"])
+    assert r.exit_code == 2 and "no equivalent in verl" in r.output
+
+
+def test_export_of_a_tune_result(tmp_path) -> None:
+    out = tmp_path / "tune"
+    r = CliRunner().invoke(app, [
+        "tune", "--synthetic", "logic-8k", "--prompts", "8", "--group-size", "4",
+        "--policy", "async", "--param", "async.eta=1,2", "--param", "cluster.gpus=8,16",
+        "--objective", "makespan_s", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    result = json.loads((out / "tune.json").read_text())
+    best = result["trials"][result["best"]["overall"]]
+    r = CliRunner().invoke(app, ["export", "verl", str(out / "tune.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["policy"] == "async" and got["params"]["eta"] == best["params"]["eta"]
+    gpus = best["params"]["cluster.gpus"]
+    trainer = gpus // 4
+    assert (got["overrides"]["trainer.n_gpus_per_node"], got["overrides"]["rollout.n_gpus_per_node"]) \
+        == (node_split(trainer)[1], node_split(gpus - trainer)[1])
+
+
+def test_export_of_the_knee(tmp_path) -> None:
+    tune = {"cluster": "h100-llama3.1-8b", "best": {"overall": 0},
+            "trials": [{"id": 0, "policy": "sync", "params": {"cluster.gpus": 32}},
+                       {"id": 1, "policy": "one_step_off", "params": {"cluster.gpus": 16}}],
+            "cluster_pareto": {"front": [0, 1], "knee": 1}}
+    (tmp_path / "tune.json").write_text(json.dumps(tune))
+    r = CliRunner().invoke(app, ["export", "verl", str(tmp_path), "--trial", "knee", "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["policy"] == "one_step_off"
+    assert (got["overrides"]["trainer.n_gpus_per_node"], got["overrides"]["rollout.n_gpus_per_node"]) \
+        == (4, 6)  # 16 GPUs: a quarter train, 12 roll out as 2 nodes x 6
+    tune["cluster_pareto"]["knee"] = None
+    (tmp_path / "tune.json").write_text(json.dumps(tune))
+    r = CliRunner().invoke(app, ["export", "verl", str(tmp_path), "--trial", "knee"])
+    assert r.exit_code == 2 and "no knee" in r.output
