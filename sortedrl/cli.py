@@ -37,6 +37,8 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.compare import gpu_split
+from sortedrl.export_commands import register as register_export
+from sortedrl.forecast_commands import register as register_forecast
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
@@ -233,6 +235,8 @@ def list_clusters(
 
 _register_plots()
 register_tune(app)
+register_forecast(app)
+register_export(app)
 register_real(app)
 
 if __name__ == "__main__":
