@@ -182,3 +182,31 @@ def test_levels_8_and_16_predict_each_other_within_5_percent():
         fit = fit_bench([runs[fit_on]], preset(PRESET))
         predicted = predict_duration(runs[other], fit["costs"], 32)
         assert abs(predicted / runs[other].duration_s - 1) < 0.05, (fit_on, other, predicted)
+
+
+def test_a_finite_request_rate_replays_the_arrivals_and_recovers_known_terms(tmp_path):
+    """At a finite rate the schedule depends on the costs: fit and replay alternate."""
+    cl = preset(PRESET)
+    files = []
+    for c, rate in ((4, 40.0), (12, 90.0)):
+        ins, outs = lengths(c, 40)
+        arrivals = np.arange(len(ins)) / rate
+        run = BenchRun("x", 1.0, np.asarray(ins), np.asarray(outs), c, arrivals, None, None, None, None, False)
+        rep = replay(run, engine_costs(TRUE, cl.cost()), 0.0, cl.max_num_seqs)
+        raw = {"request_rate": rate, "max_concurrency": c, "duration": rep.duration_s,
+               "input_lens": ins, "output_lens": outs, "ttfts": (rep.first_token_s - rep.sent_s).tolist(),
+               "itls": [[e - f] for e, f in zip(rep.end_s, rep.first_token_s, strict=True)],
+               "start_times": (5.0 + rep.sent_s).tolist(), "queue_times": (rep.sent_s - arrivals).tolist()}
+        files.append(tmp_path / f"r{c}.json")
+        files[-1].write_text(json.dumps(raw))
+    runs = [read_bench(p) for p in files]
+    assert runs[0].arrivals == pytest.approx(np.arange(40) / 40.0)
+    fit = fit_bench(runs, cl)
+    assert {k: v["value"] for k, v in fit["terms"].items()} == pytest.approx(TRUE, rel=1e-6)
+
+
+def test_a_finite_rate_without_send_times_cannot_be_replayed(tmp_path):
+    path = edited(tmp_path, "rate.json", request_rate=5.0, start_times=None)
+    assert run_bad(tmp_path, [path]) == (
+        f"error: {path}: field 'start_times': needed to replay a request_rate of 5/s (save with "
+        "--save-detailed, or benchmark with --request-rate inf)")
