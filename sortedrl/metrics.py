@@ -104,6 +104,7 @@ def summarize(tl: Timeline) -> dict:
     end1, end0 = itemgetter(1), itemgetter(0)
     ends = [float(t1.max()) if t1.size else 0.0]
     for rows, get in ((tl.prefills, end1), (tl.trains, end1), (tl.syncs, end1),
+                      (tl.offloads, end1), (tl.onloads, end1),
                       (tl.admits, end0), (tl.aborts, end0), (tl.discards, end0),
                       (tl.filters, end0)):
         if rows:
@@ -128,7 +129,9 @@ def summarize(tl: Timeline) -> dict:
     engine_busy = union_length(a0 + shift, a1 + shift)
     train_s = math.fsum(r[1] - r[0] for r in tl.trains)
     sync_s = math.fsum(r[1] - r[0] for r in tl.syncs)
-    gpu_busy = engine_busy * tp + train_s * int(m["trainer_gpus"]) + sync_s * gpus
+    offload_s = math.fsum(r[1] - r[0] for r in tl.offloads + tl.onloads)
+    gpu_busy = (engine_busy * tp + train_s * int(m["trainer_gpus"]) + sync_s * gpus
+                + offload_s * gpus)
     gpu_idle = 1.0 - gpu_busy / (gpus * makespan) if makespan > 0 else 0.0
 
     # tokens: a span is useful when its sample was trained on that attempt
@@ -199,6 +202,7 @@ def summarize(tl: Timeline) -> dict:
         "rollout_s": rollout_s,
         "train_s": train_s,
         "sync_s": sync_s,
+        "offload_s": offload_s,
         "recomputed_tokens": int(sum(map(itemgetter(5), tl.prefills))),
         "preemptions": int(np.count_nonzero(sp["end"] == "preempt")),
     }

@@ -15,7 +15,9 @@ Record kinds (``docs/metrics.md`` defines each field):
   batch (``recomputed`` counts tokens that had been generated before and are recomputed);
 - ``admit``, ``abort``, ``discard``: the controller's decisions; ``filter``: finished groups
   dropped by dynamic sampling (all rewards equal, so no GRPO signal);
-- ``train``: one update from ``version`` to ``version + 1``; ``sync``: one weight push.
+- ``train``: one update from ``version`` to ``version + 1``; ``sync``: one weight push;
+- ``offload`` / ``onload``: colocated placement only: the engines move their weights and KV
+  cache out of GPU memory before an update (vLLM sleep) and back before rollout resumes (wake).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from pathlib import Path
 
 from sortedrl.errors import SortedRLError
 
-KINDS = ("meta", "admit", "prefill", "span", "abort", "discard", "filter", "train", "sync")
+KINDS = ("meta", "admit", "prefill", "span", "abort", "discard", "filter", "train", "sync",
+         "offload", "onload")
 _ORDER = {k: i for i, k in enumerate(KINDS)}
 FIELDS = {  # the JSON field of each tuple position, per record kind
     "span": ("t", "t_end", "engine", "sample", "attempt", "version", "tokens", "end"),
@@ -38,9 +41,12 @@ FIELDS = {  # the JSON field of each tuple position, per record kind
     "filter": ("t", "samples"),
     "train": ("t", "t_end", "version", "samples", "tokens"),
     "sync": ("t", "t_end", "version"),
+    "offload": ("t", "t_end", "version"),
+    "onload": ("t", "t_end", "version"),
 }
 _LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
-         "discard": "discards", "filter": "filters", "train": "trains", "sync": "syncs"}
+         "discard": "discards", "filter": "filters", "train": "trains", "sync": "syncs",
+         "offload": "offloads", "onload": "onloads"}
 
 
 class Timeline:
@@ -56,6 +62,8 @@ class Timeline:
         self.filters: list[tuple] = []  # (t, samples): dynamic sampling dropped these groups
         self.trains: list[tuple] = []  # (t0, t1, version, samples, tokens)
         self.syncs: list[tuple] = []  # (t0, t1, version)
+        self.offloads: list[tuple] = []  # (t0, t1, version)
+        self.onloads: list[tuple] = []  # (t0, t1, version)
 
     # -- recording ---------------------------------------------------------------------------
     # The simulator appends to the lists directly (hot path); the real runner goes through
@@ -85,6 +93,12 @@ class Timeline:
 
     def sync(self, t0: float, t1: float, version: int) -> None:
         self.add("sync", t0, t1, version)
+
+    def offload(self, t0: float, t1: float, version: int) -> None:
+        self.add("offload", t0, t1, version)
+
+    def onload(self, t0: float, t1: float, version: int) -> None:
+        self.add("onload", t0, t1, version)
 
     # -- JSONL ---------------------------------------------------------------------------------
 

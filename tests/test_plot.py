@@ -149,11 +149,12 @@ def test_small_run_figure_has_a_lane_per_engine_and_trainer_and_units(small):
     _, r, _ = small
     fig = timeline_figure(r.timeline, r.summary)
     assert names(fig) == ["engine 0: rollout", "engine 0: prefill", "engine 1: rollout",
-                          "engine 1: prefill", "trainer: train", "trainer: sync", "idle (bubble)",
+                          "engine 1: prefill", "trainer: train", "trainer: sync",
+                          "engines: offload", "engines: onload", "idle (bubble)",
                           "running samples (total)", "slots (2 x 8)", "engine 0 running",
                           "engine 1 running", "sample spans"]
     lay = fig.layout
-    assert list(lay.yaxis.ticktext) == ["engine 0", "engine 1", "trainer"]
+    assert list(lay.yaxis.ticktext) == ["engine 0", "engine 1", "trainer", "offload/onload"]
     assert [lay.xaxis.title.text, lay.xaxis2.title.text, lay.xaxis3.title.text] == ["time (s)"] * 3
     assert [lay.yaxis2.title.text, lay.yaxis3.title.text] == ["running samples", "sample (id)"]
     s = r.summary
@@ -281,7 +282,8 @@ def test_perfetto_large_run_is_bounded(large, tmp_path):
     assert path.stat().st_size < 2_000_000
     doc = json.loads(path.read_text())
     xs = x_events(doc)
-    assert sorted(xs) == [(1, 0), (2, 0), (3, 0), (3, 1)]  # no per-sample tracks
+    # no per-sample tracks; the trainer's threads: train, sync and the one offload (colocated)
+    assert sorted(xs) == [(1, 0), (2, 0), (3, 0), (3, 1), (3, 2)]
     assert all(len(evs) <= EXPORT_BINS for evs in xs.values())
     sp = span_table(tl)
     for e in range(2):

@@ -112,13 +112,13 @@ def test_timeline_page_renders_every_lane_in_chromium(pages, tmp_path):
     assert dom.count('class="main-svg"') >= 2
     assert legend_texts(dom) == [
         "engine 0: rollout", "engine 0: prefill", "engine 1: rollout", "engine 1: prefill",
-        "trainer: train", "trainer: sync", "idle (bubble)",
+        "trainer: train", "trainer: sync", "engines: offload", "engines: onload", "idle (bubble)",
         "running samples (total)", "slots (2 x 8)", "engine 0 running", "engine 1 running"]
     assert axis_titles(dom, "x") == ["time (s)"] * 3
     assert axis_titles(dom, "y") == ["lane", "running samples", "sample (id)"]
     assert "policy version" in dom
     ticks = re.findall(r'class="ytick"[^>]*>.*?data-unformatted="([^"]*)"', dom)
-    assert {"engine 0", "engine 1", "trainer"} <= set(ticks)
+    assert {"engine 0", "engine 1", "trainer", "offload/onload"} <= set(ticks)
     # one drawn bar per span in the sample panel, plus the lane bars
     assert dom.count('class="point"') >= len(r.timeline.spans)
     assert dom.count("<tr>") == 1 + len(r.timeline.trains)  # step table: header + one per update

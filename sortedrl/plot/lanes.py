@@ -186,6 +186,8 @@ class Lanes:
     sync: Intervals
     trainer_idle: Intervals
     spans: np.ndarray  # the span table (sortedrl.metrics.SPAN_DTYPE)
+    offload: Intervals | None = None  # colocated: engines moving weights/KV out (vLLM sleep)
+    onload: Intervals | None = None  # and back in (wake); None when the run has neither
 
     @property
     def detailed(self) -> bool:
@@ -198,6 +200,7 @@ class Lanes:
 def makespan_of(tl: Timeline) -> float:
     ends = [r[1] for r in tl.spans] + [r[1] for r in tl.prefills] + [r[1] for r in tl.trains]
     ends += [r[1] for r in tl.syncs] + [r[0] for r in tl.admits] + [r[0] for r in tl.aborts]
+    ends += [r[1] for r in tl.offloads + tl.onloads]
     ends += [r[0] for r in tl.discards]
     return float(max(ends, default=0.0))
 
@@ -223,5 +226,8 @@ def lanes(tl: Timeline) -> Lanes:
     sync = difference(union(np.array([r[0] for r in tl.syncs], dtype=float),
                             np.array([r[1] for r in tl.syncs], dtype=float)), train)
     busy = union(np.concatenate([train[0], sync[0]]), np.concatenate([train[1], sync[1]]))
+    moves = [union(np.array([r[0] for r in rows], dtype=float),
+                   np.array([r[1] for r in rows], dtype=float))
+             for rows in (tl.offloads, tl.onloads)] if tl.offloads or tl.onloads else [None, None]
     return Lanes(engines, int(tl.meta["max_num_seqs"]), makespan, rollout, prefill, idle, train,
-                 sync, complement(busy, 0.0, makespan), sp)
+                 sync, complement(busy, 0.0, makespan), sp, *moves)

@@ -131,6 +131,11 @@ def trace_events(tl: Timeline) -> dict:
         for tid, (name, iv) in enumerate((("train", ln.train), ("sync", ln.sync))):
             events += [_x(name, a, b, pid, tid, name)
                        for a, b in zip(*L.close_gaps(iv, gap), strict=True)]
+    if tl.offloads or tl.onloads:  # colocated engines stepping aside for each update
+        events += [_meta("thread_name", pid, "offload", 2), _meta("thread_name", pid, "onload", 3)]
+        events += [_x(f"{kind} (version {v})", a, b, pid, tid, kind, {"version": v})
+                   for tid, kind, rows in ((2, "offload", tl.offloads), (3, "onload", tl.onloads))
+                   for a, b, v in rows]
     m = tl.meta
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"policy": m.get("policy"), "trace": m.get("trace"),

@@ -32,7 +32,8 @@ from sortedrl.plot.page import atomic_write, figure_div, page, table
 from sortedrl.timeline import Timeline
 
 COLORS = {"rollout": "#4c78a8", "prefill": "#f58518", "idle": "#d0d0d0", "train": "#54a24b",
-          "sync": "#b279a2", "capacity": "#222222", "total": "#222222"}
+          "sync": "#b279a2", "capacity": "#222222", "total": "#222222", "offload": "#e45756",
+          "onload": "#72b7b2"}
 VERSION_SCALE = "Viridis"
 MAX_VERSION_GROUPS = 12  # stacked occupancy curves of a large run: at most this many version groups
 STEP_COLUMNS = ("update", "version", "start (s)", "end (s)", "duration (s)", "samples", "tokens")
@@ -90,8 +91,9 @@ def timeline_figure(tl: Timeline, summary: dict | None = None) -> go.Figure:
         fig.update_xaxes(title_text="time (s)", showticklabels=True, range=[0, ln.makespan or 1],
                          showgrid=True, gridcolor="#eeeeee", zeroline=False, row=row, col=1)
     fig.update_yaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False)
-    fig.update_yaxes(title_text="lane", tickvals=list(range(E + 1)),
-                     ticktext=[f"engine {e}" for e in range(E)] + ["trainer"],
+    moves = ["offload/onload"] if ln.offload is not None else []
+    fig.update_yaxes(title_text="lane", tickvals=list(range(E + 1 + len(moves))),
+                     ticktext=[f"engine {e}" for e in range(E)] + ["trainer"] + moves,
                      autorange="reversed", showgrid=False, row=1, col=1)
     fig.update_yaxes(title_text="running samples", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(title_text="sample (id)" if ln.detailed else "running samples",
@@ -118,6 +120,10 @@ def _lanes(fig: go.Figure, ln: L.Lanes) -> None:
     E = ln.engines
     lanes = [[ln.rollout[e], ln.prefill[e], ln.idle[e]] for e in range(E)]
     lanes.append([ln.train, ln.sync, ln.trainer_idle])
+    if ln.offload is not None:  # colocated engines stepping aside for updates: their own lane
+        moved = L.union(np.concatenate([ln.offload[0], ln.onload[0]]),
+                        np.concatenate([ln.offload[1], ln.onload[1]]))
+        lanes.append([ln.offload, ln.onload, L.complement(moved, 0.0, ln.makespan)])
     if ln.detailed:
         bars = [[L.Bars.exact(iv, lane) for iv in states] for lane, states in enumerate(lanes)]
     else:
@@ -128,7 +134,10 @@ def _lanes(fig: go.Figure, ln: L.Lanes) -> None:
         _hbar(fig, bars[e][1], f"engine {e}: prefill", COLORS["prefill"], f"engine {e}")
     _hbar(fig, bars[E][0], "trainer: train", COLORS["train"], "trainer")
     _hbar(fig, bars[E][1], "trainer: sync", COLORS["sync"], "trainer")
-    _hbar(fig, L.Bars.concat([b[2] for b in bars]), "idle (bubble)", COLORS["idle"], "idle")
+    if ln.offload is not None:
+        _hbar(fig, bars[E + 1][0], "engines: offload", COLORS["offload"], "offload")
+        _hbar(fig, bars[E + 1][1], "engines: onload", COLORS["onload"], "offload")
+    _hbar(fig, L.Bars.concat([b[2] for b in bars[:E + 1]]), "idle (bubble)", COLORS["idle"], "idle")
 
 
 def _steps_xy(t: np.ndarray, n: np.ndarray, end: float) -> tuple[np.ndarray, np.ndarray]:

@@ -57,6 +57,7 @@ class SimBackend(Backend):
             e._slots = self._next
         self._deferred: deque[tuple[float, Event]] = deque()
         self._proc = None
+        self._asleep = False  # colocated: the engines are offloaded for an update
         self._waiting = False
         self._poked = False
         self.ctl: Controller | None = None
@@ -100,6 +101,11 @@ class SimBackend(Backend):
         if self.placement == "colocated":  # the shared GPUs finish their in-flight steps first
             start = max([start] + [e.pub.t for e in self.engines])
         dur = self.cost.update(lengths)
+        if self.placement == "colocated" and not self._asleep:  # vLLM sleep: engines step aside
+            self._asleep = True
+            if self.cost.offload_s > 0:
+                self.timeline.offload(start, start + self.cost.offload_s, version)
+                start += self.cost.offload_s
         self.env.process(self._train(start, dur, version, samples, tokens))
 
     def sync(self, version: int) -> None:
@@ -112,8 +118,16 @@ class SimBackend(Backend):
         self.env.process(self._sync(start, self.cost.sync(), version))
 
     def set_rollout(self, enabled: bool) -> None:
+        now, onload = self.env.now, 0.0
+        if enabled and self._asleep:  # vLLM wake-up: weights back in before rollout resumes
+            self._asleep = False
+            if self.cost.onload_s > 0 and not self.ctl.done:
+                onload = self.cost.onload_s
+                self.timeline.onload(now, now + onload, self.ctl.s.version)
         for e in self.engines:
-            e.set_enabled(enabled, self.env.now)
+            e.set_enabled(enabled, now)
+            if onload:
+                e.hold(now, onload)
         self._poke()
 
     def run(self, controller: Controller) -> None:
