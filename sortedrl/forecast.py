@@ -69,7 +69,7 @@ def time_parts(result: SimResult) -> dict[str, float]:
     tl, s = result.timeline, result.summary
     intervals = [(r[0], r[1]) for r in tl.spans] + [(r[0], r[1]) for r in tl.prefills] \
         + [(r[0], r[1]) for r in tl.trains] + [(r[0], r[1]) for r in tl.syncs]
-    for r in getattr(tl, "offloads", []) or []:
+    for r in (getattr(tl, "offloads", []) or []) + (getattr(tl, "onloads", []) or []):
         intervals.append((r[0], r[1]))
     busy = 0.0
     if intervals:
