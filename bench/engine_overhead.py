@@ -96,7 +96,7 @@ def main() -> None:
     n = args.group_size
     problems = SortTask().problems(args.prompts, 0)
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
-    grade = grader(SortTask(), problems, tok, n)
+    grade = grader(SortTask(), problems, tok, n, words=True)
     max_len = args.max_tokens + max(map(len, prompts)) + 1
     vengine = VllmEngine(model, args.max_num_seqs, max_len, seed=0)
     vengine.max_num_seqs = args.max_num_seqs

@@ -118,6 +118,7 @@ def test_three_step_runs_write_valid_logs(model, tmp_path, policy, sets):
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == summary["updates"] and all("logprob_mismatch" in m for m in metrics)
     assert max(m["logprob_mismatch"] for m in metrics) < 1e-3  # fp32: vLLM and torch agree
+    assert max(m["reward_mean"] for m in metrics) > 0  # the warm-started model sorts some lists
     trace = read_trace(out / "trace.jsonl")
     assert len(trace) == 96 and trace.meta.max_response_len == 64
     assert summary["generated_tokens"] >= int(trace.response_len.sum())
@@ -164,6 +165,22 @@ def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
     assert len(rows) == total and len({(r["prompt_id"], r["sample"]) for r in rows}) == total
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
+
+
+def test_grader_reads_the_tiny_models_words(model):
+    """The tiny tokenizer has no spaces: ``decode`` would give '1379', which never equals the
+    answer '1 3 7 9' (every reward was 0 until the grader joined the words)."""
+    from transformers import AutoTokenizer
+
+    from sortedrl.realrun.run import grader
+    from sortedrl.realrun.task import Problem, SortTask
+
+    tok = AutoTokenizer.from_pretrained(model)
+    ids = tok("1 3 7 9", add_special_tokens=False)["input_ids"]
+    grade = grader(SortTask(), [Problem("sort 7 3 9 1 =", "1 3 7 9")], tok, 1, words=True)
+    assert grade(0, ids + [tok.eos_token_id], "stop") == 1.0
+    assert grade(0, ids, "length") == 0.0  # cut at the cap
+    assert grade(0, ids[:3] + [tok.eos_token_id], "stop") == 0.0
 
 
 def test_trainer_updates_in_bfloat16(model):

@@ -87,3 +87,8 @@ def test_long_sort_task_has_a_long_tail():
     assert 0.01 <= (sizes >= 1024).mean() <= 0.05
     p = task.problems(1, 7)[0]
     assert p.answer == " ".join(sorted(p.prompt.split()[1:-1]))
+    # graded by the share of positions right, so that groups' rewards differ
+    assert task.reward(Problem("sort 3 1 2 =", "1 2 3"), "1 2 3") == 1.0
+    assert task.reward(Problem("sort 3 1 2 =", "1 2 3"), "1 3 3") == 2 / 3
+    assert task.reward(Problem("sort 3 1 2 =", "1 2 3"), "1 2 3 3") == 3 / 4
+    assert task.reward(Problem("sort 3 1 2 =", "1 2 3"), "") == 0.0

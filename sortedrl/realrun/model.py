@@ -66,8 +66,11 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
     return out
 
 
-def warm_start(model, tokenizer, task, steps: int, seed: int, batch: int = 32, lr: float = 3e-3) -> None:
-    """Supervised steps on prompt + answer + EOS, loss on the answer tokens only."""
+def warm_start(model, tokenizer, task, steps: int, seed: int, batch: int = 32, lr: float = 3e-3,
+               max_batch_tokens: int = 16384) -> None:
+    """Supervised steps on prompt + answer + EOS, loss on the answer tokens only. A step whose
+    padded batch exceeds ``max_batch_tokens`` (long tasks) is cut into micro-batches of similar
+    length whose gradients add up to the whole batch's."""
     import torch
 
     problems = task.problems(steps * batch, seed + 1)
@@ -75,24 +78,42 @@ def warm_start(model, tokenizer, task, steps: int, seed: int, batch: int = 32, l
     model.train()
     eos = tokenizer.eos_token_id
     for s in range(steps):
-        chunk = problems[s * batch:(s + 1) * batch]
-        seqs, masks = [], []
-        for p in chunk:
+        rows = []
+        for p in problems[s * batch:(s + 1) * batch]:
             prompt = tokenizer(p.prompt)["input_ids"]
             answer = tokenizer(p.answer, add_special_tokens=False)["input_ids"] + [eos]
-            seqs.append(prompt + answer)
-            masks.append([0] * len(prompt) + [1] * len(answer))
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-        lab = torch.full((len(seqs), width), -100)
-        for r, (seq, m) in enumerate(zip(seqs, masks, strict=True)):
-            ids[r, : len(seq)] = torch.tensor(seq)
-            lab[r, : len(seq)] = torch.tensor([x if k else -100 for x, k in zip(seq, m, strict=True)])
-        loss = model(input_ids=ids, labels=lab).loss
+            rows.append((prompt + answer, [0] * len(prompt) + [1] * len(answer)))
+        total = sum(sum(m) for _, m in rows)
         opt.zero_grad()
-        loss.backward()
+        for part in _micro_batches(rows, max_batch_tokens):
+            ids, lab = _padded(part, tokenizer.pad_token_id, torch)
+            share = sum(sum(m) for _, m in part) / total
+            (model(input_ids=ids, labels=lab).loss * share).backward()
         opt.step()
     model.eval()
+
+
+def _micro_batches(rows: list, max_tokens: int) -> list[list]:
+    if len(rows) * max(len(seq) for seq, _ in rows) <= max_tokens:
+        return [rows]  # the common case: one batch, in order
+    rows = sorted(rows, key=lambda r: len(r[0]))
+    parts, part = [], []
+    for row in rows:
+        if part and (len(part) + 1) * len(row[0]) > max_tokens:
+            parts.append(part)
+            part = []
+        part.append(row)
+    return parts + [part]
+
+
+def _padded(rows: list, pad: int, torch):
+    width = max(len(seq) for seq, _ in rows)
+    ids = torch.full((len(rows), width), pad)
+    lab = torch.full((len(rows), width), -100)
+    for r, (seq, mask) in enumerate(rows):
+        ids[r, : len(seq)] = torch.tensor(seq)
+        lab[r, : len(seq)] = torch.tensor([x if k else -100 for x, k in zip(seq, mask, strict=True)])
+    return ids, lab
 
 
 def check_model_dir(path: str | Path) -> Path:

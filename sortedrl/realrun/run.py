@@ -32,7 +32,7 @@ from sortedrl.policies.base import SampleState, params_dict
 from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.realrun import checkpoint as ckpt_io
-from sortedrl.realrun.model import check_model_dir
+from sortedrl.realrun.model import MODEL_CARD, check_model_dir
 from sortedrl.realrun.task import get_task
 from sortedrl.timeline import Timeline, record_line
 
@@ -117,7 +117,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
     n = cfg.group_size
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
-    grade = grader(task, problems, tok, n)
+    grade = grader(task, problems, tok, n, words=(model_dir / MODEL_CARD).exists())
     groups = prompt_set(cfg, len(problems))
     policy = make_policy(cfg.policy, cfg.sets, groups)
     if policy.placements and "colocated" not in policy.placements:
@@ -206,7 +206,7 @@ def check_device(cfg: RunConfig) -> None:
                               "extra on a GPU machine; see bench/gpu_check.sh)")
 
 
-def grader(task, problems: list, tok, group_size: int):
+def grader(task, problems: list, tok, group_size: int, words: bool = False):
     """The reward of sample ``i``'s response: the task grades the decoded text of a response
     that ended by itself; a response cut at the length cap gets 0."""
     eos = tok.eos_token_id
@@ -215,9 +215,18 @@ def grader(task, problems: list, tok, group_size: int):
         if reason != "stop":
             return 0.0
         body = tokens[:-1] if eos is not None and tokens and tokens[-1] == eos else tokens
-        return task.reward(problems[i // group_size], tok.decode(body, skip_special_tokens=True))
+        return task.reward(problems[i // group_size], decode(tok, body, words))
 
     return grade
+
+
+def decode(tok, ids: list[int], words: bool) -> str:
+    """The response's text. The tiny model's tokenizer has one token per word and no spaces, so
+    its ``decode`` glues the words together: with ``words`` they are joined by spaces, as the
+    task wrote them."""
+    if words:
+        return " ".join(tok.convert_ids_to_tokens(ids, skip_special_tokens=True))
+    return tok.decode(ids, skip_special_tokens=True)
 
 
 def _ids(k: int):

@@ -11,7 +11,8 @@ Two sizes share that vocabulary (so one tiny model serves both): ``sort`` (a geo
 of items, mean 5, at most 24: responses of a few tokens) and ``sort-long``, whose list length is
 lognormal (median 100 items, sigma 1.2, at most 2,000), so responses run from a few tokens to
 well past 1,000 and a few percent reach a 1,024-token cap, the long tail of reasoning RL
-(p99/p50 of about 10). ``--task module:factory`` plugs in any object with ``name``,
+(p99/p50 of about 10), graded by the share of positions right (an exact match of hundreds of
+digits is out of a tiny model's reach, and a reward that is 0 everywhere teaches nothing). ``--task module:factory`` plugs in any object with ``name``,
 ``problems(n, seed)``, ``reward(problem, response)`` and ``corpus(n, seed)``; ``--dataset`` is
 :class:`sortedrl.realrun.dataset.DatasetTask`.
 """
@@ -73,6 +74,12 @@ class LongSortTask(SortTask):
     def sizes(self, rng: np.random.Generator, n: int) -> np.ndarray:
         drawn = rng.lognormal(np.log(self.median), self.sigma, size=n)
         return np.clip(np.rint(drawn), 1, self.max_items).astype(np.int64)
+
+    def reward(self, problem: Problem, response: str) -> float:
+        """The share of positions right: a tiny model never sorts hundreds of digits exactly, so
+        an exact match would give every group the same reward (0) and GRPO no signal."""
+        want, got = problem.answer.split(), response.split()
+        return sum(a == b for a, b in zip(want, got, strict=False)) / max(len(want), len(got))
 
 
 TASKS = {"sort": SortTask, "sort-long": LongSortTask}
