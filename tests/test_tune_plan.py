@@ -92,3 +92,13 @@ def test_tune_cli_plans_and_reports(tmp_path) -> None:
     assert r.exit_code == 0, r.output
     page = (out / "report.html").read_text()
     assert 'id="plan"' in page and "Cluster planning" in page
+
+
+def test_tune_table_shows_each_trials_own_shape(tmp_path) -> None:
+    r = CliRunner().invoke(app, [
+        "tune", "--synthetic", "logic-8k", "--prompts", "8", "--group-size", "4", "--policy", "sync",
+        "--policy", "one_step_off", "--param", "cluster.gpus=4", "--cluster", "h100-llama3.1-8b",
+        "--out", str(tmp_path / "tune")])
+    assert r.exit_code == 0, r.output
+    assert "4 shared" in r.output and "3+1" in r.output  # not the base cluster's 8 GPUs
+    assert "8 shared" not in r.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -125,11 +126,12 @@ TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col
              Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "mean/max"), Col("GPUs", "r+t", hide=1)]
 
 
-def _trial_row(t: dict, rate: str, top: float, splits: dict[str, str]) -> list[str]:
+def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
     s = t["summary"]
     return [t["policy"], str(t["id"]), f"{s['tokens_per_s']:,.0f}", f"{s.get('learnable_tokens_per_s', 0):,.0f}",
             f"{s[rate] / top:.2f}x" if top > 0 else "-",
-            f"{s['makespan_s']:,.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}", splits[t["policy"]]]
+            f"{s['makespan_s']:,.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
+            splits.get(t["id"], splits[t["policy"]])]
 
 
 def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
@@ -146,7 +148,8 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     def rows(ts: list[dict]) -> list[list[str]]:
         return [[r[i] for i in keep] for r in (_trial_row(t, rate, top, splits) for t in ts)]
 
-    splits = {p: _split(p, cluster) for p in result["best"]["per_policy"]}
+    splits: dict = {p: _split(p, cluster) for p in result["best"]["per_policy"]}
+    splits.update(_shaped_splits(trials, cluster))  # tune --param cluster.*: per trial
     best = [trials[i] for i in result["best"]["per_policy"].values() if i is not None]
     sign = OBJECTIVES[result["objective"]]
     best.sort(key=lambda t: (-sign * t["summary"][result["objective"]], t["id"]))
@@ -169,6 +172,17 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
 
         second += "\n\n" + plan_text(result, width)
     return first + "\n\n" + second
+
+
+def _shaped_splits(trials: list[dict], cluster: Cluster) -> dict[int, str]:
+    from sortedrl.tune.space import as_sets, split_cluster
+
+    out = {}
+    for t in trials:
+        shape, _ = split_cluster(as_sets(t["params"]))
+        if shape:
+            out[t["id"]] = _split(t["policy"], dataclasses.replace(cluster, **shape))
+    return out
 
 
 def _split(policy: str, cluster: Cluster) -> str:
