@@ -1,8 +1,9 @@
 """The no-peeking contract: a policy cannot reach any sample's true length.
 
 A prying policy walks every object reachable from what it is given (the view, the event, its
-run context) at every event, and looks for the simulator's private objects: the trace, its
-response-length array, the backend, the engines and their finish heaps. It must never find them.
+run context, and the class attributes and closures along the way) at every event, and looks for
+the simulator's private objects: the trace, its response-length array, the backend, the engines
+and their finish heaps, and the draw of future attempts' lengths (``--regen resample``). It must never find them.
 It also asks the view for unfinished lengths directly, which must fail.
 
 Run: pytest tests/test_no_peeking.py
@@ -27,13 +28,16 @@ from sortedrl.sim.backend import SimBackend
 from sortedrl.timeline import Timeline
 from tests.conftest import make_trace, tiny_cluster
 
-CODE = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.CodeType,
+CODE = (types.ModuleType, types.BuiltinFunctionType, types.CodeType,
         types.MethodDescriptorType, types.WrapperDescriptorType, types.GetSetDescriptorType,
         types.MemberDescriptorType)
 
 
 def reachable(*roots) -> dict[int, object]:
-    """Every data object reachable from ``roots`` (code, classes and modules are not data)."""
+    """Every data object reachable from ``roots``: through references, the class attributes of
+    every object's class and its bases (classes of sortedrl and of the tests: a third-party
+    class holds no data of a run), and the closures and defaults of every function and method
+    (but not modules or a function's globals, which are code, not data)."""
     seen: dict[int, object] = {}
     stack = list(roots)
     while stack:
@@ -42,10 +46,34 @@ def reachable(*roots) -> dict[int, object]:
             continue
         seen[id(obj)] = obj
         if isinstance(obj, types.MethodType):
-            stack.append(obj.__self__)
+            stack += [obj.__self__, obj.__func__]
             continue
+        if isinstance(obj, types.FunctionType):
+            cells = [c.cell_contents for c in obj.__closure__ or () if _filled(c)]
+            stack += cells + list(obj.__defaults__ or ()) + list((obj.__kwdefaults__ or {}).values())
+            continue
+        if isinstance(obj, type):
+            if obj.__module__.startswith(("sortedrl", "tests")) or obj.__module__ == __name__:
+                for klass in obj.__mro__:
+                    stack += list(vars(klass).values())
+            continue
+        stack.append(type(obj))
         stack.extend(gc.get_referents(obj))
     return seen
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def future_attempts(backend) -> dict[str, object]:
+    """What knows the lengths of attempts not yet made: the backend's draw and its tables."""
+    draw = backend._attempts
+    return {"attempt draw": draw, "recorded lengths": draw._recorded, "prompt members": draw._members}
 
 
 class Prying(SyncPolicy):
@@ -79,6 +107,7 @@ def test_a_policy_cannot_reach_true_lengths():
         "trace": trace, "response_len": trace.response_len, "backend": backend,
         "lengths list": backend._lengths, **{f"engine {e.pub.index}": e for e in backend.engines},
         **{f"heap {e.pub.index}": e._heap for e in backend.engines},
+        **future_attempts(backend),
     }
     policy = Prying(forbidden, ctx=run_context(trace))
     Controller(policy, trace.prompt_id, trace.prompt_len.tolist(), 2, backend, timeline).run()
@@ -117,6 +146,7 @@ def test_no_builtin_policy_reaches_true_lengths(name, sets):
     forbidden = lambda: {  # noqa: E731
         "trace": trace, "response_len": trace.response_len, "backend": backend,
         "lengths list": backend._lengths, **{f"engine {e.pub.index}": e for e in backend.engines},
+        **future_attempts(backend),
     }
     policy = Wrapped(inner, forbidden)
     Controller(policy, trace.prompt_id, trace.prompt_len.tolist(), 2, backend, timeline).run()
@@ -144,3 +174,23 @@ def test_events_carry_no_lengths():
     from sortedrl.policies.base import Event
     assert set(Event.__slots__) == fields
     assert EventKind.FINISHED.value == "finished"
+
+
+def test_the_walk_follows_class_attributes_and_closures():
+    trace = make_trace([5, 9], group_size=2)
+    backend = SimBackend(trace, tiny_cluster(), Timeline({}))
+    draw = backend._attempts
+
+    class Stash(SyncPolicy):
+        name = "stash"
+        kept = draw  # a class attribute
+
+    def make_peek():
+        held = backend._lengths
+        return lambda: held  # a closure
+
+    assert id(draw) in reachable(Stash())
+    assert id(backend._lengths) in reachable(types.SimpleNamespace(f=make_peek()))
+    assert id(backend._lengths) in reachable(types.SimpleNamespace(f=lambda x=backend._lengths: x))
+    # and a policy's own class and the registry's classes do not hold any of it
+    assert id(draw) not in reachable(make_policy("sortedrl", [], trace))
