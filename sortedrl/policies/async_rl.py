@@ -14,6 +14,10 @@ outlive it, so we also enforce the bound on tokens: after each sync, responses w
 is more than eta versions behind are dropped and regenerated, and none is ever trained. Set
 ``recompute_on_sync`` to discard the KV cache at every weight switch and re-prefill, as AReaL does
 (vLLM keeps the old prefix's KV, the default).
+
+``filter_groups`` is DAPO's dynamic sampling: a group whose members have all finished with equal
+rewards is filtered at once and no longer counts as accepted, so the admission rule lets fresh
+prompts from the dataloader take its place.
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from sortedrl.policies.base import (
     Admit,
     Event,
     EventKind,
+    Filter,
     Policy,
     RunContext,
     Sync,
     Train,
 )
-from sortedrl.policies.common import complete_groups, in_flight
+from sortedrl.policies.common import complete_groups, in_flight, is_flat, newly_complete
 from sortedrl.policies.view import ClusterView
 
 
@@ -45,12 +50,16 @@ class AsyncParams:
         "help": "samples admitted at most (0: the engines' total max_num_seqs)"})
     whole_groups: bool = field(default=True, metadata={
         "help": "train complete GRPO groups only (false: the oldest finished samples)"})
+    filter_groups: bool = field(default=False, metadata={
+        "help": "dynamic sampling: drop groups with all-equal rewards, generate fresh ones"})
     recompute_on_sync: bool = field(default=False, metadata={
         "help": "drop the KV cache at each weight switch and re-prefill (AReaL) instead of keeping it"})
 
     def __post_init__(self) -> None:
         if self.eta < 0 or self.batch < 0 or self.max_concurrent < 0:
             raise ValueError("eta, batch and max_concurrent must be >= 0")
+        if self.filter_groups and not self.whole_groups:
+            raise ValueError("filter_groups needs whole_groups=true")
 
 
 class AsyncPolicy(Policy):
@@ -76,14 +85,21 @@ class AsyncPolicy(Policy):
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         out: list[Action] = []
+        filtered: set[int] = set()
         if event.kind == EventKind.FINISHED:
             self.accepted += len(event.samples)
+            if self.params.filter_groups:
+                flat = [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
+                if flat:
+                    out.append(Filter(tuple(flat)))
+                    self.accepted -= len(flat) * view.group_size
+                    filtered = set(flat)
         if event.kind == EventKind.UPDATE_DONE:
             out.append(Sync())
         if event.kind == EventKind.SYNC_DONE:
             out += self._after_sync(view)
         elif not view.trainer_busy and not view.syncing and event.kind != EventKind.UPDATE_DONE:
-            out += self._maybe_train(view)
+            out += self._maybe_train(view, filtered)
         return out + self._admit(view, out)
 
     def _stale(self, view: ClusterView, i: int) -> bool:
@@ -103,11 +119,12 @@ class AsyncPolicy(Policy):
                 out += [Abort(tuple(rest), keep_tokens=True), Admit(tuple(rest))]
         return out + self._maybe_train(view)
 
-    def _maybe_train(self, view: ClusterView) -> list[Action]:
+    def _maybe_train(self, view: ClusterView, filtered: set[int] = frozenset()) -> list[Action]:
+        """``filtered``: groups filtered in this same reaction (the view still shows them)."""
         last = self.fresh >= self.total and not self.redo and view.admitted == 0
         if view.finished_count < self.B and not (last and view.finished_count):
             return []
-        finished = view.finished()
+        finished = tuple(i for i in view.finished() if view.group_of(i) not in filtered)
         stale = [i for i in finished if self._stale(view, i)]
         out: list[Action] = []
         if stale:

@@ -40,3 +40,29 @@ def complete_groups(view: ClusterView, samples) -> list[int]:
         g = view.group_of(i)
         count[g] = count.get(g, 0) + 1
     return [g for g, c in count.items() if c == view.group_size]
+
+
+# -- dynamic sampling (DAPO's filter_groups) ------------------------------------------------------
+
+
+def is_flat(view: ClusterView, group: int) -> bool:
+    """A finished group whose rewards are all equal: every GRPO advantage would be 0."""
+    return len({view.reward(i) for i in view.group_samples(group)}) == 1
+
+
+def newly_complete(view: ClusterView, samples) -> list[int]:
+    """Groups of ``samples`` (just finished) all of whose members are now finished, in order."""
+    out: list[int] = []
+    for i in samples:
+        g = view.group_of(i)
+        if g not in out and all(view.state(j) == SampleState.FINISHED for j in view.group_samples(g)):
+            out.append(g)
+    return out
+
+
+def split_flat(view: ClusterView, groups) -> tuple[list[int], list[int]]:
+    """``(kept, flat)``: complete groups with some reward spread, and those without."""
+    kept, flat = [], []
+    for g in groups:
+        (flat if is_flat(view, g) else kept).append(g)
+    return kept, flat

@@ -15,8 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sortedrl.policies.base import Action, Admit, Event, EventKind, Policy, RunContext, Sync, Train
-from sortedrl.policies.common import shortest_first
+from sortedrl.policies.base import (
+    Action,
+    Admit,
+    Event,
+    EventKind,
+    Filter,
+    Policy,
+    RunContext,
+    Sync,
+    Train,
+)
+from sortedrl.policies.common import shortest_first, split_flat
 from sortedrl.policies.predictors import HistoryLengths, LengthPredictor
 from sortedrl.policies.view import ClusterView
 
@@ -31,10 +41,14 @@ class OracleSortedParams:
         "help": "samples per round and update (0: the engines' total max_num_seqs)"})
     whole_groups: bool = field(default=True, metadata={
         "help": "rounds of whole GRPO groups (false: single samples, groups spread over rounds)"})
+    filter_groups: bool = field(default=False, metadata={
+        "help": "dynamic sampling: drop groups with all-equal rewards, refill the round"})
 
     def __post_init__(self) -> None:
         if self.rollout_batch < 0 or self.update_batch < 0:
             raise ValueError("rollout_batch and update_batch must be >= 0")
+        if self.filter_groups and not self.whole_groups:
+            raise ValueError("filter_groups needs whole_groups=true")
 
 
 class OracleSortedPolicy(Policy):
@@ -51,6 +65,7 @@ class OracleSortedPolicy(Policy):
             None if self.params.predictor == "oracle" else HistoryLengths(self.ctx.max_response_len / 2))
         self.order: list[int] = []  # the current group's samples, shortest predicted first
         self.round: list[int] = []
+        self.kept: list[int] = []  # filter_groups: samples of the round's groups kept so far
 
     @property
     def wants_oracle(self) -> bool:
@@ -72,10 +87,26 @@ class OracleSortedPolicy(Policy):
         if kind == EventKind.ENGINE_IDLE and self.round and view.admitted == 0:
             batch, self.round = self.round, []
             self.predictor.observe(view, tuple(batch))
-            return [Train(shortest_first(view, batch))]
+            out: list[Action] = []
+            if self.params.filter_groups:
+                kept, flat = split_flat(view, sorted({view.group_of(i) for i in batch}))
+                out = [Filter(tuple(flat))] if flat else []
+                self.kept += [i for g in kept for i in view.group_samples(g)]
+                missing = self._size(view) - len(self.kept)
+                if missing > 0 and (self.order or view.groups_left):
+                    return out + self._next_round(view, missing)
+                batch, self.kept = self.kept, []
+            return out + ([Train(shortest_first(view, batch))] if batch else [])
         return []
 
-    def _next_round(self, view: ClusterView) -> list[Action]:
+    def _size(self, view: ClusterView) -> int:
+        size = self.params.update_batch or view.total_capacity
+        if self.params.whole_groups:
+            n = view.group_size
+            size = max(n, size - size % n)
+        return size
+
+    def _next_round(self, view: ClusterView, size: int | None = None) -> list[Action]:
         if not self.order:
             groups = view.next_groups(self.batch)
             samples = [i for g in groups for i in view.group_samples(g)]
@@ -86,10 +117,9 @@ class OracleSortedPolicy(Policy):
             else:
                 samples = sorted(samples, key=lambda i: (self.predictor.predict(view, i), i))
             self.order = samples
-        size = self.params.update_batch or view.total_capacity
+        size = self._size(view) if size is None else size
         if self.params.whole_groups:
-            n = view.group_size
-            size = max(n, size - size % n)
+            size = -(-size // view.group_size) * view.group_size
         self.round, self.order = self.order[:size], self.order[size:]
         # longest predicted first onto the least loaded engine (LPT), so engines end together
         load = [0.0] * view.engines

@@ -9,6 +9,9 @@ are off-policy at 2x); ``max_span`` optionally bounds it as MindSpeed-RL's
 ``max_span`` versions behind is regenerated instead. ``keep_partial=false`` drops the partials
 instead, which is verl's "reorder rollout" (strictly on-policy, the aborted work wasted).
 Complete groups are what is trained, so GRPO advantages always see a whole group.
+``filter_groups`` is DAPO's dynamic sampling: a group that completes with all rewards equal is
+filtered at once, does not count towards the N, and a fresh prompt group from the dataloader
+takes its place in flight.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from sortedrl.policies.base import (
     Admit,
     Event,
     EventKind,
+    Filter,
     Policy,
     RunContext,
     SampleState,
     Sync,
     Train,
 )
-from sortedrl.policies.common import complete_groups, in_flight, waiting_in
+from sortedrl.policies.common import complete_groups, in_flight, is_flat, newly_complete, waiting_in
 from sortedrl.policies.view import ClusterView
 
 
@@ -42,6 +46,8 @@ class PartialParams:
         "help": "resume aborted responses next step (false: drop and regenerate them)"})
     max_span: int = field(default=0, metadata={
         "help": "most versions a trained token may lag (0: unbounded, as in APRIL)"})
+    filter_groups: bool = field(default=False, metadata={
+        "help": "dynamic sampling: drop groups with all-equal rewards, start fresh ones"})
 
     def __post_init__(self) -> None:
         if self.rollout_batch < 0 or self.max_span < 0:
@@ -62,6 +68,7 @@ class PartialRolloutPolicy(Policy):
         self.active: list[int] = []  # groups started and not trained, in start order
         self.done: dict[int, int] = {}  # finished samples per active group (from events)
         self.ncomplete = 0  # groups whose every sample finished (from events)
+        self.filtered: set[int] = set()  # groups filtered in the current reaction
 
     def staleness_bound(self) -> int | None:
         if not self.params.keep_partial:
@@ -77,17 +84,36 @@ class PartialRolloutPolicy(Policy):
                     self.done[g] = self.done.get(g, 0) + 1
                     if self.done[g] == view.group_size:
                         self.ncomplete += 1
+        out = self._filter(view, event) if self.params.filter_groups else []
         if kind == EventKind.UPDATE_DONE:
             return [Sync()]
         if view.trainer_busy or view.syncing:
-            return []
+            return out
         if kind in (EventKind.STARTED, EventKind.SYNC_DONE):
             if self.active and self._due(view, len(complete_groups(view, view.finished()))):
-                return self._harvest(view)
-            return self._start_step(view)
+                return out + self._harvest(view)
+            return out + self._start_step(view)
         if self.active and self._due(view, self.ncomplete):
-            return self._harvest(view)
-        return []
+            return out + self._harvest(view)  # the next step tops the groups in flight up
+        if not self.filtered:
+            return out
+        fresh = view.next_groups(len(self.filtered))  # in place of the filtered groups
+        self.active += fresh
+        return out + ([Admit(tuple(i for g in fresh for i in view.group_samples(g)))] if fresh else [])
+
+    def _filter(self, view: ClusterView, event: Event) -> list[Action]:
+        """Dynamic sampling: filter groups that just completed flat; start fresh ones instead."""
+        self.filtered = set()
+        if event.kind != EventKind.FINISHED:
+            return []
+        flat = [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
+        if not flat:
+            return []
+        self.filtered = set(flat)
+        self.ncomplete = max(0, self.ncomplete - len(flat))
+        for g in flat:
+            self.active.remove(g)
+        return [Filter(tuple(flat))]
 
     def _due(self, view: ClusterView, complete: int) -> bool:
         return complete > 0 and complete >= min(self.n_groups, len(self.active))
@@ -113,7 +139,7 @@ class PartialRolloutPolicy(Policy):
         running = in_flight(view)
         if running:
             out.append(Abort(tuple(running), keep_tokens=self.params.keep_partial))
-        finished = view.finished()
+        finished = tuple(i for i in view.finished() if view.group_of(i) not in self.filtered)
         batch, regen = [], []
         for g in complete_groups(view, finished):
             members = list(view.group_samples(g))

@@ -66,6 +66,9 @@ def make_policy(name: str, sets: list[str], trace) -> Policy:
         policy = cls(params, run_context(trace))
     except ValueError as e:
         raise ConfigError(f"policy {name}: {e}") from None
+    if getattr(params, "filter_groups", False) and trace.reward is None:
+        raise ConfigError(f"{trace.name}: policy {name}: filter_groups=true needs a reward column, "
+                          "and this trace has none")
     if getattr(policy, "wants_oracle", False):
         policy.attach_oracle(OracleLengths(trace.response_len.tolist()))
     return policy

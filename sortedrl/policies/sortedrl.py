@@ -20,6 +20,10 @@ What the paper leaves open, and what we chose:
   with their tokens and version segments; they resume first, re-prefilling prompt + prefix.
   ``max_span`` bounds staleness: a sample whose oldest kept token is more than ``max_span``
   versions behind is regenerated instead of resumed or trained.
+- **Dynamic sampling** (``filter_groups``, with ``harvest=groups``): a group that completes with
+  all rewards equal is filtered at once and does not count towards the trigger, so the policy
+  keeps admitting from the loading group (and then from the next one) until ``update_batch``
+  samples' worth of groups with a reward spread are complete.
 - **Starvation guard** (the paper's "scavenging"): a harvest fires whenever the trigger count is
   reached; once the group has nothing left to admit and the trigger can no longer be reached,
   the policy stops harvesting early and lets the stragglers run to completion, so a prompt whose
@@ -40,13 +44,20 @@ from sortedrl.policies.base import (
     Admit,
     Event,
     EventKind,
+    Filter,
     Policy,
     RunContext,
     SampleState,
     Sync,
     Train,
 )
-from sortedrl.policies.common import complete_groups, in_flight, shortest_first
+from sortedrl.policies.common import (
+    complete_groups,
+    in_flight,
+    is_flat,
+    newly_complete,
+    shortest_first,
+)
 from sortedrl.policies.view import ClusterView
 
 
@@ -66,6 +77,8 @@ class SortedRLParams:
         "help": "on_policy: drop unfinished at a harvest; partial: keep and resume them"})
     max_span: int = field(default=2, metadata={
         "help": "partial mode: most policy versions a trained token may lag"})
+    filter_groups: bool = field(default=False, metadata={
+        "help": "dynamic sampling (harvest=groups): drop groups with all-equal rewards"})
 
     def __post_init__(self) -> None:
         if self.group_prompts < 0 or self.update_batch < 0:
@@ -74,6 +87,8 @@ class SortedRLParams:
             raise ValueError(f"oversubscribe must be >= 1, got {self.oversubscribe}")
         if self.max_span < 0:
             raise ValueError(f"max_span must be >= 0, got {self.max_span}")
+        if self.filter_groups and self.harvest != "groups":
+            raise ValueError("filter_groups needs harvest=groups")
 
 
 class SortedRLPolicy(Policy):
@@ -92,6 +107,7 @@ class SortedRLPolicy(Policy):
         self.unsettled = 0  # samples of the current group not yet trained
         self.done_in_group: dict[int, int] = {}  # finished samples per GRPO group (from events)
         self.ncomplete = 0  # GRPO groups whose n samples are finished (from events)
+        self.filtered: set[int] = set()  # groups filtered in the current reaction
 
     def staleness_bound(self) -> int:
         return self.params.max_span if self.partial else 0
@@ -108,15 +124,29 @@ class SortedRLPolicy(Policy):
                     self.done_in_group[g] = self.done_in_group.get(g, 0) + 1
                     if self.done_in_group[g] == view.group_size:
                         self.ncomplete += 1
+        out = self._filter(view, event) if self.params.filter_groups else []
         if event.kind == EventKind.UPDATE_DONE:
             return [Sync()]
         if view.trainer_busy or view.syncing:
-            return []
+            return out
         if self.unsettled == 0 and not self._load(view):
-            return []
+            return out
         if self._harvest_due(view):
-            return self._harvest(view)
-        return self._top_up(view)
+            return out + self._harvest(view)
+        return out + self._top_up(view)
+
+    def _filter(self, view: ClusterView, event: Event) -> list[Action]:
+        """Dynamic sampling: filter groups that just completed with all rewards equal."""
+        self.filtered = set()
+        if event.kind != EventKind.FINISHED:
+            return []
+        flat = [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
+        if not flat:
+            return []
+        self.filtered = set(flat)
+        self.ncomplete = max(0, self.ncomplete - len(flat))
+        self.unsettled -= len(flat) * view.group_size
+        return [Filter(tuple(flat))]
 
     def _default_update_batch(self, view: ClusterView) -> int:
         loading = min(self.group_prompts, view.num_groups) * view.group_size
@@ -170,7 +200,7 @@ class SortedRLPolicy(Policy):
         running = in_flight(view)
         if running:
             out.append(Abort(tuple(running), keep_tokens=self.partial))
-        finished = view.finished()
+        finished = tuple(i for i in view.finished() if view.group_of(i) not in self.filtered)
         stale = [i for i in finished if self._too_stale(view, i)]
         if self.params.harvest == "groups":  # a group with a too-stale member waits for it
             held = {view.group_of(i) for i in stale}

@@ -7,6 +7,11 @@ whole in one update. With ``minibatches > 1`` every update after the first train
 more version behind, as in the SortedRL paper's PPO baseline (512 prompts, 128 per update).
 
 It reacts only to idle engines and finished updates, so it does not listen to every finish.
+
+``filter_groups`` is DAPO's dynamic sampling: when the step's responses are all in, groups whose
+rewards are all equal are filtered, and if fewer than ``rollout_batch`` groups are left the
+policy admits as many fresh prompts as are missing and waits again, until the batch is full or
+the dataloader is empty.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from sortedrl.policies.base import (
     Admit,
     Event,
     EventKind,
+    Filter,
     Policy,
     RunContext,
     Sync,
     Train,
 )
+from sortedrl.policies.common import split_flat
 from sortedrl.policies.view import ClusterView
 
 
@@ -32,6 +39,8 @@ class SyncParams:
         "help": "prompts per step; 0 takes the trace's prompts per step"})
     minibatches: int = field(default=1, metadata={
         "help": "updates per step; later ones train on stale data (staleness <= minibatches - 1)"})
+    filter_groups: bool = field(default=False, metadata={
+        "help": "dynamic sampling: drop groups with all-equal rewards, refill the batch"})
 
     def __post_init__(self) -> None:
         if self.rollout_batch < 0:
@@ -51,6 +60,7 @@ class SyncPolicy(Policy):
         super().__init__(params, ctx)
         self.batch = self.params.rollout_batch or self.ctx.prompts_per_step
         self.step_samples: list[int] = []
+        self.kept: list[int] = []  # filter_groups: groups kept so far for this step's batch
         self.pending: list[list[int]] = []
 
     def staleness_bound(self) -> int:
@@ -63,16 +73,36 @@ class SyncPolicy(Policy):
         if kind == EventKind.ENGINE_IDLE:
             if view.admitted or not self.step_samples or view.trainer_busy or self.pending:
                 return []
+            out: list[Action] = []
+            if self.params.filter_groups:
+                out, refill = self._filter(view)
+                if refill or not self.step_samples:
+                    return out + refill
             batch, k, n = self.step_samples, self.params.minibatches, view.group_size
             size = -(-len(batch) // n // k) * n  # whole groups in every minibatch
             self.pending = [batch[j:j + size] for j in range(0, len(batch), size)]
-            return [Train(tuple(self.pending.pop(0)))]
+            return out + [Train(tuple(self.pending.pop(0)))]
         if kind == EventKind.UPDATE_DONE:
             if self.pending:
                 return [Train(tuple(self.pending.pop(0)))]
             self.step_samples = []
             return [Sync()]
         return []
+
+    def _filter(self, view: ClusterView) -> tuple[list[Action], list[Action]]:
+        """Filter the finished step's flat groups; refill from the dataloader if short."""
+        groups = sorted({view.group_of(i) for i in self.step_samples})
+        kept, flat = split_flat(view, groups)
+        self.kept += kept
+        out: list[Action] = [Filter(tuple(flat))] if flat else []
+        missing = (self.batch or view.num_groups) - len(self.kept)
+        fresh = view.next_groups(missing) if missing > 0 else ()
+        if fresh:
+            self.step_samples = [i for g in fresh for i in view.group_samples(g)]
+            return out, [Admit(tuple(self.step_samples))]
+        self.step_samples = [i for g in self.kept for i in view.group_samples(g)]
+        self.kept = []
+        return out, []
 
     def _next_step(self, view: ClusterView) -> list[Action]:
         groups = view.next_groups(self.batch or view.num_groups)

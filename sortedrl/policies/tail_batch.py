@@ -10,6 +10,10 @@ n): a trace only holds the responses it recorded, so this needs a trace with mor
 prompt than the n to keep. Set ``responses`` to n; the first n finished per prompt are trained,
 the others are discarded. By default ``responses`` is the trace's group size (no response
 over-provisioning).
+
+``filter_groups`` is DAPO's dynamic sampling (with ``responses`` = the group size): a group that
+completes with all rewards equal is filtered at once and does not count towards P; in a short
+round a fresh prompt from the dataloader is launched in its place.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from sortedrl.policies.base import (
     Discard,
     Event,
     EventKind,
+    Filter,
     Policy,
     RunContext,
     SampleState,
     Sync,
     Train,
 )
+from sortedrl.policies.common import is_flat
 from sortedrl.policies.view import ClusterView
 
 
@@ -40,6 +46,8 @@ class TailBatchParams:
     eta: float = field(default=1.25, metadata={"help": "prompt over-provisioning of short rounds"})
     responses: int = field(default=0, metadata={
         "help": "responses kept per prompt (0: the trace's group size)"})
+    filter_groups: bool = field(default=False, metadata={
+        "help": "dynamic sampling: drop groups with all-equal rewards, launch fresh ones"})
 
     def __post_init__(self) -> None:
         if self.rollout_batch < 0 or self.responses < 0:
@@ -61,6 +69,8 @@ class TailBatchPolicy(Policy):
         if self.keep > self.ctx.group_size:
             raise ValueError(f"responses ({self.keep}) is above the trace's group size "
                              f"({self.ctx.group_size})")
+        if self.params.filter_groups and self.keep != self.ctx.group_size:
+            raise ValueError("filter_groups needs responses = the trace's group size")
         self.long_queue: list[int] = []
         self.launched: list[int] = []
         self.short = True
@@ -71,24 +81,37 @@ class TailBatchPolicy(Policy):
         return 0
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+        flat: list[int] = []
         if event.kind == EventKind.FINISHED:
             for i in event.samples:
                 g = view.group_of(i)
                 got = self.done.setdefault(g, [])
                 got.append(i)
                 if len(got) == self.keep:
-                    self.complete.append(g)
+                    if self.params.filter_groups and is_flat(view, g):
+                        flat.append(g)  # filtered: it does not count towards P
+                        self.launched.remove(g)
+                    else:
+                        self.complete.append(g)
+        out: list[Action] = [Filter(tuple(flat))] if flat else []
         if event.kind == EventKind.UPDATE_DONE:
             return [Sync()]
         if view.trainer_busy or view.syncing:
-            return []
+            return out
         if event.kind in (EventKind.STARTED, EventKind.SYNC_DONE):
             return self._next_round(view)
         if self.launched and len(self.complete) >= min(self.P, len(self.launched)):
             if not self.short and len(self.complete) < len(self.launched):
-                return []  # a long round waits for every prompt
-            return self._end_round(view)
-        return []
+                return out  # a long round waits for every prompt
+            return out + self._end_round(view)
+        if flat and self.short:  # fresh prompts in place of the filtered ones
+            fresh = view.next_groups(len(flat))
+            self.launched += fresh
+            if fresh:
+                out.append(Admit(tuple(i for g in fresh for i in view.group_samples(g))))
+        if flat and not self.launched:  # the whole round was filtered
+            return out + self._next_round(view)
+        return out
 
     def _next_round(self, view: ClusterView) -> list[Action]:
         self.done, self.complete = {}, []

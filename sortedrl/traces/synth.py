@@ -16,8 +16,13 @@ The model, for prompt ``p``, sample ``k`` and training step ``t``:
 * with probability ``sigmoid(runaway_logit + runaway_slope * (m_pt - mu0) / sigma_between)`` the
   sample runs away to the cap (hard prompts run away more often);
 * ``response_len = clip(round(l), 1, cap)``, ``truncated = response_len == cap``;
-* ``reward = 1`` with probability ``sigmoid(reward_logit + reward_slope * (log l - mu0))``, and 0
-  for truncated samples: longer answers are more often wrong;
+* per prompt, a pass rate ``q_p ~ Beta(pass_alpha, pass_beta)`` (U-shaped for the presets: many
+  prompts are almost always or almost never solved, so many GRPO groups have all-equal rewards,
+  which is what dynamic sampling filters);
+* ``reward = 1`` with probability ``sigmoid(logit(q_p) + reward_slope * (log l - mu0))``, and 0
+  for truncated samples: longer answers are more often wrong (``q_p`` is the prompt's pass rate
+  at the length ``exp(mu0)``). With ``pass_alpha = 0`` every prompt has ``logit(q_p) =
+  reward_logit``;
 * ``prompt_len ~ round(lognormal(log prompt_median, prompt_sigma))`` clipped, fixed per prompt.
 
 Everything is vectorized; one million samples take a fraction of a second.
@@ -57,6 +62,8 @@ class SynthParams:
     prompts: int = 128  # default prompts per step
     group_size: int = 8  # default GRPO group size n
     steps: int = 1  # default number of steps
+    pass_alpha: float = 0.0  # per-prompt pass rate ~ Beta(pass_alpha, pass_beta); 0: reward_logit
+    pass_beta: float = 0.0
 
 
 # Fitted with a Nelder-Mead search on 400k samples (seed 0), minimising the squared log-errors
@@ -83,6 +90,8 @@ PRESETS: dict[str, SynthParams] = {
         prompts=128,  # SortedRL logic baseline: 128 prompts x 8 responses
         group_size=8,
         steps=1,
+        pass_alpha=0.6,  # assumed: mean pass rate 0.375 = sigmoid(reward_logit), U-shaped
+        pass_beta=1.0,
     ),
     # DAPO-Math-17k style math RL, 16k cap.
     "math-16k": SynthParams(
@@ -104,6 +113,8 @@ PRESETS: dict[str, SynthParams] = {
         prompts=128,  # RollPacker: batch 128 x 8
         group_size=8,
         steps=1,
+        pass_alpha=0.9,  # assumed: mean pass rate 0.6 = sigmoid(reward_logit), U-shaped
+        pass_beta=0.6,
     ),
 }
 
@@ -193,10 +204,13 @@ def generate(
     response_len = np.clip(length, 1, cap).astype(np.int64)
     response_len[runaway] = cap
     truncated = response_len == cap
-    p_correct = _sigmoid(
-        params.reward_logit + params.reward_slope * (np.log(response_len) - params.mu0)
-    )
-    reward = ((rng.random(idx.size) < p_correct) & ~truncated).astype(np.float64)
+    draw_reward = rng.random(idx.size)
+    logit_pass = np.full(D, params.reward_logit)
+    if params.pass_alpha > 0:  # drawn last, so the lengths do not depend on it
+        q = np.clip(rng.beta(params.pass_alpha, params.pass_beta, D), 1e-6, 1 - 1e-6)
+        logit_pass = np.log(q) - np.log1p(-q)
+    p_correct = _sigmoid(logit_pass[idx] + params.reward_slope * (np.log(response_len) - params.mu0))
+    reward = ((draw_reward < p_correct) & ~truncated).astype(np.float64)
 
     width = max(6, len(str(D - 1)))
     names = np.array([f"p{i:0{width}d}" for i in range(D)])
