@@ -132,6 +132,21 @@ def test_three_step_runs_write_valid_logs(model, tmp_path, policy, sets):
     assert sim.exit_code == 0 and json.loads(sim.stdout)["samples_trained"] == 96
 
 
+def test_dynamic_sampling_filters_groups_graded_live(model, tmp_path):
+    out = tmp_path / "run"
+    r = run(model, out, "--policy", "sync", "--steps", "2", "--set", "filter_groups=true")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    filtered = sorted(i for f in tl.filters for i in f[1])
+    trained = sorted(i for t in tl.trains for i in t[3])
+    assert sorted(filtered + trained) == list(range(2 * 8 * 4))  # every sample settled once
+    assert summary["filtered_groups"] == len(filtered) // 4 and len(filtered) % 4 == 0
+    assert summary["samples_in_split_groups"] == 0
+    assert summary["learnable_tokens"] == summary["useful_tokens"]
+    assert summary["generated_tokens"] == summary["useful_tokens"] + summary["wasted_tokens"]
+
+
 def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "sortedrl.cli", "run", "--model", model, "--out", str(out),

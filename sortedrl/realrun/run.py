@@ -65,7 +65,8 @@ class RunConfig:
 def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
     """The trace-like facts make_policy sizes a policy by; no lengths exist before generating."""
     return SimpleNamespace(prompts_per_step=cfg.prompts, num_groups=n_groups,
-                           meta=SimpleNamespace(group_size=cfg.group_size, max_response_len=cfg.max_tokens))
+                           meta=SimpleNamespace(group_size=cfg.group_size, max_response_len=cfg.max_tokens),
+                           reward=())  # graded as responses finish, so filter_groups works
 
 
 class Appender:
