@@ -87,7 +87,7 @@ ROW = '{{"prompt_id": "{p}", "sample": {s}, "prompt_len": 5, "response_len": {r}
     (lambda t: ["--trace", LOGIC, "--policy", "sync", "--cluster", "a100-llama3.1-8b"],
      "unknown cluster preset 'a100-llama3.1-8b'"),
     (lambda t: ["--trace", LOGIC, "--policy", "sync", "--set", "bogus=1"],
-     "--set bogus: unknown parameter for policy sync (known: rollout_batch, minibatches)"),
+     "--set bogus: unknown parameter for policy sync (known: rollout_batch, minibatches, filter_groups)"),
     (lambda t: ["--trace", LOGIC, "--policy", "sync", "--set", "minibatches=two"],
      "--set minibatches=two: expected an integer"),
     (lambda t: ["--trace", LOGIC, "--policy", "sync", "--set", "minibatches=0"],
