@@ -110,7 +110,7 @@ def test_sortedrl_defaults_keep_its_behaviour_on_a_large_cluster():
     part = simulate(trace, make_policy("sortedrl", ["mode=partial"], trace), cluster).summary
     assert on["updates"] > 2 and part["updates"] > 2
     assert on["updates"] != part["updates"] or on["makespan_s"] != part["makespan_s"]
-    assert on["wasted_tokens"] > part["wasted_tokens"] > 0
+    assert on["wasted_tokens"] > part["wasted_tokens"]  # on-policy regenerates the unfinished
     assert on["staleness_max"] == 0 < part["staleness_max"] <= 2
     for s in (on, part):
         assert s["samples_trained"] == 8192 and s["samples_in_split_groups"] == 0

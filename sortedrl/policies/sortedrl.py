@@ -10,10 +10,13 @@ What the paper leaves open, and what we chose:
   samples (``harvest=samples``: groups may be spread over updates). A harvest stops rollout (the
   baseline is verl's colocated hybrid engine), trains once, syncs, and resumes.
 - **Defaults from the cluster and the trace**, so the policy keeps its own behaviour on every
-  preset and trace size: the loading group is ``4 x`` the trace's prompts per step (at most the
-  trace), and ``update_batch`` is the smaller of half the engines' slots and a quarter of the
-  loading group (the paper: 512-prompt rollout batches, 128 per update), so a loading group gives
-  at least four harvests even when the oversubscribed window covers all of it.
+  preset and trace size. With S decode slots: the loading group is ``4 x`` the trace's prompts
+  per step, and at least twice the oversubscribed window (at most the trace); the window is
+  ``2 x S`` samples, at most half the loading group; ``update_batch`` is ``S / 2``, at most a
+  quarter of the loading group (the paper: 512-prompt rollout batches, 128 per update). So the
+  window never covers the whole loading group: samples wait to be admitted while early harvests
+  train the short ones, instead of SortedRL degenerating into ``sync`` with a larger batch (as it
+  did on 8 x H100's 2,048 slots with a 4,096-sample group).
 - **Modes**: ``on_policy`` drops unfinished responses at each harvest and regenerates them under
   the new weights (wasted tokens). With ``harvest=groups`` the finished members of incomplete
   groups are regenerated too, so every trained token has staleness 0. ``partial`` pauses them
@@ -24,11 +27,9 @@ What the paper leaves open, and what we chose:
   all rewards equal is filtered at once and does not count towards the trigger, so the policy
   keeps admitting from the loading group (and then from the next one) until ``update_batch``
   samples' worth of groups with a reward spread are complete.
-- **Starvation guard** (the paper's "scavenging"): a harvest fires whenever the trigger count is
-  reached; once the group has nothing left to admit and the trigger can no longer be reached,
+- **Starvation guard** (the paper's "scavenging"): once the group has nothing left to admit,
   the policy stops harvesting early and lets the stragglers run to completion, so a prompt whose
-  responses are always long still finishes (each harvest trains at least ``update_batch``
-  samples, so the group always ends).
+  responses are always long still finishes; the group's last harvest waits for all of them.
 """
 
 from __future__ import annotations
@@ -64,9 +65,11 @@ from sortedrl.policies.view import ClusterView
 @dataclass(frozen=True)
 class SortedRLParams:
     group_prompts: int = field(default=0, metadata={
-        "help": "prompts per loading group (0: 4 x the trace's prompts per step)"})
-    oversubscribe: float = field(default=2.0, metadata={
-        "help": "samples kept admitted, as a multiple of the engines' total max_num_seqs"})
+        "help": "prompts per loading group (0: 4 x the trace's prompts per step, and at least "
+                "twice the oversubscribed window)"})
+    oversubscribe: float = field(default=0.0, metadata={
+        "help": "samples kept admitted, as a multiple of the engines' total max_num_seqs "
+                "(0: 2, at most half the loading group)"})
     update_batch: int = field(default=0, metadata={
         "help": "finished samples that trigger a harvest (0: half the engines' total max_num_seqs, "
                 "at most a quarter of the loading group)"})
@@ -83,8 +86,8 @@ class SortedRLParams:
     def __post_init__(self) -> None:
         if self.group_prompts < 0 or self.update_batch < 0:
             raise ValueError("group_prompts and update_batch must be >= 0")
-        if not self.oversubscribe >= 1.0:
-            raise ValueError(f"oversubscribe must be >= 1, got {self.oversubscribe}")
+        if not (self.oversubscribe == 0 or self.oversubscribe >= 1.0):
+            raise ValueError(f"oversubscribe must be >= 1 (or 0: derived), got {self.oversubscribe}")
         if self.max_span < 0:
             raise ValueError(f"max_span must be >= 0, got {self.max_span}")
         if self.filter_groups and self.harvest != "groups":
@@ -99,10 +102,8 @@ class SortedRLPolicy(Policy):
 
     def __init__(self, params: SortedRLParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
-        p, c = self.params, self.ctx
-        self.group_prompts = p.group_prompts or 4 * max(1, c.prompts_per_step)
-        self.update_batch = p.update_batch  # 0 until the first event shows the cluster
-        self.partial = p.mode == "partial"
+        self.group_prompts = self.window = self.update_batch = 0  # sized at the first event
+        self.partial = self.params.mode == "partial"
         self.ready: deque[int] = deque()  # group samples neither admitted nor done, resume first
         self.unsettled = 0  # samples of the current group not yet trained
         self.done_in_group: dict[int, int] = {}  # finished samples per GRPO group (from events)
@@ -116,7 +117,7 @@ class SortedRLPolicy(Policy):
 
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
         if not self.update_batch:
-            self.update_batch = self._default_update_batch(view)
+            self._size(view)
         if event.kind == EventKind.FINISHED and self.params.harvest == "groups":
             for i in event.samples:  # a cheap trigger; the harvest re-checks the buffer
                 if view.state(i) == SampleState.FINISHED:
@@ -148,13 +149,19 @@ class SortedRLPolicy(Policy):
         self.unsettled -= len(flat) * view.group_size
         return [Filter(tuple(flat))]
 
-    def _default_update_batch(self, view: ClusterView) -> int:
-        loading = min(self.group_prompts, view.num_groups) * view.group_size
-        size = min(view.total_capacity // 2, loading // 4)
-        if self.params.harvest == "groups":  # whole groups: a multiple of the group size
-            size -= size % view.group_size
-            return max(view.group_size, size)
-        return max(1, size)
+    def _size(self, view: ClusterView) -> None:
+        """Loading group, oversubscribed window and trigger from the knobs, or derived from the
+        cluster's slots and the trace (module docstring)."""
+        p, n, slots = self.params, view.group_size, view.total_capacity
+        window = math.floor((p.oversubscribe or 2.0) * slots)
+        self.group_prompts = p.group_prompts or max(4 * max(1, self.ctx.prompts_per_step),
+                                                    -(-2 * window // n))
+        loading = min(self.group_prompts, view.num_groups) * n
+        self.window = window if p.oversubscribe else max(1, min(window, loading // 2))
+        size = p.update_batch or min(slots // 2, loading // 4)
+        if not p.update_batch and p.harvest == "groups":  # whole groups: a multiple of n
+            size -= size % n
+        self.update_batch = max(n if p.harvest == "groups" else 1, size)
 
     def _load(self, view: ClusterView) -> bool:
         groups = view.next_groups(self.group_prompts)
@@ -166,21 +173,18 @@ class SortedRLPolicy(Policy):
     def _harvest_due(self, view: ClusterView) -> bool:
         if view.finished_count == 0:
             return False
+        if not self.ready:  # starvation guard: drain the group's stragglers
+            return view.admitted == 0
         if self.params.harvest == "samples":
-            if view.finished_count >= self.update_batch:
-                return True
-        elif self.ncomplete * view.group_size >= self.update_batch:
-            return True
-        # starvation guard: nothing left to admit, so drain the stragglers once the trigger
-        # can no longer be reached
-        return not self.ready and view.admitted == 0
+            return view.finished_count >= self.update_batch
+        return self.ncomplete * view.group_size >= self.update_batch
 
     def _top_up(self, view: ClusterView, admitted: int | None = None,
                 dropped: frozenset[int] = frozenset()) -> list[Action]:
         """Admit from the group up to the oversubscribed window; ``dropped`` samples were just
         aborted without their tokens in this same reaction (the view does not show it yet)."""
         admitted = view.admitted if admitted is None else admitted
-        room = math.floor(self.params.oversubscribe * view.total_capacity) - admitted
+        room = self.window - admitted
         take, drop = [], []
         while room > 0 and self.ready:
             i = self.ready.popleft()
