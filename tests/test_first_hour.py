@@ -80,8 +80,10 @@ def test_wide_prints_every_field_uncut(tmp_path):
 def test_auto_knobs_are_shown_as_used(seven):
     r, summaries = seven
     by = {s["label"]: s for s in summaries}
-    # 2 engines x 256 slots; 64 prompts per step of 8 responses
-    assert by["sortedrl"]["auto_params"] == {"group_prompts": 256, "update_batch": 256}
+    # 2 engines x 256 slots; 64 prompts per step of 8 responses, 3 steps: the window is half the
+    # 1,536-sample loading group, 1.5 x the slots
+    assert by["sortedrl"]["auto_params"] == {"group_prompts": 256, "oversubscribe": 1.5,
+                                             "update_batch": 256}
     assert by["sync"]["auto_params"] == {"rollout_batch": 64}
     assert by["async"]["auto_params"] == {"batch": 512, "max_concurrent": 256}  # 1 rollout engine
     assert by["oracle_sorted"]["auto_params"] == {"rollout_batch": 256, "update_batch": 512}
@@ -92,7 +94,8 @@ def test_auto_knobs_are_shown_as_used(seven):
                 and "unbounded" not in f.metadata["help"]}
         assert set(s["auto_params"]) == auto, s["label"]
     text = " ".join(r.stdout.split())
-    assert "sortedrl: group_prompts=256 (auto), oversubscribe=2.0, update_batch=256 (auto)," in text
+    assert ("sortedrl: group_prompts=256 (auto), oversubscribe=1.5 (auto), update_batch=256 (auto),"
+            in text)
 
 
 def test_an_explicit_knob_is_not_auto(tmp_path):
@@ -100,7 +103,8 @@ def test_an_explicit_knob_is_not_auto(tmp_path):
                "--out", str(tmp_path / "s"), "--json")
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
-    assert s["auto_params"] == {"group_prompts": 256} and s["params"]["update_batch"] == 32
+    assert s["auto_params"] == {"group_prompts": 256, "oversubscribe": 1.5}
+    assert s["params"]["update_batch"] == 32
 
 
 def test_one_placement_rule_in_simulate_compare_and_tune(seven, tmp_path):

@@ -21,23 +21,26 @@ Resolve = Callable[[Policy, int], int]
 RESOLVED: dict[str, dict[str, Resolve]] = {
     "sync": {"rollout_batch": lambda p, cap: p.batch},
     "sortedrl": {"group_prompts": lambda p, cap: p.group_prompts,
+                 "oversubscribe": lambda p, cap: round(p.window / cap, 3),
                  "update_batch": lambda p, cap: p.update_batch or max(1, cap // 2)},
     "partial": {"rollout_batch": lambda p, cap: p.n_groups},
     "tail_batch": {"rollout_batch": lambda p, cap: p.P, "responses": lambda p, cap: p.keep},
     "async": {"batch": lambda p, cap: p.B, "max_concurrent": lambda p, cap: cap},
     "one_step_off": {"rollout_batch": lambda p, cap: p.batch},
-    "oracle_sorted": {"rollout_batch": lambda p, cap: p.batch, "update_batch": lambda p, cap: cap},
+    "oracle_sorted": {"rollout_batch": lambda p, cap: p.batch,
+                      "update_batch": lambda p, cap: p._size_for(cap)},
 }
 
 
-def auto_params(policy: Policy, capacity: int) -> dict[str, int]:
+def auto_params(policy: Policy, capacity: int) -> dict[str, int | float]:
     """The knobs of ``policy`` left at 0 (auto), with the values they resolved to."""
     given = params_dict(policy.params)
     out = {}
     for knob, resolve in RESOLVED.get(policy.name, {}).items():
         if given.get(knob) == 0:
             try:
-                out[knob] = int(resolve(policy, capacity))
+                value = resolve(policy, capacity)
+                out[knob] = value if isinstance(value, float) else int(value)
             except AttributeError:  # a policy that renamed its state: show the knob as given
                 continue
     return out

@@ -100,9 +100,13 @@ class OracleSortedPolicy(Policy):
         return []
 
     def _size(self, view: ClusterView) -> int:
-        size = self.params.update_batch or view.total_capacity
+        return self._size_for(view.total_capacity)
+
+    def _size_for(self, capacity: int) -> int:
+        """Samples per round: ``update_batch`` or the slots, in whole groups by default."""
+        size = self.params.update_batch or capacity
         if self.params.whole_groups:
-            n = view.group_size
+            n = self.ctx.group_size
             size = max(n, size - size % n)
         return size
 
