@@ -170,7 +170,7 @@ def test_small_run_has_one_bar_per_span_coloured_by_version(small):
     tl = r.timeline
     bars = trace(timeline_figure(tl), "sample spans")
     sp = span_table(tl)
-    assert len(bars.y) == len(tl.spans) == 394
+    assert len(bars.y) == len(tl.spans) == 365
     assert np.array_equal(np.asarray(bars.y), sp["sample"])
     assert np.allclose(np.asarray(bars.base), sp["t0"], atol=1e-6)
     assert np.allclose(np.asarray(bars.base) + np.asarray(bars.x), sp["t1"], atol=2e-6)
