@@ -96,6 +96,10 @@ def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
     elif out.policy in ("partial", "sortedrl"):
         out.entry = base
         ratio = p["over_sample"] if out.policy == "partial" else p["oversubscribe"]
+        if not ratio:  # sortedrl's oversubscribe=0: derived, 2 x the slots at most
+            ratio = 2.0
+            c.append("oversubscribe=0 (derived: 2 x the slots, at most half the loading group); "
+                     "exported as 2")
         o["actor_rollout_ref.rollout.over_sample_rate"] = round(1.0 - 1.0 / ratio, 6)
         c.append(f"over-sampling: we keep {ratio}x the step's groups in flight and stop at 1x; "
                  f"verl starts 1x and aborts the rest once (1 - over_sample_rate) of them are "
