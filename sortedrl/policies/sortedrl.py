@@ -87,7 +87,7 @@ class SortedRLParams:
         if self.group_prompts < 0 or self.update_batch < 0:
             raise ValueError("group_prompts and update_batch must be >= 0")
         if not (self.oversubscribe == 0 or self.oversubscribe >= 1.0):
-            raise ValueError(f"oversubscribe must be >= 1 (or 0: derived), got {self.oversubscribe}")
+            raise ValueError(f"oversubscribe must be >= 1, got {self.oversubscribe} (0: derived)")
         if self.max_span < 0:
             raise ValueError(f"max_span must be >= 0, got {self.max_span}")
         if self.filter_groups and self.harvest != "groups":
