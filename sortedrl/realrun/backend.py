@@ -139,6 +139,15 @@ class RealBackend(Backend):
                 return
             self.flush()
 
+    def restore_weights(self, weights: dict, version: int) -> None:
+        """Resume: the engine runs the weights last pushed before the checkpoint."""
+        self.engine.load_weights(weights, version)
+        self.synced = weights
+
+    def readmit(self, samples: list[int]) -> None:
+        """Resume: samples that were in the engine go back, from the tokens they kept."""
+        self.admit(0, samples, [len(self.kept[i]) for i in samples])
+
     # -- the loop ------------------------------------------------------------------------------
 
     def _keep(self, i: int, tokens: list[int], logprobs: list[float]) -> None:

@@ -64,6 +64,9 @@ def register(app: typer.Typer) -> None:
         kl_coef: float = typer.Option(0.0, "--kl", help="KL coefficient to the initial weights"),
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         seed: int = typer.Option(0, "--seed", help="seed"),
+        engines: int = typer.Option(1, "--engines", help="vLLM engines (more than one run as Ray actors)"),
+        placement: str = typer.Option("colocated", "--placement", help="colocated or disaggregated (trainer apart, trains while engines generate)"),
+        ray_address: str = typer.Option(None, "--ray", help="Ray cluster address (default: start a local Ray)"),
         resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint"),
         perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
         force: bool = FORCE,
@@ -78,7 +81,8 @@ def register(app: typer.Typer) -> None:
         cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
                         task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr, temperature=temperature, device=device, dtype=dtype,
                         gpu_memory_utilization=gpu_memory_utilization,
-                        kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed)
+                        kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed,
+                        engines=engines, placement=placement, ray=ray_address)
         bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
         try:
             summary = run_real(cfg, resume=resume, progress=bar)

@@ -60,6 +60,13 @@ class RunConfig:
     device: str = "cpu"  # cpu, or cuda (vLLM for GPUs, the [gpu] extra)
     dtype: str = "float32"  # of the engine and the trainer: float32 or bfloat16
     gpu_memory_utilization: float = 0.5  # vLLM's share of the GPU; the colocated trainer has the rest
+    engines: int = 1  # vLLM engines; more than one, or disaggregated, runs them as Ray actors
+    placement: str = "colocated"  # or "disaggregated": the trainer trains while engines generate
+    ray: str | None = None  # a Ray cluster's address; None starts a local Ray when one is needed
+
+    @property
+    def on_ray(self) -> bool:
+        return self.engines > 1 or self.placement != "colocated" or self.ray is not None
 
 
 def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
@@ -107,6 +114,10 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     check_device(cfg)
     if not 0.0 < cfg.temperature < float("inf"):
         raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
+    if cfg.engines < 1:
+        raise ConfigError(f"--engines {cfg.engines}: a run needs at least one engine")
+    if cfg.placement not in ("colocated", "disaggregated"):
+        raise ConfigError(f"--placement {cfg.placement}: expected colocated or disaggregated")
 
     from transformers import AutoTokenizer
 
@@ -121,10 +132,17 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     grade = grader(task, problems, tok, n, words=(model_dir / MODEL_CARD).exists())
     groups = prompt_set(cfg, len(problems))
     policy = make_policy(cfg.policy, cfg.sets, groups)
-    if policy.placements and "colocated" not in policy.placements:
-        raise ConfigError(f"policy {cls.name} needs a {' or '.join(policy.placements)} cluster; "
-                          "the real runner is one colocated engine")
+    if policy.placements and cfg.placement not in policy.placements:
+        raise ConfigError(f"policy {cls.name} needs a {' or '.join(policy.placements)} cluster "
+                          f"(--placement {policy.placements[0]})")
+    if cfg.on_ray:  # a Ray address that does not answer fails here, before RUNDIR is touched
+        from sortedrl.realrun.actors import connect
 
+        connect(cfg.ray, num_cpus=os.cpu_count())
+
+    # devices as the simulator counts them: colocated shares the engines', disaggregated adds one
+    gpus = cfg.engines + (cfg.placement == "disaggregated")
+    trainer_gpus = cfg.engines if cfg.placement == "colocated" else 1
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:
@@ -137,9 +155,10 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     else:
         meta = {"backend": "vllm", "policy": policy.name, "oracle": False,
                 "params": params_dict(policy.params), "trace": f"task:{task.name}",
-                "cluster": "local-vllm", "seed": cfg.seed, "placement": "colocated", "engines": 1,
-                "max_num_seqs": cfg.max_num_seqs, "kv_budget": 0, "tp": 1, "gpus": 1,
-                "trainer_gpus": 1, "group_size": n, "samples_total": len(prompts),
+                "cluster": "local-vllm", "seed": cfg.seed, "placement": cfg.placement,
+                "engines": cfg.engines,
+                "max_num_seqs": cfg.max_num_seqs, "kv_budget": 0, "tp": 1, "gpus": gpus,
+                "trainer_gpus": trainer_gpus, "group_size": n, "samples_total": len(prompts),
                 "lower_bound_s": 0.0, "run": asdict(cfg)}
         timeline = Timeline(meta)
         for name in LOGS:
@@ -150,14 +169,26 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     logs = {name: Appender(out / name) for name in LOGS}
     timeline.sink = logs["timeline.jsonl"]
 
-    engine = VllmEngine(str(model_dir), cfg.max_num_seqs, cfg.max_tokens + max(map(len, prompts)) + 1,
-                        seed=cfg.seed, dtype=cfg.dtype, device=cfg.device,
-                        gpu_memory_utilization=cfg.gpu_memory_utilization)
-    trainer = GRPOTrainer(str(model_dir), lr=cfg.lr, kl_coef=cfg.kl_coef,
-                          temperature=cfg.temperature, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype)
-    backend = RealBackend(engine, trainer, prompts, grade, n, cfg.max_tokens, cfg.temperature,
-                          cfg.max_num_seqs, timeline, seed=cfg.seed, eos=tok.eos_token_id,
-                          clock_offset=state["clock"] if state else 0.0)
+    max_model_len = cfg.max_tokens + max(map(len, prompts)) + 1
+    trainer_kwargs = dict(lr=cfg.lr, kl_coef=cfg.kl_coef, temperature=cfg.temperature, seed=cfg.seed,
+                          device=cfg.device, dtype=cfg.dtype)
+    engine_kwargs = dict(seed=cfg.seed, dtype=cfg.dtype, device=cfg.device,
+                         gpu_memory_utilization=cfg.gpu_memory_utilization)
+    common = dict(prompts=prompts, grade=grade, group_size=n, max_tokens=cfg.max_tokens,
+                  temperature=cfg.temperature, max_num_seqs=cfg.max_num_seqs, timeline=timeline,
+                  seed=cfg.seed, eos=tok.eos_token_id, clock_offset=state["clock"] if state else 0.0)
+    if cfg.on_ray:
+        from sortedrl.realrun.actors import RemoteTrainer, start_actors
+        from sortedrl.realrun.ray_backend import RayBackend
+
+        workers, actor = start_actors(cfg.engines, str(model_dir), cfg.max_num_seqs, max_model_len,
+                                      engine_kwargs, trainer_kwargs)
+        trainer, engine = RemoteTrainer(actor), None
+        backend = RayBackend(workers, actor, cfg.placement, **common)
+    else:
+        engine = VllmEngine(str(model_dir), cfg.max_num_seqs, max_model_len, **engine_kwargs)
+        trainer = GRPOTrainer(str(model_dir), **trainer_kwargs)
+        backend = RealBackend(engine, trainer, **common)
     controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
                             timeline, rewards=backend.reward)
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
@@ -180,7 +211,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     finally:
         for a in logs.values():
             a.close()
-        engine.close()
+        (backend if cfg.on_ray else engine).close()
         if stats is not None:
             stats.update(backend.stats, step_log=backend.step_log)
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
@@ -267,7 +298,7 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     tmp = ckpt.with_name("checkpoint.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    optimizer = ckpt_io.save_trainer(tmp, trainer)
+    optimizer = trainer.save(str(tmp)) if hasattr(trainer, "actor") else ckpt_io.save_trainer(tmp, trainer)
     if backend.synced is not None:
         ckpt_io.save_tensors(tmp / "engine.safetensors", backend.synced)
     s = controller.s
@@ -289,11 +320,13 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
 
 
 def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> None:
-    ckpt_io.load_trainer(ckpt, trainer, state["optimizer"])
+    if hasattr(trainer, "actor"):
+        trainer.load(str(ckpt), state["optimizer"])
+    else:
+        ckpt_io.load_trainer(ckpt, trainer, state["optimizer"])
     if (ckpt / "engine.safetensors").exists():
         weights = ckpt_io.load_tensors(ckpt / "engine.safetensors")
-        engine.load_weights(weights, state["engine_version"])
-        backend.synced = weights
+        backend.restore_weights(weights, state["engine_version"])
     backend.state.version = state["engine_version"]
     engines = controller.s.engines
     ckpt_io.assign(controller.s, state["public"], ckpt)
@@ -308,8 +341,8 @@ def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> N
     backend.enabled = state["rollout_on"]
     backend.ctl = controller
     admitted = state["admitted"]
-    if admitted:  # they were in the engine: submit them again from what they kept
-        backend.admit(0, admitted, [len(backend.kept[i]) for i in admitted])
+    if admitted:  # they were in the engines: submit them again from what they kept
+        backend.readmit(admitted)
     t0, version, samples, tokens, t1 = state["train"]
     backend.timeline.train(t0, t1, version, samples, tokens)  # the update the checkpoint closed
     backend.jobs.append(controller.update_done)  # the checkpoint was taken just before it

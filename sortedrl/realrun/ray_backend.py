@@ -1,0 +1,250 @@
+"""The real backend on Ray: N engine actors and a trainer actor, colocated or disaggregated.
+
+The controller and the policy are the ones the simulator and the in-process runner use; this is
+only another :class:`~sortedrl.policies.controller.Backend`. The driver keeps a mirror of each
+engine's requests (what policies see through :class:`EngineMirror`), and runs rounds: it sends
+each busy engine its queued admissions and one step, waits for all of them, records what
+finished, then hands the events to the controller.
+
+- ``colocated``: an update or a weight push runs while no engine steps (the controller already
+  keeps rollout off around them), as on shared GPUs.
+- ``disaggregated``: an update runs on the trainer actor while the engines keep stepping; the
+  driver polls it after every round. A weight push is put into Ray's object store once by the
+  trainer actor and read by every engine between two of its steps; running requests go on with
+  the new weights, and their tokens are tagged with the version that made each one.
+
+Per-token versions come from the engine actors (:mod:`sortedrl.realrun.actors`): each segment
+comes back as stretches of one version, and each stretch is one ``span`` in the timeline (ended
+``sync`` when a push cut it, as the simulator does), so staleness is exact per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sortedrl.policies.base import Event, EventKind
+from sortedrl.realrun.backend import RealBackend
+from sortedrl.realrun.trainer import Rollout
+
+
+class EngineMirror:
+    """The public half of one engine actor: its requests as the driver last saw them."""
+
+    def __init__(self, index: int, max_num_seqs: int, kept: list[list[int]]) -> None:
+        self.index, self.max_num_seqs, self.version = index, max_num_seqs, 0
+        self.requests: dict[int, list] = {}  # sample -> [started, tokens this segment]
+        self._kept = kept
+
+    def running(self) -> tuple[int, ...]:
+        return tuple(i for i, r in self.requests.items() if r[0])
+
+    def queued(self) -> tuple[int, ...]:
+        return tuple(i for i, r in self.requests.items() if not r[0])
+
+    def load(self) -> int:
+        return len(self.requests)
+
+    def tokens(self, sample: int, now: float) -> int | None:
+        r = self.requests.get(sample)
+        return None if r is None else len(self._kept[sample]) + r[1]
+
+
+class RayBackend(RealBackend):
+    """Engines and trainer as Ray actors, driven in rounds of one step per busy engine."""
+
+    def __init__(self, engines: list, trainer, placement: str, prompts: list[list[int]],
+                 grade: Callable[[int, list[int], str], float], group_size: int, max_tokens: int,
+                 temperature: float, max_num_seqs: int, timeline, seed: int = 0,
+                 eos: int | None = None, clock_offset: float = 0.0) -> None:
+        super().__init__(None, None, prompts, grade, group_size, max_tokens, temperature, max_num_seqs,
+                         timeline, seed=seed, eos=eos, clock_offset=clock_offset)
+        import ray
+
+        self.ray, self.workers, self.trainer_actor, self.placement = ray, engines, trainer, placement
+        self.mirrors = [EngineMirror(k, max_num_seqs, self.kept) for k in range(len(engines))]
+        self.state = self.mirrors[0]  # the version every engine runs, for checkpoints
+        self.pending: list[list[tuple]] = [[] for _ in engines]  # admissions for the next step
+        self.training: tuple | None = None  # (future, samples, version, t0, tokens, batch)
+        self.pushes: list[tuple[int, float]] = []  # (version, monotonic time each engine got it)
+        self._weights_ref = None
+
+    # -- Backend interface -------------------------------------------------------------------
+
+    def engine_infos(self):
+        return self.mirrors
+
+    def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
+        import zlib
+
+        for i, g in zip(samples, generated, strict=True):
+            if g == 0 and self.kept[i]:  # the policy dropped the partial response
+                self.kept[i], self.kept_lp[i], self.kept_ver[i] = [], [], []
+            assert g == len(self.kept[i]), "controller and backend disagree on kept tokens"
+            self.segment[i] += 1
+            rid = f"{i}.{self.ctl.s.attempt[i]}.{self.segment[i]}"
+            seed = zlib.crc32(f"{self.seed}:{rid}".encode())
+            self.pending[engine].append((i, rid, self.prompts[i] + self.kept[i], len(self.kept[i]),
+                                         self.max_tokens - len(self.kept[i]), self.temperature, seed))
+            self.mirrors[engine].requests[i] = [False, 0]
+        self.idle_reported = False
+
+    def abort(self, samples: list[int]) -> list[int]:
+        by_engine: dict[int, list[int]] = {}
+        for i in samples:
+            by_engine.setdefault(self.ctl.s.engine_of[i], []).append(i)
+        for k, chunk in by_engine.items():
+            unsent = {a[0] for a in self.pending[k]} & set(chunk)
+            self.pending[k] = [a for a in self.pending[k] if a[0] not in unsent]
+            sent = [i for i in chunk if i not in unsent]
+            results = self.ray.get(self.workers[k].abort.remote(sent)) if sent else []
+            for i, started, tokens, logprobs, stretches, t0 in results:
+                if started:
+                    self._keep_stretches(k, i, tokens, logprobs, stretches, t0, self.now(), "abort")
+            for i in chunk:
+                self.mirrors[k].requests.pop(i, None)
+        return [len(self.kept[i]) for i in samples]
+
+    def set_rollout(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def run(self, controller) -> None:
+        self.ctl = controller
+        if not controller.s.version and not self.timeline.trains:
+            controller.start()
+        while True:
+            if self.jobs:
+                self.jobs.popleft()()
+            elif self.training is not None and self._poll_update(block=False):
+                pass
+            elif self.enabled and any(m.requests for m in self.mirrors):
+                self._round()
+            elif self.training is not None:
+                self._poll_update(block=True)
+            else:
+                self.flush()
+                return
+            self.flush()
+
+    # -- the rounds --------------------------------------------------------------------------
+
+    def _round(self) -> None:
+        busy = [k for k, m in enumerate(self.mirrors) if m.requests]
+        t_before = self.now()
+        refs = [self.workers[k].step.remote(self.pending[k]) for k in busy]
+        for k in busy:
+            self.pending[k] = []
+        results = self.ray.get(refs)
+        self.stats["steps"] += 1
+        finished_by: dict[int, list[int]] = {}
+        lengths: dict[int, int] = {}
+        for k, res in zip(busy, results, strict=True):
+            mirror = self.mirrors[k]
+            t_after = res["t_after"] - self.t0
+            if res["started"]:
+                self.timeline.add("prefill", t_before, t_after, k, res["started"],
+                                  sum(len(self.prompts[i]) + len(self.kept[i]) for i in res["started"]),
+                                  sum(len(self.kept[i]) for i in res["started"]))
+            for i in res["started"]:
+                mirror.requests[i][0] = True
+                if self.ctl.s.oldest[i] < 0:  # its first token comes from this engine's version
+                    self.ctl.s.oldest[i] = mirror.version
+            for i, count in res["counts"]:
+                mirror.requests[i][1] = count
+            for i, tokens, logprobs, stretches, reason, t0 in res["finished"]:
+                mirror.requests.pop(i, None)
+                self._keep_stretches(k, i, tokens, logprobs, stretches, t0, t_after, "finish")
+                lengths[i] = len(self.kept[i])
+                self.reason[i] = reason
+                self.reward[i] = self.grade(i, self.kept[i], reason)
+                self.rewards.finished(i, self.reward[i])
+                finished_by.setdefault(k, []).append(i)
+        if lengths:  # all bookkeeping first: no event may see another engine's unrecorded finish
+            self.ctl.samples_finished(list(lengths), lengths)
+        for k, samples in finished_by.items():
+            if self.ctl.policy.listens_to_finishes:
+                self._event(Event(EventKind.FINISHED, k, tuple(samples)))
+        for k in finished_by:
+            if not self.mirrors[k].requests and not self.pending[k]:
+                self._event(Event(EventKind.ENGINE_IDLE, k))
+
+    def _keep_stretches(self, k: int, i: int, tokens: list[int], logprobs: list[float],
+                        stretches: list, t0: float, t_end: float, end: str) -> None:
+        """Keep a segment's tokens with their versions; one timeline span per version stretch."""
+        if tokens and not self.kept[i]:
+            self.ctl.s.oldest[i] = stretches[0][0]
+        self.kept[i] += tokens
+        self.kept_lp[i] += logprobs
+        attempt = self.ctl.s.attempt[i]
+        for j, (version, count, start) in enumerate(stretches):
+            self.kept_ver[i] += [version] * count
+            last = j == len(stretches) - 1
+            stop = t_end if last else stretches[j + 1][2] - self.t0
+            begin = t0 - self.t0 if j == 0 else start - self.t0
+            self.timeline.add("span", begin, max(stop, begin), k, i, attempt, version, count,
+                              end if last else "sync")
+        assert len(self.kept_ver[i]) == len(self.kept[i]), "per-token versions lost"
+
+    # -- updates and weight pushes -------------------------------------------------------------
+
+    def _train(self, samples: list[int], version: int) -> None:
+        t0 = self.now()
+        batch = [Rollout(i, i // self.n, self.prompts[i], self.kept[i], self.kept_lp[i],
+                         self.kept_ver[i], self.reward[i]) for i in samples]
+        future = self.trainer_actor.update.remote(batch, self.rewards.advantages(batch), version)
+        tokens = sum(len(r.prompt) + len(r.response) for r in batch)
+        self.training = (future, samples, version, t0, tokens, batch)
+        if self.placement == "colocated":  # the shared devices wait for the update
+            self._poll_update(block=True)
+
+    def _poll_update(self, block: bool) -> bool:
+        future, samples, version, t0, tokens, batch = self.training
+        ready, _ = self.ray.wait([future], timeout=None if block else 0)
+        if not ready:
+            return False
+        metrics = self.ray.get(future)
+        self.training = None
+        metrics.update(version=version, samples=len(samples),
+                       reward_mean=sum(r.reward for r in batch) / len(batch),
+                       response_len_mean=sum(len(r.response) for r in batch) / len(batch),
+                       train_s=self.now() - t0)
+        if self.on_update is not None:
+            self.on_update(metrics, samples, (t0, version, list(samples), tokens))
+        self.timeline.train(t0, self.now(), version, samples, tokens)
+        self.ctl.update_done()
+        return True
+
+    def _sync(self, version: int) -> None:
+        t0 = self.now()
+        self._weights_ref = self.trainer_actor.state_dict.remote()  # into the object store, once
+        self._push(self._weights_ref, version)
+        self.timeline.sync(t0, self.now(), version)
+        self.ctl.sync_done()
+
+    def _push(self, weights, version: int) -> None:
+        done = self.ray.get([w.load_weights.remote(weights, version) for w in self.workers])
+        self.pushes += [(version, t) for t in done]
+        for m in self.mirrors:
+            m.version = version
+
+    @property
+    def synced(self) -> dict | None:  # the weights the engines run, for checkpoints
+        return None if self._weights_ref is None else self.ray.get(self._weights_ref)
+
+    @synced.setter
+    def synced(self, value) -> None:
+        self._weights_ref = None if value is None else self.ray.put(value)
+
+    def restore_weights(self, weights: dict, version: int) -> None:
+        self.synced = weights
+        self._push(self._weights_ref, version)
+
+    def readmit(self, samples: list[int]) -> None:
+        by_engine: dict[int, list[int]] = {}
+        for i in samples:
+            by_engine.setdefault(max(0, self.ctl.s.engine_of[i]), []).append(i)
+        for k, chunk in sorted(by_engine.items()):
+            self.admit(k, chunk, [len(self.kept[i]) for i in chunk])
+
+    def close(self) -> None:
+        for actor in [*self.workers, self.trainer_actor]:
+            self.ray.kill(actor)

