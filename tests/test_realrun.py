@@ -233,7 +233,7 @@ def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(model, tmp_pa
     (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
     (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, or module:factory)"),
     (["--policy", "nope"], "unknown policy 'nope'"),
-    (["--policy", "async"], "the real runner is one colocated engine"),
+    (["--policy", "async"], "policy async needs a disaggregated cluster (--placement disaggregated)"),
 ])
 def test_bad_model_task_or_policy(model, tmp_path, args, message):
     base = {"--model": model, "--policy": "sync", "--task": "sort"}

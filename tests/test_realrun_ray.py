@@ -61,7 +61,7 @@ def test_two_engine_actors_colocated_sortedrl(model, tmp_path):
     # colocated: updates and pushes run while no engine steps, so no span is cut by a push
     r = run(model, tmp_path / "co", "--policy", "sortedrl", "--steps", "2", "--engines", "2")
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output[r.output.index("{"):])
+    summary = json.loads(r.stdout[r.stdout.index("{\n"):])  # the --json summary
     tl = check_versions(tmp_path / "co")
     assert tl.meta["engines"] == 2 and tl.meta["placement"] == "colocated"
     assert {row[2] for row in tl.spans} == {0, 1}  # both engines generated
@@ -127,6 +127,6 @@ def test_bad_engines_or_ray_address_is_one_line_and_no_run_directory(model, tmp_
     r = runner.invoke(app, ["run", "--model", model, "--policy", "sync", "--steps", "1", "--out",
                             str(out), *args])
     assert r.exit_code == 2
-    assert r.output.strip().startswith(message), r.output
-    assert len(r.output.strip().splitlines()) == 1
+    assert r.stderr.strip().startswith(message), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()
