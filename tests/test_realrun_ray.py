@@ -27,6 +27,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 runner = CliRunner()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """The runs start a local Ray in this process; stop it after this module, so later tests
+    (tune on Ray) can start their own."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("m") / "tiny"
