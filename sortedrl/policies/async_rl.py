@@ -37,7 +37,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
-from sortedrl.policies.common import complete_groups, in_flight, is_flat, newly_complete
+from sortedrl.policies.common import complete_groups, flat_groups, in_flight
 from sortedrl.policies.view import ClusterView
 
 
@@ -89,7 +89,7 @@ class AsyncPolicy(Policy):
         if event.kind == EventKind.FINISHED:
             self.accepted += len(event.samples)
             if self.params.filter_groups:
-                flat = [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
+                flat = flat_groups(view, event)
                 if flat:
                     out.append(Filter(tuple(flat)))
                     self.accepted -= len(flat) * view.group_size

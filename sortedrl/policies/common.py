@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sortedrl.policies.base import SampleState
+from sortedrl.policies.base import EventKind, SampleState
 from sortedrl.policies.view import ClusterView
 
 DONE = (SampleState.FINISHED, SampleState.TRAINED)
@@ -48,6 +48,13 @@ def complete_groups(view: ClusterView, samples) -> list[int]:
 def is_flat(view: ClusterView, group: int) -> bool:
     """A finished group whose rewards are all equal: every GRPO advantage would be 0."""
     return len({view.reward(i) for i in view.group_samples(group)}) == 1
+
+
+def flat_groups(view: ClusterView, event) -> list[int]:
+    """Dynamic sampling: the groups a FINISHED event completed whose rewards are all equal."""
+    if event.kind != EventKind.FINISHED:
+        return []
+    return [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
 
 
 def newly_complete(view: ClusterView, samples) -> list[int]:

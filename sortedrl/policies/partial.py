@@ -32,7 +32,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
-from sortedrl.policies.common import complete_groups, in_flight, is_flat, newly_complete, waiting_in
+from sortedrl.policies.common import complete_groups, flat_groups, in_flight, waiting_in
 from sortedrl.policies.view import ClusterView
 
 
@@ -104,9 +104,7 @@ class PartialRolloutPolicy(Policy):
     def _filter(self, view: ClusterView, event: Event) -> list[Action]:
         """Dynamic sampling: filter groups that just completed flat; start fresh ones instead."""
         self.filtered = set()
-        if event.kind != EventKind.FINISHED:
-            return []
-        flat = [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
+        flat = flat_groups(view, event)
         if not flat:
             return []
         self.filtered = set(flat)

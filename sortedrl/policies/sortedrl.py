@@ -54,9 +54,8 @@ from sortedrl.policies.base import (
 )
 from sortedrl.policies.common import (
     complete_groups,
+    flat_groups,
     in_flight,
-    is_flat,
-    newly_complete,
     shortest_first,
 )
 from sortedrl.policies.view import ClusterView
@@ -139,9 +138,7 @@ class SortedRLPolicy(Policy):
     def _filter(self, view: ClusterView, event: Event) -> list[Action]:
         """Dynamic sampling: filter groups that just completed with all rewards equal."""
         self.filtered = set()
-        if event.kind != EventKind.FINISHED:
-            return []
-        flat = [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
+        flat = flat_groups(view, event)
         if not flat:
             return []
         self.filtered = set(flat)
