@@ -2,7 +2,8 @@
 
 Columns are stored with fixed Arrow types (int64, bool, float64, string) and the metadata JSON
 under the schema-metadata key ``sortedrl_trace``, so a round trip is exact. Row numbers in error
-messages are 1-based data rows (Parquet has no lines).
+messages are 1-based data rows (Parquet has no lines). A file whose columns all have their
+expected types (what ``write_trace`` writes) is converted to numpy in bulk (``_fast``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sortedrl.traces._codec import (
     parse_meta,
     pyarrow_modules,
 )
+from sortedrl.traces._fast import arrow_columns
 from sortedrl.traces.schema import Trace
 
 
@@ -63,6 +65,10 @@ def read_parquet(path: Path) -> Trace:
     check_header(path, list(table.column_names), "schema")
     if table.num_rows == 0:
         raise TraceError(f"{path}: no data rows")
+    rows = range(1, table.num_rows + 1)
+    clean = arrow_columns(table)  # the usual file: every column of its expected type
+    if clean is not None:
+        return build(path, clean, given, rows, unit="row")  # type: ignore[arg-type]
     columns: dict[str, Any] = {}
     for name in table.column_names:
         col = table.column(name)
@@ -79,5 +85,4 @@ def read_parquet(path: Path) -> Trace:
         else:
             vals = col.to_pylist()
         columns[name] = vals
-    rows = list(range(1, table.num_rows + 1))
-    return build(path, columns, given, rows, unit="row")
+    return build(path, columns, given, rows, unit="row")  # type: ignore[arg-type]

@@ -4,7 +4,8 @@ Traces are produced by one tool (the synthesizer, the importer, a real run) and 
 another (the simulator, ``trace stats``), so the file format is the contract between them. This
 module is its public face: format choice, atomic writes and the file-level errors (no such file,
 not UTF-8). The formats themselves live in ``_text`` (JSONL, CSV) and ``_parquet``; the rules they
-share (metadata, inference, column typing) in ``_codec``.
+share (metadata, inference, column typing) in ``_codec``; ``_fast`` reads clean JSONL and CSV
+files with pyarrow's parsers, about ten times faster, and hands every other file to ``_text``.
 
 Formats (chosen by extension on write; by extension, then by content, on read):
 
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sortedrl.errors import TraceError
-from sortedrl.traces import _parquet, _text
+from sortedrl.traces import _fast, _parquet, _text
 from sortedrl.traces._codec import pyarrow_modules
 from sortedrl.traces.schema import Trace
 
@@ -55,6 +56,9 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
             fmt = _sniff(p)
         if fmt == "parquet":
             return _parquet.read_parquet(p)
+        trace = _read_fast(p, fmt)
+        if trace is not None:
+            return trace
         with open(p, encoding="utf-8-sig", newline="") as f:
             return _text.read_jsonl(p, f) if fmt == "jsonl" else _text.read_csv(p, f)
     except FileNotFoundError:
@@ -65,6 +69,16 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceError(f"{p}: not UTF-8 text (byte {e.start})") from None
     except csv.Error as e:
         raise TraceError(f"{p}: bad CSV: {e}") from None
+
+
+def _read_fast(path: Path, fmt: str) -> Trace | None:
+    """The trace through pyarrow's parsers (``_fast``), or None: then the standard-library
+    reader, the reference, reads it (and names the line of any error)."""
+    read = _fast.read_jsonl_fast if fmt == "jsonl" else _fast.read_csv_fast
+    try:
+        return read(path, path.read_bytes())
+    except TraceError:
+        return None
 
 
 def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
