@@ -15,10 +15,11 @@ from collections import Counter, deque
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sortedrl.policies.registry import make_policy
+from sortedrl.policies.base import Keep, Policy, Train, WakeOn
+from sortedrl.policies.registry import make_policy, run_context
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -46,11 +47,24 @@ class Held:
         return 0 if self.count[self.key(i)] else self.P[i]
 
 
-def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0, group=0):
+def top_up(keep, running, queue, gen0):
+    """A standing ``Keep(source, window)`` order: after a step's finishes (before preemption and
+    admission, so the new samples share the step's prefill) queue fresh samples from the
+    source until ``window`` are running or queued."""
+    if keep is None:
+        return
+    source, window = keep
+    while source and len(running) + len(queue) < window:
+        i = source.popleft()
+        queue.append(i)
+        gen0[i] = 0
+
+
+def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0, group=0, keep=None):
     """Step one engine decode step by decode step. Returns (spans, end time)."""
     held = Held(P, group)
     if chunk and not cost.prefill_in_step:
-        return brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held)
+        return brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held, keep)
     first = 0 if cost.prefill_in_step else 1  # does the prefill pass yield a token itself?
     queue = deque(samples)
     gen0 = {i: 0 for i in samples}
@@ -63,6 +77,7 @@ def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0, group=0):
             running.remove(r)
             kv -= held.leave(r[0]) + r[1]
             spans.append((r[2], t, r[0], r[1] - r[3], "finish"))
+        top_up(keep, running, queue, gen0)
         while running and kv + len(running) > K:
             r = running.pop()
             kv -= held.leave(r[0]) + r[1]
@@ -96,7 +111,7 @@ def brute_engine(t, samples, L, P, cost, cap, K, K_admit, chunk=0, group=0):
         kv += len(running)
 
 
-def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held):
+def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held, keep=None):
     """Chunked prefill, step by step: a step carries one token per running sample and up to
     ``chunk - B`` prompt tokens of the samples being admitted, which join (with their first token)
     after their last chunk. A set of samples is admitted only if its chunks end by the next finish
@@ -112,6 +127,7 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held):
             running.remove(r)
             kv -= held.leave(r[0]) + r[1]
             spans.append((r[2], t, r[0], r[1] - r[3], "finish"))
+        top_up(keep, running, queue, gen0)
         while running and kv + len(running) > K:
             r = running.pop()
             kv -= held.leave(r[0]) + r[1]
@@ -246,6 +262,76 @@ def test_event_jump_matches_brute_force(case):
     assert [(s[2], s[3], s[4], s[5]) for s in got_spans] == [(s[2], s[3], s[4], s[5]) for s in want_spans]
     np.testing.assert_allclose([s[:2] for s in got_spans], [s[:2] for s in want_spans], rtol=1e-9, atol=1e-9)
     assert got.summary["makespan_s"] == pytest.approx(want_end, rel=1e-9, abs=1e-6)
+
+
+class KeepWindow(Policy):
+    """Standing orders only: keep ``window`` samples admitted, taken from the trace in order,
+    and hear a finish only once nothing is left, to train everything."""
+
+    name = "keep_window"
+
+    def __init__(self, window, ctx=None):
+        super().__init__(None, ctx)
+        self.window, self.queue, self.heard = window, deque(), 0
+
+    def on_start(self, view):
+        self.queue.extend(range(view.num_groups * view.group_size))
+        return [Keep(self.queue, self.window), WakeOn(drained=True)]
+
+    def on_finished(self, view, samples, engine):
+        self.heard += 1
+        return [Train(view.finished())] if not view.admitted and not self.queue else []
+
+
+def brute_keep(trace, cluster, window):
+    """``KeepWindow`` on one engine by brute force: the standing top-up after each step's
+    finishes (:func:`top_up`), then one update and one sync."""
+    cost = cluster.cost()
+    L, P = trace.response_len.tolist(), trace.prompt_len.tolist()
+    source = deque(range(len(trace)))
+    first = [source.popleft() for _ in range(min(window, len(trace)))]
+    group = trace.meta.group_size
+    sp, end = brute_engine(0.0, first, L, P, cost, cluster.max_num_seqs, cluster.kv_budget,
+                           cluster.kv_admit_budget,
+                           cluster.max_num_batched_tokens if cluster.chunked_prefill else 0,
+                           group if cluster.prefix_caching and group > 1 else 0,
+                           keep=(source, window))
+    spans = [(a, b, 0, i, k, why) for a, b, i, k, why in sp]
+    return spans, end + cost.train(sum(P[i] + L[i] for i in range(len(trace)))) + cost.sync()
+
+
+@settings(max_examples=120, deadline=None)
+@given(cases(), st.integers(1, 14))
+def test_standing_orders_and_batched_finishes_match_brute_force(case, window):
+    lengths, prompts, group, _, cap, kv, wm, costs, _, chunk, prefix = case
+    trace = make_trace(lengths, prompts, group_size=group, max_len=max(lengths))
+    cluster = tiny_cluster(engines=1, max_num_seqs=cap, kv=kv, watermark=wm, **costs)
+    cluster = dataclasses.replace(cluster, chunked_prefill=chunk > 0, prefix_caching=prefix,
+                                  max_num_batched_tokens=chunk or 8192)
+    assume(max(prompts) + max(lengths) + 1 <= cluster.kv_admit_budget)
+    policy = KeepWindow(window, run_context(trace))
+    got = simulate(trace, policy, cluster, audit=True)
+    want_spans, want_end = brute_keep(trace, cluster, window)
+
+    key = lambda s: (s[3], s[0], s[5])  # noqa: E731
+    got_spans = sorted(((s[0], s[1], s[2], s[3], s[6], s[7]) for s in got.timeline.spans), key=key)
+    want_spans = sorted(want_spans, key=key)
+    assert [(s[2], s[3], s[4], s[5]) for s in got_spans] == [(s[2], s[3], s[4], s[5]) for s in want_spans]
+    np.testing.assert_allclose([s[:2] for s in got_spans], [s[:2] for s in want_spans], rtol=1e-9, atol=1e-9)
+    assert got.summary["makespan_s"] == pytest.approx(want_end, rel=1e-9, abs=1e-6)
+    assert policy.heard == 1  # every other finish was served by the standing order alone
+
+
+def test_finishes_of_one_step_share_one_admit_and_one_prefill():
+    # s0 and s1 finish at the same step; the standing order's two top-ups (s2, s3) are one
+    # admit at that instant and one prefill with the engine's step, not one each
+    trace = make_trace([3, 3, 5, 5, 4])
+    policy = KeepWindow(2, run_context(trace))
+    got = simulate(trace, policy, tiny_cluster(max_num_seqs=2))
+    assert [a[2] for a in got.timeline.admits] == [[0, 1], [2, 3], [4]]
+    assert [p[3] for p in got.timeline.prefills] == [[0, 1], [2, 3], [4]]
+    assert got.timeline.admits[1][0] == got.timeline.prefills[1][0]
+    assert policy.heard == 1
 
 
 def test_brute_force_reference_is_itself_sane():

@@ -22,22 +22,21 @@ prompts from the dataloader take its place.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 from sortedrl.policies.base import (
     Abort,
     Action,
     Admit,
-    Event,
-    EventKind,
     Filter,
+    Keep,
     Policy,
     RunContext,
     Sync,
     Train,
+    WakeOn,
 )
-from sortedrl.policies.common import complete_groups, flat_groups, in_flight
+from sortedrl.policies.common import SampleQueue, complete_groups, flat_groups, in_flight, too_stale
 from sortedrl.policies.view import ClusterView
 
 
@@ -75,36 +74,58 @@ class AsyncPolicy(Policy):
         self.B = self.params.batch or max(1, c.prompts_per_step * c.group_size)
         if self.params.whole_groups:  # admission must let whole groups in, or none completes
             self.B = -(-self.B // c.group_size) * c.group_size
-        self.total = c.num_groups * c.group_size
-        self.fresh = 0  # next never-admitted sample, in dataloader order
-        self.redo: deque[int] = deque()  # dropped samples to regenerate first
-        self.accepted = 0  # finished (trained or waiting to be)
+        self.queue = SampleQueue()  # dropped samples to regenerate first, then fresh ones
+        self.queue.add_fresh(c.num_groups * c.group_size)
+        self.trained = 0  # samples trained so far
+        self.accepted = 0  # finished (trained or waiting to be), as of the current reaction
+        self.dropped = 0  # admitted samples the current reaction drops
 
     def staleness_bound(self) -> int:
         return self.params.eta
 
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+    # -- hooks: admission is a standing order, and training waits for a full batch ------------
+
+    def on_start(self, view: ClusterView) -> list[Action]:
+        return self._react(view, [])
+
+    def on_finished(self, view: ClusterView, samples: tuple[int, ...], engine: int | None
+                    ) -> list[Action]:
+        self._begin(view)
         out: list[Action] = []
         filtered: set[int] = set()
-        if event.kind == EventKind.FINISHED:
-            self.accepted += len(event.samples)
-            if self.params.filter_groups:
-                flat = flat_groups(view, event)
-                if flat:
-                    out.append(Filter(tuple(flat)))
-                    self.accepted -= len(flat) * view.group_size
-                    filtered = set(flat)
-        if event.kind == EventKind.UPDATE_DONE:
-            out.append(Sync())
-        if event.kind == EventKind.SYNC_DONE:
-            out += self._after_sync(view)
-        elif not view.trainer_busy and not view.syncing and event.kind != EventKind.UPDATE_DONE:
+        if self.params.filter_groups:
+            flat = flat_groups(view, samples)
+            if flat:
+                out.append(Filter(tuple(flat)))
+                self.accepted -= len(flat) * view.group_size
+                filtered = set(flat)
+        if not view.busy:
             out += self._maybe_train(view, filtered)
-        return out + self._admit(view, out)
+        return self._orders(view, out)
+
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
+        return self.on_finished(view, (), engine)
+
+    def on_update_done(self, view: ClusterView) -> list[Action]:
+        self._begin(view)
+        return self._orders(view, [Sync()])
+
+    def on_sync_done(self, view: ClusterView) -> list[Action]:
+        self._begin(view)
+        return self._orders(view, self._after_sync(view))
+
+    def _react(self, view: ClusterView, out: list[Action]) -> list[Action]:
+        self._begin(view)
+        if not view.busy:
+            out += self._maybe_train(view)
+        return self._orders(view, out)
+
+    def _begin(self, view: ClusterView) -> None:
+        self.accepted = view.finished_count + self.trained
+        self.dropped = 0
 
     def _stale(self, view: ClusterView, i: int) -> bool:
-        v = view.oldest_version(i)
-        return v is not None and view.version - v > self.params.eta
+        return too_stale(view, i, self.params.eta)
 
     def _after_sync(self, view: ClusterView) -> list[Action]:
         out: list[Action] = []
@@ -112,7 +133,8 @@ class AsyncPolicy(Policy):
         stale = [i for i in running if self._stale(view, i)]
         if stale:
             out.append(Abort(tuple(stale), keep_tokens=False))
-            self.redo.extend(stale)
+            self.queue.extend(stale)
+            self.dropped += len(stale)
         if self.params.recompute_on_sync:
             rest = [i for i in running if i not in set(stale)]
             if rest:
@@ -121,7 +143,7 @@ class AsyncPolicy(Policy):
 
     def _maybe_train(self, view: ClusterView, filtered: set[int] = frozenset()) -> list[Action]:
         """``filtered``: groups filtered in this same reaction (the view still shows them)."""
-        last = self.fresh >= self.total and not self.redo and view.admitted == 0
+        last = not self.queue and view.admitted == 0
         if view.finished_count < self.B and not (last and view.finished_count):
             return []
         finished = tuple(i for i in view.finished() if view.group_of(i) not in filtered)
@@ -129,32 +151,34 @@ class AsyncPolicy(Policy):
         out: list[Action] = []
         if stale:
             out.append(Abort(tuple(stale), keep_tokens=False))
-            self.redo.extend(stale)
+            self.queue.extend(stale)
             self.accepted -= len(stale)
             finished = tuple(i for i in finished if i not in set(stale))
+        batch: tuple[int, ...] = ()
         if not self.params.whole_groups:
             if len(finished) >= self.B or (last and finished):
-                out.append(Train(finished[: self.B]))
-            return out
-        n = view.group_size
-        groups = complete_groups(view, finished)
-        per_update = max(1, self.B // n)
-        if len(groups) >= per_update or (last and groups):
-            out.append(Train(tuple(i for g in groups[:per_update] for i in view.group_samples(g))))
+                batch = finished[: self.B]
+        else:
+            groups = complete_groups(view, finished)
+            per_update = max(1, self.B // view.group_size)
+            if len(groups) >= per_update or (last and groups):
+                batch = tuple(i for g in groups[:per_update] for i in view.group_samples(g))
+        if batch:
+            out.append(Train(batch))
+            self.trained += len(batch)
         return out
 
-    def _admit(self, view: ClusterView, pending: list[Action]) -> list[Action]:
-        running = view.admitted + sum(len(a.samples) for a in pending if isinstance(a, Admit))
-        running -= sum(len(a.samples) for a in pending if isinstance(a, Abort))
-        v = view.version
-        cap = min((self.params.max_concurrent or view.total_capacity) - running,
-                  (self.params.eta + v + 1) * self.B - (self.accepted + running))
-        take = []
-        while cap > 0 and self.redo:
-            take.append(self.redo.popleft())
-            cap -= 1
-        if cap > 0 and self.fresh < self.total:
-            k = min(cap, self.total - self.fresh)
-            take += range(self.fresh, self.fresh + k)
-            self.fresh += k
-        return [Admit(tuple(take))] if take else []
+    def _orders(self, view: ClusterView, out: list[Action]) -> list[Action]:
+        """AReaL's admission rule as a standing order, and when to hear a finish.
+
+        The N-th sample may start while floor((N - 1) / B) <= v + eta: at most
+        ``(eta + v + 1) * B - (accepted + running)`` more, a number a finish does not change
+        (it moves one sample from running to accepted), so the controller can serve it."""
+        running = view.admitted - self.dropped
+        budget = (self.params.eta + view.version + 1) * self.B - (self.accepted + running)
+        window = self.params.max_concurrent or view.total_capacity
+        if self.params.whole_groups:
+            wake = WakeOn(finished=self.B, drained=True, any_group=self.params.filter_groups)
+        else:
+            wake = WakeOn(finished=self.B, drained=True)
+        return out + [Keep(self.queue, window, budget=max(0, budget)), wake]

@@ -5,8 +5,10 @@ simulator and in the real runner. It sees what a real controller could see — p
 tokens generated so far, finished responses — and never a sample's true length (the
 **no-peeking contract**). Lengths of finished samples are observations and are allowed.
 
-Shape borrowed from vLLM's ``RequestQueue``: one abstract class with one method, small concrete
-policies, and a registry from name to class (:mod:`sortedrl.policies.registry`).
+Shape borrowed from vLLM's ``RequestQueue``: one small base class (a hook per event kind, each
+with a default), small concrete policies, and a registry from name to class
+(:mod:`sortedrl.policies.registry`). Standing orders (``Keep``, ``WakeOn``) let a policy leave the
+per-finish work to the controller, as vLLM's waiting queue does for its scheduler.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import dataclasses
 import math
 import types
 import typing
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import ClassVar, Literal, Union
@@ -31,6 +32,7 @@ class EventKind(StrEnum):
     ENGINE_IDLE = "engine_idle"  # an engine has nothing running and nothing queued
     UPDATE_DONE = "update_done"  # the trainer produced a new policy version
     SYNC_DONE = "sync_done"  # the engines now run the trainer's latest version
+    TURN_DONE = "turn_done"  # turns of multi-turn samples ended (a tool call follows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,44 @@ class Sync:
     """Push the trainer's latest weights to every engine."""
 
 
-Action = Admit | Abort | Discard | Filter | Train | Sync
+# -- standing orders: actions that stay in force until replaced ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Keep ``window`` samples admitted in all, topping up from ``queue`` (front first) after
+    every event, finishes included, without calling the policy. ``budget``: admit at most this
+    many more from this order (None: no limit). A paused sample whose oldest token is more than
+    ``max_span`` versions behind is regenerated (its tokens dropped) as it is admitted.
+    ``queue`` is the policy's own :class:`~sortedrl.policies.common.SampleQueue` (or deque):
+    the controller pops from its front, the policy may add to it. ``Keep()`` cancels."""
+
+    queue: object = None
+    window: int = 0
+    budget: int | None = None
+    max_span: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WakeOn:
+    """Call ``on_finished`` only at a finish after which one of these holds, instead of at every
+    finish (the controller serves ``Keep`` at the others). ``finished``: at least this many
+    finished samples wait in the buffer; ``groups``: at least this many groups are complete
+    (``members`` of their samples finished and untrained; 0: the whole group); ``drained``:
+    nothing is admitted and ``Keep`` may admit nothing (queue empty or budget spent);
+    ``any_group``: the finish completed a group. All but ``any_group`` wait while the trainer
+    or a sync is busy (``on_update_done`` and ``on_sync_done`` come then). Zero/False turns a
+    condition off; ``WakeOn()`` never wakes. ``on_finished`` then gets every sample finished
+    since it was last called."""
+
+    finished: int = 0
+    groups: int = 0
+    members: int = 0
+    drained: bool = False
+    any_group: bool = False
+
+
+Action = Admit | Abort | Discard | Filter | Train | Sync | Keep | WakeOn
 
 
 class SampleState(IntEnum):
@@ -123,32 +162,106 @@ class RunContext:
     max_response_len: int = 0
 
 
-class Policy(ABC):
-    """Base class of every scheduling policy.
+class Policy:
+    """Base class of every scheduling policy: override the hooks you need.
 
     Subclasses set ``name`` and ``Params`` (a frozen dataclass whose fields are the knobs, each
-    with ``metadata={"help": ...}``) and implement :meth:`on_event`. ``listens_to_finishes``
-    says whether the policy wants a ``FINISHED`` event for every finish; a policy that only
-    reacts to idle engines (``sync``) sets it to False and the simulator runs much faster.
+    with ``metadata={"help": ...}``). Each hook gets the read-only view and returns a list of
+    actions (or nothing); the defaults do nothing, except that a finished update is synced:
+
+    ======================================  =======================================================
+    ``on_start(view)``                      the run begins: admit the first samples
+    ``on_finished(view, samples, engine)``  samples finished on an engine (see ``WakeOn``)
+    ``on_idle(view, engine)``               an engine has nothing running and nothing queued
+    ``on_update_done(view)``                the trainer made a new version (default: ``[Sync()]``)
+    ``on_sync_done(view)``                  the engines run the trainer's latest version
+    ``on_turn_done(view, samples, engine)`` turns of multi-turn samples ended (default: nothing)
+    ======================================  =======================================================
+
+    Standing orders (``Keep``, ``WakeOn``) are actions too: returned from any hook, they stay in
+    force until replaced, and the controller serves them at every finish without calling the
+    policy. ``on_event`` routes an event to its hook; a policy written against the old single
+    ``on_event`` overrides it and keeps working (docs/policies.md, "Migrating").
+
+    ``listens_to_finishes``: whether ``on_finished`` (or an old ``on_event``) hears every finish
+    while no ``WakeOn`` order is in force; by default, whether the class overrides either (a
+    subclass of another policy inherits its parent's unless it overrides ``on_finished``).
     """
 
     name: ClassVar[str] = ""
     Params: ClassVar[type] = NoParams
-    listens_to_finishes: ClassVar[bool] = True
+    listens_to_finishes: ClassVar[bool]
     oracle: ClassVar[bool] = False  # True only for policies that read true lengths on purpose
     placements: ClassVar[tuple[str, ...] | None] = None  # cluster placements it runs on (None: all)
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        if "listens_to_finishes" in cls.__dict__:
+            return
+        if cls.__mro__[1] is not Policy and "on_finished" not in cls.__dict__:
+            return  # a subclass of a policy hears what its parent hears
+        cls.listens_to_finishes = (cls.on_finished is not Policy.on_finished
+                                   or cls.on_event is not Policy.on_event)
 
     def __init__(self, params: object | None = None, ctx: RunContext | None = None) -> None:
         self.params = params if params is not None else self.Params()
         self.ctx = ctx if ctx is not None else RunContext()
 
-    @abstractmethod
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def on_start(self, view: ClusterView) -> list[Action]:
+        return []
+
+    def on_finished(self, view: ClusterView, samples: tuple[int, ...], engine: int | None
+                    ) -> list[Action]:
+        return []
+
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
+        return []
+
+    def on_update_done(self, view: ClusterView) -> list[Action]:
+        return [Sync()]
+
+    def on_sync_done(self, view: ClusterView) -> list[Action]:
+        return []
+
+    def on_turn_done(self, view: ClusterView, samples: tuple[int, ...], engine: int | None
+                     ) -> list[Action]:
+        return []
+
     def on_event(self, event: Event, view: ClusterView) -> list[Action]:
-        """React to one event with a list of actions (possibly empty)."""
+        """Route one event to its hook. Old-style policies override this instead of the hooks."""
+        kind = event.kind
+        if kind is EventKind.FINISHED:
+            return self.on_finished(view, event.samples, event.engine)
+        if kind is EventKind.ENGINE_IDLE:
+            return self.on_idle(view, event.engine)
+        if kind is EventKind.UPDATE_DONE:
+            return self.on_update_done(view)
+        if kind is EventKind.SYNC_DONE:
+            return self.on_sync_done(view)
+        if kind is EventKind.STARTED:
+            return self.on_start(view)
+        if kind is EventKind.TURN_DONE:
+            return self.on_turn_done(view, event.samples, event.engine)
+        return []
 
     def staleness_bound(self) -> int | None:
         """The most policy versions a trained token may lag behind, if the policy bounds it."""
         return None
+
+
+def check_policy_class(cls: type) -> None:
+    """One-line errors for a policy class that cannot run under interface v2."""
+    hooks = ("on_start", "on_finished", "on_idle", "on_update_done", "on_sync_done", "on_turn_done")
+    if cls.on_event is Policy.on_event and cls.on_start is Policy.on_start:
+        raise ConfigError(f"policy {cls.__name__} overrides neither on_event nor on_start, so it "
+                          f"would never admit a sample: implement on_start (and the hooks it "
+                          f"needs: {', '.join(hooks[1:])})")
+    for hook in hooks:
+        if not callable(getattr(cls, hook)):
+            raise ConfigError(f"policy {cls.__name__}: {hook} is not a method; rename that "
+                              "attribute (interface v2 calls it as a hook)")
 
 
 # -- knobs from ``--set key=value`` ------------------------------------------------------------------

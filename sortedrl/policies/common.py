@@ -1,8 +1,11 @@
-"""Small helpers shared by the policies: what is in flight, which groups are complete."""
+"""Small helpers shared by the policies: what is in flight, which groups are complete, which
+samples are too stale, and the queue a ``Keep`` order admits from."""
 
 from __future__ import annotations
 
-from sortedrl.policies.base import EventKind, SampleState
+from collections import deque
+
+from sortedrl.policies.base import SampleState
 from sortedrl.policies.view import ClusterView
 
 DONE = (SampleState.FINISHED, SampleState.TRAINED)
@@ -50,11 +53,11 @@ def is_flat(view: ClusterView, group: int) -> bool:
     return len({view.reward(i) for i in view.group_samples(group)}) == 1
 
 
-def flat_groups(view: ClusterView, event) -> list[int]:
-    """Dynamic sampling: the groups a FINISHED event completed whose rewards are all equal."""
-    if event.kind != EventKind.FINISHED:
-        return []
-    return [g for g in newly_complete(view, event.samples) if is_flat(view, g)]
+def flat_groups(view: ClusterView, samples) -> list[int]:
+    """Dynamic sampling: the groups that ``samples`` (just finished; or a ``FINISHED`` event, as
+    policies written for the old interface pass) completed whose rewards are all equal."""
+    samples = getattr(samples, "samples", samples)
+    return [g for g in newly_complete(view, samples) if is_flat(view, g)]
 
 
 def newly_complete(view: ClusterView, samples) -> list[int]:
@@ -73,3 +76,45 @@ def split_flat(view: ClusterView, groups) -> tuple[list[int], list[int]]:
     for g in groups:
         (flat if is_flat(view, g) else kept).append(g)
     return kept, flat
+
+
+# -- staleness -------------------------------------------------------------------------------------
+
+
+def too_stale(view: ClusterView, sample: int, bound: int) -> bool:
+    """Whether ``sample``'s oldest kept token is more than ``bound`` versions behind the trainer."""
+    v = view.oldest_version(sample)
+    return v is not None and view.version - v > bound
+
+
+# -- the queue of a Keep order -----------------------------------------------------------------------
+
+
+class SampleQueue:
+    """Samples to admit, front first: explicit ids (``ids``), then the fresh samples
+    ``next_fresh .. fresh_end - 1`` in dataloader order, held as two numbers rather than a list
+    of a whole run's ids. A ``Keep`` order pops from the front; the policy adds to it."""
+
+    def __init__(self) -> None:
+        self.ids: deque[int] = deque()
+        self.next_fresh = 0
+        self.fresh_end = 0
+
+    def __len__(self) -> int:
+        return len(self.ids) + self.fresh_end - self.next_fresh
+
+    def popleft(self) -> int:
+        if self.ids:
+            return self.ids.popleft()
+        if self.next_fresh >= self.fresh_end:
+            raise IndexError("pop from an empty SampleQueue")
+        self.next_fresh += 1
+        return self.next_fresh - 1
+
+    def extend(self, samples) -> None:
+        """Queue ``samples`` after the other explicit ids (still before the fresh ones)."""
+        self.ids.extend(samples)
+
+    def add_fresh(self, end: int) -> None:
+        """Queue the fresh samples up to ``end`` (exclusive)."""
+        self.fresh_end = max(self.fresh_end, end)

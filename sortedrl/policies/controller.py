@@ -12,6 +12,11 @@ Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError
 - sync only when the trainer is idle and no sync is running;
 - colocated placement: rollout and training share the GPUs, so a ``Train`` needs every engine
   to have nothing running, and rollout stays stopped until the update and any sync are done.
+
+It also serves the policy's standing orders (:mod:`sortedrl.policies.orders`): a finish that
+wakes no ``WakeOn`` condition is handled here without calling the policy. Per-engine loads,
+the admitted count and finished members per group are kept incrementally, so that placement and
+the wake checks cost O(engines) and O(1), not a sum over every engine's queue.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from sortedrl.policies.base import (
     Event,
     EventKind,
     Filter,
+    Keep,
     Policy,
     SampleState,
     Sync,
     Train,
+    WakeOn,
 )
+from sortedrl.policies.orders import StandingOrders
 from sortedrl.policies.placement import spread
 from sortedrl.policies.view import ClusterView, EngineInfo, PublicState
 from sortedrl.timeline import Timeline
@@ -48,7 +56,9 @@ class Backend(ABC):
     Besides the calls below, a backend keeps two of the controller's lists current, because only
     it sees tokens being made: ``controller.s.oldest[i]``, the policy version of sample i's
     oldest kept token (set when its first token is generated), and it reports finishes through
-    ``controller.samples_finished`` (preemptions through ``sample_preempted``).
+    ``controller.samples_finished`` (preemptions through ``sample_preempted``). It then
+    dispatches a ``FINISHED`` event when the policy listens to finishes; the controller decides
+    whether the policy hears it (``hears``) and serves the standing orders either way.
     """
 
     placement: str = "colocated"
@@ -104,6 +114,7 @@ class Controller:
         self.settled = 0  # trained + discarded
         self.rollout_on = True
         self._dispatching = False
+        self.orders = StandingOrders()
 
     # -- run ---------------------------------------------------------------------------------
 
@@ -135,8 +146,12 @@ class Controller:
         self._dispatching = True
         try:
             self.s.now = self.backend.now()
-            for action in self.policy.on_event(event, self.view) or ():
-                self._apply(action)
+            if event.kind is EventKind.FINISHED:
+                event = self.orders.deliver(event, self.hears(event.samples))
+            if event is not None:
+                for action in self.policy.on_event(event, self.view) or ():
+                    self._apply(action)
+            self.serve_keep()
             if (self.s.placement == "colocated" and not self.rollout_on
                     and not self.s.trainer_busy and not self.s.syncing):
                 self.rollout_on = True
@@ -144,17 +159,39 @@ class Controller:
         finally:
             self._dispatching = False
 
+    def hears(self, samples) -> bool:
+        """Whether the policy must hear the finish of ``samples`` (booked already), or the
+        controller serves it alone (standing orders)."""
+        return self.orders.hears(self.s, self.policy.listens_to_finishes, samples)
+
+    def serve_keep(self) -> None:
+        """Top up from the policy's ``Keep`` order (nothing when none is in force)."""
+        take, drop = self.orders.take(self.s)
+        if drop:
+            self._abort(Abort(tuple(drop), keep_tokens=False))
+        if take:
+            self._admit(Admit(tuple(take)))
+
     def samples_finished(self, samples: list[int], lengths: list[int]) -> None:
         """Bookkeeping for finished samples; ``lengths[i]`` is sample i's final length."""
         s = self.s
         state, gen, resp, eng, buf = s.state, s.generated, s.response_len, s.engine_of, s.buffer
+        load, fin, n_group, need = s.load, s.finished_in, s.group_size, s.complete_at
         for i in samples:
             n = lengths[i]
             state[i] = F
             gen[i] = n
             resp[i] = n
+            load[eng[i]] -= 1
             eng[i] = -1
             buf[i] = None
+            g = i // n_group
+            fin[g] += 1
+            if fin[g] == need:
+                s.complete += 1
+        s.admitted -= len(samples)
+        if self.orders.wake is not None:
+            self.orders.unheard += samples
         if self._rewards is not None:
             for i in samples:
                 s.reward[i] = float(self._rewards[i])
@@ -186,6 +223,8 @@ class Controller:
             self._discard(action)
         elif isinstance(action, Filter):
             self._filter(action)
+        elif isinstance(action, (Keep, WakeOn)):
+            self.orders.set(action, self.s, self.policy)
         else:
             raise PolicyError(f"policy {self.policy.name} returned {action!r}, which is not an action")
 
@@ -227,6 +266,8 @@ class Controller:
                 s.state[i] = A
                 s.engine_of[i] = e
                 s.paused.pop(i, None)
+            s.load[e] += len(chunk)
+            s.admitted += len(chunk)
             self.timeline.admit(now, e, chunk)
             self.backend.admit(e, chunk, gen)
 
@@ -237,7 +278,7 @@ class Controller:
         s, samples = self.s, list(act.samples)
         if act.engine is not None:
             return [(act.engine, samples)]
-        loads = [e.load() for e in s.engines]
+        loads = s.load
         n = s.group_size if act.keep_groups else 1
         if n > 1 and len(samples) == 1:
             i = samples[0]
@@ -261,7 +302,12 @@ class Controller:
                                 f"{SampleState(s.state[i]).name.lower()}")
         tokens = dict(zip(live, self.backend.abort(live), strict=True)) if live else {}
         self.timeline.abort(self.backend.now(), samples, act.keep_tokens)
+        for i in live:
+            s.load[s.engine_of[i]] -= 1
+        s.admitted -= len(live)
         for i in samples:
+            if s.state[i] == F:
+                self._unfinish(i)
             s.engine_of[i] = -1
             if act.keep_tokens:
                 s.generated[i] = tokens[i]
@@ -287,6 +333,8 @@ class Controller:
             if not s.started[i // s.group_size]:
                 s.started[i // s.group_size] = 1
                 s.started_count += 1
+            if s.state[i] == F:
+                self._unfinish(i)
             s.state[i] = D
             s.paused.pop(i, None)
             s.buffer.pop(i, None)
@@ -313,6 +361,7 @@ class Controller:
                 raise self._bad(f"filter of group {g}, whose rewards are not all equal")
             dropped += done
         for i in dropped:
+            self._unfinish(i)
             s.state[i] = D
             del s.buffer[i]
         self.settled += len(dropped)
@@ -340,11 +389,20 @@ class Controller:
                 self.rollout_on = False
                 self.backend.set_rollout(False)
         for i in act.samples:
+            self._unfinish(i)
             s.state[i] = T
             del s.buffer[i]
         self.settled += len(act.samples)
         s.trainer_busy = True
         self.backend.train(list(act.samples), s.version)
+
+    def _unfinish(self, i: int) -> None:
+        """Sample i leaves the finished state: one finished member fewer in its group."""
+        s = self.s
+        g = i // s.group_size
+        if s.finished_in[g] == s.complete_at:
+            s.complete -= 1
+        s.finished_in[g] -= 1
 
     def _sync(self) -> None:
         s = self.s

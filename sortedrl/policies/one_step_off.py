@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from sortedrl.policies.base import (
     Action,
     Admit,
-    Event,
-    EventKind,
     Filter,
     Policy,
     RunContext,
@@ -45,7 +43,6 @@ class OneStepOffPolicy(Policy):
     name = "one_step_off"
     Params = OneStepOffParams
     placements = ("disaggregated",)
-    listens_to_finishes = False
 
     def __init__(self, params: OneStepOffParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
@@ -58,13 +55,19 @@ class OneStepOffPolicy(Policy):
     def staleness_bound(self) -> int:
         return 1
 
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
-        if event.kind == EventKind.STARTED:
-            return self._generate(view)
-        if event.kind == EventKind.SYNC_DONE:
-            self.synced = view.version
+    def on_start(self, view: ClusterView) -> list[Action]:
+        return self._generate(view)
+
+    def on_sync_done(self, view: ClusterView) -> list[Action]:
+        self.synced = view.version
+        return self._advance(view)
+
+    def on_update_done(self, view: ClusterView) -> list[Action]:
+        return self._advance(view)  # the sync waits for the generation in flight
+
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
         out: list[Action] = []
-        if event.kind == EventKind.ENGINE_IDLE and self.generating and view.admitted == 0:
+        if self.generating and view.admitted == 0:
             if self.params.filter_groups:
                 out = self._filter(view)
                 if self.generating:
@@ -94,7 +97,7 @@ class OneStepOffPolicy(Policy):
         return [Admit(tuple(self.generating))] if groups else []
 
     def _advance(self, view: ClusterView) -> list[Action]:
-        if view.trainer_busy or view.syncing or self.generating or not self.ready:
+        if view.busy or self.generating or not self.ready:
             return []
         if view.version > self.synced:
             return [Sync()]  # between generations only

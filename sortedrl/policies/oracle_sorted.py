@@ -18,12 +18,9 @@ from typing import Literal
 from sortedrl.policies.base import (
     Action,
     Admit,
-    Event,
-    EventKind,
     Filter,
     Policy,
     RunContext,
-    Sync,
     Train,
 )
 from sortedrl.policies.common import shortest_first, split_flat
@@ -56,7 +53,6 @@ class OracleSortedPolicy(Policy):
 
     name = "oracle_sorted"
     Params = OracleSortedParams
-    listens_to_finishes = False
 
     def __init__(self, params: OracleSortedParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
@@ -78,26 +74,26 @@ class OracleSortedPolicy(Policy):
     def staleness_bound(self) -> int:
         return 0
 
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
-        kind = event.kind
-        if kind == EventKind.UPDATE_DONE:
-            return [Sync()]
-        if kind in (EventKind.STARTED, EventKind.SYNC_DONE):
-            return self._next_round(view)
-        if kind == EventKind.ENGINE_IDLE and self.round and view.admitted == 0:
-            batch, self.round = self.round, []
-            self.predictor.observe(view, tuple(batch))
-            out: list[Action] = []
-            if self.params.filter_groups:
-                kept, flat = split_flat(view, sorted({view.group_of(i) for i in batch}))
-                out = [Filter(tuple(flat))] if flat else []
-                self.kept += [i for g in kept for i in view.group_samples(g)]
-                missing = self._size(view) - len(self.kept)
-                if missing > 0 and (self.order or view.groups_left):
-                    return out + self._next_round(view, missing)
-                batch, self.kept = self.kept, []
-            return out + ([Train(shortest_first(view, batch))] if batch else [])
-        return []
+    def on_start(self, view: ClusterView) -> list[Action]:
+        return self._next_round(view)
+
+    on_sync_done = on_start
+
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
+        if not self.round or view.admitted:
+            return []
+        batch, self.round = self.round, []
+        self.predictor.observe(view, tuple(batch))
+        out: list[Action] = []
+        if self.params.filter_groups:
+            kept, flat = split_flat(view, sorted({view.group_of(i) for i in batch}))
+            out = [Filter(tuple(flat))] if flat else []
+            self.kept += [i for g in kept for i in view.group_samples(g)]
+            missing = self._size(view) - len(self.kept)
+            if missing > 0 and (self.order or view.groups_left):
+                return out + self._next_round(view, missing)
+            batch, self.kept = self.kept, []
+        return out + ([Train(shortest_first(view, batch))] if batch else [])
 
     def _size(self, view: ClusterView) -> int:
         return self._size_for(view.total_capacity)

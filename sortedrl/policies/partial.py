@@ -23,16 +23,13 @@ from sortedrl.policies.base import (
     Abort,
     Action,
     Admit,
-    Event,
-    EventKind,
     Filter,
     Policy,
     RunContext,
-    SampleState,
-    Sync,
     Train,
+    WakeOn,
 )
-from sortedrl.policies.common import complete_groups, flat_groups, in_flight, waiting_in
+from sortedrl.policies.common import complete_groups, flat_groups, in_flight, too_stale, waiting_in
 from sortedrl.policies.view import ClusterView
 
 
@@ -66,8 +63,6 @@ class PartialRolloutPolicy(Policy):
         super().__init__(params, ctx)
         self.n_groups = self.params.rollout_batch or max(1, self.ctx.prompts_per_step)
         self.active: list[int] = []  # groups started and not trained, in start order
-        self.done: dict[int, int] = {}  # finished samples per active group (from events)
-        self.ncomplete = 0  # groups whose every sample finished (from events)
         self.filtered: set[int] = set()  # groups filtered in the current reaction
 
     def staleness_bound(self) -> int | None:
@@ -75,40 +70,46 @@ class PartialRolloutPolicy(Policy):
             return 0
         return self.params.max_span or None
 
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
-        kind = event.kind
-        if kind == EventKind.FINISHED:  # a cheap trigger; the harvest re-checks the buffer
-            for i in event.samples:
-                if view.state(i) == SampleState.FINISHED:
-                    g = view.group_of(i)
-                    self.done[g] = self.done.get(g, 0) + 1
-                    if self.done[g] == view.group_size:
-                        self.ncomplete += 1
-        out = self._filter(view, event) if self.params.filter_groups else []
-        if kind == EventKind.UPDATE_DONE:
-            return [Sync()]
-        if view.trainer_busy or view.syncing:
-            return out
-        if kind in (EventKind.STARTED, EventKind.SYNC_DONE):
-            if self.active and self._due(view, len(complete_groups(view, view.finished()))):
-                return out + self._harvest(view)
-            return out + self._start_step(view)
-        if self.active and self._due(view, self.ncomplete):
-            return out + self._harvest(view)  # the next step tops the groups in flight up
-        if not self.filtered:
-            return out
+    # -- hooks: every finish is left to the controller until a step's groups are complete ------
+
+    def on_start(self, view: ClusterView) -> list[Action]:
+        self.filtered = set()
+        if view.busy:
+            return []
+        if self.active and self._due(view, view.complete_groups):
+            return self._harvest(view) + self._wake()
+        return self._start_step(view) + self._wake()
+
+    on_sync_done = on_start
+
+    def on_finished(self, view: ClusterView, samples: tuple[int, ...], engine: int | None
+                    ) -> list[Action]:
+        out = self._filter(view, samples) if self.params.filter_groups else []
+        if view.busy:
+            return out + self._wake()
+        if self.active and self._due(view, view.complete_groups - len(self.filtered)):
+            return out + self._harvest(view) + self._wake()  # the next step tops the groups up
         fresh = view.next_groups(len(self.filtered))  # in place of the filtered groups
         self.active += fresh
-        return out + ([Admit(tuple(i for g in fresh for i in view.group_samples(g)))] if fresh else [])
+        out += [Admit(tuple(i for g in fresh for i in view.group_samples(g)))] if fresh else []
+        return out + self._wake()
 
-    def _filter(self, view: ClusterView, event: Event) -> list[Action]:
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
+        return self.on_finished(view, (), engine)
+
+    def _wake(self) -> list[Action]:
+        """Hear a finish only once the step's groups are complete (or a group completes, to
+        filter it)."""
+        need = min(self.n_groups, len(self.active))
+        return [WakeOn(groups=need, any_group=self.params.filter_groups)]
+
+    def _filter(self, view: ClusterView, samples) -> list[Action]:
         """Dynamic sampling: filter groups that just completed flat; start fresh ones instead."""
         self.filtered = set()
-        flat = flat_groups(view, event)
+        flat = flat_groups(view, samples)
         if not flat:
             return []
         self.filtered = set(flat)
-        self.ncomplete = max(0, self.ncomplete - len(flat))
         for g in flat:
             self.active.remove(g)
         return [Filter(tuple(flat))]
@@ -129,8 +130,7 @@ class PartialRolloutPolicy(Policy):
         return out + ([Admit(tuple(resume))] if resume else [])
 
     def _stale(self, view: ClusterView, i: int) -> bool:
-        v = view.oldest_version(i)
-        return bool(self.params.max_span) and v is not None and view.version - v > self.params.max_span
+        return bool(self.params.max_span) and too_stale(view, i, self.params.max_span)
 
     def _harvest(self, view: ClusterView) -> list[Action]:
         out: list[Action] = []
@@ -153,11 +153,6 @@ class PartialRolloutPolicy(Policy):
             settled.update(regen)
         if regen:
             out.append(Abort(tuple(regen), keep_tokens=False))
-        self.done, self.ncomplete = {}, 0
-        for i in finished:
-            if i not in settled:
-                g = view.group_of(i)
-                self.done[g] = self.done.get(g, 0) + 1
         if batch:
             out.append(Train(tuple(batch)))
         else:  # every complete group had a stale member: keep generating

@@ -10,7 +10,7 @@ import inspect
 
 from sortedrl.errors import ConfigError
 from sortedrl.policies.async_rl import AsyncPolicy
-from sortedrl.policies.base import Policy, RunContext, parse_params
+from sortedrl.policies.base import Policy, RunContext, check_policy_class, parse_params
 from sortedrl.policies.one_step_off import OneStepOffPolicy
 from sortedrl.policies.oracle_sorted import OracleSortedPolicy
 from sortedrl.policies.partial import PartialRolloutPolicy
@@ -45,6 +45,7 @@ def policy_class(name: str) -> type[Policy]:
     cls = getattr(mod, cls_name, None)
     if not (inspect.isclass(cls) and issubclass(cls, Policy)):
         raise ConfigError(f"policy {name!r}: {cls_name!r} is not a Policy subclass in {mod_name}")
+    check_policy_class(cls)
     return cls
 
 

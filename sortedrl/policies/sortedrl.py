@@ -42,21 +42,19 @@ from typing import Literal
 from sortedrl.policies.base import (
     Abort,
     Action,
-    Admit,
-    Event,
-    EventKind,
     Filter,
+    Keep,
     Policy,
     RunContext,
-    SampleState,
-    Sync,
     Train,
+    WakeOn,
 )
 from sortedrl.policies.common import (
     complete_groups,
     flat_groups,
     in_flight,
     shortest_first,
+    too_stale,
 )
 from sortedrl.policies.view import ClusterView
 
@@ -105,44 +103,56 @@ class SortedRLPolicy(Policy):
         self.partial = self.params.mode == "partial"
         self.ready: deque[int] = deque()  # group samples neither admitted nor done, resume first
         self.unsettled = 0  # samples of the current group not yet trained
-        self.done_in_group: dict[int, int] = {}  # finished samples per GRPO group (from events)
-        self.ncomplete = 0  # GRPO groups whose n samples are finished (from events)
         self.filtered: set[int] = set()  # groups filtered in the current reaction
 
     def staleness_bound(self) -> int:
         return self.params.max_span if self.partial else 0
 
-    # -- events ------------------------------------------------------------------------------
+    # -- hooks: top-ups are a standing order; the policy hears a finish only at a harvest ------
 
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+    def on_start(self, view: ClusterView) -> list[Action]:
+        self.filtered = set()
+        return self._react(view, [])
+
+    on_sync_done = on_start
+
+    def on_finished(self, view: ClusterView, samples: tuple[int, ...], engine: int | None
+                    ) -> list[Action]:
+        out = self._filter(view, samples) if self.params.filter_groups else []
+        return self._react(view, out)
+
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
+        return self.on_finished(view, (), engine)
+
+    def _react(self, view: ClusterView, out: list[Action]) -> list[Action]:
         if not self.update_batch:
             self._size(view)
-        if event.kind == EventKind.FINISHED and self.params.harvest == "groups":
-            for i in event.samples:  # a cheap trigger; the harvest re-checks the buffer
-                if view.state(i) == SampleState.FINISHED:
-                    g = view.group_of(i)
-                    self.done_in_group[g] = self.done_in_group.get(g, 0) + 1
-                    if self.done_in_group[g] == view.group_size:
-                        self.ncomplete += 1
-        out = self._filter(view, event) if self.params.filter_groups else []
-        if event.kind == EventKind.UPDATE_DONE:
-            return [Sync()]
-        if view.trainer_busy or view.syncing:
+        if view.busy:
             return out
         if self.unsettled == 0 and not self._load(view):
             return out
         if self._harvest_due(view):
             return out + self._harvest(view)
-        return out + self._top_up(view)
+        return out + self._orders()
 
-    def _filter(self, view: ClusterView, event: Event) -> list[Action]:
+    def _orders(self) -> list[Action]:
+        """Keep the window admitted from the group; hear a finish only when a harvest is due
+        (or a group completes, to filter it)."""
+        if self.params.harvest == "samples":
+            wake = WakeOn(finished=self.update_batch, drained=True)
+        else:
+            n = self.ctx.group_size
+            wake = WakeOn(groups=-(-self.update_batch // n), drained=True,
+                          any_group=self.params.filter_groups)
+        return [Keep(self.ready, self.window, max_span=self.params.max_span), wake]
+
+    def _filter(self, view: ClusterView, samples) -> list[Action]:
         """Dynamic sampling: filter groups that just completed with all rewards equal."""
         self.filtered = set()
-        flat = flat_groups(view, event)
+        flat = flat_groups(view, samples)
         if not flat:
             return []
         self.filtered = set(flat)
-        self.ncomplete = max(0, self.ncomplete - len(flat))
         self.unsettled -= len(flat) * view.group_size
         return [Filter(tuple(flat))]
 
@@ -174,27 +184,11 @@ class SortedRLPolicy(Policy):
             return view.admitted == 0
         if self.params.harvest == "samples":
             return view.finished_count >= self.update_batch
-        return self.ncomplete * view.group_size >= self.update_batch
-
-    def _top_up(self, view: ClusterView, admitted: int | None = None,
-                dropped: frozenset[int] = frozenset()) -> list[Action]:
-        """Admit from the group up to the oversubscribed window; ``dropped`` samples were just
-        aborted without their tokens in this same reaction (the view does not show it yet)."""
-        admitted = view.admitted if admitted is None else admitted
-        room = self.window - admitted
-        take, drop = [], []
-        while room > 0 and self.ready:
-            i = self.ready.popleft()
-            if i not in dropped and self._too_stale(view, i):
-                drop.append(i)  # paused too long: regenerate from scratch
-            take.append(i)
-            room -= 1
-        out: list[Action] = [Abort(tuple(drop), keep_tokens=False)] if drop else []
-        return out + ([Admit(tuple(take))] if take else [])
+        complete = view.complete_groups - len(self.filtered)
+        return complete * view.group_size >= self.update_batch
 
     def _too_stale(self, view: ClusterView, i: int) -> bool:
-        v = view.oldest_version(i)
-        return v is not None and view.version - v > self.params.max_span
+        return too_stale(view, i, self.params.max_span)
 
     def _harvest(self, view: ClusterView) -> list[Action]:
         out: list[Action] = []
@@ -215,15 +209,9 @@ class SortedRLPolicy(Policy):
             stale += [i for i in finished if i not in taken]
         if stale:
             out.append(Abort(tuple(stale), keep_tokens=False))
-        in_batch, dropped_set = set(batch), set(stale)
-        self.done_in_group, self.ncomplete = {}, 0
-        for i in finished:
-            if i not in in_batch and i not in dropped_set:
-                g = view.group_of(i)
-                self.done_in_group[g] = self.done_in_group.get(g, 0) + 1
         self.ready.extendleft(reversed(running + stale))
         if not batch:  # everything was too stale: nothing to train, rollout goes on
-            return out + self._top_up(view, admitted=0, dropped=frozenset(stale))
+            return out + self._orders()
         self.unsettled -= len(batch)
         out.append(Train(shortest_first(view, batch)))
-        return out
+        return out + [Keep()]  # no top-ups until the update and its sync are done

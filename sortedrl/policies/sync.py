@@ -6,7 +6,8 @@ syncs the weights once. Minibatches are cut at group boundaries, so every GRPO g
 whole in one update. With ``minibatches > 1`` every update after the first trains on data one
 more version behind, as in the SortedRL paper's PPO baseline (512 prompts, 128 per update).
 
-It reacts only to idle engines and finished updates, so it does not listen to every finish.
+It reacts only to idle engines and finished updates (no ``on_finished``), so it does not listen
+to finishes and the simulator serves them with no policy call.
 
 ``filter_groups`` is DAPO's dynamic sampling: when the step's responses are all in, groups whose
 rewards are all equal are filtered, and if fewer than ``rollout_batch`` groups are left the
@@ -21,8 +22,6 @@ from dataclasses import dataclass, field
 from sortedrl.policies.base import (
     Action,
     Admit,
-    Event,
-    EventKind,
     Filter,
     Policy,
     RunContext,
@@ -54,7 +53,6 @@ class SyncPolicy(Policy):
 
     name = "sync"
     Params = SyncParams
-    listens_to_finishes = False
 
     def __init__(self, params: SyncParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
@@ -66,28 +64,29 @@ class SyncPolicy(Policy):
     def staleness_bound(self) -> int:
         return self.params.minibatches - 1
 
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
-        kind = event.kind
-        if kind in (EventKind.STARTED, EventKind.SYNC_DONE):
-            return self._next_step(view)
-        if kind == EventKind.ENGINE_IDLE:
-            if view.admitted or not self.step_samples or view.trainer_busy or self.pending:
-                return []
-            out: list[Action] = []
-            if self.params.filter_groups:
-                out, refill = self._filter(view)
-                if refill or not self.step_samples:
-                    return out + refill
-            batch, k, n = self.step_samples, self.params.minibatches, view.group_size
-            size = -(-len(batch) // n // k) * n  # whole groups in every minibatch
-            self.pending = [batch[j:j + size] for j in range(0, len(batch), size)]
-            return out + [Train(tuple(self.pending.pop(0)))]
-        if kind == EventKind.UPDATE_DONE:
-            if self.pending:
-                return [Train(tuple(self.pending.pop(0)))]
-            self.step_samples = []
-            return [Sync()]
-        return []
+    def on_start(self, view: ClusterView) -> list[Action]:
+        return self._next_step(view)
+
+    on_sync_done = on_start
+
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
+        if view.admitted or not self.step_samples or view.trainer_busy or self.pending:
+            return []
+        out: list[Action] = []
+        if self.params.filter_groups:
+            out, refill = self._filter(view)
+            if refill or not self.step_samples:
+                return out + refill
+        batch, k, n = self.step_samples, self.params.minibatches, view.group_size
+        size = -(-len(batch) // n // k) * n  # whole groups in every minibatch
+        self.pending = [batch[j:j + size] for j in range(0, len(batch), size)]
+        return out + [Train(tuple(self.pending.pop(0)))]
+
+    def on_update_done(self, view: ClusterView) -> list[Action]:
+        if self.pending:
+            return [Train(tuple(self.pending.pop(0)))]
+        self.step_samples = []
+        return [Sync()]
 
     def _filter(self, view: ClusterView) -> tuple[list[Action], list[Action]]:
         """Filter the finished step's flat groups; refill from the dataloader if short."""

@@ -26,16 +26,14 @@ from sortedrl.policies.base import (
     Action,
     Admit,
     Discard,
-    Event,
-    EventKind,
     Filter,
     Policy,
     RunContext,
     SampleState,
-    Sync,
     Train,
+    WakeOn,
 )
-from sortedrl.policies.common import is_flat
+from sortedrl.policies.common import is_flat, newly_complete
 from sortedrl.policies.view import ClusterView
 
 
@@ -74,47 +72,53 @@ class TailBatchPolicy(Policy):
         self.long_queue: list[int] = []
         self.launched: list[int] = []
         self.short = True
-        self.done: dict[int, list[int]] = {}  # finished samples per launched group, in order
-        self.complete: list[int] = []  # groups with `keep` finished, in completion order
 
     def staleness_bound(self) -> int:
         return 0
 
-    def on_event(self, event: Event, view: ClusterView) -> list[Action]:
+    # -- hooks: the controller counts finishes until a round's prompts are complete ----------
+
+    def on_start(self, view: ClusterView) -> list[Action]:
+        if view.busy:
+            return []
+        return self._next_round(view) + self._wake()
+
+    on_sync_done = on_start
+
+    def on_finished(self, view: ClusterView, samples: tuple[int, ...], engine: int | None
+                    ) -> list[Action]:
         flat: list[int] = []
-        if event.kind == EventKind.FINISHED:
-            for i in event.samples:
-                g = view.group_of(i)
-                got = self.done.setdefault(g, [])
-                got.append(i)
-                if len(got) == self.keep:
-                    if self.params.filter_groups and is_flat(view, g):
-                        flat.append(g)  # filtered: it does not count towards P
-                        self.launched.remove(g)
-                    else:
-                        self.complete.append(g)
+        if self.params.filter_groups:  # responses = the group size: complete = all finished
+            flat = [g for g in newly_complete(view, samples) if is_flat(view, g)]
+            for g in flat:  # filtered: it does not count towards P
+                self.launched.remove(g)
         out: list[Action] = [Filter(tuple(flat))] if flat else []
-        if event.kind == EventKind.UPDATE_DONE:
-            return [Sync()]
-        if view.trainer_busy or view.syncing:
-            return out
-        if event.kind in (EventKind.STARTED, EventKind.SYNC_DONE):
-            return self._next_round(view)
-        if self.launched and len(self.complete) >= min(self.P, len(self.launched)):
-            if not self.short and len(self.complete) < len(self.launched):
-                return out  # a long round waits for every prompt
-            return out + self._end_round(view)
+        if view.busy:
+            return out + self._wake()
+        complete = view.complete_groups - len(flat)  # groups with `keep` responses finished
+        if self.launched and complete >= min(self.P, len(self.launched)):
+            if not self.short and complete < len(self.launched):
+                return out + self._wake()  # a long round waits for every prompt
+            return out + self._end_round(view, set(flat)) + self._wake()
         if flat and self.short:  # fresh prompts in place of the filtered ones
             fresh = view.next_groups(len(flat))
             self.launched += fresh
             if fresh:
                 out.append(Admit(tuple(i for g in fresh for i in view.group_samples(g))))
         if flat and not self.launched:  # the whole round was filtered
-            return out + self._next_round(view)
-        return out
+            return out + self._next_round(view) + self._wake()
+        return out + self._wake()
+
+    def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:
+        return self.on_finished(view, (), engine)
+
+    def _wake(self) -> list[Action]:
+        """Hear a finish once enough prompts have ``keep`` responses (or one completes, to
+        filter it)."""
+        need = min(self.P, len(self.launched)) if self.short else len(self.launched)
+        return [WakeOn(groups=need, members=self.keep, any_group=self.params.filter_groups)]
 
     def _next_round(self, view: ClusterView) -> list[Action]:
-        self.done, self.complete = {}, []
         fresh_left = view.groups_left > 0
         if self.long_queue and (len(self.long_queue) >= self.P or not fresh_left):
             self.short = False
@@ -132,14 +136,24 @@ class TailBatchPolicy(Policy):
             return []
         return [Admit(tuple(i for g in self.launched for i in view.group_samples(g)))]
 
-    def _end_round(self, view: ClusterView) -> list[Action]:
-        kept = self.complete[: self.P]
-        kept_set = set(kept)
+    def _end_round(self, view: ClusterView, filtered: set[int]) -> list[Action]:
+        """Train the first P prompts to complete; defer the others to a long round."""
+        done: dict[int, list[int]] = {}  # finished responses per prompt, in finish order
+        complete: list[int] = []  # prompts in the order their `keep`-th response finished
+        for i in view.finished():
+            g = view.group_of(i)
+            if g in filtered:
+                continue
+            got = done.setdefault(g, [])
+            got.append(i)
+            if len(got) == self.keep:
+                complete.append(g)
+        kept_set = set(complete[: self.P])
         batch, drop, discard = [], [], []
         for g in self.launched:
             members = view.group_samples(g)
             if g in kept_set:
-                first = self.done[g][: self.keep]
+                first = done[g][: self.keep]
                 batch += first
                 rest = [i for i in members if i not in set(first)]
                 drop += [i for i in rest if view.state(i) in (SampleState.ADMITTED, SampleState.FINISHED)]

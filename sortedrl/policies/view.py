@@ -55,6 +55,11 @@ class PublicState:
         self.started_count = 0
         self.next_group = 0  # first group never admitted
         self.engines = engines
+        self.load = [0] * len(engines)  # admitted (running or queued) samples per engine
+        self.admitted = 0  # admitted samples in all
+        self.finished_in = [0] * self.num_groups  # finished, untrained members per group
+        self.complete_at = group_size  # members finished for a group to count as complete
+        self.complete = 0  # groups with at least ``complete_at`` finished members
         self.placement = placement
         self.version = 0  # the trainer's latest version
         self.trainer_busy = False
@@ -100,6 +105,11 @@ class ClusterView:
     @property
     def syncing(self) -> bool:
         return self._s.syncing
+
+    @property
+    def busy(self) -> bool:
+        """The trainer is updating or a weight sync is running (the usual guard before acting)."""
+        return self._s.trainer_busy or self._s.syncing
 
     # prompts ------------------------------------------------------------------------------
     @property
@@ -183,11 +193,12 @@ class ClusterView:
 
     def load(self, engine: int) -> int:
         """Running plus queued samples on an engine."""
-        return self._s.engines[engine].load()
+        return self._s.load[engine]
 
     @property
     def admitted(self) -> int:
-        return sum(e.load() for e in self._s.engines)
+        """Running plus queued samples on every engine."""
+        return self._s.admitted
 
     def paused(self) -> tuple[int, ...]:
         return tuple(self._s.paused)
@@ -199,3 +210,13 @@ class ClusterView:
     @property
     def finished_count(self) -> int:
         return len(self._s.buffer)
+
+    def finished_in(self, group: int) -> int:
+        """Finished, untrained samples of a group."""
+        return self._s.finished_in[group]
+
+    @property
+    def complete_groups(self) -> int:
+        """Groups all of whose samples are finished and untrained (or as many as the policy's
+        ``WakeOn(members=...)`` asks)."""
+        return self._s.complete

@@ -10,6 +10,18 @@ SimPy's (time, priority, insertion) tie-break. The trainer and weight syncs are 
 
 Before any event is dispatched to the policy, every engine is caught up to the current time, so
 the policy always sees one consistent instant.
+
+Finishes and standing orders (:mod:`sortedrl.policies.orders`): the engines report finishes to
+this backend, which books them with the controller at once. A finish the policy must hear
+(a ``WakeOn`` condition holds, or the policy hears every finish) becomes a deferred ``FINISHED``
+event as above. Any other finish is served on the spot, with no SimPy event and no policy call:
+the controller tops up from the policy's ``Keep`` order **at the finish's instant, inside the
+engine step that made it**, before that engine admits from its queue, so the top-up shares the
+step's (chunked) prefill: the finishes of one engine step give one admit and one prefill. The
+policy is not called there, so no view needs to be consistent; placement reads only the
+controller's loads. A finish is deferred like an event instead (keeping the order of
+everything) when an event is already pending, when it comes from catching engines up, or when
+another engine has a change due at the same instant (a tie, applied first as always).
 """
 
 from __future__ import annotations
@@ -56,6 +68,10 @@ class SimBackend(Backend):
         for e in self.engines:
             e._slots = self._next
         self._deferred: deque[tuple[float, Event]] = deque()
+        self._advancing: Engine | None = None  # the engine whose change is being applied
+        self._catching_up = False
+        self._instant: float | None = None  # the time of a finish being served (see above)
+        self._held: list[Engine] = []  # engines whose served finish holds their host for f0
         self._proc = None
         self._asleep = False  # colocated: the engines are offloaded for an update
         self._waiting = False
@@ -68,7 +84,7 @@ class SimBackend(Backend):
         return [e.pub for e in self.engines]
 
     def now(self) -> float:
-        return self.env.now
+        return self.env.now if self._instant is None else self._instant
 
     def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
         attempt, lengths = self.ctl.s.attempt, self._lengths
@@ -80,11 +96,11 @@ class SimBackend(Backend):
                 if attempt[i]:
                     lengths[i] = self._attempts.length(i, attempt[i])
         eng = self.engines[engine]
-        eng.admit(samples, generated, self.env.now)
+        eng.admit(samples, generated, self.now())
         self._poke()
 
     def abort(self, samples: list[int]) -> list[int]:
-        now, touched, out = self.env.now, set(), []
+        now, touched, out = self.now(), set(), []
         for i in samples:
             e = self.engines[self.ctl.s.engine_of[i]]
             out.append(e.abort(i, now))
@@ -132,8 +148,8 @@ class SimBackend(Backend):
 
     def run(self, controller: Controller) -> None:
         self.ctl = controller
-        for e in self.engines:
-            e.bind(controller, controller.s.attempt, controller.s.oldest)
+        for e in self.engines:  # finishes come here first (``samples_finished``)
+            e.bind(self, controller.s.attempt, controller.s.oldest)
         self._proc = self.env.process(self._pool())
         self._dispatch(controller.start)
         self.env.run()
@@ -157,7 +173,6 @@ class SimBackend(Backend):
 
     def _pool(self):
         env, engines, nexts = self.env, self.engines, self._next
-        listens = self.ctl.policy.listens_to_finishes
         while True:
             if self._deferred:
                 t, event = self._deferred.popleft()
@@ -177,24 +192,58 @@ class SimBackend(Backend):
                     self._poked = False
                 self._waiting = False
                 continue
-            self._notify(eng, eng.advance(), t, listens)
-            if self.audit:
-                eng.audit()
+            self._advance(eng)
 
-    def _notify(self, eng: Engine, finished: list[int], t: float, listens: bool) -> None:
-        if finished and listens:
-            self._deferred.append((t, Event(EventKind.FINISHED, eng.pub.index, tuple(finished))))
+    def _advance(self, eng: Engine) -> None:
+        """Apply ``eng``'s next change; its finishes arrive through :meth:`samples_finished`."""
+        when = max(eng.next_t, self.env.now)
+        self._advancing = eng
+        eng.advance()
+        self._advancing = None
+        for held in self._held:  # the host time of finishes served without an event
+            held.hold(held.pub.t, self.cost.f0)
+        self._held.clear()
         if eng.idle and not eng.idle_reported:
             eng.idle_reported = True
-            self._deferred.append((t, Event(EventKind.ENGINE_IDLE, eng.pub.index)))
+            self._deferred.append((when, Event(EventKind.ENGINE_IDLE, eng.pub.index)))
+        if self.audit:
+            eng.audit()
+
+    # -- callbacks from the engines ----------------------------------------------------------------
+
+    def samples_finished(self, samples: list[int], lengths: list[int]) -> None:
+        """An engine's step finished ``samples``: book them, then serve or defer (module doc)."""
+        ctl, eng = self.ctl, self._advancing
+        ctl.samples_finished(samples, lengths)
+        if not ctl.policy.listens_to_finishes:
+            return
+        t = eng.pub.t
+        if (self._deferred or self._catching_up or ctl.hears(samples)
+                or sum(1 for x in self._next if x <= t) > 1):
+            when = max(t, self.env.now)
+            self._deferred.append((when, Event(EventKind.FINISHED, eng.pub.index, tuple(samples))))
+            return
+        self._instant = t
+        try:
+            ctl.serve_keep()
+        finally:
+            self._instant = None
+        if self.cost.f0 > 0:
+            self._held.append(eng)
+
+    def sample_preempted(self, sample: int, tokens: int) -> None:
+        self.ctl.sample_preempted(sample, tokens)
 
     def _catch_up(self) -> None:
         """Apply every engine change due at or before now (their events are deferred)."""
         now = self.env.now
-        listens = self.ctl.policy.listens_to_finishes
-        for eng in self.engines:
-            while eng.next_t <= now:
-                self._notify(eng, eng.advance(), now, listens)
+        self._catching_up = True
+        try:
+            for eng in self.engines:
+                while eng.next_t <= now:
+                    self._advance(eng)
+        finally:
+            self._catching_up = False
 
     def _dispatch(self, fn) -> None:
         self._catch_up()

@@ -1,0 +1,119 @@
+"""Standing orders: the per-finish work a policy leaves to the controller.
+
+A policy that reacts to every finish only to top the engines up, or to count finishes until a
+trigger, need not be called per finish. It returns ``Keep`` ("keep N admitted from this queue")
+and ``WakeOn`` ("call me when k samples have finished, a group is complete, nothing is left")
+once; the controller keeps them and serves every finish itself, as vLLM's waiting queue serves
+its scheduler. Both backends get this for free, because both report finishes to the controller.
+
+The rules, in the order the controller applies them at a finish:
+1. the bookkeeping (sample states, per-engine loads, finished members per group) is updated;
+2. the policy hears the finish (``on_finished``) when a ``WakeOn`` condition holds, or, with no
+   ``WakeOn`` in force, when it listens to finishes at all (``Policy.listens_to_finishes``).
+   Under ``WakeOn`` it hears every sample finished since it last heard one (a finish booked
+   when engines were caught up to the same instant included), so none goes unseen;
+3. ``Keep`` is served after the policy's actions, if it was called: admit from the queue's front
+   until the window is full, regenerating paused samples past ``max_span``.
+
+The state here is not checkpointed: a policy reissues its orders from the hooks that follow an
+update (``on_update_done``, ``on_sync_done``), where a resumed run restarts.
+"""
+
+from __future__ import annotations
+
+from sortedrl.errors import PolicyError
+from sortedrl.policies.base import Event, EventKind, Keep, WakeOn
+from sortedrl.policies.view import PublicState
+
+
+class StandingOrders:
+    """The ``Keep`` and ``WakeOn`` orders in force, and the checks that serve them."""
+
+    __slots__ = ("keep", "budget", "wake", "unheard")
+
+    def __init__(self) -> None:
+        self.keep: Keep | None = None
+        self.budget: int | None = None  # admissions left under ``keep.budget``
+        self.wake: WakeOn | None = None
+        self.unheard: list[int] = []  # finished since the policy last heard a finish (WakeOn)
+
+    def deliver(self, event: Event, heard: bool) -> Event | None:
+        """The ``FINISHED`` event the policy hears (None: it hears none): under ``WakeOn``, every
+        sample finished since it last heard one."""
+        if not heard:
+            return None
+        if self.wake is None:
+            return event
+        samples, self.unheard = tuple(self.unheard), []
+        return Event(EventKind.FINISHED, event.engine, samples or event.samples)
+
+    def set(self, order: Keep | WakeOn, s: PublicState, policy) -> None:
+        """Put ``order`` in force in place of the previous one of its kind."""
+        if not policy.listens_to_finishes:
+            raise PolicyError(f"policy {policy.name} gave a standing order but does not listen to "
+                              "finishes: set listens_to_finishes = True on the class")
+        if isinstance(order, WakeOn):
+            self.wake = order
+            need = order.members or s.group_size
+            if not 1 <= need <= s.group_size:
+                raise PolicyError(f"policy {policy.name}: WakeOn(members={order.members}) is not "
+                                  f"between 1 and the group size {s.group_size}")
+            if need != s.complete_at:
+                s.complete_at = need
+                s.complete = sum(1 for c in s.finished_in if c >= need)
+            return
+        q = order.queue
+        if q is not None and not (hasattr(q, "popleft") and hasattr(q, "__len__")):
+            raise PolicyError(f"policy {policy.name}: Keep's queue must be a SampleQueue or a "
+                              f"deque, not {type(q).__name__}")
+        self.keep = order if q is not None else None
+        self.budget = order.budget
+
+    def hears(self, s: PublicState, listens: bool, samples) -> bool:
+        """Whether the policy must hear the finish of ``samples`` (already booked in ``s``)."""
+        if not listens:
+            return False
+        w = self.wake
+        if w is None:
+            return True
+        if w.any_group:
+            need, n, fin = s.complete_at, s.group_size, s.finished_in
+            for i in samples:
+                if fin[i // n] >= need:
+                    return True
+        if s.trainer_busy or s.syncing:
+            return False
+        if w.finished and len(s.buffer) >= w.finished:
+            return True
+        if w.groups and s.complete >= w.groups:
+            return True
+        return w.drained and not s.admitted and not self.can_admit()
+
+    def can_admit(self) -> bool:
+        """Whether ``Keep`` may still admit: a sample is queued and its budget is not spent."""
+        k = self.keep
+        return k is not None and bool(k.queue) and (self.budget is None or self.budget > 0)
+
+    def take(self, s: PublicState) -> tuple[list[int], list[int]]:
+        """``(admit, regenerate)``: the samples ``Keep`` admits now, and those of them too stale
+        to resume (to be dropped first). Pops them from the queue."""
+        k = self.keep
+        if k is None:
+            return [], []
+        room = k.window - s.admitted
+        if self.budget is not None:
+            room = min(room, self.budget)
+        queue, span = k.queue, k.max_span
+        if room <= 0 or not queue:
+            return [], []
+        take, drop = [], []
+        oldest, version = s.oldest, s.version
+        while room > 0 and queue:
+            i = queue.popleft()
+            if span is not None and oldest[i] >= 0 and version - oldest[i] > span:
+                drop.append(i)
+            take.append(i)
+            room -= 1
+        if self.budget is not None:
+            self.budget -= len(take)
+        return take, drop
