@@ -115,6 +115,9 @@ def summarize(tl: Timeline) -> dict:
     busy_slots = float(np.sum(t1 - t0))
     rollout_s = union_length(t0, t1, presorted=True)
     bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
+    tools = tool_summary(tl, t0, t1, capacity, busy_slots)  # multi-turn runs only: else {}
+    if tools:  # a trajectory away on a tool call is still rolling out
+        rollout_s, bubble = tools.pop("rollout_s"), tools.pop("bubble_ratio")
 
     # GPU time: an engine is active while it holds a span or prefills; the engines' unions in
     # one pass, each engine shifted past the others
@@ -205,5 +208,9 @@ def summarize(tl: Timeline) -> dict:
         "offload_s": offload_s,
         "recomputed_tokens": int(sum(map(itemgetter(5), tl.prefills))),
         "preemptions": int(np.count_nonzero(sp["end"] == "preempt")),
+        **tools,
     }
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+from sortedrl.metrics_tools import tool_summary  # noqa: E402  (it uses union_length above)

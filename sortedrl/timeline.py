@@ -17,7 +17,10 @@ Record kinds (``docs/metrics.md`` defines each field):
   dropped by dynamic sampling (all rewards equal, so no GRPO signal);
 - ``train``: one update from ``version`` to ``version + 1``; ``sync``: one weight push;
 - ``offload`` / ``onload``: colocated placement only: the engines move their weights and KV
-  cache out of GPU memory before an update (vLLM sleep) and back before rollout resumes (wake).
+  cache out of GPU memory before an update (vLLM sleep) and back before rollout resumes (wake);
+- ``tool``: multi-turn traces: one tool call between two turns of a trajectory: the sample left
+  ``engine`` at ``t``, got a sandbox at ``t_start`` and its result came back at ``t_end``
+  (``turn`` is the turn it follows). A span that ends with ``end`` = ``tool`` is that turn.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from sortedrl.errors import SortedRLError
 
 KINDS = ("meta", "admit", "prefill", "span", "abort", "discard", "filter", "train", "sync",
-         "offload", "onload")
+         "offload", "onload", "tool")
 _ORDER = {k: i for i, k in enumerate(KINDS)}
 FIELDS = {  # the JSON field of each tuple position, per record kind
     "span": ("t", "t_end", "engine", "sample", "attempt", "version", "tokens", "end"),
@@ -43,10 +46,11 @@ FIELDS = {  # the JSON field of each tuple position, per record kind
     "sync": ("t", "t_end", "version"),
     "offload": ("t", "t_end", "version"),
     "onload": ("t", "t_end", "version"),
+    "tool": ("t", "t_start", "t_end", "engine", "sample", "attempt", "turn"),
 }
 _LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
          "discard": "discards", "filter": "filters", "train": "trains", "sync": "syncs",
-         "offload": "offloads", "onload": "onloads"}
+         "offload": "offloads", "onload": "onloads", "tool": "tools"}
 
 
 class Timeline:
@@ -64,6 +68,7 @@ class Timeline:
         self.syncs: list[tuple] = []  # (t0, t1, version)
         self.offloads: list[tuple] = []  # (t0, t1, version)
         self.onloads: list[tuple] = []  # (t0, t1, version)
+        self.tools: list[tuple] = []  # (t, t_start, t_end, engine, sample, attempt, turn)
 
     # -- recording ---------------------------------------------------------------------------
     # The simulator appends to the lists directly (hot path); the real runner goes through
@@ -99,6 +104,10 @@ class Timeline:
 
     def onload(self, t0: float, t1: float, version: int) -> None:
         self.add("onload", t0, t1, version)
+
+    def tool(self, t: float, t_start: float, t_end: float, engine: int, sample: int, attempt: int,
+             turn: int) -> None:
+        self.add("tool", t, t_start, t_end, engine, sample, attempt, turn)
 
     # -- JSONL ---------------------------------------------------------------------------------
 

@@ -194,3 +194,59 @@ def test_the_walk_follows_class_attributes_and_closures():
     assert id(backend._lengths) in reachable(types.SimpleNamespace(f=lambda x=backend._lengths: x))
     # and a policy's own class and the registry's classes do not hold any of it
     assert id(draw) not in reachable(make_policy("sortedrl", [], trace))
+
+
+# -- trajectories with turns: turn boundaries are events, future turns and tool latencies unseen --
+
+TURNS = [[(5, 2.0, 3), (4, 0.0, 0)], [(9, 1.0, 2)], [(3, 4.0, 1), (2, 1.0, 5), (6, 0.0, 0)],
+         [(7, 0.0, 0)], [(2, 0.5, 2), (28, 0.0, 0)], [(2, 0.0, 0)], [(4, 3.0, 4), (7, 0.0, 0)],
+         [(4, 0.0, 0)]]
+
+
+class WrappedTurns(Wrapped):
+    """:class:`Wrapped` that also listens to turn boundaries and walks from them."""
+
+    listens_to_turns = True
+
+    def __init__(self, inner, forbidden):
+        super().__init__(inner, forbidden)
+        self.turn_events = 0
+
+    def on_event(self, event, view):
+        if event.kind != EventKind.TURN_DONE:
+            return super().on_event(event, view)
+        self.turn_events += 1
+        seen = reachable(view, event, self.inner)
+        self.found += [name for name, obj in self.forbidden().items() if id(obj) in seen]
+        return self.inner.on_turn_done(view, event.samples, event.engine)
+
+
+@pytest.mark.parametrize("name, sets", [
+    ("sync", []), ("sortedrl", []), ("sortedrl", ["mode=partial"]), ("partial", []),
+    ("tail_batch", []), ("async", []), ("one_step_off", []),
+    ("oracle_sorted", ["predictor=history"]),
+])
+def test_no_builtin_policy_reaches_future_turns(name, sets):
+    from tests.turns_helpers import make_turn_trace
+
+    trace = make_turn_trace(TURNS, group_size=2, steps=[0, 0, 0, 0, 1, 1, 1, 1])
+    cluster = dataclasses.replace(tiny_cluster(engines=3, max_num_seqs=2, kv=80), train_gpus=1,
+                                  tool_pool=2)
+    timeline = Timeline({})
+    inner = make_policy(name, sets, trace)
+    cluster = cluster_for(inner.placements, cluster)
+    backend = SimBackend(trace, cluster, timeline)
+    tools = backend.tools
+    forbidden = lambda: {  # noqa: E731
+        "trace": trace, "response_len": trace.response_len, "backend": backend,
+        "lengths list": backend._lengths, **{f"engine {e.pub.index}": e for e in backend.engines},
+        **future_attempts(backend),
+        "turn plan": tools.plan, "turn ends": tools.plan.end, "turn lengths": trace.turn_gen,
+        "tool latencies": trace.turn_tool_s, "tool output": trace.turn_tool_tokens,
+        "tool environment": tools, "tool calls in flight": tools.active,
+        "sandbox queue": tools.waiting, **{f"cache {e.pub.index}": e.cache for e in backend.engines},
+    }
+    policy = WrappedTurns(inner, forbidden)
+    Controller(policy, trace.prompt_id, trace.prompt_len.tolist(), 2, backend, timeline).run()
+    assert policy.turn_events > 0 and policy.walks > 3 and policy.found == []
+    assert len(timeline.tools) >= 5  # a call at every recorded boundary (more if regenerated)

@@ -193,6 +193,9 @@ class Policy:
     listens_to_finishes: ClassVar[bool]
     oracle: ClassVar[bool] = False  # True only for policies that read true lengths on purpose
     placements: ClassVar[tuple[str, ...] | None] = None  # cluster placements it runs on (None: all)
+    # multi-turn traces: TURN_DONE events go to policies that override on_turn_done, or that
+    # set this (an old-style on_event policy that handles them)
+    listens_to_turns: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw) -> None:
         super().__init_subclass__(**kw)

@@ -12,11 +12,12 @@ DONE = (SampleState.FINISHED, SampleState.TRAINED)
 
 
 def in_flight(view: ClusterView) -> list[int]:
-    """Every admitted sample (running or queued), engine by engine."""
+    """Every admitted sample (running, queued, or away on a tool call), engine by engine."""
     out: list[int] = []
     for e in range(view.engines):
         out += view.running(e)
         out += view.queued(e)
+        out += view.in_tool(e)
     return out
 
 

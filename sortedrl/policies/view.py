@@ -191,8 +191,14 @@ class ClusterView:
     def queued(self, engine: int) -> tuple[int, ...]:
         return self._s.engines[engine].queued()
 
+    def in_tool(self, engine: int) -> tuple[int, ...]:
+        """Samples admitted to an engine that are away on a tool call (or waiting for a
+        sandbox) between two turns: they hold no slot and come back to this engine."""
+        away = getattr(self._s.engines[engine], "in_tool", None)
+        return away() if away is not None else ()
+
     def load(self, engine: int) -> int:
-        """Running plus queued samples on an engine."""
+        """Admitted samples on an engine: running, queued, or away on a tool call."""
         return self._s.load[engine]
 
     @property

@@ -36,6 +36,8 @@ from sortedrl.policies.view import EngineInfo
 from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.engine import INF, Engine
+from sortedrl.sim.tools import ToolEnv, hears_turns
+from sortedrl.sim.turns import TurnEngine, TurnPlan, has_turns
 from sortedrl.timeline import Timeline
 from sortedrl.traces.schema import Trace
 
@@ -58,12 +60,23 @@ class SimBackend(Backend):
         self._progress = progress
         self.audit = audit  # re-check every engine's bookkeeping after each change (tests)
         c = cluster
+        self.tools: ToolEnv | None = None  # trajectories with turns: tool calls (sim/tools.py)
+        lengths, engine, kw = self._lengths, Engine, {}
+        if has_turns(trace):
+            self.tools = ToolEnv(self, TurnPlan(trace, self._lengths), c.tool_pool)
+            lengths, engine = self.tools.plan.end, TurnEngine
+            kw = dict(ctx=self.tools.plan.ctx, sleeps=c.placement == "colocated" and c.sleep,
+                      caching=c.prefix_caching)
+            c.check_fits(self.tools.plan.longest_context(trace.prompt_len), c.name)
         self.engines = [
-            Engine(e, self.cost, c.max_num_seqs, c.kv_budget, c.kv_admit_budget, self._lengths,
+            engine(e, self.cost, c.max_num_seqs, c.kv_budget, c.kv_admit_budget, lengths,
                    self._plen, timeline, c.max_num_batched_tokens if c.chunked_prefill else 0,
-                   trace.meta.group_size, c.prefix_caching)
+                   trace.meta.group_size, c.prefix_caching,
+                   **(dict(kw, router=self.tools.router(e)) if self.tools else {}))
             for e in range(c.engines)
         ]
+        if self.tools is not None:
+            self.tools.engines = self.engines
         self._next = [INF] * len(self.engines)  # next change time of each engine
         for e in self.engines:
             e._slots = self._next
@@ -96,14 +109,20 @@ class SimBackend(Backend):
                 if attempt[i]:
                     lengths[i] = self._attempts.length(i, attempt[i])
         eng = self.engines[engine]
+        if self.tools is not None:  # tool output joins the context; mid-call samples wait for it
+            samples, generated = self.tools.admit(engine, samples, generated)
         eng.admit(samples, generated, self.now())
         self._poke()
 
     def abort(self, samples: list[int]) -> list[int]:
         now, touched, out = self.now(), set(), []
+        tools = self.tools
         for i in samples:
+            if tools is not None and tools.away(i):  # on a tool call: stops at the turn boundary
+                out.append(tools.pause(i))
+                continue
             e = self.engines[self.ctl.s.engine_of[i]]
-            out.append(e.abort(i, now))
+            out.append(e.abort(i, now) if tools is None else tools.aborted(e, i, e.abort(i, now)))
             touched.add(e.pub.index)
         for e in sorted(touched):
             self.engines[e].plan()
@@ -112,6 +131,8 @@ class SimBackend(Backend):
 
     def train(self, samples: list[int], version: int) -> None:
         lengths = [self._plen[i] + self._lengths[i] for i in samples]
+        if self.tools is not None:  # the tool output is in the trained sequence (masked)
+            lengths = [n + self.tools.plan.ctx[i] for n, i in zip(lengths, samples, strict=True)]
         tokens = sum(lengths)
         start = self.env.now
         if self.placement == "colocated":  # the shared GPUs finish their in-flight steps first
@@ -148,6 +169,8 @@ class SimBackend(Backend):
 
     def run(self, controller: Controller) -> None:
         self.ctl = controller
+        if self.tools is not None:
+            self.tools.ctl, self.tools.hears = controller, hears_turns(controller.policy)
         for e in self.engines:  # finishes come here first (``samples_finished``)
             e.bind(self, controller.s.attempt, controller.s.oldest)
         self._proc = self.env.process(self._pool())

@@ -77,6 +77,7 @@ class Cluster:
     offload_s: float = field(default=0.0, metadata={"help": "colocated: seconds to offload an engine (0: weight bytes per GPU / host bandwidth; the KV cache is discarded)"})
     trainer_offload: str = field(default="auto", metadata={"help": "none: the trainer holds weights, gradients and Adam state on its GPUs; optimizer: FP32 master and Adam state live in host memory and move in and out each update (verl optimizer_offload); auto: optimizer only when they do not fit"})
     onload_s: float = field(default=0.0, metadata={"help": "colocated: seconds to reload an engine (0: weight bytes / host bandwidth)"})
+    tool_pool: int = field(default=128, metadata={"help": "multi-turn traces: sandboxes that run tool calls at once; more calls queue first come first served (verl's SandboxFusion for ReTool: 128 workers)"})
     costs: CostModel | None = field(default=None, metadata={"help": "explicit cost terms (a calibrated profile); replaces the roofline"})
 
     # -- derived ----------------------------------------------------------------------------
@@ -202,7 +203,7 @@ class Cluster:
         if self.chunked_prefill and self.max_num_batched_tokens <= self.max_num_seqs:
             raise ConfigError(f"{where}: field 'max_num_batched_tokens': must be > max_num_seqs "
                               f"({self.max_num_seqs}), got {self.max_num_batched_tokens}")
-        for name in ("tp", "gpus", "max_num_seqs", "gpus_per_node", "ep"):
+        for name in ("tp", "gpus", "max_num_seqs", "gpus_per_node", "ep", "tool_pool"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}: field '{name}': must be >= 1, got {getattr(self, name)}")
         if self.train_gpus < 0:

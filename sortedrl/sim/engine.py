@@ -77,6 +77,9 @@ class Engine:
         self._live: dict[int, int] = {}  # sample -> seq of its valid heap entry
         self._seq = 0
         self._gen0: dict[int, int] = {}  # queued sample -> tokens it resumes from
+        # multi-turn (sim/turns.py): queued sample back from a tool call -> its tool-output
+        # tokens, never prefilled before (the rest of its context is recomputed, or cached)
+        self.resume: dict[int, int] = {}
         self.enabled = True  # rollout allowed (colocated placement turns it off to train)
         self.stalled = False  # a weight sync is loading new weights
         self._slots: list[float] = [INF] * (index + 1)  # the backend's list of next times
@@ -241,6 +244,7 @@ class Engine:
         kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, p.max_num_seqs, self.K_admit
         seq = self._seq
         first = 0 if self.cost.prefill_in_step else 1  # the token the prefill pass itself yields
+        resume = self.resume
         while queue and len(run) < cap:
             i = queue[0]
             g0 = gen0[i]
@@ -261,9 +265,12 @@ class Engine:
             heapq.heappush(heap, (lengths[i] - off, seq, i))
             admitted.append(i)
             work = new or 1  # a full prefix hit still computes the last prompt token (vLLM)
+            redone = g0
+            if resume and i in resume:  # back from a tool call (sim/turns.py)
+                work, redone = self._resumed(i, g0, work)
             tokens += work
             pairs += work * (plen[i] + g0 - work) + work * (work + 1) // 2
-            recomputed += g0
+            recomputed += redone
         self._seq = seq
         p.kv = kv
         dt = self.cost.prefill(tokens, pairs, len(admitted))
@@ -289,17 +296,22 @@ class Engine:
             prompt = self._new_prompt(i)
             new = prompt + gen0[i]
             work = new or 1  # a full prefix hit still computes the last prompt token (vLLM)
+            redone = gen0[i]
+            if self.resume and i in self.resume:  # back from a tool call (sim/turns.py)
+                work, redone = self._resumed(i, gen0[i], work, take=False)
             need = self._chunk_steps(tokens + work, new, kv, b0 + len(admitted))
             if not need:
                 break
             steps = need
             queue.popleft()
+            if self.resume and i in self.resume:
+                self._resumed(i, gen0[i], work)
             self._join(i)
             admitted.append(i)
             kv += new + 1
             tokens += work
             pairs += work * (plen[i] + gen0[i] - work) + work * (work + 1) // 2
-            recomputed += gen0[i]
+            recomputed += redone
         c = self.cost
         dt = (c.decode_time(steps, b0, p.kv) + c.pn + c.p0 * len(admitted) + c.p1 * tokens
               + c.p2 * pairs)
@@ -318,6 +330,13 @@ class Engine:
         p.t = t + dt
         p.inflight = steps if b0 else 0
         p.prefilling = tuple(admitted)
+
+    def _resumed(self, sample: int, g0: int, work: int, take: bool = True) -> tuple[int, int]:
+        """A sample back from a tool call: ``(tokens to prefill, tokens recomputed)``; all of
+        its context but the new tool output is recomputation (``take``: it is admitted now).
+        :class:`~sortedrl.sim.turns.TurnEngine` computes less when the context is cached."""
+        fresh = self.resume.pop(sample) if take else self.resume[sample]
+        return work, g0 - fresh
 
     # -- actions from the controller ------------------------------------------------------------
 

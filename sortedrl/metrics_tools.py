@@ -1,0 +1,55 @@
+"""Metrics of multi-turn runs: where tool calls put the rollout slots' idle time.
+
+A trajectory away on a tool call holds no slot, so tool latency is a bubble of its own kind: a
+slot idles because its sequence waits on the environment, not because no sequence is left to
+run (the length tail). ``docs/metrics.md`` defines each key; they appear in a summary only when
+the run made tool calls, so single-turn summaries are unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sortedrl.metrics import union_length
+
+
+def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: float) -> dict:
+    """The tool keys of the summary, plus ``rollout_s`` and ``bubble_ratio`` recomputed with
+    the tool calls inside rollout; ``{}`` when the run made none."""
+    rows = tl.tools
+    if not rows:
+        return {}
+    asked = np.fromiter((r[0] for r in rows), dtype=float, count=len(rows))
+    start = np.fromiter((r[1] for r in rows), dtype=float, count=len(rows))
+    back = np.fromiter((r[2] for r in rows), dtype=float, count=len(rows))
+    rollout_s = union_length(np.concatenate((t0, asked)), np.concatenate((t1, back)))
+    slot_s = capacity * rollout_s
+    bubble = 1.0 - busy_slots / slot_s if slot_s > 0 else 0.0
+    tool_idle = _idle_for_tools(t0, t1, asked, back, capacity)
+    bubble_tool = tool_idle / slot_s if slot_s > 0 else 0.0
+    return {
+        "rollout_s": rollout_s,
+        "bubble_ratio": bubble,
+        "tool_calls": len(rows),
+        "tool_s": math.fsum((back - start).tolist()),
+        "sandbox_wait_s": math.fsum((start - asked).tolist()),
+        "bubble_tool_ratio": bubble_tool,
+        "bubble_tail_ratio": bubble - bubble_tool,
+    }
+
+
+def _idle_for_tools(t0, t1, asked, back, capacity: int) -> float:
+    """Slot-seconds idle because a trajectory was away on a tool call: at each instant, the
+    fewer of the idle slots and the samples away (waiting for a sandbox or in one)."""
+    times = np.concatenate((t0, t1, asked, back))
+    running = np.concatenate((np.ones_like(t0), -np.ones_like(t1), np.zeros_like(asked),
+                              np.zeros_like(back)))
+    away = np.concatenate((np.zeros_like(t0), np.zeros_like(t1), np.ones_like(asked),
+                           -np.ones_like(back)))
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    idle = np.maximum(capacity - np.cumsum(running[order]), 0.0)
+    blamed = np.minimum(idle, np.cumsum(away[order]))[:-1]
+    return math.fsum((np.diff(times) * blamed).tolist())

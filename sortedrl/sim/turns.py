@@ -1,0 +1,266 @@
+"""Trajectories with turns on an engine: what each turn generates, and the KV a tool call leaves.
+
+An agentic trajectory alternates generated turns with tool calls (traces with turns: the ragged
+columns ``turn_offsets``, ``turn_gen``, ``turn_tool_s``, ``turn_tool_tokens`` of a
+:class:`~sortedrl.traces.schema.Trace`). The engine (:mod:`sortedrl.sim.engine`) knows only "a
+running sample finishes at ``L`` tokens"; this module makes a turn look like that to it:
+
+- the engine's length of a sample is the end of its *current turn*, and its tokens include the
+  tool output appended so far, so ``prompt + tokens`` is exactly the KV the context holds. A
+  turn that ends is a "finish" to the engine: the sequence leaves the running batch and frees
+  its slot (verl's agent loop sends each turn as a new request);
+- what it held stays in the engine's prefix cache (:class:`PrefixCache`), evictable: vLLM frees
+  a finished request's blocks but keeps them cached until a new allocation needs them, least
+  recently used first. The cache lives in the KV budget the running batch leaves free, so it is
+  trimmed whenever the running batch's KV grows (each decode step, each admission);
+- when the tool returns, the sample rejoins its engine's queue (sticky routing, as verl's
+  session-affine LRU does). If its context is still cached only the tool output is prefilled;
+  otherwise the whole context is, all but the tool output being recomputation.
+
+Deliberate simplifications: a hit is decided when the tool returns (the cached blocks of a
+queued sample are not evicted while it waits); a cached context counts whole, even the part of a
+group's shared prompt that running members still hold; a weight sync and, in colocated
+placement, a vLLM sleep clear the cache (vLLM resets the prefix cache after new weights). A
+policy sees the tool output in neither ``generated`` nor the trained-token counts: it is
+context, never decoded (:class:`TurnEngineState` subtracts it).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from sortedrl.errors import ConfigError
+from sortedrl.sim.engine import Engine
+from sortedrl.sim.engine_state import EngineState
+from sortedrl.traces.schema import Trace
+
+
+def has_turns(trace: Trace) -> bool:
+    return getattr(trace, "turn_offsets", None) is not None
+
+
+def split_like(gens: list[int], total: int) -> list[int]:
+    """``gens`` rescaled to sum to ``total`` (each turn >= 1; fewer turns if ``total`` is short):
+    the turns of a regenerated attempt whose drawn length no recorded response of its prompt has."""
+    k = min(len(gens), total)
+    head = gens[:k]
+    s = sum(head)
+    out = [max(1, g * total // s) for g in head]
+    diff = total - sum(out)
+    out[-1] += max(diff, 0)
+    j = 0
+    while diff < 0:  # take back from the longest turns, one token at a time
+        j = max(range(k), key=lambda m: (out[m], m))
+        out[j] -= 1
+        diff += 1
+    return out
+
+
+class TurnPlan:
+    """The turns of every sample's current attempt, and how far along them it is (private)."""
+
+    def __init__(self, trace: Trace, lengths: list[int]) -> None:
+        off = np.asarray(trace.turn_offsets, dtype=np.int64)
+        gen = np.asarray(trace.turn_gen, dtype=np.int64)
+        self._off = off.tolist()
+        self._gen = gen.tolist()
+        self._tool_s = np.asarray(trace.turn_tool_s, dtype=float).tolist()
+        self._tool_tok = np.asarray(trace.turn_tool_tokens, dtype=np.int64).tolist()
+        self._check(trace)
+        self._lengths = lengths
+        self._prompt = trace.prompt_id
+        self._members: dict[str, list[int]] | None = None
+        n = len(trace)
+        self._alt: dict[int, tuple[list[int], list[float], list[int]]] = {}  # regenerated attempts
+        self.attempt = [0] * n
+        self.turn = [0] * n  # the current turn
+        self.done = [0] * n  # tokens generated in the turns before it
+        self.ctx = [0] * n  # tool-output tokens appended to the context so far
+        self.end = [self._turns(i)[0][0] for i in range(n)]  # the engine's target: done + ctx + turn
+
+    def _check(self, trace: Trace) -> None:
+        off, gen = self._off, self._gen
+        for i in range(len(trace)):
+            if off[i + 1] <= off[i]:
+                raise ConfigError(f"{trace.name}: row {i + 1}: field 'turn_offsets': a trajectory "
+                                  "needs at least one turn")
+            if min(gen[off[i]:off[i + 1]]) < 1:
+                raise ConfigError(f"{trace.name}: row {i + 1}: field 'turn_gen': the simulator needs "
+                                  ">= 1 generated token per turn")
+
+    def _turns(self, i: int) -> tuple[list[int], list[float], list[int]]:
+        alt = self._alt.get(i)
+        if alt is not None:
+            return alt
+        a, b = self._off[i], self._off[i + 1]
+        return self._gen[a:b], self._tool_s[a:b], self._tool_tok[a:b]
+
+    # -- progress -----------------------------------------------------------------------------
+
+    def is_last(self, i: int) -> bool:
+        return self.turn[i] == len(self._turns(i)[0]) - 1
+
+    def tool_call(self, i: int) -> tuple[float, int]:
+        """Seconds and output tokens of the tool call after sample i's current turn."""
+        _, tool_s, tool_tok = self._turns(i)
+        t = self.turn[i]
+        return tool_s[t], tool_tok[t]
+
+    def next_turn(self, i: int) -> None:
+        """The tool returned: its output joins the context and the next turn begins."""
+        gens, _, tool_tok = self._turns(i)
+        t = self.turn[i]
+        self.done[i] += gens[t]
+        self.ctx[i] += tool_tok[t]
+        self.turn[i] = t + 1
+        self.end[i] = self.done[i] + self.ctx[i] + gens[t + 1]
+
+    def context(self, i: int) -> int:
+        """Tokens beyond the prompt that the context holds at a turn boundary."""
+        return self.done[i] + self.ctx[i]
+
+    def start_attempt(self, i: int, attempt: int) -> None:
+        """A regenerated attempt: the turns of a recorded response of the same prompt with the
+        drawn length (the backend's draw), or sample i's own turns rescaled to it."""
+        self.attempt[i] = attempt
+        self._alt.pop(i, None)
+        total = self._lengths[i]
+        if attempt and sum(self._turns(i)[0]) != total:
+            self._alt[i] = self._donor(i, total)
+        self.turn[i] = self.done[i] = self.ctx[i] = 0
+        self.end[i] = self._turns(i)[0][0]
+
+    def _donor(self, i: int, total: int) -> tuple[list[int], list[float], list[int]]:
+        if self._members is None:
+            self._members = {}
+            for j, p in enumerate(self._prompt.tolist()):
+                self._members.setdefault(p, []).append(j)
+        for j in self._members[str(self._prompt[i])]:
+            gens, tool_s, tool_tok = self._turns(j) if j not in self._alt else (None, None, None)
+            if gens is not None and sum(gens) == total:
+                return gens, tool_s, tool_tok
+        gens, tool_s, tool_tok = self._turns(i)
+        new = split_like(gens, total)
+        k = len(new)
+        return new, tool_s[:k - 1] + [0.0], tool_tok[:k - 1] + [0]
+
+    def longest_context(self, prompt_len: np.ndarray) -> int:
+        """The longest prompt + generated + tool output of any recorded trajectory."""
+        off = np.asarray(self._off)
+        tool = np.add.reduceat(np.asarray(self._tool_tok), off[:-1]) if len(off) > 1 else 0
+        gen = np.add.reduceat(np.asarray(self._gen), off[:-1]) if len(off) > 1 else 0
+        return int(np.max(prompt_len + gen + tool))
+
+
+class PrefixCache:
+    """One engine's cached contexts of samples away on a tool call, least recently used first."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[int, tuple[int, int]] = OrderedDict()  # sample -> (KV, own)
+        self.tokens = 0
+        self.evictions = 0
+
+    def put(self, sample: int, tokens: int, own: int) -> None:
+        self.take(sample)
+        self._entries[sample] = (tokens, own)
+        self.tokens += tokens
+
+    def own(self, sample: int) -> int:
+        """The sample's own tokens (beyond its prompt) cached here (0: evicted or never cached)."""
+        entry = self._entries.get(sample)
+        return 0 if entry is None else entry[1]
+
+    def take(self, sample: int) -> int:
+        """:meth:`own`, removing the entry (its blocks join a running sequence, or are void)."""
+        entry = self._entries.pop(sample, None)
+        if entry is None:
+            return 0
+        self.tokens -= entry[0]
+        return entry[1]
+
+    def fit(self, room: int) -> None:
+        """Evict the least recently cached contexts until the cache fits in ``room`` tokens."""
+        while self.tokens > room and self._entries:
+            _, (tokens, _) = self._entries.popitem(last=False)
+            self.tokens -= tokens
+            self.evictions += 1
+
+    def clear(self) -> None:
+        self.evictions += len(self._entries)
+        self._entries.clear()
+        self.tokens = 0
+
+
+class TurnEngineState(EngineState):
+    """An engine's public half when trajectories have turns: samples away on a tool call count
+    in its load (they return here), and ``tokens`` leaves out the tool output."""
+
+    __slots__ = ("away", "_ctx")
+
+    def __init__(self, index: int, max_num_seqs: int, cost, ctx: list[int]) -> None:
+        super().__init__(index, max_num_seqs, cost)
+        self.away: dict[int, None] = {}  # admitted here, in a tool call or waiting for a sandbox
+        self._ctx = ctx
+
+    def load(self) -> int:
+        return len(self.run) + len(self.queue) + len(self.away)
+
+    def in_tool(self) -> tuple[int, ...]:
+        return tuple(self.away)
+
+    def tokens(self, sample: int, now: float) -> int | None:
+        n = super().tokens(sample, now)
+        return None if n is None else n - self._ctx[sample]
+
+
+class TurnEngine(Engine):
+    """An engine whose samples leave between turns; the KV they leave is an evictable cache."""
+
+    def __init__(self, *args, ctx: list[int], sleeps: bool, router, caching: bool, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.caching = caching  # vLLM prefix caching: a context left for a tool call stays cached
+        p = self.pub
+        self.pub = TurnEngineState(p.index, p.max_num_seqs, p.cost, ctx)
+        self.cache = PrefixCache()
+        self._sleeps = sleeps  # colocated with vLLM sleep: the KV cache is dropped for an update
+        self._router = router
+
+    def bind(self, controller: object, attempt: list[int], oldest: list[int]) -> None:
+        self._router.inner = controller  # finishes reach it through the tool environment
+        super().bind(self._router, attempt, oldest)
+
+    def _resumed(self, sample: int, g0: int, work: int, take: bool = True) -> tuple[int, int]:
+        """Back from a tool call with its context still cached: only the tool output (the
+        ``g0 - own`` tokens beyond the cached ones) is computed, nothing recomputed."""
+        own = self.cache.take(sample) if take else self.cache.own(sample)
+        if own:
+            if take:
+                del self.resume[sample]
+            return (g0 - own) or 1, 0
+        return super()._resumed(sample, g0, work, take)
+
+    def advance(self) -> list[int]:
+        p, cache = self.pub, self.cache
+        if cache.tokens:  # the KV the steps about to be applied reach
+            cache.fit(self.K - p.kv - self._next_k * len(p.run))
+        self._router.done = None
+        finished = super().advance()
+        if cache.tokens:
+            cache.fit(self.K - p.kv)
+        return finished if self._router.done is None else self._router.done  # not turn ends
+
+    def materialize(self, now: float) -> None:
+        super().materialize(now)
+        if self.cache.tokens:
+            self.cache.fit(self.K - self.pub.kv)
+
+    def begin_sync(self, now: float) -> None:
+        super().begin_sync(now)
+        self.cache.clear()  # KV computed under the old weights is not reused
+
+    def set_enabled(self, enabled: bool, now: float) -> None:
+        super().set_enabled(enabled, now)
+        if not enabled and self._sleeps:
+            self.cache.clear()

@@ -1,0 +1,151 @@
+"""Multi-turn trajectories in the simulator, against cases computed by hand.
+
+Costs (tests/conftest.py): a decode step is t_fix + a0 = 2 s; with p1 = 0.5 s/token a prefill of
+T tokens is t_fix + max(a0, 0.5 T) = 1 + max(1, T/2) s; an update 10 s; a sync 5 s.
+
+Run: pytest tests/test_sim_turns.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sortedrl.errors import ConfigError
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.run import simulate
+from tests.conftest import tiny_cluster
+from tests.turns_helpers import make_turn_trace
+
+# two trajectories, prompt 2: turn 0 generates 2 tokens, a 5 s tool call returns 4 tokens,
+# turn 1 generates 3
+TWO_TURNS = [[(2, 5.0, 4), (3, 0.0, 0)]] * 2
+
+
+def run(pool, **kw):
+    trace = make_turn_trace(TWO_TURNS, prompt_lens=[2, 2])
+    cluster = dataclasses.replace(tiny_cluster(p1=0.5), tool_pool=pool, **kw)
+    return simulate(trace, make_policy("sync", [], trace), cluster, audit=True)
+
+
+def spans(r):
+    return sorted((s[3], s[0], s[1], s[6], s[7]) for s in r.timeline.spans)
+
+
+def test_two_turns_pool_of_two_exact_makespan():
+    # 0: both prefill 2+2 tokens: 1 + 2 = 3 s; one step to 5 s ends turn 0 (2 tokens), both
+    # leave; 5-10: both tool calls at once; 10: both rejoin with their context cached: prefill
+    # the 4+4 tool tokens only, 1 + 4 = 5 s, to 15 (first token of turn 1); 2 steps to 19.
+    # Update 19-29, sync 29-34.
+    r = run(pool=2)
+    assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 10.0, 19.0, 3, "finish"),
+                        (1, 0.0, 5.0, 2, "tool"), (1, 10.0, 19.0, 3, "finish")]
+    assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0), (5.0, 5.0, 10.0, 0, 1, 0, 0)]
+    assert r.timeline.prefills[1][:2] == (10.0, 15.0)
+    s = r.summary
+    assert s["makespan_s"] == 34.0
+    assert (s["tool_calls"], s["tool_s"], s["sandbox_wait_s"]) == (2, 10.0, 0.0)
+    assert s["generated_tokens"] == s["useful_tokens"] == 10  # tool output is never counted
+    assert s["recomputed_tokens"] == 0
+    # rollout 0-19 (the tool calls inside it), 4 slots: busy 5 + 9 + 5 + 9 slot-seconds; 5-10
+    # both trajectories are away on tools while every slot idles: 2 x 5 slot-seconds
+    assert s["rollout_s"] == 19.0
+    assert s["bubble_ratio"] == pytest.approx(1 - 28 / 76, abs=1e-6)
+    assert s["bubble_tool_ratio"] == pytest.approx(10 / 76, abs=1e-6)
+    assert s["bubble_tail_ratio"] == pytest.approx(38 / 76, abs=1e-6)
+
+
+def test_two_turns_pool_of_one_queues_the_second_call():
+    # as above to 5 s; sample 0 gets the sandbox 5-10, sample 1 waits for it and runs 10-15.
+    # 10: sample 0 prefills its 4 tool tokens (3 s) to 13, steps to 15 (2 tokens of turn 1).
+    # 15: sample 1 back: prefill 3 s stalls the engine to 18; both step 18-20: sample 0 ends
+    # turn 1 (3 tokens); sample 1 steps to 22. Update 22-32, sync 32-37.
+    r = run(pool=1)
+    assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 10.0, 20.0, 3, "finish"),
+                        (1, 0.0, 5.0, 2, "tool"), (1, 15.0, 22.0, 3, "finish")]
+    assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0), (5.0, 10.0, 15.0, 0, 1, 0, 0)]
+    s = r.summary
+    assert s["makespan_s"] == 37.0
+    assert (s["tool_s"], s["sandbox_wait_s"]) == (10.0, 5.0)
+    # 5-10 two away, no slot busy; 10-15 one away (waiting for the sandbox) beside one running
+    assert s["bubble_tool_ratio"] == pytest.approx(15 / 88, abs=1e-6)
+
+
+def test_evicted_context_is_prefilled_again():
+    # without prefix caching nothing is kept: at 10 each prefills prompt 2 + 2 generated + 4 tool
+    # tokens = 8, 16 in all: 1 + 8 = 9 s to 19; 2 steps to 23; update to 33, sync to 38.
+    # The 2 generated tokens of each are recomputed.
+    r = run(pool=2, prefix_caching=False)
+    assert r.summary["makespan_s"] == 38.0
+    assert r.summary["recomputed_tokens"] == 4
+
+
+def test_kv_budget_evicts_the_cached_context():
+    # KV budget 12. Sample 0 as above; sample 1 generates 8 tokens in one turn. 0-3: prefill 4
+    # tokens; 3-5: one step; at 5 sample 0 leaves, its context (2 + 2 tokens) cached; kv 4.
+    # Sample 1 alone grows by one token a step. At 10 sample 0 is back, but its context of
+    # 2 + 6 tokens does not fit beside sample 1 (kv 7 at 11 + 8 + room > 12): it queues. The
+    # cache is evicted as sample 1 grows past 12 - 4 = 8 tokens of KV, and sample 1 finishes
+    # at 17. Sample 0 then prefills its whole context: 2 + 2 generated + 4 tool tokens = 8,
+    # 1 + 4 = 5 s to 22; 2 steps to 26; update to 36, sync to 41. 2 tokens recomputed.
+    trace = make_turn_trace(TWO_TURNS[:1] + [[(8, 0.0, 0)]], prompt_lens=[2, 2])
+    tight = dataclasses.replace(tiny_cluster(p1=0.5, kv=12), tool_pool=1)
+    r = simulate(trace, make_policy("sync", [], trace), tight, audit=True)
+    assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 17.0, 26.0, 3, "finish"),
+                        (1, 0.0, 17.0, 8, "finish")]
+    assert r.timeline.prefills[1] == (17.0, 22.0, 0, [0], 8, 2)
+    assert r.summary["makespan_s"] == 41.0
+    assert r.summary["recomputed_tokens"] == 2
+
+
+def test_a_tool_pool_of_zero_is_a_one_line_error():
+    trace = make_turn_trace(TWO_TURNS, prompt_lens=[2, 2])
+    cluster = dataclasses.replace(tiny_cluster(), tool_pool=0)
+    with pytest.raises(ConfigError, match="field 'tool_pool': must be >= 1, got 0"):
+        simulate(trace, make_policy("sync", [], trace), cluster)
+
+
+def test_staleness_is_counted_per_token_across_turns():
+    # async (eta 1, one sample per update) on a disaggregated cluster, p1 = 0: a prefill is 2 s.
+    # Sample 0 (3 tokens) finishes at 6 and is trained 6-16 (v0 -> v1), synced 16-21. Sample 1
+    # ends its 4-token turn 0 at 8 and is away on a 40 s tool call until 48; the sync emptied
+    # the prefix cache, so it prefills its whole context (2 + 4 + 2 tokens) 48-50 and makes its
+    # 6 tokens of turn 1 under v1 by 60. Trained from v1: turn 0's 4 tokens are 1 version behind,
+    # turn 1's are not: staleness 4 / 13 per token over both samples.
+    trace = make_turn_trace([[(3, 0.0, 0)], [(4, 40.0, 2), (6, 0.0, 0)]], prompt_lens=[2, 2])
+    cluster = dataclasses.replace(tiny_cluster(), gpus=2, train_gpus=1, placement="disaggregated",
+                                  tool_pool=1)
+    r = simulate(trace, make_policy("async", ["eta=1", "batch=1"], trace), cluster, audit=True)
+    assert sorted((s[3], s[0], s[1], s[5], s[6], s[7]) for s in r.timeline.spans) == [
+        (0, 0.0, 6.0, 0, 3, "finish"), (1, 0.0, 8.0, 0, 4, "tool"), (1, 48.0, 60.0, 1, 6, "finish")]
+    assert r.timeline.trains[1][:3] == (60.0, 70.0, 1)
+    assert r.timeline.trains[1][4] == 2 + 10 + 2  # the tool output is in the trained sequence
+    s = r.summary
+    assert (s["staleness_mean"], s["staleness_max"]) == (round(4 / 13, 6), 1)
+    assert (s["makespan_s"], s["recomputed_tokens"]) == (75.0, 4)
+
+
+@pytest.mark.parametrize("tool_s, makespan", [(40.0, 71.0), (5.0, 48.0)])
+def test_partial_rollout_interrupts_at_a_turn_boundary(tool_s, makespan):
+    # partial (N = 1 group, 2 in flight), one engine, p1 = 0. Sample 1 ends its 2-token turn 0 at
+    # 4 and leaves for its tool call; sample 0 finishes at 6, so the step harvests: sample 1,
+    # away on its tool, pauses at the turn boundary (keeping its 2 tokens and its tool call).
+    # Update 6-16, sync 16-21; the next step resumes it at 21. With a 40 s tool it waits away
+    # until the call returns at 44; with 5 s the output came back at 9 and waits with it. Either
+    # way it prefills its whole context (2 + 2 + 2: the sync emptied the cache) in 2 s and makes
+    # turn 1's 6 tokens under v1: 44 + 2 + 10 = 56 (or 21 + 12 = 33), update 10 s, sync 5 s.
+    trace = make_turn_trace([[(3, 0.0, 0)], [(2, tool_s, 2), (6, 0.0, 0)]], prompt_lens=[2, 2])
+    cluster = dataclasses.replace(tiny_cluster(), tool_pool=1)
+    r = simulate(trace, make_policy("partial", ["rollout_batch=1", "over_sample=2"], trace),
+                 cluster, audit=True)
+    back = 4.0 + tool_s
+    assert r.timeline.aborts == [(6.0, [1], True)]
+    assert r.timeline.tools == [(4.0, 4.0, back, 0, 1, 0, 0)]
+    resume = max(back, 21.0)
+    assert sorted((s[3], s[0], s[1], s[5], s[6], s[7]) for s in r.timeline.spans) == [
+        (0, 0.0, 6.0, 0, 3, "finish"), (1, 0.0, 4.0, 0, 2, "tool"),
+        (1, resume, resume + 12.0, 1, 6, "finish")]
+    s = r.summary
+    assert (s["makespan_s"], s["recomputed_tokens"]) == (makespan, 2)
+    assert s["staleness_mean"] == round(2 / 11, 6)

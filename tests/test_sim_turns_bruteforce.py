@@ -1,0 +1,256 @@
+"""Multi-turn event-jump against a brute-force reference that steps every decode step.
+
+The reference is written from the conventions in ``sortedrl/sim/engine.py``, ``sim/turns.py``
+and ``sim/tools.py``, independently of their code. All engines are stepped together, one decode
+step or prefill at a time, beside a sandbox pool:
+
+- a turn that ends leaves the batch (span end ``tool``); its context (prompt + tokens) stays in
+  the engine's cache, least recently cached evicted first whenever running KV + cache exceeds
+  the budget; it asks for a sandbox, first come first served;
+- a tool call that returns joins its engine's queue; it is admitted at the engine's next step
+  boundary, after that boundary's finishes, prefilling only its tool output when its context is
+  still cached, else all of it (the generated part counted as recomputed);
+- a weight sync empties the cache.
+
+Tool latencies are multiples of sqrt(2), so a return never coincides with a step boundary
+(costs here are sums of decimal constants) and the order of simultaneous events never matters.
+
+Run: pytest tests/test_sim_turns_bruteforce.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections import OrderedDict, deque
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.run import simulate
+from tests.conftest import tiny_cluster
+from tests.test_sim_bruteforce import Held, blocks
+from tests.turns_helpers import make_turn_trace
+
+INF = math.inf
+
+
+class BruteEngine:
+    """One engine's state, stepped by :func:`brute_step`."""
+
+    def __init__(self, index, P, group):
+        self.index, self.held = index, Held(P, group)
+        self.queue: deque[int] = deque()
+        self.gen0: dict[int, int] = {}
+        self.fresh: dict[int, int] = {}  # queued after a tool call: tool tokens not prefilled
+        self.running: list[list] = []  # [sample, tokens, t0, tok0]
+        self.cache: OrderedDict[int, tuple[int, int]] = OrderedDict()  # sample -> (KV, own)
+        self.kv = 0
+        self.t = INF  # next boundary (INF: idle)
+
+    def fit(self, K):
+        while self.cache and self.kv + sum(v[0] for v in self.cache.values()) > K:
+            self.cache.popitem(last=False)
+
+
+def brute_step(eng, w):
+    """Process one boundary of ``eng`` at ``eng.t`` (``w``: the world: costs, turns, pool)."""
+    t, cost, P = eng.t, w["cost"], w["P"]
+    for r in [r for r in eng.running if r[1] == w["end"][r[0]]]:
+        i = r[0]
+        eng.running.remove(r)
+        eng.kv -= eng.held.leave(i) + r[1]
+        last = w["turn"][i] == len(w["turns"][i]) - 1
+        w["spans"].append((r[2], t, eng.index, i, r[1] - r[3], "finish" if last else "tool"))
+        if last:
+            continue
+        if w["caching"]:
+            eng.cache[i] = (P[i] + r[1], r[1])
+        w["asks"].append((i, t))  # a sandbox is asked for, first come first served
+    while eng.running and eng.kv + len(eng.running) > w["K"]:
+        r = eng.running.pop()
+        eng.kv -= eng.held.leave(r[0]) + r[1]
+        w["spans"].append((r[2], t, eng.index, r[0], r[1] - r[3], "preempt"))
+        eng.queue.appendleft(r[0])
+        eng.gen0[r[0]] = r[1]
+    first = 0 if cost.prefill_in_step else 1
+    admitted, tokens, pairs, redone = [], 0, 0, 0
+    while eng.queue and len(eng.running) < w["cap"] and w["enabled"]:
+        i = eng.queue[0]
+        g0 = eng.gen0[i]
+        prompt = eng.held.new(i)
+        new = prompt + g0
+        if eng.kv + new + 1 + len(eng.running) + 1 > w["K_admit"]:
+            break
+        eng.queue.popleft()
+        del eng.gen0[i]
+        eng.held.join(i)
+        work = max(new, 1)
+        r_i = g0
+        if i in eng.fresh:
+            fresh = eng.fresh.pop(i)
+            own = eng.cache.pop(i, (0, 0))[1]
+            work, r_i = ((g0 - own) or 1, 0) if own else (work, g0 - fresh)
+        eng.running.append([i, g0 + first, t, g0])
+        eng.kv += new + first
+        admitted.append(i)
+        tokens += work
+        pairs += work * (P[i] + g0 - work) + work * (work + 1) // 2
+        redone += r_i
+    if admitted:
+        eng.fit(w["K"])
+        w["prefills"].append((t, eng.index, tuple(admitted), tokens, redone))
+        eng.t = t + cost.prefill(tokens, pairs)
+        return
+    if not eng.running:
+        eng.t = INF
+        return
+    eng.t = t + cost.decode_step(len(eng.running), eng.kv)
+    for r in eng.running:
+        r[1] += 1
+    eng.kv += len(eng.running)
+    eng.fit(w["K"])
+
+
+def brute_rollout(t, samples, engines, w):
+    """One sync step's rollout from time ``t``; returns the time the last sample finished."""
+    for e, chunk in enumerate(blocks(samples, len(engines), w["group"])):
+        for i in chunk:
+            engines[e].queue.append(i)
+            engines[e].gen0[i] = 0
+            w["engine_of"][i] = e
+        if chunk:
+            engines[e].t = t
+    busy, waiting, back, seq, end = 0, deque(), [], 0, t
+    while True:
+        eng = min(engines, key=lambda e: (e.t, e.index))
+        due = back[0][0] if back else INF
+        if due == INF and eng.t == INF:
+            return end
+        if due < eng.t:  # tool calls return (all those due now), then rejoin their engines
+            now = due
+            while back and back[0][0] == now:
+                _, _, i, asked, started = heapq.heappop(back)
+                busy -= 1
+                w["tools"].append((asked, started, now, w["engine_of"][i], i, 0, w["turn"][i]))
+                _rejoin(i, engines[w["engine_of"][i]], now, w)
+        else:
+            now = end = eng.t
+            brute_step(eng, w)
+            waiting.extend(w["asks"])
+            w["asks"].clear()
+        while waiting and busy < w["pool"]:
+            i, asked = waiting.popleft()
+            busy += 1
+            seq += 1
+            heapq.heappush(back, (now + w["turns"][i][w["turn"][i]][1], seq, i, asked, now))
+
+
+def _rejoin(i, eng, now, w):
+    turn = w["turn"][i]
+    gen, _, tool_tok = w["turns"][i][turn]
+    w["done"][i] += gen
+    w["ctx"][i] += tool_tok
+    w["turn"][i] = turn + 1
+    w["end"][i] = w["done"][i] + w["ctx"][i] + w["turns"][i][turn + 1][0]
+    eng.queue.append(i)
+    eng.gen0[i] = w["done"][i] + w["ctx"][i]
+    eng.fresh[i] = tool_tok
+    if eng.t == INF:
+        eng.t = now
+
+
+def brute_sync_turns(turns, P, cluster, group, batch):
+    """The sync policy on a trace with turns, by brute force: (spans, tools, prefills, end)."""
+    cost = cluster.cost()
+    n = len(turns)
+    w = dict(cost=cost, P=P, turns=turns, group=group, pool=cluster.tool_pool,
+             caching=cluster.prefix_caching, K=cluster.kv_budget, K_admit=cluster.kv_admit_budget,
+             cap=cluster.max_num_seqs, enabled=True, spans=[], tools=[], prefills=[], asks=[],
+             turn=[0] * n, done=[0] * n, ctx=[0] * n, end=[row[0][0] for row in turns],
+             engine_of=[-1] * n)
+    prefix_group = group if cluster.prefix_caching and group > 1 else 0
+    t = 0.0
+    for start in range(0, n, batch * group):
+        step = list(range(start, min(n, start + batch * group)))
+        engines = [BruteEngine(e, P, prefix_group) for e in range(cluster.engines)]
+        t = brute_rollout(t, step, engines, w)
+        t += cost.train(sum(P[i] + w["done"][i] + turns[i][-1][0] + w["ctx"][i] for i in step))
+        t += cost.sync()
+    return w["spans"], w["tools"], w["prefills"], t
+
+
+ROOT2 = math.sqrt(2.0)
+
+
+@st.composite
+def cases(draw):
+    group = draw(st.sampled_from([1, 2]))
+    n = group * draw(st.integers(1, 6))
+    turns = []
+    for _ in range(n):
+        k = draw(st.integers(1, 3))
+        turns.append([(draw(st.integers(1, 12)), draw(st.integers(1, 5)) * ROOT2,
+                       draw(st.integers(0, 8))) for _ in range(k)])
+    prompts = draw(st.lists(st.integers(1, 10), min_size=n, max_size=n))
+    if draw(st.booleans()):
+        prompts = [prompts[i - i % group] for i in range(n)]
+    longest = max(prompts) + max(sum(g for g, _, _ in row) + sum(k for _, _, k in row[:-1])
+                                 for row in turns)
+    costs = dict(
+        t_fix=draw(st.sampled_from([0.01, 1.0])),
+        a0=draw(st.sampled_from([0.5, 1.0, 0.013])),
+        a1=draw(st.sampled_from([0.0, 0.001, 0.25])),
+        c1=draw(st.sampled_from([0.0, 0.3])),
+        p1=draw(st.sampled_from([0.0, 0.01, 0.2])),
+        p2=draw(st.sampled_from([0.0, 0.0001])),
+        train_per_token=0.001,
+        prefill_in_step=draw(st.booleans()),
+    )
+    cluster = tiny_cluster(engines=draw(st.integers(1, 2)), max_num_seqs=draw(st.integers(1, 4)),
+                           kv=draw(st.integers(longest + 3, longest + 60)), **costs)
+    cluster = dataclasses.replace(cluster, tool_pool=draw(st.sampled_from([1, 1, 2, 3])),
+                                  prefix_caching=draw(st.booleans()))
+    batch = draw(st.integers(1, n // group))
+    return turns, prompts, group, cluster, batch
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases())
+def test_event_jump_matches_brute_force_with_turns(case):
+    turns, prompts, group, cluster, batch = case
+    trace = make_turn_trace(turns, prompts, group_size=group)
+    got = simulate(trace, make_policy("sync", [f"rollout_batch={batch}"], trace), cluster,
+                   audit=True)
+    want_spans, want_tools, want_prefills, want_end = brute_sync_turns(
+        [[(g, s, k) if j < len(row) - 1 else (g, 0.0, 0) for j, (g, s, k) in enumerate(row)]
+         for row in turns], prompts, cluster, group, batch)
+
+    key = lambda s: (s[3], s[0], s[5])  # noqa: E731
+    got_spans = sorted(((s[0], s[1], s[2], s[3], s[6], s[7]) for s in got.timeline.spans), key=key)
+    want_spans = sorted(want_spans, key=key)
+    assert [s[2:] for s in got_spans] == [s[2:] for s in want_spans]
+    np.testing.assert_allclose([s[:2] for s in got_spans], [s[:2] for s in want_spans],
+                               rtol=1e-9, atol=1e-9)
+    got_tools = sorted(got.timeline.tools, key=lambda r: (r[4], r[6]))
+    want_tools = sorted(want_tools, key=lambda r: (r[4], r[6]))
+    assert [r[3:] for r in got_tools] == [r[3:] for r in want_tools]
+    np.testing.assert_allclose([r[:3] for r in got_tools], [r[:3] for r in want_tools],
+                               rtol=1e-9, atol=1e-9)
+    assert sorted((p[2], tuple(p[3]), p[4], p[5]) for p in got.timeline.prefills) == sorted(
+        (e, a, tok, red) for _, e, a, tok, red in want_prefills)
+    assert got.summary["makespan_s"] == pytest.approx(want_end, rel=1e-9, abs=1e-6)
+
+
+def test_the_reference_is_itself_sane():
+    # the hand-computed case of tests/test_sim_turns.py: two trajectories, pool of 2, 34 s
+    turns = [[(2, 5.0, 4), (3, 0.0, 0)]] * 2
+    cluster = dataclasses.replace(tiny_cluster(p1=0.5), tool_pool=2)
+    spans, tools, prefills, end = brute_sync_turns(turns, [2, 2], cluster, 1, 2)
+    assert end == 34.0
+    assert sorted(tools) == [(5.0, 5.0, 10.0, 0, 0, 0, 0), (5.0, 5.0, 10.0, 0, 1, 0, 0)]
+    assert prefills == [(0.0, 0, (0, 1), 4, 0), (10.0, 0, (0, 1), 8, 0)]
