@@ -87,6 +87,40 @@ def dropped_attempts(tl: Timeline, cap: int) -> dict:
     return {(i, a): cap for i, final in last.items() for a in range(final)}
 
 
+def run_cluster(profile_cluster, meta: dict, ray_terms: dict | None = None):
+    """The profile's costs (one engine's) on the real run's shape: its engines, placement and
+    engine size. A disaggregated run had one more device, the trainer's. A run on Ray (more
+    than one engine, or disaggregated) pays, per engine step, the round's Ray overhead and
+    pushes weights through the object store: the profile's ``ray_round_s`` and ``ray_sync_s``
+    when it measured them (``calibrate --ray-engines``)."""
+    run = meta["run"]
+    engines = int(meta.get("engines", run.get("engines", 1)))
+    placement = meta.get("placement", run.get("placement", "colocated"))
+    disagg = placement == "disaggregated"
+    cluster = dataclasses.replace(profile_cluster, max_num_seqs=int(run["max_num_seqs"]), tp=1,
+                                  gpus=engines + disagg, placement=placement,
+                                  train_gpus=1 if disagg else 0)
+    costs = cluster.costs
+    if ray_terms and (engines > 1 or disagg or run.get("ray")) and costs is not None:
+        extra = float(ray_terms.get("ray_round_s", 0.0))
+        table = costs.step_table and tuple(x + extra for x in costs.step_table)
+        costs = dataclasses.replace(costs, step_table=table,
+                                    t_fix=costs.t_fix + (0.0 if table else extra),
+                                    sync_s=float(ray_terms.get("ray_sync_s") or costs.sync_s))
+        cluster = dataclasses.replace(cluster, costs=costs)
+    return cluster
+
+
+def _ray_terms(profile) -> dict:
+    """The Ray terms a calibrated profile measured (none for presets and other profiles)."""
+    try:
+        raw = json.loads(Path(profile).read_text())
+    except (OSError, ValueError):
+        return {}
+    runner = (raw.get("fit") or {}).get("runner") if isinstance(raw, dict) else None
+    return {k: runner[k] for k in ("ray_round_s", "ray_sync_s") if isinstance(runner, dict) and k in runner}
+
+
 def _pct(real: float, sim: float) -> float:
     return abs(sim - real) / real * 100.0 if real > 0 else 0.0
 
@@ -101,7 +135,7 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
     if not isinstance(run, dict) or "policy" not in run:
         raise ConfigError(f"{rundir}/timeline.jsonl: the meta record has no 'run' configuration")
     trace = read_trace(rundir / "trace.jsonl")
-    cluster = dataclasses.replace(load_cluster(str(profile)), max_num_seqs=int(run["max_num_seqs"]))
+    cluster = run_cluster(load_cluster(str(profile)), real_tl.meta, _ray_terms(profile))
     policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
     sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)),
                    attempt_lengths=dropped_attempts(real_tl, trace.meta.max_response_len))

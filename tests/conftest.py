@@ -86,3 +86,21 @@ def pytest_runtest_makereport(item, call):
 def pytest_make_collect_report(collector):
     outcome = yield
     _fail_skip(outcome.get_result())
+
+
+# -- the real runner's tiny model, built once per session --------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    """The tiny Qwen2 model of ``sortedrl model init`` (warm-started on the sort task), built
+    once and shared by every real-runner test file (it takes tens of seconds to build)."""
+    pytest.importorskip("transformers", reason="the real runner needs the [cpu] extra")
+    from typer.testing import CliRunner
+
+    from sortedrl.cli import app
+
+    out = tmp_path_factory.mktemp("m") / "tiny"
+    r = CliRunner().invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "300"])
+    assert r.exit_code == 0, r.output
+    return str(out)

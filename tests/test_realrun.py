@@ -30,30 +30,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("m") / "tiny"
-    r = runner.invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "300"])
-    assert r.exit_code == 0, r.output
-    return str(out)
-
-
-def run(model, out, *args):
-    return runner.invoke(app, ["run", "--model", model, "--out", str(out), "--json", *args])
+def run(tiny_model, out, *args):
+    return runner.invoke(app, ["run", "--model", tiny_model, "--out", str(out), "--json", *args])
 
 
 # -- the engine adapter ----------------------------------------------------------------------
 
 
-def test_adapter_adds_steps_aborts_resumes_and_pushes_weights(model):
+def test_adapter_adds_steps_aborts_resumes_and_pushes_weights(tiny_model):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from sortedrl.realrun.engine import VllmEngine
 
-    tok = AutoTokenizer.from_pretrained(model)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
     prompt = tok("sort 9 8 7 6 5 4 3 2 1 =")["input_ids"]
-    eng = VllmEngine(model, max_num_seqs=8, max_model_len=128, seed=0)
+    eng = VllmEngine(tiny_model, max_num_seqs=8, max_model_len=128, seed=0)
     clock = time.monotonic
 
     def drain(max_steps=200):
@@ -81,7 +73,7 @@ def test_adapter_adds_steps_aborts_resumes_and_pushes_weights(model):
     assert kept + resumed.tokens == full[: len(kept) + len(resumed.tokens)]
 
     # push different weights: generation changes and matches HF greedy of the new model exactly
-    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     with torch.no_grad():
         for p in hf.parameters():
             p.add_(torch.randn_like(p) * 0.5)
@@ -102,9 +94,9 @@ def test_adapter_adds_steps_aborts_resumes_and_pushes_weights(model):
     ("sync", []), ("sortedrl", ["--set", "mode=on_policy", "--set", "update_batch=8"]),
     ("sortedrl", ["--set", "mode=partial", "--set", "update_batch=8"]),
 ])
-def test_three_step_runs_write_valid_logs(model, tmp_path, policy, sets):
+def test_three_step_runs_write_valid_logs(tiny_model, tmp_path, policy, sets):
     out = tmp_path / "run"
-    r = run(model, out, "--policy", policy, "--steps", "3", *sets)
+    r = run(tiny_model, out, "--policy", policy, "--steps", "3", *sets)
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     assert set(CONTRACT_KEYS) <= set(summary)
@@ -134,9 +126,9 @@ def test_three_step_runs_write_valid_logs(model, tmp_path, policy, sets):
     assert sim.exit_code == 0 and json.loads(sim.stdout)["samples_trained"] == 96
 
 
-def test_dynamic_sampling_filters_groups_graded_live(model, tmp_path):
+def test_dynamic_sampling_filters_groups_graded_live(tiny_model, tmp_path):
     out = tmp_path / "run"
-    r = run(model, out, "--policy", "sync", "--steps", "2", "--set", "filter_groups=true")
+    r = run(tiny_model, out, "--policy", "sync", "--steps", "2", "--set", "filter_groups=true")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     tl = Timeline.read_jsonl(out / "timeline.jsonl")
@@ -149,9 +141,9 @@ def test_dynamic_sampling_filters_groups_graded_live(model, tmp_path):
     assert summary["generated_tokens"] == summary["useful_tokens"] + summary["wasted_tokens"]
 
 
-def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
+def test_kill_and_resume_loses_and_duplicates_nothing(tiny_model, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "sortedrl.cli", "run", "--model", model, "--out", str(out),
+    cmd = [sys.executable, "-m", "sortedrl.cli", "run", "--model", tiny_model, "--out", str(out),
            "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",
            "--steps", "12", "--json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -168,7 +160,7 @@ def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
     assert files <= {"engine.safetensors", "model.safetensors", "optimizer.safetensors", "state.json"}
     killed_at = len(Timeline.read_jsonl(out / "timeline.jsonl").trains)
 
-    r = run(model, out, "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",
+    r = run(tiny_model, out, "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",
             "--steps", "12", "--resume")
     assert r.exit_code == 0, r.output
     total = 12 * 8 * 4
@@ -184,7 +176,7 @@ def test_kill_and_resume_loses_and_duplicates_nothing(model, tmp_path):
     assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
 
 
-def test_grader_reads_the_tiny_models_words(model):
+def test_grader_reads_the_tiny_models_words(tiny_model):
     """The tiny tokenizer has no spaces: ``decode`` would give '1379', which never equals the
     answer '1 3 7 9' (every reward was 0 until the grader joined the words)."""
     from transformers import AutoTokenizer
@@ -192,7 +184,7 @@ def test_grader_reads_the_tiny_models_words(model):
     from sortedrl.realrun.run import grader
     from sortedrl.realrun.task import Problem, SortTask
 
-    tok = AutoTokenizer.from_pretrained(model)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
     ids = tok("1 3 7 9", add_special_tokens=False)["input_ids"]
     grade = grader(SortTask(), [Problem("sort 7 3 9 1 =", "1 3 7 9")], tok, 1, words=True)
     assert grade(0, ids + [tok.eos_token_id], "stop") == 1.0
@@ -200,13 +192,13 @@ def test_grader_reads_the_tiny_models_words(model):
     assert grade(0, ids[:3] + [tok.eos_token_id], "stop") == 0.0
 
 
-def test_trainer_updates_in_bfloat16(model):
+def test_trainer_updates_in_bfloat16(tiny_model):
     """The GPU path's trainer dtype, exercised on the CPU: one update, finite loss, weights moved."""
     import torch
 
     from sortedrl.realrun.trainer import GRPOTrainer, Rollout
 
-    trainer = GRPOTrainer(model, dtype="bfloat16")
+    trainer = GRPOTrainer(tiny_model, dtype="bfloat16")
     assert next(trainer.model.parameters()).dtype == torch.bfloat16
     before = trainer.model.model.embed_tokens.weight.detach().clone()
     batch = [Rollout(i, 0, [1, 11, 12, 8, 10], [8, 12, 2], [-1.0] * 3, [0] * 3, float(i)) for i in range(2)]
@@ -215,11 +207,11 @@ def test_trainer_updates_in_bfloat16(model):
     assert not torch.equal(before, trainer.model.model.embed_tokens.weight)
 
 
-def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(model, tmp_path):
+def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(tiny_model, tmp_path):
     """Both sides use the tempered distribution the token was sampled from (vLLM's default
     returns raw log-probs: 0.046 nats apart at T=0.6 before the engine asked for processed ones)."""
     out = tmp_path / "t06"
-    r = run(model, out, "--policy", "sync", "--steps", "1", "--temperature", "0.6")
+    r = run(tiny_model, out, "--policy", "sync", "--steps", "1", "--temperature", "0.6")
     assert r.exit_code == 0, r.output
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics and max(m["logprob_mismatch"] for m in metrics) < 1e-5
@@ -235,8 +227,8 @@ def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(model, tmp_pa
     (["--policy", "nope"], "unknown policy 'nope'"),
     (["--policy", "async"], "policy async needs a disaggregated cluster (--placement disaggregated)"),
 ])
-def test_bad_model_task_or_policy(model, tmp_path, args, message):
-    base = {"--model": model, "--policy": "sync", "--task": "sort"}
+def test_bad_model_task_or_policy(tiny_model, tmp_path, args, message):
+    base = {"--model": tiny_model, "--policy": "sync", "--task": "sort"}
     for k, v in zip(args[::2], args[1::2], strict=True):
         base[k] = v
     out = tmp_path / "o"
@@ -262,12 +254,12 @@ def always_one(prompt: str, answer: str, response: str) -> float:
     return 1.0
 
 
-def test_dataset_run_grades_with_the_users_reward(model, tmp_path):
+def test_dataset_run_grades_with_the_users_reward(tiny_model, tmp_path):
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"sort {a} {b} =", "answer": f"{min(a, b)} {max(a, b)}"}) + "\n"
                             for a, b in [(3, 1), (2, 9), (7, 5), (4, 4)]))
     out = tmp_path / "run"
-    r = run(model, out, "--policy", "sync", "--steps", "2", "--prompts", "4", "--group-size", "2",
+    r = run(tiny_model, out, "--policy", "sync", "--steps", "2", "--prompts", "4", "--group-size", "2",
             "--max-tokens", "6", "--dataset", str(data), "--reward", "tests.test_realrun:always_one")
     assert r.exit_code == 0, r.output
     rows = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()[1:]]
@@ -277,11 +269,11 @@ def test_dataset_run_grades_with_the_users_reward(model, tmp_path):
     assert json.loads((out / "timeline.jsonl").read_text().splitlines()[0])["trace"] == "task:dataset:mine.jsonl"
 
 
-def test_bad_dataset_gets_one_line_and_no_run_directory(model, tmp_path):
+def test_bad_dataset_gets_one_line_and_no_run_directory(tiny_model, tmp_path):
     data = tmp_path / "bad.jsonl"
     data.write_text('{"prompt": "sort 1 =", "answer": "1"}\n{"answer": "2"}\n')
     out = tmp_path / "run"
-    r = run(model, out, "--policy", "sync", "--steps", "1", "--dataset", str(data))
+    r = run(tiny_model, out, "--policy", "sync", "--steps", "1", "--dataset", str(data))
     assert r.exit_code == 2
     assert r.output.strip().splitlines() == [f"error: {data}: row 2: field 'prompt' missing or not a string"]
     assert not out.exists()

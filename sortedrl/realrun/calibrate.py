@@ -1,4 +1,4 @@
-"""``sortedrl calibrate``: measure the real engine and trainer, fit the cost model.
+"""``sortedrl calibrate``: measure the real engine and trainer, fit the cost model, robustly.
 
 Measurements, each repeated ``repeats`` times:
 - decode steps: B requests of a fixed prompt length with ``ignore_eos``, so that every step after
@@ -6,17 +6,27 @@ Measurements, each repeated ``repeats`` times:
   sizes x contexts);
 - prefills: the first step of a batch of new requests (a grid of prompt lengths x counts);
 - updates, weight syncs and the runner's own host overhead (per engine step, per admitted
-  request, per policy event) from short ``sync`` and ``sortedrl`` runs of the real runner, so the
-  logs, checkpoints and bookkeeping it adds are in the profile: the host overhead becomes
-  ``t_fix`` (per step), ``p0`` (per request) and ``f0`` (per event; policy-dependent, measured
-  with the built-in policies); updates are fitted on padded tokens, as the trainer pads.
+  request, per policy event) from short ``sync`` and ``sortedrl`` runs of the real runner on the
+  task to be run (``task``, ``max_tokens``, ``prompts``, ``group_size``), so the logs,
+  checkpoints and bookkeeping it adds, and updates as long as the run's, are in the profile
+  (with whichever form of the update cost, padded or per sequence, fits them better).
 Decode and prefill terms are fitted together on every engine step measured, the grid's and the
 runner's own (whose batches change shape every step, which costs vLLM more than a steady grid
 batch: the simulator must predict those). The fit is in :mod:`sortedrl.sim.profile`.
+
+A shared machine is noisy: other jobs steal the CPU for a while, and a calibration that takes
+their slow steps at face value was off by up to 32%. So every statistic is robust: a grid point
+is the median of its repeats; runner steps whose residual is far outside the fit's own spread
+(``OUTLIER_MADS`` robust standard deviations) are dropped and the fit redone; host overheads are
+medians over runs; updates are fitted with a soft-L1 loss. The profile's ``fit.noise`` reports
+the noise seen (spread of repeated grid points, robust spread of the residuals, outliers
+dropped) and ``fit.noise.repeat_spread``: the fit redone on each repeat alone, and how far apart
+those fits predict the same steps. :func:`agreement` compares two profiles the same way.
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import random
 import tempfile
@@ -24,110 +34,48 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from sortedrl.realrun.model import check_model_dir
-from sortedrl.sim.profile import FORMAT, fit_step_table, fit_train
+from sortedrl.sim.profile import FORMAT, fit_step_table
 
 BATCHES = (1, 2, 4, 8, 16, 32)
 CONTEXTS = (16, 64, 160)
 PREFILL_LENS = (8, 32, 96)
 PREFILL_COUNTS = (1, 4, 16)
 DECODE_STEPS = 12
+OUTLIER_MADS = 4.0  # runner steps further than this many robust sds from the fit are dropped
+MIN_REL_SCALE = 0.02  # ... but never closer than 4 x 2% (a quiet machine's MAD can be tiny)
 
 
 def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: int = 0,
-              progress: Callable[[int, str], None] | None = None) -> dict:
+              progress: Callable[[int, str], None] | None = None, task: str = "sort",
+              max_tokens: int = 64, prompts: int = 8, group_size: int = 4, ray_engines: int = 0) -> dict:
     import torch
     import vllm
 
-    from sortedrl.realrun.engine import VllmEngine
-    from sortedrl.realrun.run import RunConfig, run_real
-    from sortedrl.timeline import Timeline
-
     model = check_model_dir(model_dir)
     tick = progress or (lambda n, note="": None)
-    rng = random.Random(seed)
-    max_len = max(CONTEXTS) + DECODE_STEPS + 8
-    eng = VllmEngine(str(model), max_num_seqs=max_num_seqs, max_model_len=max(max_len, 128), seed=seed)
-    vocab = eng.engine.model_config.get_vocab_size()
-    clock = time.perf_counter
-    steps: list[tuple] = []  # (batch, new, new tokens, new pairs, kv, seconds)
-
-    def batch_run(count: int, length: int, steps: int) -> list[float]:
-        for k in range(count):
-            prompt = [rng.randrange(4, vocab) for _ in range(length)]
-            eng.add(k, f"c{clock()}-{k}", prompt, 0, steps, 1.0, rng.randrange(2**31),
-                    ignore_eos=True)
-        times = []
-        while eng.has_unfinished():
-            t0 = clock()
-            eng.step(clock)
-            times.append(clock() - t0)
-        return times
-
-    # Pass 0 warms up: the CPU kernels are built the first time a shape is seen, which a run
-    # pays once per shape; it is not measured.
-    for rep in range(repeats + 1):
-        keep = rep > 0
-        for b in (x for x in BATCHES if x <= max_num_seqs):
-            for ctx in CONTEXTS:
-                times = batch_run(b, ctx, DECODE_STEPS)
-                if not keep:
-                    continue
-                # step 0 prefills (and samples token 1); step j decodes prompt + j tokens each
-                steps.append((b, b, b * ctx, b * ctx * (ctx + 1) // 2, b * ctx, times[0]))
-                for j, t in enumerate(times[1:DECODE_STEPS], start=1):
-                    steps.append((b, 0, 0, 0, b * (ctx + j), t))
-                tick(1, f"decode B={b} ctx={ctx}")
-        for n in (x for x in PREFILL_COUNTS if x <= max_num_seqs):
-            for length in PREFILL_LENS:
-                t = batch_run(n, length, 1)[0]
-                if not keep:
-                    continue
-                steps.append((n, n, n * length, n * length * (length + 1) // 2, n * length, t))
-                tick(1, f"prefill {n} x {length}")
-
-    kv_tokens = int(eng.engine.vllm_config.cache_config.num_gpu_blocks or 0) * int(
-        eng.engine.vllm_config.cache_config.block_size)
-    eng.close()
-
-
-    # Updates, syncs and the runner's host overhead come from short real runs of the runner
-    # itself, so that every cost it adds (logs, checkpoints, bookkeeping) is in the fit.
-    train = {"tokens": [], "t": []}
-    sync_times: list[float] = []
-    host = {"steps": 0, "host_s": 0.0, "admitted": 0, "admit_s": 0.0, "events": 0, "event_s": 0.0}
-    runs = [("sync", [], 4, 4), ("sync", [], 8, 4), ("sync", [], 8, 8), ("sync", [], 16, 4),
-            ("sortedrl", ["update_batch=16"], 8, 4), ("sortedrl", ["update_batch=16", "mode=partial"], 8, 4)]
-    with tempfile.TemporaryDirectory() as tmp:
-        for rep in range(repeats):
-            for k, (policy, sets, prompts, n) in enumerate(runs):
-                out = Path(tmp) / f"run-{rep}-{k}"
-                st: dict = {}
-                run_real(RunConfig(model=str(model), policy=policy, sets=sets, out=str(out),
-                                   steps=4, prompts=prompts, group_size=n, max_num_seqs=max_num_seqs,
-                                   seed=seed + rep), stats=st)
-                tl = Timeline.read_jsonl(out / "timeline.jsonl")
-                seq = _sequence_lengths(out / "trace.partial.jsonl", n)
-                for t0, t1, _v, samples, _tokens in tl.trains[1:]:  # a first update pays set-up
-                    train["tokens"].append(len(samples) * max(seq[i] for i in samples))
-                    train["t"].append(t1 - t0)
-                sync_times += [t1 - t0 for t0, t1, _v in tl.syncs]
-                for key in host:
-                    host[key] += st[key]
-                steps += st["step_log"]  # the runner's own steps: what the simulator predicts
-                tick(1, f"runner: {policy} {prompts} prompts x {n}")
-
-    d = fit_step_table(*zip(*steps, strict=True), max_batch=max_num_seqs)
-    tr = fit_train(train["tokens"], train["t"])
-    sync_s = sorted(sync_times)[len(sync_times) // 2]
-    host_step = host["host_s"] / max(1, host["steps"])
-    p0 = host["admit_s"] / max(1, host["admitted"])
-    f0 = host["event_s"] / max(1, host["events"])
+    contexts = grid_contexts(max_tokens)
+    grid, kv_tokens = _measure_grid(str(model), max_num_seqs, repeats, seed, contexts, tick)
+    runner = _measure_runner(str(model), max_num_seqs, repeats, seed, tick, task, max_tokens,
+                             prompts, group_size)
+    on_ray = _measure_ray(str(model), max_num_seqs, seed, task, max_tokens, prompts, group_size,
+                          ray_engines) if ray_engines else {}
+    grid_rows = [(*key[:5], float(np.median(ts))) for key, ts in grid.items()]
+    d, kept, dropped = robust_step_fit(grid_rows, runner["steps"], max_num_seqs)
+    tr = fit_train(runner["train"])
+    host = {k: float(np.median(v)) if v else 0.0 for k, v in runner["host"].items()}
+    sync_s = float(np.median(runner["sync"])) if runner["sync"] else 0.0
     costs = {"t_fix": 0.0, "s1": 0.0, "a0": 0.0, "c1": 0.0, "a1": d["a1"], "p1": d["p1"],
-             "p2": d["p2"], "pn": d["pn"], "step_table": d["table"],
-             **{k: v["value"] for k, v in tr["terms"].items()}, "sync_s": sync_s,
-             "prefill_in_step": True, "p0": p0 + d["pr"], "f0": f0, "train_padded": True}
-    costs["step_table"] = [x + host_step for x in d["table"]]  # the runner's work around each step
+             "p2": d["p2"], "pn": d["pn"], **{k: v["value"] for k, v in tr["terms"].items()},
+             "sync_s": sync_s, "prefill_in_step": True, "p0": host["admit"] + d["pr"],
+             "f0": host["event"], "train_padded": tr["padded"],
+             "step_table": [x + host["step"] for x in d["table"]]}  # the runner's work per step
+    noise = {"grid_rel_mad": _median_rel_mad(grid.values()), "step_rel_scale": d["rel_scale"],
+             "runner_steps_dropped": dropped, "runner_steps_kept": kept,
+             "train_rel_scale": tr["rel_scale"],
+             "repeat_spread": repeat_spread(grid, runner["steps"], max_num_seqs, repeats)}
     return {
         "sortedrl_profile": FORMAT,
         "device": f"{platform.machine()} {platform.processor() or 'cpu'} ({torch.get_num_threads()} torch threads)",
@@ -137,24 +85,232 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
         "torch_version": torch.__version__,
         "engine_config": {"max_num_seqs": max_num_seqs, "kv_budget_tokens": kv_tokens or 10**7},
         "costs": costs,
-        "fit": {"steps": d, "train": tr,
-                "sync": {"median": sync_s, "samples": len(sync_times),
-                         "spread": max(sync_times) - min(sync_times)},
-                "runner": {"host_s_per_step": host_step, "admit_s_per_request": p0,
-                           "event_s_per_event": f0, "steps": host["steps"],
-                           "requests": host["admitted"], "events": host["events"]}},
-        "grid": {"batches": list(BATCHES), "contexts": list(CONTEXTS), "decode_steps": DECODE_STEPS,
+        "fit": {"steps": d, "train": tr, "noise": noise,
+                "sync": {"median": sync_s, "samples": len(runner["sync"]),
+                         "spread": float(np.ptp(runner["sync"])) if runner["sync"] else 0.0},
+                "runner": {"host_s_per_step": host["step"], "admit_s_per_request": host["admit"],
+                           "event_s_per_event": host["event"], "runs": len(runner["host"]["step"]),
+                           "task": task, "max_tokens": max_tokens, "prompts": prompts,
+                           "group_size": group_size, **on_ray}},
+        "grid": {"batches": list(BATCHES), "contexts": list(contexts), "decode_steps": DECODE_STEPS,
                  "prefill_lens": list(PREFILL_LENS), "prefill_counts": list(PREFILL_COUNTS),
                  "repeats": repeats},
     }
 
 
+def grid_contexts(max_tokens: int) -> tuple[int, ...]:
+    """Contexts of the decode grid: short ones, and one near a long response's, so the KV term is
+    measured where long-tailed runs spend their time."""
+    return tuple(sorted({*CONTEXTS, min(640, max(CONTEXTS[-1], max_tokens))}))
+
+
+# -- measuring -------------------------------------------------------------------------------------
+
+
+def _measure_grid(model: str, max_num_seqs: int, repeats: int, seed: int, contexts, tick):
+    """Engine steps of the grid: key (batch, new, new tokens, new pairs, kv, which) -> seconds of
+    each repeat. Pass 0 warms up: the CPU kernels are built the first time a shape is seen, which
+    a run pays once per shape; it is not measured."""
+    from sortedrl.realrun.engine import VllmEngine
+
+    rng = random.Random(seed)
+    eng = VllmEngine(model, max_num_seqs=max_num_seqs, max_model_len=max(max(contexts) + DECODE_STEPS + 8, 128),
+                     seed=seed)
+    vocab = eng.engine.model_config.get_vocab_size()
+    clock = time.perf_counter
+    grid: dict[tuple, list[float]] = {}
+
+    def batch_run(count: int, length: int, steps: int) -> list[float]:
+        for k in range(count):
+            prompt = [rng.randrange(4, vocab) for _ in range(length)]
+            eng.add(k, f"c{clock()}-{k}", prompt, 0, steps, 1.0, rng.randrange(2**31), ignore_eos=True)
+        times = []
+        while eng.has_unfinished():
+            t0 = clock()
+            eng.step(clock)
+            times.append(clock() - t0)
+        return times
+
+    def keep(key: tuple, t: float, rep: int) -> None:
+        if rep > 0:
+            grid.setdefault(key, []).append(t)
+
+    for rep in range(repeats + 1):
+        for b in (x for x in BATCHES if x <= max_num_seqs):
+            for ctx in contexts:
+                times = batch_run(b, ctx, DECODE_STEPS)
+                # step 0 prefills (and samples token 1); step j decodes prompt + j tokens each
+                keep((b, b, b * ctx, b * ctx * (ctx + 1) // 2, b * ctx, 0), times[0], rep)
+                for j, t in enumerate(times[1:DECODE_STEPS], start=1):
+                    keep((b, 0, 0, 0, b * (ctx + j), j), t, rep)
+                if rep:
+                    tick(1, f"decode B={b} ctx={ctx}")
+        for n in (x for x in PREFILL_COUNTS if x <= max_num_seqs):
+            for length in PREFILL_LENS:
+                keep((n, n, n * length, n * length * (length + 1) // 2, n * length, 0),
+                     batch_run(n, length, 1)[0], rep)
+                if rep:
+                    tick(1, f"prefill {n} x {length}")
+    kv = int(eng.engine.vllm_config.cache_config.num_gpu_blocks or 0) * int(
+        eng.engine.vllm_config.cache_config.block_size)
+    eng.close()
+    return grid, kv
+
+
+def runner_runs(prompts: int, group_size: int) -> list[tuple[str, list[str]]]:
+    """The runner's runs: sync, and sortedrl in both modes harvesting half a step at a time."""
+    half = [f"update_batch={max(1, prompts * group_size // 2)}"]
+    return [("sync", []), ("sortedrl", half), ("sortedrl", [*half, "mode=partial"])]
+
+
+def _measure_runner(model: str, max_num_seqs: int, repeats: int, seed: int, tick, task: str,
+                    max_tokens: int, prompts: int, group_size: int) -> dict:
+    """Short real runs, the same ones each repeat (same seed: the same work): their engine steps
+    with their shapes, their updates on padded tokens, their syncs, and host overheads per run."""
+    from sortedrl.realrun.run import RunConfig, run_real
+    from sortedrl.timeline import Timeline
+
+    out = {"steps": [], "train": [], "sync": [], "host": {"step": [], "admit": [], "event": []}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rep in range(repeats):
+            for k, (policy, sets) in enumerate(runner_runs(prompts, group_size)):
+                run_dir = Path(tmp) / f"run-{rep}-{k}"
+                st: dict = {}
+                run_real(RunConfig(model=model, policy=policy, sets=sets, out=str(run_dir), steps=2,
+                                   prompts=prompts, group_size=group_size, max_tokens=max_tokens,
+                                   task=task, max_num_seqs=max_num_seqs, seed=seed), stats=st)
+                tl = Timeline.read_jsonl(run_dir / "timeline.jsonl")
+                seq = _sequence_lengths(run_dir / "trace.partial.jsonl", group_size)
+                out["train"] += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.trains]
+                out["sync"] += [t1 - t0 for t0, t1, _v in tl.syncs]
+                out["host"]["step"].append(st["host_s"] / max(1, st["steps"]))
+                out["host"]["admit"].append(st["admit_s"] / max(1, st["admitted"]))
+                out["host"]["event"].append(st["event_s"] / max(1, st["events"]))
+                out["steps"] += [(*row, rep) for row in st["step_log"]]
+                tick(1, f"runner: {policy} {' '.join(sets)}")
+    return out
+
+
+def _measure_ray(model: str, max_num_seqs: int, seed: int, task: str, max_tokens: int, prompts: int,
+                 group_size: int, engines: int) -> dict:
+    """What a run on Ray adds (:mod:`sortedrl.realrun.ray_backend`): per round, the driver's wall
+    time beyond the slowest engine's own step (calls, results over Ray), and the weight push
+    through the object store. From one disaggregated ``async`` run; ``validate`` adds them to
+    the simulation of a run that was on Ray."""
+    from sortedrl.realrun.run import RunConfig, run_real
+    from sortedrl.timeline import Timeline
+
+    with tempfile.TemporaryDirectory() as tmp:
+        st: dict = {}
+        run_real(RunConfig(model=model, policy="async", sets=["eta=1"], out=tmp + "/run", steps=2,
+                           prompts=prompts, group_size=group_size, max_tokens=max_tokens, task=task,
+                           max_num_seqs=max_num_seqs, seed=seed, engines=engines,
+                           placement="disaggregated"), stats=st)
+        syncs = [t1 - t0 for t0, t1, _v in Timeline.read_jsonl(Path(tmp) / "run/timeline.jsonl").syncs]
+    rounds = max(1, st["steps"])
+    return {"ray_round_s": max(0.0, (st["round_s"] - st["engine_s"]) / rounds), "ray_rounds": rounds,
+            "ray_sync_s": float(np.median(syncs)) if syncs else 0.0, "ray_engines": engines}
+
+
 def _sequence_lengths(rows_path: Path, n: int) -> dict[int, int]:
     """Prompt + response length of every trained sample of a run, by sample index."""
-    import json
-
     out = {}
     for line in rows_path.read_text().splitlines():
         r = json.loads(line)
         out[int(r["prompt_id"][1:]) * n + int(r["sample"])] = r["prompt_len"] + r["response_len"]
     return out
+
+
+# -- robust fitting --------------------------------------------------------------------------------
+
+
+def predict_steps(d: dict, rows) -> np.ndarray:
+    """Seconds the fitted step model gives each (batch, new, new tokens, new pairs, kv) row."""
+    b, n, T, P, S = (np.asarray([r[k] for r in rows], dtype=float) for k in range(5))
+    table = np.asarray(d["table"])
+    idx = np.clip(b.astype(int), 1, len(table)) - 1
+    return (table[idx] + d["a1"] * S + d["p1"] * T + d["p2"] * P + d["pn"] * (n > 0)
+            + d["pr"] * n)
+
+
+def robust_step_fit(grid_rows: list, runner_rows: list, max_batch: int) -> tuple[dict, int, int]:
+    """Fit grid medians and runner steps; drop runner steps far outside the fit's robust spread
+    (a step another job slowed down) and fit again. Returns (fit, steps kept, steps dropped)."""
+    rows = [r[:6] for r in grid_rows] + [r[:6] for r in runner_rows]
+    d = fit_step_table(*zip(*rows, strict=True), max_batch=max_batch)
+    t = np.asarray([r[5] for r in rows])
+    rel = (predict_steps(d, rows) - t) / t
+    scale = max(1.4826 * float(np.median(np.abs(rel - np.median(rel)))), MIN_REL_SCALE)
+    runner = np.arange(len(rows)) >= len(grid_rows)
+    keep = ~runner | (np.abs(rel) <= OUTLIER_MADS * scale)
+    if not keep.all():
+        rows = [r for r, k in zip(rows, keep, strict=True) if k]
+        d = fit_step_table(*zip(*rows, strict=True), max_batch=max_batch)
+        t = np.asarray([r[5] for r in rows])
+        rel = (predict_steps(d, rows) - t) / t
+    d["rel_scale"] = 1.4826 * float(np.median(np.abs(rel - np.median(rel))))
+    return d, int(keep[runner].sum()), int((~keep[runner]).sum())
+
+
+def fit_train(updates: list[tuple[list[int], float]]) -> dict:
+    """The update cost from ``(sequence lengths, seconds)`` of each update: both of the
+    simulator's forms, tokens and attention pairs of the batch padded to its longest sequence
+    (``train_padded``: one micro-batch) or of each sequence alone (micro-batches of similar
+    length pad little); the profile keeps the one that fits better."""
+    from sortedrl.sim.cost import CostModel
+
+    fits = {}
+    for padded in (True, False):
+        cm = CostModel(0, 0, 0, 0, 0, 0, 0, 0, 0, train_padded=padded)
+        fits[padded] = fit_train_pairs([(cm.train_tokens(lens), cm.train_pairs(lens), t)
+                                        for lens, t in updates])
+    padded = fits[True]["rel_scale"] <= fits[False]["rel_scale"]
+    return {**fits[padded], "padded": padded,
+            "rel_scale_other_form": fits[not padded]["rel_scale"]}
+
+
+def fit_train_pairs(rows: list[tuple[int, int, float]]) -> dict:
+    """t = train_fix + train_per_token · tokens + train_per_pair · attention pairs, with a
+    soft-L1 loss on relative residuals (an update slowed by another job weighs little)."""
+    from scipy.optimize import least_squares
+
+    X = np.asarray([(1.0, r[0], r[1]) for r in rows], dtype=float)
+    t = np.asarray([r[2] for r in rows], dtype=float)
+    scale = np.maximum(X.max(axis=0), 1.0)
+    fit = least_squares(lambda p: (X @ (p / scale) - t) / t, np.full(3, t.min() / 3),
+                        bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05)
+    x = fit.x / scale
+    rel = (X @ x - t) / t
+    names = ("train_fix", "train_per_token", "train_per_pair")
+    return {"terms": {k: {"value": float(v)} for k, v in zip(names, x, strict=True)},
+            "mape": float(np.mean(np.abs(rel))), "measurements": len(t),
+            "rel_scale": 1.4826 * float(np.median(np.abs(rel - np.median(rel))))}
+
+
+def _median_rel_mad(groups) -> float:
+    """Median over repeated measurements of their relative median absolute deviation."""
+    out = [float(np.median(np.abs(np.asarray(v) - np.median(v))) / np.median(v)) for v in groups if len(v) > 1]
+    return float(np.median(out)) if out else 0.0
+
+
+def repeat_spread(grid: dict, runner_rows: list, max_batch: int, repeats: int) -> float:
+    """The fit redone on each repeat's measurements alone: the largest relative difference
+    between two of them in the total time they predict for every step measured. How far two
+    calibrations of one repeat each would disagree; a calibration of ``repeats`` repeats, whose
+    statistics are medians, disagrees less."""
+    if repeats < 2:
+        return 0.0
+    everything = [(*key[:5], float(np.median(ts))) for key, ts in grid.items()] + [r[:6] for r in runner_rows]
+    totals = []
+    for rep in range(repeats):
+        rows = [(*key[:5], ts[rep]) for key, ts in grid.items() if len(ts) > rep]
+        rows += [r[:6] for r in runner_rows if r[6] == rep]
+        d = fit_step_table(*zip(*rows, strict=True), max_batch=max_batch)
+        totals.append(float(predict_steps(d, everything).sum()))
+    return float((max(totals) - min(totals)) / np.median(totals))
+
+
+def agreement(a: dict, b: dict, rows: list) -> float:
+    """Relative difference of the total step time two profiles' fits predict for ``rows``."""
+    ta, tb = (float(predict_steps(p["fit"]["steps"], rows).sum()) for p in (a, b))
+    return abs(ta - tb) / ta

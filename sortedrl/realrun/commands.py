@@ -109,6 +109,11 @@ def register(app: typer.Typer) -> None:
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         repeats: int = typer.Option(3, "--repeats", help="repetitions of the measurement grid"),
         seed: int = typer.Option(0, "--seed", help="seed"),
+        task: str = typer.Option("sort", "--task", help="with --model: the task of the runner's calibration runs (sort, sort-long or module:factory)"),
+        max_tokens: int = typer.Option(64, "--max-tokens", help="with --model: response cap of the calibration runs"),
+        prompts: int = typer.Option(8, "--prompts", help="with --model: prompts per step of the calibration runs"),
+        group_size: int = typer.Option(4, "--group-size", help="with --model: responses per prompt of the calibration runs"),
+        ray_engines: int = typer.Option(0, "--ray-engines", help="with --model: also measure a disaggregated run on Ray with this many engine actors (what validate adds to runs on Ray; 0: none)"),
         bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
         metrics: Path = typer.Option(None, "--from-metrics", help="per-step metrics of verl / OpenRLHF (.jsonl) or a W&B export (.csv)"),
         cluster: str = typer.Option(None, "--cluster", help="with --from-*: preset or profile for the shape and the terms not measured"),
@@ -130,23 +135,30 @@ def register(app: typer.Typer) -> None:
         outs.file(out, "--out")
         from sortedrl.realrun.calibrate import (
             BATCHES,
-            CONTEXTS,
             PREFILL_COUNTS,
             PREFILL_LENS,
             calibrate,
+            grid_contexts,
+            runner_runs,
         )
         from sortedrl.sim.profile import write_profile
 
         if engine != "vllm":
             raise ConfigError(f"--engine {engine}: unknown engine (known: vllm)")
-        if repeats < 1 or max_num_seqs < 1:
-            raise ConfigError("--repeats and --max-num-seqs must be >= 1")
-        per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(CONTEXTS)
+        if ray_engines < 0:
+            raise ConfigError(f"--ray-engines {ray_engines}: must be >= 0")
+        if min(repeats, max_num_seqs, max_tokens, prompts, group_size) < 1:
+            raise ConfigError("--repeats, --max-num-seqs, --max-tokens, --prompts and --group-size must be >= 1")
+        from sortedrl.realrun.task import get_task
+
+        get_task(task)  # an unknown task fails before any measurement
+        per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(grid_contexts(max_tokens))
                + len([c for c in PREFILL_COUNTS if c <= max_num_seqs]) * len(PREFILL_LENS))
-        bar = LazyProgress(repeats * (per + 4) + per, "calibrate")
+        bar = LazyProgress(repeats * (per + len(runner_runs(prompts, group_size))), "calibrate")
         try:
             profile = calibrate(str(model), max_num_seqs=max_num_seqs, repeats=repeats, seed=seed,
-                                progress=bar)
+                                progress=bar, task=task, max_tokens=max_tokens, prompts=prompts,
+                                group_size=group_size, ray_engines=ray_engines)
         finally:
             bar.close()
         outs.write({out: lambda p: write_profile(p, profile)})
@@ -155,7 +167,10 @@ def register(app: typer.Typer) -> None:
                    f"{100 * fit['steps']['total_error']:+.1f}%) over "
                    f"{fit['steps']['measurements']} steps (decode-only {100 * fit['steps']['mape_decode_only']:.1f}%, "
                    f"with prefill {100 * fit['steps']['mape_with_prefill']:.1f}%), "
-                   f"update {100 * fit['train']['mape']:.1f}%, sync {1000 * fit['sync']['median']:.1f} ms")
+                   f"update {100 * fit['train']['mape']:.1f}%, sync {1000 * fit['sync']['median']:.1f} ms; "
+                   f"noise: repeated grid steps {100 * fit['noise']['grid_rel_mad']:.1f}% (MAD), "
+                   f"{fit['noise']['runner_steps_dropped']} runner steps dropped as outliers, fits of "
+                   f"single repeats {100 * fit['noise']['repeat_spread']:.1f}% apart")
 
 
     @app.command()

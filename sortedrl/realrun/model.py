@@ -5,11 +5,20 @@ task's text, the weights are random. Head size 32, because vLLM's CPU attention 
 no smaller. An exact-match reward gives a random model no signal at all (it never answers right),
 so ``warmup_steps`` optionally warm-starts it with a few hundred supervised steps on task
 examples, the way RL starts from an SFT model; RL then has something to improve.
+
+``widen_model`` grows a warm-started model to a few million parameters without training it again
+(function-preserving widening, as Net2Net): the old weights sit in a corner of the larger
+matrices, the norms are rescaled for the wider hidden state, and every new unit, head and layer
+writes (almost) nothing into the residual stream. The larger model answers like the small one
+(the same long-tailed lengths), but a decode step costs real compute, not mostly Python
+(``bench/validate_cpu.py``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 from pathlib import Path
 
 from sortedrl.errors import ConfigError
@@ -64,6 +73,64 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
         out.rmdir()
     tmp.rename(out)
     return out
+
+
+def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, intermediate: int = 0,
+                noise: float = 1e-4, seed: int = 0) -> tuple[Path, int]:
+    """A wider and deeper copy of the model in ``src`` that computes (almost) the same function;
+    returns its directory and its parameter count. New weights read the old hidden state through
+    small random weights and write into it through ``noise``-sized ones, so nothing is dead
+    (every weight gets a gradient) and the answers stay the small model's."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    src, out = check_model_dir(src), Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: exists and is not empty")
+    small = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32)
+    c0 = small.config
+    h0, i0, l0 = c0.hidden_size, c0.intermediate_size, c0.num_hidden_layers
+    intermediate = intermediate or 2 * hidden
+    if hidden % 32 or hidden < h0 or layers < l0 or intermediate < i0 or c0.num_key_value_heads != 1:
+        raise ConfigError(f"--hidden {hidden}, --layers {layers}: must be at least the model's "
+                          f"({h0}, {l0}), hidden a multiple of 32")
+    cfg = copy.deepcopy(c0)
+    cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers = hidden, intermediate, layers
+    cfg.num_attention_heads = hidden // 32
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = ["full_attention"] * layers
+    torch.manual_seed(seed)
+    big = type(small)(cfg)  # random init (std initializer_range) everywhere, then overwritten
+    old = small.state_dict()
+    scale = math.sqrt(h0 / hidden)  # RMSNorm over more (near-zero) dims: keep the old outputs
+    with torch.no_grad():
+        for name, w in big.state_dict().items():
+            if name.endswith("norm.weight"):
+                w.fill_(scale)
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                w.normal_(0.0, noise)  # what new heads, units and layers write: almost nothing
+            elif name.endswith(("embed_tokens.weight", "lm_head.weight")):
+                w.zero_()  # the residual stream's new dims start empty
+            if name in old:
+                o = old[name] * (scale if name.endswith("norm.weight") else 1.0)
+                w[tuple(slice(0, n) for n in o.shape)] = o
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    big.save_pretrained(tmp)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (src / f).exists():
+            shutil.copy(src / f, tmp / f)
+    card = json.loads((src / MODEL_CARD).read_text()) if (src / MODEL_CARD).exists() else {}
+    count = sum(p.numel() for p in big.parameters())
+    card.update(hidden=hidden, layers=layers, intermediate=intermediate, parameters=count,
+                widened_from=str(src), widen_noise=noise)
+    (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2))
+    if out.exists():
+        out.rmdir()
+    tmp.rename(out)
+    return out, count
 
 
 def warm_start(model, tokenizer, task, steps: int, seed: int, batch: int = 32, lr: float = 3e-3,

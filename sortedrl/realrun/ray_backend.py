@@ -20,6 +20,7 @@ comes back as stretches of one version, and each stretch is one ``span`` in the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from sortedrl.policies.base import Event, EventKind
@@ -67,6 +68,9 @@ class RayBackend(RealBackend):
         self.training: tuple | None = None  # (future, samples, version, t0, tokens, batch)
         self.pushes: list[tuple[int, float]] = []  # (version, monotonic time each engine got it)
         self._weights_ref = None
+        # per round, for calibration: the driver's wall time, and the slowest engine's own step
+        # time (the rest is the round's cost of being on Ray: calls, results, bookkeeping)
+        self.stats.update(round_s=0.0, engine_s=0.0)
 
     # -- Backend interface -------------------------------------------------------------------
 
@@ -129,12 +133,14 @@ class RayBackend(RealBackend):
 
     def _round(self) -> None:
         busy = [k for k, m in enumerate(self.mirrors) if m.requests]
-        t_before = self.now()
+        t_before, wall0 = self.now(), time.perf_counter()
         refs = [self.workers[k].step.remote(self.pending[k]) for k in busy]
         for k in busy:
             self.pending[k] = []
         results = self.ray.get(refs)
         self.stats["steps"] += 1
+        self.stats["round_s"] += time.perf_counter() - wall0
+        self.stats["engine_s"] += max(res["step_s"] for res in results)
         finished_by: dict[int, list[int]] = {}
         lengths: dict[int, int] = {}
         for k, res in zip(busy, results, strict=True):

@@ -6,7 +6,8 @@ Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md 
   over updates). A dropped attempt (aborted and regenerated) or a discarded or filtered sample
   never enters a baseline (:class:`GroupRewards`);
 - the loss is the token-level clipped surrogate with DAPO normalisation (summed over tokens,
-  divided by the batch's response tokens);
+  divided by the batch's response tokens); the batch runs in micro-batches of similar length
+  whose attention matrices stay under a bound (:func:`micro_batches`), gradients summed;
 - the "old" log-probs are vLLM's behaviour log-probs, kept per token with the policy version that
   sampled it; tokens from an older version get a truncated importance ratio, ``min(ratio,
   is_cap)``, so stale data cannot blow the update up;
@@ -21,6 +22,25 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+
+MAX_PAIRS = 2**21  # padded (query, key) pairs per micro-batch: bounds the attention memory
+
+
+def micro_batches(batch: list, max_pairs: int = MAX_PAIRS) -> list[list[int]]:
+    """Indices of ``batch`` cut into micro-batches of similar length (sorted by prompt +
+    response length), each padded to its longest with at most ``max_pairs`` (query, key) pairs
+    in all (an attention matrix is that big), as verl's dynamic batch size does. A batch that
+    fits is one micro-batch, in order."""
+    lengths = [len(r.prompt) + len(r.response) for r in batch]
+    if not batch or len(batch) * max(lengths) ** 2 <= max_pairs:
+        return [list(range(len(batch)))]
+    parts, part = [], []
+    for k in sorted(range(len(batch)), key=lambda k: lengths[k]):
+        if part and (len(part) + 1) * lengths[k] ** 2 > max_pairs:
+            parts.append(part)
+            part = []
+        part.append(k)
+    return parts + [part]
 
 
 @dataclass
@@ -79,7 +99,7 @@ class GroupRewards:
 class GRPOTrainer:
     def __init__(self, model_dir: str, lr: float = 1e-3, clip: float = 0.2, kl_coef: float = 0.0,
                  temperature: float = 1.0, is_cap: float = 2.0, seed: int = 0,
-                 device: str = "cpu", dtype: str = "float32") -> None:
+                 device: str = "cpu", dtype: str = "float32", max_pairs: int = MAX_PAIRS) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -92,6 +112,7 @@ class GRPOTrainer:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.ref = copy.deepcopy(self.model).eval() if kl_coef > 0 else None
         self.clip, self.kl_coef, self.temperature, self.is_cap = clip, kl_coef, temperature, is_cap
+        self.max_pairs = max_pairs
         self.pad = self.model.config.pad_token_id or 0
         self._warm_up()
 
@@ -124,7 +145,31 @@ class GRPOTrainer:
         return picked, mask
 
     def update(self, batch: list[Rollout], advantages: list[float], version: int) -> dict:
-        """One optimizer step; returns the update's metrics."""
+        """One optimizer step; returns the update's metrics. The batch runs in micro-batches of
+        similar length (:func:`micro_batches`) whose gradients add up to the whole batch's."""
+        total = max(1, sum(len(r.response) for r in batch))
+        sums = dict.fromkeys(("loss", "kl", "mismatch", "mismatch_signed", "fresh", "clipped",
+                              "stale"), 0.0)
+        self.opt.zero_grad()
+        for part in micro_batches(batch, self.max_pairs):
+            self._accumulate([batch[k] for k in part], [advantages[k] for k in part], version,
+                             total, sums)
+        self.opt.step()
+        fresh = max(1.0, sums["fresh"])
+        return {
+            "loss": sums["loss"],
+            "kl_ref": sums["kl"],
+            "logprob_mismatch": sums["mismatch"] / fresh,  # mean |trainer - vLLM|
+            "mismatch_kl": sums["mismatch_signed"] / fresh,  # E[vLLM - trainer] on fresh tokens
+            "clip_fraction": sums["clipped"] / total,
+            "stale_tokens": int(sums["stale"]),
+            "tokens": int(sum(len(r.response) for r in batch) or 1),
+        }
+
+    def _accumulate(self, batch: list[Rollout], advantages: list[float], version: int, total: int,
+                    sums: dict) -> None:
+        """Forward and backward of one micro-batch; its loss is its share of the whole batch's
+        (token sums divided by the whole batch's response tokens, DAPO's normalisation)."""
         torch = self.torch
         logp, mask = self._logps(self.model, batch)
         behaviour = torch.zeros_like(logp)
@@ -139,31 +184,23 @@ class GRPOTrainer:
         ratio = torch.exp(logp - behaviour)
         ratio = torch.where(stale, torch.clamp(ratio, max=self.is_cap), ratio)
         surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv)
-        tokens = mask.sum().clamp(min=1.0)
-        loss = -(surrogate * mask).sum() / tokens
-        kl = torch.zeros((), device=self.device)
+        loss = -(surrogate * mask).sum() / total
         if self.ref is not None:
             with torch.no_grad():
                 ref_logp, _ = self._logps(self.ref, batch)
             d = ref_logp - logp
-            kl = ((torch.exp(d) - d - 1) * mask).sum() / tokens
+            kl = ((torch.exp(d) - d - 1) * mask).sum() / total
             loss = loss + self.kl_coef * kl
-        self.opt.zero_grad()
+            sums["kl"] += float(kl)
         loss.backward()
-        self.opt.step()
         fresh = mask * (~stale).float()
-        n_fresh = fresh.sum().clamp(min=1.0)
         diff = (logp.detach() - behaviour) * fresh
-        clipped = ((ratio.detach() - 1).abs() > self.clip).float() * mask
-        return {
-            "loss": float(loss.detach()),
-            "kl_ref": float(kl),
-            "logprob_mismatch": float(diff.abs().sum() / n_fresh),  # mean |trainer - vLLM|
-            "mismatch_kl": float((-diff).sum() / n_fresh),  # E[vLLM - trainer] on fresh tokens
-            "clip_fraction": float(clipped.sum() / tokens),
-            "stale_tokens": int((stale.float() * mask).sum()),
-            "tokens": int(tokens),
-        }
+        sums["loss"] += float(loss.detach())
+        sums["mismatch"] += float(diff.abs().sum())
+        sums["mismatch_signed"] += float((-diff).sum())
+        sums["fresh"] += float(fresh.sum())
+        sums["clipped"] += float((((ratio.detach() - 1).abs() > self.clip).float() * mask).sum())
+        sums["stale"] += float((stale.float() * mask).sum())
 
     def state_dict(self) -> dict:
         return self.model.state_dict()

