@@ -19,6 +19,7 @@ again). The bench takes about 20-30 minutes on two quiet cores; not part of the 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -71,7 +72,8 @@ def profile(path: Path, model: Path, args, seed: int) -> dict:
                          task="sort-long", max_tokens=args.max_tokens, prompts=args.prompts,
                          group_size=args.group_size,
                          ray_engines=max(POLICIES[p][2] if POLICIES[p][3] == "disaggregated" else 0
-                                         for p in args.policies))
+                                         for p in args.policies),
+                         warm_tokens=args.warm_tokens)
         prof["bench"] = {"seconds": time.monotonic() - t0, "load_before": l0, "load_after": load()}
         write_profile(path, prof)
     prof = json.loads(path.read_text())
@@ -94,8 +96,9 @@ def one_run(out: Path, model: Path, label: str, seed: int, args) -> Path:
     run_real(RunConfig(model=str(model), policy=policy, sets=sets, out=str(rundir), steps=args.steps,
                        task="sort-long", prompts=args.prompts, group_size=args.group_size,
                        max_tokens=args.max_tokens, max_num_seqs=args.max_num_seqs, seed=seed,
-                       engines=engines, placement=placement))
+                       engines=engines, placement=placement, warm_tokens=args.warm_tokens))
     (rundir / "load.json").write_text(json.dumps({"before": l0, "after": load()}))
+    gc.collect()  # the run's engine and trainer, before the next run builds its own
     return rundir
 
 
@@ -114,6 +117,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warm-tokens", type=int, default=128,
+                    help="engine warm-up: step sizes up to this many tokens (the default 1,024 costs a "
+                         "minute per engine start with this model)")
     ap.add_argument("--fresh", action="store_true", help="measure everything again")
     args = ap.parse_args()
     out = args.out

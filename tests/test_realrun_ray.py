@@ -86,7 +86,7 @@ def check_token_versions(rundir, tl: Timeline) -> None:
 def test_two_engine_actors_colocated_sortedrl(tiny_model, tmp_path):
     # colocated: updates and pushes run while no engine steps, so no span is cut by a push
     r = run(tiny_model, tmp_path / "co", "--policy", "sortedrl", "--steps", "2", "--engines", "2",
-              "--max-num-seqs", "16")
+              "--max-num-seqs", "16", "--warm-tokens", "16")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout[r.stdout.index("{\n"):])  # the --json summary
     tl = check_versions(tmp_path / "co")
@@ -124,7 +124,7 @@ def test_disaggregated_async_survives_a_killed_engine_actor(tiny_model, tmp_path
 
     out = tmp_path / "dis"
     cfg = RunConfig(model=tiny_model, policy="async", out=str(out), steps=3, sets=["eta=1"], engines=2,
-                    placement="disaggregated", max_num_seqs=16)
+                    placement="disaggregated", max_num_seqs=16, warm_tokens=16)
     with pytest.raises(ray.exceptions.RayActorError):
         run_real(cfg, progress=kill_engine_after_second_update)
     summary = run_real(cfg, resume=True)
@@ -170,7 +170,7 @@ def test_one_step_off_survives_a_killed_trainer_actor(tiny_model, tmp_path, monk
     monkeypatch.setattr(ray_backend.RayBackend, "_train", train_then_kill_the_second)
     out = tmp_path / "osf"
     cfg = RunConfig(model=tiny_model, policy="one_step_off", out=str(out), steps=3, engines=1,
-                    placement="disaggregated", max_num_seqs=16)
+                    placement="disaggregated", max_num_seqs=16, warm_tokens=16)
     with pytest.raises(ray.exceptions.RayActorError):
         run_real(cfg)
     killed = Timeline.read_jsonl(out / "timeline.jsonl")

@@ -50,18 +50,19 @@ MIN_REL_SCALE = 0.02  # ... but never closer than 4 x 2% (a quiet machine's MAD 
 
 def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: int = 0,
               progress: Callable[[int, str], None] | None = None, task: str = "sort",
-              max_tokens: int = 64, prompts: int = 8, group_size: int = 4, ray_engines: int = 0) -> dict:
+              max_tokens: int = 64, prompts: int = 8, group_size: int = 4, ray_engines: int = 0,
+              warm_tokens: int = 0) -> dict:
     import torch
     import vllm
 
     model = check_model_dir(model_dir)
     tick = progress or (lambda n, note="": None)
     contexts = grid_contexts(max_tokens)
-    grid, kv_tokens = _measure_grid(str(model), max_num_seqs, repeats, seed, contexts, tick)
-    runner = _measure_runner(str(model), max_num_seqs, repeats, seed, tick, task, max_tokens,
-                             prompts, group_size)
-    on_ray = _measure_ray(str(model), max_num_seqs, seed, task, max_tokens, prompts, group_size,
-                          ray_engines) if ray_engines else {}
+    grid, kv_tokens = _measure_grid(str(model), max_num_seqs, repeats, seed, contexts, tick, warm_tokens)
+    run = dict(model=str(model), steps=2, prompts=prompts, group_size=group_size, max_tokens=max_tokens,
+               task=task, max_num_seqs=max_num_seqs, seed=seed, warm_tokens=warm_tokens)
+    runner = _measure_runner(run, repeats, tick)
+    on_ray = _measure_ray(run, ray_engines) if ray_engines else {}
     grid_rows = [(*key[:5], float(np.median(ts))) for key, ts in grid.items()]
     d, kept, dropped = robust_step_fit(grid_rows, runner["steps"], max_num_seqs)
     tr = fit_train(runner["train"])
@@ -107,7 +108,8 @@ def grid_contexts(max_tokens: int) -> tuple[int, ...]:
 # -- measuring -------------------------------------------------------------------------------------
 
 
-def _measure_grid(model: str, max_num_seqs: int, repeats: int, seed: int, contexts, tick):
+def _measure_grid(model: str, max_num_seqs: int, repeats: int, seed: int, contexts, tick,
+                  warm_tokens: int = 0):
     """Engine steps of the grid: key (batch, new, new tokens, new pairs, kv, which) -> seconds of
     each repeat. Pass 0 warms up: the CPU kernels are built the first time a shape is seen, which
     a run pays once per shape; it is not measured."""
@@ -115,7 +117,7 @@ def _measure_grid(model: str, max_num_seqs: int, repeats: int, seed: int, contex
 
     rng = random.Random(seed)
     eng = VllmEngine(model, max_num_seqs=max_num_seqs, max_model_len=max(max(contexts) + DECODE_STEPS + 8, 128),
-                     seed=seed)
+                     seed=seed, warm_tokens=warm_tokens)
     vocab = eng.engine.model_config.get_vocab_size()
     clock = time.perf_counter
     grid: dict[tuple, list[float]] = {}
@@ -163,24 +165,24 @@ def runner_runs(prompts: int, group_size: int) -> list[tuple[str, list[str]]]:
     return [("sync", []), ("sortedrl", half), ("sortedrl", [*half, "mode=partial"])]
 
 
-def _measure_runner(model: str, max_num_seqs: int, repeats: int, seed: int, tick, task: str,
-                    max_tokens: int, prompts: int, group_size: int) -> dict:
+def _measure_runner(run: dict, repeats: int, tick) -> dict:
     """Short real runs, the same ones each repeat (same seed: the same work): their engine steps
     with their shapes, their updates on padded tokens, their syncs, and host overheads per run."""
+    import gc
+
     from sortedrl.realrun.run import RunConfig, run_real
     from sortedrl.timeline import Timeline
 
     out = {"steps": [], "train": [], "sync": [], "host": {"step": [], "admit": [], "event": []}}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(repeats):
-            for k, (policy, sets) in enumerate(runner_runs(prompts, group_size)):
+            for k, (policy, sets) in enumerate(runner_runs(run["prompts"], run["group_size"])):
                 run_dir = Path(tmp) / f"run-{rep}-{k}"
                 st: dict = {}
-                run_real(RunConfig(model=model, policy=policy, sets=sets, out=str(run_dir), steps=2,
-                                   prompts=prompts, group_size=group_size, max_tokens=max_tokens,
-                                   task=task, max_num_seqs=max_num_seqs, seed=seed), stats=st)
+                run_real(RunConfig(policy=policy, sets=sets, out=str(run_dir), **run), stats=st)
+                gc.collect()  # the run's engine and trainer: free them before the next run
                 tl = Timeline.read_jsonl(run_dir / "timeline.jsonl")
-                seq = _sequence_lengths(run_dir / "trace.partial.jsonl", group_size)
+                seq = _sequence_lengths(run_dir / "trace.partial.jsonl", run["group_size"])
                 out["train"] += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.trains]
                 out["sync"] += [t1 - t0 for t0, t1, _v in tl.syncs]
                 out["host"]["step"].append(st["host_s"] / max(1, st["steps"]))
@@ -191,8 +193,7 @@ def _measure_runner(model: str, max_num_seqs: int, repeats: int, seed: int, tick
     return out
 
 
-def _measure_ray(model: str, max_num_seqs: int, seed: int, task: str, max_tokens: int, prompts: int,
-                 group_size: int, engines: int) -> dict:
+def _measure_ray(run: dict, engines: int) -> dict:
     """What a run on Ray adds (:mod:`sortedrl.realrun.ray_backend`): per round, the driver's wall
     time beyond the slowest engine's own step (calls, results over Ray), and the weight push
     through the object store. From one disaggregated ``async`` run; ``validate`` adds them to
@@ -202,10 +203,8 @@ def _measure_ray(model: str, max_num_seqs: int, seed: int, task: str, max_tokens
 
     with tempfile.TemporaryDirectory() as tmp:
         st: dict = {}
-        run_real(RunConfig(model=model, policy="async", sets=["eta=1"], out=tmp + "/run", steps=2,
-                           prompts=prompts, group_size=group_size, max_tokens=max_tokens, task=task,
-                           max_num_seqs=max_num_seqs, seed=seed, engines=engines,
-                           placement="disaggregated"), stats=st)
+        run_real(RunConfig(policy="async", sets=["eta=1"], out=tmp + "/run", engines=engines,
+                           placement="disaggregated", **run), stats=st)
         syncs = [t1 - t0 for t0, t1, _v in Timeline.read_jsonl(Path(tmp) / "run/timeline.jsonl").syncs]
     rounds = max(1, st["steps"])
     return {"ray_round_s": max(0.0, (st["round_s"] - st["engine_s"]) / rounds), "ray_rounds": rounds,

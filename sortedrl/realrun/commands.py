@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
         kl_coef: float = typer.Option(0.0, "--kl", help="KL coefficient to the initial weights"),
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         seed: int = typer.Option(0, "--seed", help="seed"),
+        warm_tokens: int = typer.Option(0, "--warm-tokens", help="engine warm-up: every step size up to this many tokens (0: 32 per slot, at most 1,024; calibrate with the same)"),
         engines: int = typer.Option(1, "--engines", help="vLLM engines (more than one run as Ray actors)"),
         placement: str = typer.Option("colocated", "--placement", help="colocated or disaggregated (trainer apart, trains while engines generate)"),
         ray_address: str = typer.Option(None, "--ray", help="Ray cluster address (default: start a local Ray)"),
@@ -82,7 +83,7 @@ def register(app: typer.Typer) -> None:
                         task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr, temperature=temperature, device=device, dtype=dtype,
                         gpu_memory_utilization=gpu_memory_utilization,
                         kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed,
-                        engines=engines, placement=placement, ray=ray_address)
+                        engines=engines, placement=placement, ray=ray_address, warm_tokens=warm_tokens)
         bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
         try:
             summary = run_real(cfg, resume=resume, progress=bar)
@@ -113,6 +114,7 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = typer.Option(64, "--max-tokens", help="with --model: response cap of the calibration runs"),
         prompts: int = typer.Option(8, "--prompts", help="with --model: prompts per step of the calibration runs"),
         group_size: int = typer.Option(4, "--group-size", help="with --model: responses per prompt of the calibration runs"),
+        warm_tokens: int = typer.Option(0, "--warm-tokens", help="with --model: engine warm-up, every step size up to this many tokens (0: 32 per slot, at most 1,024)"),
         ray_engines: int = typer.Option(0, "--ray-engines", help="with --model: also measure a disaggregated run on Ray with this many engine actors (what validate adds to runs on Ray; 0: none)"),
         bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
         metrics: Path = typer.Option(None, "--from-metrics", help="per-step metrics of verl / OpenRLHF (.jsonl) or a W&B export (.csv)"),
@@ -145,8 +147,9 @@ def register(app: typer.Typer) -> None:
 
         if engine != "vllm":
             raise ConfigError(f"--engine {engine}: unknown engine (known: vllm)")
-        if ray_engines < 0:
-            raise ConfigError(f"--ray-engines {ray_engines}: must be >= 0")
+        for name, value in (("--ray-engines", ray_engines), ("--warm-tokens", warm_tokens)):
+            if value < 0:
+                raise ConfigError(f"{name} {value}: must be >= 0")
         if min(repeats, max_num_seqs, max_tokens, prompts, group_size) < 1:
             raise ConfigError("--repeats, --max-num-seqs, --max-tokens, --prompts and --group-size must be >= 1")
         from sortedrl.realrun.task import get_task
@@ -158,7 +161,7 @@ def register(app: typer.Typer) -> None:
         try:
             profile = calibrate(str(model), max_num_seqs=max_num_seqs, repeats=repeats, seed=seed,
                                 progress=bar, task=task, max_tokens=max_tokens, prompts=prompts,
-                                group_size=group_size, ray_engines=ray_engines)
+                                group_size=group_size, ray_engines=ray_engines, warm_tokens=warm_tokens)
         finally:
             bar.close()
         outs.write({out: lambda p: write_profile(p, profile)})

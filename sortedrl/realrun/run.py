@@ -63,6 +63,7 @@ class RunConfig:
     engines: int = 1  # vLLM engines; more than one, or disaggregated, runs them as Ray actors
     placement: str = "colocated"  # or "disaggregated": the trainer trains while engines generate
     ray: str | None = None  # a Ray cluster's address; None starts a local Ray when one is needed
+    warm_tokens: int = 0  # engine warm-up: every step size up to this many tokens (0: 32 per slot, <= 1024)
 
     @property
     def on_ray(self) -> bool:
@@ -114,6 +115,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     check_device(cfg)
     if not 0.0 < cfg.temperature < float("inf"):
         raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
+    if cfg.warm_tokens < 0:
+        raise ConfigError(f"--warm-tokens {cfg.warm_tokens}: must be >= 0")
     if cfg.engines < 1:
         raise ConfigError(f"--engines {cfg.engines}: a run needs at least one engine")
     if cfg.placement not in ("colocated", "disaggregated"):
@@ -172,7 +175,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     max_model_len = cfg.max_tokens + max(map(len, prompts)) + 1
     trainer_kwargs = dict(lr=cfg.lr, kl_coef=cfg.kl_coef, temperature=cfg.temperature, seed=cfg.seed,
                           device=cfg.device, dtype=cfg.dtype)
-    engine_kwargs = dict(seed=cfg.seed, dtype=cfg.dtype, device=cfg.device,
+    engine_kwargs = dict(seed=cfg.seed, dtype=cfg.dtype, device=cfg.device, warm_tokens=cfg.warm_tokens,
                          gpu_memory_utilization=cfg.gpu_memory_utilization)
     common = dict(prompts=prompts, grade=grade, group_size=n, max_tokens=cfg.max_tokens,
                   temperature=cfg.temperature, max_num_seqs=cfg.max_num_seqs, timeline=timeline,
