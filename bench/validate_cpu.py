@@ -19,20 +19,22 @@ again). The bench takes about 20-30 minutes on two quiet cores; not part of the 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# a shared machine: other jobs' memory must not make the local Ray kill this bench's actors (the
+# kernel's OOM killer still guards the machine)
+os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
+ROOT = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, ROOT)
 
-from sortedrl.realrun.calibrate import calibrate  # noqa: E402
 from sortedrl.realrun.model import init_model, widen_model  # noqa: E402
-from sortedrl.realrun.run import RunConfig, run_real  # noqa: E402
 from sortedrl.sim.profile import write_profile  # noqa: E402
 from sortedrl.validate import validate, write_validate  # noqa: E402
 
@@ -65,15 +67,25 @@ def build_model(out: Path, base: str | None, hidden: int, layers: int, intermedi
     return model
 
 
-def profile(path: Path, model: Path, args, seed: int) -> dict:
+def cli(*args: str) -> None:
+    """One sortedrl command in its own process: each engine and trainer's memory goes back to
+    the machine when it ends (a long process keeps what vLLM and torch freed)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "sortedrl.cli", *args], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        sys.exit(f"sortedrl {' '.join(args[:1])} failed:\n{done.stderr[-3000:]}")
+
+
+def profile(path: Path, model: Path, args) -> dict:
     if not path.exists():
         t0, l0 = time.monotonic(), load()
-        prof = calibrate(str(model), max_num_seqs=args.max_num_seqs, repeats=args.repeats, seed=seed,
-                         task="sort-long", max_tokens=args.max_tokens, prompts=args.prompts,
-                         group_size=args.group_size,
-                         ray_engines=max(POLICIES[p][2] if POLICIES[p][3] == "disaggregated" else 0
-                                         for p in args.policies),
-                         warm_tokens=args.warm_tokens)
+        ray_engines = max(POLICIES[p][2] if POLICIES[p][3] == "disaggregated" else 0 for p in args.policies)
+        cli("calibrate", "--model", str(model), "--out", str(path), "--repeats", str(args.repeats),
+            "--task", "sort-long", "--max-tokens", str(args.max_tokens), "--prompts", str(args.prompts),
+            "--group-size", str(args.group_size), "--max-num-seqs", str(args.max_num_seqs),
+            "--ray-engines", str(ray_engines), "--warm-tokens", str(args.warm_tokens))
+        prof = json.loads(path.read_text())
         prof["bench"] = {"seconds": time.monotonic() - t0, "load_before": l0, "load_after": load()}
         write_profile(path, prof)
     prof = json.loads(path.read_text())
@@ -93,12 +105,13 @@ def one_run(out: Path, model: Path, label: str, seed: int, args) -> Path:
         return rundir
     shutil.rmtree(rundir, ignore_errors=True)
     l0 = load()
-    run_real(RunConfig(model=str(model), policy=policy, sets=sets, out=str(rundir), steps=args.steps,
-                       task="sort-long", prompts=args.prompts, group_size=args.group_size,
-                       max_tokens=args.max_tokens, max_num_seqs=args.max_num_seqs, seed=seed,
-                       engines=engines, placement=placement, warm_tokens=args.warm_tokens))
+    cli("run", "--model", str(model), "--policy", policy, *[x for kv in sets for x in ("--set", kv)],
+        "--out", str(rundir), "--steps", str(args.steps), "--task", "sort-long",
+        "--prompts", str(args.prompts), "--group-size", str(args.group_size),
+        "--max-tokens", str(args.max_tokens), "--max-num-seqs", str(args.max_num_seqs),
+        "--seed", str(seed), "--engines", str(engines), "--placement", placement,
+        "--warm-tokens", str(args.warm_tokens), "--json")
     (rundir / "load.json").write_text(json.dumps({"before": l0, "after": load()}))
-    gc.collect()  # the run's engine and trainer, before the next run builds its own
     return rundir
 
 
@@ -131,8 +144,8 @@ def main() -> None:
     print(f"start: load {load()} on {os.cpu_count()} cores", flush=True)
     model = build_model(out, args.base_model, args.hidden, args.layers, args.intermediate)
     prof_a = out / "profile-a.json"
-    profile(prof_a, model, args, seed=0)
-    profile(out / "profile-b.json", model, args, seed=0)
+    profile(prof_a, model, args)
+    profile(out / "profile-b.json", model, args)
     rows = []
     for label in args.policies:
         for seed in args.seeds:

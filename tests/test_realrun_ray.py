@@ -38,6 +38,8 @@ def local_ray():
 
     from sortedrl.realrun.actors import connect
 
+    # a shared machine: other jobs' memory must not make Ray kill these actors mid-test
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     connect(None, num_cpus=os.cpu_count())
     yield
     if ray.is_initialized():

@@ -168,8 +168,6 @@ def runner_runs(prompts: int, group_size: int) -> list[tuple[str, list[str]]]:
 def _measure_runner(run: dict, repeats: int, tick) -> dict:
     """Short real runs, the same ones each repeat (same seed: the same work): their engine steps
     with their shapes, their updates on padded tokens, their syncs, and host overheads per run."""
-    import gc
-
     from sortedrl.realrun.run import RunConfig, run_real
     from sortedrl.timeline import Timeline
 
@@ -180,7 +178,7 @@ def _measure_runner(run: dict, repeats: int, tick) -> dict:
                 run_dir = Path(tmp) / f"run-{rep}-{k}"
                 st: dict = {}
                 run_real(RunConfig(policy=policy, sets=sets, out=str(run_dir), **run), stats=st)
-                gc.collect()  # the run's engine and trainer: free them before the next run
+                release_memory()  # the run's engine and trainer, before the next run's
                 tl = Timeline.read_jsonl(run_dir / "timeline.jsonl")
                 seq = _sequence_lengths(run_dir / "trace.partial.jsonl", run["group_size"])
                 out["train"] += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.trains]
@@ -209,6 +207,19 @@ def _measure_ray(run: dict, engines: int) -> dict:
     rounds = max(1, st["steps"])
     return {"ray_round_s": max(0.0, (st["round_s"] - st["engine_s"]) / rounds), "ray_rounds": rounds,
             "ray_sync_s": float(np.median(syncs)) if syncs else 0.0, "ray_engines": engines}
+
+
+def release_memory() -> None:
+    """Collect the last run's engine and trainer and hand the freed heap back to the machine
+    (glibc keeps it otherwise: a calibration's runs had grown one process past 13 GB)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def _sequence_lengths(rows_path: Path, n: int) -> dict[int, int]:
