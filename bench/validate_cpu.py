@@ -128,7 +128,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=512)
-    ap.add_argument("--max-num-seqs", type=int, default=32)
+    ap.add_argument("--max-num-seqs", type=int, default=16,
+                    help="vLLM max_num_seqs (its token budget, and memory, grow with it x the longest sequence)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warm-tokens", type=int, default=128,
                     help="engine warm-up: step sizes up to this many tokens (the default 1,024 costs a "
