@@ -44,9 +44,6 @@ CONTEXTS = (16, 64, 160)
 PREFILL_LENS = (8, 32, 96)
 PREFILL_COUNTS = (1, 4, 16)
 DECODE_STEPS = 12
-# a grid batch's first step prefills every prompt at once; vLLM's CPU attention holds a matrix
-# per head over all of them, so big batches of long prompts are left out (they took 10 GB)
-GRID_PREFILL_TOKENS = 4096
 OUTLIER_MADS = 4.0  # runner steps further than this many robust sds from the fit are dropped
 MIN_REL_SCALE = 0.02  # ... but never closer than 4 x 2% (a quiet machine's MAD can be tiny)
 
@@ -142,7 +139,7 @@ def _measure_grid(model: str, max_num_seqs: int, repeats: int, seed: int, contex
 
     for rep in range(repeats + 1):
         for b in (x for x in BATCHES if x <= max_num_seqs):
-            for ctx in (c for c in contexts if b * c <= GRID_PREFILL_TOKENS or c == contexts[0]):
+            for ctx in contexts:
                 times = batch_run(b, ctx, DECODE_STEPS)
                 # step 0 prefills (and samples token 1); step j decodes prompt + j tokens each
                 keep((b, b, b * ctx, b * ctx * (ctx + 1) // 2, b * ctx, 0), times[0], rep)

@@ -137,7 +137,6 @@ def register(app: typer.Typer) -> None:
         outs.file(out, "--out")
         from sortedrl.realrun.calibrate import (
             BATCHES,
-            GRID_PREFILL_TOKENS,
             PREFILL_COUNTS,
             PREFILL_LENS,
             calibrate,
@@ -156,9 +155,7 @@ def register(app: typer.Typer) -> None:
         from sortedrl.realrun.task import get_task
 
         get_task(task)  # an unknown task fails before any measurement
-        contexts = grid_contexts(max_tokens)
-        per = (sum(1 for b in BATCHES if b <= max_num_seqs for c in contexts
-                   if b * c <= GRID_PREFILL_TOKENS or c == contexts[0])
+        per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(grid_contexts(max_tokens))
                + len([c for c in PREFILL_COUNTS if c <= max_num_seqs]) * len(PREFILL_LENS))
         bar = LazyProgress(repeats * (per + len(runner_runs(prompts, group_size))), "calibrate")
         try:
