@@ -168,7 +168,6 @@ def runner_runs(prompts: int, group_size: int) -> list[tuple[str, list[str]]]:
 def _measure_runner(run: dict, repeats: int, tick) -> dict:
     """Short real runs, the same ones each repeat (same seed: the same work): their engine steps
     with their shapes, their updates on padded tokens, their syncs, and host overheads per run."""
-    from sortedrl.realrun.run import RunConfig, run_real
     from sortedrl.timeline import Timeline
 
     out = {"steps": [], "train": [], "sync": [], "host": {"step": [], "admit": [], "event": []}}
@@ -176,9 +175,7 @@ def _measure_runner(run: dict, repeats: int, tick) -> dict:
         for rep in range(repeats):
             for k, (policy, sets) in enumerate(runner_runs(run["prompts"], run["group_size"])):
                 run_dir = Path(tmp) / f"run-{rep}-{k}"
-                st: dict = {}
-                run_real(RunConfig(policy=policy, sets=sets, out=str(run_dir), **run), stats=st)
-                release_memory()  # the run's engine and trainer, before the next run's
+                st = run_apart(dict(policy=policy, sets=sets, out=str(run_dir), **run))
                 tl = Timeline.read_jsonl(run_dir / "timeline.jsonl")
                 seq = _sequence_lengths(run_dir / "trace.partial.jsonl", run["group_size"])
                 out["train"] += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.trains]
@@ -196,30 +193,33 @@ def _measure_ray(run: dict, engines: int) -> dict:
     time beyond the slowest engine's own step (calls, results over Ray), and the weight push
     through the object store. From one disaggregated ``async`` run; ``validate`` adds them to
     the simulation of a run that was on Ray."""
-    from sortedrl.realrun.run import RunConfig, run_real
     from sortedrl.timeline import Timeline
 
     with tempfile.TemporaryDirectory() as tmp:
-        st: dict = {}
-        run_real(RunConfig(policy="async", sets=["eta=1"], out=tmp + "/run", engines=engines,
-                           placement="disaggregated", **run), stats=st)
+        st = run_apart(dict(policy="async", sets=["eta=1"], out=tmp + "/run", engines=engines,
+                            placement="disaggregated", **run))
         syncs = [t1 - t0 for t0, t1, _v in Timeline.read_jsonl(Path(tmp) / "run/timeline.jsonl").syncs]
     rounds = max(1, st["steps"])
     return {"ray_round_s": max(0.0, (st["round_s"] - st["engine_s"]) / rounds), "ray_rounds": rounds,
             "ray_sync_s": float(np.median(syncs)) if syncs else 0.0, "ray_engines": engines}
 
 
-def release_memory() -> None:
-    """Collect the last run's engine and trainer and hand the freed heap back to the machine
-    (glibc keeps it otherwise: a calibration's runs had grown one process past 13 GB)."""
-    import ctypes
-    import gc
+def run_apart(config: dict) -> dict:
+    """One real run in a process of its own; returns its calibration statistics. A process that
+    ran several grew by about 1 GB per run (vLLM and torch keep what they freed), past 10 GB."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
 
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(_run_for_stats, config).result()
+
+
+def _run_for_stats(config: dict) -> dict:
+    from sortedrl.realrun.run import RunConfig, run_real
+
+    stats: dict = {}
+    run_real(RunConfig(**config), stats=stats)
+    return stats
 
 
 def _sequence_lengths(rows_path: Path, n: int) -> dict[int, int]:
