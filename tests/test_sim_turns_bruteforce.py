@@ -244,6 +244,7 @@ def test_event_jump_matches_brute_force_with_turns(case):
     assert sorted((p[2], tuple(p[3]), p[4], p[5]) for p in got.timeline.prefills) == sorted(
         (e, a, tok, red) for _, e, a, tok, red in want_prefills)
     assert got.summary["makespan_s"] == pytest.approx(want_end, rel=1e-9, abs=1e-6)
+    assert 0.0 < got.summary["efficiency"] <= 1.0  # the lower bound counts the tool chain
 
 
 def test_the_reference_is_itself_sane():

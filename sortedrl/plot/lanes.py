@@ -188,6 +188,9 @@ class Lanes:
     spans: np.ndarray  # the span table (sortedrl.metrics.SPAN_DTYPE)
     offload: Intervals | None = None  # colocated: engines moving weights/KV out (vLLM sleep)
     onload: Intervals | None = None  # and back in (wake); None when the run has neither
+    tool: Intervals | None = None  # multi-turn: some tool call runs in a sandbox
+    sandbox_full: Intervals | None = None  # some trajectory waits for a sandbox (none free)
+    away: tuple[np.ndarray, np.ndarray] | None = None  # trajectories away on tool calls (steps)
 
     @property
     def detailed(self) -> bool:
@@ -201,7 +204,7 @@ def makespan_of(tl: Timeline) -> float:
     ends = [r[1] for r in tl.spans] + [r[1] for r in tl.prefills] + [r[1] for r in tl.trains]
     ends += [r[1] for r in tl.syncs] + [r[0] for r in tl.admits] + [r[0] for r in tl.aborts]
     ends += [r[1] for r in tl.offloads + tl.onloads]
-    ends += [r[0] for r in tl.discards]
+    ends += [r[0] for r in tl.discards] + [r[2] for r in tl.tools]
     return float(max(ends, default=0.0))
 
 
@@ -230,4 +233,17 @@ def lanes(tl: Timeline) -> Lanes:
                    np.array([r[1] for r in rows], dtype=float))
              for rows in (tl.offloads, tl.onloads)] if tl.offloads or tl.onloads else [None, None]
     return Lanes(engines, int(tl.meta["max_num_seqs"]), makespan, rollout, prefill, idle, train,
-                 sync, complement(busy, 0.0, makespan), sp, *moves)
+                 sync, complement(busy, 0.0, makespan), sp, *moves, *tool_lanes(tl))
+
+
+def tool_lanes(tl: Timeline) -> tuple:
+    """Multi-turn runs: when some tool call runs in a sandbox and none waits for one, when the
+    pool is full (some trajectory waits), and the trajectories away on a tool call (asked to
+    back) as a step function (:func:`running_steps`); all ``None`` without tool calls."""
+    if not tl.tools:
+        return None, None, None
+    asked, start, back = (np.array([r[k] for r in tl.tools], dtype=float) for k in (0, 1, 2))
+    waiting = start > asked
+    full = union(asked[waiting], start[waiting])
+    return difference(union(start, back), full), full, running_steps(asked, back)
+

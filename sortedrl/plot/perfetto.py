@@ -11,7 +11,11 @@ the start of the run. One process per engine (``pid = engine + 1``) and one for 
   with its attempt, version, tokens and how it ended; spans are packed greedily onto the fewest
   slots, so a slot never holds two spans at once;
 - engine, counter ``running samples``: the running batch size, one event per change;
-- trainer, thread 0 ``train`` (one event per update) and thread 1 ``sync`` (one per sync).
+- trainer, thread 0 ``train`` (one event per update) and thread 1 ``sync`` (one per sync);
+- multi-turn runs, process ``tools`` (``pid = engines + 2``): threads ``sandbox k``, one complete
+  event per tool call while it runs (``sample I turn T``, with the seconds it waited for the
+  sandbox), packed like the slots (detailed runs only), and the counters ``away on tool calls``
+  and ``waiting for a sandbox``, one event per change.
 
 A run with more than :data:`~sortedrl.plot.lanes.DETAIL_LIMIT` spans is exported bounded
 instead: no slot threads; the activity thread holds ``active`` events, the stretches during which
@@ -136,10 +140,30 @@ def trace_events(tl: Timeline) -> dict:
         events += [_x(f"{kind} (version {v})", a, b, pid, tid, kind, {"version": v})
                    for tid, kind, rows in ((2, "offload", tl.offloads), (3, "onload", tl.onloads))
                    for a, b, v in rows]
+    if tl.tools:
+        events += _tool_events(tl, ln, E + 2)
     m = tl.meta
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"policy": m.get("policy"), "trace": m.get("trace"),
                           "cluster": m.get("cluster"), "detailed": ln.detailed}}
+
+
+def _tool_events(tl: Timeline, ln: L.Lanes, pid: int) -> list[dict]:
+    """The ``tools`` process of a multi-turn run (see the module docstring)."""
+    events = [_meta("process_name", pid, "tools"), _meta("process_sort_index", pid, pid - 1)]
+    asked, start, back = (np.array([r[k] for r in tl.tools], dtype=float) for k in (0, 1, 2))
+    if ln.detailed:
+        slots = assign_slots(start, back)
+        events += [_meta("thread_name", pid, f"sandbox {k}", k) for k in range(int(slots.max()) + 1)]
+        for (t, ts, te, e, i, a, turn), k in zip(tl.tools, slots.tolist(), strict=True):
+            events.append(_x(f"sample {i} turn {turn}", ts, te, pid, k, "tool",
+                             {"sample": i, "attempt": a, "turn": turn, "engine": e,
+                              "waited_s": round(ts - t, 6)}))
+    for name, key, (ts, n) in (("away on tool calls", "away", ln.away),
+                               ("waiting for a sandbox", "waiting", L.running_steps(asked, start))):
+        events += [{"name": name, "ph": "C", "ts": _us(a), "pid": pid, "args": {key: int(c)}}
+                   for a, c in zip(ts, n, strict=True)]
+    return events
 
 
 def perfetto_json(tl: Timeline) -> str:

@@ -33,7 +33,7 @@ from sortedrl.timeline import Timeline
 
 COLORS = {"rollout": "#4c78a8", "prefill": "#f58518", "idle": "#d0d0d0", "train": "#54a24b",
           "sync": "#b279a2", "capacity": "#222222", "total": "#222222", "offload": "#e45756",
-          "onload": "#72b7b2"}
+          "onload": "#72b7b2", "tool": "#9d755d", "sandbox_full": "#d62728"}
 VERSION_SCALE = "Viridis"
 MAX_VERSION_GROUPS = 12  # stacked occupancy curves of a large run: at most this many version groups
 STEP_COLUMNS = ("update", "version", "start (s)", "end (s)", "duration (s)", "samples", "tokens")
@@ -92,6 +92,7 @@ def timeline_figure(tl: Timeline, summary: dict | None = None) -> go.Figure:
                          showgrid=True, gridcolor="#eeeeee", zeroline=False, row=row, col=1)
     fig.update_yaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False)
     moves = ["offload/onload"] if ln.offload is not None else []
+    moves += ["tool calls"] if ln.tool is not None else []
     fig.update_yaxes(title_text="lane", tickvals=list(range(E + 1 + len(moves))),
                      ticktext=[f"engine {e}" for e in range(E)] + ["trainer"] + moves,
                      autorange="reversed", showgrid=False, row=1, col=1)
@@ -124,6 +125,8 @@ def _lanes(fig: go.Figure, ln: L.Lanes) -> None:
         moved = L.union(np.concatenate([ln.offload[0], ln.onload[0]]),
                         np.concatenate([ln.offload[1], ln.onload[1]]))
         lanes.append([ln.offload, ln.onload, L.complement(moved, 0.0, ln.makespan)])
+    if ln.tool is not None:  # multi-turn: sandboxes running tool calls, and a full pool
+        lanes.append([ln.tool, ln.sandbox_full, (np.zeros(0), np.zeros(0))])
     if ln.detailed:
         bars = [[L.Bars.exact(iv, lane) for iv in states] for lane, states in enumerate(lanes)]
     else:
@@ -137,6 +140,10 @@ def _lanes(fig: go.Figure, ln: L.Lanes) -> None:
     if ln.offload is not None:
         _hbar(fig, bars[E + 1][0], "engines: offload", COLORS["offload"], "offload")
         _hbar(fig, bars[E + 1][1], "engines: onload", COLORS["onload"], "offload")
+    if ln.tool is not None:
+        lane = E + 1 + int(ln.offload is not None)
+        _hbar(fig, bars[lane][0], "tools: calls running", COLORS["tool"], "tools")
+        _hbar(fig, bars[lane][1], "tools: pool full, calls queue", COLORS["sandbox_full"], "tools")
     _hbar(fig, L.Bars.concat([b[2] for b in bars[:E + 1]]), "idle (bubble)", COLORS["idle"], "idle")
 
 
@@ -167,6 +174,13 @@ def _batch(fig: go.Figure, ln: L.Lanes) -> None:
                              line={"color": COLORS["capacity"], "dash": "dash", "width": 1},
                              legend="legend2", mode="lines",
                              hovertemplate=f"{cap} slots<extra></extra>"), row=2, col=1)
+    if ln.away is not None:  # multi-turn: trajectories holding no slot while their tool runs
+        x, y = _steps_xy(*ln.away, end)
+        fig.add_trace(go.Scatter(x=np.round(x, 6), y=np.round(y, 3), name="away on tool calls",
+                                 line={"color": COLORS["tool"], "width": 2, "shape": "hv"},
+                                 legend="legend2", mode="lines",
+                                 hovertemplate="t %{x:.3f} s<br>%{y} away<extra>tools</extra>"),
+                      row=2, col=1)
     if E > 1:
         palette = sample_colorscale("Blues", [0.45 + 0.5 * e / max(E - 1, 1) for e in range(E)])
         for e in range(E):

@@ -20,6 +20,7 @@ from sortedrl.policies.registry import run_context  # noqa: F401  (re-exported)
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.turns import tool_floor
 from sortedrl.timeline import Timeline
 from sortedrl.traces.schema import Trace
 
@@ -46,6 +47,7 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     prefill = c.p1 * int(trace.prompt_len.sum())
     work = (decode / peak + prefill) / cluster.engines
     chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.weight_read(1))
+    chain = max(chain, tool_floor(trace, cluster, c))  # turns: tool calls lie on the chain
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
     lengths = (trace.prompt_len + trace.response_len).tolist()
     train = c.train(tokens, sum(n * (n + 1) // 2 for n in lengths))  # unpadded: a true floor
