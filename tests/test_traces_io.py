@@ -307,7 +307,7 @@ def test_unknown_metadata_field(tmp_path: Path) -> None:
 def test_other_malformed_inputs(tmp_path: Path) -> None:
     assert _err(tmp_path, "t.csv", f"{HEADER},colour\na,0,5,10,false,red\n") == (
         "line 1: unknown column 'colour' (known: prompt_id, sample, prompt_len, response_len, "
-        "truncated, step, reward, finish_reason)"
+        "truncated, step, reward, finish_reason, turn_gen, turn_tool_s, turn_tool_tokens)"
     )
     assert _err(tmp_path, "t.csv", f"{HEADER}\na,0,5,10,false\na,1,5,10\n") == (
         "line 3: expected 5 fields, got 4"

@@ -17,6 +17,7 @@ import numpy as np
 
 from sortedrl.errors import TraceError
 from sortedrl.traces.schema import COLUMNS, REQUIRED, Trace, TraceMeta
+from sortedrl.traces.turns import TURN_FIELDS
 
 MAGIC = "sortedrl_trace"
 VERSION = 1
@@ -107,12 +108,14 @@ def build(
         raise TraceError(msg.replace("(first at row ", f"(first at {unit} ", 1)) from None
 
 
-def check_header(path: Path, names: list[str], what: str) -> None:
+def check_header(
+    path: Path, names: list[str], what: str, known: tuple[str, ...] = COLUMNS + TURN_FIELDS
+) -> None:
     seen: set[str] = set()
     for name in names:
-        if name not in COLUMNS:
+        if name not in known:
             raise TraceError(
-                f"{path}: {what}: unknown column {name!r} (known: {', '.join(COLUMNS)})"
+                f"{path}: {what}: unknown column {name!r} (known: {', '.join(known)})"
             )
         if name in seen:
             raise TraceError(f"{path}: {what}: duplicate column {name!r}")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.traces import _turn_codec
 from sortedrl.traces._codec import (
     MAGIC,
     build,
@@ -25,6 +26,7 @@ from sortedrl.traces._codec import (
 )
 from sortedrl.traces._fast import arrow_columns
 from sortedrl.traces.schema import Trace
+from sortedrl.traces.turns import TURN_FIELDS
 
 
 def to_arrow(trace: Trace, pa: Any) -> Any:
@@ -39,6 +41,9 @@ def to_arrow(trace: Trace, pa: Any) -> Any:
         typ = types.get(name, pa.int64())
         arrays.append(pa.array(col.tolist() if col.dtype.kind == "U" else col, type=typ))
         fields.append(pa.field(name, typ, nullable=False))
+    for field, arr in _turn_codec.arrow_columns(trace, pa):
+        arrays.append(arr)
+        fields.append(field)
     schema = pa.schema(fields, metadata={MAGIC: json.dumps(meta_dict(trace.meta))})
     return pa.Table.from_arrays(arrays, schema=schema)
 
@@ -66,11 +71,15 @@ def read_parquet(path: Path) -> Trace:
     if table.num_rows == 0:
         raise TraceError(f"{path}: no data rows")
     rows = range(1, table.num_rows + 1)
-    clean = arrow_columns(table)  # the usual file: every column of its expected type
+    turns = _turn_codec.arrow_read(path, table, pa)  # list columns, flattened in bulk
+    rest = table.select([n for n in table.column_names if n not in TURN_FIELDS])
+    clean = arrow_columns(rest)  # the usual file: every column of its expected type
     if clean is not None:
-        return build(path, clean, given, rows, unit="row")  # type: ignore[arg-type]
-    columns: dict[str, Any] = {}
+        return build(path, {**clean, **turns}, given, rows, unit="row")  # type: ignore[arg-type]
+    columns: dict[str, Any] = dict(turns)
     for name in table.column_names:
+        if name in TURN_FIELDS:
+            continue
         col = table.column(name)
         if col.null_count:
             i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])

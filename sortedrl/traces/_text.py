@@ -18,6 +18,7 @@ from typing import IO, Any
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.traces import _turn_codec
 from sortedrl.traces._codec import (
     CSV_META_PREFIX,
     INT_COLUMNS,
@@ -37,6 +38,9 @@ from sortedrl.traces.schema import COLUMNS, Trace
 def write_jsonl(trace: Trace, f: IO[str]) -> None:
     f.write(json.dumps(meta_dict(trace.meta)) + "\n")
     cols = py_columns(trace)
+    turns = _turn_codec.jsonl_turns(trace)
+    if turns is not None:
+        cols[_turn_codec.JSONL_FIELD] = turns  # already JSON, written as is
     names = list(cols)
     quoted: dict[str, str] = {}
 
@@ -104,7 +108,7 @@ def read_jsonl(path: Path, f: IO[str]) -> Trace:
             raise TraceError(f"{path}: no data rows after the metadata line")
 
     names = list(objs[0])
-    check_header(path, names, f"line {lines[0]}")
+    check_header(path, names, f"line {lines[0]}", COLUMNS + (_turn_codec.JSONL_FIELD,))
     nkeys = len(names)
     columns: dict[str, Any] = {}
     for name in names:
@@ -124,10 +128,19 @@ def read_jsonl(path: Path, f: IO[str]) -> Trace:
         where = f"{path}: line {lines[i]}"
         if extra == MAGIC:
             raise TraceError(f"{where}: metadata is only allowed on the first line")
-        what = "unknown" if extra not in COLUMNS else f"absent from line {lines[0]}"
+        known = COLUMNS + (_turn_codec.JSONL_FIELD,)
+        what = "unknown" if extra not in known else f"absent from line {lines[0]}"
         raise TraceError(f"{where}: field {extra!r} is {what}")
     del objs  # the columns hold the values; free the per-row dicts before building arrays
-    return build(path, _typed(path, columns, lines), given, lines)
+    turns = columns.pop(_turn_codec.JSONL_FIELD, None)
+    typed = _typed(path, columns, lines)
+    if turns is None:
+        return build(path, typed, given, lines)
+    typed.update(_turn_codec.jsonl_columns(path, turns, lines))
+    try:
+        return build(path, typed, given, lines)
+    except TraceError as e:
+        raise TraceError(_turn_codec.jsonl_message(str(e))) from None
 
 
 _JSON_KIND = {"truncated": "a boolean", "reward": "a number"}
@@ -166,6 +179,7 @@ def _typed(path: Path, columns: dict[str, list[Any]], lines: list[int]) -> dict[
 def write_csv(trace: Trace, f: IO[str]) -> None:
     f.write(CSV_META_PREFIX + json.dumps(meta_dict(trace.meta)) + "\n")
     cols = py_columns(trace)
+    cols.update(_turn_codec.csv_cells(trace))
     if "truncated" in cols:
         cols["truncated"] = ["true" if v else "false" for v in cols["truncated"]]
     if "reward" in cols:
@@ -234,7 +248,9 @@ def read_csv(path: Path, f: IO[str]) -> Trace:
             i = vals.index("")
             raise TraceError(f"{path}: line {lines[i]}: field '{name}' is empty")
         columns[name] = vals
-    return build(path, _typed_csv(columns), given, lines)
+    turns = {c: columns.pop(c) for c in _turn_codec.CSV_COLUMNS if c in columns}
+    _turn_codec.csv_columns(path, turns, lines)
+    return build(path, {**_typed_csv(columns), **turns}, given, lines)
 
 
 def _csv_records_slow(

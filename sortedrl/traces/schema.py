@@ -12,6 +12,11 @@ so a write followed by a read gives an equal :class:`Trace`.
 The same prompt may appear in several steps (epochs); the key of a row is therefore
 ``(step, prompt_id, sample)`` when the trace has a ``step`` column and ``(prompt_id, sample)``
 otherwise. A duplicate key is an error.
+
+A row may also carry its *turns* (a multi-turn agentic trajectory: generation, tool call, tool
+output, next turn), as optional ragged columns ``turn_offsets``, ``turn_gen``, ``turn_tool_s``
+and ``turn_tool_tokens``; :mod:`sortedrl.traces.turns` defines and validates them. A trace
+without turns has them all ``None`` and behaves exactly as a single-turn trace.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.traces import turns as _turns
+from sortedrl.traces.turns import TURN_COLUMNS
 
 REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
 OPTIONAL = ("step", "reward", "finish_reason")
@@ -50,6 +57,10 @@ class Trace:
     step: np.ndarray | None = None  # int64
     reward: np.ndarray | None = None  # float64
     finish_reason: np.ndarray | None = None  # str (numpy unicode)
+    turn_offsets: np.ndarray | None = None  # int64, rows + 1 (see sortedrl.traces.turns)
+    turn_gen: np.ndarray | None = None  # int64, one per turn: generated tokens
+    turn_tool_s: np.ndarray | None = None  # float64, one per turn: tool seconds after it
+    turn_tool_tokens: np.ndarray | None = None  # int64, one per turn: tool-output tokens after it
     name: str = field(default="trace", compare=False)
 
     # -- construction --------------------------------------------------------------------
@@ -66,7 +77,8 @@ class Trace:
         """Validate raw columns and return the canonical trace.
 
         ``where`` names the source in error messages (usually the file path); ``rows`` maps each
-        input row to the line number to report (defaults to 1-based row index).
+        input row to the line number to report (defaults to 1-based row index). Turn columns
+        are given flat with ``turn_offsets``, or per row (lists) without it.
         """
         for col in REQUIRED:
             if col not in columns:
@@ -216,6 +228,10 @@ class Trace:
                 f"expected group_size {meta.group_size}"
             )
 
+        turns = _turns.check_turns(columns, n, response_len, where, line)
+        if turns is not None:
+            turns = _turns.reorder(turns, order)
+
         def take(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[order]
 
@@ -229,6 +245,7 @@ class Trace:
             step=take(step),
             reward=take(reward),
             finish_reason=take(finish),
+            **dict(zip(TURN_COLUMNS, turns or (None,) * 4, strict=True)),
             name=name or (meta.source or where),
         )
 
@@ -250,13 +267,30 @@ class Trace:
         return int(np.count_nonzero(first == first[0]))
 
     def columns(self) -> dict[str, np.ndarray]:
-        """The present columns, in schema order."""
+        """The present per-row columns, in schema order (the turn columns are apart)."""
         return {c: getattr(self, c) for c in COLUMNS if getattr(self, c) is not None}
+
+    @property
+    def has_turns(self) -> bool:
+        return self.turn_offsets is not None
+
+    def turn_columns(self) -> dict[str, np.ndarray]:
+        """The four flat turn columns (``turn_offsets`` first), or ``{}`` without turns."""
+        if self.turn_offsets is None:
+            return {}
+        return {c: getattr(self, c) for c in TURN_COLUMNS}
+
+    def turns_per_row(self) -> np.ndarray:
+        """Turns of each trajectory (int64, one per row); all 1 for a trace without turns."""
+        if self.turn_offsets is None:
+            return np.ones(len(self), dtype=np.int64)
+        return np.diff(self.turn_offsets)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trace) or self.meta != other.meta:
             return False
-        a, b = self.columns(), other.columns()
+        a = {**self.columns(), **self.turn_columns()}
+        b = {**other.columns(), **other.turn_columns()}
         return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
     __hash__ = None  # type: ignore[assignment]
