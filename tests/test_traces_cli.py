@@ -127,7 +127,8 @@ def test_stats_table(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["synth", "nope"], "error: unknown preset 'nope'; known presets: logic-8k, math-16k"),
+        (["synth", "nope"], "error: unknown preset 'nope'; known presets: logic-8k, math-16k, "
+                            "agentic-retool, agentic-search, agentic-swe"),
         (["synth", "math-16k", "--prompts", "0"], "error: prompts must be >= 1, got 0"),
         (
             ["synth", "math-16k", "--dataset-size", "3"],

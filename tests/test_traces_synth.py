@@ -141,7 +141,10 @@ def test_prompt_ids_recur_when_dataset_is_smaller() -> None:
 def test_unknown_preset() -> None:
     with pytest.raises(ConfigError) as e:
         synthesize("code-32k")
-    assert str(e.value) == "unknown preset 'code-32k'; known presets: logic-8k, math-16k"
+    assert str(e.value) == (
+        "unknown preset 'code-32k'; known presets: logic-8k, math-16k, "
+        "agentic-retool, agentic-search, agentic-swe"
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sortedrl.cli import app as main_app
 from sortedrl.errors import TraceError
-from sortedrl.traces import Trace, TraceMeta, read_trace, synthesize, write_trace
+from sortedrl.traces import Trace, TraceMeta, read_trace, synthesize, trace_stats, write_trace
+from sortedrl.traces.importers import import_framework
+from sortedrl.traces.synth_agentic import AGENTIC_PRESETS
 
 runner = CliRunner()
 META = TraceMeta(max_response_len=10, group_size=2, source="t")
@@ -183,3 +187,103 @@ def test_bad_turn_files_fail_with_one_line_and_write_nothing(tmp_path: Path, cas
     assert result.stderr.splitlines() == [f"error: {message}"]
     assert "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+
+def test_stats_show_turns_and_tool_time() -> None:
+    cols = _columns(turn_tool_s=[[0.5, 0.0], [0.0], [1.0, 0.0], [0.25, 0.25, 0.0]])
+    stats = trace_stats(Trace.from_columns(cols, META))
+    assert stats["turns_mean"] == 2.0 and stats["turns_max"] == 3 and stats["turns_p50"] == 2.0
+    assert stats["gen_tokens_per_turn_mean"] == 18 / 8
+    assert stats["tool_calls"] == 4  # 8 turns, 4 of them last in their trajectory
+    assert stats["tool_s_mean"] == 0.5 and stats["tool_s_max"] == 1.0
+    assert stats["tool_s_p50"] == 0.375
+    assert stats["tool_s_per_trajectory_mean"] == 0.5  # (0.5 + 0 + 1 + 0.5) / 4
+    assert stats["tool_tokens_per_call_mean"] == (7 + 8 + 1 + 2) / 4
+    plain = trace_stats(synthesize("logic-8k", prompts=2, group_size=2, steps=1))
+    assert not any(k.startswith(("turns_", "tool_")) for k in plain)
+
+
+# -- agentic presets -------------------------------------------------------------------------
+
+
+def test_retool_preset_matches_its_published_turn_count(tmp_path: Path) -> None:
+    t = synthesize("agentic-retool", steps=2, seed=0)
+    p = AGENTIC_PRESETS["agentic-retool"]
+    assert t.has_turns and len(t) == 2 * 64 * 16 and t.meta.max_response_len == 16384
+    assert t == synthesize("agentic-retool", steps=2, seed=0)  # deterministic
+    turns = t.turns_per_row()
+    assert turns.max() <= p.max_turns and turns.min() >= 1
+    # verl's num_turns (user + assistant turns + 1) = 2 * tool calls + 2: 7.2 after SFT
+    num_turns = 2 * (turns.mean() - 1) + 2
+    assert num_turns == pytest.approx(7.2, rel=0.1)
+    assert t.turn_tool_s.max() <= p.tool_timeout_s and t.turn_tool_tokens.max() <= p.obs_cap
+    assert (t.response_len <= p.max_response_len).all()
+    write_trace(t, tmp_path / "r.parquet")
+    assert read_trace(tmp_path / "r.parquet") == t
+
+
+def test_search_and_swe_presets_keep_their_caps() -> None:
+    for name in ("agentic-search", "agentic-swe"):
+        p = AGENTIC_PRESETS[name]
+        t = synthesize(name, prompts=16, group_size=4, steps=2, seed=1)
+        assert t.turns_per_row().max() <= p.max_turns
+        assert t.turn_gen.max() <= p.turn_cap and t.turn_tool_s.max() <= p.tool_timeout_s
+        last = t.turn_offsets[1:] - 1
+        assert (t.turn_tool_s[last] == 0).all()
+
+
+def test_cli_synth_and_stats_of_an_agentic_preset(tmp_path: Path) -> None:
+    out = tmp_path / "a.jsonl"
+    r = runner.invoke(main_app, ["trace", "synth", "agentic-search", "--out", str(out),
+                                 "--prompts", "8", "--group-size", "2", "--steps", "1"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main_app, ["trace", "stats", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.stdout)
+    t = read_trace(out)
+    assert stats["turns_max"] == int(t.turns_per_row().max())
+    assert stats["tool_calls"] == int(t.turn_gen.size - len(t))
+
+
+# -- importers -------------------------------------------------------------------------------
+
+
+def _slime_sample(group: int, index: int, mask: list[int], tool_s: float) -> dict:
+    return {"group_index": group, "index": index, "tokens": [1, 5, 6] + [7] * len(mask),
+            "response_length": len(mask), "reward": 1.0, "status": "completed",
+            "loss_mask": mask, "non_generation_time": tool_s}
+
+
+def test_slime_loss_mask_gives_turns(tmp_path: Path) -> None:
+    samples = [
+        _slime_sample(0, 0, [1, 1, 0, 0, 0, 1, 1, 1], 3.0),  # two turns, 3 tool tokens
+        _slime_sample(0, 1, [1, 1, 1, 1], 0.0),  # one turn
+        _slime_sample(1, 2, [1, 0, 1, 0, 0, 1, 0], 4.0),  # three turns; trailing tool output
+        _slime_sample(1, 3, [1, 1], 0.0),
+    ]
+    torch.save({"rollout_id": 0, "samples": samples}, tmp_path / "0.pt")
+    t, _ = import_framework("slime", tmp_path / "0.pt")
+    assert t.response_len.tolist() == [5, 4, 3, 2]  # generated tokens only
+    assert t.turns_per_row().tolist() == [2, 1, 3, 1]
+    assert t.turn_gen.tolist() == [2, 3, 4, 1, 1, 1, 2]
+    assert t.turn_tool_tokens.tolist() == [3, 0, 0, 1, 2, 0, 0]
+    assert t.turn_tool_s.tolist() == [3.0, 0.0, 0.0, 2.0, 2.0, 0.0, 0.0]
+    bad = [_slime_sample(0, 0, [1, 0, 1], -1.0), _slime_sample(0, 1, [1], 0.0)]
+    torch.save({"rollout_id": 0, "samples": bad}, tmp_path / "bad.pt")
+    with pytest.raises(TraceError) as e:
+        import_framework("slime", tmp_path / "bad.pt")
+    assert str(e.value) == f"{tmp_path / 'bad.pt'}: sample 0: field 'non_generation_time': -1.0 is negative"
+
+
+def test_nemo_rl_multi_turn_sample_gives_turns(tmp_path: Path) -> None:
+    rows = [
+        {"input_lengths": 9, "token_ids": list(range(9)), "token_loss_mask": [0, 0, 1, 1, 0, 0, 1, 1, 1]},
+        {"input_lengths": 4, "token_ids": [0, 1, 5, 6], "token_loss_mask": [0, 0, 1, 1]},
+    ]
+    (tmp_path / "train_data_step3.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t, _ = import_framework("nemo-rl", tmp_path)
+    assert t.response_len.tolist() == [5, 2] and t.prompt_len.tolist() == [2, 2]
+    assert t.turn_gen.tolist() == [2, 3, 2] and t.turn_tool_tokens.tolist() == [2, 0, 0]

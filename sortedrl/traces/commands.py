@@ -24,7 +24,7 @@ from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.io import FORMATS, read_trace, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
-from sortedrl.traces.synth import PRESETS, synthesize
+from sortedrl.traces.synth import preset_names, synthesize
 
 app = typer.Typer(
     name="trace",
@@ -118,7 +118,7 @@ def _import_framework(framework: str, path: Path, out: Path, tokenizer: Path | N
 @app.command("synth")
 @user_errors
 def synth_cmd(
-    preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(sorted(PRESETS))}.")],
+    preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(preset_names())}.")],
     out: Annotated[Path, typer.Option(help="Output trace (.jsonl, .csv or .parquet).")],
     prompts: Annotated[int | None, typer.Option(
         help="Prompts per step (default: the preset's, 128).", show_default=False)] = None,

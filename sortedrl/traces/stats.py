@@ -49,6 +49,8 @@ def trace_stats(trace: Trace) -> dict[str, Any]:
     out["prompt_len_mean"] = float(trace.prompt_len.mean())
     if trace.reward is not None:
         out["reward_mean"] = float(trace.reward.mean())
+    if trace.turn_offsets is not None:
+        out.update(turn_stats(trace))
     if trace.step is not None:
         steps, inverse, counts = np.unique(trace.step, return_inverse=True, return_counts=True)
         sums = np.bincount(inverse.reshape(-1), weights=r.astype(np.float64))
@@ -56,6 +58,30 @@ def trace_stats(trace: Trace) -> dict[str, Any]:
             {"step": int(s), "samples": int(c), "mean_response_len": float(t / c)}
             for s, c, t in zip(steps, counts, sums, strict=True)
         ]
+    return out
+
+
+def turn_stats(trace: Trace) -> dict[str, Any]:
+    """Turns per trajectory and tool time, for a trace with turns (units in docs/traces.md)."""
+    turns = np.diff(trace.turn_offsets)
+    called = np.ones(trace.turn_gen.size, dtype=bool)
+    called[trace.turn_offsets[1:] - 1] = False  # no tool call after a trajectory's last turn
+    tool_s = trace.turn_tool_s[called]
+    per_row_tool_s = np.add.reduceat(trace.turn_tool_s, trace.turn_offsets[:-1])
+    out: dict[str, Any] = {
+        "turns_mean": float(turns.mean()),
+        "turns_p50": float(np.percentile(turns, 50)),
+        "turns_p99": float(np.percentile(turns, 99)),
+        "turns_max": int(turns.max()),
+        "gen_tokens_per_turn_mean": float(trace.turn_gen.mean()),
+        "tool_calls": int(tool_s.size),
+        "tool_s_per_trajectory_mean": float(per_row_tool_s.mean()),
+    }
+    if tool_s.size:
+        p50, p99 = np.percentile(tool_s, [50, 99])
+        out.update(tool_s_mean=float(tool_s.mean()), tool_s_p50=float(p50),
+                   tool_s_p99=float(p99), tool_s_max=float(tool_s.max()),
+                   tool_tokens_per_call_mean=float(trace.turn_tool_tokens[called].mean()))
     return out
 
 
@@ -76,6 +102,18 @@ _LABELS = {
     "mean_over_cap": "mean / cap",
     "prompt_len_mean": "prompt len mean",
     "reward_mean": "reward mean",
+    "turns_mean": "turns per trajectory mean",
+    "turns_p50": "turns per trajectory p50",
+    "turns_p99": "turns per trajectory p99",
+    "turns_max": "turns per trajectory max",
+    "gen_tokens_per_turn_mean": "generated tokens per turn mean",
+    "tool_calls": "tool calls",
+    "tool_s_mean": "tool s per call mean",
+    "tool_s_p50": "tool s per call p50",
+    "tool_s_p99": "tool s per call p99",
+    "tool_s_max": "tool s per call max",
+    "tool_s_per_trajectory_mean": "tool s per trajectory mean",
+    "tool_tokens_per_call_mean": "tool-output tokens per call mean",
 }
 
 
@@ -85,7 +123,7 @@ def _fmt(key: str, v: Any) -> str:
     if isinstance(v, float):
         if key in ("truncated_share",):
             return f"{v:.2%}"
-        if key in ("mean_over_cap", "reward_mean", "p99_p50_not_truncated"):
+        if key in ("mean_over_cap", "reward_mean", "p99_p50_not_truncated") or "tool_s" in key:
             return f"{v:.3f}"
         return f"{v:,.1f}"
     if isinstance(v, int):

@@ -38,6 +38,7 @@ import numpy as np
 
 from sortedrl.errors import ConfigError
 from sortedrl.traces.schema import Trace, TraceMeta
+from sortedrl.traces.synth_agentic import AGENTIC_PRESETS, generate_agentic
 
 
 @dataclass(frozen=True)
@@ -134,18 +135,31 @@ def synthesize(
     shuffled order (like a shuffling dataloader with ``drop_last``); a prompt keeps its
     difficulty and prompt length across epochs, so its ``prompt_id`` recurs.
     """
-    if preset not in PRESETS:
-        known = ", ".join(sorted(PRESETS))
+    if preset not in PRESETS and preset not in AGENTIC_PRESETS:
+        known = ", ".join(preset_names())
         raise ConfigError(f"unknown preset {preset!r}; known presets: {known}")
-    params = PRESETS[preset]
+    params = PRESETS.get(preset) or AGENTIC_PRESETS[preset]
     P = params.prompts if prompts is None else prompts
     n = params.group_size if group_size is None else group_size
     S = params.steps if steps is None else steps
-    trace = generate(params, P, n, S, seed=seed, dataset_size=dataset_size)
+    if isinstance(params, SynthParams):
+        trace = generate(params, P, n, S, seed=seed, dataset_size=dataset_size)
+    else:
+        P, n, S, seed = (_check_int(k, v, m) for k, v, m in
+                         (("prompts", P, 1), ("group_size", n, 1), ("steps", S, 1), ("seed", seed, 0)))
+        D = P * S if dataset_size is None else _check_int("dataset_size", dataset_size, 1)
+        if D < P:
+            raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
+        trace = generate_agentic(params, P, n, S, seed, D, "synth")
     D = P * S if dataset_size is None else dataset_size
     source = f"synth:{preset} seed={seed} prompts={P} group_size={n} steps={S} dataset_size={D}"
     meta = TraceMeta(trace.meta.max_response_len, trace.meta.group_size, source)
     return dataclasses.replace(trace, meta=meta, name=preset)
+
+
+def preset_names() -> list[str]:
+    """Every synthetic preset: the single-turn length presets, then the agentic (multi-turn) ones."""
+    return sorted(PRESETS) + sorted(AGENTIC_PRESETS)
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:

@@ -3,8 +3,11 @@
 NeMo-RL logs the training batch: ``input_lengths`` (tokens in the sample, prompt and response),
 ``token_ids`` and ``token_loss_mask`` (1 on tokens the policy generated), ``rewards`` and
 ``content``. The response length is the masked tokens within ``input_lengths``; the prompt is
-the tokens before the first masked one (a multi-turn sample's tool outputs count as prompt). A
-group is the samples with the same prompt tokens within one step; the step is ``N``.
+the tokens before the first masked one. A group is the samples with the same prompt tokens within
+one step; the step is ``N``. A multi-turn sample (environment output between generated runs, mask
+0) becomes a row with turns: each run of 1s a turn, the 0s after it that turn's tool output
+(NeMo-RL's dump has no tool seconds: 0). A single-turn sample keeps its trailing unmasked tokens
+in the prompt length, as before.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from sortedrl.traces.importers._common import (
     dump_files,
     number_or_none,
     read_jsonl,
+    turns_from_mask,
     whole_number,
 )
 
@@ -50,5 +54,9 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
             response = sum(1 for m in mask if m)
             key = "ids:" + ",".join(map(str, ids[:prompt]))
             reward = number_or_none(where, "rewards", obj.get("rewards"))
-            rows.add(key, step, max(1, total - response), response, reward)
+            turns = turns_from_mask(where, "token_loss_mask", mask[prompt:], None)
+            if len(turns[0]) == 1:
+                rows.add(key, step, max(1, total - response), response, reward)
+            else:
+                rows.add(key, step, max(1, prompt), response, reward, turns=turns)
     return rows, len(files)

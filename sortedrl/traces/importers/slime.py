@@ -7,6 +7,12 @@ Each sample gives ``group_index`` (its GRPO group within the rollout), ``index``
 step is ``rollout_id``; a group is a ``group_index`` within one rollout, named by its prompt text
 when the sample holds one (so a prompt revisited in a later rollout keeps its id). The file is
 opened with ``torch.load(weights_only=True)``: a file that needs pickled code to load is refused.
+
+Multi-turn samples (slime's custom generate functions for tool use) carry ``loss_mask`` over the
+response: 1 for the model's tokens, 0 for tool output appended to the context. Its runs give the
+turns (:func:`._common.turns_from_mask`); the response length is then the generated tokens only,
+and ``non_generation_time`` (the sample's seconds outside generation, when set) is split evenly
+over its tool calls.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from sortedrl.traces.importers._common import (
     check_layout,
     dump_files,
     number_or_none,
+    turns_from_mask,
     whole_number,
 )
 
@@ -65,9 +72,30 @@ def read_slime(path: Path) -> tuple[Rows, int]:
             key = (f"prompt:{json.dumps(text, sort_keys=True)}" if text
                    else f"rollout:{step}:group:{group}")
             status = str(sample["status"])
+            turns = _turns(where, sample, response)
+            if turns is not None:
+                response = sum(turns[0])
             rows.add(key, step, prompt, response, _reward(where, sample["reward"]),
-                     stopped_at_cap=status == "truncated")
+                     stopped_at_cap=status == "truncated", turns=turns)
     return rows, len(files)
+
+
+def _turns(where: str, sample: dict, response: int):
+    """The sample's turns from its ``loss_mask``, or None for a single-turn sample."""
+    mask = sample.get("loss_mask")
+    if mask is None:
+        return None
+    if hasattr(mask, "tolist"):  # a tensor in some versions
+        mask = mask.tolist()
+    if isinstance(mask, list) and len(mask) != response:
+        raise TraceError(f"{where}: field 'loss_mask': {len(mask)} entries, but response_length "
+                         f"is {response}")
+    if isinstance(mask, list) and 0 not in mask:
+        return None
+    tool_s = number_or_none(where, "non_generation_time", sample.get("non_generation_time"))
+    if tool_s is not None and tool_s < 0:
+        raise TraceError(f"{where}: field 'non_generation_time': {tool_s} is negative")
+    return turns_from_mask(where, "loss_mask", mask, tool_s)
 
 
 def _reward(where: str, value: object) -> float | None:

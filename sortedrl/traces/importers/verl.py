@@ -7,6 +7,13 @@ A group is the responses with the same ``uid`` when present, else the same promp
 one step. The response count is of the decoded text: the end-of-sequence token the decoder
 dropped is not counted, and a response cut at the cap is only known as such when
 ``--max-response-len`` (verl's ``data.max_response_length``) is given.
+
+Multi-turn (agent-loop) samples: verl marks model tokens 1 and tool tokens 0 in ``response_mask``.
+When a record carries it (a reward function's extra info is dumped per sample), its runs give the
+turns and the response length is the generated tokens only; the dump has no per-call tool
+seconds (verl logs ``timing_s/agent_loop/tool_calls`` per batch), so the calls count 0 s unless
+the record has ``tool_s`` (the sample's total tool seconds). ``num_turns`` alone cannot split the
+response into turns and is not read.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from sortedrl.traces.importers._common import (
     dump_files,
     number_or_none,
     read_jsonl,
+    turns_from_mask,
     whole_number,
 )
 
@@ -44,8 +52,13 @@ def read_verl(path: Path, tokenizer: Path | None) -> tuple[Rows, int]:
     response_tokens = counter.count([obj["output"] for _, obj in records])
     rows = Rows()
     for (where, obj), p_len, r_len in zip(records, prompt_tokens, response_tokens, strict=True):
+        turns = None
+        if obj.get("response_mask") is not None:
+            tool_s = number_or_none(where, "tool_s", obj.get("tool_s"))
+            turns = turns_from_mask(where, "response_mask", obj["response_mask"], tool_s)
+            r_len = sum(turns[0])
         rows.add(_group_key(obj), whole_number(where, "step", obj["step"]), p_len, r_len,
-                 number_or_none(where, "score", obj["score"]))
+                 number_or_none(where, "score", obj["score"]), turns=turns)
     return rows, len(files)
 
 
