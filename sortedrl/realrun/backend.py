@@ -100,7 +100,7 @@ class RealBackend(Backend):
             rid = f"{i}.{attempt}.{self.segment[i]}"
             seed = zlib.crc32(f"{self.seed}:{rid}".encode())
             self.engine.add(i, rid, self.prompts[i] + self.kept[i], len(self.kept[i]),
-                            self.max_tokens - len(self.kept[i]), self.temperature, seed)
+                            self._budget(i), self.temperature, seed)
         self.idle_reported = False
         self.stats["admitted"] += len(samples)
         self.stats["admit_s"] += time.perf_counter() - t_start
@@ -150,6 +150,18 @@ class RealBackend(Backend):
 
     # -- the loop ------------------------------------------------------------------------------
 
+    # hooks that multi-turn runs (realrun/agent.py) override: a request's token budget, the
+    # tokens a sample generated, and what the trainer gets
+    def _budget(self, i: int) -> int:
+        return self.max_tokens - len(self.kept[i])
+
+    def _generated(self, i: int) -> int:
+        return len(self.kept[i])
+
+    def _rollout(self, i: int) -> Rollout:
+        return Rollout(i, i // self.n, self.prompts[i], self.kept[i], self.kept_lp[i],
+                       self.kept_ver[i], self.reward[i])
+
     def _keep(self, i: int, tokens: list[int], logprobs: list[float]) -> None:
         if tokens and not self.kept[i]:
             self.ctl.s.oldest[i] = self.state.version  # the version of its oldest kept token
@@ -193,7 +205,7 @@ class RealBackend(Backend):
             i = f.sample
             self._keep(i, f.tokens, f.logprobs)
             response = self.kept[i]
-            lengths[i] = len(response)
+            lengths[i] = self._generated(i)
             self.reason[i] = f.reason
             self.reward[i] = self.grade(i, response, f.reason)
             self.rewards.finished(i, self.reward[i])
@@ -217,15 +229,14 @@ class RealBackend(Backend):
 
     def _train(self, samples: list[int], version: int) -> None:
         t0 = self.now()
-        batch = [Rollout(i, i // self.n, self.prompts[i], self.kept[i], self.kept_lp[i],
-                         self.kept_ver[i], self.reward[i]) for i in samples]
+        batch = [self._rollout(i) for i in samples]
         self.engine.sleep()  # colocated on a GPU: the trainer gets the memory
         metrics = self.trainer.update(batch, self.rewards.advantages(batch), version)
         self.engine.wake()
         tokens = sum(len(r.prompt) + len(r.response) for r in batch)
         metrics.update(version=version, samples=len(samples),
                        reward_mean=sum(r.reward for r in batch) / len(batch),
-                       response_len_mean=sum(len(r.response) for r in batch) / len(batch),
+                       response_len_mean=sum(map(self._generated, samples)) / len(batch),
                        train_s=self.now() - t0)
         if self.on_update is not None:  # logs and the checkpoint are part of the update's time
             self.on_update(metrics, samples, (t0, version, list(samples), tokens))

@@ -68,6 +68,10 @@ def register(app: typer.Typer) -> None:
         engines: int = typer.Option(1, "--engines", help="vLLM engines (more than one run as Ray actors)"),
         placement: str = typer.Option("colocated", "--placement", help="colocated or disaggregated (trainer apart, trains while engines generate)"),
         ray_address: str = typer.Option(None, "--ray", help="Ray cluster address (default: start a local Ray)"),
+        max_turns: int = typer.Option(2, "--max-turns", help="multi-turn tasks (sort-tool): turns per trajectory"),
+        turn_tokens: int = typer.Option(8, "--turn-tokens", help="multi-turn tasks: per-turn token cap (a tool call follows)"),
+        tool_latency: float = typer.Option(0.05, "--tool-latency", help="multi-turn tasks: seconds the tool server takes per call"),
+        tool_pool: int = typer.Option(8, "--tool-pool", help="multi-turn tasks: tool calls the server runs at once"),
         resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint"),
         perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
         force: bool = FORCE,
@@ -83,7 +87,9 @@ def register(app: typer.Typer) -> None:
                         task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr, temperature=temperature, device=device, dtype=dtype,
                         gpu_memory_utilization=gpu_memory_utilization,
                         kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed,
-                        engines=engines, placement=placement, ray=ray_address, warm_tokens=warm_tokens)
+                        engines=engines, placement=placement, ray=ray_address, warm_tokens=warm_tokens,
+                        max_turns=max_turns, turn_tokens=turn_tokens, tool_latency=tool_latency,
+                        tool_pool=tool_pool)
         bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
         try:
             summary = run_real(cfg, resume=resume, progress=bar)

@@ -31,6 +31,7 @@ from sortedrl.policies.auto import auto_params
 from sortedrl.policies.base import SampleState, params_dict
 from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
+from sortedrl.realrun import agent
 from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir
 from sortedrl.realrun.task import get_task
@@ -64,6 +65,10 @@ class RunConfig:
     placement: str = "colocated"  # or "disaggregated": the trainer trains while engines generate
     ray: str | None = None  # a Ray cluster's address; None starts a local Ray when one is needed
     warm_tokens: int = 0  # engine warm-up: every step size up to this many tokens (0: 32 per slot, <= 1024)
+    max_turns: int = 2  # multi-turn tasks (sort-tool): turns per trajectory (realrun/agent.py)
+    turn_tokens: int = 8  # multi-turn tasks: per-turn token cap, a tool call follows
+    tool_latency: float = 0.05  # multi-turn tasks: the tool server's seconds per call
+    tool_pool: int = 8  # multi-turn tasks: tool calls served at once
 
     @property
     def on_ray(self) -> bool:
@@ -101,8 +106,10 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     """Run, or resume, a real GRPO run; returns its summary. ``stats`` (for calibration)
     receives the backend's host-overhead counters and, under ``steps``, every engine step's
     shape and time."""
+    turns = agent.turn_config(cfg)  # checked first: a bad tool setting writes nothing
     model_dir = check_model_dir(cfg.model)
     task = get_task(cfg.task, cfg.dataset, cfg.reward)
+    multi_turn = agent.check_multi_turn(task, cfg, resume)
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
@@ -173,6 +180,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     timeline.sink = logs["timeline.jsonl"]
 
     max_model_len = cfg.max_tokens + max(map(len, prompts)) + 1
+    if multi_turn:  # the context also holds the tool outputs
+        max_model_len += agent.TOOL_TOKENS_MAX * cfg.max_turns
     trainer_kwargs = dict(lr=cfg.lr, kl_coef=cfg.kl_coef, temperature=cfg.temperature, seed=cfg.seed,
                           device=cfg.device, dtype=cfg.dtype)
     engine_kwargs = dict(seed=cfg.seed, dtype=cfg.dtype, device=cfg.device, warm_tokens=cfg.warm_tokens,
@@ -191,7 +200,9 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     else:
         engine = VllmEngine(str(model_dir), cfg.max_num_seqs, max_model_len, **engine_kwargs)
         trainer = GRPOTrainer(str(model_dir), **trainer_kwargs)
-        backend = RealBackend(engine, trainer, **common)
+        backend = (agent.start(engine, trainer, task, turns, tok, cfg.seed, common,
+                               lambda ids: decode(tok, ids, (model_dir / MODEL_CARD).exists()))
+                   if multi_turn else RealBackend(engine, trainer, **common))
     controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
                             timeline, rewards=backend.reward)
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
@@ -215,6 +226,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         for a in logs.values():
             a.close()
         (backend if cfg.on_ray else engine).close()
+        if multi_turn:
+            backend.close_tools()
         if stats is not None:
             stats.update(backend.stats, step_log=backend.step_log)
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
@@ -274,7 +287,8 @@ def _trace_row(i: int, n: int, cfg: RunConfig, prompts, backend) -> dict:
     resp, reason = backend.kept[i], backend.reason[i]
     return {"prompt_id": f"p{i // n:06d}", "sample": i % n, "prompt_len": len(prompts[i]),
             "response_len": len(resp), "truncated": reason == "length", "step": (i // n) // cfg.prompts,
-            "reward": backend.reward[i], "finish_reason": reason}
+            "reward": backend.reward[i], "finish_reason": reason,
+            **(backend.turn_row(i) if hasattr(backend, "turn_row") else {})}
 
 
 def _write_trace(out: Path, cfg: RunConfig, task: str) -> None:

