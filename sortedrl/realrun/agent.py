@@ -214,7 +214,7 @@ class AgentBackend(RealBackend):
 
     def _collect(self, wait_s: float, hold: int | None = None) -> None:
         """Append the output of every returned tool call; readmit those trajectories."""
-        for i, output, seconds, _queued in self.tools.done(wait_s):
+        for i, output, seconds, queued in self.tools.done(wait_s):
             if self.in_tool.pop(i, None) is None:
                 continue
             tool = self.tokenize(output)[:TOOL_TOKENS_MAX] if output else []
@@ -222,7 +222,8 @@ class AgentBackend(RealBackend):
             self.kept_lp[i] += [0.0] * len(tool)
             self.kept_ver[i] += [self.state.version] * len(tool)
             self.gen_mask[i] += [False] * len(tool)
-            self.turns[i][-1][1:] = [seconds, len(tool)]
+            # the trace holds the call's time in its sandbox; the wait for a free one is the pool's
+            self.turns[i][-1][1:] = [seconds - queued, len(tool)]
             self.turns[i].append([0, 0.0, 0])
             if i != hold:
                 self._next_turn(i)
