@@ -16,7 +16,16 @@ from typer.testing import CliRunner
 
 from sortedrl.cli import app as main_app
 from sortedrl.errors import TraceError
-from sortedrl.traces import Trace, TraceMeta, read_trace, synthesize, trace_stats, write_trace
+from sortedrl.traces import (
+    Trace,
+    TraceMeta,
+    _fast,
+    _text,
+    read_trace,
+    synthesize,
+    trace_stats,
+    write_trace,
+)
 from sortedrl.traces.importers import import_framework
 from sortedrl.traces.synth_agentic import AGENTIC_PRESETS
 
@@ -287,3 +296,33 @@ def test_nemo_rl_multi_turn_sample_gives_turns(tmp_path: Path) -> None:
     t, _ = import_framework("nemo-rl", tmp_path)
     assert t.response_len.tolist() == [5, 2] and t.prompt_len.tolist() == [2, 2]
     assert t.turn_gen.tolist() == [2, 3, 2] and t.turn_tool_tokens.tolist() == [2, 0, 0]
+
+
+# -- the fast path (pyarrow) reads turns too ---------------------------------------------------
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "csv"])
+def test_fast_path_reads_turns_as_the_reference_does(tmp_path: Path, ext: str) -> None:
+    t = synthesize("agentic-search", prompts=16, group_size=4, steps=2, seed=3)
+    path = tmp_path / f"t.{ext}"
+    write_trace(t, path)
+    fast = (_fast.read_jsonl_fast if ext == "jsonl" else _fast.read_csv_fast)(path, path.read_bytes())
+    assert fast is not None and fast == t  # taken, and exact
+    with open(path, encoding="utf-8", newline="") as f:
+        assert (_text.read_jsonl if ext == "jsonl" else _text.read_csv)(path, f) == t
+
+
+def test_fast_path_leaves_odd_turns_to_the_reference(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.jsonl"  # a turn with an unknown key: an error, named by line
+    extra.write_text('{"prompt_id": "a", "sample": 0, "prompt_len": 5, "response_len": 1, '
+                     '"truncated": false, "turns": [{"gen": 1, "tool_s": 0.0, "tool_tokens": 0, '
+                     '"x": 1}]}\n')
+    assert _fast.read_jsonl_fast(extra, extra.read_bytes()) is None
+    with pytest.raises(TraceError) as e:
+        read_trace(extra)
+    assert str(e.value).startswith(f"{extra}: line 1: field 'turns': turn 1: expected an object")
+    spaces = tmp_path / "spaces.csv"  # two spaces: the reference splits on any whitespace
+    spaces.write_text("prompt_id,sample,prompt_len,response_len,truncated,turn_gen,turn_tool_s,"
+                      "turn_tool_tokens\na,0,5,3,false,1  2,0.5 0.0,7 0\n")
+    assert _fast.read_csv_fast(spaces, spaces.read_bytes()) is None
+    assert read_trace(spaces).turn_gen.tolist() == [1, 2]

@@ -11,7 +11,8 @@ the slow path, which names the same row by its file line. So both paths give the
 the same error, for every file.
 
 A new column is one entry in :data:`ARROW_TYPES`; a column missing there sends the file down the
-slow path, so a column added to the schema works before it is added here.
+slow path, so a column added to the schema works before it is added here. The ragged turn
+columns have their Arrow types and their flattening in ``_turn_codec``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from sortedrl.traces import _turn_codec
 from sortedrl.traces._codec import CSV_META_PREFIX, MAGIC, build, check_header, parse_meta
 from sortedrl.traces.schema import Trace
 
@@ -51,10 +53,14 @@ def _pyarrow() -> Any:
     return pa
 
 
-def _schema(pa: Any, names: list[str]) -> Any | None:
-    if any(n not in ARROW_TYPES for n in names) or len(set(names)) != len(names):
+def _schema(pa: Any, names: list[str], turns: dict[str, Any] | None = None) -> Any | None:
+    """The explicit schema of these columns; ``turns`` gives the Arrow types of the format's
+    turn columns (``_turn_codec``), read in bulk and flattened by :func:`_build`."""
+    turns = turns or {}
+    if any(n not in ARROW_TYPES and n not in turns for n in names) or len(set(names)) != len(names):
         return None
-    return pa.schema([pa.field(n, getattr(pa, ARROW_TYPES[n])()) for n in names])
+    return pa.schema([pa.field(n, turns[n] if n in turns else getattr(pa, ARROW_TYPES[n])())
+                      for n in names])
 
 
 def read_jsonl_fast(path: Path, data: bytes) -> Trace | None:
@@ -77,7 +83,7 @@ def read_jsonl_fast(path: Path, data: bytes) -> Trace | None:
         first = _json_object(data[start : data.find(b"\n", start) + 1 or len(data)])
         if first is None:
             return None
-    schema = _schema(pa, list(first))
+    schema = _schema(pa, list(first), _turn_codec.arrow_jsonl_types(pa))
     if schema is None:
         return None
     try:
@@ -116,7 +122,7 @@ def read_csv_fast(path: Path, data: bytes) -> Trace | None:
         return None
     names = data[start : header_end - 1].decode("utf-8", "replace").split(",")
     check_header(path, names, f"line {line}")
-    schema = _schema(pa, names)
+    schema = _schema(pa, names, _turn_codec.arrow_csv_types(pa))
     if schema is None:
         return None
     csv = pa.csv
@@ -169,9 +175,14 @@ def _strings(col: Any) -> np.ndarray:
 
 
 def _build(path: Path, table: Any, given: dict[str, Any], first_line: int) -> Trace | None:
-    columns = arrow_columns(table)
+    turns = _turn_codec.arrow_text_turns(table)  # flat turn columns, {} without turns
+    if turns is None:
+        return None
+    columns = arrow_columns(table.select([n for n in table.column_names
+                                          if n not in _turn_codec.TEXT_COLUMNS]))
     if columns is None:
         return None
+    columns.update(turns)
     lines = range(first_line, first_line + table.num_rows)
     return build(path, columns, given, lines)  # type: ignore[arg-type]
 

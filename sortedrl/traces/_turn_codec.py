@@ -167,3 +167,70 @@ def arrow_read(path: Path, table: Any, pa: Any) -> dict[str, Any]:
         out[col] = values.to_numpy(zero_copy_only=False)
     out["turn_offsets"] = offsets
     return out
+
+
+# -- the fast path's Arrow reading of the text formats (``_fast``) ---------------------------
+
+
+TEXT_COLUMNS = (JSONL_FIELD, *CSV_COLUMNS)
+
+
+def arrow_jsonl_types(pa: Any) -> dict[str, Any]:
+    item = pa.struct([("gen", pa.int64()), ("tool_s", pa.float64()), ("tool_tokens", pa.int64())])
+    return {JSONL_FIELD: pa.list_(item)}
+
+
+def arrow_csv_types(pa: Any) -> dict[str, Any]:
+    return {col: pa.string() for col in CSV_COLUMNS}
+
+
+def arrow_text_turns(table: Any) -> dict[str, np.ndarray] | None:
+    """Flat turn columns of a table pyarrow parsed from JSONL or CSV; ``{}`` without turns, None
+    when a value needs the standard-library reader (which names its line)."""
+    names = set(table.column_names)
+    if JSONL_FIELD in names:
+        return _arrow_jsonl(table.column(JSONL_FIELD))
+    if names & set(CSV_COLUMNS):
+        return _arrow_csv(table, [c for c in CSV_COLUMNS if c in names])
+    return {}
+
+
+def _offsets(arr: Any) -> np.ndarray:
+    offs = arr.offsets.to_numpy().astype(np.int64)
+    return offs - offs[0]
+
+
+def _arrow_jsonl(column: Any) -> dict[str, np.ndarray] | None:
+    arr = column.combine_chunks()
+    if arr.null_count:
+        return None
+    items = arr.flatten()
+    out = {"turn_offsets": _offsets(arr)}
+    for col, key in JSONL_KEYS.items():
+        field = items.field(key)
+        if field.null_count:  # a turn without this key
+            return None
+        out[col] = field.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _arrow_csv(table: Any, present: list[str]) -> dict[str, np.ndarray] | None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out: dict[str, np.ndarray] = {}
+    for col in present:
+        parts = pc.split_pattern(table.column(col).combine_chunks(), " ")
+        values = parts.flatten()
+        if len(values) and pc.any(pc.equal(values, "")).as_py():  # an empty cell, two spaces
+            return None
+        try:
+            typed = pc.cast(values, pa.float64() if col == "turn_tool_s" else pa.int64())
+        except pa.ArrowInvalid:
+            return None
+        offsets = _offsets(parts)
+        if "turn_offsets" in out and not np.array_equal(offsets, out["turn_offsets"]):
+            return None  # rows whose columns disagree on their turn count: named by the slow path
+        out["turn_offsets"] = offsets
+        out[col] = typed.to_numpy(zero_copy_only=False)
+    return out
