@@ -113,6 +113,13 @@ class _AgentEngineState(RealEngineState):
         super().__init__(engine, max_num_seqs, backend.kept)
         self._backend = backend
 
+    def in_tool(self) -> tuple[int, ...]:
+        """Trajectories away on a tool call: admitted, holding no slot."""
+        return tuple(self._backend.in_tool)
+
+    def load(self) -> int:
+        return len(self._engine.requests) + len(self._backend.in_tool)
+
     def tokens(self, sample: int, now: float) -> int | None:
         rid = self._engine.by_sample.get(sample)
         live = self._engine.requests[rid].count if rid is not None else 0
