@@ -229,7 +229,7 @@ def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(tiny_model, t
     (["--dtype", "float16"], "--dtype: unknown dtype 'float16' (known: float32, bfloat16)"),
     (["--device", "cuda"], "--device cuda: torch sees no CUDA device here"),
     (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
-    (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, or module:factory)"),
+    (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, sort-tool, or module:factory)"),
     (["--policy", "nope"], "unknown policy 'nope'"),
     (["--policy", "async"], "policy async needs a disaggregated cluster (--placement disaggregated)"),
 ])

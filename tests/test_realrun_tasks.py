@@ -59,7 +59,7 @@ def test_bad_dataset_rows_name_the_row(tmp_path, rows, message):
 @pytest.mark.parametrize("call, message", [
     (lambda p: get_task("sort", p, "fuzzy"), r"unknown reward 'fuzzy' \(known: exact, contains, numeric, or module:function\)"),
     (lambda p: get_task("sort", None, "contains"), r"--reward applies to --dataset only"),
-    (lambda p: get_task("poetry"), r"unknown task 'poetry' \(known: sort, sort-long, or module:factory\)"),
+    (lambda p: get_task("poetry"), r"unknown task 'poetry' \(known: sort, sort-long, sort-tool, or module:factory\)"),
     (lambda p: get_task("no_such_module_x:make"), r"--task 'no_such_module_x:make': cannot import module"),
     (lambda p: get_task("tests.test_realrun_tasks:nothing"), r"has no 'nothing'"),
     (lambda p: get_task("sort", p, "tests.test_realrun_tasks:nothing"), r"--reward 'tests.test_realrun_tasks:nothing'"),
