@@ -136,6 +136,8 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
         raise ConfigError(f"{rundir}/timeline.jsonl: the meta record has no 'run' configuration")
     trace = read_trace(rundir / "trace.jsonl")
     cluster = run_cluster(load_cluster(str(profile)), real_tl.meta, _ray_terms(profile))
+    if trace.turn_offsets is not None and "tool_pool" in run:  # a multi-turn run's sandboxes
+        cluster = dataclasses.replace(cluster, tool_pool=int(run["tool_pool"]))
     policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
     sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)),
                    attempt_lengths=dropped_attempts(real_tl, trace.meta.max_response_len))
@@ -170,11 +172,22 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
         "train_time_mape": mean("train_err_pct"),
         "bubble_ratio_abs_err": abs(sim_sum["bubble_ratio"] - real_sum["bubble_ratio"]),
         "makespan_err_pct": _pct(real_sum["makespan_s"], sim_sum["makespan_s"]),
+        **_tool_comparison(real_sum, sim_sum),
         "steps": steps,
         "real": real_sum,
         "sim": sim_sum,
         "_timelines": (real_tl, sim.timeline),
     }
+
+
+TOOL_KEYS = ("tool_calls", "tool_s", "sandbox_wait_s", "bubble_tool_ratio", "bubble_tail_ratio")
+
+
+def _tool_comparison(real: dict, sim: dict) -> dict:
+    """Multi-turn runs: the tool metrics of the real run beside the simulation's (else {})."""
+    if "tool_calls" not in real and "tool_calls" not in sim:
+        return {}
+    return {"tools": {k: {"real": real.get(k), "sim": sim.get(k)} for k in TOOL_KEYS}}
 
 
 def write_validate(result: dict, out: Path) -> None:

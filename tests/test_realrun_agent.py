@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from sortedrl.traces.io import read_trace  # noqa: E402
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 runner = CliRunner()
 LATENCY = 0.2
+PROFILE = Path(__file__).parent / "fixtures" / "cpu-profile.json"
 
 
 def test_tool_server_answers_after_its_latency_and_queues_beyond_its_pool() -> None:
@@ -93,8 +95,19 @@ def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
 
     tl = Timeline.read_jsonl(out / "timeline.jsonl")
     ends = [s[7] for s in tl.spans]
-    assert ends.count("tool") == int(two.sum())  # one span ends at each tool call
+    calls = int(two.sum())
+    assert ends.count("tool") == calls == len(tl.tools)  # a span ends at each tool call
+    in_sandbox = float(trace.turn_tool_s.sum())  # the trace holds the time in a sandbox
+    assert sum(t[2] - t[1] for t in tl.tools) == pytest.approx(in_sandbox, abs=1e-9)
     assert sum(s[6] for s in tl.spans) == int(trace.response_len.sum())  # tool tokens not decoded
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     # the trainer's loss covers generated tokens only: tool output is masked out
     assert sum(m["tokens"] for m in metrics) == int(trace.response_len.sum())
+
+    # validate replays the multi-turn trace in the simulator with the run's sandbox pool
+    r = runner.invoke(app, ["validate", str(out), "--profile", str(PROFILE), "--json"])
+    assert r.exit_code == 0, r.output
+    tools = json.loads(r.stdout)["tools"]
+    assert tools["tool_calls"] == {"real": calls, "sim": calls}
+    assert tools["tool_s"]["real"] == pytest.approx(in_sandbox, abs=1e-5)
+    assert tools["tool_s"]["sim"] == pytest.approx(in_sandbox, abs=1e-5)  # replayed exactly

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sortedrl.errors import ConfigError
+from sortedrl.policies.base import Event, EventKind
 from sortedrl.realrun.backend import RealBackend, RealEngineState
 from sortedrl.realrun.task import SortTask
 from sortedrl.realrun.tools import ToolClient, ToolServer
@@ -139,7 +140,7 @@ class AgentBackend(RealBackend):
         self.gen_mask: list[list[bool]] = [[] for _ in range(n)]  # per context token: generated?
         self.turns: list[list[list]] = [[[0, 0.0, 0]] for _ in range(n)]  # [gen, tool_s, tool_tokens]
         self.turn_limited = [False] * n  # the current request ends at the per-turn cap
-        self.in_tool: dict[int, int] = {}  # sample -> context length when its call started
+        self.in_tool: dict[int, float] = {}  # sample -> when its tool call started (run clock)
         self.engine = _ToolAwareEngine(engine, self)
         self.state = _AgentEngineState(engine, self.state.max_num_seqs, self)
         base_grade = self.grade
@@ -206,24 +207,30 @@ class AgentBackend(RealBackend):
             super()._step()
 
     def _after_step(self, started, finished, t_before: float, t_after: float) -> None:
-        final = []
+        final, turned = [], []
         for f in finished:
             i = f.sample
             if f.reason == "length" and self.turn_limited[i]:
                 self._keep(i, f.tokens, f.logprobs)
                 self.timeline.add("span", f.t0, t_after, 0, i, self.ctl.s.attempt[i],
                                   self.state.version, len(f.tokens), "tool")
-                self.in_tool[i] = len(self.kept[i])
+                self.in_tool[i] = t_after
                 self.tools.call(i, self.tool_op, self.decode(self._last_turn(i)))
+                turned.append(i)
             else:
                 final.append(f)
         super()._after_step(started, final, t_before, t_after)
+        if turned and self.ctl.policy.listens_to_turns:  # as the simulator tells policies
+            self._event(Event(EventKind.TURN_DONE, 0, tuple(turned)))
 
     def _collect(self, wait_s: float, hold: int | None = None) -> None:
         """Append the output of every returned tool call; readmit those trajectories."""
         for i, output, seconds, queued in self.tools.done(wait_s):
-            if self.in_tool.pop(i, None) is None:
+            asked = self.in_tool.pop(i, None)
+            if asked is None:
                 continue
+            self.timeline.add("tool", asked, asked + queued, asked + seconds, 0, i,
+                              self.ctl.s.attempt[i], len(self.turns[i]) - 1)
             tool = self.tokenize(output)[:TOOL_TOKENS_MAX] if output else []
             self.kept[i] += tool
             self.kept_lp[i] += [0.0] * len(tool)
