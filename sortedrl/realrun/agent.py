@@ -225,7 +225,7 @@ class AgentBackend(RealBackend):
 
     def _collect(self, wait_s: float, hold: int | None = None) -> None:
         """Append the output of every returned tool call; readmit those trajectories."""
-        for i, output, seconds, queued in self.tools.done(wait_s):
+        for i, output, seconds, queued, held in self.tools.done(wait_s):
             asked = self.in_tool.pop(i, None)
             if asked is None:
                 continue
@@ -236,8 +236,9 @@ class AgentBackend(RealBackend):
             self.kept_lp[i] += [0.0] * len(tool)
             self.kept_ver[i] += [self.state.version] * len(tool)
             self.gen_mask[i] += [False] * len(tool)
-            # the trace holds the call's time in its sandbox; the wait for a free one is the pool's
-            self.turns[i][-1][1:] = [seconds - queued, len(tool)]
+            # the trace holds the time the call held its sandbox: the simulator adds the wait for
+            # a free one from its own pool (the HTTP round trip is in the timeline, not the trace)
+            self.turns[i][-1][1:] = [held, len(tool)]
             self.turns[i].append([0, 0.0, 0])
             if i != hold:
                 self._next_turn(i)

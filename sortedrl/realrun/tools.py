@@ -83,9 +83,10 @@ def serve(port: int, latency_s: float, jitter_s: float, pool: int, seed: int) ->
                 wait = latency_s + rng.uniform(0.0, jitter_s)
             t0 = time.monotonic()
             with slots:  # a sandbox of the pool is busy for the whole call
-                queued = time.monotonic() - t0
+                t1 = time.monotonic()
                 time.sleep(wait)
-            self._reply(200, {"output": output, "queued_s": queued})
+                held = time.monotonic() - t1
+            self._reply(200, {"output": output, "queued_s": t1 - t0, "held_s": held})
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
@@ -152,8 +153,9 @@ class ToolClient:
         self.pending = 0
 
     def call(self, key: object, op: str, args: str) -> None:
-        """Start a call; ``(key, output, seconds, queued_s)`` appears in :meth:`done` when it
-        returns: the call's wall-clock seconds, and those it waited for a free sandbox."""
+        """Start a call; ``(key, output, seconds, queued_s, held_s)`` appears in :meth:`done`
+        when it returns: the call's wall-clock seconds, those it waited for a free sandbox, and
+        those it held one (the rest is the HTTP round trip)."""
         self.pending += 1
         self.pool.submit(self._call, key, op, args)
 
@@ -166,11 +168,12 @@ class ToolClient:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
                 body = json.loads(resp.read())
         except Exception as e:  # noqa: BLE001 (reported to the runner's thread, raised there)
-            self.results.put((key, e, time.monotonic() - t0, 0.0))
+            self.results.put((key, e, time.monotonic() - t0, 0.0, 0.0))
             return
-        self.results.put((key, body["output"], time.monotonic() - t0, float(body["queued_s"])))
+        self.results.put((key, body["output"], time.monotonic() - t0, float(body["queued_s"]),
+                          float(body["held_s"])))
 
-    def done(self, wait_s: float = 0.0) -> list[tuple[object, str, float, float]]:
+    def done(self, wait_s: float = 0.0) -> list[tuple[object, str, float, float, float]]:
         """Calls finished so far; waits up to ``wait_s`` for the first when none has."""
         out = []
         try:
