@@ -83,10 +83,10 @@ def serve(port: int, latency_s: float, jitter_s: float, pool: int, seed: int) ->
                 wait = latency_s + rng.uniform(0.0, jitter_s)
             t0 = time.monotonic()
             with slots:  # a sandbox of the pool is busy for the whole call
-                t1 = time.monotonic()
+                queued = time.monotonic() - t0
                 time.sleep(wait)
-                held = time.monotonic() - t1
-            self._reply(200, {"output": output, "queued_s": t1 - t0, "held_s": held})
+            # the sandbox reports its own run time, as an execution sandbox reports a run's
+            self._reply(200, {"output": output, "queued_s": queued, "held_s": wait})
 
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True

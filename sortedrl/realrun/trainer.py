@@ -55,6 +55,11 @@ class Rollout:
     mask: list[bool] | None = None  # multi-turn: False for tool-output tokens (never trained)
 
 
+def trained_tokens(r: Rollout) -> int:
+    """Response tokens the loss covers: all of them, less a multi-turn response's tool output."""
+    return len(r.response) if r.mask is None else sum(r.mask)
+
+
 def group_advantages(batch: list[Rollout], trained_before: dict[int, list[float]]) -> list[float]:
     """GRPO advantages of ``batch``. Group g's baseline is ``trained_before[g]`` (rewards of its
     attempts trained in earlier updates) plus the rewards of its members in this batch."""
@@ -150,7 +155,7 @@ class GRPOTrainer:
     def update(self, batch: list[Rollout], advantages: list[float], version: int) -> dict:
         """One optimizer step; returns the update's metrics. The batch runs in micro-batches of
         similar length (:func:`micro_batches`) whose gradients add up to the whole batch's."""
-        total = max(1, sum(len(r.response) for r in batch))
+        total = max(1, sum(map(trained_tokens, batch)))
         sums = dict.fromkeys(("loss", "kl", "mismatch", "mismatch_signed", "fresh", "clipped",
                               "stale"), 0.0)
         self.opt.zero_grad()
@@ -166,7 +171,7 @@ class GRPOTrainer:
             "mismatch_kl": sums["mismatch_signed"] / fresh,  # E[vLLM - trainer] on fresh tokens
             "clip_fraction": sums["clipped"] / total,
             "stale_tokens": int(sums["stale"]),
-            "tokens": int(sum(len(r.response) for r in batch) or 1),
+            "tokens": int(sum(map(trained_tokens, batch)) or 1),
         }
 
     def _accumulate(self, batch: list[Rollout], advantages: list[float], version: int, total: int,
