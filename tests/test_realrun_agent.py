@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -34,20 +35,22 @@ def test_tool_server_answers_after_its_latency_and_queues_beyond_its_pool() -> N
     assert run_op("sum", "7 3 9") == "1 9"
     with ToolServer(latency_s=LATENCY, pool=1) as server:
         client = ToolClient(server.url)
+        t0 = time.monotonic()
         for k in range(3):
             client.call(k, "sort", "5 2 8")
         done = []
         while len(done) < 3:
             done += client.done(wait_s=5.0)
+        elapsed = time.monotonic() - t0
         client.close()
     assert sorted(k for k, *_ in done) == [0, 1, 2]
     assert {out for _, out, *_ in done} == {"2 5 8"}
-    # one sandbox: the calls run one after another, so the last waits for the two before it
-    seconds = sorted(s for _, _, s, _, _ in done)
-    queued = sorted(q for *_, q, _ in done)
-    assert seconds[0] >= LATENCY and seconds[2] >= 3 * LATENCY
-    assert queued[0] < LATENCY <= queued[1] and queued[2] >= 2 * LATENCY
     assert {held for *_, held in done} == {LATENCY}  # the sandbox's own run time
+    # one sandbox: the three sleeps cannot overlap, so the calls take at least three latencies
+    # together (a lower bound that sleep guarantees; how long each call queued depends on when
+    # its request arrived, so per-call waits are not asserted)
+    assert all(s >= held for _, _, s, _, held in done)
+    assert elapsed >= 3 * LATENCY
 
 
 def test_bad_tool_settings_are_one_error_line(tmp_path) -> None:
