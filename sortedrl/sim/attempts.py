@@ -68,29 +68,36 @@ def _uniforms(seed: int, sample: int, attempt: int) -> tuple[float, float]:
 
 
 class AttemptLengths:
-    """The length of every attempt of every sample (the simulator's private knowledge)."""
+    """The length of every attempt of every sample (the simulator's private knowledge).
+
+    Held as arrays, not per-sample Python objects, so that a 10M-sample trace costs tens of
+    megabytes here: ``_members`` lists the samples grouped by prompt (ascending within one) and
+    ``_bounds[p]:_bounds[p + 1]`` is prompt ``p``'s slice of it."""
 
     def __init__(self, trace: Trace, seed: int = 0, regen: str = "resample") -> None:
         self.regen = check_regen(regen)
         self.seed = int(seed)
-        self._recorded = trace.response_len.tolist()
+        self._recorded = np.asarray(trace.response_len, dtype=np.int64)
         self._cap = int(trace.meta.max_response_len)
         codes, inverse = np.unique(trace.prompt_id, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(codes) + 1))
-        self._members = [order[bounds[p]:bounds[p + 1]].tolist() for p in range(len(codes))]
-        self._prompt_of = inverse.tolist()
-        self.sigma_within, self._mu, self._between2, self.fitted = self._fit(trace)
+        self._members = np.argsort(inverse, kind="stable")
+        self._bounds = np.searchsorted(inverse[self._members], np.arange(len(codes) + 1))
+        self._prompt_of = inverse
+        self.sigma_within, self._mu, self._between2, self.fitted = self._fit()
 
-    def _fit(self, trace: Trace) -> tuple[float, float, float, bool]:
-        logs = np.log(np.maximum(trace.response_len, 1).astype(float))
+    def _fit(self) -> tuple[float, float, float, bool]:
+        logs = np.log(np.maximum(self._recorded, 1).astype(float))
         total2 = float(np.var(logs))
-        sq, dof = 0.0, 0
-        for members in self._members:
-            if len(members) > 1:
-                x = logs[members]
-                sq += float(np.sum((x - x.mean()) ** 2))
-                dof += len(members) - 1
+        sizes = np.diff(self._bounds)
+        spread = np.zeros(len(sizes))  # per prompt: sum of squared deviations from its mean
+        for size in np.unique(sizes[sizes > 1]).tolist():  # prompts of one size as one matrix
+            which = np.flatnonzero(sizes == size)
+            x = logs[self._members[self._bounds[which][:, None] + np.arange(size)]]
+            spread[which] = np.sum((x - x.mean(axis=1)[:, None]) ** 2, axis=1)
+        sq = 0.0
+        for value in spread[sizes > 1].tolist():  # summed in prompt order, as one loop would
+            sq += value
+        dof = int(np.sum(sizes[sizes > 1] - 1))
         fitted = dof > 0
         within2 = sq / dof if fitted else WITHIN_SHARE * total2
         return math.sqrt(within2), float(logs.mean()), max(total2 - within2, 0.0), fitted
@@ -98,17 +105,23 @@ class AttemptLengths:
     def length(self, sample: int, attempt: int) -> int:
         """The response length of ``attempt`` (0 = the recorded one) of ``sample``."""
         if attempt == 0 or self.regen == "same":
-            return self._recorded[sample]
+            return int(self._recorded[sample])
         u_pick, u_draw = _uniforms(self.seed, sample, attempt)
-        members = self._members[self._prompt_of[sample]]
-        if len(members) - 1 >= MIN_OTHERS:
-            others = [j for j in members if j != sample]
-            return self._recorded[others[int(u_pick * len(others))]]
-        return self._model_draw(members, u_draw)
+        prompt = self._prompt_of[sample]
+        start, end = int(self._bounds[prompt]), int(self._bounds[prompt + 1])
+        others = end - start - 1
+        if others >= MIN_OTHERS:
+            # the k-th of the other members: members ascend, so skip the sample itself
+            k = start + int(u_pick * others)
+            pick = self._members[k]
+            if pick >= sample:
+                pick = self._members[k + 1]
+            return int(self._recorded[pick])
+        return self._model_draw(self._members[start:end].tolist(), u_draw)
 
     def _model_draw(self, members: list[int], u: float) -> int:
         n = len(members)
-        x = math.fsum(math.log(max(self._recorded[j], 1)) for j in members) / n
+        x = math.fsum(math.log(max(int(self._recorded[j]), 1)) for j in members) / n
         within2, between2 = self.sigma_within**2, self._between2
         w = n * between2 / (n * between2 + within2) if within2 > 0 else 1.0
         mean = self._mu + w * (x - self._mu)

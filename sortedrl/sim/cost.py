@@ -114,6 +114,11 @@ class CostModel:
         """Time of ``steps`` decode steps at constant ``batch`` starting from ``kv0`` KV tokens."""
         if steps <= 0:
             return 0.0
+        if not self.experts and self.step_table is None:  # hot path: the same sums, inlined
+            alpha = self.a0 + self.a1 * kv0
+            if alpha >= self.c1 * batch:  # memory-bound throughout (j = 0 in _split)
+                return steps * (self.t_fix + self.s1 * batch + alpha) + self.a1 * batch * (
+                    (steps * (steps - 1)) // 2)
         alpha, beta, comp, j = self._split(batch, kv0)
         fixed = self.fixed(batch)
         if j < 0 or steps <= j:

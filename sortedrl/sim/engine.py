@@ -33,22 +33,28 @@ Conventions (the brute-force reference in the tests uses the same ones):
   to the end of that step); an aborted sample keeps only its completed tokens.
 
 The engine is split in two: :class:`EngineState` is what a policy may see; :class:`Engine` adds
-the private finish heap, which encodes true lengths and is never exposed.
+the private finish heap, which encodes true lengths and is never exposed. This module holds the
+state machine (planning the next change, applying it, admitting from the queue); the actions a
+controller takes mid-interval (abort, sync, hold) and the bookkeeping audit are in
+:mod:`sortedrl.sim.engine_actions`. The hot path runs once or twice per sample, so it is written
+flat: the prefix-cache bookkeeping and the common closed forms are inlined there.
 """
+
 
 from __future__ import annotations
 
-import heapq
 import math
+from heapq import heappop, heappush
 
 from sortedrl.sim.cost import CostModel
+from sortedrl.sim.engine_actions import EngineActions
 from sortedrl.sim.engine_state import EngineState
 from sortedrl.timeline import Timeline
 
 INF = math.inf
 
 
-class Engine:
+class Engine(EngineActions):
     """A rollout engine with private knowledge of true lengths (the simulator's side only)."""
 
     def __init__(self, index: int, cost: CostModel, max_num_seqs: int, kv_budget: int,
@@ -60,14 +66,15 @@ class Engine:
         self.chunk = 0 if cost.prefill_in_step else chunk_budget
         # prefix caching: a group's prompt is prefilled and held once while a member runs here
         self._group = group_size if prefix_caching and group_size > 1 else 0
-        # (group, prompt length) -> its running samples here; members of a group normally share
-        # one prompt length, and samples whose lengths differ are not taken to share a prompt
-        self._members: dict[tuple[int, int], int] = {}
+        # shared prompt key (:meth:`_key`: group and prompt length) -> its running samples here;
+        # members of a group normally share one prompt length, and samples whose lengths differ
+        # are not taken to share a prompt
+        self._members: dict[int, int] = {}
         self.cost = cost
-        self.K = kv_budget
-        self.K_admit = kv_admit_budget
-        self._L = lengths
-        self._p = prompt_len
+        self.kv_budget = kv_budget  # a decode step needs kv + B <= this
+        self.kv_admit_budget = kv_admit_budget  # an admission leaves room for one more step
+        self._lengths = lengths  # true length of each sample's current attempt (private)
+        self._prompt_len = prompt_len
         self._attempt: list[int] = []
         self._oldest: list[int] = []
         self._ctl = None
@@ -95,63 +102,58 @@ class Engine:
         self._attempt = attempt
         self._oldest = oldest
 
-    # -- planning ------------------------------------------------------------------------------
+    # -- prefix caching (the hot path inlines these) ---------------------------------------------
 
-    def _admissible(self) -> bool:
-        p = self.pub
-        q = p.queue
-        if not q or len(p.run) >= p.max_num_seqs or not self.enabled or self.stalled:
-            return False
-        i = q[0]
-        if self.chunk:
-            new = self._new_prompt(i) + self._gen0[i]
-            return self._chunk_steps(new or 1, new, p.kv, len(p.run)) > 0
-        return p.kv + self._new_prompt(i) + self._gen0[i] + len(p.run) + 2 <= self.K_admit
-
-    # -- prefix caching ------------------------------------------------------------------------
-
-    def _new_prompt(self, sample: int) -> int:
-        """Prompt tokens ``sample`` must prefill and add to the KV cache (0: its group's prompt
-        is already held here)."""
-        if self._group and self._members.get((sample // self._group, self._p[sample])):
-            return 0
-        return self._p[sample]
+    def _key(self, sample: int) -> int:
+        """The shared prompt of ``sample``: its group and prompt length in one int (a prompt
+        length never reaches 2**32 tokens: no KV budget holds it)."""
+        return (sample // self._group) << 32 | self._prompt_len[sample]
 
     def _join(self, sample: int) -> None:
         if self._group:
-            g = (sample // self._group, self._p[sample])
-            self._members[g] = self._members.get(g, 0) + 1
+            key = self._key(sample)
+            self._members[key] = self._members.get(key, 0) + 1
 
     def _leave(self, sample: int) -> int:
         """A running sample leaves: the prompt KV tokens freed with it."""
         if not self._group:
-            return self._p[sample]
-        g = (sample // self._group, self._p[sample])
-        left = self._members[g] - 1
+            return self._prompt_len[sample]
+        key = self._key(sample)
+        left = self._members[key] - 1
         if left:
-            self._members[g] = left
+            self._members[key] = left
             return 0
-        del self._members[g]
-        return self._p[sample]
+        del self._members[key]
+        return self._prompt_len[sample]
+
+    # -- planning ------------------------------------------------------------------------------
 
     def _horizon(self) -> float:
         """Decode steps until the next running sample finishes (INF when none runs)."""
-        heap, live = self._heap, self._live
         if not self.pub.run:
             return INF
+        heap, live = self._heap, self._live
         while live.get(heap[0][2]) != heap[0][1]:
-            heapq.heappop(heap)
+            heappop(heap)  # stale entry of an aborted or preempted sample
         return heap[0][0] - self.pub.step
 
-    def _chunk_steps(self, work: int, new: int, kv: int, running: int) -> int:
-        """Mixed steps needed to prefill ``work`` tokens beside the running batch, or 0 when
-        the next sample (adding ``new`` KV tokens) cannot join: the chunks must end by the next
-        finish of a running sample, and the KV after them must leave room for one more step."""
-        b0 = len(self.pub.run)
-        steps = -(-work // (self.chunk - b0))
-        if steps > self._horizon() or kv + new + 1 + b0 * steps + running + 1 > self.K_admit:
-            return 0
-        return steps
+    def _admissible(self) -> bool:
+        """Whether the head of the queue can be admitted now (with chunked prefill: its chunks
+        end by the next finish and the KV after them leaves room for one more step)."""
+        p = self.pub
+        queue, b0 = p.queue, len(p.run)
+        if not queue or b0 >= p.max_num_seqs or not self.enabled or self.stalled:
+            return False
+        i = queue[0]
+        prompt = self._prompt_len[i]
+        if self._group and self._members.get((i // self._group) << 32 | prompt):
+            prompt = 0
+        new = prompt + self._gen0[i]
+        if not self.chunk:
+            return p.kv + new + b0 + 2 <= self.kv_admit_budget
+        steps = -(-(new or 1) // (self.chunk - b0))
+        return (p.kv + new + 1 + b0 * steps + b0 + 1 <= self.kv_admit_budget
+                and steps <= self._horizon())
 
     def plan(self) -> None:
         """Compute the time of the next membership change (hot path: kept flat)."""
@@ -164,10 +166,10 @@ class Engine:
         else:
             heap, live = self._heap, self._live
             while live.get(heap[0][2]) != heap[0][1]:
-                heapq.heappop(heap)  # stale entry of an aborted or preempted sample
+                heappop(heap)  # stale entry of an aborted or preempted sample
             kv = p.kv
             k = heap[0][0] - p.step
-            kk = (self.K - kv) // b
+            kk = (self.kv_budget - kv) // b
             if kk < k:
                 k = kk
             self._next_k = k
@@ -185,37 +187,45 @@ class Engine:
     def advance(self) -> list[int]:
         """Apply the planned change at ``next_t``; return the samples that finished."""
         p = self.pub
-        k = self._next_k
         run = p.run
         t = p.t = self.next_t
-        step = p.step = p.step + k
-        kv = p.kv + k * len(run)
+        step = p.step = p.step + self._next_k
+        kv = p.kv + self._next_k * len(run)
         p.inflight = 0
         p.prefilling = ()
         finished = []
-        heap, live, lengths, attempt = self._heap, self._live, self._L, self._attempt
+        heap, live, lengths, plen = self._heap, self._live, self._lengths, self._prompt_len
+        group, members, attempt = self._group, self._members, self._attempt
         spans, idx = self._spans, p.index
-        while heap:
-            fs, seq, i = heap[0]
-            if live.get(i) != seq:
-                heapq.heappop(heap)  # stale
-                continue
-            if fs != step:
-                break
-            heapq.heappop(heap)
+        while heap and heap[0][0] <= step:  # a live entry never lies before the base's step
+            fs, seq, i = heappop(heap)
+            if fs != step or live.get(i) != seq:
+                continue  # stale entry of an aborted or preempted sample
             del live[i]
             _, t0, tok0, ver = run.pop(i)
             n = lengths[i]
-            kv -= self._leave(i) + n
+            freed = plen[i]
+            if group:  # _leave, inlined
+                key = (i // group) << 32 | freed
+                left = members[key] - 1
+                if left:
+                    members[key] = left
+                    freed = 0
+                else:
+                    del members[key]
+            kv -= freed + n
             spans.append((t0, t, idx, i, attempt[i], ver, n - tok0, "finish"))
             finished.append(i)
         p.kv = kv
         if finished:
             self._ctl.samples_finished(finished, lengths)
-        while run and p.kv + len(run) > self.K:
+        while run and p.kv + len(run) > self.kv_budget:
             self._preempt()
         if p.queue and self._admissible():
-            self._admit_from_queue()
+            if self.chunk:
+                self._admit_chunked()
+            else:
+                self._admit_stalling()
         self.plan()
         return finished
 
@@ -231,30 +241,30 @@ class Engine:
         self.preemptions += 1
         self._ctl.sample_preempted(i, tok)
 
-    def _admit_from_queue(self) -> None:
+    def _admit_stalling(self) -> None:
         """Admit FCFS from the queue while the head fits, then stall for one prefill."""
-        if self.chunk:
-            self._admit_chunked()
-            return
         p = self.pub
         admitted: list[int] = []
         tokens = pairs = recomputed = 0
-        queue, run, lengths, plen, gen0 = p.queue, p.run, self._L, self._p, self._gen0
+        queue, run, lengths, plen, gen0 = p.queue, p.run, self._lengths, self._prompt_len, self._gen0
         heap, live, oldest = self._heap, self._live, self._oldest
-        kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, p.max_num_seqs, self.K_admit
+        kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, p.max_num_seqs, self.kv_admit_budget
+        group, members, resume = self._group, self._members, self.resume
         seq = self._seq
         first = 0 if self.cost.prefill_in_step else 1  # the token the prefill pass itself yields
-        resume = self.resume
         while queue and len(run) < cap:
             i = queue[0]
             g0 = gen0[i]
-            prompt = self._new_prompt(i)
-            new = prompt + g0  # tokens to prefill (a cached prompt is attended to, not computed)
+            prompt = plen[i]
+            key = (i // group) << 32 | prompt if group else 0
+            shared = members.get(key, 0) if group else 0
+            new = (0 if shared else prompt) + g0  # a cached prompt is attended to, not computed
             if kv + new + len(run) + 2 > budget:
                 break
             queue.popleft()
             del gen0[i]
-            self._join(i)
+            if group:
+                members[key] = shared + 1
             off = g0 + first - step
             run[i] = (off, t, g0, ver)
             if oldest[i] < 0:
@@ -262,14 +272,14 @@ class Engine:
             kv += new + first
             seq += 1
             live[i] = seq
-            heapq.heappush(heap, (lengths[i] - off, seq, i))
+            heappush(heap, (lengths[i] - off, seq, i))
             admitted.append(i)
             work = new or 1  # a full prefix hit still computes the last prompt token (vLLM)
             redone = g0
             if resume and i in resume:  # back from a tool call (sim/turns.py)
                 work, redone = self._resumed(i, g0, work)
             tokens += work
-            pairs += work * (plen[i] + g0 - work) + work * (work + 1) // 2
+            pairs += work * (prompt + g0 - work) + work * (work + 1) // 2
             recomputed += redone
         self._seq = seq
         p.kv = kv
@@ -284,48 +294,60 @@ class Engine:
         vLLM V1's chunked prefill: each step carries one token per running sample plus up to
         ``chunk - B`` prefill tokens, so the running samples keep decoding. The admitted
         samples' prompts take ``steps`` mixed steps, each costing a decode step of the running
-        batch plus its chunk's prefill compute; the last chunk yields their first token.
+        batch plus its chunk's prefill compute; the last chunk yields their first token. A
+        sample joins while the chunks end by the next finish (``horizon``) and the KV after
+        them leaves room for one more step.
         """
         p = self.pub
         admitted: list[int] = []
-        tokens = pairs = recomputed = 0
-        queue, run, lengths, plen, gen0 = p.queue, p.run, self._L, self._p, self._gen0
-        b0, kv, t, ver, steps = len(run), p.kv, p.t, p.version, 0
-        while queue and b0 + len(admitted) < p.max_num_seqs:
+        tokens = pairs = recomputed = steps = 0
+        queue, plen, gen0 = p.queue, self._prompt_len, self._gen0
+        group, members, budget, resume = self._group, self._members, self.kv_admit_budget, self.resume
+        b0, kv, t, ver = len(p.run), p.kv, p.t, p.version
+        room, horizon, cap = self.chunk - b0, self._horizon(), p.max_num_seqs - b0
+        while queue and len(admitted) < cap:
             i = queue[0]
-            prompt = self._new_prompt(i)
-            new = prompt + gen0[i]
+            g0 = gen0[i]
+            prompt = plen[i]
+            key = (i // group) << 32 | prompt if group else 0
+            shared = members.get(key, 0) if group else 0
+            new = (0 if shared else prompt) + g0
             work = new or 1  # a full prefix hit still computes the last prompt token (vLLM)
-            redone = gen0[i]
-            if self.resume and i in self.resume:  # back from a tool call (sim/turns.py)
-                work, redone = self._resumed(i, gen0[i], work, take=False)
-            need = self._chunk_steps(tokens + work, new, kv, b0 + len(admitted))
-            if not need:
+            redone = g0
+            back = resume and i in resume  # back from a tool call (sim/turns.py)
+            if back:
+                work, redone = self._resumed(i, g0, work, take=False)
+            need = -(-(tokens + work) // room)
+            if need > horizon or kv + new + 1 + b0 * need + b0 + len(admitted) + 1 > budget:
                 break
             steps = need
             queue.popleft()
-            if self.resume and i in self.resume:
-                self._resumed(i, gen0[i], work)
-            self._join(i)
+            if back:
+                self._resumed(i, g0, work)
+            if group:
+                members[key] = shared + 1
             admitted.append(i)
             kv += new + 1
             tokens += work
-            pairs += work * (plen[i] + gen0[i] - work) + work * (work + 1) // 2
+            pairs += work * (prompt + g0 - work) + work * (work + 1) // 2
             recomputed += redone
         c = self.cost
         dt = (c.decode_time(steps, b0, p.kv) + c.pn + c.p0 * len(admitted) + c.p1 * tokens
               + c.p2 * pairs)
         step = p.step = p.step + steps
         p.kv = kv + steps * b0
+        run, lengths, oldest, live, heap = p.run, self._lengths, self._oldest, self._live, self._heap
+        seq = self._seq
         for i in admitted:
             g0 = gen0.pop(i)
             off = g0 + 1 - step
             run[i] = (off, t, g0, ver)
-            if self._oldest[i] < 0:
-                self._oldest[i] = ver
-            self._seq += 1
-            self._live[i] = self._seq
-            heapq.heappush(self._heap, (lengths[i] - off, self._seq, i))
+            if oldest[i] < 0:
+                oldest[i] = ver
+            seq += 1
+            live[i] = seq
+            heappush(heap, (lengths[i] - off, seq, i))
+        self._seq = seq
         self._prefills.append((t, t + dt, p.index, admitted, tokens, recomputed))
         p.t = t + dt
         p.inflight = steps if b0 else 0
@@ -337,119 +359,6 @@ class Engine:
         :class:`~sortedrl.sim.turns.TurnEngine` computes less when the context is cached."""
         fresh = self.resume.pop(sample) if take else self.resume[sample]
         return work, g0 - fresh
-
-    # -- actions from the controller ------------------------------------------------------------
-
-    def materialize(self, now: float) -> None:
-        """Move the base to the first step boundary at or after ``now``.
-
-        Changes due at or before ``now`` must have been applied already (the backend catches
-        up every engine before it dispatches an event).
-        """
-        p = self.pub
-        if now <= p.t or p.frozen:
-            return
-        p.prefilling = ()
-        b = len(p.run)
-        if b == 0:
-            p.t = now
-            return
-        elapsed = now - p.t
-        k = self.cost.decode_steps_within(elapsed, b, p.kv)
-        assert k < self._next_k or self._next_k == 0, "materialize past a pending change"
-        if self.cost.decode_time(k, b, p.kv) == elapsed:
-            p.t, done, p.inflight = now, k, 0
-        else:
-            p.t, done, p.inflight = p.t + self.cost.decode_time(k + 1, b, p.kv), k + 1, 1
-        p.step += done
-        p.kv += done * b
-
-    def admit(self, samples: list[int], generated: list[int], now: float) -> None:
-        self.materialize(now)
-        p = self.pub
-        for i, g in zip(samples, generated, strict=True):
-            p.queue.append(i)
-            self._gen0[i] = g
-        self.idle_reported = False
-        self.plan()
-
-    def abort(self, sample: int, now: float) -> int:
-        """Remove a queued or running sample; return the tokens it keeps."""
-        p = self.pub
-        if sample in self._gen0:
-            p.queue.remove(sample)
-            return self._gen0.pop(sample)
-        self.materialize(now)
-        off, t0, tok0, ver = p.run.pop(sample)
-        del self._live[sample]
-        if now < p.t and sample in p.prefilling:
-            tok = tok0
-            p.prefilling = tuple(j for j in p.prefilling if j != sample)
-        elif now < p.t and p.inflight:
-            tok = p.step - p.inflight + off
-        else:
-            tok = p.step + off
-        p.kv -= self._leave(sample) + p.step + off
-        if not p.frozen:  # a frozen sample's span already ended when the sync began
-            # SimPy's clock can trail the engine's by an ulp (now + (t - now) != t)
-            self._spans.append((t0, max(now, t0), p.index, sample, self._attempt[sample], ver,
-                                tok - tok0, "abort"))
-        return tok
-
-    def set_enabled(self, enabled: bool, now: float) -> None:
-        self.materialize(now)
-        self.enabled = enabled
-        self.plan()
-
-    def hold(self, now: float, seconds: float) -> None:
-        """The host is busy for ``seconds`` (reacting to an event): the engine does not step."""
-        self.materialize(now)
-        p = self.pub
-        if not p.frozen:
-            p.t = max(p.t, now) + seconds
-            self.plan()
-
-    def begin_sync(self, now: float) -> None:
-        """Stop at the next step boundary for a weight sync; running spans end there."""
-        self.materialize(now)
-        p = self.pub
-        for i, (off, t0, tok0, ver) in p.run.items():
-            self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, p.step + off - tok0, "sync"))
-        p.frozen = self.stalled = True
-        self.plan()
-
-    def end_sync(self, now: float, version: int) -> None:
-        """New weights are in: running samples continue (KV kept) under ``version``."""
-        p = self.pub
-        p.t = max(p.t, now)
-        p.inflight = 0
-        p.prefilling = ()
-        p.version = version
-        for i, (off, _, _, _) in p.run.items():
-            p.run[i] = (off, p.t, p.step + off, version)
-        p.frozen = self.stalled = False
-        self.plan()
-
-    def audit(self) -> None:
-        """Check the engine's bookkeeping against first principles (tests call this)."""
-        p = self.pub
-        kv = 0
-        low = 0 if self.cost.prefill_in_step else 1
-        prompts: dict[tuple[int, int], int] = {}  # shared prompt (or sample) -> tokens held once
-        members: dict[tuple[int, int], int] = {}
-        for i, (off, _, _, _) in p.run.items():
-            key = (i // self._group, self._p[i]) if self._group else (-1 - i, 0)
-            prompts[key] = self._p[i]
-            members[key] = members.get(key, 0) + 1
-            kv += p.step + off
-            assert low <= p.step + off <= self._L[i], "a running sample's tokens are out of range"
-        kv += sum(prompts.values())
-        assert kv == p.kv, f"engine {p.index}: kv bookkeeping {p.kv} != {kv}"
-        if self._group:
-            assert members == self._members, f"engine {p.index}: group members {self._members}"
-        assert len(p.run) <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs"
-        assert p.kv <= self.K, f"engine {p.index}: KV {p.kv} over budget {self.K}"
-        assert len(p.queue) == len(self._gen0)
 
     @property
     def idle(self) -> bool:

@@ -244,17 +244,17 @@ class TurnEngine(Engine):
     def advance(self) -> list[int]:
         p, cache = self.pub, self.cache
         if cache.tokens:  # the KV the steps about to be applied reach
-            cache.fit(self.K - p.kv - self._next_k * len(p.run))
+            cache.fit(self.kv_budget - p.kv - self._next_k * len(p.run))
         self._router.done = None
         finished = super().advance()
         if cache.tokens:
-            cache.fit(self.K - p.kv)
+            cache.fit(self.kv_budget - p.kv)
         return finished if self._router.done is None else self._router.done  # not turn ends
 
     def materialize(self, now: float) -> None:
         super().materialize(now)
         if self.cache.tokens:
-            self.cache.fit(self.K - self.pub.kv)
+            self.cache.fit(self.kv_budget - self.pub.kv)
 
     def begin_sync(self, now: float) -> None:
         super().begin_sync(now)

@@ -1,0 +1,124 @@
+"""What a controller does to a simulated engine mid-interval, and the engine's bookkeeping audit.
+
+Split from :mod:`sortedrl.sim.engine`, which holds the state machine (planning and applying the
+next change, admitting from the queue). The actions here arrive at arbitrary instants: each first
+moves the engine's base to a step boundary (:meth:`EngineActions.materialize`), applies itself,
+then re-plans. They run per policy action, not per token, so they are written for clarity.
+"""
+
+from __future__ import annotations
+
+
+class EngineActions:
+    """Actions on an engine (the mix-in half of :class:`~sortedrl.sim.engine.Engine`)."""
+
+    def materialize(self, now: float) -> None:
+        """Move the base to the first step boundary at or after ``now``.
+
+        Changes due at or before ``now`` must have been applied already (the backend catches
+        up every engine before it dispatches an event).
+        """
+        p = self.pub
+        if now <= p.t or p.frozen:
+            return
+        p.prefilling = ()
+        b = len(p.run)
+        if b == 0:
+            p.t = now
+            return
+        elapsed = now - p.t
+        k = self.cost.decode_steps_within(elapsed, b, p.kv)
+        assert k < self._next_k or self._next_k == 0, "materialize past a pending change"
+        if self.cost.decode_time(k, b, p.kv) == elapsed:
+            p.t, done, p.inflight = now, k, 0
+        else:
+            p.t, done, p.inflight = p.t + self.cost.decode_time(k + 1, b, p.kv), k + 1, 1
+        p.step += done
+        p.kv += done * b
+
+    def admit(self, samples: list[int], generated: list[int], now: float) -> None:
+        self.materialize(now)
+        queue, gen0 = self.pub.queue, self._gen0
+        for i, g in zip(samples, generated, strict=True):
+            queue.append(i)
+            gen0[i] = g
+        self.idle_reported = False
+        self.plan()
+
+    def abort(self, sample: int, now: float) -> int:
+        """Remove a queued or running sample; return the tokens it keeps."""
+        p = self.pub
+        if sample in self._gen0:
+            p.queue.remove(sample)
+            return self._gen0.pop(sample)
+        self.materialize(now)
+        off, t0, tok0, ver = p.run.pop(sample)
+        del self._live[sample]
+        if now < p.t and sample in p.prefilling:
+            tok = tok0
+            p.prefilling = tuple(j for j in p.prefilling if j != sample)
+        elif now < p.t and p.inflight:
+            tok = p.step - p.inflight + off
+        else:
+            tok = p.step + off
+        p.kv -= self._leave(sample) + p.step + off
+        if not p.frozen:  # a frozen sample's span already ended when the sync began
+            # SimPy's clock can trail the engine's by an ulp (now + (t - now) != t)
+            self._spans.append((t0, max(now, t0), p.index, sample, self._attempt[sample], ver,
+                                tok - tok0, "abort"))
+        return tok
+
+    def set_enabled(self, enabled: bool, now: float) -> None:
+        self.materialize(now)
+        self.enabled = enabled
+        self.plan()
+
+    def hold(self, now: float, seconds: float) -> None:
+        """The host is busy for ``seconds`` (reacting to an event): the engine does not step."""
+        self.materialize(now)
+        p = self.pub
+        if not p.frozen:
+            p.t = max(p.t, now) + seconds
+            self.plan()
+
+    def begin_sync(self, now: float) -> None:
+        """Stop at the next step boundary for a weight sync; running spans end there."""
+        self.materialize(now)
+        p = self.pub
+        for i, (off, t0, tok0, ver) in p.run.items():
+            self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, p.step + off - tok0, "sync"))
+        p.frozen = self.stalled = True
+        self.plan()
+
+    def end_sync(self, now: float, version: int) -> None:
+        """New weights are in: running samples continue (KV kept) under ``version``."""
+        p = self.pub
+        p.t = max(p.t, now)
+        p.inflight = 0
+        p.prefilling = ()
+        p.version = version
+        for i, (off, _, _, _) in p.run.items():
+            p.run[i] = (off, p.t, p.step + off, version)
+        p.frozen = self.stalled = False
+        self.plan()
+
+    def audit(self) -> None:
+        """Check the engine's bookkeeping against first principles (tests call this)."""
+        p = self.pub
+        kv = 0
+        low = 0 if self.cost.prefill_in_step else 1
+        prompts: dict[object, int] = {}  # shared prompt (or sample) -> tokens held once
+        members: dict[object, int] = {}
+        for i, (off, _, _, _) in p.run.items():
+            key = self._key(i) if self._group else ("sample", i)
+            prompts[key] = self._prompt_len[i]
+            members[key] = members.get(key, 0) + 1
+            kv += p.step + off
+            assert low <= p.step + off <= self._lengths[i], "a running sample's tokens are out of range"
+        kv += sum(prompts.values())
+        assert kv == p.kv, f"engine {p.index}: kv bookkeeping {p.kv} != {kv}"
+        if self._group:
+            assert members == self._members, f"engine {p.index}: group members {self._members}"
+        assert len(p.run) <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs"
+        assert p.kv <= self.kv_budget, f"engine {p.index}: KV {p.kv} over budget {self.kv_budget}"
+        assert len(p.queue) == len(self._gen0)
