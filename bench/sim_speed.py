@@ -6,39 +6,133 @@ disaggregated cluster get the disaggregated split of the same GPUs. The timed ``
 includes the controller, the policy and the summary; ``summary_s`` is the summary's share.
 ``simpy_ev`` counts SimPy events: it grows with decisions, not with tokens.
 
+``--whole 1000000,10000000`` also times the whole ``sortedrl simulate`` process (start-up, trace
+reading, simulation, summary, writing the run directory with its timeline) per policy, as a
+subprocess on a math-16k trace of that many samples written to a temporary directory: wall
+seconds and the child's peak RSS (``wait4``'s ``ru_maxrss``). It is off by default: a 10M trace
+takes minutes to write and a slow policy minutes to run (``--whole-timeout`` stops one).
+
+The issue's targets (printed, never asserted): every policy >= 200k samples/s in the simulation
+at 100k and 1M samples; the whole process at 1M samples <= 5 s for sync and <= 8 s for every
+policy; 10M samples in <= 60 s and <= 4 GiB peak RSS.
+
 Run: python bench/sim_speed.py [--sizes 10000,100000,1000000] [--policy sync|all|NAME,...]
+     [--whole 1000000,10000000] [--trace-format jsonl|parquet|csv] [--whole-timeout 900]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from sortedrl.compare import cluster_for
 from sortedrl.metrics import summarize
 from sortedrl.policies.registry import BUILTIN, make_policy
 from sortedrl.sim.cluster import preset
 from sortedrl.sim.run import simulate
+from sortedrl.traces.io import write_trace
 from sortedrl.traces.synth import synthesize
+
+TARGET_RATE = 200_000  # samples/s in the simulation, every policy
+TARGET_WHOLE_1M = {"sync": 5.0}  # s, the whole process at 1M samples; others: TARGET_WHOLE_1M_ANY
+TARGET_WHOLE_1M_ANY = 8.0
+TARGET_WHOLE_10M = 60.0  # s
+TARGET_RSS_10M = 4 * 1024  # MiB
+
+
+def synth(n: int):
+    """A math-16k trace of ``n`` samples: 625 prompts x 8 per step (fewer below 5,000)."""
+    per_step = min(5000, n)
+    return synthesize("math-16k", prompts=per_step // 8, group_size=8,
+                      steps=max(1, n // per_step), seed=0)
+
+
+def run_whole(args: list[str], timeout: float) -> tuple[float, float, int]:
+    """Run one command; return (wall seconds, peak RSS in MiB, exit status; -9 if stopped)."""
+    t0 = time.perf_counter()
+    child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = t0 + timeout
+    while True:
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            child.send_signal(signal.SIGKILL)
+            _, status, usage = os.wait4(child.pid, 0)
+            break
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    child.returncode = os.waitstatus_to_exitcode(status)
+    err = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if child.returncode not in (0, -9):
+        print(f"  ! exit {child.returncode}: {err.strip().splitlines()[-1:] or ''}", flush=True)
+    return wall, usage.ru_maxrss / 1024, child.returncode  # ru_maxrss is in KiB on Linux
+
+
+def whole_process(names: list[str], sizes: list[int], fmt: str, timeout: float) -> None:
+    """Time ``sortedrl simulate`` as a subprocess per policy and size (see the docstring)."""
+    print(f"\nwhole process: sortedrl simulate --trace T.{fmt} --policy P --cluster h100-llama3.1-8b "
+          f"--out DIR (timeline included); load {os.getloadavg()[0]:.1f}")
+    print(f"{'policy':>13} {'samples':>9} {'wall_s':>8} {'peak_MiB':>9} {'target':>16}")
+    with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
+        for n in sizes:
+            path = Path(tmp) / f"math16k-{n}.{fmt}"
+            t0 = time.perf_counter()
+            trace = synth(n)
+            write_trace(trace, path)
+            del trace
+            print(f"  (wrote {path.name}: {path.stat().st_size / 2**20:,.0f} MiB in "
+                  f"{time.perf_counter() - t0:.0f} s)", flush=True)
+            for name in names:
+                out = Path(tmp) / f"run-{name}-{n}"
+                cmd = [sys.executable, "-m", "sortedrl.cli", "simulate", "--trace", str(path),
+                       "--policy", name, "--cluster", "h100-llama3.1-8b", "--out", str(out),
+                       "--json"]
+                wall, rss, rc = run_whole(cmd, timeout)
+                print(f"{name:>13} {n:>9} {wall:>8.1f} {rss:>9,.0f} {target(name, n, wall, rss, rc):>16}",
+                      flush=True)
+                subprocess.run(["rm", "-rf", str(out)], check=False)
+            path.unlink()
+
+
+def target(name: str, n: int, wall: float, rss: float, rc: int) -> str:
+    """Says whether a whole-process figure meets the issue's target for its size."""
+    if rc == -9:
+        return "stopped (timeout)"
+    if rc != 0:
+        return f"failed (exit {rc})"
+    if n == 1_000_000:
+        limit = TARGET_WHOLE_1M.get(name, TARGET_WHOLE_1M_ANY)
+        return f"{'met' if wall <= limit else 'missed'} (<={limit:.0f} s)"
+    if n == 10_000_000:
+        ok = wall <= TARGET_WHOLE_10M and rss <= TARGET_RSS_10M
+        return f"{'met' if ok else 'missed'} (<=60 s, 4 GiB)"
+    return ""
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--policy", default="sync", help="a name, a comma list, or all")
+    ap.add_argument("--whole", default="", help="sizes for whole-process runs (default: none)")
+    ap.add_argument("--trace-format", default="jsonl", choices=("jsonl", "parquet", "csv"))
+    ap.add_argument("--whole-timeout", type=float, default=900.0, help="seconds per process")
     args = ap.parse_args()
     names = list(BUILTIN) if args.policy == "all" else args.policy.split(",")
     base = preset("h100-llama3.1-8b")
-    print(f"cluster={base.name} (8 GPUs); times in seconds on this machine")
+    print(f"cluster={base.name} (8 GPUs); times in seconds on this machine; "
+          f"load {os.getloadavg()[0]:.1f} (1-min average, {os.cpu_count()} CPUs)")
     print(f"{'policy':>13} {'samples':>9} {'simpy_ev':>9} {'sim_s':>8} {'samples/s':>11} "
-          f"{'us/sample':>10} {'summary_s':>9}")
-    sizes = [int(x) for x in args.sizes.split(",")]
-    traces = {}
-    for n in sizes:
-        per_step = min(5000, n)
-        traces[n] = synthesize("math-16k", prompts=per_step // 8, group_size=8,
-                               steps=max(1, n // per_step), seed=0)
+          f"{'us/sample':>10} {'summary_s':>9} {'target':>8}")
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    traces = {n: synth(n) for n in sizes}
     for name in names:
         for n in sizes:
             trace = traces[n]
@@ -53,8 +147,14 @@ def main() -> None:
             summarize(result.timeline)
             ds = time.perf_counter() - t1
             m = len(trace)
+            met = "met" if m / dt >= TARGET_RATE else "missed"
             print(f"{name:>13} {m:>9} {result.sim_events:>9} {dt:>8.2f} {m / dt:>11,.0f} "
-                  f"{1e6 * dt / m:>10.2f} {ds:>9.2f}", flush=True)
+                  f"{1e6 * dt / m:>10.2f} {ds:>9.2f} {met:>8}", flush=True)
+            del result
+    traces.clear()
+    if args.whole:
+        whole_process(names, [int(x) for x in args.whole.split(",")], args.trace_format,
+                      args.whole_timeout)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from sortedrl.errors import ConfigError
 from sortedrl.metrics import summarize
 from sortedrl.policies.auto import auto_params
@@ -49,8 +51,12 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.weight_read(1))
     chain = max(chain, tool_floor(trace, cluster, c))  # turns: tool calls lie on the chain
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
-    lengths = (trace.prompt_len + trace.response_len).tolist()
-    train = c.train(tokens, sum(n * (n + 1) // 2 for n in lengths))  # unpadded: a true floor
+    lengths = trace.prompt_len.astype(np.int64) + trace.response_len
+    if int(lengths.max()) ** 2 * len(lengths) < 2**62:  # the sum fits in int64: exact
+        pairs = int(np.sum(lengths * (lengths + 1) // 2))
+    else:
+        pairs = sum(n * (n + 1) // 2 for n in lengths.tolist())
+    train = c.train(tokens, pairs)  # unpadded: a true floor
     if cluster.placement == "colocated":
         return max(work, chain) + train
     return max(work, chain, train)
