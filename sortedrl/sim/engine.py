@@ -174,7 +174,7 @@ class Engine(EngineActions):
                 k = kk
             self._next_k = k
             c = self.cost
-            alpha = c.weight_read(b) + c.a1 * kv
+            alpha = (c.weight_read(b) if c.experts else c.a0) + c.a1 * kv
             if alpha >= c.c1 * b:  # memory-bound throughout: the common case, inlined
                 fx = c.t_fix + c.s1 * b if c.step_table is None else c.fixed(b)
                 self.next_t = p.t + k * (fx + alpha) + c.a1 * b * (k * (k - 1) // 2)
@@ -304,7 +304,8 @@ class Engine(EngineActions):
         queue, plen, gen0 = p.queue, self._prompt_len, self._gen0
         group, members, budget, resume = self._group, self._members, self.kv_admit_budget, self.resume
         b0, kv, t, ver = len(p.run), p.kv, p.t, p.version
-        room, horizon, cap = self.chunk - b0, self._horizon(), p.max_num_seqs - b0
+        room, cap = self.chunk - b0, p.max_num_seqs - b0
+        horizon = self._horizon() if b0 else INF
         while queue and len(admitted) < cap:
             i = queue[0]
             g0 = gen0[i]
