@@ -94,6 +94,7 @@ class Engine(EngineActions):
         self._next_k = 0
         self.idle_reported = True
         self.preemptions = 0
+        self._reporting = False  # inside advance(), reporting finishes to the controller
 
     def bind(self, controller: object, attempt: list[int], oldest: list[int]) -> None:
         """Report finishes and preemptions to ``controller``; read attempts from its list and
@@ -218,7 +219,9 @@ class Engine(EngineActions):
             finished.append(i)
         p.kv = kv
         if finished:
+            self._reporting = True  # admissions served in the report wait for the plan below
             self._ctl.samples_finished(finished, lengths)
+            self._reporting = False
         while run and p.kv + len(run) > self.kv_budget:
             self._preempt()
         if p.queue and self._admissible():

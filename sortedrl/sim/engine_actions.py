@@ -43,7 +43,8 @@ class EngineActions:
             queue.append(i)
             gen0[i] = g
         self.idle_reported = False
-        self.plan()
+        if not self._reporting:  # else advance() admits and re-plans once the report returns
+            self.plan()
 
     def abort(self, sample: int, now: float) -> int:
         """Remove a queued or running sample; return the tokens it keeps."""
