@@ -1,8 +1,8 @@
 """Robust calibration of the real runner, and the pieces validation at scale builds on.
 
 - The step fit survives steps slowed down by another job (dropped as outliers), where the plain
-  fit does not; the update fit (soft-L1) likewise, and it keeps the form (padded or per sequence)
-  the measurements follow.
+  fit does not; the update fit (soft-L1) likewise, and it keeps the form (padded, per sequence or
+  the trainer's micro-batches) the measurements follow.
 - Two calibrations from independently noisy measurements of the same machine agree within 3%.
 - The trainer's micro-batches give the whole batch's gradient; the widened model answers like the
   small one; ``validate`` simulates a run on its own shape, with the Ray terms for runs on Ray.
@@ -67,24 +67,28 @@ def test_two_noisy_calibrations_agree_within_three_percent():
     assert agreement(fits[0], fits[1], probe) < 0.03
 
 
-@pytest.mark.parametrize("padded", [True, False])
-def test_update_fit_is_robust_and_keeps_the_measured_form(padded):
+FORMS = {"padded": {"train_padded": True}, "per_sequence": {"train_padded": False},
+         "micro_batches": {"train_padded": True, "train_micro_pairs": float(2**21)}}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_update_fit_is_robust_and_keeps_the_measured_form(form):
     from sortedrl.sim.cost import CostModel
 
     rng = np.random.default_rng(4)
     truth = CostModel(0, 0, 0, 0, 0, 0, train_per_token=2e-4, train_fix=0.3, sync_s=0,
-                      train_per_pair=4e-8, train_padded=padded)
+                      train_per_pair=4e-8, **FORMS[form])
     updates = []
     for k in range(40):
         lens = rng.integers(20, 1200, size=int(rng.integers(4, 17))).tolist()
         t = truth.update(lens) * rng.normal(1.0, 0.02) * (2.5 if k % 10 == 3 else 1.0)
         updates.append((lens, t))
     fit = fit_train(updates)
-    assert fit["padded"] is padded
+    assert fit["form"] == form and fit["costs"] == FORMS[form]
     terms = {k: v["value"] for k, v in fit["terms"].items()}
     assert terms["train_fix"] == pytest.approx(0.3, rel=0.1)
     assert terms["train_per_token"] == pytest.approx(2e-4, rel=0.1)
-    model = CostModel(0, 0, 0, 0, 0, 0, sync_s=0, train_padded=padded, **terms)
+    model = CostModel(0, 0, 0, 0, 0, 0, sync_s=0, **FORMS[form], **terms)
     # the pair term is a tenth of the time here, so it is loosely pinned; the predictions are not
     errors = [abs(model.update(lens) / truth.update(lens) - 1) for lens, _ in updates]
     assert max(errors) < 0.03

@@ -9,7 +9,8 @@ Measurements, each repeated ``repeats`` times:
   request, per policy event) from short ``sync`` and ``sortedrl`` runs of the real runner on the
   task to be run (``task``, ``max_tokens``, ``prompts``, ``group_size``), so the logs,
   checkpoints and bookkeeping it adds, and updates as long as the run's, are in the profile
-  (with whichever form of the update cost, padded or per sequence, fits them better).
+  (with whichever form of the update cost, padded, per sequence or the trainer's micro-batches,
+  fits them best).
 Decode and prefill terms are fitted together on every engine step measured, the grid's and the
 runner's own (whose batches change shape every step, which costs vLLM more than a steady grid
 batch: the simulator must predict those). The fit is in :mod:`sortedrl.sim.profile`.
@@ -71,7 +72,7 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     costs = {"t_fix": 0.0, "s1": 0.0, "a0": 0.0, "c1": 0.0, "a1": d["a1"], "p1": d["p1"],
              "p2": d["p2"], "pn": d["pn"], **{k: v["value"] for k, v in tr["terms"].items()},
              "sync_s": sync_s, "prefill_in_step": True, "p0": host["admit"] + d["pr"],
-             "f0": host["event"], "train_padded": tr["padded"],
+             "f0": host["event"], **tr["costs"],
              "step_table": [x + host["step"] for x in d["table"]]}  # the runner's work per step
     noise = {"grid_rel_mad": _median_rel_mad(grid.values()), "step_rel_scale": d["rel_scale"],
              "runner_steps_dropped": dropped, "runner_steps_kept": kept,
@@ -86,7 +87,9 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
         "torch_version": torch.__version__,
         "engine_config": {"max_num_seqs": max_num_seqs, "kv_budget_tokens": kv_tokens or 10**7},
         "costs": costs,
-        "fit": {"steps": d, "train": tr, "noise": noise,
+        "fit": {"steps": d, "train": {**tr, "updates": [{"lengths": lens, "seconds": t}
+                                                       for lens, t in runner["train"]]},
+                "noise": noise,
                 "sync": {"median": sync_s, "samples": len(runner["sync"]),
                          "spread": float(np.ptp(runner["sync"])) if runner["sync"] else 0.0},
                 "runner": {"host_s_per_step": host["step"], "admit_s_per_request": host["admit"],
@@ -263,20 +266,23 @@ def robust_step_fit(grid_rows: list, runner_rows: list, max_batch: int) -> tuple
 
 
 def fit_train(updates: list[tuple[list[int], float]]) -> dict:
-    """The update cost from ``(sequence lengths, seconds)`` of each update: both of the
-    simulator's forms, tokens and attention pairs of the batch padded to its longest sequence
-    (``train_padded``: one micro-batch) or of each sequence alone (micro-batches of similar
-    length pad little); the profile keeps the one that fits better."""
+    """The update cost from ``(sequence lengths, seconds)`` of each update, in three forms of the
+    simulator: tokens and attention pairs of the batch padded to its longest sequence
+    (``train_padded``), of each sequence alone, or of the trainer's micro-batches
+    (``train_micro_pairs``); the profile keeps the one whose residuals spread least."""
+    from sortedrl.realrun.trainer import MAX_PAIRS
     from sortedrl.sim.cost import CostModel
 
+    forms = {"padded": {"train_padded": True}, "per_sequence": {"train_padded": False},
+             "micro_batches": {"train_padded": True, "train_micro_pairs": float(MAX_PAIRS)}}
     fits = {}
-    for padded in (True, False):
-        cm = CostModel(0, 0, 0, 0, 0, 0, 0, 0, 0, train_padded=padded)
-        fits[padded] = fit_train_pairs([(cm.train_tokens(lens), cm.train_pairs(lens), t)
-                                        for lens, t in updates])
-    padded = fits[True]["rel_scale"] <= fits[False]["rel_scale"]
-    return {**fits[padded], "padded": padded,
-            "rel_scale_other_form": fits[not padded]["rel_scale"]}
+    for name, knobs in forms.items():
+        cm = CostModel(0, 0, 0, 0, 0, 0, 0, 0, 0, **knobs)
+        fits[name] = fit_train_pairs([(cm.train_tokens(lens), cm.train_pairs(lens), t)
+                                      for lens, t in updates])
+    best = min(fits, key=lambda k: fits[k]["rel_scale"])
+    return {**fits[best], "form": best, "costs": forms[best],
+            "rel_scale_by_form": {k: f["rel_scale"] for k, f in fits.items()}}
 
 
 def fit_train_pairs(rows: list[tuple[int, int, float]]) -> dict:

@@ -27,20 +27,12 @@ MAX_PAIRS = 2**21  # padded (query, key) pairs per micro-batch: bounds the atten
 
 
 def micro_batches(batch: list, max_pairs: int = MAX_PAIRS) -> list[list[int]]:
-    """Indices of ``batch`` cut into micro-batches of similar length (sorted by prompt +
-    response length), each padded to its longest with at most ``max_pairs`` (query, key) pairs
-    in all (an attention matrix is that big), as verl's dynamic batch size does. A batch that
-    fits is one micro-batch, in order."""
-    lengths = [len(r.prompt) + len(r.response) for r in batch]
-    if not batch or len(batch) * max(lengths) ** 2 <= max_pairs:
-        return [list(range(len(batch)))]
-    parts, part = [], []
-    for k in sorted(range(len(batch)), key=lambda k: lengths[k]):
-        if part and (len(part) + 1) * lengths[k] ** 2 > max_pairs:
-            parts.append(part)
-            part = []
-        part.append(k)
-    return parts + [part]
+    """Indices of ``batch`` cut into micro-batches of similar length (prompt + response), each
+    padded to its longest with at most ``max_pairs`` (query, key) pairs (an attention matrix is
+    that big): the simulator's :func:`sortedrl.sim.cost.micro_batches`, which costs them."""
+    from sortedrl.sim.cost import micro_batches as split
+
+    return split([len(r.prompt) + len(r.response) for r in batch], max_pairs)
 
 
 @dataclass

@@ -65,6 +65,9 @@ class CostModel:
     experts: int = 0
     experts_per_token: int = 0
     expert_shards: int = 1
+    # the trainer runs a batch in micro-batches of similar length, each padded to its longest and
+    # holding at most this many (query, key) pairs (:func:`micro_batches`); 0: one batch
+    train_micro_pairs: float = 0.0
 
     def weight_read(self, batch: int) -> float:
         """Time to read the weights a decode step of ``batch`` tokens needs."""
@@ -176,6 +179,9 @@ class CostModel:
 
     def train_pairs(self, lengths: list[int]) -> int:
         """Causal attention pairs an update pays for: L·(L+1)/2 per sample of length L."""
+        if self.train_micro_pairs:
+            return sum(len(m) * (w * (w + 1) // 2) for m in micro_batches(lengths, self.train_micro_pairs)
+                       for w in [max(lengths[k] for k in m)])
         if self.train_padded:
             longest = max(lengths)
             return len(lengths) * (longest * (longest + 1) // 2)
@@ -183,11 +189,28 @@ class CostModel:
 
     def train_tokens(self, lengths: list[int]) -> int:
         """The tokens an update pays for, from each sample's prompt + response length."""
+        if self.train_micro_pairs:
+            return sum(len(m) * max(lengths[k] for k in m) for m in micro_batches(lengths, self.train_micro_pairs))
         return len(lengths) * max(lengths) if self.train_padded else sum(lengths)
 
     def sync(self) -> float:
         """One weight sync from the trainer to the rollout engines."""
         return self.sync_s
+
+
+def micro_batches(lengths: list[int], max_pairs: float) -> list[list[int]]:
+    """Indices of sequences of these lengths cut into micro-batches of similar length (sorted),
+    each padded to its longest with at most ``max_pairs`` (query, key) pairs in all, as verl's
+    dynamic batch size does; a batch that fits is one micro-batch, in order."""
+    if not lengths or len(lengths) * max(lengths) ** 2 <= max_pairs:
+        return [list(range(len(lengths)))]
+    parts, part = [], []
+    for k in sorted(range(len(lengths)), key=lambda k: lengths[k]):
+        if part and (len(part) + 1) * lengths[k] ** 2 > max_pairs:
+            parts.append(part)
+            part = []
+        part.append(k)
+    return parts + [part]
 
 
 def prefill_pairs(context_before: int, new_tokens: int) -> int:
