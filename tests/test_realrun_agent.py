@@ -62,12 +62,9 @@ def test_bad_tool_settings_are_one_error_line(tmp_path) -> None:
     assert not (tmp_path / "run").exists()
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("m") / "tiny"
-    r = runner.invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "0"])
-    assert r.exit_code == 0, r.output
-    return str(out)
+@pytest.fixture
+def model(tiny_model) -> str:
+    return tiny_model  # the session's shared model (tests/conftest.py)
 
 
 def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
