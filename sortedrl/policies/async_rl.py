@@ -79,6 +79,7 @@ class AsyncPolicy(Policy):
         self.trained = 0  # samples trained so far
         self.accepted = 0  # finished (trained or waiting to be), as of the current reaction
         self.dropped = 0  # admitted samples the current reaction drops
+        self.checked = -1  # the version whose finished responses were checked for staleness
 
     def staleness_bound(self) -> int:
         return self.params.eta
@@ -142,25 +143,34 @@ class AsyncPolicy(Policy):
         return out + self._maybe_train(view)
 
     def _maybe_train(self, view: ClusterView, filtered: set[int] = frozenset()) -> list[Action]:
-        """``filtered``: groups filtered in this same reaction (the view still shows them)."""
+        """``filtered``: groups filtered in this same reaction (the view still shows them).
+
+        Finished responses are checked for staleness once per version, the first time a batch
+        could be full: a response can only turn too stale when the version changes, and the
+        running ones are checked at each sync."""
         last = not self.queue and view.admitted == 0
         if view.finished_count < self.B and not (last and view.finished_count):
             return []
+        per_update = max(1, self.B // view.group_size)
+        if self.checked == view.version and self.params.whole_groups and not last \
+                and view.complete_groups - len(filtered) < per_update:
+            return []  # not enough complete groups yet (the count is an upper bound here)
         finished = tuple(i for i in view.finished() if view.group_of(i) not in filtered)
-        stale = [i for i in finished if self._stale(view, i)]
         out: list[Action] = []
-        if stale:
-            out.append(Abort(tuple(stale), keep_tokens=False))
-            self.queue.extend(stale)
-            self.accepted -= len(stale)
-            finished = tuple(i for i in finished if i not in set(stale))
+        if self.checked != view.version:
+            self.checked = view.version
+            stale = [i for i in finished if self._stale(view, i)]
+            if stale:
+                out.append(Abort(tuple(stale), keep_tokens=False))
+                self.queue.extend(stale)
+                self.accepted -= len(stale)
+                finished = tuple(i for i in finished if i not in set(stale))
         batch: tuple[int, ...] = ()
         if not self.params.whole_groups:
             if len(finished) >= self.B or (last and finished):
                 batch = finished[: self.B]
         else:
             groups = complete_groups(view, finished)
-            per_update = max(1, self.B // view.group_size)
             if len(groups) >= per_update or (last and groups):
                 batch = tuple(i for g in groups[:per_update] for i in view.group_samples(g))
         if batch:
@@ -177,8 +187,9 @@ class AsyncPolicy(Policy):
         running = view.admitted - self.dropped
         budget = (self.params.eta + view.version + 1) * self.B - (self.accepted + running)
         window = self.params.max_concurrent or view.total_capacity
-        if self.params.whole_groups:
+        if self.params.whole_groups and self.checked == view.version:
+            per_update = max(1, self.B // view.group_size)
+            wake = WakeOn(groups=per_update, drained=True, any_group=self.params.filter_groups)
+        else:  # a full batch (or, whole groups, the version's staleness check) is due
             wake = WakeOn(finished=self.B, drained=True, any_group=self.params.filter_groups)
-        else:
-            wake = WakeOn(finished=self.B, drained=True)
         return out + [Keep(self.queue, window, budget=max(0, budget)), wake]

@@ -21,12 +21,12 @@ the wake checks cost O(engines) and O(1), not a sum over every engine's queue.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from sortedrl.errors import PolicyError
+from sortedrl.policies.backends import Backend
 from sortedrl.policies.base import (
     Abort,
     Admit,
@@ -43,57 +43,11 @@ from sortedrl.policies.base import (
 )
 from sortedrl.policies.orders import StandingOrders
 from sortedrl.policies.placement import spread
-from sortedrl.policies.view import ClusterView, EngineInfo, PublicState
+from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
 
 W, A, P, F, T, D = (SampleState.WAITING, SampleState.ADMITTED, SampleState.PAUSED,
                     SampleState.FINISHED, SampleState.TRAINED, SampleState.DISCARDED)
-
-
-class Backend(ABC):
-    """Executes actions and reports events; the simulator and the real runner implement it.
-
-    Besides the calls below, a backend keeps two of the controller's lists current, because only
-    it sees tokens being made: ``controller.s.oldest[i]``, the policy version of sample i's
-    oldest kept token (set when its first token is generated), and it reports finishes through
-    ``controller.samples_finished`` (preemptions through ``sample_preempted``). It then
-    dispatches a ``FINISHED`` event when the policy listens to finishes; the controller decides
-    whether the policy hears it (``hears``) and serves the standing orders either way.
-    """
-
-    placement: str = "colocated"
-
-    @abstractmethod
-    def engine_infos(self) -> list[EngineInfo]:
-        """The public halves of the engines, in index order."""
-
-    @abstractmethod
-    def now(self) -> float:
-        """Current time in seconds since the run started."""
-
-    @abstractmethod
-    def admit(self, engine: int, samples: list[int], generated: list[int]) -> None:
-        """Queue samples on an engine; ``generated`` tokens are resumed (re-prefilled)."""
-
-    @abstractmethod
-    def abort(self, samples: list[int]) -> list[int]:
-        """Stop admitted samples; return the tokens each had generated."""
-
-    @abstractmethod
-    def train(self, samples: list[int], version: int) -> None:
-        """Start one update; report ``controller.update_done()`` when it ends."""
-
-    @abstractmethod
-    def sync(self, version: int) -> None:
-        """Push weights of ``version`` to every engine; report ``controller.sync_done()``."""
-
-    @abstractmethod
-    def set_rollout(self, enabled: bool) -> None:
-        """Stop or restart generation on every engine (colocated placement)."""
-
-    @abstractmethod
-    def run(self, controller: Controller) -> None:
-        """Drive time until nothing is left to happen, then return."""
 
 
 class Controller:
@@ -233,7 +187,7 @@ class Controller:
 
     def _check_ids(self, samples: tuple[int, ...], verb: str) -> None:
         n = len(self.s.state)
-        if len(set(samples)) != len(samples):
+        if len(samples) > 1 and len(set(samples)) != len(samples):
             raise self._bad(f"{verb} lists a sample twice")
         for i in samples:
             if not isinstance(i, (int, np.integer)) or not 0 <= i < n:
@@ -244,28 +198,28 @@ class Controller:
         if not samples:
             return
         self._check_ids(samples, "admit")
+        state, started, n = s.state, s.started, s.group_size
         for i in samples:
-            if s.state[i] not in (W, P):
-                raise self._bad(f"admit of sample {i}, which is {SampleState(s.state[i]).name.lower()}")
-        engines = s.engines
-        if act.engine is not None and not 0 <= act.engine < len(engines):
+            if state[i] != W and state[i] != P:
+                raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
+        if act.engine is not None and not 0 <= act.engine < len(s.engines):
             raise self._bad(f"admit to unknown engine {act.engine}")
-        n = s.group_size
         for i in samples:
-            g = i // n
-            if not s.started[g]:
-                s.started[g] = 1
+            if not started[i // n]:
+                started[i // n] = 1
                 s.started_count += 1
-        while s.next_group < s.num_groups and s.started[s.next_group]:
+        while s.next_group < s.num_groups and started[s.next_group]:
             s.next_group += 1
         plan = self._placement(act)
         now = self.backend.now()
+        engine_of, paused, generated = s.engine_of, s.paused, s.generated
         for e, chunk in plan:
-            gen = [s.generated[i] for i in chunk]
+            gen = [generated[i] for i in chunk]
             for i in chunk:
-                s.state[i] = A
-                s.engine_of[i] = e
-                s.paused.pop(i, None)
+                state[i] = A
+                engine_of[i] = e
+                if paused:
+                    paused.pop(i, None)
             s.load[e] += len(chunk)
             s.admitted += len(chunk)
             self.timeline.admit(now, e, chunk)
@@ -280,13 +234,15 @@ class Controller:
             return [(act.engine, samples)]
         loads = s.load
         n = s.group_size if act.keep_groups else 1
-        if n > 1 and len(samples) == 1:
-            i = samples[0]
-            limit = min(loads) + n
-            for j in range(i - i % n, i - i % n + n):
-                e = s.engine_of[j]
-                if j != i and e >= 0 and loads[e] < max(s.engines[e].max_num_seqs, limit):
-                    return [(e, samples)]
+        if len(samples) == 1:  # the common case (a top-up), kept flat
+            least = min(loads)
+            if n > 1:
+                i, engine_of, limit = samples[0], s.engine_of, least + n
+                for j in range(i - i % n, i - i % n + n):
+                    e = engine_of[j]
+                    if e >= 0 and j != i and loads[e] < max(s.engines[e].max_num_seqs, limit):
+                        return [(e, samples)]
+            return [(loads.index(least), samples)]
         return spread(samples, loads, n)
 
     def _abort(self, act: Abort) -> None:

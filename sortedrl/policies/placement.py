@@ -18,7 +18,7 @@ def spread(samples: list[int], loads: list[int], group_size: int = 1
     engine (an engine may take up to a group's worth beyond its share). Deterministic.
     """
     if len(samples) == 1:  # the common case: the least loaded engine, lowest index on ties
-        return [(min(range(len(loads)), key=lambda e: (loads[e], e)), samples)]
+        return [(loads.index(min(loads)), samples)]
     order = sorted(range(len(loads)), key=lambda e: (loads[e], e))
     total = sum(loads) + len(samples)
     # find the level: engines below it are filled up to it

@@ -241,8 +241,8 @@ class SimBackend(Backend):
         if not ctl.policy.listens_to_finishes:
             return
         t = eng.pub.t
-        if (self._deferred or self._catching_up or ctl.hears(samples)
-                or sum(1 for x in self._next if x <= t) > 1):
+        if (self._deferred or self._catching_up or self._next.count(t) > 1
+                or ctl.hears(samples)):  # (no engine is due before t here: a count finds ties)
             when = max(t, self.env.now)
             self._deferred.append((when, Event(EventKind.FINISHED, eng.pub.index, tuple(samples))))
             return
