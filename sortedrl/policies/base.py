@@ -190,7 +190,7 @@ class Policy:
 
     name: ClassVar[str] = ""
     Params: ClassVar[type] = NoParams
-    listens_to_finishes: ClassVar[bool]
+    listens_to_finishes: ClassVar[bool] = False  # set per subclass (see above)
     oracle: ClassVar[bool] = False  # True only for policies that read true lengths on purpose
     placements: ClassVar[tuple[str, ...] | None] = None  # cluster placements it runs on (None: all)
     # multi-turn traces: TURN_DONE events go to policies that override on_turn_done, or that

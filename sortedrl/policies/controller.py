@@ -46,8 +46,7 @@ from sortedrl.policies.placement import spread
 from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
 
-W, A, P, F, T, D = (SampleState.WAITING, SampleState.ADMITTED, SampleState.PAUSED,
-                    SampleState.FINISHED, SampleState.TRAINED, SampleState.DISCARDED)
+WAITING, ADMITTED, PAUSED, FINISHED, TRAINED, DISCARDED = tuple(SampleState)  # for the hot paths
 
 
 class Controller:
@@ -133,7 +132,7 @@ class Controller:
         load, fin, n_group, need = s.load, s.finished_in, s.group_size, s.complete_at
         for i in samples:
             n = lengths[i]
-            state[i] = F
+            state[i] = FINISHED
             gen[i] = n
             resp[i] = n
             load[eng[i]] -= 1
@@ -200,7 +199,7 @@ class Controller:
         self._check_ids(samples, "admit")
         state, started, n = s.state, s.started, s.group_size
         for i in samples:
-            if state[i] != W and state[i] != P:
+            if state[i] != WAITING and state[i] != PAUSED:
                 raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
         if act.engine is not None and not 0 <= act.engine < len(s.engines):
             raise self._bad(f"admit to unknown engine {act.engine}")
@@ -216,7 +215,7 @@ class Controller:
         for e, chunk in plan:
             gen = [generated[i] for i in chunk]
             for i in chunk:
-                state[i] = A
+                state[i] = ADMITTED
                 engine_of[i] = e
                 if paused:
                     paused.pop(i, None)
@@ -226,8 +225,8 @@ class Controller:
             self.backend.admit(e, chunk, gen)
 
     def _placement(self, act: Admit) -> list[tuple[int, list[int]]]:
-        """Which engine gets which admitted samples (see :func:`~sortedrl.policies.placement.spread`). A lone sample whose
-        group has a member admitted on an engine joins it there (shared prompt), unless that
+        """Which engine gets which admitted samples (see :func:`~sortedrl.policies.placement.spread`).
+        A lone sample whose group has a member admitted on an engine joins it there (shared prompt), unless that
         engine is over both its ``max_num_seqs`` and the least load plus one group."""
         s, samples = self.s, list(act.samples)
         if act.engine is not None:
@@ -250,8 +249,8 @@ class Controller:
         if not samples:
             return
         self._check_ids(act.samples, "abort")
-        live = [i for i in samples if s.state[i] == A]
-        allowed = (A,) if act.keep_tokens else (A, P, F)
+        live = [i for i in samples if s.state[i] == ADMITTED]
+        allowed = (ADMITTED,) if act.keep_tokens else (ADMITTED, PAUSED, FINISHED)
         for i in samples:
             if s.state[i] not in allowed:
                 raise self._bad(f"abort (keep_tokens={act.keep_tokens}) of sample {i}, which is "
@@ -262,18 +261,18 @@ class Controller:
             s.load[s.engine_of[i]] -= 1
         s.admitted -= len(live)
         for i in samples:
-            if s.state[i] == F:
+            if s.state[i] == FINISHED:
                 self._unfinish(i)
             s.engine_of[i] = -1
             if act.keep_tokens:
                 s.generated[i] = tokens[i]
-                s.state[i] = P
+                s.state[i] = PAUSED
                 s.paused[i] = None
             else:  # the (partial or finished) response is wasted; regenerate from scratch
                 s.generated[i] = 0
                 s.oldest[i] = -1
                 s.attempt[i] += 1
-                s.state[i] = W
+                s.state[i] = WAITING
                 s.paused.pop(i, None)
                 s.buffer.pop(i, None)
                 s.response_len.pop(i, None)
@@ -283,15 +282,15 @@ class Controller:
         s = self.s
         self._check_ids(act.samples, "discard")
         for i in act.samples:
-            if s.state[i] not in (W, P, F):
+            if s.state[i] not in (WAITING, PAUSED, FINISHED):
                 raise self._bad(f"discard of sample {i}, which is {SampleState(s.state[i]).name.lower()}")
         for i in act.samples:
             if not s.started[i // s.group_size]:
                 s.started[i // s.group_size] = 1
                 s.started_count += 1
-            if s.state[i] == F:
+            if s.state[i] == FINISHED:
                 self._unfinish(i)
-            s.state[i] = D
+            s.state[i] = DISCARDED
             s.paused.pop(i, None)
             s.buffer.pop(i, None)
         while s.next_group < s.num_groups and s.started[s.next_group]:
@@ -309,8 +308,8 @@ class Controller:
             if not isinstance(g, (int, np.integer)) or not 0 <= g < s.num_groups:
                 raise self._bad(f"filter of unknown group {g!r}")
             members = range(g * n, (g + 1) * n)
-            done = [i for i in members if s.state[i] == F]
-            if not done or any(s.state[i] not in (F, D) for i in members):
+            done = [i for i in members if s.state[i] == FINISHED]
+            if not done or any(s.state[i] not in (FINISHED, DISCARDED) for i in members):
                 raise self._bad(f"filter of group {g}, which is not finished")
             rewards = {s.reward[i] for i in done if i in s.reward}
             if len(rewards) != 1 or any(i not in s.reward for i in done):
@@ -318,7 +317,7 @@ class Controller:
             dropped += done
         for i in dropped:
             self._unfinish(i)
-            s.state[i] = D
+            s.state[i] = DISCARDED
             del s.buffer[i]
         self.settled += len(dropped)
         if dropped:
@@ -334,7 +333,7 @@ class Controller:
         if s.syncing:
             raise self._bad("train while a weight sync is running")
         for i in act.samples:
-            if s.state[i] != F:
+            if s.state[i] != FINISHED:
                 raise self._bad(f"train on sample {i}, which is {SampleState(s.state[i]).name.lower()}")
         if s.placement == "colocated":
             busy = [e.index for e in s.engines if e.running()]
@@ -346,7 +345,7 @@ class Controller:
                 self.backend.set_rollout(False)
         for i in act.samples:
             self._unfinish(i)
-            s.state[i] = T
+            s.state[i] = TRAINED
             del s.buffer[i]
         self.settled += len(act.samples)
         s.trainer_busy = True
