@@ -3,8 +3,9 @@
 Each row: what was measured, by whom, the measured figure, what the preset predicts, the error.
 The vidur figures are medians over repeats, read from microsoft/vidur (MIT): the linear layers of
 one transformer layer (every op of data/profiling/compute/{gpu}/{model}/mlp.csv but the
-embedding, TP 1, at HEAD 7d47513) and the decode attention kernel
-(data/profiling/a100/attention.csv at acb95f6, Llama-2-70B at TP 2: 32 query and 4 KV heads a GPU).
+embedding, at HEAD 7d47513) and the decode attention kernel (data/profiling/a100/attention.csv at
+acb95f6, Llama-2-70B at TP 2: 32 query and 4 KV heads a GPU). A decode layer is the two summed
+(Llama-2-70B at TP 2 on an A100, the model and split of the attention profile).
 
 Run: PYTHONPATH=. python bench/preset_errors.py
 """
@@ -14,54 +15,86 @@ from __future__ import annotations
 import dataclasses
 
 from sortedrl.sim.cluster import MEASURED, preset
-from sortedrl.sim.hardware import GPUS, MODELS
+from sortedrl.sim.hardware import GPUS
+
+
+def layer_params(d: int, heads: int, kv_heads: int, ffn: int, head_dim: int = 128) -> int:
+    """Linear-layer parameters of one Llama-style layer (q, k, v, o and a gated MLP)."""
+    return 2 * d * heads * head_dim + 2 * d * kv_heads * head_dim + 3 * d * ffn
+
 
 # tokens in the batch -> us per layer (sum of the layer's linear, norm, rope, activation, add ops)
 VIDUR_LINEAR = {
-    "h100 Llama-2-7B": (GPUS["h100"], 4 * 4096 * 4096 + 3 * 4096 * 11008,
+    "h100 Llama-2-7B": (GPUS["h100"], 1, layer_params(4096, 32, 32, 11008),
                         {1: 175, 8: 172, 32: 181, 64: 183, 128: 199, 256: 286, 512: 375, 1024: 657}),
-    "a100 Llama-3-8B": (GPUS["a100-80g"], 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336,
-                        {1: 303, 8: 312, 32: 341, 64: 351, 128: 412, 256: 609, 512: 1083, 1024: 2348}),
+    "a100 Llama-3-8B": (GPUS["a100-80g"], 1, layer_params(4096, 32, 8, 14336),
+                        {1: 303, 8: 312, 32: 341, 64: 351, 128: 412, 256: 609, 512: 1082, 1024: 2348}),
+    "a100 Llama-2-70B tp2": (GPUS["a100-80g"], 2, layer_params(8192, 64, 8, 28672),
+                             {1: 563, 8: 574, 32: 605, 64: 628, 128: 773, 256: 1128, 512: 2130, 1024: 4370}),
 }
-# (batch, context per sequence) -> us per layer of the decode attention kernel, A100
-VIDUR_ATTN = {(1, 512): 17, (8, 2048): 46, (32, 2048): 108, (64, 2048): 219, (128, 512): 114, (128, 2048): 349}
+# (batch, context per sequence) -> us per layer of the decode attention kernel, A100, 4 KV heads a GPU
+VIDUR_ATTN = {(1, 512): 17, (1, 4032): 18, (8, 512): 24, (8, 2048): 46, (32, 512): 37, (32, 2048): 108,
+              (64, 512): 72, (64, 2048): 219, (64, 4032): 407, (128, 512): 114, (128, 2048): 349,
+              (128, 4032): 667}
+ATTN_KV_BYTES = 4 * 128 * 2 * 2  # 4 KV heads x 128 dims x (K, V) x 2 bytes, a token a layer
 
 
 def err(pred: float, meas: float) -> str:
     return f"{100 * (pred / meas - 1):+.0f}%"
 
 
+def linear_model(gpu, tp: int, params: int, batch: int) -> tuple[float, float]:
+    """(roofline, measured model) time of one layer's linear part, us."""
+    bw, flops, read = tp * gpu.mem_bw, tp * gpu.flops, 2 * params
+    roof = max(read / (bw * 0.75), 2 * params * batch / (flops * 0.5))
+    seq = 2 * params / flops
+    share = MEASURED["seq_share"]
+    fit = (MEASURED["ops_layer_s"] + share * seq * batch
+           + max(read / (bw * MEASURED["mbu"]), (1 / MEASURED["mfu"] - share) * seq * batch))
+    return roof * 1e6, fit * 1e6
+
+
+def attention_model(batch: int, ctx: int) -> tuple[float, float]:
+    """(roofline, measured model) time of the A100 decode attention kernel, us."""
+    byts, bw = batch * ctx * ATTN_KV_BYTES, GPUS["a100-80g"].mem_bw
+    return byts / (bw * 0.75) * 1e6, (MEASURED["attn_layer_s"] + byts / (bw * MEASURED["mbu_kv"])) * 1e6
+
+
 def linear_rows() -> None:
     print("decode linear layers, us per layer: measured | roofline | measured model")
-    for name, (gpu, params, points) in VIDUR_LINEAR.items():
-        seq = 2 * params / gpu.flops * 1e6
+    for name, (gpu, tp, params, points) in VIDUR_LINEAR.items():
         for batch, meas in points.items():
-            roof = max(2 * params / (gpu.mem_bw * 0.75), 2 * params * batch / (gpu.flops * 0.5)) * 1e6
-            read = 2 * params / (gpu.mem_bw * MEASURED["mbu"]) * 1e6
-            fit = seq * batch + max(read, (1 / MEASURED["mfu"] - 1) * seq * batch)
+            roof, fit = linear_model(gpu, tp, params, batch)
             print(f"  {name} B={batch}: {meas} | {roof:.0f} ({err(roof, meas)}) | {fit:.0f} ({err(fit, meas)})")
 
 
+def layer_rows() -> None:
+    print("decode layer (linear + attention kernel), A100 Llama-2-70B tp2, us: measured | roofline | measured model")
+    gpu, tp, params, linear = VIDUR_LINEAR["a100 Llama-2-70B tp2"]
+    for (batch, ctx), attn in VIDUR_ATTN.items():
+        lin_roof, lin_fit = linear_model(gpu, tp, params, batch)
+        att_roof, att_fit = attention_model(batch, ctx)
+        meas, roof, fit = linear[batch] + attn, lin_roof + att_roof, lin_fit + att_fit
+        print(f"  B={batch} S={ctx}: {meas} | {roof:.0f} ({err(roof, meas)}) | {fit:.0f} ({err(fit, meas)})")
+
+
 def attention_rows() -> None:
-    print("decode attention kernel, us per layer (A100, 2 KiB KV a token a layer): measured | old | measured model")
-    bw = GPUS["a100-80g"].mem_bw
+    print("decode attention kernel alone (diagnostic), us per layer: measured | roofline | measured model")
     for (batch, ctx), meas in VIDUR_ATTN.items():
-        byts = batch * ctx * 4 * 128 * 2 * 2
-        old = byts / (bw * 0.75) * 1e6
-        fit = MEASURED["attn_layer_s"] * 1e6 + byts / (bw * MEASURED["mbu_kv"]) * 1e6
-        print(f"  B={batch} S={ctx}: {meas} | {old:.0f} ({err(old, meas)}) | {fit:.0f} ({err(fit, meas)})")
+        roof, fit = attention_model(batch, ctx)
+        print(f"  B={batch} S={ctx}: {meas} | {roof:.0f} ({err(roof, meas)}) | {fit:.0f} ({err(fit, meas)})")
 
 
 def end_to_end_rows() -> None:
-    # johnmusgrave.com vLLM sweep: Llama-3.1-8B BF16, one request on an A100-40GB: about 75 tok/s
-    a100_40 = dataclasses.replace(GPUS["a100-80g"], name="a100-40g", hbm_bytes=40e9, mem_bw=1.555e12)
-    GPUS["a100-40g"] = a100_40
+    print("decode step, end to end, batch 1, Llama-3.1-8B: measured | roofline | measured model")
+    # johnmusgrave.com vLLM 0.23 sweep: one request on an A100-40GB, about 75 tok/s (1,024-token prompts)
+    # yobitelcomm InferenceBench: vLLM 0.21 on an H100-80GB-HBM3, TPOT p50 6.48 ms at concurrency 1
+    GPUS["a100-40g"] = dataclasses.replace(GPUS["a100-80g"], name="a100-40g", hbm_bytes=40e9, mem_bw=1.555e12)
     try:
-        for label, model in (("roofline", "roofline"), ("measured", "measured")):
-            c = dataclasses.replace(preset("a100-80g-llama3.1-8b"), gpu="a100-40g", decode_model=model).cost()
-            step = c.decode_step(1, 512)
-            print(f"  A100-40GB Llama-3.1-8B batch 1 ({label}): 13.3 ms measured, {step * 1e3:.1f} ms "
-                  f"({err(step, 1 / 75)})")
+        for gpu, base, ms, ctx in (("a100-40g", "a100-80g", 1000 / 75, 1088), ("h100", "h100", 6.48, 512)):
+            got = [dataclasses.replace(preset(f"{base}-llama3.1-8b"), gpu=gpu, decode_model=m).cost()
+                   .decode_step(1, ctx) * 1e3 for m in ("roofline", "measured")]
+            print(f"  {gpu}: {ms:.2f} ms | {got[0]:.2f} ms ({err(got[0], ms)}) | {got[1]:.2f} ms ({err(got[1], ms)})")
     finally:
         del GPUS["a100-40g"]
 
@@ -74,14 +107,18 @@ def update_rows() -> None:
 
 
 def sync_rows() -> None:
-    # verl PR #116: 8 x L20 (PCIe 4, no NVLink), 7B-class (Qwen2.5-7B's 15.2 GB) FSDP -> vLLM TP4
-    w7 = MODELS["qwen2.5-7b"].weight_bytes
-    l20 = 0.1 + w7 / 32e9
-    print(f"sync, verl #116 L20 7B in-process: 0.570 s measured, {l20:.3f} s ({err(l20, 0.570)}); "
-          f"across processes 0.701 s ({err(l20, 0.701)})")
+    # verl PR #116: 8 x L20 (PCIe 4 x16, no NVLink), 7B-class (Qwen2.5-7B's 15.2 GB) FSDP -> vLLM
+    # TP4, in the trainer's processes (colocated) and over NCCL to other processes (disaggregated)
+    GPUS["l20"] = dataclasses.replace(GPUS["h100"], name="l20", hbm_bytes=48e9, link_bw=32e9)
+    try:
+        for placement, meas, how in (("colocated", 0.570, "in-process"), ("disaggregated", 0.701, "across processes")):
+            c = dataclasses.replace(preset("h100-qwen2.5-7b-tp4"), gpu="l20", placement=placement, train_gpus=4)
+            s = c.cost().sync_s
+            print(f"sync, verl #116 L20 7B {how}: {meas:.3f} s measured, {s:.3f} s ({err(s, meas)})")
+    finally:
+        del GPUS["l20"]
     # huggingface/trl PR #7131: Qwen3-32B on H200, 16 trainer + 16 rollout GPUs (two nodes and more)
-    c = preset("h200-qwen3-32b-32gpu-disagg")
-    s = c.cost().sync_s
+    s = preset("h200-qwen3-32b-32gpu-disagg").cost().sync_s
     print(f"sync, TRL #7131 Qwen3-32B H200 16+16 GPUs: 2.3 s measured, {s:.2f} s ({err(s, 2.3)})")
     s8 = preset("h20-qwen2.5-7b").cost().sync_s
     print(f"sync, verl checkpoint engine H20 7B: 0.02 s measured, {s8:.3f} s ({err(s8, 0.02)})")
@@ -89,8 +126,8 @@ def sync_rows() -> None:
 
 if __name__ == "__main__":
     linear_rows()
+    layer_rows()
     attention_rows()
-    print("decode step, end to end:")
     end_to_end_rows()
     update_rows()
     sync_rows()

@@ -210,3 +210,13 @@ def test_a_finite_rate_without_send_times_cannot_be_replayed(tmp_path):
     assert run_bad(tmp_path, [path]) == (
         f"error: {path}: field 'start_times': needed to replay a request_rate of 5/s (save with "
         "--save-detailed, or benchmark with --request-rate inf)")
+
+
+def test_unknown_gpu_or_model_in_the_preset_lists_the_known_ones(tmp_path):
+    out = tmp_path / "p.json"
+    for name, bad in (("h100-llama9-8b", "model"), ("v100-llama3.1-8b", "GPU")):
+        r = runner.invoke(app, ["calibrate", "--from-vllm-bench", str(recorded(4)), "--cluster", name,
+                                "--out", str(out)])
+        assert r.exit_code == 2 and not out.exists() and r.output.count("\n") == 1, bad
+        assert r.output.startswith(f"error: unknown cluster preset '{name}': a preset is GPU-MODEL with GPU one of "
+                                   "a100-80g, h100, h800, h20, h200, b200, mi300x and MODEL one of qwen3-0.6b, ")

@@ -29,7 +29,7 @@ SMALL_CLUSTER = "h100-llama3.1-8b-2gpu-8seq"
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """sortedrl (harvests, aborts, 11 updates) on 128 samples over 2 engines x 8 slots."""
+    """sortedrl (harvests, aborts, 12 updates) on 128 samples over 2 engines x 8 slots."""
     tr = synthesize("logic-8k", prompts=32, group_size=2, steps=2)
     r = simulate(tr, make_policy("sortedrl", [], tr), preset(SMALL_CLUSTER))
     return write_run(tmp_path_factory.mktemp("small") / "run", r), r, tr
@@ -170,13 +170,13 @@ def test_small_run_has_one_bar_per_span_coloured_by_version(small):
     tl = r.timeline
     bars = trace(timeline_figure(tl), "sample spans")
     sp = span_table(tl)
-    assert len(bars.y) == len(tl.spans) == 337
+    assert len(bars.y) == len(tl.spans) == 359
     assert np.array_equal(np.asarray(bars.y), sp["sample"])
     assert np.allclose(np.asarray(bars.base), sp["t0"], atol=1e-6)
     assert np.allclose(np.asarray(bars.base) + np.asarray(bars.x), sp["t1"], atol=2e-6)
     assert np.array_equal(np.asarray(bars.marker.color), sp["version"])
     assert bars.marker.colorbar.title.text == "policy version"
-    assert (bars.marker.cmin, bars.marker.cmax) == (0, 10)
+    assert (bars.marker.cmin, bars.marker.cmax) == (0, 11)
 
 
 def test_batch_size_curve_is_the_exact_running_count(small):
@@ -214,13 +214,13 @@ def test_step_table_has_one_row_per_update(small, tmp_path):
     _, r, _ = small
     tl = r.timeline
     rows = step_rows(tl)
-    assert len(rows) == len(tl.trains) == 11
+    assert len(rows) == len(tl.trains) == 12
     for u, (row, (t0, t1, v, samples, tokens)) in enumerate(zip(rows, tl.trains, strict=True)):
         assert row == (u, v, t0, t1, t1 - t0, len(samples), tokens)
     text = write_timeline_html(tl, tmp_path / "t.html").read_text()
     body = re.search(r'<table class="data" id="steps">.*?<tbody>(.*?)</tbody>', text, re.S)[1]
     html_rows = re.findall(r"<tr>(.*?)</tr>", body)
-    assert len(html_rows) == 11
+    assert len(html_rows) == 12
     first = re.findall(r"<td[^>]*>(.*?)</td>", html_rows[0])
     t0, t1, v, samples, tokens = tl.trains[0]
     assert first == ["0", str(v), f"{t0:,.3f}", f"{t1:,.3f}", f"{t1 - t0:,.3f}",
@@ -267,7 +267,7 @@ def test_perfetto_small_run_has_a_track_per_slot_and_exact_events(small, tmp_pat
         pf = np.array([(a, b) for a, b, en, *_ in tl.prefills if en == e]).reshape(-1, 2)
         busy = union_length(np.r_[mine["t0"], pf[:, 0]], np.r_[mine["t1"], pf[:, 1]])
         assert busy_us == pytest.approx(busy * 1e6, abs=1.0)
-    assert len(xs[(3, 0)]) == len(tl.trains) == 11 and len(xs[(3, 1)]) == len(tl.syncs)
+    assert len(xs[(3, 0)]) == len(tl.trains) == 12 and len(xs[(3, 1)]) == len(tl.syncs)
     first = xs[(3, 0)][0]
     assert first["name"] == "update 0"
     assert first["ts"] == round(tl.trains[0][0] * 1e6, 3)

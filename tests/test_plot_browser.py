@@ -84,7 +84,7 @@ def check_not_blank(pixels: np.ndarray) -> None:
     colors = np.unique(pixels.reshape(-1, 3), axis=0)
     assert len(colors) >= 100, len(colors)  # text, lines, fills: not a flat page
     background = np.all(pixels == 255, axis=-1)
-    assert 0.15 < 1 - background.mean() < 0.95
+    assert 0.12 < 1 - background.mean() < 0.95  # the timeline page of the small run draws ~15% ink
 
 
 @pytest.fixture(scope="module")

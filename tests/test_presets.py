@@ -79,15 +79,18 @@ def test_moe_decode_gets_cheaper_per_token_with_batch():
     assert per_token == sorted(per_token, reverse=True)
     assert c.weight_read(1) < c.weight_read(256) < c.a0 + 128 * c.expert_read * 1.0001
     dense = MODELS["qwen3-30b-a3b"]
-    assert c.c1 == pytest.approx(2 * dense.active_params / (989e12 * 0.5))  # compute: active params
+    seq = 2 * dense.active_params / 989e12  # one sequence's decode FLOPs at peak: active params
+    assert (c.s1, c.c1) == (pytest.approx(0.9 * seq), pytest.approx((1 / 0.64 - 0.9) * seq))
 
 
 def test_measured_decode_grows_with_batch_below_the_ridge():
-    roof = preset("h100-llama3.1-8b").cost()
-    meas = dataclasses.replace(preset("h100-llama3.1-8b"), decode_model="measured").cost()
+    meas = preset("h100-llama3.1-8b").cost()  # the default decode model
+    roof = dataclasses.replace(preset("h100-llama3.1-8b"), decode_model="roofline").cost()
     assert roof.decode_step(64, 0) == roof.decode_step(1, 0)  # the roofline is flat below the ridge
-    assert meas.decode_step(64, 0) - meas.decode_step(1, 0) == pytest.approx(63 * 2 * 8_029_995_008 / 989e12)
-    assert meas.t_fix == pytest.approx(0.0005 + 32 * 20e-6)
+    assert meas.decode_step(64, 0) - meas.decode_step(1, 0) == pytest.approx(63 * 0.9 * 2 * 8_029_995_008 / 989e12)
+    assert meas.t_fix == pytest.approx(32 * (24e-6 + 14e-6))  # per layer: small ops and attention
+    assert meas.a0 == pytest.approx(MODELS["llama3.1-8b"].weight_bytes / (3.35e12 * 0.84))
+    assert meas.a1 == pytest.approx(131072 / (3.35e12 * 0.80))  # KV bytes a token: 32 layers x 8 heads x 128 x 2 x 2
 
 
 def test_update_terms_by_hand():

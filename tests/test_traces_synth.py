@@ -43,7 +43,9 @@ def test_math_16k_fitted_statistics(math: dict[str, float]) -> None:
 
 def test_logic_8k_fitted_statistics(logic: dict[str, float]) -> None:
     assert logic["max_response_len"] == 8192
-    assert 0.25 <= logic["mean_over_cap"] <= 0.27  # SortedRL: 74% bubble => mean/cap ~0.26
+    # SortedRL's 74% sync bubble, timed by the default cost model (tests/test_paper_bubble.py),
+    # needs mean/cap ~0.23: 1 - mean/cap (0.26 before) ignores that steps speed up as the batch drains
+    assert 0.22 <= logic["mean_over_cap"] <= 0.24
     assert 0.01 <= logic["truncated_share"] <= 0.03  # target: a small share at the cap
 
 

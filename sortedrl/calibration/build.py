@@ -72,7 +72,7 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
             return raw
     return {"sortedrl_profile": FORMAT,
             "device": f"{cluster.gpus} x {cluster.gpu} (shape of {cluster.name})",
-            "model": cluster.model, "engine": "none measured (the preset's roofline)", "engine_version": "",
+            "model": cluster.model, "engine": "none measured (the preset's cost model)", "engine_version": "",
             "engine_config": {"max_num_seqs": cluster.max_num_seqs, "kv_budget_tokens": cluster.kv_budget},
             "cluster": {"preset": cluster.name, **{k: getattr(cluster, k) for k in SHAPE}}}
 

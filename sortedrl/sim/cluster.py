@@ -32,11 +32,13 @@ from sortedrl.sim.hardware import GPUS, MODELS, Model
 TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
 OFFLOADED_STATE_BYTES = 4  # per parameter left on the GPU when the FP32 master and Adam m, v live on the host
 TRAINER_OFFLOADS = ("auto", "none", "optimizer")
-NET_EFF = 0.8  # share of a NIC's line rate a weight broadcast reaches (NCCL bus bandwidth)
-# decode_model "measured": fitted to vidur's per-operator profiles (docs/calibration.md): weight read
-# at 0.78 of peak bandwidth, KV read at 0.80 plus 20 us per layer (the attention kernel), each
-# running sequence adds its 2·P FLOPs at peak, large batches reach MFU 0.64, host step 0.5 ms
-MEASURED = dict(mbu=0.78, mbu_kv=0.80, mfu=0.64, t_fix=0.0005, attn_layer_s=20e-6, seq_share=1.0)
+NET_EFF = 0.8  # share of a link's rate an NCCL weight broadcast reaches (bus bandwidth; verl #116: 0.79)
+# decode_model "measured" (the default): fitted to vidur's per-operator profiles and two whole-step
+# measurements (docs/calibration.md, bench/preset_errors.py): weight read at 0.84 of peak bandwidth,
+# KV read at 0.80; per layer 24 us of norms, RoPE, activation and adds plus 14 us of attention kernel;
+# each running sequence adds 0.9 of its 2·P FLOPs at peak; large batches reach MFU 0.64; no host time
+# (vLLM V1 schedules the next step while the GPU runs this one)
+MEASURED = dict(mbu=0.84, mbu_kv=0.80, mfu=0.64, t_fix=0.0, ops_layer_s=24e-6, attn_layer_s=14e-6, seq_share=0.9)
 DECODE_MODELS = ("roofline", "measured")
 
 
@@ -58,12 +60,12 @@ class Cluster:
     gpu_mem_util: float = field(default=0.9, metadata={"help": "share of HBM given to weights + KV cache"})
     kv_budget_tokens: int = field(default=0, metadata={"help": "KV tokens per engine; 0 derives it from HBM, weights and KV size"})
     kv_watermark: float = field(default=0.01, metadata={"help": "share of the KV budget kept free when admitting"})
-    decode_model: str = field(default="roofline", metadata={"help": "roofline (t_fix + max(weights + KV read, compute)) or measured (adds a per-sequence and a per-layer attention term, constants fitted to vidur's profiles: docs/calibration.md)"})
-    mbu: float = field(default=0.75, metadata={"help": "memory-bandwidth utilisation of decode (roofline)"})
-    mfu: float = field(default=0.5, metadata={"help": "FLOP utilisation of decode (roofline)"})
+    decode_model: str = field(default="measured", metadata={"help": "measured (per-sequence and per-layer terms, fitted to published measurements: docs/calibration.md) or roofline (t_fix + max(weights + KV read, compute), with the mbu, mfu and t_fix fields)"})
+    mbu: float = field(default=0.75, metadata={"help": "memory-bandwidth utilisation of decode (decode_model roofline only)"})
+    mfu: float = field(default=0.5, metadata={"help": "FLOP utilisation of decode (decode_model roofline only)"})
     mfu_prefill: float = field(default=0.55, metadata={"help": "FLOP utilisation of prefill"})
     mfu_train: float = field(default=0.34, metadata={"help": "FLOP utilisation of training (attention FLOPs counted)"})
-    t_fix: float = field(default=0.002, metadata={"help": "fixed cost per decode step or prefill (roofline), s"})
+    t_fix: float = field(default=0.002, metadata={"help": "fixed cost per decode step or prefill (decode_model roofline only), s"})
     ep: int = field(default=1, metadata={"help": "MoE: expert-parallel shards of one engine (1: experts split by tensor parallelism)"})
     extra_forwards: int = field(default=1, metadata={"help": "forward passes per update besides forward+backward and the reference (old log-probs: 1)"})
     ref_model: bool = field(default=True, metadata={"help": "one reference-model forward per update (a KL term)"})
@@ -115,12 +117,12 @@ class Cluster:
         g, m = GPUS[self.gpu], MODELS[self.model]
         bw, fl = self.tp * g.mem_bw, self.tp * g.flops
         d = MEASURED if self.decode_model == "measured" else dict(
-            mbu=self.mbu, mbu_kv=self.mbu, mfu=self.mfu, t_fix=self.t_fix, attn_layer_s=0.0, seq_share=0.0)
+            mbu=self.mbu, mbu_kv=self.mbu, mfu=self.mfu, t_fix=self.t_fix, ops_layer_s=0.0, attn_layer_s=0.0, seq_share=0.0)
         active = m.active_params
         dense_bytes = m.weight_bytes - m.moe_layers * m.experts * m.expert_bytes
         seq_flops = 2.0 * active / fl  # one sequence's decode FLOPs at peak
         return CostModel(
-            t_fix=d["t_fix"] + m.n_layers * d["attn_layer_s"],
+            t_fix=d["t_fix"] + m.n_layers * (d["ops_layer_s"] + d["attn_layer_s"]),
             a0=dense_bytes / (bw * d["mbu"]),
             a1=m.kv_bytes_per_token / (bw * d["mbu_kv"]),
             c1=(1.0 / d["mfu"] - d["seq_share"]) * seq_flops,
@@ -155,11 +157,13 @@ class Cluster:
 
     @property
     def sync_bandwidth(self) -> float:
-        """Bytes/s of a weight sync: NVLink within a node; the network when the trainer and the
-        engines (or one engine) span nodes, where the gathered weights cross one GPU's NIC."""
+        """Bytes/s of a weight sync: NVLink within a node, at its full rate when the trainer
+        hands its weights to engines in its own processes (colocated) and at NCCL's share of it
+        when it broadcasts them to other processes (disaggregated); the network when the trainer
+        and the engines (or one engine) span nodes, where the gathered weights cross one GPU's NIC."""
         one_node = self.gpus <= self.gpus_per_node and self.tp <= self.gpus_per_node
         if one_node:
-            return GPUS[self.gpu].link_bw
+            return GPUS[self.gpu].link_bw * (NET_EFF if self.placement == "disaggregated" else 1.0)
         return self.net_gbps * 1e9 / 8 * NET_EFF
 
     @property

@@ -1,7 +1,7 @@
 """The cost model: how long a decode step, a prefill, an update and a weight sync take.
 
 The simulator never steps token by token, so the decode cost must be summable in closed form.
-A decode step of a batch of ``B`` sequences holding ``S`` KV tokens costs the roofline
+A decode step of a batch of ``B`` sequences holding ``S`` KV tokens costs
 
     t_step(B, S) = t_fix + s1·B + max(W(B) + a1·S, c1·B)
 
