@@ -38,7 +38,7 @@ import numpy as np
 
 from sortedrl.errors import ConfigError
 from sortedrl.traces.schema import Trace, TraceMeta
-from sortedrl.traces.synth_agentic import AGENTIC_PRESETS, generate_agentic
+from sortedrl.traces.synth_agentic import AGENTIC_PRESETS, generate_agentic, synthetic_trace
 
 
 @dataclass(frozen=True)
@@ -229,18 +229,4 @@ def generate(
     p_correct = _sigmoid(logit_pass[idx] + params.reward_slope * (np.log(response_len) - params.mu0))
     reward = ((draw_reward < p_correct) & ~truncated).astype(np.float64)
 
-    width = max(6, len(str(D - 1)))
-    names = np.array([f"p{i:0{width}d}" for i in range(D)])
-    meta = TraceMeta(max_response_len=cap, group_size=n, source=source)
-    return Trace(
-        meta=meta,
-        prompt_id=names[idx],
-        sample=np.tile(np.arange(n, dtype=np.int64), S * P),
-        prompt_len=plen[idx],
-        response_len=response_len,
-        truncated=truncated,
-        step=step,
-        reward=reward,
-        finish_reason=np.where(truncated, "length", "stop"),
-        name=source,
-    )
+    return synthetic_trace(cap, n, source, D, idx, plen, response_len, truncated, step, reward)

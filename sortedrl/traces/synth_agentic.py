@@ -179,20 +179,31 @@ def generate_agentic(p: AgenticParams, prompts: int, group_size: int, steps: int
 
     offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(turns, out=offsets[1:])
-    names = np.array([f"p{i:0{max(6, len(str(D - 1)))}d}" for i in range(D)])
+    return synthetic_trace(
+        p.max_response_len, n, source, D, idx, plen, response_len, truncated, step, reward,
+        turn_offsets=offsets,
+        turn_gen=gen[live],
+        turn_tool_s=np.where(called, tool_s, 0.0)[live],
+        turn_tool_tokens=np.where(called, obs, 0)[live],
+    )
+
+
+def synthetic_trace(cap: int, n: int, source: str, prompts: int, idx: np.ndarray,
+                    plen: np.ndarray, response_len: np.ndarray, truncated: np.ndarray,
+                    step: np.ndarray, reward: np.ndarray, **turns) -> Trace:
+    """A synthetic trace from its drawn columns: ``idx`` picks each row's prompt among
+    ``prompts`` named ``p000000``...; rows come in groups of ``n`` samples (shared by every preset)."""
+    names = np.array([f"p{i:0{max(6, len(str(prompts - 1)))}d}" for i in range(prompts)])
     return Trace(
-        meta=TraceMeta(p.max_response_len, n, source),
+        meta=TraceMeta(max_response_len=cap, group_size=n, source=source),
         prompt_id=names[idx],
-        sample=np.tile(np.arange(n, dtype=np.int64), S * P),
+        sample=np.tile(np.arange(n, dtype=np.int64), len(idx) // n),
         prompt_len=plen[idx],
         response_len=response_len,
         truncated=truncated,
         step=step,
         reward=reward,
         finish_reason=np.where(truncated, "length", "stop"),
-        turn_offsets=offsets,
-        turn_gen=gen[live],
-        turn_tool_s=np.where(called, tool_s, 0.0)[live],
-        turn_tool_tokens=np.where(called, obs, 0)[live],
         name=source,
+        **turns,
     )
