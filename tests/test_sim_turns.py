@@ -81,6 +81,50 @@ def test_evicted_context_is_prefilled_again():
     assert r.summary["recomputed_tokens"] == 4
 
 
+@pytest.mark.parametrize("pool, makespan, freed", [(2, 34.0, 38.0), (1, 37.0, 39.0)])
+def test_a_held_slot_keeps_the_context_without_prefix_caching(pool, makespan, freed):
+    # tool_holds_slot: each trajectory keeps its slot and its KV (prompt 2 + 2 tokens) through
+    # its tool call, so on return only the 4 tool tokens are prefilled even with prefix caching
+    # off: the same timeline as the cached runs above (34 s and 37 s), not 38 s and 39 s.
+    r = run(pool=pool, prefix_caching=False, tool_holds_slot=True)
+    free = run(pool=pool, prefix_caching=False)
+    assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (makespan, 0)
+    assert (free.summary["makespan_s"], free.summary["recomputed_tokens"]) == (freed, 4)
+    assert [p[4:] for p in r.timeline.prefills] == [(4, 0)] + [(8, 0)] * (pool == 2) + [(4, 0)] * 2 * (pool == 1)
+
+
+def test_a_held_slot_blocks_the_next_trajectory():
+    # max_num_seqs 1. Sample 0 alone: prefill 2 tokens 0-2 (1 + max(1, 1)), one step to 4 ends
+    # turn 0; its 5 s tool call 4-9 keeps the only slot, so sample 1 waits. 9: 4 tool tokens
+    # prefilled 9-12, 2 steps to 16. Sample 1 then: 16-18 prefill, 18-20 step, tool 20-25,
+    # 25-28 prefill, 2 steps to 32. Update 32-42, sync 42-47. With the slot freed (38 s) sample 1
+    # runs its first turn during sample 0's tool call.
+    r = run(pool=2, max_num_seqs=1, tool_holds_slot=True)
+    assert spans(r) == [(0, 0.0, 4.0, 2, "tool"), (0, 9.0, 16.0, 3, "finish"),
+                        (1, 16.0, 20.0, 2, "tool"), (1, 25.0, 32.0, 3, "finish")]
+    assert r.timeline.tools == [(4.0, 4.0, 9.0, 0, 0, 0, 0), (20.0, 20.0, 25.0, 0, 1, 0, 0)]
+    assert r.summary["makespan_s"] == 47.0
+    assert run(pool=2, max_num_seqs=1).summary["makespan_s"] == 38.0
+    # 4-9 and 20-25 the one slot is held idle by a trajectory on a tool call: 10 of 32
+    # slot-seconds of rollout, all of it tool bubble
+    assert r.summary["bubble_tool_ratio"] == pytest.approx(10 / 32, abs=1e-6)
+
+
+def test_a_held_slot_keeps_its_kv_out_of_the_budget():
+    # KV budget 12, as the eviction case below. At 5 sample 0 leaves for its tool holding its 4
+    # KV tokens, so sample 1 (kv 4) may grow to 8 only; at 10 sample 0 is back and gives them
+    # up, but its context (2 + 6 tokens) does not fit beside sample 1 (kv 7 at 11): it waits at
+    # the head of the queue until sample 1 finishes at 17, then prefills its 4 tool tokens only,
+    # 17-20, 2 steps to 24; update to 34, sync to 39 (41 s when the context was evicted).
+    trace = make_turn_trace(TWO_TURNS[:1] + [[(8, 0.0, 0)]], prompt_lens=[2, 2])
+    tight = dataclasses.replace(tiny_cluster(p1=0.5, kv=12), tool_pool=1, tool_holds_slot=True)
+    r = simulate(trace, make_policy("sync", [], trace), tight, audit=True)
+    assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 17.0, 24.0, 3, "finish"),
+                        (1, 0.0, 17.0, 8, "finish")]
+    assert r.timeline.prefills[1] == (17.0, 20.0, 0, [0], 4, 0)
+    assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (39.0, 0)
+
+
 def test_kv_budget_evicts_the_cached_context():
     # KV budget 12. Sample 0 as above; sample 1 generates 8 tokens in one turn. 0-3: prefill 4
     # tokens; 3-5: one step; at 5 sample 0 leaves, its context (2 + 2 tokens) cached; kv 4.

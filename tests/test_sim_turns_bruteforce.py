@@ -10,7 +10,10 @@ step or prefill at a time, beside a sandbox pool:
 - a tool call that returns joins its engine's queue; it is admitted at the engine's next step
   boundary, after that boundary's finishes, prefilling only its tool output when its context is
   still cached, else all of it (the generated part counted as recomputed);
-- a weight sync empties the cache.
+- a weight sync empties the cache;
+- with ``tool_holds_slot`` a turn that ends keeps its slot and its context's KV (prompt + tokens)
+  out of what the running batch may use until its tool returns; it then goes to the head of its
+  engine's queue (behind others back the same way) and prefills only its tool output.
 
 Tool latencies are multiples of sqrt(2), so a return never coincides with a step boundary
 (costs here are sums of decimal constants) and the order of simultaneous events never matters.
@@ -49,8 +52,15 @@ class BruteEngine:
         self.fresh: dict[int, int] = {}  # queued after a tool call: tool tokens not prefilled
         self.running: list[list] = []  # [sample, tokens, t0, tok0]
         self.cache: OrderedDict[int, tuple[int, int]] = OrderedDict()  # sample -> (KV, own)
+        self.holding: dict[int, tuple[int, int]] = {}  # away holding a slot -> (KV, own)
+        self.kept: dict[int, int] = {}  # back from a held slot, queued -> own tokens kept
         self.kv = 0
         self.t = INF  # next boundary (INF: idle)
+
+    def budgets(self, w):
+        """(slots, KV budget, admission KV budget) left beside the held slots."""
+        held = sum(kv for kv, _ in self.holding.values())
+        return w["cap"] - len(self.holding), w["K"] - held, w["K_admit"] - held
 
     def fit(self, K):
         while self.cache and self.kv + sum(v[0] for v in self.cache.values()) > K:
@@ -60,6 +70,7 @@ class BruteEngine:
 def brute_step(eng, w):
     """Process one boundary of ``eng`` at ``eng.t`` (``w``: the world: costs, turns, pool)."""
     t, cost, P = eng.t, w["cost"], w["P"]
+    K = eng.budgets(w)[1]
     for r in [r for r in eng.running if r[1] == w["end"][r[0]]]:
         i = r[0]
         eng.running.remove(r)
@@ -68,10 +79,13 @@ def brute_step(eng, w):
         w["spans"].append((r[2], t, eng.index, i, r[1] - r[3], "finish" if last else "tool"))
         if last:
             continue
-        if w["caching"]:
+        if w["holds"]:
+            eng.holding[i] = (P[i] + r[1], r[1])
+            K = eng.budgets(w)[1]
+        elif w["caching"]:
             eng.cache[i] = (P[i] + r[1], r[1])
         w["asks"].append((i, t))  # a sandbox is asked for, first come first served
-    while eng.running and eng.kv + len(eng.running) > w["K"]:
+    while eng.running and eng.kv + len(eng.running) > K:
         r = eng.running.pop()
         eng.kv -= eng.held.leave(r[0]) + r[1]
         w["spans"].append((r[2], t, eng.index, r[0], r[1] - r[3], "preempt"))
@@ -79,12 +93,13 @@ def brute_step(eng, w):
         eng.gen0[r[0]] = r[1]
     first = 0 if cost.prefill_in_step else 1
     admitted, tokens, pairs, redone = [], 0, 0, 0
-    while eng.queue and len(eng.running) < w["cap"] and w["enabled"]:
+    cap, K, K_admit = eng.budgets(w)
+    while eng.queue and len(eng.running) < cap and w["enabled"]:
         i = eng.queue[0]
         g0 = eng.gen0[i]
         prompt = eng.held.new(i)
         new = prompt + g0
-        if eng.kv + new + 1 + len(eng.running) + 1 > w["K_admit"]:
+        if eng.kv + new + 1 + len(eng.running) + 1 > K_admit:
             break
         eng.queue.popleft()
         del eng.gen0[i]
@@ -93,7 +108,7 @@ def brute_step(eng, w):
         r_i = g0
         if i in eng.fresh:
             fresh = eng.fresh.pop(i)
-            own = eng.cache.pop(i, (0, 0))[1]
+            own = eng.kept.pop(i) if i in eng.kept else eng.cache.pop(i, (0, 0))[1]
             work, r_i = ((g0 - own) or 1, 0) if own else (work, g0 - fresh)
         eng.running.append([i, g0 + first, t, g0])
         eng.kv += new + first
@@ -102,7 +117,7 @@ def brute_step(eng, w):
         pairs += work * (P[i] + g0 - work) + work * (work + 1) // 2
         redone += r_i
     if admitted:
-        eng.fit(w["K"])
+        eng.fit(K)
         w["prefills"].append((t, eng.index, tuple(admitted), tokens, redone))
         eng.t = t + cost.prefill(tokens, pairs)
         return
@@ -113,7 +128,7 @@ def brute_step(eng, w):
     for r in eng.running:
         r[1] += 1
     eng.kv += len(eng.running)
-    eng.fit(w["K"])
+    eng.fit(K)
 
 
 def brute_rollout(t, samples, engines, w):
@@ -157,7 +172,12 @@ def _rejoin(i, eng, now, w):
     w["ctx"][i] += tool_tok
     w["turn"][i] = turn + 1
     w["end"][i] = w["done"][i] + w["ctx"][i] + w["turns"][i][turn + 1][0]
-    eng.queue.append(i)
+    if i in eng.holding:  # its held slot: first in the queue, after those back before it
+        eng.kept[i] = eng.holding.pop(i)[1]
+        first = next((k for k, j in enumerate(eng.queue) if j not in eng.kept), len(eng.queue))
+        eng.queue.insert(first, i)
+    else:
+        eng.queue.append(i)
     eng.gen0[i] = w["done"][i] + w["ctx"][i]
     eng.fresh[i] = tool_tok
     if eng.t == INF:
@@ -169,7 +189,8 @@ def brute_sync_turns(turns, P, cluster, group, batch):
     cost = cluster.cost()
     n = len(turns)
     w = dict(cost=cost, P=P, turns=turns, group=group, pool=cluster.tool_pool,
-             caching=cluster.prefix_caching, K=cluster.kv_budget, K_admit=cluster.kv_admit_budget,
+             caching=cluster.prefix_caching, holds=cluster.tool_holds_slot,
+             K=cluster.kv_budget, K_admit=cluster.kv_admit_budget,
              cap=cluster.max_num_seqs, enabled=True, spans=[], tools=[], prefills=[], asks=[],
              turn=[0] * n, done=[0] * n, ctx=[0] * n, end=[row[0][0] for row in turns],
              engine_of=[-1] * n)
@@ -214,7 +235,8 @@ def cases(draw):
     cluster = tiny_cluster(engines=draw(st.integers(1, 2)), max_num_seqs=draw(st.integers(1, 4)),
                            kv=draw(st.integers(longest + 3, longest + 60)), **costs)
     cluster = dataclasses.replace(cluster, tool_pool=draw(st.sampled_from([1, 1, 2, 3])),
-                                  prefix_caching=draw(st.booleans()))
+                                  prefix_caching=draw(st.booleans()),
+                                  tool_holds_slot=draw(st.booleans()))
     batch = draw(st.integers(1, n // group))
     return turns, prompts, group, cluster, batch
 
@@ -255,3 +277,6 @@ def test_the_reference_is_itself_sane():
     assert end == 34.0
     assert sorted(tools) == [(5.0, 5.0, 10.0, 0, 0, 0, 0), (5.0, 5.0, 10.0, 0, 1, 0, 0)]
     assert prefills == [(0.0, 0, (0, 1), 4, 0), (10.0, 0, (0, 1), 8, 0)]
+    # a held slot (max_num_seqs 1): the second trajectory waits for the first one's (47 s)
+    held = dataclasses.replace(tiny_cluster(p1=0.5, max_num_seqs=1), tool_holds_slot=True)
+    assert brute_sync_turns(turns, [2, 2], held, 1, 2)[3] == 47.0

@@ -2,8 +2,11 @@
 
 - every sample ends trained or discarded, none twice; generated = useful + wasted tokens, and a
   trained sample's spans on its last attempt add up to that attempt's length;
-- a slot is never held during a tool call: no span of a sample overlaps its tool calls, and the
-  span before each call ends with ``tool`` when the call is asked for;
+- no span of a sample overlaps its tool calls, and the span before each call ends with ``tool``
+  when the call is asked for;
+- a slot is never held during a tool call unless the cluster says so (``tool_holds_slot``): then
+  running samples plus trajectories away on a tool call (until it returns, or until a policy
+  pauses them) never exceed an engine's ``max_num_seqs`` (without it they may: the case below);
 - the sandbox pool is never exceeded, and sandboxes go first come first served;
 - a recorded trajectory's tool calls take the trace's latencies, one per turn boundary;
 - staleness stays within the policy's bound (counted per token across turns).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, defaultdict
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +49,8 @@ def cases(draw):
                      kv=draw(st.integers(longest + 3, longest + 400)), a1=1e-3, p1=1e-2,
                      train_per_token=1e-3),
         train_gpus=1, placement=draw(st.sampled_from(["colocated", "disaggregated"])),
-        tool_pool=draw(st.sampled_from([1, 2, 4, 64])), prefix_caching=draw(st.booleans()))
+        tool_pool=draw(st.sampled_from([1, 2, 4, 64])), prefix_caching=draw(st.booleans()),
+        tool_holds_slot=draw(st.booleans()))
     return name, KNOBS[name](draw), turns, prompts, group, steps, cluster
 
 
@@ -74,7 +79,10 @@ def test_every_policy_keeps_its_invariants_with_turns(case):
     draw = AttemptLengths(trace, seed=0)
     assert all(tokens[i] == draw.length(i, last[i]) for i in trained)
 
-    _no_slot_held_during_a_tool_call(tl)
+    _no_decoding_during_a_tool_call(tl)
+    peak = _peak_slots_with_tool_calls(tl, cluster.engines)
+    if cluster.tool_holds_slot:
+        assert peak <= cluster.max_num_seqs, "a trajectory's held slot was given to another"
     _sandbox_pool_respected(tl, cluster.tool_pool)
     for _t, t_start, t_end, _e, i, attempt, turn in tl.tools:
         if attempt == 0:
@@ -88,7 +96,7 @@ def test_every_policy_keeps_its_invariants_with_turns(case):
         assert s["staleness_max"] <= bound, (name, sets, s["staleness_max"], bound)
 
 
-def _no_slot_held_during_a_tool_call(tl):
+def _no_decoding_during_a_tool_call(tl):
     spans = defaultdict(list)
     for t0, t1, _e, i, a, _v, _k, end in tl.spans:
         spans[i].append((t0, t1, a, end))
@@ -96,6 +104,34 @@ def _no_slot_held_during_a_tool_call(tl):
         assert any(t1 == t and att == a and end == "tool" for _, t1, att, end in spans[i])
         for t0, t1, att, _ in spans[i]:  # (a dropped attempt's call may outlive it)
             assert att != a or t1 <= t or t0 >= t_end, f"sample {i} held a slot during its tool call"
+
+
+@pytest.mark.parametrize("holds, peak", [(False, 2), (True, 1)])
+def test_a_freed_slot_is_filled_during_a_tool_call_and_a_held_one_is_not(holds, peak):
+    # the bound above is no tautology: one slot, two trajectories; with the slot freed the second
+    # runs while the first is away on its tool call
+    trace = make_turn_trace([[(2, 5.0, 4), (3, 0.0, 0)]] * 2, [2, 2])
+    cluster = dataclasses.replace(tiny_cluster(max_num_seqs=1, p1=0.5), tool_holds_slot=holds)
+    r = simulate(trace, make_policy("sync", [], trace), cluster, audit=True)
+    assert _peak_slots_with_tool_calls(r.timeline, 1) == peak
+
+
+def _peak_slots_with_tool_calls(tl, engines):
+    """Most of one engine's slots taken at once by running samples and trajectories away on a
+    tool call (from leaving at ``t`` until the call returns, or a policy pauses them first)."""
+    paused = defaultdict(list)
+    for t, samples, _keep in tl.aborts:
+        for i in samples:
+            paused[i].append(t)
+    edges = [(t0, 1, e) for t0, _t1, e, *_ in tl.spans] + [(t1, -1, e) for _t0, t1, e, *_ in tl.spans]
+    for t, _ts, t_end, e, i, _a, _turn in tl.tools:
+        end = min([t_end] + [p for p in paused[i] if p >= t])
+        edges += [(t, 1, e), (end, -1, e)]
+    busy, peak = [0] * engines, 0
+    for _, d, e in sorted(edges, key=lambda x: (x[0], x[1])):  # a slot freed at t is free at t
+        busy[e] += d
+        peak = max(peak, busy[e])
+    return peak
 
 
 def _sandbox_pool_respected(tl, pool):

@@ -66,7 +66,7 @@ class SimBackend(Backend):
             self.tools = ToolEnv(self, TurnPlan(trace, self._lengths), c.tool_pool)
             lengths, engine = self.tools.plan.end, TurnEngine
             kw = dict(ctx=self.tools.plan.ctx, sleeps=c.placement == "colocated" and c.sleep,
-                      caching=c.prefix_caching)
+                      caching=c.prefix_caching, holds_slot=c.tool_holds_slot)
             c.check_fits(self.tools.plan.longest_context(trace.prompt_len), c.name)
         self.engines = [
             engine(e, self.cost, c.max_num_seqs, c.kv_budget, c.kv_admit_budget, lengths,

@@ -80,6 +80,7 @@ class Cluster:
     trainer_offload: str = field(default="auto", metadata={"help": "none: the trainer holds weights, gradients and Adam state on its GPUs; optimizer: FP32 master and Adam state live in host memory and move in and out each update (verl optimizer_offload); auto: optimizer only when they do not fit"})
     onload_s: float = field(default=0.0, metadata={"help": "colocated: seconds to reload an engine (0: weight bytes / host bandwidth)"})
     tool_pool: int = field(default=128, metadata={"help": "multi-turn traces: sandboxes that run tool calls at once; more calls queue first come first served (verl's SandboxFusion for ReTool: 128 workers)"})
+    tool_holds_slot: bool = field(default=False, metadata={"help": "multi-turn traces: a trajectory keeps its engine slot and its KV through each tool call, as a synchronous agent loop that blocks a batch slot (the call's output alone is prefilled on return); false: the slot is freed and the context stays only in the evictable prefix cache (verl's agent loop, one request per turn)"})
     costs: CostModel | None = field(default=None, metadata={"help": "explicit cost terms (a calibrated profile); replaces the roofline"})
 
     # -- derived ----------------------------------------------------------------------------

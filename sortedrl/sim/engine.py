@@ -62,6 +62,9 @@ class Engine(EngineActions):
                  timeline: Timeline, chunk_budget: int = 0, group_size: int = 1,
                  prefix_caching: bool = False) -> None:
         self.pub = EngineState(index, max_num_seqs, cost)
+        # sequences that may run: max_num_seqs, less the slots trajectories hold through a tool
+        # call when the cluster says so (sim/turns.py; the public max_num_seqs stays whole)
+        self.seq_cap = max_num_seqs
         # chunked prefill: tokens per step (vLLM max_num_batched_tokens); 0 = a prefill stalls
         self.chunk = 0 if cost.prefill_in_step else chunk_budget
         # prefix caching: a group's prompt is prefilled and held once while a member runs here
@@ -143,7 +146,7 @@ class Engine(EngineActions):
         end by the next finish and the KV after them leaves room for one more step)."""
         p = self.pub
         queue, b0 = p.queue, len(p.run)
-        if not queue or b0 >= p.max_num_seqs or not self.enabled or self.stalled:
+        if not queue or b0 >= self.seq_cap or not self.enabled or self.stalled:
             return False
         i = queue[0]
         prompt = self._prompt_len[i]
@@ -251,7 +254,7 @@ class Engine(EngineActions):
         tokens = pairs = recomputed = 0
         queue, run, lengths, plen, gen0 = p.queue, p.run, self._lengths, self._prompt_len, self._gen0
         heap, live, oldest = self._heap, self._live, self._oldest
-        kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, p.max_num_seqs, self.kv_admit_budget
+        kv, step, t, ver, cap, budget = p.kv, p.step, p.t, p.version, self.seq_cap, self.kv_admit_budget
         group, members, resume = self._group, self._members, self.resume
         seq = self._seq
         first = 0 if self.cost.prefill_in_step else 1  # the token the prefill pass itself yields
@@ -307,7 +310,7 @@ class Engine(EngineActions):
         queue, plen, gen0 = p.queue, self._prompt_len, self._gen0
         group, members, budget, resume = self._group, self._members, self.kv_admit_budget, self.resume
         b0, kv, t, ver = len(p.run), p.kv, p.t, p.version
-        room, cap = self.chunk - b0, p.max_num_seqs - b0
+        room, cap = self.chunk - b0, self.seq_cap - b0
         horizon = self._horizon() if b0 else INF
         while queue and len(admitted) < cap:
             i = queue[0]

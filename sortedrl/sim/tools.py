@@ -1,7 +1,9 @@
 """The tool environment of agentic rollouts: a pool of sandboxes that tool calls queue for.
 
 Between two turns of a trajectory (:mod:`sortedrl.sim.turns`) the sample is away from its
-engine, holding no slot: it waits for a sandbox (the cluster's ``tool_pool``, first come first
+engine, holding no slot (unless the cluster's ``tool_holds_slot`` says a tool call keeps it, as a
+synchronous agent loop that blocks a batch slot does: then its slot and KV stay reserved on the
+engine and it rejoins at the head of the queue): it waits for a sandbox (the cluster's ``tool_pool``, first come first
 served, as a SandboxFusion or Docker pool with a concurrency limit), runs its tool call for the
 trace's ``turn_tool_s`` seconds, and returns to its engine's queue with the tool output to
 prefill. Each call is one record of kind ``tool`` in the timeline: asked at ``t``, a sandbox
@@ -105,7 +107,9 @@ class ToolEnv:
             row = spans[first + j]
             assert row[3] == i and row[7] == "finish"
             spans[first + j] = row[:7] + ("tool",)  # the turn ended: a tool call follows
-            if eng.caching:
+            if eng.holds_slot:  # a synchronous agent loop: the slot and the KV stay its own
+                eng.hold_slot(i, plan.end[i])
+            elif eng.caching:
                 held = plan.end[i]
                 eng.cache.put(i, plen[i] + held, held)
                 self.cached_on[i] = engine
@@ -166,6 +170,9 @@ class ToolEnv:
     def _requeue(self, i: int, engine: int, fresh: int, now: float) -> None:
         self._drop_cached_elsewhere(i, engine)
         eng = self.engines[engine]
+        if i in eng.held:  # its slot waited for it: it goes first, its context in place
+            eng.rejoin(i, self.plan.context(i), fresh, now)
+            return
         eng.resume[i] = fresh
         eng.admit([i], [self.plan.context(i)], now)
 
@@ -209,8 +216,13 @@ class ToolEnv:
         return i in self.active
 
     def pause(self, i: int) -> int:
-        """A policy aborts a sample away on a tool call: it stops at the turn boundary."""
-        self.engines[self.ctl.s.engine_of[i]].pub.away.pop(i, None)
+        """A policy aborts a sample away on a tool call: it stops at the turn boundary (a slot it
+        held is given up; its context stays only in the evictable prefix cache, if any)."""
+        eng = self.engines[self.ctl.s.engine_of[i]]
+        eng.pub.away.pop(i, None)
+        if i in eng.held:
+            self._uncache(eng, i, eng.release_slot(i, self.backend.now()))
+            eng.plan()
         return self.plan.end[i] - self.plan.ctx[i]  # through the turn that just ended
 
     def aborted(self, eng, i: int, tokens: int) -> int:
@@ -218,4 +230,12 @@ class ToolEnv:
         pending = eng.resume.pop(i, None)
         if pending is not None:  # queued after a tool call, never prefilled since
             self.fresh[i] = pending
+            self._uncache(eng, i, eng._kept.pop(i, 0))
         return tokens - self.plan.ctx[i]
+
+    def _uncache(self, eng, i: int, own: int) -> None:
+        """A context that a held slot kept (``own`` tokens) is left like any finished request's
+        blocks: in the engine's prefix cache, evictable, or gone without prefix caching."""
+        if own and eng.caching:
+            eng.cache.put(i, self.backend._plen[i] + own, own)
+            self.cached_on[i] = eng.pub.index

@@ -15,14 +15,22 @@ running sample finishes at ``L`` tokens"; this module makes a turn look like tha
   trimmed whenever the running batch's KV grows (each decode step, each admission);
 - when the tool returns, the sample rejoins its engine's queue (sticky routing, as verl's
   session-affine LRU does). If its context is still cached only the tool output is prefilled;
-  otherwise the whole context is, all but the tool output being recomputation.
+  otherwise the whole context is, all but the tool output being recomputation;
+- with the cluster's ``tool_holds_slot`` (a synchronous agent loop that blocks its batch slot
+  through the call) the sequence still leaves the running batch, but its slot and its KV stay
+  reserved: the engine runs at most ``max_num_seqs`` less the held slots, in the KV budget less
+  the held contexts; on return it takes the head of the queue and prefills only the tool output.
+  A policy that pauses it at the turn boundary gives the slot up (its KV then joins the prefix
+  cache), and one re-admitted while its tool call still runs waits without a slot.
 
 Deliberate simplifications: a hit is decided when the tool returns (the cached blocks of a
 queued sample are not evicted while it waits); a cached context counts whole, even the part of a
 group's shared prompt that running members still hold; a weight sync and, in colocated
-placement, a vLLM sleep clear the cache (vLLM resets the prefix cache after new weights). A
-policy sees the tool output in neither ``generated`` nor the trained-token counts: it is
-context, never decoded (:class:`TurnEngineState` subtracts it).
+placement, a vLLM sleep clear the cache (vLLM resets the prefix cache after new weights); a held
+context counts its prompt whole too, is kept through a sync like a running sequence, and is
+dropped by a sleep (the slot stays held). A policy sees the tool output in neither
+``generated`` nor the trained-token counts: it is context, never decoded
+(:class:`TurnEngineState` subtracts it).
 """
 
 from __future__ import annotations
@@ -216,11 +224,16 @@ class TurnEngineState(EngineState):
 
 
 class TurnEngine(Engine):
-    """An engine whose samples leave between turns; the KV they leave is an evictable cache."""
+    """An engine whose samples leave between turns; the KV they leave is an evictable cache,
+    or, when the cluster says a tool call holds its slot, a slot and KV reserved for them."""
 
-    def __init__(self, *args, ctx: list[int], sleeps: bool, router, caching: bool, **kw) -> None:
+    def __init__(self, *args, ctx: list[int], sleeps: bool, router, caching: bool,
+                 holds_slot: bool = False, **kw) -> None:
         super().__init__(*args, **kw)
         self.caching = caching  # vLLM prefix caching: a context left for a tool call stays cached
+        self.holds_slot = holds_slot  # a tool call keeps its slot and KV (cluster tool_holds_slot)
+        self.held: dict[int, tuple[int, int]] = {}  # away holding a slot -> (KV, own tokens)
+        self._kept: dict[int, int] = {}  # back from a held slot, queued first -> own tokens in KV
         p = self.pub
         self.pub = TurnEngineState(p.index, p.max_num_seqs, p.cost, ctx)
         self.cache = PrefixCache()
@@ -231,10 +244,49 @@ class TurnEngine(Engine):
         self._router.inner = controller  # finishes reach it through the tool environment
         super().bind(self._router, attempt, oldest)
 
+    # -- slots held through tool calls (cluster tool_holds_slot) --------------------------------
+
+    def hold_slot(self, sample: int, own: int) -> None:
+        """Sample left for a tool call at a turn end: its slot and its context's KV (prompt +
+        ``own`` tokens) stay reserved, out of what the running batch may use."""
+        kv = self._prompt_len[sample] + own
+        self.held[sample] = (kv, own)
+        self._reserve(1, kv)
+
+    def release_slot(self, sample: int, now: float) -> int:
+        """Sample's held slot is given up (its tool returned, or a policy paused it): the
+        context tokens its KV still holds (0 if the engine slept meanwhile)."""
+        self.materialize(now)
+        kv, own = self.held.pop(sample)
+        self._reserve(-1, -kv)
+        return own
+
+    def rejoin(self, sample: int, context: int, fresh: int, now: float) -> None:
+        """Back from a tool call that held its slot: it takes the head of the queue (the slot is
+        its own) and prefills only the ``fresh`` tool-output tokens."""
+        self._kept[sample] = self.release_slot(sample, now)
+        self.resume[sample] = fresh
+        queue, first = self.pub.queue, 0
+        while first < len(queue) and queue[first] in self._kept:
+            first += 1  # after those back before it
+        queue.insert(first, sample)
+        self._gen0[sample] = context
+        self.idle_reported = False
+        self.plan()
+
+    def _reserve(self, slots: int, kv: int) -> None:
+        self.seq_cap -= slots
+        self.kv_budget -= kv
+        self.kv_admit_budget -= kv
+
     def _resumed(self, sample: int, g0: int, work: int, take: bool = True) -> tuple[int, int]:
-        """Back from a tool call with its context still cached: only the tool output (the
-        ``g0 - own`` tokens beyond the cached ones) is computed, nothing recomputed."""
-        own = self.cache.take(sample) if take else self.cache.own(sample)
+        """Back from a tool call with its context still cached (or kept by its held slot): only
+        the tool output (the ``g0 - own`` tokens beyond the cached ones) is computed, nothing
+        recomputed."""
+        if sample in self._kept:
+            own = self._kept.pop(sample) if take else self._kept[sample]
+        else:
+            own = self.cache.take(sample) if take else self.cache.own(sample)
         if own:
             if take:
                 del self.resume[sample]
@@ -264,6 +316,15 @@ class TurnEngine(Engine):
         super().set_enabled(enabled, now)
         if not enabled and self._sleeps:
             self.cache.clear()
+            # the KV cache is dropped: a held slot stays held, its context is prefilled again
+            self.held = {i: (kv, 0) for i, (kv, _) in self.held.items()}
+            self._kept = dict.fromkeys(self._kept, 0)
+
+    def audit(self) -> None:
+        super().audit()
+        p, held = self.pub, len(self.held)
+        assert self.seq_cap == p.max_num_seqs - held, f"engine {p.index}: held slots {held}"
+        assert len(p.run) + held <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs with held slots"
 
 
 def tool_floor(trace: Trace, cluster, cost) -> float:
