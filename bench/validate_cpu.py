@@ -89,13 +89,45 @@ def profile(path: Path, model: Path, args) -> dict:
         prof["bench"] = {"seconds": time.monotonic() - t0, "load_before": l0, "load_after": load()}
         write_profile(path, prof)
     prof = json.loads(path.read_text())
-    noise = prof["fit"]["noise"]
-    print(f"{path.name}: steps MAPE {100 * prof['fit']['steps']['mape']:.1f}%, update MAPE "
-          f"{100 * prof['fit']['train']['mape']:.1f}%, grid noise {100 * noise['grid_rel_mad']:.1f}%, "
+    fit, costs = prof["fit"], prof["costs"]
+    noise, tr, sh = fit["noise"], fit["train"], fit.get("shared_host") or {}
+    print(f"{path.name}: steps MAPE {100 * fit['steps']['mape']:.1f}%, update MAPE "
+          f"{100 * tr['mape']:.1f}% ({tr.get('form')} form), grid noise {100 * noise['grid_rel_mad']:.1f}%, "
           f"{noise['runner_steps_dropped']} outlier steps, single-repeat fits "
-          f"{100 * noise['repeat_spread']:.1f}% apart; {prof['bench']['seconds']:.0f} s, load "
+          f"{100 * noise['repeat_spread']:.1f}% apart; shared host: engine x"
+          f"{costs.get('engine_contention', 1.0):.2f} (spread {100 * sh.get('engine_spread', 0):.0f}%), "
+          f"update x{costs.get('train_contention', 1.0):.2f} (spread {100 * sh.get('train_spread', 0):.0f}%), "
+          f"Ray step x{sh.get('ray_step_factor') or 1.0:.2f}; {prof['bench']['seconds']:.0f} s, load "
           f"{prof['bench']['load_before']} -> {prof['bench']['load_after']}", flush=True)
     return prof
+
+
+def compare_profiles(a: dict, b: dict) -> dict:
+    """How far two calibrations are apart, term by term, in percent of A: the total time of a
+    probe set of engine steps (batch 1-16, 50-600 KV tokens a sequence), the update time of every
+    update either measured, and each shared-host factor."""
+    from sortedrl.realrun.calibrate import predict_steps
+    from sortedrl.sim.cost import CostModel
+
+    probe = [(bs, 0, 0, 0, bs * kv) for bs in range(1, 17) for kv in (50, 200, 600)]
+    steps = [float(predict_steps(p["fit"]["steps"], probe).sum()) for p in (a, b)]
+    lengths = [u["lengths"] for p in (a, b) for part in ("updates", "bare") for u in p["fit"]["train"].get(part, [])]
+
+    def model(p: dict) -> CostModel:
+        keep = {k: v for k, v in p["costs"].items() if k in CostModel.__dataclass_fields__}
+        return CostModel(**{**keep, "step_table": None})
+
+    ma, mb = model(a), model(b)
+    updates = [abs(mb.update(x) / ma.update(x) - 1) for x in lengths]
+    out = {"engine_steps": abs(steps[1] / steps[0] - 1) * 100,
+           "updates_max": max(updates, default=0.0) * 100,
+           "updates_mean": sum(updates) / max(1, len(updates)) * 100}
+    for k in ("engine_contention", "train_contention"):
+        out[k] = abs(b["costs"].get(k, 1.0) / a["costs"].get(k, 1.0) - 1) * 100
+    fa, fb = ((p["fit"].get("shared_host") or {}).get("ray_step_factor") or 1.0 for p in (a, b))
+    out["ray_step_factor"] = abs(fb / fa - 1) * 100
+    print("profiles A vs B: " + ", ".join(f"{k} {v:.1f}%" for k, v in out.items()), flush=True)
+    return out
 
 
 def one_run(out: Path, model: Path, label: str, seed: int, args) -> Path:
@@ -145,8 +177,7 @@ def main() -> None:
     print(f"start: load {load()} on {os.cpu_count()} cores", flush=True)
     model = build_model(out, args.base_model, args.hidden, args.layers, args.intermediate)
     prof_a = out / "profile-a.json"
-    profile(prof_a, model, args)
-    profile(out / "profile-b.json", model, args)
+    agree = compare_profiles(profile(prof_a, model, args), profile(out / "profile-b.json", model, args))
     rows = []
     for label in args.policies:
         for seed in args.seeds:
@@ -166,22 +197,24 @@ def main() -> None:
                   f"{r['sim_s']:7.1f} s, makespan err {r['makespan_err']:5.1f}%, step MAPE "
                   f"{r['step_mape']:5.1f}%, A vs B {r['a_vs_b']:4.1f}%, load {r['load']['before']} -> "
                   f"{r['load']['after']}", flush=True)
-    (out / "bench.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "bench.json").write_text(json.dumps({"runs": rows, "profiles_a_vs_b_pct": agree}, indent=2) + "\n")
     print_table(rows)
     print(f"end: load {load()}")
 
 
 def print_table(rows: list[dict]) -> None:
-    print("\n| policy | step-time MAPE (3 seeds) | makespan error | progress MAPE | profile A vs B | met |")
-    print("|---|---|---|---|---|---|")
+    print("\n| policy | step-time MAPE (per seed) | makespan error | progress MAPE | profile A vs B (makespan) "
+          "| 1-min load before each run | met |")
+    print("|---|---|---|---|---|---|---|")
     for label in dict.fromkeys(r["label"] for r in rows):
         mine = [r for r in rows if r["label"] == label]
         def fmt(key: str, mine=mine) -> str:
             return " / ".join(f"{r[key]:.1f}%" for r in mine)
 
         met = all(r["step_mape"] <= 5 and r["makespan_err"] <= 3 for r in mine)
+        loads = " / ".join(r["load"]["before"].split("/")[0] for r in mine)
         print(f"| {label} | {fmt('step_mape')} | {fmt('makespan_err')} | {fmt('progress_mape')} | "
-              f"{fmt('a_vs_b')} | {'yes' if met else 'no'} |")
+              f"{fmt('a_vs_b')} | {loads} | {'yes' if met else 'no'} |")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.metrics import span_table, summarize, union_length
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import load_cluster
+from sortedrl.sim.contention import slowed
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import Timeline
 from sortedrl.traces.io import read_trace
@@ -103,6 +104,7 @@ def run_cluster(profile_cluster, meta: dict, ray_terms: dict | None = None):
     costs = cluster.costs
     if ray_terms and (engines > 1 or disagg or run.get("ray")) and costs is not None:
         extra = float(ray_terms.get("ray_round_s", 0.0))
+        costs = slowed(costs, float(ray_terms.get("ray_step_factor") or 1.0))
         table = costs.step_table and tuple(x + extra for x in costs.step_table)
         costs = dataclasses.replace(costs, step_table=table,
                                     t_fix=costs.t_fix + (0.0 if table else extra),
@@ -117,8 +119,12 @@ def _ray_terms(profile) -> dict:
         raw = json.loads(Path(profile).read_text())
     except (OSError, ValueError):
         return {}
-    runner = (raw.get("fit") or {}).get("runner") if isinstance(raw, dict) else None
-    return {k: runner[k] for k in ("ray_round_s", "ray_sync_s") if isinstance(runner, dict) and k in runner}
+    fit = (raw.get("fit") or {}) if isinstance(raw, dict) else {}
+    runner, shared = fit.get("runner"), fit.get("shared_host")
+    out = {k: runner[k] for k in ("ray_round_s", "ray_sync_s") if isinstance(runner, dict) and k in runner}
+    if isinstance(shared, dict) and shared.get("ray_step_factor"):
+        out["ray_step_factor"] = shared["ray_step_factor"]
+    return out
 
 
 def _pct(real: float, sim: float) -> float:

@@ -153,3 +153,92 @@ def test_validate_simulates_the_runs_shape_with_the_ray_terms():
     local = {"engines": 1, "placement": "colocated", "run": {"max_num_seqs": 8}}
     c = run_cluster(cluster, local, {"ray_round_s": 0.25, "ray_sync_s": 0.5})
     assert (c.engines, c.placement, c.costs.step_table, c.costs.sync_s) == (1, "colocated", (1.0, 2.0), 5.0)
+
+
+# -- the update forms, told apart by updates of chosen shapes --------------------------------------
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_updates_of_chosen_shapes_tell_the_forms_apart_and_the_runners_share(form):
+    from sortedrl.realrun.update_shapes import update_shapes
+    from sortedrl.sim.cost import CostModel
+
+    rng = np.random.default_rng(5)
+    truth = CostModel(0, 0, 0, 0, 0, 0, train_per_token=1.3e-4, train_fix=0.2, sync_s=0,
+                      train_per_pair=2.6e-7, **FORMS[form])
+    # runner updates: 16 samples of one run's lengths, which hardly tell the forms apart, each
+    # with 0.35 s of log and checkpoint on top; and three repeats of the bare shapes
+    runner = [(lens, (truth.update(lens) + 0.35) * rng.normal(1.0, 0.02))
+              for lens in (sorted(rng.integers(150, 260, size=16).tolist()) for _ in range(12))]
+    shapes = update_shapes(16, 512)
+    bare = [(lens, truth.update(lens) * rng.normal(1.0, 0.02)) for _ in range(3) for lens in shapes.values()]
+    fit = fit_train(runner, bare)
+    assert fit["form"] == form and fit["bare_updates"] == 12
+    assert fit["runner_update_s"] == pytest.approx(0.35, rel=0.2)
+    terms = {k: v["value"] for k, v in fit["terms"].items()}  # train_fix: what a runner update pays
+    model = CostModel(0, 0, 0, 0, 0, 0, sync_s=0, **FORMS[form], **terms)
+    errors = [abs(model.update(lens) / (truth.update(lens) + 0.35) - 1) for lens, _ in runner]
+    errors += [abs((model.update(lens) - fit["runner_update_s"]) / truth.update(lens) - 1) for lens in shapes.values()]
+    assert max(errors) < 0.03
+
+
+def test_the_skewed_shape_separates_padded_from_micro_batches():
+    from sortedrl.realrun.update_shapes import update_shapes
+    from sortedrl.sim.cost import CostModel
+
+    shapes = update_shapes(16, 512)
+    assert shapes["skewed"] == [102] * 15 + [1024] and shapes["uniform_long"] == [1024] * 8
+    padded, micro, per_seq = (CostModel(0, 0, 0, 0, 0, 0, 0, 0, 0, **FORMS[f])
+                              for f in ("padded", "micro_batches", "per_sequence"))
+    assert padded.train_tokens(shapes["skewed"]) == 16 * 1024
+    assert micro.train_tokens(shapes["skewed"]) == per_seq.train_tokens(shapes["skewed"]) == 15 * 102 + 1024
+    assert micro.train_tokens(shapes["two_level"]) == padded.train_tokens(shapes["two_level"]) == 16 * 306
+    assert per_seq.train_tokens(shapes["two_level"]) == 8 * 102 + 8 * 306
+
+
+# -- engines and trainer on one host -----------------------------------------------------------------
+
+def test_contention_factors_recover_known_slowdowns_from_noisy_repeats():
+    from sortedrl.realrun.contention import repeat_ratios, summary
+
+    rng = np.random.default_rng(6)
+    base = {j: 0.004 + 0.0001 * j for j in range(12)}
+    repeats = []
+    for _ in range(3):
+        alone = {j: list(base[j] * rng.normal(1.0, 0.03, 8)) for j in range(12)}
+        together = {j: list(2.2 * base[j] * rng.normal(1.0, 0.03, 20)) for j in range(12)}
+        together[5][:3] = [1.0, 1.0, 1.0]  # a few steps another job stalled
+        repeats.append(repeat_ratios(alone, together, [2.0, 2.1], [2.8, 2.9]))
+    out = summary(repeats, engines=2, batch=8, context=64, lengths=[100] * 16)
+    assert out["engine_contention"] == pytest.approx(2.2, rel=0.03)
+    assert out["train_contention"] == pytest.approx(2.85 / 2.05)
+    assert out["train_spread"] == 0.0 and out["update_tokens"] == 1600
+    assert out["alone_step_s"][3] == pytest.approx(0.0043, rel=0.05)
+
+
+def test_validate_slows_the_engines_of_a_run_on_ray_by_the_measured_factor():
+    cluster = tiny_cluster(engines=1, step_table=(1.0, 2.0), a1=0.5, sync_s=5.0)
+    meta = {"engines": 2, "placement": "disaggregated", "run": {"max_num_seqs": 16, "engines": 2}}
+    c = run_cluster(cluster, meta, {"ray_round_s": 0.25, "ray_sync_s": 0.5, "ray_step_factor": 1.5})
+    assert c.costs.step_table == (1.75, 3.25) and c.costs.a1 == 0.75 and c.costs.sync_s == 0.5
+    assert c.costs.train_fix == cluster.costs.train_fix
+
+
+def test_profile_show_prints_the_update_form_and_the_shared_host():
+    from sortedrl.calibration.show import render
+
+    raw = {"sortedrl_profile": 1, "costs": {"engine_contention": 2.6, "train_contention": 1.38},
+           "fit": {"train": {"mape": 0.05, "measurements": 30, "form": "micro_batches", "bare_updates": 12,
+                             "runner_update_s": 0.35,
+                             "rel_scale_by_form": {"padded": 0.2, "per_sequence": 0.08, "micro_batches": 0.03}},
+                   "shared_host": {"engine_contention": 2.6, "train_contention": 1.38, "engines": 2,
+                                   "engine_ratio_by_repeat": [2.5, 2.6, 2.7], "engine_spread": 0.077,
+                                   "train_spread": 0.1, "ray_step_factor": 1.3,
+                                   "ray_step_factor_rel_mad": 0.04}}}
+    text = "\n".join(render(raw, "p.json"))
+    assert "engine_contention          2.6  x step while training  measured" in text
+    assert ("form kept: micro_batches (residual spread by form: padded 20.0%, per_sequence 8.0%, "
+            "micro_batches 3.0%; 12 of the updates of chosen shapes)") in text
+    assert "a runner update adds 0.35 s (log, checkpoint) to a bare one" in text
+    assert ("shared host (2 engine actors + the trainer actor, 3 repeats): engine steps x2.600 while the "
+            "trainer trains (spread 7.7%), updates x1.380 beside rollout (spread 10.0%)") in text
+    assert "x1.300 the in-process grid's (spread over step indices 4.0%)" in text

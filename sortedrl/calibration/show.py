@@ -19,7 +19,9 @@ UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/se
          "p0": "s/request", "pn": "s/step with a prefill", "f0": "s/policy event",
          "train_per_token": "s/token", "train_fix": "s/update", "sync_s": "s/sync",
          "offload_s": "s/update", "onload_s": "s/update", "step_table": "s/step by batch size",
-         "prefill_in_step": "", "train_padded": ""}
+         "prefill_in_step": "", "train_padded": "", "train_per_pair": "s/attention pair",
+         "train_micro_pairs": "pairs/micro-batch", "engine_contention": "x step while training",
+         "train_contention": "x update beside rollout"}
 
 
 def load_profile(path: Path) -> dict:
@@ -136,8 +138,37 @@ def _cpu_fit(fit: dict) -> list[str]:
     tr = fit.get("train")
     if isinstance(tr, dict) and "mape" in tr:
         out.append(f"updates: MAPE {100 * tr['mape']:.1f}% over {tr.get('measurements')} updates")
+        out += _update_forms(tr)
+    out += _shared_host(fit.get("shared_host"))
     sy = fit.get("sync")
     if isinstance(sy, dict) and "median" in sy:
         out.append(f"weight sync: median {_fmt(sy['median'])} s over {sy.get('samples')} syncs, "
                    f"spread {_fmt(sy.get('spread'))} s")
+    return out
+
+
+def _update_forms(tr: dict) -> list[str]:
+    """Which form of the update cost the fit kept, and how well each form fitted."""
+    by_form = tr.get("rel_scale_by_form")
+    if not isinstance(by_form, dict):
+        return []
+    spreads = ", ".join(f"{k} {100 * v:.1f}%" for k, v in by_form.items())
+    out = [f"  form kept: {tr.get('form')} (residual spread by form: {spreads}; "
+           f"{tr.get('bare_updates', 0)} of the updates of chosen shapes)"]
+    if tr.get("runner_update_s") is not None:
+        out.append(f"  a runner update adds {_fmt(tr['runner_update_s'])} s (log, checkpoint) to a bare one")
+    return out
+
+
+def _shared_host(sh: dict | None) -> list[str]:
+    """Engines and trainer on one host's cores (``calibrate --ray-engines N``)."""
+    if not isinstance(sh, dict) or "engine_contention" not in sh:
+        return []
+    out = [f"shared host ({sh.get('engines')} engine actors + the trainer actor, "
+           f"{len(sh.get('engine_ratio_by_repeat', []))} repeats): engine steps x"
+           f"{sh['engine_contention']:.3f} while the trainer trains (spread {100 * sh.get('engine_spread', 0):.1f}%), "
+           f"updates x{sh['train_contention']:.3f} beside rollout (spread {100 * sh.get('train_spread', 0):.1f}%)"]
+    if sh.get("ray_step_factor"):
+        out.append(f"  an engine actor's own step, no trainer, is x{sh['ray_step_factor']:.3f} the in-process "
+                   f"grid's (spread over step indices {100 * sh.get('ray_step_factor_rel_mad', 0):.1f}%)")
     return out

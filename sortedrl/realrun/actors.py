@@ -159,6 +159,12 @@ class TrainerWorker:
     def update(self, batch: list, advantages: list[float], version: int) -> dict:
         return self.trainer.update(batch, advantages, version)
 
+    def timed_update(self, batch: list, advantages: list[float], version: int) -> float:
+        """One update; its seconds as this process saw them (calibration: ``realrun/contention.py``)."""
+        t0 = time.perf_counter()
+        self.trainer.update(batch, advantages, version)
+        return time.perf_counter() - t0
+
     def state_dict(self) -> dict:
         return {k: v.detach().clone() for k, v in self.trainer.state_dict().items()}
 

@@ -10,7 +10,11 @@ Measurements, each repeated ``repeats`` times:
   task to be run (``task``, ``max_tokens``, ``prompts``, ``group_size``), so the logs,
   checkpoints and bookkeeping it adds, and updates as long as the run's, are in the profile
   (with whichever form of the update cost, padded, per sequence or the trainer's micro-batches,
-  fits them best).
+  fits them best);
+- updates of chosen shapes on the trainer alone, which tell those forms apart
+  (:mod:`sortedrl.realrun.update_shapes`);
+- with ``ray_engines``, the Ray run's own overheads, and how much engine actors and the trainer
+  actor slow each other on this host's cores (:mod:`sortedrl.realrun.contention`).
 Decode and prefill terms are fitted together on every engine step measured, the grid's and the
 runner's own (whose batches change shape every step, which costs vLLM more than a steady grid
 batch: the simulator must predict those). The fit is in :mod:`sortedrl.sim.profile`.
@@ -37,7 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl.realrun.contention import measure_contention
 from sortedrl.realrun.model import check_model_dir
+from sortedrl.realrun.update_shapes import measure_updates, update_shapes
 from sortedrl.sim.profile import FORMAT, fit_step_table
 
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -63,17 +69,22 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     run = dict(model=str(model), steps=2, prompts=prompts, group_size=group_size, max_tokens=max_tokens,
                task=task, max_num_seqs=max_num_seqs, seed=seed, warm_tokens=warm_tokens)
     runner = _measure_runner(run, repeats, tick)
+    bare = apart(measure_updates, str(model), update_shapes(prompts * group_size, max_tokens), repeats, seed)
+    tick(1, "updates of chosen shapes")
     on_ray = _measure_ray(run, ray_engines) if ray_engines else {}
+    shared = _measure_shared_host(str(model), ray_engines, run, runner, grid, repeats) if ray_engines else {}
+    tick(1, "engines beside the trainer")
     grid_rows = [(*key[:5], float(np.median(ts))) for key, ts in grid.items()]
     d, kept, dropped = robust_step_fit(grid_rows, runner["steps"], max_num_seqs)
-    tr = fit_train(runner["train"])
+    tr = fit_train(runner["train"], bare)
     host = {k: float(np.median(v)) if v else 0.0 for k, v in runner["host"].items()}
     sync_s = float(np.median(runner["sync"])) if runner["sync"] else 0.0
     costs = {"t_fix": 0.0, "s1": 0.0, "a0": 0.0, "c1": 0.0, "a1": d["a1"], "p1": d["p1"],
              "p2": d["p2"], "pn": d["pn"], **{k: v["value"] for k, v in tr["terms"].items()},
              "sync_s": sync_s, "prefill_in_step": True, "p0": host["admit"] + d["pr"],
              "f0": host["event"], **tr["costs"],
-             "step_table": [x + host["step"] for x in d["table"]]}  # the runner's work per step
+             "step_table": [x + host["step"] for x in d["table"]],  # the runner's work per step
+             **{k: shared[k] for k in ("engine_contention", "train_contention") if k in shared}}
     noise = {"grid_rel_mad": _median_rel_mad(grid.values()), "step_rel_scale": d["rel_scale"],
              "runner_steps_dropped": dropped, "runner_steps_kept": kept,
              "train_rel_scale": tr["rel_scale"],
@@ -88,8 +99,9 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
         "engine_config": {"max_num_seqs": max_num_seqs, "kv_budget_tokens": kv_tokens or 10**7},
         "costs": costs,
         "fit": {"steps": d, "train": {**tr, "updates": [{"lengths": lens, "seconds": t}
-                                                       for lens, t in runner["train"]]},
-                "noise": noise,
+                                                       for lens, t in runner["train"]],
+                                      "bare": [{"lengths": lens, "seconds": t} for lens, t in bare]},
+                "noise": noise, "shared_host": shared,
                 "sync": {"median": sync_s, "samples": len(runner["sync"]),
                          "spread": float(np.ptp(runner["sync"])) if runner["sync"] else 0.0},
                 "runner": {"host_s_per_step": host["step"], "admit_s_per_request": host["admit"],
@@ -207,14 +219,36 @@ def _measure_ray(run: dict, engines: int) -> dict:
             "ray_sync_s": float(np.median(syncs)) if syncs else 0.0, "ray_engines": engines}
 
 
+def _measure_shared_host(model: str, engines: int, run: dict, runner: dict, grid: dict,
+                         repeats: int) -> dict:
+    """The contention factors (:mod:`sortedrl.realrun.contention`) with an update of the runner's
+    median update lengths, and ``ray_step_factor``: an engine actor's own decode step (its peers
+    stepping, no trainer) over the in-process grid's step of the same shape."""
+    median = sorted(runner["train"], key=lambda u: u[1])[len(runner["train"]) // 2][0]
+    out = apart(measure_contention, model, engines, run["max_num_seqs"], median, repeats,
+                seed=run["seed"], warm_tokens=run["warm_tokens"])
+    b, ctx = out["batch"], out["context"]
+    ratios = np.asarray([s / float(np.median(grid[key])) for j, s in enumerate(out["alone_step_s"])
+                         if j > 0 and (key := (b, 0, 0, 0, b * (ctx + j), j)) in grid])
+    if ratios.size:
+        out["ray_step_factor"] = float(np.median(ratios))
+        out["ray_step_factor_rel_mad"] = float(np.median(np.abs(ratios / np.median(ratios) - 1)))
+    return out
+
+
 def run_apart(config: dict) -> dict:
-    """One real run in a process of its own; returns its calibration statistics. A process that
-    ran several grew by about 1 GB per run (vLLM and torch keep what they freed), past 10 GB."""
+    """One real run in a process of its own; returns its calibration statistics."""
+    return apart(_run_for_stats, config)
+
+
+def apart(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a process of its own. A process that ran several real runs grew
+    by about 1 GB per run (vLLM and torch keep what they freed), past 10 GB."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(_run_for_stats, config).result()
+        return pool.submit(fn, *args, **kwargs).result()
 
 
 def _run_for_stats(config: dict) -> dict:
@@ -265,11 +299,15 @@ def robust_step_fit(grid_rows: list, runner_rows: list, max_batch: int) -> tuple
     return d, int(keep[runner].sum()), int((~keep[runner]).sum())
 
 
-def fit_train(updates: list[tuple[list[int], float]]) -> dict:
-    """The update cost from ``(sequence lengths, seconds)`` of each update, in three forms of the
-    simulator: tokens and attention pairs of the batch padded to its longest sequence
+def fit_train(updates: list[tuple[list[int], float]], bare: list[tuple[list[int], float]] = ()) -> dict:
+    """The update cost from ``(sequence lengths, seconds)`` of each runner update and of each
+    ``bare`` update (:mod:`sortedrl.realrun.update_shapes`: shapes chosen to tell the forms
+    apart, timed on the trainer alone, without the runner's log and checkpoint), in three forms
+    of the simulator: tokens and attention pairs of the batch padded to its longest sequence
     (``train_padded``), of each sequence alone, or of the trainer's micro-batches
-    (``train_micro_pairs``); the profile keeps the one whose residuals spread least."""
+    (``train_micro_pairs``); the profile keeps the one whose residuals spread least. With bare
+    updates a fourth term, ``runner_update_s``, is what a runner update adds to a bare one; the
+    profile's ``train_fix`` includes it (the simulator predicts runner updates)."""
     from sortedrl.realrun.trainer import MAX_PAIRS
     from sortedrl.sim.cost import CostModel
 
@@ -278,27 +316,31 @@ def fit_train(updates: list[tuple[list[int], float]]) -> dict:
     fits = {}
     for name, knobs in forms.items():
         cm = CostModel(0, 0, 0, 0, 0, 0, 0, 0, 0, **knobs)
-        fits[name] = fit_train_pairs([(cm.train_tokens(lens), cm.train_pairs(lens), t)
-                                      for lens, t in updates])
+        rows = [(cm.train_tokens(lens), cm.train_pairs(lens), t, runner)
+                for runner, group in ((1, updates), (0, bare)) for lens, t in group]
+        fits[name] = fit_train_pairs(rows, runner_term=bool(bare))
     best = min(fits, key=lambda k: fits[k]["rel_scale"])
-    return {**fits[best], "form": best, "costs": forms[best],
+    return {**fits[best], "form": best, "costs": forms[best], "bare_updates": len(bare),
             "rel_scale_by_form": {k: f["rel_scale"] for k, f in fits.items()}}
 
 
-def fit_train_pairs(rows: list[tuple[int, int, float]]) -> dict:
-    """t = train_fix + train_per_token · tokens + train_per_pair · attention pairs, with a
+def fit_train_pairs(rows: list[tuple], runner_term: bool = False) -> dict:
+    """t = train_fix + train_per_token · tokens + train_per_pair · attention pairs (+
+    runner_update_s for a runner's update: rows ``(tokens, pairs, seconds, runner)``), with a
     soft-L1 loss on relative residuals (an update slowed by another job weighs little)."""
     from scipy.optimize import least_squares
 
-    X = np.asarray([(1.0, r[0], r[1]) for r in rows], dtype=float)
+    X = np.asarray([(1.0, r[0], r[1], *((r[3],) if runner_term else ())) for r in rows], dtype=float)
     t = np.asarray([r[2] for r in rows], dtype=float)
     scale = np.maximum(X.max(axis=0), 1.0)
-    fit = least_squares(lambda p: (X @ (p / scale) - t) / t, np.full(3, t.min() / 3),
+    fit = least_squares(lambda p: (X @ (p / scale) - t) / t, np.full(X.shape[1], t.min() / 3),
                         bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.05)
     x = fit.x / scale
     rel = (X @ x - t) / t
-    names = ("train_fix", "train_per_token", "train_per_pair")
-    return {"terms": {k: {"value": float(v)} for k, v in zip(names, x, strict=True)},
+    terms = {"train_fix": x[0] + (x[3] if runner_term else 0.0), "train_per_token": x[1],
+             "train_per_pair": x[2]}
+    return {"terms": {k: {"value": float(v)} for k, v in terms.items()},
+            "runner_update_s": float(x[3]) if runner_term else None,
             "mape": float(np.mean(np.abs(rel))), "measurements": len(t),
             "rel_scale": 1.4826 * float(np.median(np.abs(rel - np.median(rel))))}
 

