@@ -52,6 +52,15 @@ def load() -> str:
     return f"{a:.1f}/{b:.1f}/{c:.1f}"
 
 
+def wait_quiet(args) -> None:
+    """Wait, at most ``--quiet-wait`` seconds, for the 1-minute load average to fall below
+    ``--quiet-load`` (0: do not wait): this machine is shared, and a measurement taken while
+    other jobs hold the cores measures them."""
+    t0 = time.monotonic()
+    while args.quiet_load and os.getloadavg()[0] > args.quiet_load and time.monotonic() - t0 < args.quiet_wait:
+        time.sleep(5)
+
+
 def build_model(out: Path, base: str | None, hidden: int, layers: int, intermediate: int) -> Path:
     model = out / "model"
     if model.exists():
@@ -79,6 +88,7 @@ def cli(*args: str) -> None:
 
 def profile(path: Path, model: Path, args) -> dict:
     if not path.exists():
+        wait_quiet(args)
         t0, l0 = time.monotonic(), load()
         ray_engines = max(POLICIES[p][2] if POLICIES[p][3] == "disaggregated" else 0 for p in args.policies)
         cli("calibrate", "--model", str(model), "--out", str(path), "--repeats", str(args.repeats),
@@ -95,9 +105,10 @@ def profile(path: Path, model: Path, args) -> dict:
           f"{100 * tr['mape']:.1f}% ({tr.get('form')} form), grid noise {100 * noise['grid_rel_mad']:.1f}%, "
           f"{noise['runner_steps_dropped']} outlier steps, single-repeat fits "
           f"{100 * noise['repeat_spread']:.1f}% apart; shared host: engine x"
-          f"{costs.get('engine_contention', 1.0):.2f} (spread {100 * sh.get('engine_spread', 0):.0f}%), "
-          f"update x{costs.get('train_contention', 1.0):.2f} (spread {100 * sh.get('train_spread', 0):.0f}%), "
-          f"Ray step x{sh.get('ray_step_factor') or 1.0:.2f}; {prof['bench']['seconds']:.0f} s, load "
+          f"{costs.get('engine_contention', 1.0):.2f} (MAD {100 * sh.get('engine_contention_rel_mad', 0):.0f}%), "
+          f"update x{costs.get('train_contention', 1.0):.2f} (MAD {100 * sh.get('train_contention_rel_mad', 0):.0f}%), "
+          f"Ray step x{sh.get('ray_step_factor') or 1.0:.2f} (MAD {100 * sh.get('ray_step_factor_rel_mad', 0):.0f}%)"
+          f"; {prof['bench']['seconds']:.0f} s, load "
           f"{prof['bench']['load_before']} -> {prof['bench']['load_after']}", flush=True)
     return prof
 
@@ -136,6 +147,7 @@ def one_run(out: Path, model: Path, label: str, seed: int, args) -> Path:
     if (rundir / "summary.json").exists():
         return rundir
     shutil.rmtree(rundir, ignore_errors=True)
+    wait_quiet(args)
     l0 = load()
     cli("run", "--model", str(model), "--policy", policy, *[x for kv in sets for x in ("--set", kv)],
         "--out", str(rundir), "--steps", str(args.steps), "--task", "sort-long",
@@ -166,6 +178,9 @@ def main() -> None:
     ap.add_argument("--warm-tokens", type=int, default=128,
                     help="engine warm-up: step sizes up to this many tokens (the default 1,024 costs a "
                          "minute per engine start with this model)")
+    ap.add_argument("--quiet-load", type=float, default=0.0,
+                    help="before each calibration and run, wait for the 1-minute load average to fall below this (0: never wait)")
+    ap.add_argument("--quiet-wait", type=float, default=120.0, help="... for at most this many seconds")
     ap.add_argument("--fresh", action="store_true", help="measure everything again")
     args = ap.parse_args()
     out = args.out

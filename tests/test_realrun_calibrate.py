@@ -197,22 +197,28 @@ def test_the_skewed_shape_separates_padded_from_micro_batches():
 
 # -- engines and trainer on one host -----------------------------------------------------------------
 
-def test_contention_factors_recover_known_slowdowns_from_noisy_repeats():
-    from sortedrl.realrun.contention import repeat_ratios, summary
+def test_contention_factors_recover_known_slowdowns_from_noisy_pairs():
+    from sortedrl.realrun.contention import pair_ratios, summary
 
     rng = np.random.default_rng(6)
     base = {j: 0.004 + 0.0001 * j for j in range(12)}
-    repeats = []
-    for _ in range(3):
-        alone = {j: list(base[j] * rng.normal(1.0, 0.03, 8)) for j in range(12)}
-        together = {j: list(2.2 * base[j] * rng.normal(1.0, 0.03, 20)) for j in range(12)}
-        together[5][:3] = [1.0, 1.0, 1.0]  # a few steps another job stalled
-        repeats.append(repeat_ratios(alone, together, [2.0, 2.1], [2.8, 2.9]))
-    out = summary(repeats, engines=2, batch=8, context=64, lengths=[100] * 16)
+
+    def steps(factor, n):
+        return {j: list(factor * base[j] * rng.normal(1.0, 0.03, n)) for j in range(12)}
+
+    pairs = []
+    for k in range(6):
+        load = 3.0 if k == 2 else 1.0  # another job slowed every measurement of one pair alike
+        beside = steps(1.3 * 2.2 * load, 20)
+        beside[5][:3] = [1.0, 1.0, 1.0]  # a few steps another job stalled
+        pairs.append(pair_ratios(steps(load, 4), steps(1.3 * load, 8), beside, 2.0 * load,
+                                 2.0 * 1.4 * load * (1.6 if k == 4 else 1.0)))
+    out = summary(pairs, engines=2, batch=8, context=64, lengths=[100] * 16)
     assert out["engine_contention"] == pytest.approx(2.2, rel=0.03)
-    assert out["train_contention"] == pytest.approx(2.85 / 2.05)
-    assert out["train_spread"] == 0.0 and out["update_tokens"] == 1600
-    assert out["alone_step_s"][3] == pytest.approx(0.0043, rel=0.05)
+    assert out["ray_step_factor"] == pytest.approx(1.3, rel=0.03)
+    assert out["train_contention"] == pytest.approx(1.4)  # the pair slowed 1.6x is outvoted
+    assert len(out["train_contention_by_pair"]) == 6 and out["train_contention_rel_mad"] == 0.0
+    assert (out["pairs"], out["update_tokens"], out["steps_beside"]) == (6, 1600, 6 * 240)
 
 
 def test_validate_slows_the_engines_of_a_run_on_ray_by_the_measured_factor():
@@ -231,14 +237,15 @@ def test_profile_show_prints_the_update_form_and_the_shared_host():
                              "runner_update_s": 0.35,
                              "rel_scale_by_form": {"padded": 0.2, "per_sequence": 0.08, "micro_batches": 0.03}},
                    "shared_host": {"engine_contention": 2.6, "train_contention": 1.38, "engines": 2,
-                                   "engine_ratio_by_repeat": [2.5, 2.6, 2.7], "engine_spread": 0.077,
-                                   "train_spread": 0.1, "ray_step_factor": 1.3,
+                                   "pairs": 6, "engine_contention_rel_mad": 0.077,
+                                   "train_contention_rel_mad": 0.1, "ray_step_factor": 1.3,
                                    "ray_step_factor_rel_mad": 0.04}}}
     text = "\n".join(render(raw, "p.json"))
     assert "engine_contention          2.6  x step while training  measured" in text
     assert ("form kept: micro_batches (residual spread by form: padded 20.0%, per_sequence 8.0%, "
             "micro_batches 3.0%; 12 of the updates of chosen shapes)") in text
     assert "a runner update adds 0.35 s (log, checkpoint) to a bare one" in text
-    assert ("shared host (2 engine actors + the trainer actor, 3 repeats): engine steps x2.600 while the "
-            "trainer trains (spread 7.7%), updates x1.380 beside rollout (spread 10.0%)") in text
-    assert "x1.300 the in-process grid's (spread over step indices 4.0%)" in text
+    assert ("shared host (2 engine actors + the trainer actor, 6 interleaved pairs): engine steps x2.600 "
+            "(relative MAD 7.7%) while the trainer trains, updates x1.380 (relative MAD 10.0%) beside "
+            "rollout") in text
+    assert "an engine actor beside its peers, no trainer: x1.300 (relative MAD 4.0%) one engine alone" in text

@@ -164,11 +164,11 @@ def _shared_host(sh: dict | None) -> list[str]:
     """Engines and trainer on one host's cores (``calibrate --ray-engines N``)."""
     if not isinstance(sh, dict) or "engine_contention" not in sh:
         return []
-    out = [f"shared host ({sh.get('engines')} engine actors + the trainer actor, "
-           f"{len(sh.get('engine_ratio_by_repeat', []))} repeats): engine steps x"
-           f"{sh['engine_contention']:.3f} while the trainer trains (spread {100 * sh.get('engine_spread', 0):.1f}%), "
-           f"updates x{sh['train_contention']:.3f} beside rollout (spread {100 * sh.get('train_spread', 0):.1f}%)"]
-    if sh.get("ray_step_factor"):
-        out.append(f"  an engine actor's own step, no trainer, is x{sh['ray_step_factor']:.3f} the in-process "
-                   f"grid's (spread over step indices {100 * sh.get('ray_step_factor_rel_mad', 0):.1f}%)")
-    return out
+
+    def factor(name: str) -> str:
+        return f"x{sh[name]:.3f} (relative MAD {100 * sh.get(name + '_rel_mad', 0):.1f}%)"
+
+    return [f"shared host ({sh.get('engines')} engine actors + the trainer actor, {sh.get('pairs')} "
+            f"interleaved pairs): engine steps {factor('engine_contention')} while the trainer trains, "
+            f"updates {factor('train_contention')} beside rollout",
+            f"  an engine actor beside its peers, no trainer: {factor('ray_step_factor')} one engine alone"]

@@ -72,7 +72,7 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     bare = apart(measure_updates, str(model), update_shapes(prompts * group_size, max_tokens), repeats, seed)
     tick(1, "updates of chosen shapes")
     on_ray = _measure_ray(run, ray_engines) if ray_engines else {}
-    shared = _measure_shared_host(str(model), ray_engines, run, runner, grid, repeats) if ray_engines else {}
+    shared = _measure_shared_host(str(model), ray_engines, run, runner, repeats) if ray_engines else {}
     tick(1, "engines beside the trainer")
     grid_rows = [(*key[:5], float(np.median(ts))) for key, ts in grid.items()]
     d, kept, dropped = robust_step_fit(grid_rows, runner["steps"], max_num_seqs)
@@ -219,21 +219,12 @@ def _measure_ray(run: dict, engines: int) -> dict:
             "ray_sync_s": float(np.median(syncs)) if syncs else 0.0, "ray_engines": engines}
 
 
-def _measure_shared_host(model: str, engines: int, run: dict, runner: dict, grid: dict,
-                         repeats: int) -> dict:
-    """The contention factors (:mod:`sortedrl.realrun.contention`) with an update of the runner's
-    median update lengths, and ``ray_step_factor``: an engine actor's own decode step (its peers
-    stepping, no trainer) over the in-process grid's step of the same shape."""
+def _measure_shared_host(model: str, engines: int, run: dict, runner: dict, repeats: int) -> dict:
+    """The contention factors (:mod:`sortedrl.realrun.contention`), with updates of the runner's
+    median update's lengths."""
     median = sorted(runner["train"], key=lambda u: u[1])[len(runner["train"]) // 2][0]
-    out = apart(measure_contention, model, engines, run["max_num_seqs"], median, repeats,
-                seed=run["seed"], warm_tokens=run["warm_tokens"])
-    b, ctx = out["batch"], out["context"]
-    ratios = np.asarray([s / float(np.median(grid[key])) for j, s in enumerate(out["alone_step_s"])
-                         if j > 0 and (key := (b, 0, 0, 0, b * (ctx + j), j)) in grid])
-    if ratios.size:
-        out["ray_step_factor"] = float(np.median(ratios))
-        out["ray_step_factor_rel_mad"] = float(np.median(np.abs(ratios / np.median(ratios) - 1)))
-    return out
+    return apart(measure_contention, model, engines, run["max_num_seqs"], median, repeats,
+                 seed=run["seed"], warm_tokens=run["warm_tokens"])
 
 
 def run_apart(config: dict) -> dict:
