@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import statistics
+from collections import defaultdict
 from pathlib import Path
 
 from sortedrl.calibration.bench_file import read_bench
@@ -27,14 +29,22 @@ def main() -> None:
     ap.add_argument("--cluster", default="h100-llama3.1-8b-1gpu-32seq")
     a = ap.parse_args()
     cl = preset(a.cluster)
-    runs = {r.concurrency: r for r in (read_bench(p) for p in sorted(a.dir.glob("*.json")))}
+    runs = defaultdict(list)  # level -> its repeats
+    for p in sorted(a.dir.glob("*.json")):
+        r = read_bench(p)
+        runs[r.concurrency].append(r)
     levels = sorted(runs)
+    for c in levels:
+        d = [r.duration_s for r in runs[c]]
+        print(f"c{c}: {len(d)} file(s), duration median {statistics.median(d):.3f} s, "
+              f"range {min(d):.3f}-{max(d):.3f} s")
     subsets = [(c,) for c in levels] + list(itertools.combinations(levels, 2)) + [tuple(levels)]
     print("fit on        " + "".join(f"{f'c{c}':>9}" for c in levels) + "  poorly determined")
     for sub in subsets:
-        fit = fit_bench([runs[c] for c in sub], cl)
-        errs = [100 * (predict_duration(runs[c], fit["costs"], cl.max_num_seqs) / runs[c].duration_s - 1)
-                for c in levels]
+        fit = fit_bench([r for c in sub for r in runs[c]], cl)
+        lat = fit["latency_s"]
+        errs = [100 * (statistics.median(predict_duration(r, fit["costs"], cl.max_num_seqs, lat) for r in runs[c])
+                       / statistics.median(r.duration_s for r in runs[c]) - 1) for c in levels]
         label = "+".join(f"c{c}" for c in sub)
         print(f"{label:<13}" + "".join(f"{e:>+8.1f}%" for e in errs) + "  " + ", ".join(fit["uncertain"]))
 

@@ -59,7 +59,7 @@ def test_not_a_profile_is_one_error_line(tmp_path):
 
 def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     out = tmp_path / "p.json"
-    bench = [FIX / "vllm_bench" / "c4.json", FIX / "vllm_bench" / "c16.json"]
+    bench = [FIX / "vllm_bench" / "c4-r0.json", FIX / "vllm_bench" / "c16-r0.json"]
     r = runner.invoke(app, ["calibrate", "--from-vllm-bench", *map(str, bench), "--from-metrics",
                             str(FIX / "metrics" / "verl_metrics.jsonl"),
                             "--cluster", "h100-llama3.1-8b-1gpu-32seq", "--out", str(out)])
@@ -72,7 +72,8 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     assert next(x for x in lines if x.startswith("  train_fix ")).endswith("metrics fit")
     i = lines.index("engine fit (vllm bench serve, 2 file(s)): duration predicted by replaying each "
                     "benchmark on the profile")
-    assert [x.split()[:3] for x in lines[i + 2:i + 4]] == [["c4.json", "4", "48"], ["c16.json", "16", "48"]]
-    assert lines[i + 4] == ("  poorly determined: s1, a1 (one standard error moves the mean step by over 10%; "
-                            "add concurrency levels or files with other lengths)")
+    assert [x.split()[:3] for x in lines[i + 2:i + 4]] == [["c4-r0.json", "4", "48"], ["c16-r0.json", "16", "48"]]
+    latency = json.loads(out.read_text())["fit"]["engine"]["latency_s"]
+    assert lines[i + 4].startswith(f"  request latency outside the engine: {1e3 * latency:.3f} ms (stderr ")
+    assert lines[i + 5].startswith("  poorly determined: ")
     assert any(x.startswith("trainer fit (") for x in lines)

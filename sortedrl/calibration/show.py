@@ -104,6 +104,10 @@ def _engine_fit(eng: dict | None) -> list[str]:
                    f"{f['duration_s']:>11.3f} {f['predicted_s']:>12.3f} {f['error_pct']:>+7.1f}% {lat_s:>13}")
         if f.get("lengths_from_totals"):
             out.append("    (no per-request lists: every request given the mean lengths)")
+    if isinstance(eng.get("latency_s"), (int, float)):
+        out.append(f"  request latency outside the engine: {1e3 * eng['latency_s']:.3f} ms "
+                   f"(stderr {1e3 * (eng.get('latency_stderr_s') or 0.0):.3f} ms; fitted when the files "
+                   "hold per-request latencies, else 0)")
     if eng.get("uncertain"):
         out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (one standard error moves the mean "
                    "step by over 10%; add concurrency levels or files with other lengths)")

@@ -16,7 +16,16 @@ The terms solve a bounded linear least squares on relative errors. The replay's 
 not depend on the costs when every request is ready at once (``request_rate inf``); at a finite
 rate it does, so fit and replay alternate until the terms settle.
 
-Deliberate simplifications: the server's own per-request work (HTTP, tokenisation) is engine
+A request also spends ``latency_s`` outside the engine between its send and its admission (the
+HTTP hop, tokenisation, the queue to the engine process, the client's turn-around): time that
+overlaps the other requests' decoding, so the engine runs one sequence short until the next
+request arrives. With per-request latencies it is fitted too, as the value that leaves the
+smallest residual (a one-dimensional search around the linear fit: the replay's schedule moves
+with it). Without it, a closed loop at one concurrency charges that gap to ``p0`` (per admitted
+request, engine time), which stretches every level's duration by the same count of requests and
+so over-predicts higher levels.
+
+Deliberate simplifications: the server's own CPU work per request (HTTP, tokenisation) is engine
 time (``p0``), exact when server and engine share the CPU and an upper bound when they overlap;
 ``p2`` (attention pairs) and ``pn`` are 0, which holds for the short prompts of a benchmark.
 """
@@ -38,6 +47,7 @@ ITERATIONS = 20
 UNCERTAIN = 0.1  # a term is uncertain when one standard error moves the mean step by 10%
 TERM_UNITS = {"t_fix": "s/step", "s1": "s/sequence/step", "a1": "s/KV token/step",
               "p1": "s/prompt token", "p0": "s/request"}
+COLUMNS = (*ENGINE_TERMS, "latency_s")  # the fitted columns: the engine terms and the request latency
 
 
 def engine_costs(terms: dict[str, float], base: CostModel) -> CostModel:
@@ -63,39 +73,59 @@ def check_enough(runs: list[BenchRun]) -> None:
         f"{len(ENGINE_TERMS)} files (e.g. several --max-concurrency levels) or save with --save-detailed")
 
 
-def fit_bench(runs: list[BenchRun], cluster: Cluster, latency_s: float = 0.0) -> dict:
+def fit_bench(runs: list[BenchRun], cluster: Cluster, latency_s: float | None = None) -> dict:
     """Fit the engine terms to ``runs``; returns the fitted terms and the error per file.
-    ``latency_s`` is a request's latency outside the engine (0: the server's work is engine
-    time, ``p0``; searching it did not improve the fits to the recorded CPU files)."""
+    ``latency_s`` is a request's latency outside the engine: fitted with the terms when None
+    (and when any file has per-request latencies; 0 otherwise), else held at the value given."""
     check_enough(runs)
     base = cluster.cost()
+    if latency_s is None:
+        latency_s = _fit_latency(runs, cluster) if any(r.detailed for r in runs) else 0.0
     terms, reps, (X, y, w, x) = _fit_at(runs, cluster, latency_s)
     costs = engine_costs(terms, base)
-    err = _stderr(X, y, w, x)
+    err = _stderr(X, y, w, x)  # the latency's from the system linearised at its value
     return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
-                      for (k, v), s in zip(terms.items(), err, strict=True)},
+                      for (k, v), s in zip(terms.items(), err, strict=False)},
             "latency_s": latency_s,
+            "latency_stderr_s": err[-1],
             "unidentified": _unidentified(X * w[:, None]),
             "uncertain": _uncertain(reps, x, err),
             "files": [_file_report(r, costs, latency_s, cluster.max_num_seqs) for r in runs],
             "costs": costs}
 
 
+def _fit_latency(runs: list[BenchRun], cluster: Cluster) -> float:
+    """The latency whose fit leaves the smallest weighted residual, between 0 and the shortest
+    time to first token (a request's latency is part of it). Not a column of the linear solve:
+    the replay's schedule moves with it, and alternating fit and replay on it did not settle."""
+    from scipy.optimize import minimize_scalar
+
+    top = min(float(r.ttfts.min()) for r in runs if r.detailed)
+
+    def residual(latency: float) -> float:
+        _, _, (X, y, w, x) = _fit_at(runs, cluster, latency)
+        r = (X @ x - y) * w
+        return float(r @ r)
+
+    res = minimize_scalar(residual, bounds=(0.0, top), method="bounded", options={"xatol": top * 1e-7})
+    return float(res.x) if residual(float(res.x)) < residual(0.0) else 0.0
+
+
 def _fit_at(runs: list[BenchRun], cluster: Cluster, latency_s: float):
     """Fit and replay alternately until the terms settle (at once when the schedule does not
-    depend on them)."""
+    depend on them). The returned system has the latency's column and value for its error."""
     base = cluster.cost()
     terms = {"t_fix": base.t_fix or 1e-3, "s1": base.s1, "a1": base.a1, "p1": base.p1, "p0": base.p0}
     for _ in range(ITERATIONS):
         reps = [replay(r, engine_costs(terms, base), latency_s, cluster.max_num_seqs) for r in runs]
         X, y, w = _design(runs, reps, latency_s)
-        x = _solve(X, y, w)
+        x = _solve(X[:, :-1], y - X[:, -1] * latency_s, w)
         new = dict(zip(ENGINE_TERMS, (float(v) for v in x), strict=True))
         settled = all(math.isclose(new[k], terms[k], rel_tol=1e-9, abs_tol=1e-15) for k in terms)
         terms = new
         if settled:
             break
-    return terms, reps, (X, y, w, x)
+    return terms, reps, (X, y, w, np.append(x, latency_s))
 
 
 # -- the linear system ----------------------------------------------------------------------------
@@ -103,31 +133,35 @@ def _fit_at(runs: list[BenchRun], cluster: Cluster, latency_s: float):
 
 def _design(runs: list[BenchRun], reps: list[Replay], latency_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows: each file's duration, and each detailed request's ttft and end-to-end latency;
-    weights make each a relative error, and give a file's duration the weight of its requests."""
+    weights make each a relative error, and give a file's duration the weight of its requests.
+    The last column is the request latency: once in each request's row, never in a duration
+    (the replay's idle time and batches carry it there)."""
     X, y, w = [], [], []
     for run, rep in zip(runs, reps, strict=True):
-        rows, targets = _request_rows(run, rep, latency_s)
-        X.append(rep.features[None, :])
+        rows, targets, measured = _request_rows(run, rep, latency_s)
+        X.append(np.append(rep.features, 0.0)[None, :])
         y.append([run.duration_s - rep.idle_s])
         w.append([math.sqrt(max(1, len(targets))) / run.duration_s])
         if len(targets):
             X.append(rows)
             y.append(targets)
-            w.append(1.0 / np.maximum(targets, 1e-9))
+            w.append(1.0 / np.maximum(measured, 1e-9))  # relative to what was measured, not to the engine's share
     return np.vstack(X), np.concatenate(y), np.concatenate(w)
 
 
-def _request_rows(run: BenchRun, rep: Replay, latency_s: float) -> tuple[np.ndarray, np.ndarray]:
+def _request_rows(run: BenchRun, rep: Replay, latency_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A request's time to first token is its latency, its wait for the running step to end
     (from the replay) and its admission step; its end-to-end time adds the steps to its last."""
     if not run.detailed:
-        return np.zeros((0, len(ENGINE_TERMS))), np.zeros(0)
+        return np.zeros((0, len(COLUMNS))), np.zeros(0), np.zeros(0)
     prefix = np.vstack([np.zeros(len(ENGINE_TERMS)), np.cumsum(rep.step_features, axis=0)])
-    first = rep.step_features[rep.admit_step]
-    whole = prefix[rep.end_step + 1] - prefix[rep.admit_step]
-    before = rep.step_start_s[rep.admit_step] - rep.sent_s  # latency + wait, s
+    ones = np.ones((len(rep.admit_step), 1))
+    first = np.hstack([rep.step_features[rep.admit_step], ones])
+    whole = np.hstack([prefix[rep.end_step + 1] - prefix[rep.admit_step], ones])
+    wait = rep.step_start_s[rep.admit_step] - rep.sent_s - latency_s  # for the running step, s
     e2e = run.ttfts + np.array([g.sum() for g in run.itls])
-    return np.vstack([first, whole]), np.concatenate([run.ttfts - before, e2e - before])
+    measured = np.concatenate([run.ttfts, e2e])
+    return np.vstack([first, whole]), measured - np.concatenate([wait, wait]), measured
 
 
 def _solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -148,12 +182,14 @@ def _stderr(X: np.ndarray, y: np.ndarray, w: np.ndarray, x: np.ndarray) -> list[
 
 def _unidentified(A: np.ndarray) -> list[str]:
     """Terms the data cannot tell apart (they share a direction the rows never constrain)."""
+    names = COLUMNS if A[:, -1].any() else ENGINE_TERMS  # a held latency is not a column
+    A = A[:, :len(names)]
     scale = np.maximum(np.abs(A).max(axis=0), 1e-300)
     _, sv, vt = np.linalg.svd(A / scale, full_matrices=True)
     tol = max(A.shape) * np.finfo(float).eps * (sv[0] if len(sv) else 0.0) * 1e6
     null = vt[np.count_nonzero(sv > tol):]
     hit = np.abs(null).max(axis=0) > 0.1 if len(null) else np.zeros(A.shape[1], dtype=bool)
-    return [name for name, h in zip(ENGINE_TERMS, hit, strict=True) if h]
+    return [name for name, h in zip(names, hit, strict=True) if h]
 
 
 def _uncertain(reps: list[Replay], x: np.ndarray, err: list[float]) -> list[str]:
@@ -162,8 +198,8 @@ def _uncertain(reps: list[Replay], x: np.ndarray, err: list[float]) -> list[str]
     varies)."""
     feats = sum(r.features for r in reps)
     steps = max(1.0, feats[0])
-    mean_step = float(feats @ x) / steps
-    return [k for k, f, e in zip(ENGINE_TERMS, feats / steps, err, strict=True) if e * f > UNCERTAIN * mean_step]
+    mean_step = float(feats @ x[:-1]) / steps
+    return [k for k, f, e in zip(ENGINE_TERMS, feats / steps, err, strict=False) if e * f > UNCERTAIN * mean_step]
 
 
 def _file_report(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int) -> dict:
