@@ -142,8 +142,9 @@ def test_tokenizer_directory_without_tokenizer_json(tmp_path) -> None:
 
 
 def test_unknown_framework_and_cli_success(tmp_path, tokenizer) -> None:
-    r = run(["trace", "import", str(DUMPS), "--from", "areal", "--out", str(tmp_path / "t.jsonl")])
-    assert r.exit_code == 2 and "unknown framework; known: verl, slime, nemo-rl, trl" in r.output
+    r = run(["trace", "import", str(DUMPS), "--from", "openrlhf", "--out", str(tmp_path / "t.jsonl")])
+    assert r.exit_code == 2
+    assert "unknown framework; known: verl, slime, nemo-rl, trl, areal, nemo-gym" in r.output
     out = tmp_path / "v.parquet"
     r = run(["trace", "import", str(DUMPS / "verl_rollout"), "--from", "verl", "--tokenizer",
              str(tokenizer), "--max-response-len", "16", "--out", str(out)])

@@ -61,16 +61,26 @@ def import_cmd(
     ] = None,
     source: Annotated[str | None, typer.Option(help="Source label. Default: file name.")] = None,
     framework: Annotated[str | None, typer.Option(
-        "--from", help="Read a framework's own dump: verl, slime, nemo-rl or trl.")] = None,
+        "--from", help="Read a framework's own dump: verl, slime, nemo-rl, trl, areal (session "
+                       "tracer) or nemo-gym (per-turn metrics).")] = None,
     tokenizer: Annotated[Path | None, typer.Option(
         help="--from verl/trl: local tokenizer directory (its tokenizer.json) for token counts."
     )] = None,
+    decode_tps: Annotated[float | None, typer.Option(
+        "--decode-tps", help="--from areal without per-turn token counts: one sequence's decode "
+                             "rate, tokens/s; a turn's tokens are its generate seconds times it "
+                             "(an estimate, printed as a note).")] = None,
+    prompt_len: Annotated[int | None, typer.Option(
+        help="--from areal without prompt_tokens: every sample's prompt tokens (default 1, "
+             "printed as a note).")] = None,
     force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Turn a public per-request table, or an RL framework's rollout dump, into a length trace."""
     outs = _output(out, force, [file] if file.is_file() else [p for p in file.rglob("*") if p.is_file()])
     if framework is not None:
-        _import_framework(framework, file, out, tokenizer, max_response_len, source, outs)
+        _import_framework(framework, file, out, outs, dict(
+            tokenizer=tokenizer, max_response_len=max_response_len, source=source,
+            decode_tps=decode_tps, prompt_len=prompt_len))
         return
     if prompt_len_col is None or response_len_col is None:
         raise ConfigError("give --prompt-len-col and --response-len-col for a table, "
@@ -99,14 +109,15 @@ def import_cmd(
     )
 
 
-def _import_framework(framework: str, path: Path, out: Path, tokenizer: Path | None,
-                      max_response_len: int | None, source: str | None, outs: Outputs) -> None:
+def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, options: dict) -> None:
     from sortedrl.traces.importers import import_framework
 
     with Phases(err) as progress:
         progress.phase(f"reading {path}")
-        trace, report = import_framework(framework, path, tokenizer, max_response_len, source)
+        trace, report = import_framework(framework, path, **options)
         outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
+    for note in report.notes:
+        typer.echo(f"note: {note}", err=True)
     if report.dropped_groups:
         typer.echo(f"note: dropped {report.dropped_groups} groups ({report.dropped_rows} "
                    f"samples) with fewer than {report.group_size} samples", err=True)

@@ -14,13 +14,15 @@ from sortedrl.errors import ConfigError
 from sortedrl.traces.importers._common import FrameworkReport, to_trace
 from sortedrl.traces.schema import Trace
 
-FRAMEWORKS = ("verl", "slime", "nemo-rl", "trl")
+FRAMEWORKS = ("verl", "slime", "nemo-rl", "trl", "areal", "nemo-gym")
 
 
 def import_framework(framework: str, path: str | Path, tokenizer: str | Path | None = None,
-                     max_response_len: int | None = None,
-                     source: str | None = None) -> tuple[Trace, FrameworkReport]:
-    """Read ``path`` (a dump file, or a directory of them) as a trace of ``framework``."""
+                     max_response_len: int | None = None, source: str | None = None,
+                     decode_tps: float | None = None,
+                     prompt_len: int | None = None) -> tuple[Trace, FrameworkReport]:
+    """Read ``path`` (a dump file, or a directory of them) as a trace of ``framework``.
+    ``decode_tps`` and ``prompt_len`` stand in for the token counts AReaL does not log."""
     p = Path(path)
     tok = None if tokenizer is None else Path(tokenizer)
     if max_response_len is not None and max_response_len < 1:
@@ -41,10 +43,16 @@ def import_framework(framework: str, path: str | Path, tokenizer: str | Path | N
         from sortedrl.traces.importers.trl import read_trl
 
         rows, files = read_trl(p, tok)
+    elif framework == "areal":
+        from sortedrl.traces.importers.areal import read_areal
+
+        rows, files = read_areal(p, decode_tps, prompt_len)
+    elif framework == "nemo-gym":
+        from sortedrl.traces.importers.nemo_gym import read_nemo_gym
+
+        rows, files = read_nemo_gym(p)
     else:
-        raise ConfigError(f"--from {framework!r}: unknown framework; known: "
-                          f"{', '.join(FRAMEWORKS)} (AReaL's session tracer logs times, not "
-                          f"token counts, so it cannot give a length trace)")
+        raise ConfigError(f"--from {framework!r}: unknown framework; known: {', '.join(FRAMEWORKS)}")
     return to_trace(rows, framework, files, str(p), max_response_len,
                     source or f"{framework}:{p.name}")
 

@@ -34,6 +34,7 @@ class FrameworkReport:
     steps: int  # distinct steps kept
     dropped_groups: int  # groups with fewer samples than group_size (filtered or aborted)
     dropped_rows: int
+    notes: tuple[str, ...] = ()  # what the importer assumed where the dump is silent
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Rows:
     reward: list[float | None] = field(default_factory=list)
     stopped_at_cap: list[bool | None] = field(default_factory=list)  # None: unknown (text dumps)
     turns: list[Turns | None] = field(default_factory=list)  # None: one turn, no tool call
+    notes: list[str] = field(default_factory=list)  # assumptions, printed by the CLI
 
     def add(self, key: str, step: int, prompt_len: int, response_len: int,
             reward: float | None, stopped_at_cap: bool | None = None,
@@ -87,6 +89,17 @@ def turns_from_mask(where: str, name: str, mask: object, tool_s: float | None) -
     calls = len(gen) - 1
     per_call = (tool_s or 0.0) / calls if calls else 0.0
     return gen, [per_call] * calls + [0.0], tools
+
+
+def covered_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Seconds covered by the union of ``(start, end)`` intervals sorted by start: tool calls
+    that run in parallel between two turns keep the trajectory waiting once, not twice."""
+    total, reach = 0.0, float("-inf")
+    for start, end in intervals:
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def check_layout(where: str, framework: str, record: dict, required: tuple[str, ...]) -> None:
@@ -230,5 +243,6 @@ def to_trace(rows: Rows, framework: str, files: int, where: str,
     report = FrameworkReport(
         framework=framework, files=files, rows=len(rows.key), groups=len(kept),
         group_size=group_size, steps=len({rows.step[idx[0]] for idx in kept}),
-        dropped_groups=len(members) - len(kept), dropped_rows=len(rows.key) - order.size)
+        dropped_groups=len(members) - len(kept), dropped_rows=len(rows.key) - order.size,
+        notes=tuple(rows.notes))
     return trace, report
