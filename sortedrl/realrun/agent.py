@@ -16,8 +16,10 @@ A trajectory alternates turns of generation with calls to the tool server
 
 The backend is :class:`~sortedrl.realrun.backend.RealBackend` with the turn logic added; the
 controller and policies are unchanged and see a trajectory as one sample that finishes when its
-last turn does. Deliberately left out: resuming a multi-turn run from a checkpoint, Ray engines,
-and stop strings as turn ends (the per-turn cap is the boundary).
+last turn does. A checkpoint also keeps each trajectory's turns and its generated-token mask
+(:meth:`AgentBackend.turn_state`); a trajectory whose tool call was in flight when the run was
+killed calls its tool again on ``--resume`` (the call's answer died with the run). Deliberately
+left out: Ray engines, and stop strings as turn ends (the per-turn cap is the boundary).
 """
 
 from __future__ import annotations
@@ -62,15 +64,13 @@ def turn_config(cfg) -> TurnConfig:
     return turns
 
 
-def check_multi_turn(task, cfg, resume: bool) -> bool:
+def check_multi_turn(task, cfg) -> bool:
     """Whether the task is multi-turn; refuses the setups this runner does not support."""
     if not hasattr(task, "tool_op"):
         return False
     if cfg.on_ray:
         raise ConfigError(f"--task {task.name}: multi-turn runs use the in-process engine (no "
                           "--engines > 1, --placement disaggregated or --ray)")
-    if resume:
-        raise ConfigError(f"--resume: multi-turn runs (--task {task.name}) cannot resume yet")
     return True
 
 
@@ -141,6 +141,7 @@ class AgentBackend(RealBackend):
         self.turns: list[list[list]] = [[[0, 0.0, 0]] for _ in range(n)]  # [gen, tool_s, tool_tokens]
         self.turn_limited = [False] * n  # the current request ends at the per-turn cap
         self.in_tool: dict[int, float] = {}  # sample -> when its tool call started (run clock)
+        self.tool_pending: list[int] = []  # resumed: away on a tool call at the checkpoint
         self.engine = _ToolAwareEngine(engine, self)
         self.state = _AgentEngineState(engine, self.state.max_num_seqs, self)
         base_grade = self.grade
@@ -188,6 +189,21 @@ class AgentBackend(RealBackend):
                 held.add(i)
         aborted = iter(super().abort([i for i in samples if i not in held]))
         return [len(self.kept[i]) if i in held else next(aborted) for i in samples]
+
+    def turn_state(self) -> dict:
+        """What a checkpoint keeps beyond the single-turn backend's: each trajectory's turns,
+        which context tokens it generated, and which were away on a tool call."""
+        return {"gen_mask": self.gen_mask, "turns": self.turns, "tool_pending": sorted(self.in_tool)}
+
+    def readmit(self, samples: list[int]) -> None:
+        """Resume: a trajectory that was away on a tool call calls it again (its answer was lost
+        with the killed run); the others go back to the engine from what they kept."""
+        pending, self.tool_pending = set(self.tool_pending), []
+        for i in samples:
+            if i in pending:
+                self.in_tool[i] = self.now()
+                self.tools.call(i, self.tool_op, self.decode(self._last_turn(i)))
+        super().readmit([i for i in samples if i not in pending])
 
     def close_tools(self) -> None:
         self.tools.close()

@@ -109,7 +109,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     turns = agent.turn_config(cfg)  # checked first: a bad tool setting writes nothing
     model_dir = check_model_dir(cfg.model)
     task = get_task(cfg.task, cfg.dataset, cfg.reward)
-    multi_turn = agent.check_multi_turn(task, cfg, resume)
+    multi_turn = agent.check_multi_turn(task, cfg)
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
@@ -325,7 +325,8 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
              "settled": controller.settled, "rollout_on": controller.rollout_on, "engine_version": backend.state.version,
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
                          "reward": b.reward, "reason": b.reason, "rewards": b.rewards,
-                         "segment": b.segment},
+                         "segment": b.segment,
+                         **(b.turn_state() if hasattr(b, "turn_state") else {})},
              "admitted": [i for i, st in enumerate(s.state) if st == SampleState.ADMITTED],
              "clock": b.now()}
     backend.flush()  # the offsets below must be on disk
