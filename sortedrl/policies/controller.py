@@ -61,8 +61,9 @@ class Controller:
         self._rewards = rewards
         self.backend = backend
         self.timeline = timeline
-        self.s = PublicState(prompt_id, list(prompt_len), group_size, backend.engine_infos(),
+        self.s = PublicState(prompt_id, prompt_len, group_size, backend.engine_infos(),
                              backend.placement)
+        self.s.rewarded = rewards is not None
         self.view = ClusterView(self.s)
         self.settled = 0  # trained + discarded
         self.rollout_on = True
@@ -275,8 +276,7 @@ class Controller:
                 s.state[i] = WAITING
                 s.paused.pop(i, None)
                 s.buffer.pop(i, None)
-                s.response_len.pop(i, None)
-                s.reward.pop(i, None)
+                s.response_len[i] = -1  # its reward goes with it (read only beside a length)
 
     def _discard(self, act: Discard) -> None:
         s = self.s
@@ -311,8 +311,8 @@ class Controller:
             done = [i for i in members if s.state[i] == FINISHED]
             if not done or any(s.state[i] not in (FINISHED, DISCARDED) for i in members):
                 raise self._bad(f"filter of group {g}, which is not finished")
-            rewards = {s.reward[i] for i in done if i in s.reward}
-            if len(rewards) != 1 or any(i not in s.reward for i in done):
+            rewards = {s.reward[i] for i in done} if s.rewarded else set()
+            if len(rewards) != 1:
                 raise self._bad(f"filter of group {g}, whose rewards are not all equal")
             dropped += done
         for i in dropped:

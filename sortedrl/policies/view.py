@@ -8,6 +8,7 @@ backend, so nothing reachable from a view can reveal how long an unfinished resp
 
 from __future__ import annotations
 
+from array import array
 from typing import Protocol
 
 import numpy as np
@@ -33,22 +34,27 @@ class EngineInfo(Protocol):
 
 
 class PublicState:
-    """Controller bookkeeping that a policy may read: per-sample lists and cluster flags."""
+    """Controller bookkeeping that a policy may read: per-sample arrays and cluster flags.
 
-    def __init__(self, prompt_id: np.ndarray, prompt_len: list[int], group_size: int,
+    Per-sample state lives in compact typed arrays indexed by sample id (``array.array`` and a
+    ``bytearray``: a few bytes per sample, and Python ints on reading), not in lists or dicts
+    of Python objects, so that a 10M-sample run holds it in tens of megabytes."""
+
+    def __init__(self, prompt_id: np.ndarray, prompt_len, group_size: int,
                  engines: list[EngineInfo], placement: str) -> None:
         n = len(prompt_len)
         self.group_size = group_size
         self.num_groups = n // group_size
         self.prompt_id = prompt_id[::group_size].copy()  # one per group
-        self.prompt_len = prompt_len
-        self.state = [SampleState.WAITING] * n
-        self.generated = [0] * n  # tokens kept at the last report (finish, pause, preempt)
-        self.response_len: dict[int, int] = {}  # observed: finished samples only
-        self.reward: dict[int, float] = {}  # observed: finished samples only (the grader's verdict)
-        self.attempt = [0] * n
-        self.oldest = [-1] * n  # version of the oldest kept token (-1: none yet)
-        self.engine_of = [-1] * n
+        self.prompt_len = int_array("q", prompt_len)
+        self.state = bytearray(n)  # a SampleState per sample (WAITING is 0)
+        self.generated = array("q", bytes(8 * n))  # tokens kept at the last report (finish, pause, preempt)
+        self.response_len = array("q", [-1]) * n  # observed: finished samples only (-1: none)
+        self.reward = array("d", bytes(8 * n))  # observed when response_len is (the grader's verdict)
+        self.rewarded = False  # the run has rewards (a trace without them has none)
+        self.attempt = array("i", bytes(4 * n))
+        self.oldest = array("i", [-1]) * n  # version of the oldest kept token (-1: none yet)
+        self.engine_of = array("i", [-1]) * n
         self.buffer: dict[int, None] = {}  # finished, untrained, in finish order
         self.paused: dict[int, None] = {}
         self.started = bytearray(self.num_groups)
@@ -65,6 +71,18 @@ class PublicState:
         self.trainer_busy = False
         self.syncing = False
         self.now = 0.0  # set by the controller before each event; not shown to policies
+
+
+def int_array(typecode: str, values) -> array:
+    """``values`` (a list or an integer NumPy array) as a typed array, without a Python loop."""
+    if isinstance(values, np.ndarray):
+        dtype = np.int64 if array(typecode).itemsize == 8 else np.int32
+        return array(typecode, np.ascontiguousarray(values, dtype=dtype).tobytes())
+    return array(typecode, values)
+
+
+STATES = tuple(SampleState)  # a state code read from ``PublicState.state`` -> its SampleState
+ADMITTED = SampleState.ADMITTED
 
 
 class ClusterView:
@@ -149,7 +167,7 @@ class ClusterView:
 
     # samples ------------------------------------------------------------------------------
     def state(self, sample: int) -> SampleState:
-        return self._s.state[sample]
+        return STATES[self._s.state[sample]]
 
     def attempt(self, sample: int) -> int:
         return self._s.attempt[sample]
@@ -162,24 +180,24 @@ class ClusterView:
     def generated(self, sample: int) -> int:
         """Tokens generated so far (live for running samples)."""
         s = self._s
-        if s.state[sample] == SampleState.ADMITTED:
+        if s.state[sample] == ADMITTED:
             return s.engines[s.engine_of[sample]].tokens(sample, s.now)
         return s.generated[sample]
 
     def response_len(self, sample: int) -> int:
         """The length of a finished response. Unfinished samples have no length yet."""
-        try:
-            return self._s.response_len[sample]
-        except KeyError:
-            raise PolicyError(f"sample {sample} has not finished: its length is unknown") from None
+        n = self._s.response_len[sample]
+        if n < 0:
+            raise PolicyError(f"sample {sample} has not finished: its length is unknown")
+        return n
 
     def reward(self, sample: int) -> float:
         """The reward of a finished response (graded when it finished)."""
-        try:
-            return self._s.reward[sample]
-        except KeyError:
+        s = self._s
+        if not s.rewarded or s.response_len[sample] < 0:
             raise PolicyError(f"sample {sample} has no reward: it has not finished, or the trace "
-                              "has no reward column") from None
+                              "has no reward column")
+        return s.reward[sample]
 
     def engine_of(self, sample: int) -> int | None:
         e = self._s.engine_of[sample]

@@ -3,11 +3,12 @@
 A run directory may come from someone else, and ``--resume`` must not run code that it carries,
 so nothing here is pickled: the bookkeeping is JSON, written by a small tagged codec that knows
 only plain data (numbers, strings, lists, tuples, dicts with any plain keys, sets, deques,
-bytearrays, NumPy arrays and :class:`~sortedrl.policies.base.SampleState`), and every tensor is a
-safetensors file. The policy is rebuilt from its name and knobs, as at the start of the run, and
-then given back its recorded state (its attributes other than ``params`` and ``ctx``); a user
-policy whose state is not plain data gets one error naming the attribute, or may define
-``state_dict()`` / ``load_state_dict(state)`` itself.
+bytearrays, typed arrays (``array.array``), NumPy arrays and
+:class:`~sortedrl.policies.base.SampleState`), and every tensor is a safetensors file. The
+policy is rebuilt from its name and knobs, as at the start of the run, and then given back its
+recorded state (its attributes other than ``params`` and ``ctx``); a user policy whose state is
+not plain data gets one error naming the attribute, or may define ``state_dict()`` /
+``load_state_dict(state)`` itself.
 
 Layout of ``checkpoint/``: ``state.json`` (controller, backend, policy, log offsets, the update
 the checkpoint closed), ``model.safetensors`` and ``optimizer.safetensors`` + the optimizer's
@@ -18,6 +19,7 @@ engine) when there was a push.
 from __future__ import annotations
 
 import json
+from array import array
 from collections import deque
 from enum import IntEnum
 from pathlib import Path
@@ -58,6 +60,8 @@ def encode(value: object, where: str = "state") -> object:
         return {tag: [encode(v, f"{where}[{i}]") for i, v in enumerate(items)]}
     if isinstance(value, bytearray):
         return {"$bytearray": list(value)}
+    if isinstance(value, array):
+        return {"$array": value.tolist(), "typecode": value.typecode}
     if isinstance(value, np.ndarray) and value.dtype.kind in "biufU":
         return {"$ndarray": value.tolist(), "dtype": value.dtype.str}
     if type(value).__module__.startswith("sortedrl.") and hasattr(value, "__dict__"):
@@ -86,6 +90,8 @@ def decode(value: object) -> object:
         return deque(decode(v) for v in value["$deque"])
     if "$bytearray" in value:
         return bytearray(value["$bytearray"])
+    if "$array" in value:
+        return array(value["typecode"], value["$array"])
     if "$ndarray" in value:
         return np.array(value["$ndarray"], dtype=np.dtype(value["dtype"]))
     if "$dict" in value:

@@ -32,7 +32,7 @@ import simpy
 
 from sortedrl.policies.base import Event, EventKind
 from sortedrl.policies.controller import Backend, Controller
-from sortedrl.policies.view import EngineInfo
+from sortedrl.policies.view import EngineInfo, int_array
 from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.contention import SharedHost, shares_host
@@ -54,10 +54,11 @@ class SimBackend(Backend):
         self.placement = cluster.placement
         self.cost = cluster.cost()
         self.timeline = timeline
-        self._lengths = trace.response_len.tolist()  # of each sample's current attempt
+        # per sample, typed arrays (8 bytes a sample, not a list of boxed ints)
+        self._lengths = int_array("q", trace.response_len)  # of each sample's current attempt
         self._attempts = AttemptLengths(trace, seed, regen)  # a regenerated attempt's draw
         self._replay = attempt_lengths  # (sample, attempt) -> length a real run showed
-        self._plen = trace.prompt_len.tolist()
+        self._plen = int_array("q", trace.prompt_len)
         self._progress = progress
         self.audit = audit  # re-check every engine's bookkeeping after each change (tests)
         c = cluster

@@ -104,7 +104,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
                          attempt_lengths=attempt_lengths, seed=seed, regen=regen)
     timeline.meta["regen_sigma"] = round(backend._attempts.sigma_within, 6)
     rewards = trace.reward  # an array: read per finish; a list would hold 32 bytes per sample
-    controller = Controller(policy, trace.prompt_id, trace.prompt_len.tolist(),
+    controller = Controller(policy, trace.prompt_id, trace.prompt_len,
                             trace.meta.group_size, backend, timeline, rewards=rewards)
     # The hot loop allocates millions of small tuples and makes no reference cycles worth
     # collecting; pausing the cyclic GC makes it ~40% faster.
