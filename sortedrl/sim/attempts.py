@@ -41,6 +41,7 @@ from statistics import NormalDist
 import numpy as np
 
 from sortedrl.errors import ConfigError
+from sortedrl.policies.view import int_array
 from sortedrl.traces.schema import Trace
 
 REGEN_MODES = ("resample", "same")
@@ -55,14 +56,20 @@ def check_regen(regen: str) -> str:
     return regen
 
 
+_HASH = hashlib.blake2b(digest_size=16, person=b"sortedrl-regen")  # copied per draw: 5x cheaper
+_PACK = struct.Struct("<qqq").pack  # than a new keyed hash object
+_UNPACK = struct.Struct("<QQ").unpack
+
+
 def stream_key(seed: int, sample: int, attempt: int) -> bytes:
     """The 16-byte random stream of one attempt: distinct for distinct (seed, sample, attempt)."""
-    return hashlib.blake2b(struct.pack("<qqq", seed, sample, attempt), digest_size=16,
-                           person=b"sortedrl-regen").digest()
+    h = _HASH.copy()
+    h.update(_PACK(seed, sample, attempt))
+    return h.digest()
 
 
 def _uniforms(seed: int, sample: int, attempt: int) -> tuple[float, float]:
-    hi, lo = struct.unpack("<QQ", stream_key(seed, sample, attempt))
+    hi, lo = _UNPACK(stream_key(seed, sample, attempt))
     # 53-bit uniforms in (0, 1): never exactly 0 or 1, so inv_cdf is finite
     return ((hi >> 11) + 0.5) / 2.0**53, ((lo >> 11) + 0.5) / 2.0**53
 
@@ -80,19 +87,23 @@ class AttemptLengths:
         self._recorded = np.asarray(trace.response_len, dtype=np.int64)
         self._cap = int(trace.meta.max_response_len)
         codes, inverse = np.unique(trace.prompt_id, return_inverse=True)
-        self._members = np.argsort(inverse, kind="stable")
-        self._bounds = np.searchsorted(inverse[self._members], np.arange(len(codes) + 1))
-        self._prompt_of = inverse
-        self.sigma_within, self._mu, self._between2, self.fitted = self._fit()
+        members = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[members], np.arange(len(codes) + 1))
+        self.sigma_within, self._mu, self._between2, self.fitted = self._fit(members, bounds)
+        # read one by one per draw: typed arrays give Python ints, faster than NumPy scalars
+        index = "i" if len(inverse) < 2**31 else "q"  # 4 bytes a sample where they suffice
+        self._members = int_array(index, members)
+        self._bounds = int_array("q", bounds)
+        self._prompt_of = int_array(index, inverse)
 
-    def _fit(self) -> tuple[float, float, float, bool]:
+    def _fit(self, members: np.ndarray, bounds: np.ndarray) -> tuple[float, float, float, bool]:
         logs = np.log(np.maximum(self._recorded, 1).astype(float))
         total2 = float(np.var(logs))
-        sizes = np.diff(self._bounds)
+        sizes = np.diff(bounds)
         spread = np.zeros(len(sizes))  # per prompt: sum of squared deviations from its mean
         for size in np.unique(sizes[sizes > 1]).tolist():  # prompts of one size as one matrix
             which = np.flatnonzero(sizes == size)
-            x = logs[self._members[self._bounds[which][:, None] + np.arange(size)]]
+            x = logs[members[bounds[which][:, None] + np.arange(size)]]
             spread[which] = np.sum((x - x.mean(axis=1)[:, None]) ** 2, axis=1)
         sq = 0.0
         for value in spread[sizes > 1].tolist():  # summed in prompt order, as one loop would
@@ -108,7 +119,7 @@ class AttemptLengths:
             return int(self._recorded[sample])
         u_pick, u_draw = _uniforms(self.seed, sample, attempt)
         prompt = self._prompt_of[sample]
-        start, end = int(self._bounds[prompt]), int(self._bounds[prompt + 1])
+        start, end = self._bounds[prompt], self._bounds[prompt + 1]
         others = end - start - 1
         if others >= MIN_OTHERS:
             # the k-th of the other members: members ascend, so skip the sample itself
