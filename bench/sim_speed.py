@@ -4,12 +4,15 @@ Prints figures; asserts nothing (speed is not a test). The trace is synthetic (m
 625 prompts x 8 per step) on an 8-GPU H100 / Llama-3.1-8B cluster; policies that need a
 disaggregated cluster get the disaggregated split of the same GPUs. The timed ``simulate`` call
 includes the controller, the policy and the summary; ``summary_s`` is the summary's share.
-``simpy_ev`` counts SimPy events: it grows with decisions, not with tokens.
+``cpu_s`` is the process CPU time of the same call, and ``cpu rate`` the samples per CPU second:
+on a shared, loaded machine wall time varies a lot between runs and CPU time much less (the
+targets are wall figures on an idle machine). ``simpy_ev`` counts SimPy events: it grows with
+decisions, not with tokens.
 
 ``--whole 1000000,10000000`` also times the whole ``sortedrl simulate`` process (start-up, trace
 reading, simulation, summary, writing the run directory with its timeline) per policy, as a
 subprocess on a math-16k trace of that many samples written to a temporary directory: wall
-seconds and the child's peak RSS (``wait4``'s ``ru_maxrss``). It is off by default: a 10M trace
+seconds, the child's CPU seconds (user + system) and its peak RSS (``wait4``'s ``ru_maxrss``). It is off by default: a 10M trace
 takes minutes to write and a slow policy minutes to run (``--whole-timeout`` stops one).
 
 The issue's targets (printed, never asserted): every policy >= 200k samples/s in the simulation
@@ -54,8 +57,9 @@ def synth(n: int):
                       steps=max(1, n // per_step), seed=0)
 
 
-def run_whole(args: list[str], timeout: float) -> tuple[float, float, int]:
-    """Run one command; return (wall seconds, peak RSS in MiB, exit status; -9 if stopped)."""
+def run_whole(args: list[str], timeout: float) -> tuple[float, float, float, int]:
+    """Run one command; return (wall seconds, CPU seconds, peak RSS in MiB, exit status; -9 if
+    stopped)."""
     t0 = time.perf_counter()
     child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = t0 + timeout
@@ -73,14 +77,15 @@ def run_whole(args: list[str], timeout: float) -> tuple[float, float, int]:
     err = child.stderr.read().decode(errors="replace") if child.stderr else ""
     if child.returncode not in (0, -9):
         print(f"  ! exit {child.returncode}: {err.strip().splitlines()[-1:] or ''}", flush=True)
-    return wall, usage.ru_maxrss / 1024, child.returncode  # ru_maxrss is in KiB on Linux
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss / 1024, child.returncode  # ru_maxrss is in KiB on Linux
 
 
 def whole_process(names: list[str], sizes: list[int], fmt: str, timeout: float) -> None:
     """Time ``sortedrl simulate`` as a subprocess per policy and size (see the docstring)."""
     print(f"\nwhole process: sortedrl simulate --trace T.{fmt} --policy P --cluster h100-llama3.1-8b "
           f"--out DIR (timeline included); load {os.getloadavg()[0]:.1f}")
-    print(f"{'policy':>13} {'samples':>9} {'wall_s':>8} {'peak_MiB':>9} {'target':>16}")
+    print(f"{'policy':>13} {'samples':>9} {'wall_s':>8} {'cpu_s':>8} {'peak_MiB':>9} {'target':>16}")
     with tempfile.TemporaryDirectory(prefix="sim_speed-") as tmp:
         for n in sizes:
             path = Path(tmp) / f"math16k-{n}.{fmt}"
@@ -95,9 +100,9 @@ def whole_process(names: list[str], sizes: list[int], fmt: str, timeout: float) 
                 cmd = [sys.executable, "-m", "sortedrl.cli", "simulate", "--trace", str(path),
                        "--policy", name, "--cluster", "h100-llama3.1-8b", "--out", str(out),
                        "--json"]
-                wall, rss, rc = run_whole(cmd, timeout)
-                print(f"{name:>13} {n:>9} {wall:>8.1f} {rss:>9,.0f} {target(name, n, wall, rss, rc):>16}",
-                      flush=True)
+                wall, cpu, rss, rc = run_whole(cmd, timeout)
+                print(f"{name:>13} {n:>9} {wall:>8.1f} {cpu:>8.1f} {rss:>9,.0f} "
+                      f"{target(name, n, wall, rss, rc):>16}", flush=True)
                 subprocess.run(["rm", "-rf", str(out)], check=False)
             path.unlink()
 
@@ -130,7 +135,7 @@ def main() -> None:
     print(f"cluster={base.name} (8 GPUs); times in seconds on this machine; "
           f"load {os.getloadavg()[0]:.1f} (1-min average, {os.cpu_count()} CPUs)")
     print(f"{'policy':>13} {'samples':>9} {'simpy_ev':>9} {'sim_s':>8} {'samples/s':>11} "
-          f"{'us/sample':>10} {'summary_s':>9} {'target':>8}")
+          f"{'us/sample':>10} {'summary_s':>9} {'cpu_s':>7} {'cpu rate':>9} {'target':>8}")
     sizes = [int(x) for x in args.sizes.split(",") if x]
     traces = {n: synth(n) for n in sizes}
     for name in names:
@@ -140,16 +145,17 @@ def main() -> None:
             cluster = cluster_for(policy.placements, base)
             result = None
             gc.collect()  # the previous run's garbage is not this run's time
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             result = simulate(trace, policy, cluster)
-            dt = time.perf_counter() - t0
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
             t1 = time.perf_counter()
             summarize(result.timeline)
             ds = time.perf_counter() - t1
             m = len(trace)
             met = "met" if m / dt >= TARGET_RATE else "missed"
             print(f"{name:>13} {m:>9} {result.sim_events:>9} {dt:>8.2f} {m / dt:>11,.0f} "
-                  f"{1e6 * dt / m:>10.2f} {ds:>9.2f} {met:>8}", flush=True)
+                  f"{1e6 * dt / m:>10.2f} {ds:>9.2f} {cpu:>7.2f} {m / cpu:>9,.0f} {met:>8}",
+                  flush=True)
             del result
     traces.clear()
     if args.whole:
