@@ -37,8 +37,9 @@ class PublicState:
     """Controller bookkeeping that a policy may read: per-sample arrays and cluster flags.
 
     Per-sample state lives in compact typed arrays indexed by sample id (``array.array`` and a
-    ``bytearray``: a few bytes per sample, and Python ints on reading), not in lists or dicts
-    of Python objects, so that a 10M-sample run holds it in tens of megabytes."""
+    ``bytearray``: 4 or 8 bytes per sample, and Python ints on reading), not in lists or dicts
+    of Python objects (a list costs 8 bytes a sample and a dict about 70, plus boxed ints), so
+    that a 10M-sample run holds it in about 300 MB. Token counts are int32, as in the timeline."""
 
     def __init__(self, prompt_id: np.ndarray, prompt_len, group_size: int,
                  engines: list[EngineInfo], placement: str) -> None:
@@ -46,10 +47,10 @@ class PublicState:
         self.group_size = group_size
         self.num_groups = n // group_size
         self.prompt_id = prompt_id[::group_size].copy()  # one per group
-        self.prompt_len = int_array("q", prompt_len)
+        self.prompt_len = int_array("i", prompt_len)  # lengths: int32, as the timeline's
         self.state = bytearray(n)  # a SampleState per sample (WAITING is 0)
-        self.generated = array("q", bytes(8 * n))  # tokens kept at the last report (finish, pause, preempt)
-        self.response_len = array("q", [-1]) * n  # observed: finished samples only (-1: none)
+        self.generated = array("i", bytes(4 * n))  # tokens kept at the last report (finish, pause, preempt)
+        self.response_len = array("i", [-1]) * n  # observed: finished samples only (-1: none)
         self.reward = array("d", bytes(8 * n))  # observed when response_len is (the grader's verdict)
         self.rewarded = False  # the run has rewards (a trace without them has none)
         self.attempt = array("i", bytes(4 * n))
@@ -76,7 +77,9 @@ class PublicState:
 def int_array(typecode: str, values) -> array:
     """``values`` (a list or an integer NumPy array) as a typed array, without a Python loop."""
     if isinstance(values, np.ndarray):
-        dtype = np.int64 if array(typecode).itemsize == 8 else np.int32
+        dtype = np.dtype(f"i{array(typecode).itemsize}")
+        if values.size and not (np.iinfo(dtype).min <= values.min() and values.max() <= np.iinfo(dtype).max):
+            raise OverflowError(f"a value does not fit in {dtype}")  # as array() itself says
         return array(typecode, np.ascontiguousarray(values, dtype=dtype).tobytes())
     return array(typecode, values)
 

@@ -54,11 +54,11 @@ class SimBackend(Backend):
         self.placement = cluster.placement
         self.cost = cluster.cost()
         self.timeline = timeline
-        # per sample, typed arrays (8 bytes a sample, not a list of boxed ints)
-        self._lengths = int_array("q", trace.response_len)  # of each sample's current attempt
+        # per sample, typed arrays (4 bytes a sample, not a list of boxed ints)
+        self._lengths = int_array("i", trace.response_len)  # of each sample's current attempt
         self._attempts = AttemptLengths(trace, seed, regen)  # a regenerated attempt's draw
         self._replay = attempt_lengths  # (sample, attempt) -> length a real run showed
-        self._plen = int_array("q", trace.prompt_len)
+        self._plen = int_array("i", trace.prompt_len)
         self._progress = progress
         self.audit = audit  # re-check every engine's bookkeeping after each change (tests)
         c = cluster
