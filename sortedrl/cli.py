@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from sortedrl import timeline_file
 from sortedrl.calibration.commands import profile_app
 from sortedrl.cli_common import (
     CLUSTER,
@@ -25,6 +26,7 @@ from sortedrl.cli_common import (
     SEED,
     STEPS,
     SYNTHETIC,
+    TIMELINE,
     TRACE,
     err,
     input_files,
@@ -80,6 +82,7 @@ def simulate(
     regen: str = REGEN,
     out: Path = typer.Option(None, "--out", help="run directory (default runs/TRACE-POLICY-CLUSTER)"),
     perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
+    timeline: str = TIMELINE,
     force: bool = FORCE,
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
@@ -87,6 +90,7 @@ def simulate(
     from sortedrl.compare import cluster_for, fit_warnings, placement_note
 
     check_regen(regen)
+    tl_name = timeline_file.file_name(timeline)
     cl = load_cluster(cluster)
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
@@ -101,11 +105,11 @@ def simulate(
         progress.phase(f"reading {trace or synthetic}")
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
         pol = make_policy(policy, sets, tr)
-        progress.phase(f"simulating {pol.name} (samples trained)", total=len(tr))
+        progress.phase(f"simulating {pol.name} (samples finished)", total=len(tr))
         result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed, progress=progress,
                                 regen=regen)
         files: dict = {run_dir: {"summary.json": write_json(result.summary),
-                                 "timeline.jsonl": result.timeline.write_jsonl}}
+                                 tl_name: timeline_file.writer(result.timeline, timeline)}}
         if perfetto is not None:
             files[perfetto] = perfetto_writer(result.timeline)
         outs.write(files, progress.file)
@@ -119,7 +123,7 @@ def simulate(
     oracle = " [ORACLE: reads true lengths, an upper reference]" if pol.oracle else ""
     typer.echo(summary_text(result.summary, f"{pol.name} on {tr.name} ({result.summary['cluster']}, "
                             f"GPUs {gpu_split(result.timeline.meta)}){oracle}"))
-    typer.echo(f"wrote {run_dir}/summary.json and {run_dir}/timeline.jsonl"
+    typer.echo(f"wrote {run_dir}/summary.json and {run_dir}/{tl_name}"
                + (f", and {perfetto}" if perfetto else ""))
 
 
@@ -137,6 +141,7 @@ def compare(
     steps: int = STEPS,
     regen: str = REGEN,
     out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE-CLUSTER)"),
+    timeline: str = TIMELINE,
     force: bool = FORCE,
     wide: bool = typer.Option(False, "--wide", help="print every field, a metric per row (not fitted)"),
     as_json: bool = typer.Option(False, "--json", help="print only the list of summaries"),
@@ -152,6 +157,7 @@ def compare(
     )
 
     check_regen(regen)
+    tl_name = timeline_file.file_name(timeline)
     specs = parse_specs(policies, sets)
     cl = load_cluster(cluster)
     outs = Outputs("compare", force, inputs=input_files(trace, cluster))
@@ -168,7 +174,7 @@ def compare(
         files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
         for spec, r in results:
             files[f"{spec.label}/summary.json"] = write_json(r.summary)
-            files[f"{spec.label}/timeline.jsonl"] = r.timeline.write_jsonl
+            files[f"{spec.label}/{tl_name}"] = timeline_file.writer(r.timeline, timeline)
         outs.write({run_dir: files}, progress.file)
     print_notes(outs)
     for note in fit_warnings(tr, cl, synthetic is not None):

@@ -2,7 +2,8 @@
 and tables.
 
 Every command turns a :class:`~sortedrl.errors.SortedRLError` into one ``error: ...`` line on
-stderr and exit code 2, with no traceback and no half-written output.
+stderr and exit code 2, with no traceback and no half-written output; Ctrl-C into one line and
+exit code 130 (128 + SIGINT, as a shell reports it), outputs being written all or nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ EXTRAS = {"torch": "cpu", "vllm": "cpu", "transformers": "cpu", "tokenizers": "c
 
 def user_errors(fn: Callable) -> Callable:
     """Report every failure a user can cause as one ``error:`` line and exit 2: a
-    SortedRLError, a number that is not finite, a missing optional extra, an OS error."""
+    SortedRLError, a number that is not finite, a missing optional extra, an OS error; and
+    Ctrl-C as one line and exit 130."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -50,6 +52,8 @@ def user_errors(fn: Callable) -> Callable:
                              f"installed: pip install 'sortedrl[{EXTRAS[top]}]' (or `make test`)"), 2
         except OSError as e:
             message, code = f"{e.filename or 'output'}: {e.strerror or e}", 2
+        except KeyboardInterrupt:
+            message, code = "interrupted (Ctrl-C)", 130
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)
     return wrapper
@@ -144,6 +148,8 @@ GROUP_SIZE = typer.Option(None, "--group-size", show_default=False,
                           help=f"synthetic: responses per prompt, GRPO n (default: {_preset_default('group_size')})")
 STEPS = typer.Option(4, "--steps", help="synthetic or trace model: training steps (the first is every "
                                         "policy's warm-up)")
+TIMELINE = typer.Option("npz", "--timeline", help="timeline file format: npz (columnar, fast, the "
+                        "default) or jsonl (text, 267 bytes a sample); docs/metrics.md")
 FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")
 REGEN = typer.Option("resample", "--regen", help="length of a regenerated attempt: resample (a fresh "
                      "draw for its prompt, docs/metrics.md) or same (repeat the recorded length)")

@@ -60,21 +60,16 @@ class RunSource:
 
 def step_times(timeline: Timeline) -> np.ndarray:
     """Seconds between consecutive update ends (the first from 0)."""
-    ends = np.sort(np.array([r[1] for r in timeline.trains], dtype=np.float64))
+    ends = np.sort(timeline.ends("train").astype(np.float64))
     return np.diff(ends, prepend=0.0)
 
 
 def time_parts(result: SimResult) -> dict[str, float]:
     """Where the wall-clock went: busy seconds per activity, and idle seconds (nothing ran)."""
     tl, s = result.timeline, result.summary
-    intervals = [(r[0], r[1]) for r in tl.spans] + [(r[0], r[1]) for r in tl.prefills] \
-        + [(r[0], r[1]) for r in tl.trains] + [(r[0], r[1]) for r in tl.syncs]
-    for r in (getattr(tl, "offloads", []) or []) + (getattr(tl, "onloads", []) or []):
-        intervals.append((r[0], r[1]))
-    busy = 0.0
-    if intervals:
-        arr = np.array(intervals, dtype=np.float64)
-        busy = union_length(arr[:, 0], arr[:, 1])
+    kinds = ("span", "prefill", "train", "sync", "offload", "onload")
+    busy = union_length(np.concatenate([tl.columns(k)["t"] for k in kinds]),
+                        np.concatenate([tl.ends(k) for k in kinds]))
     return {"rollout_s": float(s["rollout_s"]), "train_s": float(s["train_s"]),
             "sync_s": float(s["sync_s"]), "offload_s": float(s.get("offload_s", 0.0)),
             "idle_s": max(0.0, float(s["makespan_s"]) - busy)}

@@ -1,18 +1,18 @@
 """Metrics: every reported number, computed from a timeline alone.
 
-``docs/metrics.md`` defines each key precisely. Float sums are taken in a canonical order
-(spans sorted by start, end, engine, sample) or with ``math.fsum``, so they do not depend on the
-order records were written in: a timeline read back from JSONL gives a byte-identical summary.
+``docs/metrics.md`` defines each key precisely. Every number is computed on the timeline's
+columns with numpy (a ten-million-sample run is summarised in seconds). Float sums are taken
+over values in sorted order or with ``math.fsum``, so they do not depend on the order records
+were written in: a timeline read back from either file format gives a byte-identical summary.
 """
 
 from __future__ import annotations
 
 import math
-from operator import itemgetter
 
 import numpy as np
 
-from sortedrl.timeline import Timeline
+from sortedrl.timeline import SCHEMA, Timeline
 
 CONTRACT_KEYS = (
     "makespan_s", "lower_bound_s", "efficiency", "bubble_ratio", "gpu_idle_ratio",
@@ -31,11 +31,13 @@ def rank_rate(summary: dict) -> float:
 
 def merge_intervals(t0: np.ndarray, t1: np.ndarray, presorted: bool = False
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals ``[t0, t1]`` as sorted, disjoint ``(starts, ends)``."""
+    """The union of intervals ``[t0, t1]`` as sorted, disjoint ``(starts, ends)``.
+
+    Only the order of the starts matters (ties in any order give the same union)."""
     if presorted:
         a, b = t0, t1
     else:
-        order = np.lexsort((t1, t0))
+        order = np.argsort(t0)
         a, b = t0[order], t1[order]
     reach = np.maximum.accumulate(b)
     brk = np.flatnonzero(a[1:] > reach[:-1]) + 1  # a new merged segment starts here
@@ -49,16 +51,33 @@ def union_length(t0: np.ndarray, t1: np.ndarray, presorted: bool = False) -> flo
     if t0.size == 0:
         return 0.0
     starts, ends = merge_intervals(t0, t1, presorted)
-    return math.fsum((ends - starts).tolist())
+    return exact_sum(ends - starts)
 
 
-SPAN_DTYPE = np.dtype([("t0", "f8"), ("t1", "f8"), ("engine", "i8"), ("sample", "i8"),
-                       ("attempt", "i8"), ("version", "i8"), ("tokens", "i8"), ("end", "U7")])
+def exact_sum(values: np.ndarray) -> float:
+    """The correctly rounded sum (``math.fsum``), whatever the order of ``values``."""
+    return math.fsum(values.tolist())
+
+
+SPAN_FIELDS = (("t0", "f8", "t"), ("t1", "f8", "t_end"), ("engine", "i8", "engine"),
+               ("sample", "i8", "sample"), ("attempt", "i8", "attempt"),
+               ("version", "i8", "version"), ("tokens", "i8", "tokens"))
 
 
 def span_table(tl: Timeline) -> np.ndarray:
-    """The spans as one structured array (fast even for millions of spans)."""
-    return np.fromiter(tl.spans, dtype=SPAN_DTYPE, count=len(tl.spans))
+    """The spans as one structured array (t0, t1, engine, sample, attempt, version, tokens,
+    end): what the plots index by field name. In canonical order (by start, end, engine,
+    sample), so that a plot does not depend on the order its file stored the records in."""
+    cols = tl.columns("span")
+    order = np.lexsort((cols["sample"], cols["engine"], cols["t_end"], cols["t"]))
+    ends = cols["end"].strings()
+    dtype = np.dtype([(name, typ) for name, typ, _ in SPAN_FIELDS]
+                     + [("end", f"U{max(7, ends.dtype.itemsize // 4)}")])
+    out = np.empty(len(ends), dtype=dtype)
+    for name, _, field in SPAN_FIELDS:
+        out[name] = cols[field][order]
+    out["end"] = ends[order]
+    return out
 
 
 def _group_learning(tl: Timeline, update_of: np.ndarray, group_size: int) -> dict:
@@ -79,8 +98,7 @@ def _group_learning(tl: Timeline, update_of: np.ndarray, group_size: int) -> dic
     np.minimum.at(first, groups[trained], update_of[trained])
     whole = (last >= 0) & (first == last)
     filtered = np.zeros(n_samples, dtype=bool)
-    for _, samples in tl.filters:
-        filtered[np.asarray(samples, dtype=np.int64)] = True
+    filtered[tl.columns("filter")["samples"].values] = True
     return {
         "learnable": trained & (update_of == last[groups]),
         "whole": int(np.count_nonzero(whole)),
@@ -90,30 +108,50 @@ def _group_learning(tl: Timeline, update_of: np.ndarray, group_size: int) -> dic
     }
 
 
+def _duration(tl: Timeline, *kinds: str) -> float:
+    """Total seconds of the records of ``kinds`` (correctly rounded)."""
+    return exact_sum(np.concatenate([tl.ends(k) - tl.columns(k)["t"] for k in kinds]))
+
+
+def _trained(tl: Timeline, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample: the policy version of the update that trained it, and that update's index
+    (-1: never trained). A sample trained twice counts in its last update."""
+    tr = tl.columns("train")
+    samples = tr["samples"]
+    update = samples.record_of_value()
+    if samples.values.size and np.bincount(samples.values).max() > 1:
+        keep = np.zeros(samples.values.size, dtype=bool)  # the last occurrence of each sample
+        _, last = np.unique(samples.values[::-1], return_index=True)
+        keep[samples.values.size - 1 - last] = True
+        update, values = update[keep], samples.values[keep]
+    else:
+        values = samples.values
+    trained_ver = np.full(n_samples, -1, dtype=np.int64)
+    update_of = np.full(n_samples, -1, dtype=np.int64)
+    trained_ver[values] = tr["version"][update]
+    update_of[values] = update
+    return trained_ver, update_of
+
+
 def summarize(tl: Timeline) -> dict:
-    """The summary of a run (the ``summary.json`` contract, plus a few extra keys)."""
+    """The summary of a run (the ``summary.json`` contract, plus a few extra keys).
+
+    Vectorised over the timeline's columns; every float is a correctly rounded sum or a sum over
+    values in sorted order, so the summary does not depend on the order records were written in.
+    """
     m = tl.meta
     n_samples = int(m["samples_total"])
     capacity = int(m["engines"]) * int(m["max_num_seqs"])
 
-    sp = span_table(tl)
-    sp = sp[np.lexsort((sp["sample"], sp["engine"], sp["t1"], sp["t0"]))]  # canonical order
-    t0, t1, eng, smp = sp["t0"], sp["t1"], sp["engine"], sp["sample"]
+    sp = tl.columns("span")
+    t0, t1, eng, smp = sp["t"], sp["t_end"], sp["engine"], sp["sample"]
     att, ver, tok = sp["attempt"], sp["version"], sp["tokens"]
-
-    end1, end0 = itemgetter(1), itemgetter(0)
-    ends = [float(t1.max()) if t1.size else 0.0]
-    for rows, get in ((tl.prefills, end1), (tl.trains, end1), (tl.syncs, end1),
-                      (tl.offloads, end1), (tl.onloads, end1),
-                      (tl.admits, end0), (tl.aborts, end0), (tl.discards, end0),
-                      (tl.filters, end0)):
-        if rows:
-            ends.append(max(map(get, rows)))
-    makespan = float(max(ends))
+    makespan = max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
 
     # rollout slot-time
-    busy_slots = float(np.sum(t1 - t0))
-    rollout_s = union_length(t0, t1, presorted=True)
+    by_start = np.argsort(t0)
+    busy_slots = float(np.sum(np.sort(t1 - t0)))
+    rollout_s = union_length(t0[by_start], t1[by_start], presorted=True)
     bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
     tools = tool_summary(tl, t0, t1, capacity, busy_slots)  # multi-turn runs only: else {}
     if tools:  # a trajectory away on a tool call is still rolling out
@@ -122,41 +160,31 @@ def summarize(tl: Timeline) -> dict:
     # GPU time: an engine is active while it holds a span or prefills; the engines' unions in
     # one pass, each engine shifted past the others
     tp, gpus = int(m["tp"]), int(m["gpus"])
-    if tl.prefills:
-        p0, p1, pe = (np.fromiter(map(itemgetter(k), tl.prefills), dtype=float if k < 2 else np.int64,
-                                  count=len(tl.prefills)) for k in (0, 1, 2))
-        a0, a1, ae = np.concatenate((t0, p0)), np.concatenate((t1, p1)), np.concatenate((eng, pe))
-    else:
-        a0, a1, ae = t0, t1, eng
-    shift = (makespan + 1.0) * ae
+    pf = tl.columns("prefill")
+    a0, a1 = np.concatenate((t0, pf["t"])), np.concatenate((t1, pf["t_end"]))
+    shift = (makespan + 1.0) * np.concatenate((eng, pf["engine"])).astype(np.float64)
     engine_busy = union_length(a0 + shift, a1 + shift)
-    train_s = math.fsum(r[1] - r[0] for r in tl.trains)
-    sync_s = math.fsum(r[1] - r[0] for r in tl.syncs)
-    offload_s = math.fsum(r[1] - r[0] for r in tl.offloads + tl.onloads)
+    train_s, sync_s = _duration(tl, "train"), _duration(tl, "sync")
+    offload_s = _duration(tl, "offload", "onload")
     gpu_busy = (engine_busy * tp + train_s * int(m["trainer_gpus"]) + sync_s * gpus
                 + offload_s * gpus)
     gpu_idle = 1.0 - gpu_busy / (gpus * makespan) if makespan > 0 else 0.0
 
     # tokens: a span is useful when its sample was trained on that attempt
-    trained_ver = np.full(n_samples, -1, dtype=np.int64)
-    update_of = np.full(n_samples, -1, dtype=np.int64)
-    for u, (_, _, v, samples, _) in enumerate(tl.trains):
-        idx = np.asarray(samples, dtype=np.int64)
-        trained_ver[idx] = v
-        update_of[idx] = u
+    trained_ver, update_of = _trained(tl, n_samples)
     last_att = np.full(n_samples, -1, dtype=np.int64)
     if smp.size and att.max() == 0:
         last_att[smp] = 0  # nothing was ever regenerated (np.maximum.at is slow)
     elif smp.size:
         np.maximum.at(last_att, smp, att)
-    useful_mask = (trained_ver[smp] >= 0) & (att == last_att[smp]) if smp.size else np.zeros(0, bool)
+    last = att == last_att[smp]
+    useful_mask = (trained_ver[smp] >= 0) & last
     generated = int(tok.sum())
     useful = int(tok[useful_mask].sum())
 
     groups = _group_learning(tl, update_of, int(m.get("group_size", 1)))
-    learnable = int(tok[useful_mask & groups["learnable"][smp]].sum()) if smp.size else 0
-    filtered = groups["filtered"]
-    filtered_tokens = int(tok[filtered[smp] & (att == last_att[smp])].sum()) if smp.size else 0
+    learnable = int(tok[useful_mask & groups["learnable"][smp]].sum())
+    filtered_tokens = int(tok[groups["filtered"][smp] & last].sum())
 
     stale = trained_ver[smp[useful_mask]] - ver[useful_mask]
     weights = tok[useful_mask]
@@ -180,9 +208,9 @@ def summarize(tl: Timeline) -> dict:
         "useful_tokens": useful,
         "wasted_tokens": generated - useful,
         "tokens_per_s": useful / makespan if makespan > 0 else 0.0,
-        "updates": len(tl.trains),
+        "updates": tl.count("train"),
         "samples_total": n_samples,
-        "samples_trained": int(sum(len(r[3]) for r in tl.trains)),
+        "samples_trained": int(tl.columns("train")["samples"].values.size),
         "staleness_mean": s_mean,
         "staleness_p95": s_p95,
         "staleness_max": s_max,
@@ -206,7 +234,7 @@ def summarize(tl: Timeline) -> dict:
         "train_s": train_s,
         "sync_s": sync_s,
         "offload_s": offload_s,
-        "recomputed_tokens": int(sum(map(itemgetter(5), tl.prefills))),
+        "recomputed_tokens": int(pf["recomputed"].sum()),
         "preemptions": int(np.count_nonzero(sp["end"] == "preempt")),
         **tools,
     }

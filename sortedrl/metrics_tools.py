@@ -18,12 +18,11 @@ from sortedrl.metrics import union_length
 def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: float) -> dict:
     """The tool keys of the summary, plus ``rollout_s`` and ``bubble_ratio`` recomputed with
     the tool calls inside rollout; ``{}`` when the run made none."""
-    rows = tl.tools
-    if not rows:
+    calls = tl.count("tool")
+    if not calls:
         return {}
-    asked = np.fromiter((r[0] for r in rows), dtype=float, count=len(rows))
-    start = np.fromiter((r[1] for r in rows), dtype=float, count=len(rows))
-    back = np.fromiter((r[2] for r in rows), dtype=float, count=len(rows))
+    cols = tl.columns("tool")
+    asked, start, back = cols["t"], cols["t_start"], cols["t_end"]
     rollout_s = union_length(np.concatenate((t0, asked)), np.concatenate((t1, back)))
     slot_s = capacity * rollout_s
     bubble = 1.0 - busy_slots / slot_s if slot_s > 0 else 0.0
@@ -32,7 +31,7 @@ def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: 
     return {
         "rollout_s": rollout_s,
         "bubble_ratio": bubble,
-        "tool_calls": len(rows),
+        "tool_calls": calls,
         "tool_s": math.fsum((back - start).tolist()),
         "sandbox_wait_s": math.fsum((start - asked).tolist()),
         "bubble_tool_ratio": bubble_tool,

@@ -9,11 +9,16 @@ at 100% through all of that, which reads as a hang. Here each phase names what i
 Nothing is shown for a command that finishes within ``delay`` seconds (most runs): a timer
 thread starts the display only once the command has run that long, so a phase that makes no
 calls (reading a trace) still shows. The display is transient, on stderr, and only on a terminal.
+
+A simulation is watched rather than told: :meth:`Phases.watch` hands the bar the run's timeline,
+and a thread polls it twice a second for samples finished and simulated time, so the simulator's
+hot path makes no progress calls at all (only a display that is shown is polled).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
 from rich.console import Console
 from rich.progress import (
@@ -27,6 +32,15 @@ from rich.progress import (
 )
 
 
+class Watched(Protocol):
+    def progress(self) -> tuple[int, float]:
+        """Samples finished so far, and the simulated time reached (s)."""
+        ...
+
+
+POLL_S = 0.5
+
+
 class Phases:
     """Call :meth:`phase` as the command moves on; call the object to advance the current bar
     (``note`` relabels it, as a backend does when it moves to summarising)."""
@@ -37,6 +51,7 @@ class Phases:
                             TextColumn("left"), TimeRemainingColumn(),
                             console=console or Console(stderr=True), transient=True)
         self.task = None
+        self.watched: tuple[Watched, str, int, int] | None = None  # run, label, seen, cap
         self.lock = threading.Lock()
         self.started = self.closed = False
         self.timer = threading.Timer(delay, self._start)
@@ -45,6 +60,7 @@ class Phases:
 
     def phase(self, label: str, total: int | None = None) -> Phases:
         """Finish the current phase and begin ``label`` (``total``: units of work, if countable)."""
+        self.unwatch()
         with self.lock:
             if self.task is not None:
                 self.bar.update(self.task, visible=False)
@@ -54,7 +70,47 @@ class Phases:
     def __call__(self, advance: int, note: str = "") -> None:
         if self.task is None:
             self.phase(note or "working")
+        if self.watched is not None:
+            if not note:
+                return  # the watcher counts
+            self.unwatch()
         self.bar.update(self.task, advance=advance, **({"description": note} if note else {}))
+
+    def watch(self, run: Watched, samples: int) -> None:
+        """Count the current phase in ``run``'s finished samples (at most ``samples``) and show
+        its simulated time, until :meth:`unwatch` (or the next phase, a note, the end)."""
+        if self.task is None:
+            self.phase("simulating")
+        with self.lock:
+            label = self.bar.tasks[-1].description if self.bar.tasks else "simulating"
+            self.watched = (run, label, 0, samples)
+        threading.Thread(target=self._poll_loop, args=(run,), daemon=True).start()
+
+    def unwatch(self) -> None:
+        """Stop watching, after a last, exact count."""
+        if self.watched is not None:
+            self._poll()
+            self.watched = None
+
+    def _poll_loop(self, run: Watched) -> None:
+        stop = threading.Event()
+        while not stop.wait(POLL_S):
+            watched = self.watched
+            if watched is None or watched[0] is not run or self.closed:
+                return
+            if self.started:  # nothing to draw: cost the simulation nothing
+                self._poll()
+
+    def _poll(self) -> None:
+        with self.lock:
+            if self.watched is None or self.task is None:
+                return
+            run, label, seen, cap = self.watched
+            finished, now = run.progress()
+            finished = min(finished, cap)
+            self.watched = (run, label, finished, cap)
+            self.bar.update(self.task, advance=finished - seen,
+                            description=f"{label}, {now:,.0f} s simulated")
 
     def file(self, name: str, index: int, count: int) -> None:
         """The writing phase: one file of ``count`` is being written."""
@@ -67,6 +123,7 @@ class Phases:
                 self.started = True
 
     def close(self) -> None:
+        self.unwatch()
         with self.lock:
             self.closed = True
             self.timer.cancel()

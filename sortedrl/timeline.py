@@ -1,16 +1,20 @@
 """The timeline: one event log of everything that happened in a run, simulated or real.
 
 Both backends and the controller append to a :class:`Timeline`; :mod:`sortedrl.metrics` computes
-every reported number from it alone, so a timeline read back from ``timeline.jsonl`` gives the same
-summary as the one in memory. Records are kept as tuples (a million-sample run makes millions of
-them) and turned into JSON objects only when written.
+every reported number from it alone, so a timeline read back from its file gives the same
+summary as the one in memory. Records arrive as tuples (the simulator appends them to
+``spans`` and ``prefills`` directly, in its hot path; everything else goes through the record
+methods). A million-sample run makes millions of them, so every ``COMPACT_ROWS`` records of a
+kind are moved into typed numpy columns and the list is emptied in place (``list.clear()``: the
+simulator holds the lists). Readers take :meth:`Timeline.columns` (whole columns, compacted and
+pending rows together) or :meth:`Timeline.rows` (tuples, for the small kinds), never the lists.
 
-Record kinds (``docs/metrics.md`` defines each field):
+Record kinds (``docs/metrics.md`` defines each field and the two file formats):
 
 - ``meta``: the run's configuration: cluster shape, policy, params, trace, seed, lower bound;
 - ``span``: one stretch of decoding of one sample on one engine under one policy version, written
-  when it ends; ``end`` says how: ``finish``, ``preempt`` (KV cache full; recomputed later) or
-  ``abort`` (a policy action). Preempt, finish and abort events are these span ends;
+  when it ends; ``end`` says how: ``finish``, ``preempt`` (KV cache full; recomputed later),
+  ``abort`` (a policy action) or ``sync`` (the engine stopped for a weight push);
 - ``prefill``: the prefill of newly admitted samples, engine-wide or in chunks beside the running
   batch (``recomputed`` counts tokens that had been generated before and are recomputed);
 - ``admit``, ``abort``, ``discard``: the controller's decisions; ``filter``: finished groups
@@ -21,6 +25,10 @@ Record kinds (``docs/metrics.md`` defines each field):
 - ``tool``: multi-turn traces: one tool call between two turns of a trajectory: the sample left
   ``engine`` at ``t``, got a sandbox at ``t_start`` and its result came back at ``t_end``
   (``turn`` is the turn it follows). A span that ends with ``end`` = ``tool`` is that turn.
+
+A new record kind is one entry in :data:`SCHEMA` (its fields and column types) and
+:data:`_LIST` (its list attribute, created by ``Timeline.__init__``), plus a record method that
+calls :meth:`Timeline.add`; the files, the compaction and the accessors follow from the schema.
 """
 
 from __future__ import annotations
@@ -28,33 +36,116 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from itertools import chain
 from pathlib import Path
+
+import numpy as np
 
 from sortedrl.errors import SortedRLError
 
-KINDS = ("meta", "admit", "prefill", "span", "abort", "discard", "filter", "train", "sync",
-         "offload", "onload", "tool")
-_ORDER = {k: i for i, k in enumerate(KINDS)}
-FIELDS = {  # the JSON field of each tuple position, per record kind
-    "span": ("t", "t_end", "engine", "sample", "attempt", "version", "tokens", "end"),
-    "prefill": ("t", "t_end", "engine", "samples", "tokens", "recomputed"),
-    "admit": ("t", "engine", "samples"),
-    "abort": ("t", "samples", "keep_tokens"),
-    "discard": ("t", "samples"),
-    "filter": ("t", "samples"),
-    "train": ("t", "t_end", "version", "samples", "tokens"),
-    "sync": ("t", "t_end", "version"),
-    "offload": ("t", "t_end", "version"),
-    "onload": ("t", "t_end", "version"),
-    "tool": ("t", "t_start", "t_end", "engine", "sample", "attempt", "turn"),
+# Column types: a numpy dtype; "samples" (a list of sample indices per record, kept ragged:
+# int64 offsets + int32 values) or "label" (a short string, kept as a code into a table of
+# labels). Per-sample numbers are int32 (a span's tokens, sample indices), so that ten million
+# samples take about 0.5 GB; sums are taken in int64.
+SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
+    "admit": (("t", "f8"), ("engine", "i4"), ("samples", "samples")),
+    "prefill": (("t", "f8"), ("t_end", "f8"), ("engine", "i4"), ("samples", "samples"),
+                ("tokens", "i8"), ("recomputed", "i8")),
+    "span": (("t", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"), ("attempt", "i4"),
+             ("version", "i4"), ("tokens", "i4"), ("end", "label")),
+    "abort": (("t", "f8"), ("samples", "samples"), ("keep_tokens", "?")),
+    "discard": (("t", "f8"), ("samples", "samples")),
+    "filter": (("t", "f8"), ("samples", "samples")),
+    "train": (("t", "f8"), ("t_end", "f8"), ("version", "i4"), ("samples", "samples"),
+              ("tokens", "i8")),
+    "sync": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
+    "offload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
+    "onload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
+    "tool": (("t", "f8"), ("t_start", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"),
+             ("attempt", "i4"), ("turn", "i4")),
 }
+KINDS = ("meta", *SCHEMA)
+FIELDS = {kind: tuple(name for name, _ in cols) for kind, cols in SCHEMA.items()}
+_ORDER = {k: i for i, k in enumerate(KINDS)}
 _LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
          "discard": "discards", "filter": "filters", "train": "trains", "sync": "syncs",
          "offload": "offloads", "onload": "onloads", "tool": "tools"}
+_RECORD = {kind: np.dtype([(name, "O" if typ in ("samples", "label") else typ)
+                           for name, typ in cols]) for kind, cols in SCHEMA.items()}
+COMPACT_ROWS = 1 << 17  # a pending list this long is moved into columns
+_CHECK_EVERY = 1024  # record-method calls between looks at the simulator's lists
+
+
+class Ragged:
+    """One list of sample indices per record: ``values[offsets[i]:offsets[i + 1]]``."""
+
+    def __init__(self, offsets: np.ndarray, values: np.ndarray) -> None:
+        self.offsets, self.values = offsets, values
+
+    @classmethod
+    def from_lists(cls, lists: tuple | list) -> Ragged:
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter(chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
+        return cls(offsets, values)
+
+    @classmethod
+    def concat(cls, parts: list[Ragged]) -> Ragged:
+        shifts = np.cumsum([0] + [p.values.size for p in parts[:-1]])
+        offsets = np.concatenate([parts[0].offsets[:1]]
+                                 + [p.offsets[1:] + s for p, s in zip(parts, shifts, strict=True)])
+        return cls(offsets, np.concatenate([p.values for p in parts]))
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def record_of_value(self) -> np.ndarray:
+        """The record index of every value."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
+
+    def tolist(self) -> list[list[int]]:
+        values, offsets = self.values.tolist(), self.offsets.tolist()
+        return [values[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+class Labels:
+    """Short strings as codes into ``names`` (``labels == "preempt"`` gives a mask)."""
+
+    def __init__(self, codes: np.ndarray, names: list[str]) -> None:
+        self.codes, self.names = codes, names
+
+    def __len__(self) -> int:
+        return self.codes.size
+
+    def __eq__(self, name: object) -> np.ndarray:  # type: ignore[override]
+        if name not in self.names:
+            return np.zeros(self.codes.size, dtype=bool)
+        return self.codes == self.names.index(name)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def strings(self) -> np.ndarray:
+        return np.array(self.names or [""], dtype=str)[self.codes]
+
+    def tolist(self) -> list[str]:
+        names = self.names
+        return [names[c] for c in self.codes.tolist()]
+
+
+Column = np.ndarray | Ragged | Labels
 
 
 class Timeline:
-    """In-memory event log; see the module docstring for the record kinds."""
+    """In-memory event log; see the module docstring for the record kinds and the accessors."""
+
+    sink = None  # optional callable(kind, row), set by the real runner (see record_line)
 
     def __init__(self, meta: dict | None = None) -> None:
         self.meta: dict = dict(meta or {})
@@ -69,17 +160,26 @@ class Timeline:
         self.offloads: list[tuple] = []  # (t0, t1, version)
         self.onloads: list[tuple] = []  # (t0, t1, version)
         self.tools: list[tuple] = []  # (t, t_start, t_end, engine, sample, attempt, turn)
+        self._chunks: dict[str, list[dict[str, Column]]] = {kind: [] for kind in SCHEMA}
+        self._labels: dict[tuple[str, str], list[str]] = {}
+        self._cache: dict[str, tuple[tuple[int, int], dict[str, Column]]] = {}
+        self._until_check = _CHECK_EVERY
+        self._finished, self._last_t = 0, 0.0  # in compacted spans (see progress)
 
     # -- recording ---------------------------------------------------------------------------
-    # The simulator appends to the lists directly (hot path); the real runner goes through
-    # :meth:`add`, which also streams each record to ``sink`` (crash-safe logs).
-
-    sink = None  # optional callable(kind, row), set by the real runner (see record_line)
+    # The simulator appends to ``spans`` and ``prefills`` directly (hot path); every other
+    # record goes through :meth:`add`, which also streams it to ``sink`` (crash-safe logs) and
+    # now and then compacts long lists.
 
     def add(self, kind: str, *row) -> None:
-        getattr(self, _LIST[kind]).append(row)
+        rows = getattr(self, _LIST[kind])
+        rows.append(row)
         if self.sink is not None:
             self.sink(kind, row)
+        self._until_check -= 1
+        if not self._until_check:
+            self._until_check = _CHECK_EVERY
+            self.compact(min_rows=COMPACT_ROWS)
 
     def admit(self, t: float, engine: int, samples: list[int]) -> None:
         self.add("admit", t, engine, list(samples))
@@ -95,6 +195,7 @@ class Timeline:
 
     def train(self, t0: float, t1: float, version: int, samples: list[int], tokens: int) -> None:
         self.add("train", t0, t1, version, list(samples), tokens)
+        self.compact(min_rows=COMPACT_ROWS)  # once an update: the spans of a step, at most
 
     def sync(self, t0: float, t1: float, version: int) -> None:
         self.add("sync", t0, t1, version)
@@ -109,33 +210,131 @@ class Timeline:
              turn: int) -> None:
         self.add("tool", t, t_start, t_end, engine, sample, attempt, turn)
 
+    def compact(self, min_rows: int = 1) -> None:
+        """Move each list of at least ``min_rows`` pending records into typed columns, and
+        empty it in place."""
+        for kind, name in _LIST.items():
+            if len(getattr(self, name)) >= min_rows:
+                self._compact(kind)
+
+    def _compact(self, kind: str) -> None:
+        rows = getattr(self, _LIST[kind])
+        cols = self._typed(kind, rows)
+        if kind == "span":
+            self._finished += int(np.count_nonzero(cols["end"] == "finish"))
+            self._last_t = float(cols["t_end"][-1])
+        self._chunks[kind].append(cols)
+        rows.clear()
+
+    def progress(self) -> tuple[int, float]:
+        """Spans that ended in a finish so far, and the end of the latest span (s): how far a
+        run being recorded has got. Safe to call from another thread while it records."""
+        pending = list(self.spans)  # a snapshot (the simulator keeps appending)
+        finished = self._finished + sum(1 for row in pending if row[7] == "finish")
+        return finished, float(pending[-1][1]) if pending else self._last_t
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def count(self, kind: str) -> int:
+        """How many records of ``kind``."""
+        chunks = self._chunks[kind]
+        done = sum(len(next(iter(c.values()))) for c in chunks) if chunks else 0
+        return done + len(getattr(self, _LIST[kind]))
+
+    def columns(self, kind: str) -> dict[str, Column]:
+        """Every record of ``kind`` as columns, in recording order: numpy arrays, and
+        :class:`Ragged` / :class:`Labels` for the sample lists and labels (see SCHEMA)."""
+        rows = getattr(self, _LIST[kind])
+        chunks = self._chunks[kind]
+        if chunks and rows:  # a long run (compacted before): compact the rest too
+            self._compact(kind)
+        if len(chunks) > 1:  # merge, so that the data is held once
+            chunks[:] = [_concat(kind, chunks)]
+        key = (len(chunks), len(rows))
+        cached = self._cache.get(kind)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        cols = chunks[0] if chunks else self._typed(kind, rows)
+        self._cache[kind] = (key, cols)
+        return cols
+
+    def rows(self, kind: str) -> list[tuple]:
+        """Every record of ``kind`` as a tuple (sample lists as lists, labels as strings), in
+        recording order. For the small kinds (updates, syncs); use :meth:`columns` for spans."""
+        cols = self.columns(kind)
+        return list(zip(*(c.tolist() for c in cols.values()), strict=True))
+
+    def ends(self, kind: str) -> np.ndarray:
+        """The time each record of ``kind`` ends: ``t_end`` where it has one, else ``t``."""
+        cols = self.columns(kind)
+        return cols["t_end"] if "t_end" in cols else cols["t"]
+
+    def set_columns(self, kind: str, cols: dict[str, Column]) -> None:
+        """Replace the records of ``kind`` (a file reader's entry point)."""
+        getattr(self, _LIST[kind]).clear()
+        self._chunks[kind] = [cols]
+        self._cache.pop(kind, None)
+
+    def labels(self, kind: str, field: str) -> list[str]:
+        """The label table of a label field (grows as new labels are recorded)."""
+        return self._labels.setdefault((kind, field), [])
+
+    def _typed(self, kind: str, rows: list[tuple]) -> dict[str, Column]:
+        """``rows`` as columns: one pass of ``np.fromiter`` into a record array (the sample
+        lists and labels as Python objects), then one array per field."""
+        table = np.fromiter(rows, dtype=_RECORD[kind], count=len(rows))
+        out: dict[str, Column] = {}
+        for name, typ in SCHEMA[kind]:
+            col = table[name]
+            if typ == "samples":
+                out[name] = Ragged.from_lists(col.tolist())
+            elif typ == "label":
+                names = self.labels(kind, name)
+                for label in sorted(set(col.tolist()) - set(names)):
+                    names.append(label)
+                codes = np.zeros(col.size, dtype=np.uint8)
+                for code, label in enumerate(names):
+                    codes[col == label] = code
+                out[name] = Labels(codes, names)
+            else:
+                out[name] = np.ascontiguousarray(col)
+        return out
+
     # -- JSONL ---------------------------------------------------------------------------------
 
     def records(self) -> list[dict]:
         """All records as JSON-ready dicts, ordered by start time (ties: kind, then insertion)."""
-        rows: list[tuple] = []
-        for kind, name in _LIST.items():
-            order = _ORDER[kind]
-            rows += [(row[0], order, j, kind, row) for j, row in enumerate(getattr(self, name))]
-        rows.sort(key=lambda r: r[:3])
-        return [{"kind": "meta", **self.meta}] + [_record(kind, row) for *_, kind, row in rows]
+        return [json.loads(line) for line in self.jsonl_lines()]
+
+    def jsonl_lines(self):
+        """The JSONL lines: meta first, then every record by start time (ties: kind, then
+        insertion). Each line ends with a newline."""
+        yield _dumps({"kind": "meta", **self.meta}) + "\n"
+        kinds = [k for k in SCHEMA if self.count(k)]
+        starts = [self.columns(k)["t"] for k in kinds]
+        if not kinds:
+            return
+        t = np.concatenate(starts)
+        kind_of = np.concatenate([np.full(s.size, _ORDER[k], dtype=np.int8)
+                                  for k, s in zip(kinds, starts, strict=True)])
+        index = np.concatenate([np.arange(s.size) for s in starts])
+        order = np.lexsort((index, kind_of, t))
+        rows = {_ORDER[k]: self.rows(k) for k in kinds}
+        names = {_ORDER[k]: k for k in kinds}
+        for o, i in zip(kind_of[order].tolist(), index[order].tolist(), strict=True):
+            yield record_line(names[o], rows[o][i])
 
     def write_jsonl(self, path: str | Path) -> None:
         """Write atomically: a failure leaves any previous file untouched."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        try:
-            with os.fdopen(fd, "w") as f:
-                for rec in self.records():
-                    f.write(_dumps(rec))
-                    f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        def emit(f) -> None:
+            buf: list[str] = []
+            for line in self.jsonl_lines():
+                buf.append(line)
+                if len(buf) >= 8192:
+                    f.write("".join(buf))
+                    buf.clear()
+            f.write("".join(buf))
+        write_atomic(path, emit, "w")
 
     @classmethod
     def read_jsonl(cls, path: str | Path) -> Timeline:
@@ -148,16 +347,49 @@ class Timeline:
                     if kind == "meta":
                         tl.meta = {k: v for k, v in r.items() if k != "kind"}
                     elif kind in FIELDS:
-                        getattr(tl, _LIST[kind]).append(tuple(r[f] for f in FIELDS[kind]))
+                        rows = getattr(tl, _LIST[kind])
+                        rows.append(tuple(r[f] for f in FIELDS[kind]))
+                        if len(rows) >= COMPACT_ROWS:
+                            tl._compact(kind)
                     else:
                         raise SortedRLError(f"{path}: line {n}: unknown record kind {kind!r}")
                 except json.JSONDecodeError as e:
                     raise SortedRLError(f"{path}: line {n}: not valid JSON ({e.msg})") from None
                 except KeyError as e:
                     raise SortedRLError(f"{path}: line {n}: missing field {e.args[0]!r}") from None
-                except (TypeError, AttributeError):
+                except (TypeError, AttributeError, ValueError):
                     raise SortedRLError(f"{path}: line {n}: not a timeline record") from None
         return tl
+
+
+def _concat(kind: str, parts: list[dict[str, Column]]) -> dict[str, Column]:
+    out: dict[str, Column] = {}
+    for name, typ in SCHEMA[kind]:
+        cols = [p[name] for p in parts]
+        if typ == "samples":
+            out[name] = Ragged.concat(cols)  # type: ignore[arg-type]
+        elif typ == "label":
+            out[name] = Labels(np.concatenate([c.codes for c in cols]), cols[-1].names)  # type: ignore[union-attr]
+        else:
+            out[name] = np.concatenate(cols)  # type: ignore[arg-type]
+    return out
+
+
+def write_atomic(path: str | Path, emit, mode: str) -> None:
+    """Call ``emit(file)`` on a temp file beside ``path``, then rename it into place; on any
+    failure (Ctrl-C included) remove the temp file and leave ``path`` as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+    try:
+        with os.fdopen(fd, mode) as f:
+            emit(f)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _record(kind: str, row: tuple) -> dict:
@@ -168,9 +400,10 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def record_line(kind: str, row: tuple) -> str:
-    """One JSONL line, byte-identical to ``write_jsonl``'s; spans take a fast path."""
+    """One JSONL line; spans take a fast path."""
     if kind == "span":
         t0, t1, e, i, a, v, k, end = row
         return (f'{{"kind":"span","t":{float(t0)!r},"t_end":{float(t1)!r},"engine":{e},"sample":{i},'
                 f'"attempt":{a},"version":{v},"tokens":{k},"end":"{end}"}}\n')
     return _dumps(_record(kind, row)) + "\n"
+

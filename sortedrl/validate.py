@@ -29,13 +29,15 @@ from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.contention import slowed
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import Timeline
+from sortedrl.timeline_file import find_timeline, read_timeline
 from sortedrl.traces.io import read_trace
 
 
 def step_ends(tl: Timeline) -> tuple[list[float], list[int]]:
     """End time of every update, and how many samples had been trained by then."""
-    trains = sorted(tl.trains, key=lambda r: r[0])
-    return [r[1] for r in trains], list(np.cumsum([len(r[3]) for r in trains]).tolist())
+    tr = tl.columns("train")
+    order = np.argsort(tr["t"], kind="stable")
+    return tr["t_end"][order].tolist(), np.cumsum(tr["samples"].lengths()[order]).tolist()
 
 
 def window(tl: Timeline, start: float, end: float) -> dict:
@@ -46,7 +48,7 @@ def window(tl: Timeline, start: float, end: float) -> dict:
     keep = b > a
     rollout = union_length(a[keep], b[keep])
     busy = float(np.sum(b[keep] - a[keep]))
-    train = sum(max(0.0, min(t1, end) - max(t0, start)) for t0, t1, *_ in tl.trains)
+    train = sum(max(0.0, min(t1, end) - max(t0, start)) for t0, t1, *_ in tl.rows("train"))
     return {"step_s": end - start, "rollout_s": rollout, "train_s": train,
             "bubble_ratio": 1.0 - busy / (capacity * rollout) if rollout > 0 else 0.0}
 
@@ -83,8 +85,9 @@ def dropped_attempts(tl: Timeline, cap: int) -> dict:
     than what they had reached, so the replay gives them the cap and they run until a harvest
     drops them too, as they did. The trained attempt keeps the trace's length."""
     last: dict[int, int] = {}
-    for row in tl.spans:
-        last[row[3]] = max(last.get(row[3], 0), row[4])
+    sp = tl.columns("span")
+    for sample, attempt in zip(sp["sample"].tolist(), sp["attempt"].tolist(), strict=True):
+        last[sample] = max(last.get(sample, 0), attempt)
     return {(i, a): cap for i, final in last.items() for a in range(final)}
 
 
@@ -133,13 +136,14 @@ def _pct(real: float, sim: float) -> float:
 
 def validate(rundir: str | Path, profile: str | Path) -> dict:
     rundir = Path(rundir)
-    for name in ("timeline.jsonl", "trace.jsonl"):
-        if not (rundir / name).exists():
-            raise ConfigError(f"{rundir}: missing {name} (not a run directory from sortedrl run?)")
-    real_tl = Timeline.read_jsonl(rundir / "timeline.jsonl")
+    tl_path = find_timeline(rundir, "timeline.jsonl")
+    for path in (tl_path, rundir / "trace.jsonl"):
+        if not path.exists():
+            raise ConfigError(f"{rundir}: missing {path.name} (not a run directory from sortedrl run?)")
+    real_tl = read_timeline(tl_path)
     run = real_tl.meta.get("run")
     if not isinstance(run, dict) or "policy" not in run:
-        raise ConfigError(f"{rundir}/timeline.jsonl: the meta record has no 'run' configuration")
+        raise ConfigError(f"{tl_path}: the meta record has no 'run' configuration")
     trace = read_trace(rundir / "trace.jsonl")
     cluster = run_cluster(load_cluster(str(profile)), real_tl.meta, _ray_terms(profile))
     if trace.turn_offsets is not None and "tool_pool" in run:  # a multi-turn run's sandboxes
@@ -170,8 +174,8 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
         "profile": str(profile),
         "policy": run["policy"],
         "sets": list(run.get("sets", [])),
-        "updates_real": len(real_tl.trains),
-        "updates_sim": len(sim.timeline.trains),
+        "updates_real": real_tl.count("train"),
+        "updates_sim": sim.timeline.count("train"),
         "step_time_mape": mean("step_err_pct"),
         "progress_time_mape": mean("progress_err_pct"),
         "rollout_time_mape": mean("rollout_err_pct"),
@@ -217,7 +221,7 @@ def overlay_html(result: dict, path: Path) -> None:
         x, y = running_steps(sp["t0"], sp["t1"])
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv", "color": color},
                                  name=f"{name}: running samples"), row=1, col=1)
-        for t0, t1, *_ in tl.trains:
+        for t0, t1, *_ in tl.rows("train"):
             fig.add_vrect(x0=t0, x1=t1, fillcolor=color, opacity=0.15, line_width=0, row=1, col=1)
     steps = result["steps"]
     fig.add_trace(go.Bar(x=[s["step"] for s in steps], y=[s["real_step_s"] for s in steps],

@@ -89,7 +89,7 @@ CASES = {
     "--perfetto inside --out": ([*SIM, "--out", "s", "--perfetto", "s/p.json"], "overlaps --out s"),
     "--perfetto under a file": ([*SIM, "--out", "s", "--perfetto", "afile/p.json"], "is a file, not a directory"),
     "plot over its own timeline": (
-        ["plot", "run", "--out", "run/timeline.jsonl", "--force"], "is an input of this command"),
+        ["plot", "run", "--out", "run/timeline.npz", "--force"], "is an input of this command"),
     "plot --perfetto over an existing file": (["plot", "run", "--perfetto", "old.json"], "exists"),
     "report over an existing file": (["report", "run", "--out", "old.json"], "exists (add --force"),
     "tune --out into someone else's directory": (
@@ -162,7 +162,7 @@ def test_force_replaces_a_directory_whole_and_keeps_the_users_umask(ws):
     finally:
         os.umask(old)
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in (ws / "mine").iterdir()) == [".sortedrl-run", "summary.json", "timeline.jsonl"]
+    assert sorted(p.name for p in (ws / "mine").iterdir()) == [".sortedrl-run", "summary.json", "timeline.npz"]
     assert (ws / "mine").stat().st_mode & 0o777 == 0o750
     assert (ws / "mine" / "summary.json").stat().st_mode & 0o777 == 0o640
     assert (ws / "old.json").stat().st_mode & 0o777 == 0o640 and (ws / "old.json").read_text() != "{}"

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
 from sortedrl.metrics import CONTRACT_KEYS
-from sortedrl.timeline import Timeline
+from sortedrl.timeline_file import read_timeline
 
 DATA = Path(__file__).resolve().parents[1] / "sortedrl" / "traces" / "data"
 LOGIC = str(DATA / "logic-8k.jsonl")
@@ -32,8 +33,8 @@ def test_simulate_writes_summary_and_timeline(tmp_path):
     assert list(summary)[: len(CONTRACT_KEYS)] == list(CONTRACT_KEYS)
     assert summary["samples_total"] == summary["samples_trained"] == 512
     assert "bubble_ratio" in r.stdout and "wrote" in r.stdout
-    tl = Timeline.read_jsonl(out / "timeline.jsonl")
-    assert len([s for s in tl.spans if s[7] == "finish"]) == 512
+    tl = read_timeline(out / "timeline.npz")  # columnar by default (--timeline jsonl: text)
+    assert np.count_nonzero(tl.columns("span")["end"] == "finish") == 512
 
 
 def test_json_prints_only_the_summary(tmp_path):
@@ -47,7 +48,7 @@ def test_timeline_alone_gives_the_same_summary(tmp_path):
 
     invoke("simulate", "--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "sync",
            "--set", "minibatches=2", "--out", str(tmp_path / "m"))
-    again = summarize(Timeline.read_jsonl(tmp_path / "m" / "timeline.jsonl"))
+    again = summarize(read_timeline(tmp_path / "m" / "timeline.npz"))
     assert again == json.loads((tmp_path / "m" / "summary.json").read_text())
 
 
@@ -60,7 +61,7 @@ def test_same_seed_same_summary_bytes(tmp_path, source):
             invoke("simulate", *source, "--policy", "sync", "--seed", "7", "--out", str(out))
         assert r.exit_code == 0, r.output
     assert (a / "summary.json").read_bytes() == (b / "summary.json").read_bytes()
-    assert (a / "timeline.jsonl").read_bytes() == (b / "timeline.jsonl").read_bytes()
+    assert (a / "timeline.npz").read_bytes() == (b / "timeline.npz").read_bytes()
 
 
 def test_different_seed_different_synthetic_run(tmp_path):
@@ -137,7 +138,7 @@ def test_out_into_someone_elses_directory_is_refused_and_force_replaces_it(tmp_p
     assert (out / "notes.txt").read_text() == "mine" and not (out / "summary.json").exists()
     r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out), "--force")
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in out.iterdir()) == [".sortedrl-run", "summary.json", "timeline.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [".sortedrl-run", "summary.json", "timeline.npz"]
 
 
 def test_a_previous_run_of_the_same_command_is_replaced_with_a_note(tmp_path):

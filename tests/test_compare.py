@@ -39,7 +39,7 @@ def test_all_policies_on_the_bundled_traces(tmp_path, trace):
         assert s["samples_trained"] == s["samples_total"]
         run_summary = json.loads((out / s["label"] / "summary.json").read_text())
         assert run_summary == {k: v for k, v in s.items() if k != "label"}
-        assert (out / s["label"] / "timeline.jsonl").exists()
+        assert (out / s["label"] / "timeline.npz").exists()
     by = {s["label"]: s for s in summaries}
     assert by["async"]["cluster"] == by["one_step_off"]["cluster"] == "h100-llama3.1-8b-2gpu-disagg"
     assert by["sync"]["cluster"] == "h100-llama3.1-8b-2gpu"

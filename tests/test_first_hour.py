@@ -176,9 +176,9 @@ def test_progress_names_each_phase_with_the_right_totals(tmp_path, monkeypatch):
     out = tmp_path / "s"
     r = invoke("simulate", *SYNTH, *TWO, "--policy", "sync", "--out", str(out), "--json")
     assert r.exit_code == 0, r.output
-    assert seen == [("reading logic-8k", None), ("simulating sync (samples trained)", 1536),
+    assert seen == [("reading logic-8k", None), ("simulating sync (samples finished)", 1536),
                     (f"writing {out}/summary.json (1 of 2 files)", None),
-                    (f"writing {out}/timeline.jsonl (2 of 2 files)", None), ("simulated", 1536)]
+                    (f"writing {out}/timeline.npz (2 of 2 files)", None), ("simulated", 1536)]
 
 
 @pytest.mark.parametrize("command", [["simulate"], ["compare"], ["tune"], ["trace", "synth"]])

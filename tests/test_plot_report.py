@@ -175,7 +175,7 @@ META = json.dumps({"kind": "meta", "policy": "p", "trace": "t", "cluster": "c", 
 @pytest.mark.parametrize("make, message", [
     (lambda root: root / "nope", r"nope: no such directory$"),
     (lambda root: (root / "run").mkdir() or root / "run",
-     r"run/timeline\.jsonl: no such file"),
+     r"run: no timeline\.npz or timeline\.jsonl \(is this a run directory"),
     (_corrupt("timeline.jsonl", META + "\n{not json\n"),
      r"timeline\.jsonl: line 2: not valid JSON"),
     (_corrupt("timeline.jsonl", META + "\n[1, 2]\n"),

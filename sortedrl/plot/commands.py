@@ -13,10 +13,11 @@ import typer
 from sortedrl.cli_common import FORCE, err, print_notes, user_errors
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.progress import Phases
+from sortedrl.timeline_file import NAMES
 
 
 def plot(
-    rundir: Path = typer.Argument(..., help="run directory (summary.json, timeline.jsonl)"),
+    rundir: Path = typer.Argument(..., help="run directory (summary.json, timeline.npz or .jsonl)"),
     out: Path = typer.Option(None, "--out", help="HTML file (default RUNDIR/timeline.html)"),
     perfetto: Path = typer.Option(None, "--perfetto",
                                   help="also write the timeline as Chrome trace-event JSON"),
@@ -27,7 +28,7 @@ def plot(
     from sortedrl.plot.perfetto import perfetto_json
     from sortedrl.plot.timeline_plot import timeline_page
 
-    outs = Outputs("plot", force, inputs=[rundir / "summary.json", rundir / "timeline.jsonl"])
+    outs = Outputs("plot", force, inputs=[rundir / "summary.json", *(rundir / n for n in NAMES)])
     out = outs.file(out, "--out", default=rundir / "timeline.html")
     perfetto = outs.file(perfetto, "--perfetto")
     with Phases(err) as progress:

@@ -14,7 +14,8 @@ import numpy as np
 
 from sortedrl.errors import SortedRLError
 from sortedrl.metrics import span_table, summarize
-from sortedrl.timeline import Timeline
+from sortedrl.timeline import SCHEMA, Timeline
+from sortedrl.timeline_file import NAMES, find_timeline, read_timeline
 
 META_KEYS = ("policy", "trace", "cluster", "engines", "max_num_seqs", "samples_total")
 """Meta fields a timeline must have to be plotted."""
@@ -28,11 +29,12 @@ class PlotError(SortedRLError):
 
 
 def load_timeline(path: Path) -> Timeline:
-    """Read and check ``timeline.jsonl``: a meta record with the fields plots need, typed spans."""
+    """Read and check a timeline (``timeline.npz`` or ``timeline.jsonl``): a meta record with
+    the fields plots need, typed spans."""
     if not path.is_file():
         raise PlotError(f"{path}: no such file (is this a run directory written by simulate?)")
     try:
-        tl = Timeline.read_jsonl(path)
+        tl = read_timeline(path)
     except SortedRLError as e:
         raise PlotError(str(e)) from None
     except UnicodeDecodeError:
@@ -49,9 +51,8 @@ def load_timeline(path: Path) -> Timeline:
     try:
         engines, seqs = int(tl.meta["engines"]), int(tl.meta["max_num_seqs"])
         sp = span_table(tl)
-        _ = [(float(a), float(b), int(e)) for a, b, e, *_ in tl.prefills]
-        _ = [(float(a), float(b), int(v), len(s), int(k)) for a, b, v, s, k in tl.trains]
-        _ = [(float(a), float(b), int(v)) for a, b, v in tl.syncs]
+        for kind in SCHEMA:  # every record converts to its typed columns
+            tl.columns(kind)
     except (TypeError, ValueError) as e:
         raise PlotError(f"{path}: a record has a field of the wrong type ({e})") from None
     if engines < 1 or seqs < 1:
@@ -80,7 +81,11 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
     """A run directory's timeline and summary (recomputed from the timeline if absent)."""
     if not rundir.is_dir():
         raise PlotError(f"{rundir}: no such directory")
-    tl = load_timeline(rundir / "timeline.jsonl")
+    tl_path = find_timeline(rundir)
+    if not tl_path.is_file():
+        raise PlotError(f"{rundir}: no {' or '.join(NAMES)} (is this a run directory written by "
+                        "simulate?)")
+    tl = load_timeline(tl_path)
     summary_path = rundir / "summary.json"
     if summary_path.exists():
         summary = load_json(summary_path)
@@ -90,7 +95,7 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
     try:
         return tl, summarize(tl)
     except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise PlotError(f"{rundir / 'timeline.jsonl'}: cannot summarise ({e!r})") from None
+        raise PlotError(f"{tl_path}: cannot summarise ({e!r})") from None
 
 
 def load_compare(path: Path) -> list[dict]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sortedrl.metrics import merge_intervals, span_table
-from sortedrl.timeline import Timeline
+from sortedrl.timeline import SCHEMA, Timeline
 
 Intervals = tuple[np.ndarray, np.ndarray]  # (starts, ends), sorted, disjoint, non-empty
 EMPTY: Intervals = (np.zeros(0), np.zeros(0))
@@ -185,7 +185,7 @@ class Lanes:
     train: Intervals
     sync: Intervals
     trainer_idle: Intervals
-    spans: np.ndarray  # the span table (sortedrl.metrics.SPAN_DTYPE)
+    spans: np.ndarray  # the span table (sortedrl.metrics.span_table)
     offload: Intervals | None = None  # colocated: engines moving weights/KV out (vLLM sleep)
     onload: Intervals | None = None  # and back in (wake); None when the run has neither
     tool: Intervals | None = None  # multi-turn: some tool call runs in a sandbox
@@ -201,11 +201,11 @@ class Lanes:
 
 
 def makespan_of(tl: Timeline) -> float:
-    ends = [r[1] for r in tl.spans] + [r[1] for r in tl.prefills] + [r[1] for r in tl.trains]
-    ends += [r[1] for r in tl.syncs] + [r[0] for r in tl.admits] + [r[0] for r in tl.aborts]
-    ends += [r[1] for r in tl.offloads + tl.onloads]
-    ends += [r[0] for r in tl.discards] + [r[2] for r in tl.tools]
-    return float(max(ends, default=0.0))
+    return max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
+
+
+def _intervals(tl: Timeline, kind: str) -> Intervals:
+    return union(tl.columns(kind)["t"], tl.ends(kind))
 
 
 def lanes(tl: Timeline) -> Lanes:
@@ -213,25 +213,22 @@ def lanes(tl: Timeline) -> Lanes:
     engines = int(tl.meta["engines"])
     sp = span_table(tl)
     makespan = makespan_of(tl)
-    pf = np.array([(r[0], r[1], r[2]) for r in tl.prefills], dtype=float).reshape(-1, 3)
+    pf = tl.columns("prefill")
     rollout, prefill, idle = [], [], []
     for e in range(engines):
         mine = sp["engine"] == e
         active = union(sp["t0"][mine], sp["t1"][mine])
-        pe = pf[:, 2] == e
-        p = union(pf[pe, 0], pf[pe, 1])
+        pe = pf["engine"] == e
+        p = union(pf["t"][pe], pf["t_end"][pe])
         rollout.append(difference(active, p))
         prefill.append(p)
         both = union(np.concatenate([active[0], p[0]]), np.concatenate([active[1], p[1]]))
         idle.append(complement(both, 0.0, makespan))
-    train = union(np.array([r[0] for r in tl.trains], dtype=float),
-                  np.array([r[1] for r in tl.trains], dtype=float))
-    sync = difference(union(np.array([r[0] for r in tl.syncs], dtype=float),
-                            np.array([r[1] for r in tl.syncs], dtype=float)), train)
+    train = _intervals(tl, "train")
+    sync = difference(_intervals(tl, "sync"), train)
     busy = union(np.concatenate([train[0], sync[0]]), np.concatenate([train[1], sync[1]]))
-    moves = [union(np.array([r[0] for r in rows], dtype=float),
-                   np.array([r[1] for r in rows], dtype=float))
-             for rows in (tl.offloads, tl.onloads)] if tl.offloads or tl.onloads else [None, None]
+    moved = tl.count("offload") or tl.count("onload")
+    moves = [_intervals(tl, k) if moved else None for k in ("offload", "onload")]
     return Lanes(engines, int(tl.meta["max_num_seqs"]), makespan, rollout, prefill, idle, train,
                  sync, complement(busy, 0.0, makespan), sp, *moves, *tool_lanes(tl))
 
@@ -240,9 +237,10 @@ def tool_lanes(tl: Timeline) -> tuple:
     """Multi-turn runs: when some tool call runs in a sandbox and none waits for one, when the
     pool is full (some trajectory waits), and the trajectories away on a tool call (asked to
     back) as a step function (:func:`running_steps`); all ``None`` without tool calls."""
-    if not tl.tools:
+    if not tl.count("tool"):
         return None, None, None
-    asked, start, back = (np.array([r[k] for r in tl.tools], dtype=float) for k in (0, 1, 2))
+    calls = tl.columns("tool")
+    asked, start, back = calls["t"], calls["t_start"], calls["t_end"]
     waiting = start > asked
     full = union(asked[waiting], start[waiting])
     return difference(union(start, back), full), full, running_steps(asked, back)

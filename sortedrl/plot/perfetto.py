@@ -85,6 +85,7 @@ def trace_events(tl: Timeline) -> dict:
     """The trace-event document of ``tl`` (see the module docstring)."""
     ln = L.lanes(tl)
     E, sp = ln.engines, ln.spans
+    prefills = tl.rows("prefill") if ln.detailed else []
     events: list[dict] = []
     edges = ln.edges(EXPORT_BINS)
     for e in range(E):
@@ -97,7 +98,7 @@ def trace_events(tl: Timeline) -> dict:
             events += [_x("rollout", a, b, pid, 0, "rollout") for a, b in zip(s, t, strict=True)]
             events += [_x("prefill", a, b, pid, 0, "prefill",
                           {"samples": len(ss), "tokens": k, "recomputed": r})
-                       for a, b, en, ss, k, r in tl.prefills if en == e]
+                       for a, b, en, ss, k, r in prefills if en == e]
             slots = assign_slots(mine["t0"], mine["t1"])
             for k in range(int(slots.max()) + 1 if slots.size else 0):
                 events.append(_meta("thread_name", pid, f"slot {k}", k + 1))
@@ -124,23 +125,23 @@ def trace_events(tl: Timeline) -> dict:
     pid = E + 1
     events += [_meta("process_name", pid, "trainer"), _meta("process_sort_index", pid, E),
                _meta("thread_name", pid, "train", 0), _meta("thread_name", pid, "sync", 1)]
-    if ln.detailed or len(tl.trains) + len(tl.syncs) <= TRAINER_LIMIT:
+    if ln.detailed or tl.count("train") + tl.count("sync") <= TRAINER_LIMIT:
         events += [_x(f"update {u}", a, b, pid, 0, "train",
                       {"version": v, "samples": len(ss), "tokens": k})
-                   for u, (a, b, v, ss, k) in enumerate(tl.trains)]
+                   for u, (a, b, v, ss, k) in enumerate(tl.rows("train"))]
         events += [_x(f"sync to version {v}", a, b, pid, 1, "sync", {"version": v})
-                   for a, b, v in tl.syncs]
+                   for a, b, v in tl.rows("sync")]
     else:
         gap = float(edges[1] - edges[0])
         for tid, (name, iv) in enumerate((("train", ln.train), ("sync", ln.sync))):
             events += [_x(name, a, b, pid, tid, name)
                        for a, b in zip(*L.close_gaps(iv, gap), strict=True)]
-    if tl.offloads or tl.onloads:  # colocated engines stepping aside for each update
+    if tl.count("offload") or tl.count("onload"):  # colocated engines stepping aside per update
         events += [_meta("thread_name", pid, "offload", 2), _meta("thread_name", pid, "onload", 3)]
         events += [_x(f"{kind} (version {v})", a, b, pid, tid, kind, {"version": v})
-                   for tid, kind, rows in ((2, "offload", tl.offloads), (3, "onload", tl.onloads))
-                   for a, b, v in rows]
-    if tl.tools:
+                   for tid, kind in ((2, "offload"), (3, "onload"))
+                   for a, b, v in tl.rows(kind)]
+    if tl.count("tool"):
         events += _tool_events(tl, ln, E + 2)
     m = tl.meta
     return {"traceEvents": events, "displayTimeUnit": "ms",
@@ -151,11 +152,12 @@ def trace_events(tl: Timeline) -> dict:
 def _tool_events(tl: Timeline, ln: L.Lanes, pid: int) -> list[dict]:
     """The ``tools`` process of a multi-turn run (see the module docstring)."""
     events = [_meta("process_name", pid, "tools"), _meta("process_sort_index", pid, pid - 1)]
-    asked, start, back = (np.array([r[k] for r in tl.tools], dtype=float) for k in (0, 1, 2))
+    calls = tl.columns("tool")
+    asked, start, back = calls["t"], calls["t_start"], calls["t_end"]
     if ln.detailed:
         slots = assign_slots(start, back)
         events += [_meta("thread_name", pid, f"sandbox {k}", k) for k in range(int(slots.max()) + 1)]
-        for (t, ts, te, e, i, a, turn), k in zip(tl.tools, slots.tolist(), strict=True):
+        for (t, ts, te, e, i, a, turn), k in zip(tl.rows("tool"), slots.tolist(), strict=True):
             events.append(_x(f"sample {i} turn {turn}", ts, te, pid, k, "tool",
                              {"sample": i, "attempt": a, "turn": turn, "engine": e,
                               "waited_s": round(ts - t, 6)}))

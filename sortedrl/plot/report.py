@@ -30,6 +30,7 @@ from sortedrl.metrics import rank_rate, span_table
 from sortedrl.plot.inputs import PlotError, load_compare, load_timeline, load_tune
 from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
 from sortedrl.timeline import Timeline
+from sortedrl.timeline_file import NAMES, find_timeline
 
 METRICS = (("makespan_s", "makespan (s)", ",.1f"), ("bubble_ratio", "bubble ratio", ".1%"),
            ("tokens_per_s", "useful tokens/s", ",.0f"),
@@ -64,10 +65,10 @@ def find_lengths(root: Path, labels: list[str]) -> tuple[np.ndarray, str] | None
             except SortedRLError as e:
                 raise PlotError(str(e)) from None
     runs = [root / label for label in labels] if labels else sorted(
-        p.parent for p in root.glob("*/timeline.jsonl"))
+        {p.parent for name in NAMES for p in root.glob(f"*/{name}")})
     best: tuple[np.ndarray, str] | None = None
     for run in runs:
-        path = run / "timeline.jsonl"
+        path = find_timeline(run)
         if not path.is_file():
             continue
         tl = load_timeline(path)

@@ -51,8 +51,10 @@ def title_of(tl: Timeline, summary: dict) -> str:
 
 def step_rows(tl: Timeline) -> list[tuple]:
     """One row per update: index, version, start, end, duration (s), samples, tokens."""
-    return [(u, int(v), float(t0), float(t1), float(t1) - float(t0), len(s), int(k))
-            for u, (t0, t1, v, s, k) in enumerate(tl.trains)]
+    tr = tl.columns("train")
+    return [(u, v, t0, t1, t1 - t0, n, k) for u, (t0, t1, v, n, k) in enumerate(zip(
+        tr["t"].tolist(), tr["t_end"].tolist(), tr["version"].tolist(),
+        tr["samples"].lengths().tolist(), tr["tokens"].tolist(), strict=True))]
 
 
 def timeline_figure(tl: Timeline, summary: dict | None = None) -> go.Figure:
@@ -244,7 +246,7 @@ def timeline_page(tl: Timeline, summary: dict | None = None) -> str:
     m = tl.meta
     facts = (f"{m['samples_total']:,} samples, {m['engines']} engine(s) x {m['max_num_seqs']} "
              f"slots, {m.get('gpus', '?')} GPUs, {m.get('placement', '?')} placement; "
-             f"{len(tl.spans):,} spans, {len(rows):,} updates.")
+             f"{tl.count('span'):,} spans, {len(rows):,} updates.")
     parts = [f'<p class="note">{html.escape(facts)}</p>',
              figure_div(fig, "timeline"),
              "<h2>Steps: one row per update (version v to v+1)</h2>", note,

@@ -127,7 +127,7 @@ class RealBackend(Backend):
 
     def run(self, controller: Controller) -> None:
         self.ctl = controller
-        if not controller.s.version and not self.timeline.trains:
+        if not controller.s.version and not self.timeline.count("train"):
             controller.start()
         while True:
             if self.jobs:

@@ -193,8 +193,8 @@ def _measure_runner(run: dict, repeats: int, tick) -> dict:
                 st = run_apart(dict(policy=policy, sets=sets, out=str(run_dir), **run))
                 tl = Timeline.read_jsonl(run_dir / "timeline.jsonl")
                 seq = _sequence_lengths(run_dir / "trace.partial.jsonl", run["group_size"])
-                out["train"] += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.trains]
-                out["sync"] += [t1 - t0 for t0, t1, _v in tl.syncs]
+                out["train"] += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.rows("train")]
+                out["sync"] += [t1 - t0 for t0, t1, _v in tl.rows("sync")]
                 out["host"]["step"].append(st["host_s"] / max(1, st["steps"]))
                 out["host"]["admit"].append(st["admit_s"] / max(1, st["admitted"]))
                 out["host"]["event"].append(st["event_s"] / max(1, st["events"]))
@@ -213,7 +213,7 @@ def _measure_ray(run: dict, engines: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         st = run_apart(dict(policy="async", sets=["eta=1"], out=tmp + "/run", engines=engines,
                             placement="disaggregated", **run))
-        syncs = [t1 - t0 for t0, t1, _v in Timeline.read_jsonl(Path(tmp) / "run/timeline.jsonl").syncs]
+        syncs = [t1 - t0 for t0, t1, _v in Timeline.read_jsonl(Path(tmp) / "run/timeline.jsonl").rows("sync")]
     rounds = max(1, st["steps"])
     return {"ray_round_s": max(0.0, (st["round_s"] - st["engine_s"]) / rounds), "ray_rounds": rounds,
             "ray_sync_s": float(np.median(syncs)) if syncs else 0.0, "ray_engines": engines}

@@ -113,7 +113,7 @@ class RayBackend(RealBackend):
 
     def run(self, controller) -> None:
         self.ctl = controller
-        if not controller.s.version and not self.timeline.trains:
+        if not controller.s.version and not self.timeline.count("train"):
             controller.start()
         while True:
             if self.jobs:

@@ -206,12 +206,12 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
                             timeline, rewards=backend.reward)
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
-        logs["metrics.jsonl"].write({"update": len(timeline.trains), **metrics})
+        logs["metrics.jsonl"].write({"update": timeline.count("train"), **metrics})
         for i in samples:
             logs["trace.partial.jsonl"].write(_trace_row(i, n, cfg, prompts, backend))
         if progress is not None:
-            generated = sum(row[6] for row in timeline.spans)
-            progress(len(samples), f"{cfg.policy}: update {len(timeline.trains) + 1}, {generated:,} tokens")
+            generated = int(timeline.columns("span")["tokens"].sum())
+            progress(len(samples), f"{cfg.policy}: update {timeline.count('train') + 1}, {generated:,} tokens")
         _checkpoint(ckpt, out, trainer, policy, controller, backend, train)
 
     backend.on_update = on_update

@@ -100,6 +100,8 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
         "lower_bound_s": lower_bound(trace, cluster),
     }
     timeline = Timeline(meta)
+    if hasattr(progress, "watch"):  # a progress bar polls the timeline (no calls in the hot path)
+        progress.watch(timeline, len(trace))
     backend = SimBackend(trace, cluster, timeline, progress, audit=audit,
                          attempt_lengths=attempt_lengths, seed=seed, regen=regen)
     timeline.meta["regen_sigma"] = round(backend._attempts.sigma_within, 6)

@@ -1,0 +1,258 @@
+"""Timeline files (issue 12 item 4): the columnar ``timeline.npz`` and the JSONL timeline give the
+same summary, plot, Perfetto trace, report and validation; compaction changes nothing a reader
+sees; a malformed columnar file is one error line; Ctrl-C leaves nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl import timeline as timeline_mod
+from sortedrl.cli import app
+from sortedrl.metrics import summarize
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.run import simulate
+from sortedrl.timeline import SCHEMA, Labels, Ragged, Timeline
+from sortedrl.timeline_file import read_npz, read_timeline, write_npz
+from sortedrl.traces.synth import synthesize
+from tests.conftest import tiny_cluster
+
+runner = CliRunner()
+FIX = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(policy: str = "partial"):
+    tr = synthesize("math-16k", prompts=12, group_size=4, steps=3, seed=3)
+    cluster = tiny_cluster(engines=2, max_num_seqs=8, kv=40_000)
+    return simulate(tr, make_policy(policy, [], tr), cluster, seed=1)
+
+
+def _same_columns(a: Timeline, b: Timeline) -> None:
+    for kind in SCHEMA:
+        ca, cb = a.columns(kind), b.columns(kind)
+        for name in ca:
+            x, y = ca[name], cb[name]
+            if isinstance(x, Ragged):
+                assert x.tolist() == y.tolist(), (kind, name)
+            elif isinstance(x, Labels):
+                assert x.tolist() == y.tolist(), (kind, name)
+            else:
+                assert np.array_equal(x, y) and x.dtype == y.dtype, (kind, name)
+
+
+@pytest.mark.parametrize("policy", ["partial", "sortedrl"])
+def test_both_formats_round_trip_to_the_same_summary(tmp_path, policy):
+    r = _run(policy)
+    write_npz(r.timeline, tmp_path / "t.npz")
+    r.timeline.write_jsonl(tmp_path / "t.jsonl")
+    from_npz, from_jsonl = read_timeline(tmp_path / "t.npz"), read_timeline(tmp_path / "t.jsonl")
+    assert summarize(from_npz) == summarize(from_jsonl) == r.summary
+    assert from_npz.meta == from_jsonl.meta == r.timeline.meta
+    _same_columns(from_npz, r.timeline)
+    # JSONL records are ordered by start time, so compare as sets of records
+    assert sorted(map(str, from_jsonl.rows("span"))) == sorted(map(str, r.timeline.rows("span")))
+    # the same run gives the same bytes
+    write_npz(r.timeline, tmp_path / "again.npz")
+    assert (tmp_path / "again.npz").read_bytes() == (tmp_path / "t.npz").read_bytes()
+
+
+def test_a_jsonl_timeline_written_before_the_columnar_one_gives_its_summary():
+    run = FIX / "timeline-partial"  # written by the JSONL-only code (see fixtures/README.md)
+    tl = read_timeline(run / "timeline.jsonl")
+    assert summarize(tl) == json.loads((run / "summary.json").read_text())
+    assert tl.count("abort") == 2 and np.count_nonzero(tl.columns("span")["end"] == "abort") == 32
+
+
+def test_compaction_changes_nothing_a_reader_sees(monkeypatch):
+    plain = _run("partial")
+    monkeypatch.setattr(timeline_mod, "COMPACT_ROWS", 16)
+    monkeypatch.setattr(timeline_mod, "_CHECK_EVERY", 3)
+    compacted = _run("partial")
+    tl = compacted.timeline
+    assert len(tl._chunks["span"]) >= 1 and len(tl.spans) < 16  # it did compact, in place
+    assert compacted.summary == plain.summary
+    _same_columns(tl, plain.timeline)
+    assert list(tl.jsonl_lines()) == list(plain.timeline.jsonl_lines())
+    assert tl.progress() == plain.timeline.progress()
+    assert tl.progress()[0] == np.count_nonzero(tl.columns("span")["end"] == "finish")
+
+
+def _simulate_cli(out: Path, *extra: str):
+    r = runner.invoke(app, ["simulate", "--synthetic", "math-16k", "--prompts", "12",
+                            "--group-size", "4", "--steps", "2", "--policy", "partial",
+                            "--cluster", "h100-llama3.1-8b-1gpu-16seq", "--out", str(out), *extra])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_plot_report_and_perfetto_read_both_formats(tmp_path):
+    npz = _simulate_cli(tmp_path / "cmp" / "a")
+    jsonl = _simulate_cli(tmp_path / "cmp" / "b", "--timeline", "jsonl")
+    assert sorted(p.name for p in npz.iterdir()) == [".sortedrl-run", "summary.json", "timeline.npz"]
+    assert sorted(p.name for p in jsonl.iterdir()) == [".sortedrl-run", "summary.json",
+                                                       "timeline.jsonl"]
+    pages = {}
+    for run in (npz, jsonl):
+        r = runner.invoke(app, ["plot", str(run), "--perfetto", str(run.parent / f"{run.name}.json")])
+        assert r.exit_code == 0, r.output
+        pages[run.name] = ((run / "timeline.html").read_text(),
+                           (run.parent / f"{run.name}.json").read_text())
+    assert pages["a"] == pages["b"]
+    assert "engine 0: rollout" in pages["a"][0] and json.loads(pages["a"][1])["traceEvents"]
+    summaries = [{"label": run.name, **json.loads((run / "summary.json").read_text())}
+                 for run in (npz, jsonl)]
+    (tmp_path / "cmp" / "compare.json").write_text(json.dumps(summaries))
+    r = runner.invoke(app, ["report", str(tmp_path / "cmp")])
+    assert r.exit_code == 0, r.output
+    assert "finished samples" in (tmp_path / "cmp" / "report.html").read_text()
+
+
+def test_validate_reads_a_columnar_real_timeline(tmp_path):
+    runs = {}
+    for fmt in ("jsonl", "npz"):
+        run = tmp_path / fmt
+        run.mkdir()
+        for f in (FIX / "run-sync").iterdir():
+            if f.name != "timeline.jsonl":
+                (run / f.name).write_bytes(f.read_bytes())
+        tl = Timeline.read_jsonl(FIX / "run-sync" / "timeline.jsonl")
+        write_npz(tl, run / "timeline.npz") if fmt == "npz" else tl.write_jsonl(run / "timeline.jsonl")
+        r = runner.invoke(app, ["validate", str(run), "--profile", str(FIX / "cpu-profile.json"),
+                                "--json"])
+        assert r.exit_code == 0, r.output
+        runs[fmt] = {k: v for k, v in json.loads(r.stdout).items() if k != "run"}
+    assert runs["npz"] == runs["jsonl"] and runs["npz"]["updates_real"] == 4
+
+
+def _npz(path: Path, arrays: dict) -> Path:
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def _good(tmp_path: Path) -> dict:
+    tl = _run("partial").timeline
+    write_npz(tl, tmp_path / "good.npz")
+    with np.load(tmp_path / "good.npz") as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("garbage", r"timeline\.npz: not a readable timeline file"),
+    ("empty", r"timeline\.npz: not a readable timeline file"),
+    ("no format", r"timeline\.npz: not a sortedrl timeline \(array 'format' must be 1\)"),
+    ("bad meta", r"timeline\.npz: array 'meta' is not UTF-8 JSON"),
+    ("missing field", r"timeline\.npz: has 'span\.t' but no 'span\.tokens'"),
+    ("short column", r"timeline\.npz: array 'span\.t_end' has \d+ records, expected \d+"),
+    ("float engine", r"timeline\.npz: array 'span\.engine' is float64 of shape \(\d+,\); "
+                     r"expected a 1-D array of integers"),
+    ("bad offsets", r"timeline\.npz: array 'train\.samples\.offsets' does not index "
+                    r"'train\.samples\.values'"),
+    ("unknown array", r"timeline\.npz: unknown array 'span\.colour'"),
+    ("pickled", r"timeline\.npz: not a readable timeline file"),
+])
+def test_a_bad_columnar_file_is_one_error_line(tmp_path, case, message):
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "timeline.npz"
+    arrays = _good(tmp_path)
+    if case == "garbage":
+        path.write_bytes(b"PK\x03\x04 not really a zip")
+    elif case == "empty":
+        path.write_bytes(b"")
+    else:
+        if case == "no format":
+            del arrays["format"]
+        elif case == "bad meta":
+            arrays["meta"] = np.frombuffer(b"{oops", dtype=np.uint8)
+        elif case == "missing field":
+            del arrays["span.tokens"]
+        elif case == "short column":
+            arrays["span.t_end"] = arrays["span.t_end"][:-1]
+        elif case == "float engine":
+            arrays["span.engine"] = arrays["span.engine"].astype(float)
+        elif case == "bad offsets":
+            arrays["train.samples.offsets"] = arrays["train.samples.offsets"] + 1
+        elif case == "unknown array":
+            arrays["span.colour"] = np.zeros(3)
+        elif case == "pickled":
+            arrays["meta"] = np.array([{"a": 1}], dtype=object)
+        _npz(path, arrays)
+    before = sorted(tmp_path.rglob("*"))
+    r = runner.invoke(app, ["plot", str(run)])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: "), r.stderr
+    assert re.search(message, lines[0]), lines[0]
+    assert sorted(tmp_path.rglob("*")) == before
+    with pytest.raises(Exception) as e:
+        read_npz(path)
+    assert str(e.value) == lines[0].removeprefix("error: ")
+
+
+def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
+    """A long simulate on a terminal shows samples finished and simulated time; Ctrl-C then
+    stops it with one line and exit 130, leaving no run directory and no temp files."""
+    out = tmp_path / "run"
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "TERM": "xterm",
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sortedrl.cli", "simulate", "--synthetic", "math-16k",
+         "--prompts", "60000", "--group-size", "16", "--steps", "1", "--policy", "sync",
+         "--out", str(out)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env, cwd=tmp_path)
+    os.close(slave)
+    shown = b""
+    try:
+        deadline = time.monotonic() + 300
+        while b"s simulated" not in shown and proc.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 1.0)[0]:
+                shown += os.read(master, 65536)
+        assert b"samples finished" in shown and b"s simulated" in shown, shown[-2000:]
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=120)
+        while select.select([master], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert proc.returncode == 130, shown[-2000:]
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode(errors="replace"))
+    lines = [ln.strip() for ln in re.split(r"[\r\n]+", text) if ln.strip()]
+    assert lines[-1] == "error: interrupted (Ctrl-C)" and "Traceback" not in text
+    assert sum("error:" in ln for ln in lines) == 1 and stdout == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no run directory, no temp files
+
+
+def test_columnar_files_open_without_pickle(tmp_path):
+    tl = _run("partial").timeline
+    write_npz(tl, tmp_path / "t.npz")
+    with zipfile.ZipFile(tmp_path / "t.npz") as z:
+        names = set(z.namelist())
+    assert {"format.npy", "meta.npy", "span.t.npy", "span.end.npy", "span.end.labels.npy",
+            "train.samples.offsets.npy", "train.samples.values.npy"} <= names
+    with np.load(tmp_path / "t.npz", allow_pickle=False) as z:
+        assert json.loads(z["meta"].tobytes()) == tl.meta
+        assert z["span.t"].size == tl.count("span")
