@@ -133,6 +133,31 @@ def _trained(tl: Timeline, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
     return trained_ver, update_of
 
 
+def _engine_busy(sp: dict, pf: dict, makespan: float) -> float:
+    """Seconds each engine holds a span or prefills, summed over engines: the engines' unions
+    in one pass, each engine's intervals shifted past the others'."""
+    shift = np.concatenate((sp["engine"], pf["engine"])).astype(np.float64)
+    shift *= makespan + 1.0
+    start = np.concatenate((sp["t"], pf["t"]))
+    start += shift
+    end = np.concatenate((sp["t_end"], pf["t_end"]))
+    end += shift
+    del shift
+    return union_length(start, end)
+
+
+def _staleness(stale: np.ndarray, weights: np.ndarray) -> tuple[float, int, int]:
+    """Token-weighted mean, p95 and max of the staleness of trained spans (versions)."""
+    total = int(weights.sum())
+    if total <= 0:
+        return 0.0, 0, 0
+    low = int(stale.min())
+    per_value = np.bincount(stale - low, weights=weights)  # exact: integer sums below 2**53
+    cum = np.cumsum(per_value)
+    p95 = int(np.searchsorted(cum, 0.95 * cum[-1])) + low
+    return float(np.dot(stale, weights)) / float(total), p95, int(stale.max())
+
+
 def summarize(tl: Timeline) -> dict:
     """The summary of a run (the ``summary.json`` contract, plus a few extra keys).
 
@@ -144,26 +169,22 @@ def summarize(tl: Timeline) -> dict:
     capacity = int(m["engines"]) * int(m["max_num_seqs"])
 
     sp = tl.columns("span")
-    t0, t1, eng, smp = sp["t"], sp["t_end"], sp["engine"], sp["sample"]
+    t0, t1, smp = sp["t"], sp["t_end"], sp["sample"]
     att, ver, tok = sp["attempt"], sp["version"], sp["tokens"]
     makespan = max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
 
     # rollout slot-time
-    by_start = np.argsort(t0)
     busy_slots = float(np.sum(np.sort(t1 - t0)))
-    rollout_s = union_length(t0[by_start], t1[by_start], presorted=True)
+    rollout_s = union_length(t0, t1)
     bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
     tools = tool_summary(tl, t0, t1, capacity, busy_slots)  # multi-turn runs only: else {}
     if tools:  # a trajectory away on a tool call is still rolling out
         rollout_s, bubble = tools.pop("rollout_s"), tools.pop("bubble_ratio")
 
-    # GPU time: an engine is active while it holds a span or prefills; the engines' unions in
-    # one pass, each engine shifted past the others
+    # GPU time: an engine is active while it holds a span or prefills
     tp, gpus = int(m["tp"]), int(m["gpus"])
     pf = tl.columns("prefill")
-    a0, a1 = np.concatenate((t0, pf["t"])), np.concatenate((t1, pf["t_end"]))
-    shift = (makespan + 1.0) * np.concatenate((eng, pf["engine"])).astype(np.float64)
-    engine_busy = union_length(a0 + shift, a1 + shift)
+    engine_busy = _engine_busy(sp, pf, makespan)
     train_s, sync_s = _duration(tl, "train"), _duration(tl, "sync")
     offload_s = _duration(tl, "offload", "onload")
     gpu_busy = (engine_busy * tp + train_s * int(m["trainer_gpus"]) + sync_s * gpus
@@ -187,15 +208,7 @@ def summarize(tl: Timeline) -> dict:
     filtered_tokens = int(tok[groups["filtered"][smp] & last].sum())
 
     stale = trained_ver[smp[useful_mask]] - ver[useful_mask]
-    weights = tok[useful_mask]
-    if weights.sum() > 0:
-        s_mean = float(np.dot(stale, weights)) / float(weights.sum())
-        order = np.argsort(stale, kind="stable")
-        cum = np.cumsum(weights[order])
-        s_p95 = int(stale[order][np.searchsorted(cum, 0.95 * cum[-1])])
-        s_max = int(stale.max())
-    else:
-        s_mean, s_p95, s_max = 0.0, 0, 0
+    s_mean, s_p95, s_max = _staleness(stale, tok[useful_mask])
 
     lower = float(m["lower_bound_s"])
     out = {

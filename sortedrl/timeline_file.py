@@ -98,7 +98,84 @@ def read_timeline(path: str | Path) -> Timeline:
         with open(path, "rb") as f:
             if f.read(4) == b"PK\x03\x04":
                 return read_npz(path)
-    return Timeline.read_jsonl(path)
+    return read_jsonl_fast(path) or Timeline.read_jsonl(path)
+
+
+_ARROW = {"f8": "float64", "i4": "int64", "i8": "int64", "?": "bool_", "label": "string"}
+
+
+def read_jsonl_fast(path: Path) -> Timeline | None:
+    """A JSONL timeline through pyarrow's JSON reader (about 5x faster), or None when the file
+    is not clean (a bad line, a field of the wrong type, a record missing a field...): then
+    :meth:`Timeline.read_jsonl`, the reference, reads it and names the line at fault."""
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json  # noqa: F401
+        data = path.read_bytes()
+    except (ImportError, OSError):
+        return None
+    end = data.find(b"\n") + 1
+    try:
+        first = json.loads(data[:end])
+    except ValueError:
+        return None
+    if not end or not isinstance(first, dict) or first.get("kind") != "meta":
+        return None
+    fields = {"kind": pa.string()}
+    for cols in SCHEMA.values():
+        for name, typ in cols:
+            fields[name] = pa.list_(pa.int64()) if typ == "samples" else getattr(pa, _ARROW[typ])()
+    try:
+        table = pa.json.read_json(
+            pa.BufferReader(pa.py_buffer(memoryview(data)[end:])),
+            read_options=pa.json.ReadOptions(use_threads=False, block_size=1 << 24),
+            parse_options=pa.json.ParseOptions(explicit_schema=pa.schema(fields),
+                                               unexpected_field_behavior="error"))
+    except (pa.ArrowException, ValueError):
+        return None
+    if table.num_rows != data.count(b"\n", end) + (not data.endswith(b"\n")):
+        return None  # a blank line, or two records on one line
+    tl = Timeline({k: v for k, v in first.items() if k != "kind"})
+    kinds = table.column("kind")
+    known = 0
+    for kind in SCHEMA:
+        rows = table.filter(pc.equal(kinds, kind))
+        known += rows.num_rows
+        if rows.num_rows:
+            typed = _arrow_kind(tl, kind, rows)
+            if typed is None:
+                return None
+            tl.set_columns(kind, typed)
+    return tl if known == table.num_rows else None  # else a null or unknown kind
+
+
+def _arrow_kind(tl: Timeline, kind: str, rows) -> dict | None:
+    out = {}
+    for name, typ in SCHEMA[kind]:
+        col = rows.column(name).combine_chunks()
+        if col.null_count:
+            return None
+        if typ == "samples":
+            out[name] = Ragged(col.offsets.to_numpy().astype(np.int64),
+                               col.values.to_numpy().astype(np.int32))
+        elif typ == "label":
+            strings = col.to_pylist()
+            table = tl.labels(kind, name)
+            for label in sorted(set(strings) - set(table)):
+                table.append(label)
+            code = {label: i for i, label in enumerate(table)}
+            out[name] = Labels(np.fromiter(map(code.__getitem__, strings), dtype=np.uint8,
+                                           count=len(strings)), table)
+        else:
+            values = col.to_numpy(zero_copy_only=False)
+            if typ == "i4" and values.size and (values.min() < _I4.min or values.max() > _I4.max):
+                return None
+            out[name] = values.astype(typ)
+    return out
+
+
+_I4 = np.iinfo(np.int32)
 
 
 def find_timeline(rundir: Path, default: str = NAMES[0]) -> Path:

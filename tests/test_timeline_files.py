@@ -26,7 +26,7 @@ from sortedrl.metrics import summarize
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import SCHEMA, Labels, Ragged, Timeline
-from sortedrl.timeline_file import read_npz, read_timeline, write_npz
+from sortedrl.timeline_file import read_jsonl_fast, read_npz, read_timeline, write_npz
 from sortedrl.traces.synth import synthesize
 from tests.conftest import tiny_cluster
 
@@ -60,7 +60,9 @@ def test_both_formats_round_trip_to_the_same_summary(tmp_path, policy):
     write_npz(r.timeline, tmp_path / "t.npz")
     r.timeline.write_jsonl(tmp_path / "t.jsonl")
     from_npz, from_jsonl = read_timeline(tmp_path / "t.npz"), read_timeline(tmp_path / "t.jsonl")
+    assert read_jsonl_fast(tmp_path / "t.jsonl") is not None  # pyarrow read it
     assert summarize(from_npz) == summarize(from_jsonl) == r.summary
+    _same_columns(from_jsonl, Timeline.read_jsonl(tmp_path / "t.jsonl"))  # the reference reader
     assert from_npz.meta == from_jsonl.meta == r.timeline.meta
     _same_columns(from_npz, r.timeline)
     # JSONL records are ordered by start time, so compare as sets of records
