@@ -227,7 +227,16 @@ def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
                 shown += os.read(master, 65536)
         assert b"samples finished" in shown and b"s simulated" in shown, shown[-2000:]
         proc.send_signal(signal.SIGINT)
-        stdout, _ = proc.communicate(timeout=120)
+        # Keep reading the terminal until the child exits, as a terminal does: a pty that nobody
+        # reads fills up (a few KB of progress redraws on a loaded host) and blocks the child's writes.
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    shown += os.read(master, 65536)
+                except OSError:  # the child closed the terminal: it is exiting
+                    break
+        stdout, _ = proc.communicate(timeout=5)
         while select.select([master], [], [], 0.5)[0]:
             try:
                 chunk = os.read(master, 65536)
