@@ -215,17 +215,21 @@ def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
            "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "sortedrl.cli", "simulate", "--synthetic", "math-16k",
-         "--prompts", "60000", "--group-size", "16", "--steps", "1", "--policy", "sync",
+         "--prompts", "60000", "--group-size", "16", "--steps", "4", "--policy", "sync",
          "--out", str(out)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env, cwd=tmp_path)
     os.close(slave)
     shown = b""
     try:
+        # Interrupt mid-simulation: once the bar has shown two different simulated times (a
+        # last, exact count is also shown after the simulation ends, so one is not enough).
         deadline = time.monotonic() + 300
-        while b"s simulated" not in shown and proc.poll() is None and time.monotonic() < deadline:
+        while len(set(re.findall(rb"([\d,]+) s simulated", shown))) < 2 and proc.poll() is None \
+                and time.monotonic() < deadline:
             if select.select([master], [], [], 1.0)[0]:
                 shown += os.read(master, 65536)
-        assert b"samples finished" in shown and b"s simulated" in shown, shown[-2000:]
+        assert b"samples finished" in shown and len(set(re.findall(rb"([\d,]+) s simulated", shown))) >= 2, \
+            shown[-2000:]
         proc.send_signal(signal.SIGINT)
         # Keep reading the terminal until the child exits, as a terminal does: a pty that nobody
         # reads fills up (a few KB of progress redraws on a loaded host) and blocks the child's writes.
