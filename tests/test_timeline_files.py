@@ -217,7 +217,10 @@ def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
         [sys.executable, "-m", "sortedrl.cli", "simulate", "--synthetic", "math-16k",
          "--prompts", "60000", "--group-size", "16", "--steps", "4", "--policy", "sync",
          "--out", str(out)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env, cwd=tmp_path)
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env, cwd=tmp_path,
+        # as a terminal's foreground job: a suite started in the background (`cmd &` without job
+        # control) has SIGINT ignored, which every child inherits, and Ctrl-C would do nothing
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     shown = b""
     try:
