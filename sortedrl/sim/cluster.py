@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sortedrl.errors import ConfigError
-from sortedrl.sim.cost import CostModel
+from sortedrl.sim.cost import CostModel, all_to_all_s
 from sortedrl.sim.hardware import GPUS, MODELS, Model
 
 TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
@@ -40,6 +40,9 @@ NET_EFF = 0.8  # share of a link's rate an NCCL weight broadcast reaches (bus ba
 # (vLLM V1 schedules the next step while the GPU runs this one)
 MEASURED = dict(mbu=0.84, mbu_kv=0.80, mfu=0.64, t_fix=0.0, ops_layer_s=24e-6, attn_layer_s=14e-6, seq_share=0.9)
 DECODE_MODELS = ("roofline", "measured")
+# Expert parallelism: the dispatch sends activations in the checkpoint's precision (FP8 for an FP8
+# model) and the combine returns them in BF16 (DeepSeek-V3 report, sec. 3.3.2; DeepEP's settings)
+COMBINE_BYTES = 2
 
 
 @dataclass(frozen=True)
@@ -122,13 +125,14 @@ class Cluster:
         active = m.active_params
         dense_bytes = m.weight_bytes - m.moe_layers * m.experts * m.expert_bytes
         seq_flops = 2.0 * active / fl  # one sequence's decode FLOPs at peak
+        a2a = self.all_to_all_per_token_s
         return CostModel(
             t_fix=d["t_fix"] + m.n_layers * (d["ops_layer_s"] + d["attn_layer_s"]),
             a0=dense_bytes / (bw * d["mbu"]),
             a1=m.kv_bytes_per_token / (bw * d["mbu_kv"]),
             c1=(1.0 / d["mfu"] - d["seq_share"]) * seq_flops,
-            s1=d["seq_share"] * seq_flops,
-            p1=2.0 * active / (fl * self.mfu_prefill),
+            s1=d["seq_share"] * seq_flops + a2a,
+            p1=2.0 * active / (fl * self.mfu_prefill) + a2a,
             p2=m.attn_flops_per_pair / (fl * self.mfu_prefill),
             expert_read=m.moe_layers * m.expert_bytes / (bw * d["mbu"]),
             experts=m.experts, experts_per_token=m.experts_per_token, expert_shards=self.ep,
@@ -155,6 +159,21 @@ class Cluster:
             sync_s=self.sync_fix + m.weight_bytes / self.sync_bandwidth,
             offload_s=offload, onload_s=onload,
         )
+
+    @property
+    def all_to_all_per_token_s(self) -> float:
+        """Expert parallelism's dispatch + combine per token of a step (decode or prefill), summed
+        over the MoE layers, s: the ``ep`` shards of an engine hold a share 1/ep of the step's
+        tokens each and exchange them all at once (:func:`all_to_all_s`), over NVLink within a node
+        and the network across nodes, at NCCL's share ``NET_EFF`` of each link; not overlapped
+        with compute. 0 without expert parallelism."""
+        m = MODELS[self.model]
+        if self.ep <= 1 or not m.experts:
+            return 0.0
+        nvlink, net = GPUS[self.gpu].link_bw * NET_EFF, self.net_gbps * 1e9 / 8 * NET_EFF
+        per_rank = sum(all_to_all_s(1.0 / self.ep, m.experts_per_token, m.d_model, b, self.ep,
+                                    self.gpus_per_node, nvlink, net) for b in (m.dtype_bytes, COMBINE_BYTES))
+        return m.moe_layers * per_rank
 
     @property
     def sync_bandwidth(self) -> float:

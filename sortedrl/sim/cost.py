@@ -229,6 +229,21 @@ def expected_experts(tokens: int, experts: int, per_token: int) -> float:
     return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
 
 
+def all_to_all_s(tokens: float, per_token: int, hidden: int, value_bytes: float, shards: int, per_node: int,
+                 nvlink_bw: float, net_bw: float) -> float:
+    """One expert-parallel all-to-all of one MoE layer (a dispatch, or a combine), s: each of
+    ``shards`` GPUs sends each of its ``tokens`` tokens' hidden state (``hidden`` values of
+    ``value_bytes``) to each of the ``per_token`` experts it chose, as DeepEP's low-latency kernels
+    do. With uniform routing a share (n − 1)/shards of the copies goes to another GPU of the node
+    (n = ``per_node`` shards per node) over NVLink and (shards − n)/shards to other nodes over the
+    network; both links run at once, so the slower one sets the time (bandwidths in bytes/s)."""
+    if shards <= 1:
+        return 0.0
+    n = min(shards, per_node)
+    sent = tokens * per_token * hidden * value_bytes
+    return max((n - 1) / shards * sent / nvlink_bw, (shards - n) / shards * sent / net_bw)
+
+
 def busiest_shard(tokens: int, experts: int, per_token: int, shards: int) -> float:
     """Experts the busiest of ``shards`` expert-parallel shards reads, times ``shards``.
 
