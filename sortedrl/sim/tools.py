@@ -1,13 +1,13 @@
 """The tool environment of agentic rollouts: a pool of sandboxes that tool calls queue for.
 
 Between two turns of a trajectory (:mod:`sortedrl.sim.turns`) the sample is away from its
-engine, holding no slot (unless the cluster's ``tool_holds_slot`` says a tool call keeps it, as a
-synchronous agent loop that blocks a batch slot does: then its slot and KV stay reserved on the
-engine and it rejoins at the head of the queue): it waits for a sandbox (the cluster's ``tool_pool``, first come first
+engine, holding no slot: it waits for a sandbox (the cluster's ``tool_pool``, first come first
 served, as a SandboxFusion or Docker pool with a concurrency limit), runs its tool call for the
 trace's ``turn_tool_s`` seconds, and returns to its engine's queue with the tool output to
-prefill. Each call is one record of kind ``tool`` in the timeline: asked at ``t``, a sandbox
-from ``t_start``, back at ``t_end``.
+prefill. When the cluster's ``tool_holds_slot`` says a tool call keeps its slot (a synchronous
+agent loop that blocks a batch slot), its slot and KV stay reserved on the engine meanwhile and
+it rejoins at the head of the queue. Each call is one record of kind ``tool`` in the timeline:
+asked at ``t``, a sandbox from ``t_start``, back at ``t_end``.
 
 The policy sees a trajectory's turn boundaries (a ``TURN_DONE`` event to policies that listen)
 and samples away on a tool call (``ClusterView.in_tool``; they count in their engine's load),
