@@ -42,9 +42,8 @@ def synthetic(tmp: Path, name: str, ins, outs, concurrency: int, detailed: bool 
         raw.update(input_lens=list(map(int, ins)), output_lens=list(map(int, outs)))
     if detailed:
         ttft = rep.first_token_s - rep.sent_s
-        rest = rep.end_s - rep.first_token_s
         raw.update(ttfts=ttft.tolist(), start_times=(100.0 + rep.sent_s).tolist(),
-                   itls=[[r / (o - 1)] * (o - 1) if o > 1 else [] for r, o in zip(rest, outs, strict=True)])
+                   itls=[np.diff(rep.step_end_s[a:a + o]).tolist() for a, o in zip(rep.admit_step, outs, strict=True)])
     path = tmp / name
     path.write_text(json.dumps(raw))
     return path
@@ -94,9 +93,8 @@ def test_a_summary_without_lists_gives_every_request_the_mean_lengths(tmp_path):
 LEVELS, REPEATS = (2, 4, 8, 16), 3
 # The issue's acceptance: fitted on one level's files, the profile predicts another level's median
 # duration within 5%. Every pair that holds on the recorded files (python bench/bench_fit_levels.py);
-# the other eight (c2 -> c4, c8, c16; c4 -> c8, c16; c8 -> c16; c16 -> c2, c4: -23.3 ... +10.2%)
-# are in docs/calibration.md.
-CLAIMED = ((4, 2), (8, 2), (8, 4), (16, 8))
+# the other five (c2 -> c4, c8, c16; c4 -> c8, c16: -23.6 ... -6.0%) are in docs/calibration.md.
+CLAIMED = ((4, 2), (8, 2), (8, 4), (8, 16), (16, 2), (16, 4), (16, 8))
 
 
 def recorded(c: int, k: int = 0) -> Path:
@@ -185,14 +183,15 @@ def test_too_few_files_without_latencies(tmp_path):
         "levels) or save with --save-detailed")
 
 
-def test_one_level_says_it_cannot_tell_the_step_from_the_sequence_cost():
-    """At one concurrency level the batch hardly varies, so the per-step and per-sequence terms
-    trade off; the fit reproduces its own files but flags the per-sequence term."""
+def test_one_level_reproduces_its_files_and_its_drain_separates_the_terms():
+    """At one concurrency level the batch varies only while the run drains; the halves of each
+    request's gaps see that, so no term is flagged (the flag measures noise, not extrapolation:
+    this profile is 6% off at c8 and c16, see docs/calibration.md)."""
     runs = level(4)
     fit = fit_bench(runs, preset(PRESET))
     for run in runs:
         assert abs(predict_duration(run, fit["costs"], 32, fit["latency_s"]) / run.duration_s - 1) < 0.05
-    assert "s1" in fit["uncertain"]
+    assert fit["uncertain"] == [] and fit["unidentified"] == []
 
 
 @pytest.mark.parametrize(("fit_on", "other"), CLAIMED)

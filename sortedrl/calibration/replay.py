@@ -37,6 +37,7 @@ class Replay:
     features: np.ndarray  # sums over steps of (1, running, KV tokens, prefilled tokens, admitted)
     step_features: np.ndarray  # the same per step (steps x terms)
     step_start_s: np.ndarray  # when each step started
+    step_end_s: np.ndarray  # when each step ended (its tokens streamed)
     admit_step: np.ndarray  # per request, the step that prefilled it (and gave its first token)
     end_step: np.ndarray  # per request, the step that gave its last token
     idle_s: float  # time the engine had nothing to run
@@ -55,6 +56,7 @@ def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int)
     sent, first, end = np.zeros(n), np.zeros(n), np.zeros(n)
     rows: list[tuple[float, int, int, int, int]] = []
     starts: list[float] = []
+    ends: list[float] = []
     admit_step, end_step = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     t = idle = 0.0
     inflight = step = running = kv = 0
@@ -94,6 +96,7 @@ def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int)
         rows.append((1.0, running, kv, tokens, new))
         starts.append(t)
         t += dt
+        ends.append(t)
         first[admitted] = t
         kv += running
         while done and done[0][0] == step:
@@ -105,5 +108,6 @@ def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int)
         step += 1
         send(t)
     per_step = np.asarray(rows, dtype=float).reshape(-1, len(ENGINE_TERMS))
-    return Replay(t, per_step.sum(axis=0), per_step, np.asarray(starts), admit_step, end_step, idle, step,
+    return Replay(t, per_step.sum(axis=0), per_step, np.asarray(starts), np.asarray(ends), admit_step, end_step,
+                  idle, step,
                   sent, first, end)

@@ -9,9 +9,11 @@ which is linear in the five terms, so every measured time is the dot product of 
 features the replay sums over the steps it spans:
 - every file's ``duration`` spans all steps (minus the engine's idle time);
 - with ``--save-detailed`` lists, each request's time to first token (its admission step) and
-  its end-to-end latency (``ttft + sum(itls)``: from its admission to its last step). Single
+  its end-to-end latency (``ttft + sum(itls)``: from its admission to its last step), and the
+  sums of the first and of the last half of its gaps (the halves of the last requests of a
+  closed loop see the batch shrink, which separates ``t_fix`` from ``s1`` at one level). Single
   inter-token gaps are not fitted: a busy API server streams tokens in bursts, so one gap is
-  not one step, while their sum is exact.
+  not one step, while a sum of many is nearly exact.
 The terms solve a bounded linear least squares on relative errors. The replay's schedule does
 not depend on the costs when every request is ready at once (``request_rate inf``); at a finite
 rate it does, so fit and replay alternate until the terms settle.
@@ -151,7 +153,11 @@ def _design(runs: list[BenchRun], reps: list[Replay], latency_s: float) -> tuple
 
 def _request_rows(run: BenchRun, rep: Replay, latency_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A request's time to first token is its latency, its wait for the running step to end
-    (from the replay) and its admission step; its end-to-end time adds the steps to its last."""
+    (from the replay) and its admission step; its end-to-end time adds the steps to its last.
+    Each half of its later tokens (the sum of its first and of its last ``itls``) is also a row:
+    in a closed loop the batch shrinks while the last requests drain, so the halves see different
+    batches, which separates the per-step from the per-sequence cost at one level. The halves are
+    sums of some twenty gaps, which the server's bursts barely move (single gaps they do)."""
     if not run.detailed:
         return np.zeros((0, len(COLUMNS))), np.zeros(0), np.zeros(0)
     prefix = np.vstack([np.zeros(len(ENGINE_TERMS)), np.cumsum(rep.step_features, axis=0)])
@@ -160,8 +166,24 @@ def _request_rows(run: BenchRun, rep: Replay, latency_s: float) -> tuple[np.ndar
     whole = np.hstack([prefix[rep.end_step + 1] - prefix[rep.admit_step], ones])
     wait = rep.step_start_s[rep.admit_step] - rep.sent_s - latency_s  # for the running step, s
     e2e = run.ttfts + np.array([g.sum() for g in run.itls])
-    measured = np.concatenate([run.ttfts, e2e])
-    return np.vstack([first, whole]), measured - np.concatenate([wait, wait]), measured
+    halves, sums = _half_rows(run, rep, prefix)
+    measured = np.concatenate([run.ttfts, e2e, sums])
+    targets = measured - np.concatenate([wait, wait, np.zeros(len(sums))])
+    return np.vstack([first, whole, halves]), targets, measured
+
+
+def _half_rows(run: BenchRun, rep: Replay, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the two halves of each request's inter-token gaps (gap j follows step admit + j + 1)."""
+    rows, sums = [], []
+    for i, gaps in enumerate(run.itls):
+        n = len(gaps)
+        if n < 2:
+            continue
+        for a, b in ((0, n // 2), (n // 2, n)):
+            lo, hi = rep.admit_step[i] + a + 1, rep.admit_step[i] + b + 1
+            rows.append(np.append(prefix[hi] - prefix[lo], 0.0))
+            sums.append(float(gaps[a:b].sum()))
+    return np.reshape(rows, (-1, len(COLUMNS))), np.asarray(sums)
 
 
 def _solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
