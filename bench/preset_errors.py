@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from sortedrl.sim.cluster import MEASURED, preset
+from sortedrl.sim.cluster import MEASURED, NET_EFF, preset
+from sortedrl.sim.cost import all_to_all_s
 from sortedrl.sim.hardware import GPUS
 
 
@@ -124,6 +125,21 @@ def sync_rows() -> None:
     print(f"sync, verl checkpoint engine H20 7B: 0.02 s measured, {s8:.3f} s ({err(s8, 0.02)})")
 
 
+# deepseek-ai/DeepEP docs/legacy.md (V1 low-latency kernels): H800, one CX7 400 Gb/s NIC a GPU, 128
+# tokens a GPU, hidden 7168, top-8, FP8 dispatch (a 4-byte scale a 128 values), BF16 combine;
+# EP size -> (dispatch, combine) latency, us
+DEEPEP_LOW_LATENCY = {8: (77, 114), 16: (118, 195), 32: (155, 273), 64: (173, 314), 128: (192, 369), 256: (194, 360)}
+
+
+def all_to_all_rows() -> None:
+    nvlink, net = GPUS["h800"].link_bw * NET_EFF, 400e9 / 8 * NET_EFF
+    for ep, (dispatch, combine) in DEEPEP_LOW_LATENCY.items():
+        d = 1e6 * all_to_all_s(128, 8, 7168, 1 + 4 / 128, ep, 8, nvlink, net)
+        c = 1e6 * all_to_all_s(128, 8, 7168, 2, ep, 8, nvlink, net)
+        print(f"all-to-all, DeepEP low-latency EP{ep}: dispatch {dispatch} us measured, {d:.0f} us "
+              f"({err(d, dispatch)}); combine {combine} us, {c:.0f} us ({err(c, combine)})")
+
+
 if __name__ == "__main__":
     linear_rows()
     layer_rows()
@@ -131,3 +147,4 @@ if __name__ == "__main__":
     end_to_end_rows()
     update_rows()
     sync_rows()
+    all_to_all_rows()
