@@ -56,7 +56,9 @@ def test_areal_sessions_give_turns_and_tool_seconds(tmp_path) -> None:
     assert trace.turn_tool_s.tolist() == [1.5, 0.0, 0.0]
     assert trace.turn_tool_tokens.tolist() == [12, 0, 0]
     assert report.notes == ("skipped 1 AReaL sessions not accepted or rejected (pending, failed "
-                            "or dropped)", "AReaL's sessions carry no training step: all are step 0")
+                            "or dropped)", "AReaL's sessions carry no training step: all are step 0",
+                            "left out 1 AReaL tool calls that did not start between two turns "
+                            "(before the first, after the last, or during a generate phase)")
 
 
 def test_areal_without_token_counts_needs_a_decode_rate(tmp_path) -> None:
@@ -144,9 +146,9 @@ def test_nemo_gym_per_turn_metrics_give_turns(tmp_path) -> None:
     assert trace.turn_tool_s.tolist() == [4.0, 1.0, 0.0, 0.0]
     assert trace.turn_tool_tokens.tolist() == [50, 50, 0, 0]
     assert trace.reward.tolist() == [1.0, 0.0]
-    assert report.notes == ("left out 1 NeMo-Gym actions that ran before the first LLM call or "
-                            "after the last (no turn waits for them)",
-                            "2 NeMo-Gym rollouts carry no 'step': step 0")
+    assert report.notes == ("left out 1 NeMo-Gym actions that did not start between two LLM "
+                            "calls (before the first, after the last, or during a call): no turn "
+                            "waits for them", "2 NeMo-Gym rollouts carry no 'step': step 0")
 
 
 def test_nemo_gym_condensed_history_appends_nothing(tmp_path) -> None:
@@ -176,3 +178,50 @@ def test_nemo_gym_bad_rollouts_are_one_line(tmp_path) -> None:
     r = runner.invoke(app, ["trace", "import", str(path), "--from", "nemo-gym", "--out", str(out)])
     assert r.exit_code == 2 and r.stderr.startswith("error: ") and not out.exists()
     assert len(r.stderr.splitlines()) == 1
+
+
+def test_areal_decode_rate_past_int32_is_one_line(tmp_path) -> None:
+    bare = [{k: v for k, v in s.items() if k != "turn_tokens"} for s in SESSIONS[:2]]
+    path = _areal(tmp_path, bare)
+    for rate in ("1e10", "1e300"):
+        with pytest.raises(TraceError) as e:
+            import_framework("areal", path, decode_tps=float(rate))
+        assert str(e.value).startswith(f"{path / 'sessions-r0.jsonl'}: line 1: --decode-tps "
+                                       f"{float(rate):g} x the generate seconds gives ")
+        assert str(e.value).endswith("past 2,147,483,647; give the decode rate in tokens per second")
+
+
+def test_areal_only_options_are_refused_for_other_sources(tmp_path) -> None:
+    path = _gym(tmp_path, [("x", A)])
+    out = tmp_path / "t.jsonl"
+    for flag, value in (("--decode-tps", "5"), ("--prompt-len", "7")):
+        r = runner.invoke(app, ["trace", "import", str(path), "--from", "nemo-gym", flag, value,
+                                "--out", str(out)])
+        assert r.exit_code == 2 and not out.exists()
+        assert r.stderr.splitlines() == [f"error: {flag}: only for --from areal (it stands in for "
+                                         "the token counts AReaL does not log); remove it"]
+
+
+def test_nemo_gym_calls_with_equal_times_keep_their_logged_order(tmp_path) -> None:
+    tie = _rollout([(0, 3, 100, 30), (0, 3, 100, 20)], [])
+    trace, _ = import_framework("nemo-gym", _gym(tmp_path, [("x", tie)]))
+    assert trace.turn_gen.tolist() == [30, 20]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m["response_latencies"][1].pop("response_id"),
+     "field 'per_turn_metrics.response_latencies[1].response_id': expected a string or an "
+     "integer, got None"),
+    (lambda m: m["token_usages"][0].update(response_id=["r0"]),
+     "field 'per_turn_metrics.token_usages[0].response_id': expected a string or an integer, "
+     "got ['r0']"),
+    (lambda m: m["token_usages"][2].update(response_id="r1"),
+     "field 'per_turn_metrics.token_usages[2].response_id': 'r1' appears twice"),
+])
+def test_nemo_gym_response_ids_pair_calls_with_usages(tmp_path, edit, message) -> None:
+    bad = json.loads(json.dumps(A))
+    edit(bad["per_turn_metrics"])
+    path = _gym(tmp_path, [("x", bad)])
+    with pytest.raises(TraceError) as e:
+        import_framework("nemo-gym", path)
+    assert str(e.value) == f"{next(path.rglob('nemo_gym_metrics.json'))}: {message}"

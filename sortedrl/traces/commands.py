@@ -76,6 +76,10 @@ def import_cmd(
     force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Turn a public per-request table, or an RL framework's rollout dump, into a length trace."""
+    for flag, value in (("--decode-tps", decode_tps), ("--prompt-len", prompt_len)):
+        if value is not None and framework != "areal":
+            raise ConfigError(f"{flag}: only for --from areal (it stands in for the token counts "
+                              "AReaL does not log); remove it")
     outs = _output(out, force, [file] if file.is_file() else [p for p in file.rglob("*") if p.is_file()])
     if framework is not None:
         _import_framework(framework, file, out, outs, dict(

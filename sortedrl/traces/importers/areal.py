@@ -9,7 +9,7 @@ What it gives, read as is: the turns and the tool seconds. The ``generate`` phas
 order, are the turns; the ``toolcall`` phases that start after a turn's generate phase ended and
 before the next one began are that turn's tool call, and its seconds are the time they cover
 (their union: parallel calls count once). Tool calls before the first turn or after the last
-are left out (no turn waits for them). A group is the sessions of one ``(rank, task_id)``.
+are left out (no turn waits for them; a note counts them). A group is the sessions of one ``(rank, task_id)``.
 
 What it does not give: token counts (prompt, per turn, tool output), the training step and the
 reward value. So:
@@ -45,6 +45,7 @@ from sortedrl.traces.importers._common import (
 )
 
 REQUIRED = ("task_id", "session_id", "status", "phases")
+MAX_TOKENS = 2**31 - 1  # a trace stores token counts as int32
 KEPT = ("accepted", "rejected")
 
 
@@ -54,7 +55,7 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
     if prompt_len is not None and prompt_len < 1:
         raise TraceError(f"--prompt-len must be >= 1, got {prompt_len}")
     files = dump_files(path, "sessions-r*.jsonl", "AReaL session tracer sessions-r{rank}.jsonl")
-    rows, skipped, estimated, default_prompt, no_tool_tokens = Rows(), 0, 0, 0, 0
+    rows, skipped, estimated, default_prompt, no_tool_tokens, outside = Rows(), 0, 0, 0, 0, 0
     for f in files:
         for lineno, obj in read_jsonl(f):
             where = f"{f}: line {lineno}"
@@ -62,7 +63,8 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
             if obj["status"] not in KEPT:
                 skipped += 1
                 continue
-            gen_s, tool_s = _turn_times(where, obj["phases"])
+            gen_s, tool_s, left_out = _turn_times(where, obj["phases"])
+            outside += left_out
             gen = _turn_tokens(where, obj, gen_s, decode_tps)
             estimated += "turn_tokens" not in obj
             tool_tok = _tool_tokens(where, obj, len(gen))
@@ -75,6 +77,9 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
             turns = (gen, tool_s, tool_tok) if len(gen) > 1 else None
             rows.add(key, 0, p_len, sum(gen), None, turns=turns)
     _notes(rows, skipped, estimated, decode_tps, default_prompt, prompt_len, no_tool_tokens)
+    if outside:
+        rows.notes.append(f"left out {outside} AReaL tool calls that did not start between two "
+                          "turns (before the first, after the last, or during a generate phase)")
     return rows, len(files)
 
 
@@ -93,8 +98,9 @@ def _interval(where: str, name: str, k: int, entry: object) -> tuple[float, floa
     return float(start), float(end)
 
 
-def _turn_times(where: str, phases: object) -> tuple[list[float], list[float]]:
-    """Each turn's generate seconds, and the seconds of the tool call after it (0 after the last)."""
+def _turn_times(where: str, phases: object) -> tuple[list[float], list[float], int]:
+    """Each turn's generate seconds, the seconds of the tool call after it (0 after the last),
+    and how many tool calls started outside the gaps between turns (left out)."""
     if not isinstance(phases, dict):
         raise TraceError(f"{where}: field 'phases': expected an object of phase lists")
     lists = {name: phases.get(name) or [] for name in ("generate", "toolcall")}
@@ -106,10 +112,12 @@ def _turn_times(where: str, phases: object) -> tuple[list[float], list[float]]:
         raise TraceError(f"{where}: field 'phases.generate': no generate phase (a session "
                          "that generated nothing has no turn)")
     calls = sorted(_interval(where, "toolcall", k, e) for k, e in enumerate(lists["toolcall"]))
-    tool_s = []
+    tool_s, used = [], 0
     for (_, end), (nxt, _) in zip(gens, gens[1:], strict=False):
-        tool_s.append(covered_seconds([c for c in calls if end <= c[0] < nxt]))
-    return [e - s for s, e in gens], tool_s + [0.0]
+        mine = [c for c in calls if end <= c[0] < nxt]
+        used += len(mine)
+        tool_s.append(covered_seconds(mine))
+    return [e - s for s, e in gens], tool_s + [0.0], len(calls) - used
 
 
 
@@ -126,7 +134,12 @@ def _turn_tokens(where: str, obj: dict, gen_s: list[float], decode_tps: float | 
         raise TraceError(f"{where}: AReaL's session tracer logs no token counts: add a field "
                          "'turn_tokens' (generated tokens per generate phase) to its session "
                          "record, or give --decode-tps to estimate them from the generate seconds")
-    return [max(1, round(decode_tps * s)) for s in gen_s]
+    counts = [decode_tps * s for s in gen_s]
+    if not all(c < MAX_TOKENS for c in counts):
+        raise TraceError(f"{where}: --decode-tps {decode_tps:g} x the generate seconds gives "
+                         f"{max(counts):.3g} tokens for a turn, past {MAX_TOKENS:,}; give the "
+                         "decode rate in tokens per second")
+    return [max(1, round(c)) for c in counts]
 
 
 def _tool_tokens(where: str, obj: dict, turns: int) -> list[int]:

@@ -17,8 +17,8 @@ before the next call starts are that turn's tool call; its seconds are the time 
 start is ``start_timestamp``, else ``timestamp - latency``). The tool output appended to the
 context is the context's growth to the next call, ``prompt_tokens[k+1] - prompt_tokens[k] -
 completion_tokens[k]``; an agent that condensed its history makes it negative: that call then
-appends 0 tokens (a note counts them). Actions before the first call or after the last wait on no
-turn and are left out (a note counts them). A naive ISO time is taken as UTC (NeMo-Gym's converter
+appends 0 tokens (a note counts them). Actions that start before the first call, after the last
+or during a call wait on no turn and are left out (a note counts them). A naive ISO time is taken as UTC (NeMo-Gym's converter
 also guesses a whole-hour offset for old OpenHands sandboxes; this importer does not).
 
 A group is the rollouts of one ``instance_id`` (the field, else the directory name's first
@@ -62,8 +62,9 @@ def read_nemo_gym(path: Path) -> tuple[Rows, int]:
         rows.notes.append(f"{stats['shrank']} NeMo-Gym tool calls were followed by a shorter "
                           "context (the agent condensed its history): they append 0 tokens")
     if stats["outside"]:
-        rows.notes.append(f"left out {stats['outside']} NeMo-Gym actions that ran before the "
-                          "first LLM call or after the last (no turn waits for them)")
+        rows.notes.append(f"left out {stats['outside']} NeMo-Gym actions that did not start "
+                          "between two LLM calls (before the first, after the last, or during a "
+                          "call): no turn waits for them")
     if stats["no_step"]:
         rows.notes.append(f"{stats['no_step']} NeMo-Gym rollouts carry no 'step': step 0")
     files = len({where.split(": line ")[0] for where, _, _ in records})
@@ -110,15 +111,15 @@ def _turns(where: str, obj: dict, stats: dict) -> tuple[list[int], list[float], 
         found = ", ".join(map(str, list(ptm)[:10])) if isinstance(ptm, dict) else "none"
         raise TraceError(f"{where}: not a NeMo-Gym rollout: field 'per_turn_metrics' needs the "
                          f"lists {', '.join(LISTS)}; found: {found}")
-    calls = sorted(_span(where, "response_latencies", k, r) + (r,)
-                   for k, r in enumerate(ptm["response_latencies"]))
+    calls = sorted(_span(where, "response_latencies", k, r) + (k, r)
+                   for k, r in enumerate(ptm["response_latencies"]))  # ties: in logged order
     if not calls:
         raise TraceError(f"{where}: field 'per_turn_metrics.response_latencies': no LLM call")
-    usage = {u.get("response_id"): (k, u) for k, u in enumerate(ptm["token_usages"])
-             if isinstance(u, dict)}
+    usage = _by_response_id(where, "token_usages", ptm["token_usages"])
+    _by_response_id(where, "response_latencies", ptm["response_latencies"])  # checked alike
     gen, context = [], []
-    for k, (_, _, call) in enumerate(calls):
-        rid = call.get("response_id")
+    for k, (_, _, _, call) in enumerate(calls):
+        rid = call["response_id"]
         if rid not in usage:
             raise TraceError(f"{where}: field 'per_turn_metrics.token_usages': no entry for "
                              f"response_id {rid!r} (LLM call {k + 1})")
@@ -139,6 +140,24 @@ def _turns(where: str, obj: dict, stats: dict) -> tuple[list[int], list[float], 
         tool_tok.append(max(grown, 0))
     stats["outside"] += len(actions) - used
     return gen, tool_s + [0.0], tool_tok + [0], context[0]
+
+
+def _by_response_id(where: str, name: str, entries: list) -> dict:
+    """``entries`` by their ``response_id``: each one present, a string or an integer, and
+    unique (the id is what pairs an LLM call with its token counts)."""
+    by_id: dict = {}
+    for j, entry in enumerate(entries):
+        field = f"per_turn_metrics.{name}[{j}]"
+        if not isinstance(entry, dict):
+            raise TraceError(f"{where}: field '{field}': expected an object")
+        rid = entry.get("response_id")
+        if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+            raise TraceError(f"{where}: field '{field}.response_id': expected a string or an "
+                             f"integer, got {rid!r}")
+        if rid in by_id:
+            raise TraceError(f"{where}: field '{field}.response_id': {rid!r} appears twice")
+        by_id[rid] = (j, entry)
+    return by_id
 
 
 def _span(where: str, name: str, k: int, entry: object) -> tuple[float, float]:
