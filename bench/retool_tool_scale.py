@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections import defaultdict
 
 import numpy as np
 
@@ -30,12 +29,11 @@ TIMEOUT_S = 30.0  # verl's SandboxFusion timeout for ReTool
 
 def per_trajectory(result) -> tuple[float, float]:
     """Mean seconds a trajectory spent generating (its spans) and in sandboxes (its calls)."""
-    gen, tool = defaultdict(float), defaultdict(float)
-    for span in result.timeline.spans:
-        gen[span[3]] += span[1] - span[0]
-    for call in result.timeline.tools:
-        tool[call[4]] += call[2] - call[1]
-    return float(np.mean(list(gen.values()))), float(np.mean([tool[i] for i in gen]))
+    spans, calls = result.timeline.columns("span"), result.timeline.columns("tool")
+    gen = np.bincount(spans["sample"], weights=spans["t_end"] - spans["t"])
+    tool = np.bincount(calls["sample"], weights=calls["t_end"] - calls["t_start"], minlength=gen.size)
+    ran = np.unique(spans["sample"])  # the trajectories that generated
+    return float(gen[ran].mean()), float(tool[ran].mean())
 
 
 def measure(scale: float, hold: bool) -> str:

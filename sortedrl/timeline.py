@@ -357,9 +357,27 @@ class Timeline:
                     raise SortedRLError(f"{path}: line {n}: not valid JSON ({e.msg})") from None
                 except KeyError as e:
                     raise SortedRLError(f"{path}: line {n}: missing field {e.args[0]!r}") from None
-                except (TypeError, AttributeError, ValueError):
+                except (TypeError, AttributeError, ValueError, OverflowError):
                     raise SortedRLError(f"{path}: line {n}: not a timeline record") from None
+        for kind in SCHEMA:  # type and range-check what is left, as a columnar file is
+            try:
+                if getattr(tl, _LIST[kind]):
+                    tl._compact(kind)
+                for cols in tl._chunks[kind]:
+                    check_counts(kind, cols)
+            except (TypeError, AttributeError, ValueError, OverflowError) as e:
+                raise SortedRLError(f"{path}: a {kind!r} record is not a timeline record "
+                                    f"({e})") from None
         return tl
+
+
+def check_counts(kind: str, cols: dict[str, Column]) -> None:
+    """Raise ValueError when a count or index of ``kind`` (an integer field) is negative."""
+    for name, typ in SCHEMA[kind]:
+        col = cols[name]
+        values = col.values if isinstance(col, Ragged) else col
+        if typ in ("samples", "i4", "i8") and values.size and values.min() < 0:  # type: ignore[union-attr]
+            raise ValueError(f"field {name!r} has a negative value")
 
 
 def _concat(kind: str, parts: list[dict[str, Column]]) -> dict[str, Column]:

@@ -166,6 +166,9 @@ def _good(tmp_path: Path) -> dict:
                     r"'train\.samples\.values'"),
     ("unknown array", r"timeline\.npz: unknown array 'span\.colour'"),
     ("pickled", r"timeline\.npz: not a readable timeline file"),
+    ("wide tokens", r"timeline\.npz: array 'span\.tokens' has a value past int32 "
+                    r"\(-2147483648\.\.2147483647\)"),
+    ("wide samples", r"timeline\.npz: array 'train\.samples\.values' has a value past int32"),
 ])
 def test_a_bad_columnar_file_is_one_error_line(tmp_path, case, message):
     run = tmp_path / "run"
@@ -193,6 +196,10 @@ def test_a_bad_columnar_file_is_one_error_line(tmp_path, case, message):
             arrays["span.colour"] = np.zeros(3)
         elif case == "pickled":
             arrays["meta"] = np.array([{"a": 1}], dtype=object)
+        elif case == "wide tokens":  # would wrap to 7 as int32
+            arrays["span.tokens"] = arrays["span.tokens"].astype(np.int64) + 2**32
+        elif case == "wide samples":
+            arrays["train.samples.values"] = arrays["train.samples.values"].astype(np.int64) + 2**32
         _npz(path, arrays)
     before = sorted(tmp_path.rglob("*"))
     r = runner.invoke(app, ["plot", str(run)])
@@ -204,6 +211,28 @@ def test_a_bad_columnar_file_is_one_error_line(tmp_path, case, message):
     with pytest.raises(Exception) as e:
         read_npz(path)
     assert str(e.value) == lines[0].removeprefix("error: ")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("tokens", 2**32 + 7, "Python integer 4294967303 out of bounds for int32"),
+    ("sample", -3, "field 'sample' has a negative value"),
+    ("engine", "two", "a 'span' record is not a timeline record (invalid literal"),
+])
+def test_a_bad_jsonl_timeline_is_one_error_line(tmp_path, field, value, message):
+    """Both JSONL readers (pyarrow's and the reference) refuse what a columnar file refuses:
+    a value that would wrap in its column, a negative index or count, a wrong type."""
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = _run("sync").timeline.jsonl_lines()
+    records = [json.loads(line) for line in lines]
+    span = next(i for i, r in enumerate(records) if r["kind"] == "span")
+    records[span][field] = value
+    path = run / "timeline.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    r = runner.invoke(app, ["plot", str(run)])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.output
+    assert r.stderr.startswith(f"error: {path}: ") and message in r.stderr, r.stderr
+    assert sorted(p.name for p in run.iterdir()) == ["timeline.jsonl"]
 
 
 def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
