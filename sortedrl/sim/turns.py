@@ -28,7 +28,7 @@ queued sample are not evicted while it waits); a cached context counts whole, ev
 group's shared prompt that running members still hold; a weight sync and, in colocated
 placement, a vLLM sleep clear the cache (vLLM resets the prefix cache after new weights); a held
 context counts its prompt whole too, is kept through a sync like a running sequence, and is
-dropped by a sleep (the slot stays held). A policy sees the tool output in neither
+dropped by a sleep (the slot stays held; its KV reservation is given back). A policy sees the tool output in neither
 ``generated`` nor the trained-token counts: it is context, never decoded
 (:class:`TurnEngineState` subtracts it).
 """
@@ -233,6 +233,7 @@ class TurnEngine(Engine):
         self.caching = caching  # vLLM prefix caching: a context left for a tool call stays cached
         self.holds_slot = holds_slot  # a tool call keeps its slot and KV (cluster tool_holds_slot)
         self.held: dict[int, tuple[int, int]] = {}  # away holding a slot -> (KV, own tokens)
+        self._kv_whole = self.kv_budget  # the budget with nothing held
         self._kept: dict[int, int] = {}  # back from a held slot, queued first -> own tokens in KV
         p = self.pub
         self.pub = TurnEngineState(p.index, p.max_num_seqs, p.cost, ctx)
@@ -316,14 +317,18 @@ class TurnEngine(Engine):
         super().set_enabled(enabled, now)
         if not enabled and self._sleeps:
             self.cache.clear()
-            # the KV cache is dropped: a held slot stays held, its context is prefilled again
-            self.held = {i: (kv, 0) for i, (kv, _) in self.held.items()}
+            # the KV cache is dropped: a held slot stays held, its KV reservation is given back
+            # (nothing is left to keep), and its context is prefilled again on return
+            self._reserve(0, -sum(kv for kv, _ in self.held.values()))
+            self.held = dict.fromkeys(self.held, (0, 0))
             self._kept = dict.fromkeys(self._kept, 0)
 
     def audit(self) -> None:
         super().audit()
         p, held = self.pub, len(self.held)
         assert self.seq_cap == p.max_num_seqs - held, f"engine {p.index}: held slots {held}"
+        reserved = sum(kv for kv, _ in self.held.values())
+        assert self.kv_budget == self._kv_whole - reserved, f"engine {p.index}: held KV {reserved}"
         assert len(p.run) + held <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs with held slots"
 
 
