@@ -359,15 +359,18 @@ class Timeline:
                     raise SortedRLError(f"{path}: line {n}: missing field {e.args[0]!r}") from None
                 except (TypeError, AttributeError, ValueError, OverflowError):
                     raise SortedRLError(f"{path}: line {n}: not a timeline record") from None
-        for kind in SCHEMA:  # type and range-check what is left, as a columnar file is
+        for kind in SCHEMA:  # type and range-check every record, as a columnar file is
+            rows = getattr(tl, _LIST[kind])
             try:
-                if getattr(tl, _LIST[kind]):
-                    tl._compact(kind)
-                for cols in tl._chunks[kind]:
-                    check_counts(kind, cols)
+                typed = tl._chunks[kind] + ([tl._typed(kind, rows)] if rows else [])
             except (TypeError, AttributeError, ValueError, OverflowError) as e:
-                raise SortedRLError(f"{path}: a {kind!r} record is not a timeline record "
-                                    f"({e})") from None
+                raise SortedRLError(f"{path}: a record has a field of the wrong type "
+                                    f"({kind}: {e})") from None
+            for cols in typed:
+                try:
+                    check_counts(kind, cols)
+                except ValueError as e:
+                    raise SortedRLError(f"{path}: a {kind!r} record's {e}") from None
         return tl
 
 

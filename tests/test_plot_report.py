@@ -98,7 +98,7 @@ def test_report_bars_histogram_and_table(compare_dir):
     # regenerated attempt draws its own length, --regen resample)
     tl = Timeline.read_jsonl(out / "part" / "timeline.jsonl")  # partial mode: resumed samples
     last = {}
-    for span in tl.spans:
+    for span in tl.rows("span"):
         last[span[3]] = max(last.get(span[3], 0), span[4])
     draw = AttemptLengths(tr, seed=0)
     want = [draw.length(i, a) for i, a in last.items()]

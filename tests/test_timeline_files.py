@@ -214,9 +214,10 @@ def test_a_bad_columnar_file_is_one_error_line(tmp_path, case, message):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("tokens", 2**32 + 7, "Python integer 4294967303 out of bounds for int32"),
-    ("sample", -3, "field 'sample' has a negative value"),
-    ("engine", "two", "a 'span' record is not a timeline record (invalid literal"),
+    ("tokens", 2**32 + 7, "a record has a field of the wrong type (span: Python integer "
+                          "4294967303 out of bounds for int32)"),
+    ("sample", -3, "a 'span' record's field 'sample' has a negative value"),
+    ("engine", "two", "a record has a field of the wrong type (span: invalid literal"),
 ])
 def test_a_bad_jsonl_timeline_is_one_error_line(tmp_path, field, value, message):
     """Both JSONL readers (pyarrow's and the reference) refuse what a columnar file refuses:
