@@ -91,7 +91,7 @@ class Trace:
         def ints(col: str, minimum: int) -> np.ndarray:
             raw = columns[col]
             if isinstance(raw, np.ndarray) and raw.dtype.kind in "iu":
-                out = raw.astype(np.int64)
+                out = raw.astype(np.int64, copy=False)  # the reordering below copies
                 low = np.flatnonzero(out < minimum)
                 if low.size == 0:
                     return out
@@ -126,7 +126,7 @@ class Trace:
         def bools(col: str) -> np.ndarray:
             raw = columns[col]
             if isinstance(raw, np.ndarray) and raw.dtype.kind == "b":
-                return raw.copy()
+                return raw
             out = np.empty(n, dtype=bool)
             for i, v in enumerate(_py(columns[col])):
                 if isinstance(v, (bool, np.bool_)):
@@ -146,7 +146,7 @@ class Trace:
             if isinstance(vals, np.ndarray) and vals.dtype.kind == "U":
                 empty = np.flatnonzero(vals == "")
                 if empty.size == 0:
-                    return vals.copy()
+                    return vals
                 vals = vals.tolist()
             for i, v in enumerate(_py(vals)):
                 if not isinstance(v, (str, np.str_)) or v == "":
@@ -162,7 +162,7 @@ class Trace:
         def floats(col: str) -> np.ndarray:
             raw = columns[col]
             if isinstance(raw, np.ndarray) and raw.dtype.kind == "f" and np.isfinite(raw).all():
-                return raw.astype(np.float64)
+                return raw.astype(np.float64, copy=False)
             out = np.empty(n, dtype=np.float64)
             for i, v in enumerate(_py(columns[col])):
                 try:
@@ -232,6 +232,8 @@ class Trace:
         if turns is not None:
             turns = _turns.reorder(turns, order)
 
+        # the validated columns may be the caller's arrays: indexing by ``order`` copies them,
+        # so the trace never shares memory with its input (and holds one copy at the peak)
         def take(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[order]
 
