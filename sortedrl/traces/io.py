@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -69,6 +70,16 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceError(f"{p}: not UTF-8 text (byte {e.start})") from None
     except csv.Error as e:
         raise TraceError(f"{p}: bad CSV: {e}") from None
+    finally:
+        _release_arrow_memory()
+
+
+def _release_arrow_memory() -> None:
+    """Hand pyarrow's freed buffers back to the system: its allocator keeps them otherwise, and
+    after reading a 10M-sample trace that is over a GB held through the whole simulation."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        pa.default_memory_pool().release_unused()
 
 
 def _read_fast(path: Path, fmt: str) -> Trace | None:
