@@ -249,3 +249,17 @@ def test_profile_show_prints_the_update_form_and_the_shared_host():
             "(relative MAD 7.7%) while the trainer trains, updates x1.380 (relative MAD 10.0%) beside "
             "rollout") in text
     assert "an engine actor beside its peers, no trainer: x1.300 (relative MAD 4.0%) one engine alone" in text
+
+
+def test_profile_show_says_a_contention_no_pair_measured_is_not_measured():
+    """A pair whose update was too short for a whole engine round beside it has no engine
+    ratio; with none, calibrate writes the neutral x1, and profile show must not call it a
+    measurement."""
+    from sortedrl.calibration.show import render
+
+    shared = {"engine_contention": 1.0, "engine_contention_by_pair": [], "engine_contention_rel_mad": 0.0,
+              "train_contention": 1.2, "train_contention_by_pair": [1.2, 1.2], "engines": 2, "pairs": 2,
+              "ray_step_factor": 1.1, "ray_step_factor_by_pair": [1.1, 1.1]}
+    text = "\n".join(render({"sortedrl_profile": 1, "costs": {}, "fit": {"shared_host": shared}}, "p.json"))
+    assert ("engine steps x1 (not measured: no pair had a whole engine round beside the update) "
+            "while the trainer trains, updates x1.200 (relative MAD 0.0%) beside rollout") in text

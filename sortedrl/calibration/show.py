@@ -172,6 +172,8 @@ def _shared_host(sh: dict | None) -> list[str]:
         return []
 
     def factor(name: str) -> str:
+        if sh.get(name + "_by_pair") == []:  # no pair measured it: the neutral x1 was written
+            return "x1 (not measured: no pair had a whole engine round beside the update)"
         return f"x{sh[name]:.3f} (relative MAD {100 * sh.get(name + '_rel_mad', 0):.1f}%)"
 
     return [f"shared host ({sh.get('engines')} engine actors + the trainer actor, {sh.get('pairs')} "
