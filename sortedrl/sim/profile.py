@@ -137,9 +137,11 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{f.name}': expected a number >= 0, got {v!r}")
         vals[f.name] = float(v)
-    for term in ("engine_contention", "train_contention"):  # a shared host slows, never speeds up
-        if vals.get(term, 1.0) < 1.0:
-            raise ConfigError(f"{where}: field 'costs.{term}': expected a factor >= 1, got {vals[term]!r}")
+    for term in ("engine_contention", "train_contention", "peer_step_factor",  # a shared host slows,
+                 "engine_contention_one", "train_contention_one"):  # never speeds up (0: not measured)
+        if vals.get(term, 1.0) < 1.0 and not (term.endswith("_one") and vals[term] == 0.0):
+            what = "a factor >= 1 (or 0: not measured)" if term.endswith("_one") else "a factor >= 1"
+            raise ConfigError(f"{where}: field 'costs.{term}': expected {what}, got {vals[term]!r}")
     extra = set(costs) - set(vals)
     if extra:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(sorted(extra))}")
