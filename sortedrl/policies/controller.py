@@ -58,6 +58,8 @@ class Controller:
         """``rewards[i]``: sample i's reward, read only when it finishes (the grader's verdict;
         the real backend fills it as responses finish). ``None``: the trace has no rewards."""
         self.policy = policy
+        if isinstance(rewards, np.ndarray) and rewards.dtype == np.float64 and rewards.ndim == 1:
+            rewards = memoryview(np.ascontiguousarray(rewards))  # reads Python floats, no copy
         self._rewards = rewards
         self.backend = backend
         self.timeline = timeline
@@ -123,7 +125,9 @@ class Controller:
         take, drop = self.orders.take(self.s)
         if drop:
             self._abort(Abort(tuple(drop), keep_tokens=False))
-        if take:
+        if len(take) == 1:  # the common top-up: one finish, one admission
+            self._admit_one(take[0])
+        elif take:
             self._admit(Admit(tuple(take)))
 
     def samples_finished(self, samples: list[int], lengths: list[int]) -> None:
@@ -224,6 +228,43 @@ class Controller:
             s.admitted += len(chunk)
             self.timeline.admit(now, e, chunk)
             self.backend.admit(e, chunk, gen)
+
+    def _admit_one(self, i: int) -> None:
+        """``_admit(Admit((i,)))`` for a ``Keep`` top-up, flat: the same checks, placement and
+        records, without building the action and its lists (it runs once per finish)."""
+        s = self.s
+        state = s.state
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < len(state):
+            raise self._bad(f"admit of unknown sample {i!r}")
+        if state[i] != WAITING and state[i] != PAUSED:
+            raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
+        n, started = s.group_size, s.started
+        if not started[i // n]:
+            started[i // n] = 1
+            s.started_count += 1
+            while s.next_group < s.num_groups and started[s.next_group]:
+                s.next_group += 1
+        loads, engine_of = s.load, s.engine_of
+        least = min(loads)
+        e = -1
+        if n > 1:  # _placement's lone sample: join a member's engine (shared prompt)
+            limit = least + n
+            for j in range(i - i % n, i - i % n + n):
+                f = engine_of[j]
+                if f >= 0 and j != i and loads[f] < max(s.engines[f].max_num_seqs, limit):
+                    e = f
+                    break
+        if e < 0:
+            e = loads.index(least)
+        state[i] = ADMITTED
+        engine_of[i] = e
+        if s.paused:
+            s.paused.pop(i, None)
+        loads[e] += 1
+        s.admitted += 1
+        chunk = [i]
+        self.timeline.add("admit", self.backend.now(), e, chunk)  # chunk is ours: no copy
+        self.backend.admit(e, chunk, [s.generated[i]])
 
     def _placement(self, act: Admit) -> list[tuple[int, list[int]]]:
         """Which engine gets which admitted samples (see :func:`~sortedrl.policies.placement.spread`).

@@ -68,12 +68,6 @@ def stream_key(seed: int, sample: int, attempt: int) -> bytes:
     return h.digest()
 
 
-def _uniforms(seed: int, sample: int, attempt: int) -> tuple[float, float]:
-    hi, lo = _UNPACK(stream_key(seed, sample, attempt))
-    # 53-bit uniforms in (0, 1): never exactly 0 or 1, so inv_cdf is finite
-    return ((hi >> 11) + 0.5) / 2.0**53, ((lo >> 11) + 0.5) / 2.0**53
-
-
 class AttemptLengths:
     """The length of every attempt of every sample (the simulator's private knowledge).
 
@@ -84,7 +78,8 @@ class AttemptLengths:
     def __init__(self, trace: Trace, seed: int = 0, regen: str = "resample") -> None:
         self.regen = check_regen(regen)
         self.seed = int(seed)
-        self._recorded = np.asarray(trace.response_len, dtype=np.int64)
+        self._recorded = np.ascontiguousarray(trace.response_len, dtype=np.int64)
+        self._recorded_at = memoryview(self._recorded)  # reads Python ints, no copy
         self._cap = int(trace.meta.max_response_len)
         codes, inverse = np.unique(trace.prompt_id, return_inverse=True)
         members = np.argsort(inverse, kind="stable")
@@ -116,8 +111,12 @@ class AttemptLengths:
     def length(self, sample: int, attempt: int) -> int:
         """The response length of ``attempt`` (0 = the recorded one) of ``sample``."""
         if attempt == 0 or self.regen == "same":
-            return int(self._recorded[sample])
-        u_pick, u_draw = _uniforms(self.seed, sample, attempt)
+            return self._recorded_at[sample]
+        h = _HASH.copy()  # stream_key, inlined: this runs once per regenerated attempt
+        h.update(_PACK(self.seed, sample, attempt))
+        hi, lo = _UNPACK(h.digest())
+        # two 53-bit uniforms in (0, 1): never exactly 0 or 1, so inv_cdf is finite
+        u_pick, u_draw = ((hi >> 11) + 0.5) / 2.0**53, ((lo >> 11) + 0.5) / 2.0**53
         prompt = self._prompt_of[sample]
         start, end = self._bounds[prompt], self._bounds[prompt + 1]
         others = end - start - 1
@@ -127,7 +126,7 @@ class AttemptLengths:
             pick = self._members[k]
             if pick >= sample:
                 pick = self._members[k + 1]
-            return int(self._recorded[pick])
+            return self._recorded_at[pick]
         return self._model_draw(self._members[start:end].tolist(), u_draw)
 
     def _model_draw(self, members: list[int], u: float) -> int:

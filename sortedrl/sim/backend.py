@@ -116,10 +116,12 @@ class SimBackend(Backend):
         eng = self.engines[engine]
         if self.tools is not None:  # tool output joins the context; mid-call samples wait for it
             samples, generated = self.tools.admit(engine, samples, generated)
-        eng.admit(samples, generated, self.now())
+        now = self.env.now if self._instant is None else self._instant
+        eng.admit(samples, generated, now)
         if self._host is not None:
-            self._host.busy_may_change(self.now())
-        self._poke()
+            self._host.busy_may_change(now)
+        if self._waiting:  # else _poke has nothing to do (the pool is applying a change)
+            self._poke()
 
     def abort(self, samples: list[int]) -> list[int]:
         now, touched, out = self.now(), set(), []
@@ -235,14 +237,16 @@ class SimBackend(Backend):
 
     def _advance(self, eng: Engine) -> None:
         """Apply ``eng``'s next change; its finishes arrive through :meth:`samples_finished`."""
-        when = max(eng.next_t, self.env.now)
+        when = eng.next_t
         self._advancing = eng
         eng.advance()
         self._advancing = None
-        for held in self._held:  # the host time of finishes served without an event
-            held.hold(held.pub.t, self.cost.f0)
-        self._held.clear()
-        if eng.idle and not eng.idle_reported:
+        if self._held:  # the host time of finishes served without an event
+            for held in self._held:
+                held.hold(held.pub.t, self.cost.f0)
+            self._held.clear()
+        if not eng.idle_reported and eng.idle:
+            when = max(when, self.env.now)
             eng.idle_reported = True
             self._deferred.append((when, Event(EventKind.ENGINE_IDLE, eng.pub.index)))
         if self._host is not None and not self._catching_up:  # (else at the catch-up's end)

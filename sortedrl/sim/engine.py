@@ -156,14 +156,20 @@ class Engine(EngineActions):
         if not self.chunk:
             return p.kv + new + b0 + 2 <= self.kv_admit_budget
         steps = -(-(new or 1) // (self.chunk - b0))
-        return (p.kv + new + 1 + b0 * steps + b0 + 1 <= self.kv_admit_budget
-                and steps <= self._horizon())
+        if p.kv + new + 1 + b0 * steps + b0 + 1 > self.kv_admit_budget:
+            return False
+        if not b0:
+            return True
+        heap, live = self._heap, self._live  # steps <= self._horizon(), inlined
+        while live.get(heap[0][2]) != heap[0][1]:
+            heappop(heap)  # stale entry of an aborted or preempted sample
+        return steps <= heap[0][0] - p.step
 
     def plan(self) -> None:
         """Compute the time of the next membership change (hot path: kept flat)."""
         p = self.pub
         b = len(p.run)
-        if p.queue and self._admissible():
+        if p.queue and b < self.seq_cap and self._admissible():
             self.next_t, self._next_k = p.t, 0
         elif b == 0 or self.stalled:
             self.next_t, self._next_k = INF, 0
@@ -227,7 +233,7 @@ class Engine(EngineActions):
             self._reporting = False
         while run and p.kv + len(run) > self.kv_budget:
             self._preempt()
-        if p.queue and self._admissible():
+        if p.queue and len(run) < self.seq_cap and self._admissible():  # (a full batch: no call)
             if self.chunk:
                 self._admit_chunked()
             else:
@@ -311,7 +317,12 @@ class Engine(EngineActions):
         group, members, budget, resume = self._group, self._members, self.kv_admit_budget, self.resume
         b0, kv, t, ver = len(p.run), p.kv, p.t, p.version
         room, cap = self.chunk - b0, self.seq_cap - b0
-        horizon = self._horizon() if b0 else INF
+        horizon = INF
+        if b0:  # self._horizon(), inlined
+            heap, live = self._heap, self._live
+            while live.get(heap[0][2]) != heap[0][1]:
+                heappop(heap)  # stale entry of an aborted or preempted sample
+            horizon = heap[0][0] - p.step
         while queue and len(admitted) < cap:
             i = queue[0]
             g0 = gen0[i]
