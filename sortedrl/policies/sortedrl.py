@@ -136,9 +136,12 @@ class SortedRLPolicy(Policy):
         return out + self._orders()
 
     def _orders(self) -> list[Action]:
-        """Keep the window admitted from the group; hear a finish only when a harvest is due
+        """Keep the window admitted from the group; hear a finish only when a harvest may be due
         (or a group completes, to filter it)."""
-        if self.params.harvest == "samples":
+        if not self.ready:  # draining the group: only the finish that empties the engines can
+            # make a harvest due (the starvation guard), so hear no other (a count would hold)
+            wake = WakeOn(drained=True, any_group=self.params.filter_groups)
+        elif self.params.harvest == "samples":
             wake = WakeOn(finished=self.update_batch, drained=True)
         else:
             n = self.ctx.group_size
