@@ -3,7 +3,10 @@
 Reads ``vllm bench serve`` files (default: the recorded fixtures, tests/fixtures/vllm_bench),
 fits the engine terms on every subset of levels named by ``--fit`` (default: each single level,
 each pair, and all of them), and prints, per fit, the predicted duration error of every file and
-the terms the fit flags as poorly determined. Prints figures, asserts nothing.
+the terms the fit flags as poorly determined; then the bound the repeats' noise sets: every file's
+duration against ``K + T0 x steps`` (steps read off the tokens' arrival times, one line through
+all files), and how many single-level predictions would hold within 5% with that exact per-step
+cost ``T0`` and each level's own ``K``. Prints figures, asserts nothing.
 
 Run: python bench/bench_fit_levels.py [--dir DIR] [--cluster PRESET]
 """
@@ -16,7 +19,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from sortedrl.calibration.bench_file import read_bench
+import numpy as np
+
+from sortedrl.calibration.bench_file import engine_steps, read_bench
 from sortedrl.calibration.vllm_bench import fit_bench, predict_duration
 from sortedrl.sim.cluster import preset
 
@@ -42,11 +47,28 @@ def main() -> None:
     print("fit on        " + "".join(f"{f'c{c}':>9}" for c in levels) + "  poorly determined")
     for sub in subsets:
         fit = fit_bench([r for c in sub for r in runs[c]], cl)
-        lat = fit["latency_s"]
+        lat = fit["host_s"]
         errs = [100 * (statistics.median(predict_duration(r, fit["costs"], cl.max_num_seqs, lat) for r in runs[c])
                        / statistics.median(r.duration_s for r in runs[c]) - 1) for c in levels]
         label = "+".join(f"c{c}" for c in sub)
         print(f"{label:<13}" + "".join(f"{e:>+8.1f}%" for e in errs) + "  " + ", ".join(fit["uncertain"]))
+    noise_bound(runs, levels)
+
+
+def noise_bound(runs: dict, levels: list[int]) -> None:
+    files = [(r.duration_s, engine_steps(r)) for c in levels for r in runs[c]]
+    if any(s is None for _, s in files):
+        print("noise bound: needs per-request latencies (--save-detailed)")
+        return
+    (k_all, t0), *_ = np.linalg.lstsq(np.array([[1.0, s] for _, s in files]), np.array([d for d, _ in files]),
+                                       rcond=None)
+    med = {c: statistics.median(r.duration_s for r in runs[c]) for c in levels}
+    steps = {c: statistics.median(engine_steps(r) for r in runs[c]) for c in levels}
+    off = ", ".join(f"c{c} {100 * (med[c] - k_all - t0 * steps[c]) / med[c]:+.1f}%" for c in levels)
+    errs = [100 * ((med[a] - t0 * steps[a] + t0 * steps[b]) / med[b] - 1) for a in levels for b in levels if a != b]
+    print(f"line through all files: duration = {k_all:.3f} s + {1e3 * t0:.3f} ms x steps; level medians off it: {off}")
+    print(f"noise bound: with that per-step cost and each level's own constant, {sum(abs(e) < 5 for e in errs)} "
+          f"of {len(errs)} single-level pairs within 5% (mean {statistics.mean(abs(e) for e in errs):.1f}%)")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     i = lines.index("engine fit (vllm bench serve, 2 file(s)): duration predicted by replaying each "
                     "benchmark on the profile")
     assert [x.split()[:3] for x in lines[i + 2:i + 4]] == [["c4-r0.json", "4", "48"], ["c16-r0.json", "16", "48"]]
-    latency = json.loads(out.read_text())["fit"]["engine"]["latency_s"]
-    assert lines[i + 4].startswith(f"  request latency outside the engine: {1e3 * latency:.3f} ms (stderr ")
+    host = json.loads(out.read_text())["fit"]["engine"]["host_s"]
+    assert lines[i + 4].startswith(f"  host work per request: {1e3 * host:.3f} ms (stderr ")
     assert lines[i + 5] == ""  # nothing poorly determined or not separable in these two files
     assert any(x.startswith("trainer fit (") for x in lines)

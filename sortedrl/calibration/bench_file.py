@@ -184,3 +184,25 @@ def _arrivals(rate: float, starts, queues, where: str) -> np.ndarray | None:
                           "(save with --save-detailed, or benchmark with --request-rate inf)")
     q = queues if queues is not None else np.zeros_like(starts)
     return np.maximum(0.0, starts - q)
+
+
+def engine_steps(run: BenchRun, margin_s: float = 0.0012) -> int | None:
+    """The engine steps of a detailed run, read off its tokens' arrival times (None without
+    them): a running request gets one token per step, so follow a chain of requests that covers
+    the run, each adding its tokens that arrive after the previous one's last (later by
+    ``margin_s``: the tokens of one step reach the client within about a millisecond)."""
+    if not run.detailed:
+        return None
+    sent = run.start_times if run.start_times is not None else np.zeros(len(run.ttfts))
+    times = [sent[i] + run.ttfts[i] + np.concatenate([[0.0], np.cumsum(g)]) for i, g in enumerate(run.itls)]
+    cur = min(range(len(times)), key=lambda i: times[i][0])
+    steps, end = len(times[cur]), times[cur][-1]
+    while True:
+        later = [i for i in range(len(times)) if times[i][-1] > end + margin_s]
+        if not later:
+            return steps
+        overlapping = [i for i in later if times[i][0] <= end + margin_s]
+        nxt = (max(overlapping, key=lambda i: times[i][-1]) if overlapping
+               else min(later, key=lambda i: times[i][0]))
+        steps += int((times[nxt] > end + margin_s).sum())
+        end = times[nxt][-1]

@@ -1,18 +1,30 @@
 """Replay a vLLM benchmark on a cost model: the closed loop of ``vllm bench serve``, step by step.
 
 The client keeps at most ``concurrency`` requests in flight and sends the next one (in the
-dataset's order, once it has arrived) as soon as a response completes. A request sent at ``t``
-reaches the engine at ``t + latency_s`` (HTTP, tokenisation, the hop to the engine process: time
-that overlaps other requests' decoding and so is not engine time). The engine follows the
+dataset's order, once it has arrived) as soon as a response completes. The engine follows the
 simulator's conventions (:mod:`sortedrl.sim.engine`, with ``prefill_in_step``): each step admits
 the requests that have reached it, up to ``max_num_seqs``, runs their prefill inside the step,
 and gives every running request one token; a request with ``g`` tokens holds ``prompt + g`` KV
-tokens. A step's time is :meth:`CostModel.decode_step` plus :meth:`CostModel.prefill` when it
-admits any request.
+tokens. A step's engine time is :meth:`CostModel.decode_step` plus :meth:`CostModel.prefill`
+when it admits any request.
 
-Besides the predicted duration, the replay sums each step's features (steps, running sequences,
-KV tokens, prefilled tokens, admitted requests): with a linear cost model the duration is their
-dot product with the cost terms plus the engine's idle time, which is what the fits solve.
+**Host work** (``host_s`` per request): between its send and the engine, a request costs CPU
+time outside the engine (the client's send, the API server's HTTP handling and tokenisation, the
+hand-over to the engine process, and the previous response's wrap-up). When the server, the
+engine and the client share the CPU, that work does not overlap the engine's steps: it runs
+first (a process that wakes up preempts the busy engine loop) and stretches the step in progress
+by its length. The requests' host work runs one at a time, in send order. A request reaches the
+engine when its host work is done and joins the first step that starts after that; a request
+sent when a step ends misses the step that starts then (the engine loop schedules it before the
+response's last token has reached the client), so it waits one stretched step. Checked on the
+recorded files (docs/calibration.md): the replayed step counts match those read off the tokens'
+arrival times within 0.5%, while the stretched steps are what the per-request timings show.
+
+Each step's span (from the previous step's end to its own) sums, for the fits, the step's
+features (steps, running sequences, KV tokens, prefilled tokens, admitted requests), the host
+work done within it (in requests' worth, ``host units``), and the time nothing ran (``idle``).
+With a linear cost model every measured time is their dot product with the terms and
+``host_s``, plus the idle time.
 """
 
 from __future__ import annotations
@@ -27,75 +39,146 @@ import numpy as np
 from sortedrl.calibration.bench_file import BenchRun
 from sortedrl.sim.cost import CostModel, prefill_pairs
 
-# The cost terms the benchmark fits solve for, in the order of the replay's feature vector.
+# The cost terms the benchmark fits solve for, in the order of the replay's feature vector,
+# then the host work per request.
 ENGINE_TERMS = ("t_fix", "s1", "a1", "p1", "p0")
+COLUMNS = (*ENGINE_TERMS, "host_s")
 
 
 @dataclass(frozen=True)
 class Replay:
     duration_s: float
-    features: np.ndarray  # sums over steps of (1, running, KV tokens, prefilled tokens, admitted)
-    step_features: np.ndarray  # the same per step (steps x terms)
-    step_start_s: np.ndarray  # when each step started
+    features: np.ndarray  # sums over spans of (1, running, KV tokens, prefilled tokens, admitted, host units)
+    step_features: np.ndarray  # the same per step span (steps x columns)
+    step_idle_s: np.ndarray  # per span, time neither the engine nor the host worked
+    step_start_s: np.ndarray  # when each step's span began (the previous step's end)
     step_end_s: np.ndarray  # when each step ended (its tokens streamed)
     admit_step: np.ndarray  # per request, the step that prefilled it (and gave its first token)
     end_step: np.ndarray  # per request, the step that gave its last token
-    idle_s: float  # time the engine had nothing to run
+    first_span: np.ndarray  # per request, the first span that starts at or after its send
+    lead_s: np.ndarray  # per request, the part of the span holding its send after it (0: sent at a span's start)
+    idle_s: float  # time neither the engine nor the host worked
     steps: int
     sent_s: np.ndarray  # per request, when the client sent it, from the start
     first_token_s: np.ndarray  # per request, from the start
     end_s: np.ndarray  # per request, from the start
 
 
-def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int) -> Replay:
-    """Predict the benchmark's duration on ``costs``."""
+@dataclass
+class _Host:
+    """The host's queue of per-request work, one request at a time in send order."""
+
+    host_s: float
+    free_at: float = 0.0  # when the queued work is done
+    jobs: list = None  # (start, end, request), in order
+    next_job: int = 0  # first job not yet handed to the engine
+    first_open: int = 0  # first job that may overlap a later span
+
+    def __post_init__(self) -> None:
+        self.jobs = []
+
+    def add(self, now: float, i: int) -> None:
+        start = max(now, self.free_at)
+        self.free_at = start + self.host_s
+        self.jobs.append((start, self.free_at, i))
+
+    def busy_units(self, a: float, b: float) -> float:
+        """Host work done within the span (a, b], in requests' worth (zero-length work counts
+        once, in the span where it was sent)."""
+        jobs = self.jobs
+        if self.host_s == 0:
+            while self.first_open < len(jobs) and jobs[self.first_open][0] < a:
+                self.first_open += 1
+            k = self.first_open
+            while k < len(jobs) and jobs[k][0] < b:
+                k += 1
+            return float(k - self.first_open)
+        while self.first_open < len(jobs) and jobs[self.first_open][1] <= a:
+            self.first_open += 1
+        busy = 0.0
+        for s, e, _ in jobs[self.first_open:]:
+            if s >= b:
+                break
+            busy += min(b, e) - max(a, s)
+        return busy / self.host_s
+
+
+def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) -> Replay:
+    """Predict the benchmark's duration on ``costs`` with ``host_s`` of host work per request."""
     n = len(run.input_lens)
     ins, outs = run.input_lens.tolist(), run.output_lens.tolist()
     arrive = [0.0] * n if run.arrivals is None else run.arrivals.tolist()
-    pending, ready, done = deque(range(n)), [], []  # ready: (time at the engine, request)
+    pending, ready, done = deque(range(n)), [], []  # ready: (host work done at, request)
+    host = _Host(host_s)
     sent, first, end = np.zeros(n), np.zeros(n), np.zeros(n)
-    rows: list[tuple[float, int, int, int, int]] = []
-    starts: list[float] = []
-    ends: list[float] = []
+    rows, idles, starts, ends = [], [], [], []
     admit_step, end_step = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    t = idle = 0.0
-    inflight = step = running = kv = 0
+    state = {"inflight": 0}
+
+    def next_arrival() -> float:
+        return arrive[pending[0]] if pending and state["inflight"] < run.concurrency else math.inf
 
     def send(now: float) -> None:
-        nonlocal inflight
-        while pending and inflight < run.concurrency and arrive[pending[0]] <= now:
+        while pending and state["inflight"] < run.concurrency and arrive[pending[0]] <= now:
             i = pending.popleft()
-            inflight += 1
+            state["inflight"] += 1
             sent[i] = now
-            heapq.heappush(ready, (now + latency_s, i))
+            host.add(now, i)
 
-    send(t)
-    while pending or ready or running:
-        if not running:
-            nxt = min(ready[0][0] if ready else math.inf,
-                      arrive[pending[0]] if pending and inflight < run.concurrency else math.inf)
-            if nxt > t:
-                idle += nxt - t
-                t = nxt
+    def release(now: float, sent_before: float, most: float = math.inf) -> None:
+        """Hand at most ``most`` requests whose host work is done by ``now`` to the engine (only
+        those sent before ``sent_before``: the engine loop has already scheduled the step that
+        starts then)."""
+        while host.next_job < len(host.jobs) and most > 0:
+            s, e, i = host.jobs[host.next_job]
+            if e > now or sent[i] >= sent_before:
+                break
+            heapq.heappush(ready, (e, i))
+            host.next_job += 1
+            most -= 1
+
+    def advance(t: float, work: float) -> float:
+        """When a step needing ``work`` s of engine time from ``t`` ends: the host runs first."""
+        while True:
             send(t)
-            if not ready or ready[0][0] > t:
+            if host.free_at > t:
+                t = min(host.free_at, next_arrival())
                 continue
-        admitted = []
-        tokens = pairs = 0
-        while ready and ready[0][0] <= t and running < max_num_seqs:
+            nxt = next_arrival()
+            if t + work <= nxt:
+                return t + work
+            work -= nxt - t
+            t = nxt
+
+    t = span_start = 0.0
+    step = running = kv = 0
+    send(t)
+    while pending or host.next_job < len(host.jobs) or ready or running:
+        release(t, t)
+        if not running and not ready:
+            # the idle engine starts a step as soon as one request is through the host (the
+            # others' host work then runs during that step, also when it takes no time)
+            through = host.jobs[host.next_job][1] if host.next_job < len(host.jobs) else math.inf
+            if next_arrival() < max(t, through):
+                t = next_arrival()
+                send(t)
+                continue
+            t = max(t, through)
+            release(t, math.inf, most=1)
+        admitted, tokens, pairs = [], 0, 0
+        while ready and running < max_num_seqs:
             _, i = heapq.heappop(ready)
             heapq.heappush(done, (step + outs[i] - 1, i))  # finishes at the end of that step
             admitted.append(i)
             admit_step[i] = step
             running, kv, tokens = running + 1, kv + ins[i], tokens + ins[i]
             pairs += prefill_pairs(0, ins[i])
-        new = len(admitted)
-        dt = costs.decode_step(running, kv)
-        if new:
-            dt += costs.prefill(tokens, pairs, new)
-        rows.append((1.0, running, kv, tokens, new))
-        starts.append(t)
-        t += dt
+        work = costs.decode_step(running, kv) + (costs.prefill(tokens, pairs, len(admitted)) if admitted else 0.0)
+        t = advance(t, work)
+        units = host.busy_units(span_start, t)
+        rows.append((1.0, running, kv, tokens, len(admitted), units))
+        idles.append(max(0.0, t - span_start - work - units * host_s))
+        starts.append(span_start)
         ends.append(t)
         first[admitted] = t
         kv += running
@@ -104,10 +187,19 @@ def replay(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int)
             end[i], end_step[i] = t, step
             running -= 1
             kv -= ins[i] + outs[i]
-            inflight -= 1
+            state["inflight"] -= 1
         step += 1
+        span_start = t
         send(t)
-    per_step = np.asarray(rows, dtype=float).reshape(-1, len(ENGINE_TERMS))
-    return Replay(t, per_step.sum(axis=0), per_step, np.asarray(starts), np.asarray(ends), admit_step, end_step,
-                  idle, step,
-                  sent, first, end)
+    return _result(t, rows, idles, starts, ends, admit_step, end_step, sent, first, end)
+
+
+def _result(t, rows, idles, starts, ends, admit_step, end_step, sent, first, end) -> Replay:
+    per_step = np.asarray(rows, dtype=float).reshape(-1, len(COLUMNS))
+    starts, ends = np.asarray(starts), np.asarray(ends)
+    span = np.minimum(np.searchsorted(ends, sent, side="right"), len(ends) - 1)  # the span holding each send
+    at_start = np.isclose(starts[span], sent, rtol=0.0, atol=1e-12)
+    lead = np.where(at_start, 0.0, ends[span] - sent)
+    idle = np.asarray(idles)
+    return Replay(t, per_step.sum(axis=0), per_step, idle, starts, ends, admit_step, end_step,
+                  np.where(at_start, span, span + 1), lead, float(idle.sum()), len(ends), sent, first, end)

