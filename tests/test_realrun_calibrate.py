@@ -287,3 +287,10 @@ def test_profile_show_says_a_contention_no_pair_measured_is_not_measured():
     text = "\n".join(render({"sortedrl_profile": 1, "costs": {}, "fit": {"shared_host": shared}}, "p.json"))
     assert ("engine steps x1 (not measured: no pair had a whole engine round beside the update) "
             "while the trainer trains, updates x1.200 (relative MAD 0.0%) beside rollout") in text
+
+
+def test_contention_cycles_hold_as_much_kv_as_the_runs_median_sequence():
+    from sortedrl.realrun.calibrate import contention_context
+
+    assert contention_context([40, 300, 512, 120, 700]) == 300
+    assert contention_context([10, 20, 30]) == 64 and contention_context([]) == 64
