@@ -73,6 +73,16 @@ def test_detailed_files_recover_a_known_host_work_per_request(tmp_path):
     assert_recovered(fit)
 
 
+def test_the_step_count_read_off_the_tokens_is_the_replays_on_synthetic_files(tmp_path):
+    for c in (3, 12):
+        path = synthetic(tmp_path, f"c{c}.json", *lengths(c, 40), c, host_s=0.004)
+        cl = preset(PRESET)
+        rep = replay(read_bench(path), engine_costs(TRUE, cl.cost()), 0.004, cl.max_num_seqs)
+        assert engine_steps(read_bench(path)) == rep.steps
+        report = fit_bench([read_bench(path)], cl)["files"][0]
+        assert report["steps_measured"] == report["steps_replayed"] == rep.steps
+
+
 def test_one_level_recovers_the_host_work_and_the_terms(tmp_path):
     """One level's files separate the host work from the engine terms: it stretches the step
     it runs in and delays its request by one step, neither of which ``p0`` does."""

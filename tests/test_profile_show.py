@@ -73,6 +73,9 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     i = lines.index("engine fit (vllm bench serve, 2 file(s)): duration predicted by replaying each "
                     "benchmark on the profile")
     assert [x.split()[:3] for x in lines[i + 2:i + 4]] == [["c4-r0.json", "4", "48"], ["c16-r0.json", "16", "48"]]
+    reports = json.loads(out.read_text())["fit"]["engine"]["files"]
+    assert [x.split()[-1] for x in lines[i + 2:i + 4]] == [f"{f['steps_measured']}/{f['steps_replayed']}"
+                                                            for f in reports]
     host = json.loads(out.read_text())["fit"]["engine"]["host_s"]
     assert lines[i + 4].startswith(f"  host work per request: {1e3 * host:.3f} ms (stderr ")
     assert lines[i + 5] == ""  # nothing poorly determined or not separable in these two files

@@ -186,13 +186,17 @@ def _arrivals(rate: float, starts, queues, where: str) -> np.ndarray | None:
     return np.maximum(0.0, starts - q)
 
 
-def engine_steps(run: BenchRun, margin_s: float = 0.0012) -> int | None:
+def engine_steps(run: BenchRun, margin_s: float | None = None) -> int | None:
     """The engine steps of a detailed run, read off its tokens' arrival times (None without
     them): a running request gets one token per step, so follow a chain of requests that covers
     the run, each adding its tokens that arrive after the previous one's last (later by
-    ``margin_s``: the tokens of one step reach the client within about a millisecond)."""
+    ``margin_s``, by default half the median gap between tokens: the tokens of one step reach
+    the client close together, within about a millisecond on the recorded files)."""
     if not run.detailed:
         return None
+    if margin_s is None:
+        gaps = np.concatenate([g for g in run.itls if len(g)] or [np.zeros(1)])
+        margin_s = 0.5 * float(np.median(gaps))
     sent = run.start_times if run.start_times is not None else np.zeros(len(run.ttfts))
     times = [sent[i] + run.ttfts[i] + np.concatenate([[0.0], np.cumsum(g)]) for i, g in enumerate(run.itls)]
     cur = min(range(len(times)), key=lambda i: times[i][0])

@@ -98,12 +98,14 @@ def _engine_fit(eng: dict | None) -> list[str]:
     out = ["", f"engine fit (vllm bench serve, {len(files)} file(s)): duration predicted by replaying "
                 "each benchmark on the profile",
            f"  {'file':<28} {'conc':>5} {'reqs':>5} {'measured s':>11} {'predicted s':>12} {'error':>8} "
-           f"{'latency MAPE':>13}"]
+           f"{'latency MAPE':>13} {'steps (tokens/replay)':>22}"]
     for f in files:
         lat = f.get("latency_mape_pct")
         lat_s = f"{lat:.1f}%" if lat is not None else "n/a"
+        steps = f"{f['steps_measured']}/{f['steps_replayed']}" if f.get("steps_measured") else "n/a"
         out.append(f"  {Path(f['path']).name:<28} {f['concurrency']:>5} {f['requests']:>5} "
-                   f"{f['duration_s']:>11.3f} {f['predicted_s']:>12.3f} {f['error_pct']:>+7.1f}% {lat_s:>13}")
+                   f"{f['duration_s']:>11.3f} {f['predicted_s']:>12.3f} {f['error_pct']:>+7.1f}% {lat_s:>13} "
+                   f"{steps:>22}")
         if f.get("lengths_from_totals"):
             out.append("    (no per-request lists: every request given the mean lengths)")
     if isinstance(eng.get("host_s"), (int, float)):

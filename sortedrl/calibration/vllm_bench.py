@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from sortedrl.calibration.bench_file import BenchRun
+from sortedrl.calibration.bench_file import BenchRun, engine_steps
 from sortedrl.calibration.replay import COLUMNS, ENGINE_TERMS, Replay, replay
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster
@@ -81,11 +81,11 @@ def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = Non
         host_s = 0.0
     terms, host, reps, (X, y, w, x) = _fit_at(runs, cluster, host_s)
     costs = engine_costs(terms, cluster.cost())
-    err = _stderr(X, y, w, x)
+    err = _stderr(X, y, w, x) if host_s is None else [*_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
     return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
                       for (k, v), s in zip(terms.items(), err[:len(terms)], strict=True)},
             "host_s": host,
-            "host_stderr_s": err[-1] if host_s is None else 0.0,
+            "host_stderr_s": err[-1],
             "unidentified": _unidentified(X * w[:, None], held=host_s is not None),
             "uncertain": _uncertain(reps, x, err),
             "levels": sorted({r.concurrency for r in runs}),
@@ -228,6 +228,8 @@ def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: i
     if run.detailed:
         e2e = run.ttfts + np.array([g.sum() for g in run.itls])
         out["latency_mape_pct"] = float(100.0 * np.mean(np.abs(rep.end_s - rep.sent_s - e2e) / e2e))
+        # the schedule check: the replay's step count against the one read off the tokens
+        out["steps_replayed"], out["steps_measured"] = rep.steps, engine_steps(run)
     return out
 
 
