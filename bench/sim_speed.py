@@ -15,7 +15,9 @@ admitted again; a preempted, aborted or synced one makes more than one span).
 ``--whole 1000000,10000000`` also times the whole ``sortedrl simulate`` process (start-up, trace
 reading, simulation, summary, writing the run directory with its timeline) per policy, as a
 subprocess on a math-16k trace of that many samples written to a temporary directory: wall
-seconds, the child's CPU seconds (user + system) and its peak RSS (``wait4``'s ``ru_maxrss``);
+seconds, the child's CPU seconds (user + system) and its peak RSS (``wait4``'s ``ru_maxrss``,
+which Linux carries across exec: so these runs come first and the trace is written by another
+child, while this process is small);
 ``target`` judges its CPU seconds, as above. It is off by default: a 10M trace
 takes minutes to write and a slow policy minutes to run (``--whole-timeout`` stops one).
 
@@ -101,9 +103,9 @@ def whole_process(names: list[str], sizes: list[int], fmt: str, timeout: float) 
         for n in sizes:
             path = Path(tmp) / f"math16k-{n}.{fmt}"
             t0 = time.perf_counter()
-            trace = synth(n)
-            write_trace(trace, path)
-            del trace
+            # in a child: ru_maxrss survives exec, so a child forked from a big parent would
+            # report the parent's size as its own peak; this process stays small
+            subprocess.run([sys.executable, __file__, "--write-trace", f"{n}:{path}"], check=True)
             print(f"  (wrote {path.name}: {path.stat().st_size / 2**20:,.0f} MiB in "
                   f"{time.perf_counter() - t0:.0f} s)", flush=True)
             for name in names:
@@ -155,7 +157,12 @@ def main() -> None:
     ap.add_argument("--whole-timeout", type=float, default=900.0, help="seconds per process")
     ap.add_argument("--repeat", type=int, default=1,
                     help="in-process runs per policy and size; the fastest (CPU s) is shown")
+    ap.add_argument("--write-trace", default="", help=argparse.SUPPRESS)  # N:PATH (a child's job)
     args = ap.parse_args()
+    if args.write_trace:
+        n, _, path = args.write_trace.partition(":")
+        write_trace(synth(int(n)), path)
+        return
     names = list(BUILTIN) if args.policy == "all" else args.policy.split(",")
     base = preset("h100-llama3.1-8b")
     print(f"cluster={base.name} (8 GPUs); times in seconds on this machine; "
@@ -163,6 +170,9 @@ def main() -> None:
     print(f"{'policy':>13} {'samples':>9} {'simpy_ev':>9} {'admits':>7} {'spans':>6} "
           f"{'sim_s':>8} {'samples/s':>11} {'us/sample':>10} {'summary_s':>9} {'cpu_s':>7} "
           f"{'cpu rate':>9} {'target':>8}")
+    if args.whole:  # first, while this process is small (see whole_process)
+        whole_process(names, [int(x) for x in args.whole.split(",")], args.trace_format,
+                      args.whole_timeout)
     sizes = [int(x) for x in args.sizes.split(",") if x]
     traces = {n: synth(n) for n in sizes}
     for name in names:
@@ -181,9 +191,6 @@ def main() -> None:
                   f"{m / cpu:>9,.0f} {met:>8}", flush=True)
             del result, best
     traces.clear()
-    if args.whole:
-        whole_process(names, [int(x) for x in args.whole.split(",")], args.trace_format,
-                      args.whole_timeout)
 
 
 if __name__ == "__main__":

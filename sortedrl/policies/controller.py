@@ -135,7 +135,10 @@ class Controller:
         s = self.s
         state, gen, resp, eng, buf = s.state, s.generated, s.response_len, s.engine_of, s.buffer
         load, fin, n_group, need = s.load, s.finished_in, s.group_size, s.complete_at
+        rewards, reward = self._rewards, s.reward
         for i in samples:
+            if rewards is not None:
+                reward[i] = float(rewards[i])
             n = lengths[i]
             state[i] = FINISHED
             gen[i] = n
@@ -150,9 +153,6 @@ class Controller:
         s.admitted -= len(samples)
         if self.orders.wake is not None:
             self.orders.unheard += samples
-        if self._rewards is not None:
-            for i in samples:
-                s.reward[i] = float(self._rewards[i])
 
     def sample_preempted(self, sample: int, tokens: int) -> None:
         self.s.generated[sample] = tokens  # still admitted: back in its engine's queue

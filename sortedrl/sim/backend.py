@@ -182,8 +182,11 @@ class SimBackend(Backend):
         self.ctl = controller
         if self.tools is not None:
             self.tools.ctl, self.tools.hears = controller, hears_turns(controller.policy)
-        for e in self.engines:  # finishes come here first (``samples_finished``)
-            e.bind(self, controller.s.attempt, controller.s.oldest)
+        # finishes come here first (``samples_finished``), or, for a policy that never hears
+        # one (nothing to serve or defer), straight to the controller's bookkeeping
+        to = self if controller.policy.listens_to_finishes else controller
+        for e in self.engines:
+            e.bind(to, controller.s.attempt, controller.s.oldest)
         self._proc = self.env.process(self._pool())
         self._dispatch(controller.start)
         self.env.run()
