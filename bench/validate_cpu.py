@@ -155,8 +155,9 @@ def compare_profiles(a: dict, b: dict) -> dict:
     for k in ("engine_contention", "train_contention", "engine_contention_one", "train_contention_one"):
         out[k] = abs((b["costs"].get(k) or 1.0) / (a["costs"].get(k) or 1.0) - 1) * 100
     for k in ("ray_step_factor", "step_overhead_s", "step_overhead_one_s"):
-        fa, fb = ((p["fit"].get("shared_host") or {}).get(k) or 1.0 for p in (a, b))
-        out[k] = abs(fb / fa - 1) * 100
+        fa, fb = ((p["fit"].get("shared_host") or {}).get(k) for p in (a, b))
+        if fa and fb:  # compared only where both profiles measured it
+            out[k] = abs(fb / fa - 1) * 100
     print("profiles A vs B: " + ", ".join(f"{k} {v:.1f}%" for k, v in out.items()), flush=True)
     return out
 

@@ -125,12 +125,20 @@ def _ray_terms(profile) -> dict:
     except (OSError, ValueError):
         return {}
     fit = (raw.get("fit") or {}) if isinstance(raw, dict) else {}
-    runner, shared = fit.get("runner"), fit.get("shared_host")
-    out = {k: runner[k] for k in ("ray_round_s", "ray_sync_s") if isinstance(runner, dict) and k in runner}
-    if isinstance(shared, dict):
-        out.update({k: shared[k] for k in ("ray_step_factor", "step_overhead_s", "step_overhead_one_s")
-                    if shared.get(k)})
+    out = {}
+    for part, keys in (("runner", ("ray_round_s", "ray_sync_s")),
+                       ("shared_host", ("ray_step_factor", "step_overhead_s", "step_overhead_one_s"))):
+        section = fit.get(part)
+        for k in keys if isinstance(section, dict) else ():
+            if k in section:
+                out[k] = _term(section[k], f"{profile}: field 'fit.{part}.{k}'", 1.0 if k.endswith("factor") else 0.0)
     return out
+
+
+def _term(v: object, where: str, least: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < least:
+        raise ConfigError(f"{where}: expected a number >= {least:g}, got {v!r}")
+    return float(v)
 
 
 def _pct(real: float, sim: float) -> float:

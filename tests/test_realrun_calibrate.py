@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -294,3 +296,20 @@ def test_contention_cycles_hold_as_much_kv_as_the_runs_median_sequence():
 
     assert contention_context([40, 300, 512, 120, 700]) == 300
     assert contention_context([10, 20, 30]) == 64 and contention_context([]) == 64
+
+
+def test_validate_checks_the_ray_terms_of_a_profile(tmp_path):
+    from sortedrl.errors import ConfigError
+    from sortedrl.validate import _ray_terms
+
+    path = tmp_path / "p.json"
+    fit = {"runner": {"ray_round_s": 0.002, "ray_sync_s": 0.05},
+           "shared_host": {"ray_step_factor": 1.1, "step_overhead_s": 0.0, "step_overhead_one_s": 0.001}}
+    path.write_text(json.dumps({"fit": fit}))
+    assert _ray_terms(path) == {"ray_round_s": 0.002, "ray_sync_s": 0.05, "ray_step_factor": 1.1,
+                                "step_overhead_s": 0.0, "step_overhead_one_s": 0.001}  # a measured 0 is kept
+    for key, bad, least in (("step_overhead_s", "x", "0"), ("step_overhead_one_s", -0.5, "0"),
+                            ("ray_step_factor", 0.9, "1")):
+        path.write_text(json.dumps({"fit": {**fit, "shared_host": {**fit["shared_host"], key: bad}}}))
+        with pytest.raises(ConfigError, match=rf"p\.json: field 'fit\.shared_host\.{key}': expected a number >= {least}, got"):
+            _ray_terms(path)

@@ -6,6 +6,7 @@ Run: pytest tests/test_sim_contention.py
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -68,6 +69,14 @@ def test_a_profile_rejects_a_contention_below_one():
         profile_cluster(raw, "p.json", "p")
     raw["costs"]["engine_contention"] = 1.7
     assert profile_cluster(raw, "p.json", "p").costs.engine_contention == 1.7
+    for term, bad, says in (("engine_contention_one", 0.5, "a factor >= 1 (or 0: not measured)"),
+                            ("peer_step_factor", 0.9, "a factor >= 1"),
+                            ("step_overhead_s", -0.1, "a number >= 0"), ("train_contention_one", "x", "a number >= 0"),
+                            ("step_overhead_one_s", float("nan"), "a number >= 0")):
+        with pytest.raises(ConfigError, match=rf"p\.json: field 'costs\.{term}': expected {re.escape(says)}"):
+            profile_cluster({**raw, "costs": {**raw["costs"], term: bad}}, "p.json", "p")
+    raw["costs"]["engine_contention_one"] = 0.0  # not measured: as with every engine busy
+    assert profile_cluster(raw, "p.json", "p").costs.engine_contention_one == 0.0
 
 
 def test_one_busy_engine_beside_the_trainer_uses_its_own_factors():
@@ -98,3 +107,26 @@ def test_engines_in_rounds_slow_each_other_only_while_both_are_busy():
     assert sorted((s[2], s[1]) for s in r.timeline.spans) == [(0, 9.75), (1, 22.5)]
     plain = two_engines()  # separate devices: prefill 2, then 2 and 8 steps of 2 s
     assert sorted((s[2], s[1]) for s in plain.timeline.spans) == [(0, 6.0), (1, 18.0)]
+
+
+HOST_TERMS = dict(peer_step_factor=1.5, step_overhead_s=0.5, step_overhead_one_s=0.25, engine_contention=2.0,
+                  engine_contention_one=1.5, train_contention=1.5, train_contention_one=1.25)
+
+
+@pytest.mark.parametrize("policy", ["sortedrl", "async", "one_step_off", "partial", "sync"])
+def test_engines_recosted_by_busy_count_keep_their_bookkeeping(policy):
+    # Whole-second steps make changes of different engines land on the same instant, and a
+    # policy event's host time (f0) moves an engine's base past its change: the re-costing must
+    # wait for every change due by then (it once re-costed past a tied engine's pending change).
+    import numpy as np
+
+    disagg = policy in ("async", "one_step_off")
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        n, engines = 24, 2 + seed % 2
+        trace = make_trace(rng.integers(1, 12, n), group_size=4, steps=np.repeat(np.arange(3), 8))
+        cluster = tiny_cluster(engines=engines, max_num_seqs=3, f0=0.5 * (seed % 3 != 0), **HOST_TERMS)
+        if disagg:
+            cluster = dataclasses.replace(cluster, gpus=engines + 1, placement="disaggregated", train_gpus=1)
+        r = simulate(trace, make_policy(policy, [], trace), cluster, audit=True)
+        assert r.summary["samples_trained"] == n and r.summary["updates"] >= 1

@@ -18,7 +18,7 @@ engine when its host work is done and joins the first step that starts after tha
 sent when a step ends misses the step that starts then (the engine loop schedules it before the
 response's last token has reached the client), so it waits one stretched step. Checked on the
 recorded files (docs/calibration.md): the replayed step counts match those read off the tokens'
-arrival times within 0.5%, while the stretched steps are what the per-request timings show.
+arrival times within 0.2-2.1% per file, while the stretched steps are what the per-request timings show.
 
 Each step's span (from the previous step's end to its own) sums, for the fits, the step's
 features (steps, running sequences, KV tokens, prefilled tokens, admitted requests), the host

@@ -240,7 +240,7 @@ class SimBackend(Backend):
 
     def _advance(self, eng: Engine) -> None:
         """Apply ``eng``'s next change; its finishes arrive through :meth:`samples_finished`."""
-        when = eng.next_t
+        when = changed_at = eng.next_t
         self._advancing = eng
         eng.advance()
         self._advancing = None
@@ -253,7 +253,11 @@ class SimBackend(Backend):
             eng.idle_reported = True
             self._deferred.append((when, Event(EventKind.ENGINE_IDLE, eng.pub.index)))
         if self._host is not None and not self._catching_up:  # (else at the catch-up's end)
-            self._host.busy_may_change(eng.pub.t)  # eng's change was the earliest due
+            # re-cost at the change's time once no other engine has a change due by then (a tied
+            # engine's own advance does it; eng's base may have moved on: a hold, a prefill)
+            k = eng.pub.index
+            if all(t > changed_at for j, t in enumerate(self._next) if j != k):
+                self._host.busy_may_change(changed_at)
         if self.audit:
             eng.audit()
 

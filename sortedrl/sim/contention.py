@@ -11,7 +11,9 @@ compute at once, so each term is known with every engine busy and with one engin
 - ``peer_step_factor``: every engine busy, an engine step takes this many times as long as one
   engine's alone (1 with one busy);
 - ``step_overhead_s`` / ``step_overhead_one_s``: the driver's time per step beyond the engine's
-  own (Ray calls and results), every engine busy / one busy;
+  own (Ray calls and results), every engine busy / one busy (added to every decode step, and to
+  a prefill where it is its own pass; beside an update it is slowed with the rest of the step,
+  as in the table it replaced: it was not measured beside an update);
 - ``engine_contention`` / ``engine_contention_one``: while the trainer trains, every engine step
   takes this many times as long, every engine busy / one busy;
 - ``train_contention`` / ``train_contention_one``: an update that starts while every engine / one
@@ -21,8 +23,8 @@ A ``*_one`` term of 0 was not measured and takes its every-busy value. Between o
 engines each term is linear in the number busy (measured only at the two ends; the bench runs
 two engines). An engine is busy while it has running or queued samples, as the real runner's
 round steps exactly those. Contention applies only in disaggregated placement (colocated engines
-step aside while the trainer trains); the per-step terms in any placement with more than one
-engine. When the number of busy engines changes, or an update starts or ends, each engine
+step aside while the trainer trains); the per-step terms in any placement (validate sets them
+for a run on Ray: more than one engine, or disaggregated, or ``--ray``). When the number of busy engines changes, or an update starts or ends, each engine
 finishes the step it is in at the old speed and runs the following ones at the new speed (its
 base moves to that step boundary, as for a weight push). Deliberate simplification: an update's
 speed is set once, when it starts.
@@ -103,9 +105,9 @@ class SharedHost:
 
     def costs(self, busy: int, training: bool) -> CostModel:
         """An engine's costs while ``busy`` engines have work (``training``: beside an update)."""
-        key = (busy, training)
+        key = (busy, training and self.contended)  # colocated: an update changes nothing here
         if key not in self._costs:
-            self._costs[key] = host_costs(self.cost, busy, len(self.engines), training and self.contended)
+            self._costs[key] = host_costs(self.cost, busy, len(self.engines), key[1])
         return self._costs[key]
 
     def update_starts(self, now: float, seconds: float) -> float:
