@@ -291,13 +291,6 @@ def test_profile_show_says_a_contention_no_pair_measured_is_not_measured():
             "while the trainer trains, updates x1.200 (relative MAD 0.0%) beside rollout") in text
 
 
-def test_contention_cycles_hold_as_much_kv_as_the_runs_median_sequence():
-    from sortedrl.realrun.calibrate import contention_context
-
-    assert contention_context([40, 300, 512, 120, 700]) == 300
-    assert contention_context([10, 20, 30]) == 64 and contention_context([]) == 64
-
-
 def test_validate_checks_the_ray_terms_of_a_profile(tmp_path):
     from sortedrl.errors import ConfigError
     from sortedrl.validate import _ray_terms

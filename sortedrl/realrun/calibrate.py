@@ -222,20 +222,10 @@ def _measure_ray(run: dict, engines: int) -> dict:
 
 def _measure_shared_host(model: str, engines: int, run: dict, runner: dict, repeats: int) -> dict:
     """The contention factors (:mod:`sortedrl.realrun.contention`), with updates of the runner's
-    median update's lengths, and engine cycles whose requests hold as much KV as that update's
-    median sequence (:func:`contention_context`)."""
+    median update's lengths."""
     median = sorted(runner["train"], key=lambda u: u[1])[len(runner["train"]) // 2][0]
     return apart(measure_contention, model, engines, run["max_num_seqs"], median, repeats,
-                 seed=run["seed"], warm_tokens=run["warm_tokens"], context=contention_context(median))
-
-
-def contention_context(lengths: list[int]) -> int:
-    """The prompt tokens of a contention cycle's requests: the median sequence (prompt +
-    response) of a run's update, at least 64. How much an engine and the trainer slow each
-    other grows with what each reads from memory: cycles of 64-token contexts measured one busy
-    engine beside an update at x1.15, where a real run's engine, holding ~500 KV tokens a
-    sequence, stepped about x1.3 slower (docs/calibration.md)."""
-    return max(64, int(np.median(lengths))) if lengths else 64
+                 seed=run["seed"], warm_tokens=run["warm_tokens"])
 
 
 def run_apart(config: dict) -> dict:
