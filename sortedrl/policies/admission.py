@@ -1,0 +1,111 @@
+"""Admission: which engine gets an admitted sample, and the bookkeeping of admitting it.
+
+Part of the :class:`~sortedrl.policies.controller.Controller` (a mixin, split out to keep each
+module readable): the legality checks of an ``Admit``, the placement rule (a lone sample joins
+an engine where a member of its group runs, for the shared prompt; a batch is spread by
+:func:`~sortedrl.policies.placement.spread`), and the records. ``_admit_one`` is the same path,
+flat, for the one-sample top-up of a ``Keep`` order, which runs once per finish.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sortedrl.policies.base import Admit, SampleState
+from sortedrl.policies.placement import spread
+
+WAITING, ADMITTED, PAUSED = SampleState.WAITING, SampleState.ADMITTED, SampleState.PAUSED  # hot paths
+
+
+class Admission:
+    """The controller's admission methods (they use its ``s``, ``timeline``, ``backend``,
+    ``_bad`` and ``_check_ids``)."""
+
+    def _admit(self, act: Admit) -> None:
+        s, samples = self.s, act.samples
+        if not samples:
+            return
+        self._check_ids(samples, "admit")
+        state, started, n = s.state, s.started, s.group_size
+        for i in samples:
+            if state[i] != WAITING and state[i] != PAUSED:
+                raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
+        if act.engine is not None and not 0 <= act.engine < len(s.engines):
+            raise self._bad(f"admit to unknown engine {act.engine}")
+        for i in samples:
+            if not started[i // n]:
+                started[i // n] = 1
+                s.started_count += 1
+        while s.next_group < s.num_groups and started[s.next_group]:
+            s.next_group += 1
+        plan = self._placement(act)
+        now = self.backend.now()
+        engine_of, paused, generated = s.engine_of, s.paused, s.generated
+        for e, chunk in plan:
+            gen = [generated[i] for i in chunk]
+            for i in chunk:
+                state[i] = ADMITTED
+                engine_of[i] = e
+                if paused:
+                    paused.pop(i, None)
+            s.load[e] += len(chunk)
+            s.admitted += len(chunk)
+            self.timeline.admit(now, e, chunk)
+            self.backend.admit(e, chunk, gen)
+
+    def _admit_one(self, i: int) -> None:
+        """``_admit(Admit((i,)))`` for a ``Keep`` top-up, flat: the same checks, placement and
+        records, without building the action and its lists (it runs once per finish)."""
+        s = self.s
+        state = s.state
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < len(state):
+            raise self._bad(f"admit of unknown sample {i!r}")
+        if state[i] != WAITING and state[i] != PAUSED:
+            raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
+        n, started = s.group_size, s.started
+        if not started[i // n]:
+            started[i // n] = 1
+            s.started_count += 1
+            while s.next_group < s.num_groups and started[s.next_group]:
+                s.next_group += 1
+        loads, engine_of = s.load, s.engine_of
+        least = min(loads)
+        e = -1
+        if n > 1:  # _placement's lone sample: join a member's engine (shared prompt)
+            limit = least + n
+            for j in range(i - i % n, i - i % n + n):
+                f = engine_of[j]
+                if f >= 0 and j != i and loads[f] < max(s.engines[f].max_num_seqs, limit):
+                    e = f
+                    break
+        if e < 0:
+            e = loads.index(least)
+        state[i] = ADMITTED
+        engine_of[i] = e
+        if s.paused:
+            s.paused.pop(i, None)
+        loads[e] += 1
+        s.admitted += 1
+        chunk = [i]
+        self.timeline.add("admit", self.backend.now(), e, chunk)  # chunk is ours: no copy
+        self.backend.admit(e, chunk, [s.generated[i]])
+
+    def _placement(self, act: Admit) -> list[tuple[int, list[int]]]:
+        """Which engine gets which admitted samples (see :func:`~sortedrl.policies.placement.spread`).
+        A lone sample whose group has a member admitted on an engine joins it there (shared prompt), unless that
+        engine is over both its ``max_num_seqs`` and the least load plus one group."""
+        s, samples = self.s, list(act.samples)
+        if act.engine is not None:
+            return [(act.engine, samples)]
+        loads = s.load
+        n = s.group_size if act.keep_groups else 1
+        if len(samples) == 1:  # the common case (a top-up), kept flat
+            least = min(loads)
+            if n > 1:
+                i, engine_of, limit = samples[0], s.engine_of, least + n
+                for j in range(i - i % n, i - i % n + n):
+                    e = engine_of[j]
+                    if e >= 0 and j != i and loads[e] < max(s.engines[e].max_num_seqs, limit):
+                        return [(e, samples)]
+            return [(loads.index(least), samples)]
+        return spread(samples, loads, n)
