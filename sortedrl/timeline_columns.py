@@ -1,0 +1,77 @@
+"""The column types of a compacted timeline that are not plain NumPy arrays.
+
+A timeline's records become columns (:mod:`sortedrl.timeline`): numbers are NumPy arrays, and two
+kinds of field need more: a list of sample indices per record (an admission, an update), kept as
+one ragged column (:class:`Ragged`: int64 offsets into int32 values), and a short label per
+record (a span's end, ``finish`` or ``preempt``), kept as codes into a table (:class:`Labels`).
+The columnar files (:mod:`sortedrl.timeline_file`) store exactly these arrays.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+
+
+class Ragged:
+    """One list of sample indices per record: ``values[offsets[i]:offsets[i + 1]]``."""
+
+    def __init__(self, offsets: np.ndarray, values: np.ndarray) -> None:
+        self.offsets, self.values = offsets, values
+
+    @classmethod
+    def from_lists(cls, lists: tuple | list) -> Ragged:
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.fromiter(chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
+        return cls(offsets, values)
+
+    @classmethod
+    def concat(cls, parts: list[Ragged]) -> Ragged:
+        shifts = np.cumsum([0] + [p.values.size for p in parts[:-1]])
+        offsets = np.concatenate([parts[0].offsets[:1]]
+                                 + [p.offsets[1:] + s for p, s in zip(parts, shifts, strict=True)])
+        return cls(offsets, np.concatenate([p.values for p in parts]))
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def record_of_value(self) -> np.ndarray:
+        """The record index of every value."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
+
+    def tolist(self) -> list[list[int]]:
+        values, offsets = self.values.tolist(), self.offsets.tolist()
+        return [values[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+class Labels:
+    """Short strings as codes into ``names`` (``labels == "preempt"`` gives a mask)."""
+
+    def __init__(self, codes: np.ndarray, names: list[str]) -> None:
+        self.codes, self.names = codes, names
+
+    def __len__(self) -> int:
+        return self.codes.size
+
+    def __eq__(self, name: object) -> np.ndarray:  # type: ignore[override]
+        if name not in self.names:
+            return np.zeros(self.codes.size, dtype=bool)
+        return self.codes == self.names.index(name)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def strings(self) -> np.ndarray:
+        return np.array(self.names or [""], dtype=str)[self.codes]
+
+    def tolist(self) -> list[str]:
+        names = self.names
+        return [names[c] for c in self.codes.tolist()]
