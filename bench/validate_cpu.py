@@ -35,6 +35,7 @@ ROOT = str(Path(__file__).resolve().parents[1])
 sys.path.insert(0, ROOT)
 
 from sortedrl.realrun.model import init_model, widen_model  # noqa: E402
+from sortedrl.realrun.priority import raise_priority  # noqa: E402
 from sortedrl.sim.profile import write_profile  # noqa: E402
 from sortedrl.validate import validate, write_validate  # noqa: E402
 
@@ -50,22 +51,6 @@ POLICIES = {  # label -> (policy, knobs, engines, placement)
 def load() -> str:
     a, b, c = os.getloadavg()
     return f"{a:.1f}/{b:.1f}/{c:.1f}"
-
-
-def raise_priority() -> None:
-    """Nice -20 for this bench and everything it starts (the CLI, Ray and its actors stay in this
-    session). With the kernel's autogroups on, a process's nice ranks it only within its session's
-    group and the groups share the cores equally, so the session's own group nice
-    (``/proc/self/autogroup``) is what keeps other sessions' work off the cores the real runs and
-    calibrations measure (tests/fixtures/vllm_bench/record.py does the same)."""
-    try:
-        os.nice(-20)
-        auto = Path("/proc/self/autogroup")
-        if auto.exists():
-            auto.write_text("-20")
-        print("priority: nice -20 in this session's autogroup", flush=True)
-    except OSError as e:
-        print(f"priority: could not raise it ({e}); timings will follow the machine's load", flush=True)
 
 
 def wait_quiet(args) -> None:
@@ -213,7 +198,7 @@ def main() -> None:
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     if not args.no_priority:
-        raise_priority()
+        raise_priority("priority")
     print(f"start: load {load()} on {os.cpu_count()} cores", flush=True)
     model = build_model(out, args.base_model, args.hidden, args.layers, args.intermediate)
     prof_a = out / "profile-a.json"

@@ -84,8 +84,8 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
              "sync_s": sync_s, "prefill_in_step": True, "p0": host["admit"] + d["pr"],
              "f0": host["event"], **tr["costs"],
              "step_table": [x + host["step"] for x in d["table"]],  # the runner's work per step
-             **{k: shared[k] for k in ("engine_contention", "train_contention",
-                                                 "engine_contention_one", "train_contention_one") if k in shared}}
+             **{k: shared[k] for k in ("engine_contention", "train_contention", "engine_contention_one",
+                                       "train_contention_one") if k in shared}}
     noise = {"grid_rel_mad": _median_rel_mad(grid.values()), "step_rel_scale": d["rel_scale"],
              "runner_steps_dropped": dropped, "runner_steps_kept": kept,
              "train_rel_scale": tr["rel_scale"],

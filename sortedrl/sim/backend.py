@@ -80,8 +80,7 @@ class SimBackend(Backend):
         if self.tools is not None:
             self.tools.engines = self.engines
         # engines and trainer sharing a host's cores (sim/contention.py); None: separate devices
-        self._host = (SharedHost(self.cost, self.engines, c.placement)
-                      if shares_host(self.cost, c.placement, c.engines) else None)
+        self._host = SharedHost(self.cost, self.engines, c.placement) if shares_host(self.cost, c.placement) else None
         self._next = [INF] * len(self.engines)  # next change time of each engine
         for e in self.engines:
             e._slots = self._next

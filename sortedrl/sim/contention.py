@@ -24,9 +24,10 @@ engines each term is linear in the number busy (measured only at the two ends; t
 two engines). An engine is busy while it has running or queued samples, as the real runner's
 round steps exactly those. Contention applies only in disaggregated placement (colocated engines
 step aside while the trainer trains); the per-step terms in any placement (validate sets them
-for a run on Ray: more than one engine, or disaggregated, or ``--ray``). When the number of busy engines changes, or an update starts or ends, each engine
-finishes the step it is in at the old speed and runs the following ones at the new speed (its
-base moves to that step boundary, as for a weight push). Deliberate simplification: an update's
+for a run on Ray: more than one engine, or disaggregated, or ``--ray``). When the number of
+busy engines changes, or an update starts or ends, each engine finishes the step it is in at
+the old speed and runs the following ones at the new speed (its base moves to that step
+boundary, as for a weight push). Deliberate simplification: an update's
 speed is set once, when it starts.
 """
 
@@ -54,13 +55,12 @@ def with_step_overhead(cost: CostModel, seconds: float) -> CostModel:
     return dataclasses.replace(cost, step_table=table, t_fix=cost.t_fix + (0.0 if table else seconds))
 
 
-def shares_host(cost: CostModel, placement: str, engines: int = 1) -> bool:
+def shares_host(cost: CostModel, placement: str) -> bool:
     """Whether engines and trainer, or engines among themselves, share a host's cores here."""
-    contention = placement == "disaggregated" and (
-        cost.engine_contention != 1.0 or cost.train_contention != 1.0
-        or cost.engine_contention_one not in (0.0, 1.0) or cost.train_contention_one not in (0.0, 1.0))
-    peers = engines > 1 and (cost.peer_step_factor != 1.0 or cost.step_overhead_s or cost.step_overhead_one_s)
-    return contention or peers or bool(cost.step_overhead_s)
+    contention = (cost.engine_contention, cost.train_contention,
+                  cost.engine_contention_one or 1.0, cost.train_contention_one or 1.0)
+    return ((placement == "disaggregated" and any(f != 1.0 for f in contention))
+            or cost.peer_step_factor != 1.0 or bool(cost.step_overhead_s or cost.step_overhead_one_s))
 
 
 def between(one: float, every: float, busy: int, engines: int) -> float:
@@ -70,16 +70,20 @@ def between(one: float, every: float, busy: int, engines: int) -> float:
     return one + (every - one) * (min(busy, engines) - 1) / (engines - 1)
 
 
+def at_busy(cost: CostModel, every: str, one: str, busy: int, engines: int) -> float:
+    """The cost term ``every`` (every engine busy) at ``busy`` busy engines, its one-busy value
+    being the term ``one`` (0: not measured, as with every engine busy)."""
+    full = getattr(cost, every)
+    return between(getattr(cost, one) or full, full, busy, engines)
+
+
 def host_costs(cost: CostModel, busy: int, engines: int, training: bool) -> CostModel:
     """One engine's costs while ``busy`` of ``engines`` have work, beside an update or not."""
-    c = cost
-    base = dataclasses.replace(c, step_overhead_s=0.0, step_overhead_one_s=0.0)
-    out = slowed(base, between(1.0, c.peer_step_factor, busy, engines))
-    out = with_step_overhead(out, between(c.step_overhead_one_s or c.step_overhead_s, c.step_overhead_s,
-                                          busy, engines))
+    base = dataclasses.replace(cost, step_overhead_s=0.0, step_overhead_one_s=0.0)
+    out = slowed(base, between(1.0, cost.peer_step_factor, busy, engines))
+    out = with_step_overhead(out, at_busy(cost, "step_overhead_s", "step_overhead_one_s", busy, engines))
     if training:
-        out = slowed(out, between(c.engine_contention_one or c.engine_contention, c.engine_contention,
-                                  busy, engines))
+        out = slowed(out, at_busy(cost, "engine_contention", "engine_contention_one", busy, engines))
     return out
 
 
@@ -93,10 +97,8 @@ class SharedHost:
         self.training = False
         self.busy = self._count()
         self._costs: dict[tuple[int, bool], CostModel] = {}
-        c, n = cost, len(engines)
-        self.by_busy = n > 1 and (c.peer_step_factor != 1.0
-                                  or (c.step_overhead_one_s or c.step_overhead_s) != c.step_overhead_s
-                                  or (c.engine_contention_one or c.engine_contention) != c.engine_contention)
+        n = len(engines)  # whether an engine's costs depend on how many are busy at all
+        self.by_busy = any(self.costs(1, t) != self.costs(n, t) for t in (False, True))
         for e in engines:  # fresh engines at t = 0: nothing to materialize or plan yet
             e.cost = e.pub.cost = self.costs(max(1, self.busy), False)
 
@@ -117,9 +119,7 @@ class SharedHost:
         self._switch(now, busy)
         if not (busy and self.contended):
             return seconds
-        c = self.cost
-        return seconds * between(c.train_contention_one or c.train_contention, c.train_contention,
-                                 busy, len(self.engines))
+        return seconds * at_busy(self.cost, "train_contention", "train_contention_one", busy, len(self.engines))
 
     def update_ends(self, now: float) -> None:
         self.training = False
