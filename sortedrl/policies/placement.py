@@ -8,6 +8,8 @@ engine under prefix caching.
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def spread(samples: list[int], loads: list[int], group_size: int = 1
             ) -> list[tuple[int, list[int]]]:
@@ -46,13 +48,18 @@ def spread(samples: list[int], loads: list[int], group_size: int = 1
 
 def blocks_by_group(samples: list[int], share: list[int], group_size: int
                      ) -> list[tuple[int, list[int]]]:
-    """Contiguous blocks of ``samples`` by ``share``, cut only between groups."""
+    """Contiguous blocks of ``samples`` by ``share``, cut only between groups: a block moves on
+    to the next engine at the first group start once it holds its share."""
+    if not samples:
+        return []
     targets = [e for e in range(len(share)) if share[e]]
-    blocks: dict[int, list[int]] = {}
-    k = 0
-    for pos, i in enumerate(samples):
-        new_group = pos == 0 or i // group_size != samples[pos - 1] // group_size
-        if new_group and len(blocks.get(targets[k], ())) >= share[targets[k]] and k + 1 < len(targets):
-            k += 1
-        blocks.setdefault(targets[k], []).append(i)
-    return list(blocks.items())
+    groups = np.asarray(samples, dtype=np.int64) // group_size
+    starts = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()  # where a group begins
+    blocks: list[tuple[int, list[int]]] = []
+    k = begin = 0
+    for pos in starts:
+        if pos - begin >= share[targets[k]] and k + 1 < len(targets):
+            blocks.append((targets[k], samples[begin:pos]))
+            begin, k = pos, k + 1
+    blocks.append((targets[k], samples[begin:]))
+    return blocks

@@ -215,10 +215,10 @@ class SimBackend(Backend):
         self._dispatch(self.ctl.sync_done)
 
     def _pool(self):
-        env, engines, nexts = self.env, self.engines, self._next
+        env, engines, nexts, deferred, advance = self.env, self.engines, self._next, self._deferred, self._advance
         while True:
-            if self._deferred:
-                t, event = self._deferred.popleft()
+            if deferred:
+                t, event = deferred.popleft()
                 if t > env.now:
                     yield env.timeout(t - env.now)  # nothing else is due before t
                 self._dispatch(lambda ev=event: self.ctl.dispatch(ev))
@@ -226,7 +226,6 @@ class SimBackend(Backend):
                     self.engines[event.engine].hold(env.now, self.cost.f0)  # the policy's time
                 continue
             t = min(nexts)
-            eng = engines[nexts.index(t)]
             if t == INF or (t > env.now and t >= env.peek()):
                 self._waiting = True
                 try:
@@ -235,7 +234,7 @@ class SimBackend(Backend):
                     self._poked = False
                 self._waiting = False
                 continue
-            self._advance(eng)
+            advance(engines[nexts.index(t)])
 
     def _advance(self, eng: Engine) -> None:
         """Apply ``eng``'s next change; its finishes arrive through :meth:`samples_finished`."""
@@ -247,7 +246,7 @@ class SimBackend(Backend):
             for held in self._held:
                 held.hold(held.pub.t, self.cost.f0)
             self._held.clear()
-        if not eng.idle_reported and eng.idle:
+        if not eng.idle_reported and not eng.pub.run and not eng.pub.queue:  # eng.idle, inlined
             when = max(when, self.env.now)
             eng.idle_reported = True
             self._deferred.append((when, Event(EventKind.ENGINE_IDLE, eng.pub.index)))

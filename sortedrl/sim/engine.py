@@ -233,10 +233,10 @@ class Engine(EngineActions):
             self._reporting = False
         while run and p.kv + len(run) > self.kv_budget:
             self._preempt()
-        if p.queue and len(run) < self.seq_cap and self._admissible():  # (a full batch: no call)
+        if p.queue and len(run) < self.seq_cap:  # (a full batch: no call)
             if self.chunk:
-                self._admit_chunked()
-            else:
+                self._admit_chunked()  # (checks the head itself: _admissible, fused)
+            elif self._admissible():
                 self._admit_stalling()
         self.plan()
         return finished
@@ -308,8 +308,11 @@ class Engine(EngineActions):
         samples' prompts take ``steps`` mixed steps, each costing a decode step of the running
         batch plus its chunk's prefill compute; the last chunk yields their first token. A
         sample joins while the chunks end by the next finish (``horizon``) and the KV after
-        them leaves room for one more step.
+        them leaves room for one more step. Nothing changes when the head does not fit (the
+        first pass of the loop is :meth:`_admissible`'s check, so advance() need not call it).
         """
+        if not self.enabled or self.stalled:
+            return
         p = self.pub
         admitted: list[int] = []
         tokens = pairs = recomputed = steps = 0
@@ -335,6 +338,8 @@ class Engine(EngineActions):
             back = resume and i in resume  # back from a tool call (sim/turns.py)
             if back:
                 work, redone = self._resumed(i, g0, work, take=False)
+                if not admitted and not self._admissible():  # the head is judged on `new`
+                    break
             need = -(-(tokens + work) // room)
             if need > horizon or kv + new + 1 + b0 * need + b0 + len(admitted) + 1 > budget:
                 break
@@ -349,9 +354,16 @@ class Engine(EngineActions):
             tokens += work
             pairs += work * (prompt + g0 - work) + work * (work + 1) // 2
             recomputed += redone
-        c = self.cost
-        dt = (c.decode_time(steps, b0, p.kv) + c.pn + c.p0 * len(admitted) + c.p1 * tokens
-              + c.p2 * pairs)
+        if not admitted:
+            return
+        c, kv0 = self.cost, p.kv
+        alpha = c.a0 + c.a1 * kv0
+        if not c.experts and c.step_table is None and alpha >= c.c1 * b0:
+            # c.decode_time(steps, b0, kv0), memory-bound throughout: the same sum, inlined
+            decode = steps * (c.t_fix + c.s1 * b0 + alpha) + c.a1 * b0 * ((steps * (steps - 1)) // 2)
+        else:
+            decode = c.decode_time(steps, b0, kv0)
+        dt = decode + c.pn + c.p0 * len(admitted) + c.p1 * tokens + c.p2 * pairs
         step = p.step = p.step + steps
         p.kv = kv + steps * b0
         run, lengths, oldest, live, heap = p.run, self._lengths, self._oldest, self._live, self._heap
