@@ -12,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from sortedrl.policies.base import Admit, SampleState
+from sortedrl.policies.deferred import BATCH, group_counts, view
 from sortedrl.policies.placement import spread
 
 WAITING, ADMITTED, PAUSED = SampleState.WAITING, SampleState.ADMITTED, SampleState.PAUSED  # hot paths
+ADMISSIBLE = {int(WAITING), int(PAUSED)}
 
 
 class Admission:
@@ -27,14 +29,16 @@ class Admission:
             return
         self._check_ids(samples, "admit")
         state, started, n = s.state, s.started, s.group_size
-        for i in samples:
-            if state[i] != WAITING and state[i] != PAUSED:
-                raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
+        if not set(map(state.__getitem__, samples)) <= ADMISSIBLE:  # (checked in C; which one:)
+            for i in samples:
+                if state[i] != WAITING and state[i] != PAUSED:
+                    raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
         if act.engine is not None and not 0 <= act.engine < len(s.engines):
             raise self._bad(f"admit to unknown engine {act.engine}")
-        for i in samples:
-            if not started[i // n]:
-                started[i // n] = 1
+        big = len(samples) >= BATCH  # a whole step's batch: NumPy; a few samples: loops
+        for g in (g for g, _ in group_counts(samples, n)) if big else (i // n for i in samples):
+            if not started[g]:
+                started[g] = 1
                 s.started_count += 1
         while s.next_group < s.num_groups and started[s.next_group]:
             s.next_group += 1
@@ -42,11 +46,18 @@ class Admission:
         now = self.backend.now()
         engine_of, paused, generated = s.engine_of, s.paused, s.generated
         for e, chunk in plan:
-            gen = [generated[i] for i in chunk]
-            for i in chunk:
-                state[i] = ADMITTED
-                engine_of[i] = e
-                if paused:
+            if big:
+                at = np.asarray(chunk, dtype=np.int64)
+                gen = view(generated, np.int32)[at].tolist()
+                view(state, np.uint8)[at] = ADMITTED
+                view(engine_of, np.int32)[at] = e
+            else:
+                gen = [generated[i] for i in chunk]
+                for i in chunk:
+                    state[i] = ADMITTED
+                    engine_of[i] = e
+            if paused:
+                for i in chunk:
                     paused.pop(i, None)
             s.load[e] += len(chunk)
             s.admitted += len(chunk)

@@ -42,6 +42,7 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
+from sortedrl.policies.deferred import DeferredFinishes, group_counts, view
 from sortedrl.policies.orders import StandingOrders
 from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
@@ -71,11 +72,22 @@ class Controller(Admission):
         self.rollout_on = True
         self._dispatching = False
         self.orders = StandingOrders()
+        self.deferred: DeferredFinishes | None = None  # finishes booked in batches (its doc)
+
+    def defer_finishes(self, lengths) -> DeferredFinishes:
+        """A sink for the finishes of a policy that never hears one, booked before the next
+        event (:mod:`sortedrl.policies.deferred`); ``lengths``: the backend's ``array('i')``."""
+        if self.policy.listens_to_finishes:
+            raise RuntimeError(f"policy {self.policy.name} hears finishes: they cannot wait")
+        self.deferred = DeferredFinishes(self, lengths)
+        return self.deferred
 
     # -- run ---------------------------------------------------------------------------------
 
     def run(self) -> None:
         self.backend.run(self)
+        if self.deferred is not None and self.deferred.pending:
+            self.deferred.book()
         if not self.done:
             raise PolicyError(f"policy {self.policy.name} stalled at t={self.backend.now():.3f}s: "
                               + self._stall_reason())
@@ -101,6 +113,8 @@ class Controller(Admission):
             raise RuntimeError("re-entrant dispatch: a backend reported an event while acting")
         self._dispatching = True
         try:
+            if self.deferred is not None and self.deferred.pending:
+                self.deferred.book()
             self.s.now = self.backend.now()
             if event.kind is EventKind.FINISHED:
                 event = self.orders.deliver(event, self.hears(event.samples))
@@ -136,9 +150,10 @@ class Controller(Admission):
         state, gen, resp, eng, buf = s.state, s.generated, s.response_len, s.engine_of, s.buffer
         load, fin, n_group, need = s.load, s.finished_in, s.group_size, s.complete_at
         rewards, reward = self._rewards, s.reward
-        for i in samples:
-            if rewards is not None:
+        if rewards is not None:
+            for i in samples:
                 reward[i] = float(rewards[i])
+        for i in samples:
             n = lengths[i]
             state[i] = FINISHED
             gen[i] = n
@@ -147,8 +162,9 @@ class Controller(Admission):
             eng[i] = -1
             buf[i] = None
             g = i // n_group
-            fin[g] += 1
-            if fin[g] == need:
+            c = fin[g] + 1
+            fin[g] = c
+            if c == need:
                 s.complete += 1
         s.admitted -= len(samples)
         if self.orders.wake is not None:
@@ -286,9 +302,10 @@ class Controller(Admission):
             raise self._bad("train while the trainer is busy (wait for update_done)")
         if s.syncing:
             raise self._bad("train while a weight sync is running")
-        for i in act.samples:
-            if s.state[i] != FINISHED:
-                raise self._bad(f"train on sample {i}, which is {SampleState(s.state[i]).name.lower()}")
+        if set(map(s.state.__getitem__, act.samples)) != {FINISHED}:  # (checked in C; which one:)
+            for i in act.samples:
+                if s.state[i] != FINISHED:
+                    raise self._bad(f"train on sample {i}, which is {SampleState(s.state[i]).name.lower()}")
         if s.placement == "colocated":
             busy = [e.index for e in s.engines if e.running()]
             if busy:
@@ -297,13 +314,14 @@ class Controller(Admission):
             if self.rollout_on:
                 self.rollout_on = False
                 self.backend.set_rollout(False)
-        state, buffer, fin, n, full = s.state, s.buffer, s.finished_in, s.group_size, s.complete_at
-        for i in act.samples:  # self._unfinish(i), inlined (once per trained sample)
-            g = i // n
-            if fin[g] == full:
+        fin, full, buffer = s.finished_in, s.complete_at, s.buffer
+        for g, c in group_counts(act.samples, s.group_size):  # self._unfinish of each, by group
+            before = fin[g]
+            fin[g] = before - c
+            if before - c < full <= before:  # one at a time, the count passes `full` once
                 s.complete -= 1
-            fin[g] -= 1
-            state[i] = TRAINED
+        view(s.state, np.uint8)[np.asarray(act.samples, dtype=np.int64)] = TRAINED
+        for i in act.samples:
             del buffer[i]
         self.settled += len(act.samples)
         s.trainer_busy = True

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
 import simpy
 
 from sortedrl.policies.base import Event, EventKind
 from sortedrl.policies.controller import Backend, Controller
+from sortedrl.policies.deferred import view
 from sortedrl.policies.view import EngineInfo, int_array
 from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
@@ -45,6 +47,10 @@ from sortedrl.traces.schema import Trace
 
 class SimBackend(Backend):
     """Runs a trace on a simulated :class:`~sortedrl.sim.cluster.Cluster`."""
+
+    # a policy that never hears a finish gets its finishes booked in batches (policies/deferred.py);
+    # False books each as it happens (the tests compare the two)
+    defer_finishes = True
 
     def __init__(self, trace: Trace, cluster: Cluster, timeline: Timeline, progress=None,
                  audit: bool = False, attempt_lengths: dict | None = None, seed: int = 0,
@@ -108,7 +114,7 @@ class SimBackend(Backend):
         if self._replay is not None:  # a replay that knows earlier attempts' lengths; the last is the trace's
             for i in samples:
                 lengths[i] = self._replay.get((i, attempt[i]), self._attempts.length(i, 0))
-        else:
+        elif any(map(attempt.__getitem__, samples)):  # (first attempts keep the trace's length)
             for i in samples:
                 if attempt[i]:
                     lengths[i] = self._attempts.length(i, attempt[i])
@@ -140,7 +146,8 @@ class SimBackend(Backend):
         return out
 
     def train(self, samples: list[int], version: int) -> None:
-        lengths = [self._plen[i] + self._lengths[i] for i in samples]
+        at = np.asarray(samples, dtype=np.int64)  # prompt + response of each, as Python ints
+        lengths = (view(self._plen, np.int32)[at].astype(np.int64) + view(self._lengths, np.int32)[at]).tolist()
         if self.tools is not None:  # the tool output is in the trained sequence (masked)
             lengths = [n + self.tools.plan.ctx[i] for n, i in zip(lengths, samples, strict=True)]
         tokens = sum(lengths)
@@ -182,8 +189,12 @@ class SimBackend(Backend):
         if self.tools is not None:
             self.tools.ctl, self.tools.hears = controller, hears_turns(controller.policy)
         # finishes come here first (``samples_finished``), or, for a policy that never hears
-        # one (nothing to serve or defer), straight to the controller's bookkeeping
+        # one (nothing to serve or defer), straight to the controller's bookkeeping: in batches
+        # booked before its next event (policies/deferred.py) where the rewards are an array
         to = self if controller.policy.listens_to_finishes else controller
+        if (to is controller and self.defer_finishes and self.tools is None
+                and isinstance(controller._rewards, (memoryview, type(None)))):
+            to = controller.defer_finishes(self._lengths)  # booked in batches, before each event
         for e in self.engines:
             e.bind(to, controller.s.attempt, controller.s.oldest)
         self._proc = self.env.process(self._pool())

@@ -85,6 +85,7 @@ class Engine(EngineActions):
         self._prefills = timeline.prefills
         self._heap: list[tuple[int, int, int]] = []  # (finish step, seq, sample)
         self._live: dict[int, int] = {}  # sample -> seq of its valid heap entry
+        self._stale = 0  # heap entries of aborted or preempted samples not yet popped
         self._seq = 0
         self._gen0: dict[int, int] = {}  # queued sample -> tokens it resumes from
         # multi-turn (sim/turns.py): queued sample back from a tool call -> its tool-output
@@ -136,10 +137,17 @@ class Engine(EngineActions):
         """Decode steps until the next running sample finishes (INF when none runs)."""
         if not self.pub.run:
             return INF
+        if self._stale:
+            self._drop_stale()
+        return self._heap[0][0] - self.pub.step
+
+    def _drop_stale(self) -> None:
+        """Pop the stale entries (of aborted or preempted samples) off the top of the heap: the
+        hot path checks ``self._stale`` first, so a run without them never looks."""
         heap, live = self._heap, self._live
         while live.get(heap[0][2]) != heap[0][1]:
-            heappop(heap)  # stale entry of an aborted or preempted sample
-        return heap[0][0] - self.pub.step
+            heappop(heap)
+            self._stale -= 1
 
     def _admissible(self) -> bool:
         """Whether the head of the queue can be admitted now (with chunked prefill: its chunks
@@ -160,10 +168,9 @@ class Engine(EngineActions):
             return False
         if not b0:
             return True
-        heap, live = self._heap, self._live  # steps <= self._horizon(), inlined
-        while live.get(heap[0][2]) != heap[0][1]:
-            heappop(heap)  # stale entry of an aborted or preempted sample
-        return steps <= heap[0][0] - p.step
+        if self._stale:  # steps <= self._horizon(), inlined
+            self._drop_stale()
+        return steps <= self._heap[0][0] - p.step
 
     def plan(self) -> None:
         """Compute the time of the next membership change (hot path: kept flat)."""
@@ -174,11 +181,10 @@ class Engine(EngineActions):
         elif b == 0 or self.stalled:
             self.next_t, self._next_k = INF, 0
         else:
-            heap, live = self._heap, self._live
-            while live.get(heap[0][2]) != heap[0][1]:
-                heappop(heap)  # stale entry of an aborted or preempted sample
+            if self._stale:
+                self._drop_stale()
             kv = p.kv
-            k = heap[0][0] - p.step
+            k = self._heap[0][0] - p.step
             kk = (self.kv_budget - kv) // b
             if kk < k:
                 k = kk
@@ -206,10 +212,11 @@ class Engine(EngineActions):
         finished = []
         heap, live, lengths, plen = self._heap, self._live, self._lengths, self._prompt_len
         group, members, attempt = self._group, self._members, self._attempt
-        spans, idx = self._spans, p.index
+        spans, idx, stale = self._spans, p.index, self._stale
         while heap and heap[0][0] <= step:  # a live entry never lies before the base's step
             fs, seq, i = heappop(heap)
-            if fs != step or live.get(i) != seq:
+            if stale and (fs != step or live.get(i) != seq):
+                stale -= 1
                 continue  # stale entry of an aborted or preempted sample
             del live[i]
             _, t0, tok0, ver = run.pop(i)
@@ -227,6 +234,7 @@ class Engine(EngineActions):
             spans.append((t0, t, idx, i, attempt[i], ver, n - tok0, "finish"))
             finished.append(i)
         p.kv = kv
+        self._stale = stale
         if finished:
             self._reporting = True  # admissions served in the report wait for the plan below
             self._ctl.samples_finished(finished, lengths)
@@ -245,6 +253,7 @@ class Engine(EngineActions):
         p = self.pub
         i, (off, t0, tok0, ver) = p.run.popitem()  # the most recently admitted
         del self._live[i]
+        self._stale += 1
         tok = p.step + off
         p.kv -= self._leave(i) + tok
         self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, tok - tok0, "preempt"))
@@ -315,24 +324,27 @@ class Engine(EngineActions):
             return
         p = self.pub
         admitted: list[int] = []
-        tokens = pairs = recomputed = steps = 0
-        queue, plen, gen0 = p.queue, self._prompt_len, self._gen0
-        group, members, budget, resume = self._group, self._members, self.kv_admit_budget, self.resume
-        b0, kv, t, ver = len(p.run), p.kv, p.t, p.version
+        tokens = pairs = recomputed = steps = n = 0
+        queue, plen, gen0, group, resume = p.queue, self._prompt_len, self._gen0, self._group, self.resume
+        b0, kv = len(p.run), p.kv
         room, cap = self.chunk - b0, self.seq_cap - b0
+        # kv + new + 1 + b0·need + b0 + n + 1 <= kv_admit_budget, with the constants moved over
+        limit = self.kv_admit_budget - b0 - 2
         horizon = INF
         if b0:  # self._horizon(), inlined
-            heap, live = self._heap, self._live
-            while live.get(heap[0][2]) != heap[0][1]:
-                heappop(heap)  # stale entry of an aborted or preempted sample
-            horizon = heap[0][0] - p.step
-        while queue and len(admitted) < cap:
+            if self._stale:
+                self._drop_stale()
+            horizon = self._heap[0][0] - p.step
+        while queue and n < cap:
             i = queue[0]
             g0 = gen0[i]
             prompt = plen[i]
-            key = (i // group) << 32 | prompt if group else 0
-            shared = members.get(key, 0) if group else 0
-            new = (0 if shared else prompt) + g0
+            if group:  # a member of the group runs here: its prompt is cached
+                key = (i // group) << 32 | prompt
+                shared = self._members.get(key, 0)
+                new = (0 if shared else prompt) + g0
+            else:
+                new = prompt + g0
             work = new or 1  # a full prefix hit still computes the last prompt token (vLLM)
             redone = g0
             back = resume and i in resume  # back from a tool call (sim/turns.py)
@@ -341,15 +353,16 @@ class Engine(EngineActions):
                 if not admitted and not self._admissible():  # the head is judged on `new`
                     break
             need = -(-(tokens + work) // room)
-            if need > horizon or kv + new + 1 + b0 * need + b0 + len(admitted) + 1 > budget:
+            if need > horizon or kv + new + b0 * need + n > limit:
                 break
             steps = need
             queue.popleft()
             if back:
                 self._resumed(i, g0, work)
             if group:
-                members[key] = shared + 1
+                self._members[key] = shared + 1
             admitted.append(i)
+            n += 1
             kv += new + 1
             tokens += work
             pairs += work * (prompt + g0 - work) + work * (work + 1) // 2
@@ -363,11 +376,11 @@ class Engine(EngineActions):
             decode = steps * (c.t_fix + c.s1 * b0 + alpha) + c.a1 * b0 * ((steps * (steps - 1)) // 2)
         else:
             decode = c.decode_time(steps, b0, kv0)
-        dt = decode + c.pn + c.p0 * len(admitted) + c.p1 * tokens + c.p2 * pairs
+        dt = decode + c.pn + c.p0 * n + c.p1 * tokens + c.p2 * pairs
         step = p.step = p.step + steps
         p.kv = kv + steps * b0
         run, lengths, oldest, live, heap = p.run, self._lengths, self._oldest, self._live, self._heap
-        seq = self._seq
+        seq, t, ver = self._seq, p.t, p.version
         for i in admitted:
             g0 = gen0.pop(i)
             off = g0 + 1 - step

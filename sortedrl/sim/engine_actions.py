@@ -38,10 +38,10 @@ class EngineActions:
 
     def admit(self, samples: list[int], generated: list[int], now: float) -> None:
         self.materialize(now)
-        queue, gen0 = self.pub.queue, self._gen0
-        for i, g in zip(samples, generated, strict=True):
-            queue.append(i)
-            gen0[i] = g
+        if len(samples) != len(generated):
+            raise ValueError(f"admit: {len(samples)} samples but {len(generated)} token counts")
+        self.pub.queue.extend(samples)
+        self._gen0.update(zip(samples, generated, strict=True))
         self.idle_reported = False
         if not self._reporting:  # else advance() admits and re-plans once the report returns
             self.plan()
@@ -55,6 +55,7 @@ class EngineActions:
         self.materialize(now)
         off, t0, tok0, ver = p.run.pop(sample)
         del self._live[sample]
+        self._stale += 1  # its heap entry stays, to be skipped
         if now < p.t and sample in p.prefilling:
             tok = tok0
             p.prefilling = tuple(j for j in p.prefilling if j != sample)
@@ -123,3 +124,5 @@ class EngineActions:
         assert len(p.run) <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs"
         assert p.kv <= self.kv_budget, f"engine {p.index}: KV {p.kv} over budget {self.kv_budget}"
         assert len(p.queue) == len(self._gen0)
+        stale = sum(1 for _, seq, i in self._heap if self._live.get(i) != seq)
+        assert stale == self._stale, f"engine {p.index}: {self._stale} stale heap entries counted, {stale} found"

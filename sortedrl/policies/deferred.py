@@ -1,0 +1,79 @@
+"""Finishes booked in batches: the controller's per-finish bookkeeping, deferred and vectorised.
+
+A policy that never hears a finish (``Policy.listens_to_finishes`` false: ``sync``,
+``one_step_off``, ``oracle_sorted``) reads the controller's state only when it is called, at an
+event. So the simulator need not book each finish as it happens: its engines append the finished
+samples here, and the controller books them all, in finish order, before it next dispatches an
+event (or ends the run). The updates are exactly :meth:`Controller.samples_finished`'s, done on
+NumPy views of the typed arrays, so one batch costs a few array operations instead of a Python
+loop of a dozen stores per sample (about a tenth of the simulator's time under ``sync``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sortedrl.policies.base import SampleState
+
+FINISHED = SampleState.FINISHED
+
+
+BATCH = 64  # samples from which an update of per-sample arrays is done with NumPy (else a loop)
+
+
+def view(typed, dtype) -> np.ndarray:
+    """A writable NumPy view of a typed array (``array.array`` or ``bytearray``): no copy."""
+    return np.frombuffer(typed, dtype=dtype)
+
+
+def group_counts(samples, group_size: int) -> list[tuple[int, int]]:
+    """``(group, members of samples in it)`` for each group that ``samples`` touch, in order."""
+    groups, counts = np.unique(np.asarray(samples, dtype=np.int64) // group_size, return_counts=True)
+    return list(zip(groups.tolist(), counts.tolist(), strict=True))
+
+
+class DeferredFinishes:
+    """The engines' report sink for a policy that never hears a finish (see the module doc)."""
+
+    __slots__ = ("ctl", "pending", "lengths")
+
+    def __init__(self, controller, lengths) -> None:
+        """``lengths``: the backend's typed array (``array('i')``) of each sample's length."""
+        self.ctl = controller
+        self.pending: list[int] = []  # finished, not yet booked, in finish order
+        self.lengths = lengths
+
+    def samples_finished(self, samples: list[int], lengths) -> None:
+        self.pending += samples
+
+    def sample_preempted(self, sample: int, tokens: int) -> None:
+        self.ctl.sample_preempted(sample, tokens)  # a running sample: independent of the finishes
+
+    def book(self) -> None:
+        """Book the pending finishes, as ``Controller.samples_finished(pending, lengths)``."""
+        samples, self.pending = self.pending, []
+        ctl = self.ctl
+        s = ctl.s
+        idx = np.array(samples, dtype=np.intp)
+        n = np.frombuffer(self.lengths, dtype=np.int32)[idx]
+        rewards = ctl._rewards
+        if rewards is not None:
+            np.frombuffer(s.reward, dtype=np.float64)[idx] = np.asarray(rewards)[idx]
+        np.frombuffer(s.state, dtype=np.uint8)[idx] = FINISHED
+        np.frombuffer(s.generated, dtype=np.int32)[idx] = n
+        np.frombuffer(s.response_len, dtype=np.int32)[idx] = n
+        engine_of = np.frombuffer(s.engine_of, dtype=np.int32)
+        engines, counts = np.unique(engine_of[idx], return_counts=True)
+        load = s.load
+        for e, c in zip(engines.tolist(), counts.tolist(), strict=True):
+            load[e] -= c
+        engine_of[idx] = -1
+        s.buffer.update(dict.fromkeys(samples))
+        groups, counts = np.unique(idx // s.group_size, return_counts=True)
+        fin, need = s.finished_in, s.complete_at
+        for g, c in zip(groups.tolist(), counts.tolist(), strict=True):
+            before = fin[g]
+            fin[g] = before + c
+            if before < need <= before + c:  # one at a time, the count passes `need` once
+                s.complete += 1
+        s.admitted -= len(samples)
