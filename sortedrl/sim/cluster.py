@@ -355,7 +355,7 @@ def load_cluster(spec: str) -> Cluster:
         raise ConfigError(f"{spec}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{spec}: expected a JSON object")
-    from sortedrl.sim.profile import is_profile, profile_cluster
+    from sortedrl.sim.profile import is_profile, parse_costs, profile_cluster
 
     if is_profile(raw):  # a calibrated profile from `sortedrl calibrate`
         return profile_cluster(raw, spec, path.stem)
@@ -367,7 +367,7 @@ def load_cluster(spec: str) -> Cluster:
         if f is None:
             raise ConfigError(f"{spec}: unknown field {key!r} (known: {', '.join(known)})")
         if key == "costs":
-            changes[key] = _costs(value, spec)
+            changes[key] = parse_costs(value, spec)
             continue
         want = type(getattr(base, key))
         if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -376,38 +376,3 @@ def load_cluster(spec: str) -> Cluster:
             raise ConfigError(f"{spec}: field {key!r}: expected {want.__name__}, got {value!r}")
         changes[key] = value
     return dataclasses.replace(base, **changes).validate(spec)
-
-
-_INT_COSTS = ("experts", "experts_per_token", "expert_shards")
-
-
-def _costs(raw: object, where: str) -> CostModel:
-    names = [f.name for f in dataclasses.fields(CostModel)]
-    required = [f.name for f in dataclasses.fields(CostModel) if f.default is dataclasses.MISSING]
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: field 'costs': expected an object with {', '.join(names)}")
-    missing = [n for n in required if n not in raw]
-    if missing:
-        raise ConfigError(f"{where}: field 'costs': missing {', '.join(missing)}")
-    extra = [k for k in raw if k not in names]
-    if extra:
-        raise ConfigError(f"{where}: field 'costs': unknown {', '.join(extra)}")
-    vals = {}
-    for n in (n for n in names if n in raw):
-        v = raw[n]
-        if n == "step_table":
-            from sortedrl.sim.profile import _table
-
-            vals[n] = _table(v, where)
-            continue
-        if n in ("prefill_in_step", "train_padded"):
-            if not isinstance(v, bool):
-                raise ConfigError(f"{where}: field 'costs.{n}': expected true or false, got {v!r}")
-            vals[n] = v
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ConfigError(f"{where}: field 'costs.{n}': expected a number >= 0, got {v!r}")
-        vals[n] = int(v) if n in _INT_COSTS else float(v)
-    if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
-        raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
-    return CostModel(**vals)

@@ -8,7 +8,8 @@ predictors drift as engines change: vidur #60, #72), every fitted term with its 
 and the fit's error per kind of measurement. ``--cluster PROFILE.json`` loads one wherever a
 preset is accepted. A profile fitted from measurements taken elsewhere (``calibrate
 --from-vllm-bench``, ``--from-metrics``, :mod:`sortedrl.calibration`) also records the preset
-whose shape it keeps (``cluster``) and which terms were measured (``measured_terms``).
+whose shape it keeps (``cluster``) and which terms were measured (``measured_terms``). The
+``costs`` object of a cluster file, a profile's or a user's, is checked here too (:func:`parse_costs`).
 """
 
 from __future__ import annotations
@@ -181,3 +182,37 @@ def _table(v: object, where: str) -> tuple[float, ...] | None:
             or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)):
         raise ConfigError(f"{where}: field 'costs.step_table': expected a list of seconds >= 0 per batch size")
     return tuple(float(x) for x in v)
+
+
+_INT_COSTS = ("experts", "experts_per_token", "expert_shards")
+
+
+def parse_costs(raw: object, where: str) -> CostModel:
+    """The ``costs`` object of a cluster file: every field checked, one error naming it."""
+    names = [f.name for f in dataclasses.fields(CostModel)]
+    required = [f.name for f in dataclasses.fields(CostModel) if f.default is dataclasses.MISSING]
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: field 'costs': expected an object with {', '.join(names)}")
+    missing = [n for n in required if n not in raw]
+    if missing:
+        raise ConfigError(f"{where}: field 'costs': missing {', '.join(missing)}")
+    extra = [k for k in raw if k not in names]
+    if extra:
+        raise ConfigError(f"{where}: field 'costs': unknown {', '.join(extra)}")
+    vals = {}
+    for n in (n for n in names if n in raw):
+        v = raw[n]
+        if n == "step_table":
+            vals[n] = _table(v, where)
+            continue
+        if n in ("prefill_in_step", "train_padded"):
+            if not isinstance(v, bool):
+                raise ConfigError(f"{where}: field 'costs.{n}': expected true or false, got {v!r}")
+            vals[n] = v
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ConfigError(f"{where}: field 'costs.{n}': expected a number >= 0, got {v!r}")
+        vals[n] = int(v) if n in _INT_COSTS else float(v)
+    if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
+        raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
+    return CostModel(**vals)
