@@ -3,7 +3,10 @@
 Reads ``vllm bench serve`` files (default: the recorded fixtures, tests/fixtures/vllm_bench),
 fits the engine terms on every subset of levels named by ``--fit`` (default: each single level,
 each pair, and all of them), and prints, per fit, the predicted duration error of every file and
-the terms the fit flags as poorly determined; then the bound the repeats' noise sets: every file's
+the terms the fit flags as poorly determined, and how many single-level and two-level fits predict
+another level's median within 5% (the issue's acceptance); then the steps read off the tokens (the median gap
+between two tokens of a request with no send, completion or admission in it, at the level's full
+batch, and with one send in it), and the bound the repeats' noise sets: every file's
 duration against ``K + T0 x steps`` (steps read off the tokens' arrival times, one line through
 all files), and how many single-level predictions would hold within 5% with that exact per-step
 cost ``T0`` and each level's own ``K``. Prints figures, asserts nothing.
@@ -45,6 +48,7 @@ def main() -> None:
               f"range {min(d):.3f}-{max(d):.3f} s")
     subsets = [(c,) for c in levels] + list(itertools.combinations(levels, 2)) + [tuple(levels)]
     print("fit on        " + "".join(f"{f'c{c}':>9}" for c in levels) + "  poorly determined")
+    pairs, twos = [], []
     for sub in subsets:
         fit = fit_bench([r for c in sub for r in runs[c]], cl)
         lat = fit["host_s"]
@@ -52,7 +56,47 @@ def main() -> None:
                        / statistics.median(r.duration_s for r in runs[c]) - 1) for c in levels]
         label = "+".join(f"c{c}" for c in sub)
         print(f"{label:<13}" + "".join(f"{e:>+8.1f}%" for e in errs) + "  " + ", ".join(fit["uncertain"]))
+        others = [abs(e) for c, e in zip(levels, errs, strict=True) if c not in sub]
+        (pairs if len(sub) == 1 else twos if len(sub) == 2 else []).extend(others)
+    for name, errs in (("single-level fits", pairs), ("two-level fits", twos)):
+        if errs:
+            print(f"{name}: {sum(e < 5 for e in errs)} of {len(errs)} predictions of another level within 5% "
+                  f"(mean {statistics.mean(errs):.1f}%, worst {max(errs):.1f}%)")
+    step_anatomy(runs, levels)
     noise_bound(runs, levels)
+
+
+def step_anatomy(runs: dict, levels: list[int]) -> None:
+    """Median gap between two tokens of a request, by what happened within it: nothing (no send,
+    no completion, no admission; at the level's full batch), or one send (the batch one short)."""
+    if not all(r.detailed and r.start_times is not None for c in levels for r in runs[c]):
+        return
+    plain, sent = {}, {}
+    for c in levels:
+        gaps = [_classified(r) for r in runs[c]]
+        plain[c] = 1e3 * float(np.median(np.concatenate([g[(b == c) & (s == 0) & q] for g, b, s, q in gaps])))
+        one = np.concatenate([g[(b == c - 1) & (s == 1)] for g, b, s, _ in gaps])
+        sent[c] = 1e3 * float(np.median(one)) if len(one) else float("nan")
+    slope, icpt = np.polyfit(levels, [plain[c] for c in levels], 1) if len(levels) > 1 else (0.0, plain[levels[0]])
+    print("steps without a send, completion or admission, at the full batch: "
+          + ", ".join(f"c{c} {plain[c]:.2f} ms" for c in levels)
+          + f" (a line through them: {icpt:.3f} ms + {slope:.4f} ms x batch)")
+    print("steps with one send, the batch one short: " + ", ".join(f"c{c} {sent[c]:.2f} ms" for c in levels))
+
+
+def _classified(run) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every gap between two tokens of a request: its length, the requests running through all
+    of it, the sends within it, and whether no request completed or was admitted within it."""
+    first = run.start_times + run.ttfts
+    toks = [f + np.concatenate([[0.0], np.cumsum(g)]) for f, g in zip(first, run.itls, strict=True)]
+    last = np.array([t[-1] for t in toks])
+    a = np.concatenate([t[:-1] for t in toks])[:, None]
+    b = np.concatenate([t[1:] for t in toks])[:, None]
+    eps = 1e-4  # the tokens of one step reach the client within about this
+    running = ((first <= a + eps) & (last >= b - eps)).sum(axis=1)
+    sends = ((run.start_times > a) & (run.start_times <= b)).sum(axis=1)
+    quiet = ~(((last > a + eps) & (last < b - eps)) | ((first > a + eps) & (first < b - eps))).any(axis=1)
+    return (b - a)[:, 0], running, sends, quiet
 
 
 def noise_bound(runs: dict, levels: list[int]) -> None:
