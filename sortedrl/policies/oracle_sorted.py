@@ -124,8 +124,9 @@ class OracleSortedPolicy(Policy):
         # longest predicted first onto the least loaded engine (LPT), so engines end together
         load = [0.0] * view.engines
         per_engine: list[list[int]] = [[] for _ in range(view.engines)]
-        for i in sorted(self.round, key=lambda i: (-self.predictor.predict(view, i), i)):
-            e = min(range(view.engines), key=lambda e: (load[e], e))
+        guess = {i: self.predictor.predict(view, i) for i in self.round}  # (a predictor is pure)
+        for i in sorted(self.round, key=lambda i: (-guess[i], i)):
+            e = load.index(min(load))  # the least loaded, the lowest index on ties
             per_engine[e].append(i)
-            load[e] += self.predictor.predict(view, i)
+            load[e] += guess[i]
         return [Admit(tuple(s), e) for e, s in enumerate(per_engine) if s]

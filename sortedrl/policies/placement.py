@@ -8,6 +8,8 @@ engine under prefix caching.
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 
@@ -26,12 +28,12 @@ def spread(samples: list[int], loads: list[int], group_size: int = 1
     # find the level: engines below it are filled up to it
     share = [0] * len(loads)
     left = len(samples)
+    below = list(accumulate(loads[e] for e in order))  # below[k - 1]: the k least loaded's sum
     for k in range(len(order), 0, -1):
-        group = order[:k]
-        level = (sum(loads[e] for e in group) + left) // k
+        level = (below[k - 1] + left) // k
         if level >= loads[order[k - 1]]:
-            extra = sum(loads[e] for e in group) + left - level * k
-            for e in sorted(group):
+            extra = below[k - 1] + left - level * k
+            for e in sorted(order[:k]):
                 share[e] = level - loads[e] + (1 if extra > 0 else 0)
                 extra -= 1 if extra > 0 else 0
             break

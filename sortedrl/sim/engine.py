@@ -137,13 +137,15 @@ class Engine(EngineActions):
         """Decode steps until the next running sample finishes (INF when none runs)."""
         if not self.pub.run:
             return INF
-        if self._stale:
+        heap = self._heap
+        if self._stale and self._live.get(heap[0][2]) != heap[0][1]:
             self._drop_stale()
-        return self._heap[0][0] - self.pub.step
+        return heap[0][0] - self.pub.step
 
     def _drop_stale(self) -> None:
-        """Pop the stale entries (of aborted or preempted samples) off the top of the heap: the
-        hot path checks ``self._stale`` first, so a run without them never looks."""
+        """Pop the stale entries (of aborted or preempted samples) off the top of the heap. The
+        hot path calls it only when the top one is stale, and checks that only when
+        ``self._stale`` counts some, so a run without aborts or preemptions never looks."""
         heap, live = self._heap, self._live
         while live.get(heap[0][2]) != heap[0][1]:
             heappop(heap)
@@ -168,9 +170,10 @@ class Engine(EngineActions):
             return False
         if not b0:
             return True
-        if self._stale:  # steps <= self._horizon(), inlined
+        heap = self._heap  # steps <= self._horizon(), inlined
+        if self._stale and self._live.get(heap[0][2]) != heap[0][1]:
             self._drop_stale()
-        return steps <= self._heap[0][0] - p.step
+        return steps <= heap[0][0] - p.step
 
     def plan(self) -> None:
         """Compute the time of the next membership change (hot path: kept flat)."""
@@ -181,10 +184,11 @@ class Engine(EngineActions):
         elif b == 0 or self.stalled:
             self.next_t, self._next_k = INF, 0
         else:
-            if self._stale:
+            heap = self._heap
+            if self._stale and self._live.get(heap[0][2]) != heap[0][1]:
                 self._drop_stale()
             kv = p.kv
-            k = self._heap[0][0] - p.step
+            k = heap[0][0] - p.step
             kk = (self.kv_budget - kv) // b
             if kk < k:
                 k = kk
@@ -332,9 +336,10 @@ class Engine(EngineActions):
         limit = self.kv_admit_budget - b0 - 2
         horizon = INF
         if b0:  # self._horizon(), inlined
-            if self._stale:
+            heap = self._heap
+            if self._stale and self._live.get(heap[0][2]) != heap[0][1]:
                 self._drop_stale()
-            horizon = self._heap[0][0] - p.step
+            horizon = heap[0][0] - p.step
         while queue and n < cap:
             i = queue[0]
             g0 = gen0[i]
