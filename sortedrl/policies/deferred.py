@@ -51,7 +51,8 @@ class DeferredFinishes:
 
     def book(self) -> None:
         """Book the pending finishes, as ``Controller.samples_finished(pending, lengths)``."""
-        samples, self.pending = self.pending, []
+        samples = self.pending[:]
+        self.pending.clear()  # (the engines append to this very list)
         ctl = self.ctl
         s = ctl.s
         idx = np.array(samples, dtype=np.intp)

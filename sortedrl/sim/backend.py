@@ -195,8 +195,10 @@ class SimBackend(Backend):
         if (to is controller and self.defer_finishes and self.tools is None
                 and isinstance(controller._rewards, (memoryview, type(None)))):
             to = controller.defer_finishes(self._lengths)  # booked in batches, before each event
+        # (a deferred sink's list, which the engines append to: never a TurnEngine's)
+        kw = {"pending": to.pending} if to is controller.deferred else {}
         for e in self.engines:
-            e.bind(to, controller.s.attempt, controller.s.oldest)
+            e.bind(to, controller.s.attempt, controller.s.oldest, **kw)
         self._proc = self.env.process(self._pool())
         self._dispatch(controller.start)
         self.env.run()

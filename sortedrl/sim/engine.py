@@ -35,9 +35,10 @@ Conventions (the brute-force reference in the tests uses the same ones):
 The engine is split in two: :class:`EngineState` is what a policy may see; :class:`Engine` adds
 the private finish heap, which encodes true lengths and is never exposed. This module holds the
 state machine (planning the next change, applying it, admitting from the queue); the actions a
-controller takes mid-interval (abort, sync, hold) and the bookkeeping audit are in
-:mod:`sortedrl.sim.engine_actions`. The hot path runs once or twice per sample, so it is written
-flat: the prefix-cache bookkeeping and the common closed forms are inlined there.
+controller takes mid-interval (abort, sync, hold), the bookkeeping audit and the prefix-cache
+helpers are in :mod:`sortedrl.sim.engine_actions`. The hot path runs once or twice per sample,
+so it is written flat: the prefix-cache bookkeeping and the common closed forms are inlined
+there, with the cost model's terms read as locals (:attr:`Engine.cost` keeps them).
 """
 
 
@@ -81,6 +82,7 @@ class Engine(EngineActions):
         self._attempt: list[int] = []
         self._oldest: list[int] = []
         self._ctl = None
+        self._pending: list[int] | None = None  # see bind()
         self._spans = timeline.spans
         self._prefills = timeline.prefills
         self._heap: list[tuple[int, int, int]] = []  # (finish step, seq, sample)
@@ -100,36 +102,28 @@ class Engine(EngineActions):
         self.preemptions = 0
         self._reporting = False  # inside advance(), reporting finishes to the controller
 
-    def bind(self, controller: object, attempt: list[int], oldest: list[int]) -> None:
+    def bind(self, controller: object, attempt: list[int], oldest: list[int],
+             pending: list[int] | None = None) -> None:
         """Report finishes and preemptions to ``controller``; read attempts from its list and
-        record in ``oldest`` the version of each sample's first kept token when it starts."""
+        record in ``oldest`` the version of each sample's first kept token when it starts.
+        ``pending``: a list to append finishes to instead (booked later: policies/deferred.py)."""
         self._ctl = controller
         self._attempt = attempt
         self._oldest = oldest
+        self._pending = pending
 
-    # -- prefix caching (the hot path inlines these) ---------------------------------------------
+    @property
+    def cost(self) -> CostModel:
+        return self._cost
 
-    def _key(self, sample: int) -> int:
-        """The shared prompt of ``sample``: its group and prompt length in one int (a prompt
-        length never reaches 2**32 tokens: no KV budget holds it)."""
-        return (sample // self._group) << 32 | self._prompt_len[sample]
-
-    def _join(self, sample: int) -> None:
-        if self._group:
-            key = self._key(sample)
-            self._members[key] = self._members.get(key, 0) + 1
-
-    def _leave(self, sample: int) -> int:
-        """A running sample leaves: the prompt KV tokens freed with it."""
-        if not self._group:
-            return self._prompt_len[sample]
-        key = self._key(sample)
-        left = self._members[key] - 1
-        if left:
-            self._members[key] = left
-            return 0
-        del self._members[key]
-        return self._prompt_len[sample]
+    @cost.setter
+    def cost(self, cost: CostModel) -> None:  # (sim/contention.py swaps it as the host's load changes)
+        self._cost = cost
+        # the terms the hot path's closed forms read, as locals: a decode step's (a0, a1, c1,
+        # t_fix, s1) for a dense model without a step table (else None), and a chunk's prefill
+        self._decode = None if cost.experts or cost.step_table is not None else (
+            cost.a0, cost.a1, cost.c1, cost.t_fix, cost.s1)
+        self._chunk_prefill = (cost.pn, cost.p0, cost.p1, cost.p2)
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -193,13 +187,22 @@ class Engine(EngineActions):
             if kk < k:
                 k = kk
             self._next_k = k
-            c = self.cost
-            alpha = (c.weight_read(b) if c.experts else c.a0) + c.a1 * kv
-            if alpha >= c.c1 * b:  # memory-bound throughout: the common case, inlined
-                fx = c.t_fix + c.s1 * b if c.step_table is None else c.fixed(b)
-                self.next_t = p.t + k * (fx + alpha) + c.a1 * b * (k * (k - 1) // 2)
+            terms = self._decode
+            if terms is not None:  # a dense model: the cost's terms as locals
+                a0, a1, c1, t_fix, s1 = terms
+                alpha = a0 + a1 * kv
+                if alpha >= c1 * b:  # memory-bound throughout: the common case, inlined
+                    self.next_t = p.t + k * (t_fix + s1 * b + alpha) + a1 * b * (k * (k - 1) // 2)
+                else:
+                    self.next_t = p.t + self._cost.decode_time(k, b, kv)
             else:
-                self.next_t = p.t + c.decode_time(k, b, kv)
+                c = self._cost
+                alpha = (c.weight_read(b) if c.experts else c.a0) + c.a1 * kv
+                if alpha >= c.c1 * b:  # memory-bound throughout
+                    fx = c.t_fix + c.s1 * b if c.step_table is None else c.fixed(b)
+                    self.next_t = p.t + k * (fx + alpha) + c.a1 * b * (k * (k - 1) // 2)
+                else:
+                    self.next_t = p.t + c.decode_time(k, b, kv)
         self._slots[p.index] = self.next_t
 
     # -- the next change -----------------------------------------------------------------------
@@ -240,9 +243,13 @@ class Engine(EngineActions):
         p.kv = kv
         self._stale = stale
         if finished:
-            self._reporting = True  # admissions served in the report wait for the plan below
-            self._ctl.samples_finished(finished, lengths)
-            self._reporting = False
+            pending = self._pending
+            if pending is not None:  # a policy that never hears a finish: booked before its next event
+                pending += finished
+            else:
+                self._reporting = True  # admissions served in the report wait for the plan below
+                self._ctl.samples_finished(finished, lengths)
+                self._reporting = False
         while run and p.kv + len(run) > self.kv_budget:
             self._preempt()
         if p.queue and len(run) < self.seq_cap:  # (a full batch: no call)
@@ -374,14 +381,16 @@ class Engine(EngineActions):
             recomputed += redone
         if not admitted:
             return
-        c, kv0 = self.cost, p.kv
-        alpha = c.a0 + c.a1 * kv0
-        if not c.experts and c.step_table is None and alpha >= c.c1 * b0:
-            # c.decode_time(steps, b0, kv0), memory-bound throughout: the same sum, inlined
-            decode = steps * (c.t_fix + c.s1 * b0 + alpha) + c.a1 * b0 * ((steps * (steps - 1)) // 2)
-        else:
-            decode = c.decode_time(steps, b0, kv0)
-        dt = decode + c.pn + c.p0 * n + c.p1 * tokens + c.p2 * pairs
+        kv0, terms, decode = p.kv, self._decode, None
+        if terms is not None:  # self.cost.decode_time(steps, b0, kv0) of a dense model, inlined
+            a0, a1, c1, t_fix, s1 = terms
+            alpha = a0 + a1 * kv0
+            if alpha >= c1 * b0:  # memory-bound throughout: the same sum
+                decode = steps * (t_fix + s1 * b0 + alpha) + a1 * b0 * ((steps * (steps - 1)) // 2)
+        if decode is None:
+            decode = self._cost.decode_time(steps, b0, kv0)
+        pn, p0, p1, p2 = self._chunk_prefill
+        dt = decode + pn + p0 * n + p1 * tokens + p2 * pairs
         step = p.step = p.step + steps
         p.kv = kv + steps * b0
         run, lengths, oldest, live, heap = p.run, self._lengths, self._oldest, self._live, self._heap
@@ -400,14 +409,3 @@ class Engine(EngineActions):
         p.t = t + dt
         p.inflight = steps if b0 else 0
         p.prefilling = tuple(admitted)
-
-    def _resumed(self, sample: int, g0: int, work: int, take: bool = True) -> tuple[int, int]:
-        """A sample back from a tool call: ``(tokens to prefill, tokens recomputed)``; all of
-        its context but the new tool output is recomputation (``take``: it is admitted now).
-        :class:`~sortedrl.sim.turns.TurnEngine` computes less when the context is cached."""
-        fresh = self.resume.pop(sample) if take else self.resume[sample]
-        return work, g0 - fresh
-
-    @property
-    def idle(self) -> bool:
-        return not self.pub.run and not self.pub.queue

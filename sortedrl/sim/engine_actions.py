@@ -4,6 +4,8 @@ Split from :mod:`sortedrl.sim.engine`, which holds the state machine (planning a
 next change, admitting from the queue). The actions here arrive at arbitrary instants: each first
 moves the engine's base to a step boundary (:meth:`EngineActions.materialize`), applies itself,
 then re-plans. They run per policy action, not per token, so they are written for clarity.
+It also holds the small helpers both halves use: a sample's shared-prompt key and its joining
+or leaving the prefix cache (which the hot path inlines), and a resumed sample's prefill.
 """
 
 from __future__ import annotations
@@ -126,3 +128,38 @@ class EngineActions:
         assert len(p.queue) == len(self._gen0)
         stale = sum(1 for _, seq, i in self._heap if self._live.get(i) != seq)
         assert stale == self._stale, f"engine {p.index}: {self._stale} stale heap entries counted, {stale} found"
+
+    # -- prefix caching (the hot path inlines these) ---------------------------------------------
+
+    def _key(self, sample: int) -> int:
+        """The shared prompt of ``sample``: its group and prompt length in one int (a prompt
+        length never reaches 2**32 tokens: no KV budget holds it)."""
+        return (sample // self._group) << 32 | self._prompt_len[sample]
+
+    def _join(self, sample: int) -> None:
+        if self._group:
+            key = self._key(sample)
+            self._members[key] = self._members.get(key, 0) + 1
+
+    def _leave(self, sample: int) -> int:
+        """A running sample leaves: the prompt KV tokens freed with it."""
+        if not self._group:
+            return self._prompt_len[sample]
+        key = self._key(sample)
+        left = self._members[key] - 1
+        if left:
+            self._members[key] = left
+            return 0
+        del self._members[key]
+        return self._prompt_len[sample]
+
+    def _resumed(self, sample: int, g0: int, work: int, take: bool = True) -> tuple[int, int]:
+        """A sample back from a tool call: ``(tokens to prefill, tokens recomputed)``; all of
+        its context but the new tool output is recomputation (``take``: it is admitted now).
+        :class:`~sortedrl.sim.turns.TurnEngine` computes less when the context is cached."""
+        fresh = self.resume.pop(sample) if take else self.resume[sample]
+        return work, g0 - fresh
+
+    @property
+    def idle(self) -> bool:
+        return not self.pub.run and not self.pub.queue
