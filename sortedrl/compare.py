@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sortedrl.errors import ConfigError
-from sortedrl.outputs import check_label
+from sortedrl.outputs import OutputError, check_label
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
@@ -36,11 +36,14 @@ def parse_specs(policies: list[str], sets: list[str]) -> list[PolicySpec]:
     labels: dict[str, str] = {}
     for p in policies:
         label, sep, name = p.partition("=")
-        if not sep:
-            label, name = p, p
+        if not sep:  # a user policy module:Class is labelled by its class
+            label, name = p.rpartition(":")[2], p
         if not label or not name:
             raise ConfigError(f"--policy {p!r}: expected NAME or LABEL=NAME")
-        check_label(label, RESERVED)
+        try:
+            check_label(label, RESERVED)
+        except OutputError as e:
+            raise OutputError(f"{e} (or name it LABEL=NAME)" if not sep else str(e)) from None
         if label in labels:
             raise ConfigError(f"--policy {p!r}: label {label!r} is used twice (name them LABEL=NAME)")
         policy_class(name)  # unknown names fail here, before any work

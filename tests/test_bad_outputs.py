@@ -43,6 +43,11 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "afile").write_text("a file, not a directory")
     (tmp_path / "old.json").write_text("{}")
     (tmp_path / "nan.json").write_text('{"preset": "h100-llama3.1-8b", "mbu": NaN}')
+    costs = '"t_fix": 0.002, "a0": %s, "a1": 0, "c1": 0, "p1": 0, "p2": 0, "train_per_token": 1e-6, ' \
+            '"train_fix": 1, "sync_s": 1'
+    (tmp_path / "nan-cost.json").write_text('{"costs": {%s}}' % (costs % "NaN"))
+    (tmp_path / "inf-cost.json").write_text('{"costs": {%s}}' % (costs % "Infinity"))
+    (tmp_path / "inf-table.json").write_text('{"costs": {%s, "step_table": [0.001, Infinity]}}' % (costs % "0.001"))
     run = tmp_path / "run"  # a simulate run directory, for plot and report
     r = runner.invoke(app, ["simulate", *SMALL, "--policy", "sync", "--out", str(run), "--json"])
     assert r.exit_code == 0, r.output
@@ -102,6 +107,12 @@ CASES = {
                                    "--set", "s.oversubscribe=-inf", "--out", "c"], "expected a finite number"),
     "cluster file with NaN": ([*SIM, "--cluster", "nan.json", "--out", "s"],
                               "nan.json: field 'mbu': must be in (0, 1], got nan"),
+    "cost term NaN": ([*SIM, "--cluster", "nan-cost.json", "--out", "s"],
+                      "nan-cost.json: field 'costs.a0': expected a finite number >= 0, got nan"),
+    "cost term infinite": ([*SIM, "--cluster", "inf-cost.json", "--out", "s"],
+                           "inf-cost.json: field 'costs.a0': expected a finite number >= 0, got inf"),
+    "step table infinite": ([*SIM, "--cluster", "inf-table.json", "--out", "s"],
+                            "inf-table.json: field 'costs.step_table': expected a list of seconds >= 0"),
     "--lr inf for a real run": (["run", "--model", "m", "--policy", "sync", "--steps", "1", "--lr", "inf",
                                  "--out", "r"], "--lr inf: must be a finite number"),
     "tune --max-staleness nan": (["tune", *SMALL, "--policy", "sync", "--max-staleness", "nan", "--out", "t"],

@@ -89,3 +89,26 @@ def test_compare_errors(tmp_path, args, message):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
     assert not out.exists()
+
+
+USER_POLICY = """
+from sortedrl.policies.sync import SyncPolicy
+
+class MySync(SyncPolicy):
+    name = "my_sync"
+"""
+
+
+def test_a_user_policy_is_labelled_by_its_class(tmp_path, monkeypatch):
+    """``--policy module:Class`` without a label: the class names its run directory (a colon
+    cannot name a directory); a label still overrides it."""
+    (tmp_path / "my_policies.py").write_text(USER_POLICY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "cmp"
+    r = compare("--trace", str(DATA / "logic-8k.jsonl"), "--policy", "sync", "--policy", "my_policies:MySync",
+                "--policy", "mine=my_policies:MySync", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    summaries = json.loads((out / "compare.json").read_text())
+    assert [s["label"] for s in summaries] == ["sync", "MySync", "mine"]
+    assert {s["policy"] for s in summaries[1:]} == {"my_sync"}
+    assert (out / "MySync" / "summary.json").exists() and (out / "mine" / "summary.json").exists()

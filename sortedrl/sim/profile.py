@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -179,7 +180,8 @@ def _table(v: object, where: str) -> tuple[float, ...] | None:
     if v is None:
         return None
     if (not isinstance(v, list) or not v
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)):
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                       for x in v)):
         raise ConfigError(f"{where}: field 'costs.step_table': expected a list of seconds >= 0 per batch size")
     return tuple(float(x) for x in v)
 
@@ -210,8 +212,8 @@ def parse_costs(raw: object, where: str) -> CostModel:
                 raise ConfigError(f"{where}: field 'costs.{n}': expected true or false, got {v!r}")
             vals[n] = v
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ConfigError(f"{where}: field 'costs.{n}': expected a number >= 0, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ConfigError(f"{where}: field 'costs.{n}': expected a finite number >= 0, got {v!r}")
         vals[n] = int(v) if n in _INT_COSTS else float(v)
     if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
         raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
