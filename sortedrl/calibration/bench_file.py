@@ -7,6 +7,12 @@ the newer one adds ``start_times`` and ``queue_times``. A summary saved without
 ``--save-detailed`` has no per-request lists; its ``total_input_tokens``,
 ``total_output_tokens`` and ``completed`` stand in for them (every request then gets the mean
 lengths, an approximation the fit report names).
+
+``itls`` hold one gap per streamed *chunk*, not per token: a busy server can send two or more
+tokens in one chunk (vLLM merges a request's outputs that its API server has not yet taken), so
+a request then has fewer gaps than ``output_lens - 1``. Its tokens' steps can no longer be told
+from its chunks; :attr:`BenchRun.merged_tokens` counts them, and the fit sets those requests
+aside for its per-token rows (see :mod:`.vllm_bench`). More gaps than tokens is an error.
 """
 
 from __future__ import annotations
@@ -42,6 +48,14 @@ class BenchRun:
     @property
     def detailed(self) -> bool:
         return self.ttfts is not None and self.itls is not None
+
+    @property
+    def merged_tokens(self) -> np.ndarray | None:
+        """Per request, the tokens that reached the client in one chunk with an earlier token
+        (``output_lens - 1 - len(itls)``; 0 when each token streamed alone; None without itls)."""
+        if self.itls is None:
+            return None
+        return self.output_lens - 1 - np.asarray([len(g) for g in self.itls], dtype=np.int64)
 
 
 def read_bench(path: str | Path) -> BenchRun:
@@ -110,6 +124,9 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
             row = raw["itls"][i]
             if not isinstance(row, list) or not all(_finite(x) and x >= 0 for x in row):
                 raise ConfigError(f"{where}: field 'itls': entry {i}: expected a list of seconds >= 0")
+            if len(row) > outs[i] - 1:
+                raise ConfigError(f"{where}: field 'itls': entry {i}: {len(row)} gaps for {outs[i]} output "
+                                  f"tokens (one gap per streamed chunk after the first: at most {outs[i] - 1})")
             itls.append(np.asarray(row, dtype=float))
     starts = _floats(raw, "start_times", where, keep) if lists["start_times"] else None
     if starts is not None:
@@ -191,7 +208,12 @@ def engine_steps(run: BenchRun, margin_s: float | None = None) -> int | None:
     them): a running request gets one token per step, so follow a chain of requests that covers
     the run, each adding its tokens that arrive after the previous one's last (later by
     ``margin_s``, by default half the median gap between tokens: the tokens of one step reach
-    the client close together, within about a millisecond on the recorded files)."""
+    the client close together, within about a millisecond on the recorded files).
+
+    A request whose tokens came in merged chunks (:attr:`BenchRun.merged_tokens`) counts whole
+    (all its output tokens) where the chain starts afresh with it, but is never joined mid-way:
+    its chunks do not say how many of its tokens came after the previous request's last. Where
+    only such requests overlap that last token, the count is None (not readable)."""
     if not run.detailed:
         return None
     if margin_s is None:
@@ -199,14 +221,22 @@ def engine_steps(run: BenchRun, margin_s: float | None = None) -> int | None:
         margin_s = 0.5 * float(np.median(gaps))
     sent = run.start_times if run.start_times is not None else np.zeros(len(run.ttfts))
     times = [sent[i] + run.ttfts[i] + np.concatenate([[0.0], np.cumsum(g)]) for i, g in enumerate(run.itls)]
+    whole = (run.merged_tokens == 0).tolist()
+    outs = run.output_lens.tolist()
     cur = min(range(len(times)), key=lambda i: times[i][0])
-    steps, end = len(times[cur]), times[cur][-1]
+    steps, end = outs[cur], times[cur][-1]
     while True:
         later = [i for i in range(len(times)) if times[i][-1] > end + margin_s]
         if not later:
             return steps
         overlapping = [i for i in later if times[i][0] <= end + margin_s]
-        nxt = (max(overlapping, key=lambda i: times[i][-1]) if overlapping
-               else min(later, key=lambda i: times[i][0]))
-        steps += int((times[nxt] > end + margin_s).sum())
+        if overlapping:
+            exact = [i for i in overlapping if whole[i]]
+            if not exact:
+                return None
+            nxt = max(exact, key=lambda i: times[i][-1])
+            steps += int((times[nxt] > end + margin_s).sum())
+        else:
+            nxt = min(later, key=lambda i: times[i][0])
+            steps += outs[nxt]
         end = times[nxt][-1]

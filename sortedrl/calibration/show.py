@@ -108,6 +108,8 @@ def _engine_fit(eng: dict | None) -> list[str]:
                    f"{steps:>22}")
         if f.get("lengths_from_totals"):
             out.append("    (no per-request lists: every request given the mean lengths)")
+        if f.get("merged_requests"):
+            out.append(f"    {merged_note(f)}")
     if isinstance(eng.get("host_s"), (int, float)):
         out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms "
                    f"(stderr {1e3 * (eng.get('host_stderr_s') or 0.0):.3f} ms; CPU time outside the engine that "
@@ -192,6 +194,14 @@ def _shared_host(sh: dict | None) -> list[str]:
                f"updates {factor('train_contention_one')} beside it"] if "engine_contention_one" in sh else []),
             *([f"  the driver's time per engine round: {_fmt(sh['step_overhead_s'])} s with every engine busy, "
                f"{_fmt(sh.get('step_overhead_one_s', 0.0))} s with one"] if "step_overhead_s" in sh else [])]
+
+
+def merged_note(f: dict) -> str:
+    """What the fit did with a file's requests whose tokens came in merged chunks."""
+    steps = "" if f.get("steps_measured") else "; steps not readable off the tokens"
+    return (f"{f['merged_requests']} of {f['requests']} requests streamed {f['merged_tokens']} token(s) in "
+            "a chunk with an earlier one: only their end-to-end time fitted, not their time to first "
+            f"token or gaps{steps}")
 
 
 def one_level_note(eng: dict) -> str | None:

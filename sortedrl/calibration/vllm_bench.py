@@ -18,6 +18,10 @@ idle time in them:
   gaps of every request also hold the other requests' host work, which stretches the steps it
   runs in). Single inter-token gaps are not fitted: a busy API server streams tokens in bursts,
   so one gap is not one step, while a sum of many is nearly exact.
+A request whose tokens came in merged chunks (fewer ``itls`` than ``output_lens - 1``: vLLM
+coalesces the outputs its API server has not taken yet) gives only its end-to-end row: its last
+chunk still ends with its last step, but neither its first chunk (which may hold the tokens of
+several steps) nor its gaps say which steps they end with.
 The six solve a bounded linear least squares on relative errors. The replay's schedule does
 not depend on the costs when every request is ready at once (``request_rate inf``) and
 ``host_s`` > 0; otherwise fit and replay alternate until they settle.
@@ -152,21 +156,23 @@ def _request_rows(run: BenchRun, rep: Replay) -> tuple[np.ndarray, np.ndarray, n
     idle = np.concatenate([[0.0], np.cumsum(rep.step_idle_s)])
     k0 = rep.first_span
     e2e = run.ttfts + np.array([g.sum() for g in run.itls])
-    rows = [prefix[rep.admit_step + 1] - prefix[k0], prefix[rep.end_step + 1] - prefix[k0]]
-    targets = [run.ttfts - rep.lead_s - (idle[rep.admit_step + 1] - idle[k0]),
+    whole = run.merged_tokens == 0  # the others' first chunk and gaps do not say their steps
+    rows = [(prefix[rep.admit_step + 1] - prefix[k0])[whole], prefix[rep.end_step + 1] - prefix[k0]]
+    targets = [(run.ttfts - rep.lead_s - (idle[rep.admit_step + 1] - idle[k0]))[whole],
                e2e - rep.lead_s - (idle[rep.end_step + 1] - idle[k0])]
-    halves, sums, lo, hi = _half_rows(run, rep, prefix)
+    halves, sums, lo, hi = _half_rows(run, rep, prefix, whole)
     return (np.vstack([*rows, halves]), np.concatenate([*targets, sums - (idle[hi] - idle[lo])]),
-            np.concatenate([run.ttfts, e2e, sums]))
+            np.concatenate([run.ttfts[whole], e2e, sums]))
 
 
-def _half_rows(run: BenchRun, rep: Replay, prefix: np.ndarray):
-    """Rows of the two halves of each request's inter-token gaps (gap j ends with step
-    admit + j + 1), their measured sums, and the spans [lo, hi) each covers."""
+def _half_rows(run: BenchRun, rep: Replay, prefix: np.ndarray, whole: np.ndarray):
+    """Rows of the two halves of the inter-token gaps of each request that streamed one token
+    a chunk (``whole``; gap j ends with step admit + j + 1), their measured sums, and the spans
+    [lo, hi) each covers."""
     rows, sums, los, his = [], [], [], []
     for i, gaps in enumerate(run.itls):
         n = len(gaps)
-        if n < 2:
+        if n < 2 or not whole[i]:
             continue
         for a, b in ((0, n // 2), (n // 2, n)):
             lo, hi = rep.admit_step[i] + a + 1, rep.admit_step[i] + b + 1
@@ -228,6 +234,9 @@ def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: i
     if run.detailed:
         e2e = run.ttfts + np.array([g.sum() for g in run.itls])
         out["latency_mape_pct"] = float(100.0 * np.mean(np.abs(rep.end_s - rep.sent_s - e2e) / e2e))
+        merged = run.merged_tokens
+        # requests with tokens in merged chunks: only their end-to-end time is fitted
+        out["merged_requests"], out["merged_tokens"] = int((merged > 0).sum()), int(merged.sum())
         # the schedule check: the replay's step count against the one read off the tokens
         out["steps_replayed"], out["steps_measured"] = rep.steps, engine_steps(run)
     return out
