@@ -318,7 +318,9 @@ LONG_PROMPTS = 128
 # Fitted on one level of the longer files: the pairs within 5% (python bench/bench_fit_levels.py
 # --dir tests/fixtures/vllm_bench/long). The other three (c2 -> c8 +10.3%, c2 -> c16 +19.0%,
 # c4 -> c16 +9.7%) are in docs/calibration.md with why: one level barely fixes the per-step cost,
-# which is all a prediction at another level needs.
+# which is all a prediction at another level needs. These are the pairs that held on this
+# recording, listed after it was measured (the fit is unchanged): a regression guard, not a claim
+# about other recordings (the held-out ones gave 8 and 9 of 12).
 LONG_CLAIMED = ((2, 4), (4, 2), (4, 8), (8, 2), (8, 4), (8, 16), (16, 2), (16, 4), (16, 8))
 
 
@@ -357,7 +359,9 @@ def test_the_replay_takes_as_many_steps_as_the_recorded_engine_on_the_long_files
 def test_two_levels_predict_every_level_within_5_percent(fit_on):
     """Fitted on the repeats of two levels, the profile predicts the median duration of every
     level, the two it was fitted on and the two it was not (interpolated or extrapolated):
-    within 1.5% on these files."""
+    within 1.5% on these files. This pins the committed recording; it is not a general claim:
+    on the two held-out recordings (docs/calibration.md) 8 and 9 of 12 two-level predictions held
+    (c2+c16 and c4+c16 within 3.9% on both)."""
     fit = fit_bench([r for c in fit_on for r in long_level(c)], preset(PRESET))
     errors = {c: median_error(fit, c) for c in LEVELS}
     assert all(abs(e) < 0.05 for e in errors.values()), (fit_on, errors)

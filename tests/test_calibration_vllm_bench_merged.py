@@ -89,6 +89,9 @@ def test_the_step_count_counts_a_merged_request_whole_or_not_at_all(tmp_path):
     out = tmp_path / "p.json"
     r = runner.invoke(app, ["calibrate", "--from-vllm-bench", str(every), "--cluster", PRESET, "--out", str(out)])
     assert r.exit_code == 0, r.output
+    assert ("  every.json: 128 of 128 requests streamed 128 token(s) in a chunk with an earlier one: only "
+            "their end-to-end time fitted, not their time to first token or gaps; steps not readable off "
+            "the tokens") in r.output.splitlines()  # calibrate's own summary says it too
     shown = runner.invoke(app, ["profile", "show", str(out)])
     assert shown.exit_code == 0
     assert ("    128 of 128 requests streamed 128 token(s) in a chunk with an earlier one: only their "

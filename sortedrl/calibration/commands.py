@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from sortedrl.calibration.build import build_profile
-from sortedrl.calibration.show import load_profile, one_level_note, render
+from sortedrl.calibration.show import load_profile, merged_note, one_level_note, render
 from sortedrl.cli_common import print_notes, user_errors
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
@@ -52,6 +52,9 @@ def _summary(profile: dict) -> list[str]:
             out.append(f"  not separable in these files: {', '.join(eng['unidentified'])}")
         if eng["uncertain"]:
             out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (see `sortedrl profile show`)")
+        for f in eng["files"]:
+            if f.get("merged_requests"):
+                out.append(f"  {Path(f['path']).name}: {merged_note(f)}")
         if one_level_note(eng):
             out.append(f"  {one_level_note(eng)}")
     tr = fit.get("trainer")
