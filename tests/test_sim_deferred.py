@@ -2,7 +2,8 @@
 
 A policy that never hears a finish gets its finishes booked just before the next event, on NumPy
 views; with ``SimBackend.defer_finishes`` off the controller books each finish as it happens.
-Summaries and timelines must be identical, byte for byte, on the bundled trace (rewards, dynamic
+Summaries, timelines and the state the policy sees at each call must be identical, byte for
+byte, on the bundled trace (rewards, dynamic
 sampling, minibatches, KV pressure with preemption) and on random small runs.
 
 Run: pytest tests/test_sim_deferred.py
@@ -11,6 +12,7 @@ Run: pytest tests/test_sim_deferred.py
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -52,12 +54,33 @@ def _flat(cols: dict) -> dict:
     return out
 
 
+def state_hash(s) -> str:
+    """The controller's public state (what a policy may read through its view), hashed."""
+    h = hashlib.sha256()
+    for a in (s.state, s.generated, s.response_len, s.reward, s.attempt, s.oldest, s.engine_of, s.started):
+        h.update(bytes(a))
+    h.update(repr((list(s.buffer), list(s.paused), s.finished_in, s.complete, s.complete_at, s.load,
+                   s.admitted, s.started_count, s.next_group, s.version, s.trainer_busy, s.syncing)).encode())
+    return h.hexdigest()
+
+
 def both(monkeypatch, trace, name, sets, cluster):
+    """Each way: the summary, the timeline, and the state the policy saw at every call (the
+    built-in policies read only some of it, so equal summaries alone would not show a field
+    booked wrong, e.g. a group not counted complete or the buffer out of finish order)."""
     runs = []
     for deferred in (True, False):
         monkeypatch.setattr(SimBackend, "defer_finishes", deferred)
         policy = make_policy(name, sets, trace)
-        runs.append(fingerprint(simulate(trace, policy, cluster, audit=True)))
+        seen = []
+        on_event = policy.on_event
+
+        def watched(event, view, on_event=on_event, seen=seen):
+            seen.append((event.kind.name, state_hash(view._s)))
+            return on_event(event, view)
+
+        policy.on_event = watched
+        runs.append((*fingerprint(simulate(trace, policy, cluster, audit=True)), seen))
     return runs
 
 
