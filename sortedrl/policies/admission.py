@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sortedrl.policies.base import Admit, SampleState
-from sortedrl.policies.deferred import BATCH, group_counts, view
+from sortedrl.policies.deferred import BATCH, group_counts, typed_view
 from sortedrl.policies.placement import spread
 
 WAITING, ADMITTED, PAUSED = SampleState.WAITING, SampleState.ADMITTED, SampleState.PAUSED  # hot paths
@@ -48,9 +48,9 @@ class Admission:
         for e, chunk in plan:
             if big:
                 at = np.asarray(chunk, dtype=np.int64)
-                gen = view(generated, np.int32)[at].tolist()
-                view(state, np.uint8)[at] = ADMITTED
-                view(engine_of, np.int32)[at] = e
+                gen = typed_view(generated, np.int32)[at].tolist()
+                typed_view(state, np.uint8)[at] = ADMITTED
+                typed_view(engine_of, np.int32)[at] = e
             else:
                 gen = [generated[i] for i in chunk]
                 for i in chunk:

@@ -42,7 +42,7 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.policies.deferred import DeferredFinishes, group_counts, view
+from sortedrl.policies.deferred import DeferredFinishes, group_counts, typed_view
 from sortedrl.policies.orders import StandingOrders
 from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
@@ -320,7 +320,7 @@ class Controller(Admission):
             fin[g] = before - c
             if before - c < full <= before:  # one at a time, the count passes `full` once
                 s.complete -= 1
-        view(s.state, np.uint8)[np.asarray(act.samples, dtype=np.int64)] = TRAINED
+        typed_view(s.state, np.uint8)[np.asarray(act.samples, dtype=np.int64)] = TRAINED
         for i in act.samples:
             del buffer[i]
         self.settled += len(act.samples)

@@ -21,7 +21,7 @@ FINISHED = SampleState.FINISHED
 BATCH = 64  # samples from which an update of per-sample arrays is done with NumPy (else a loop)
 
 
-def view(typed, dtype) -> np.ndarray:
+def typed_view(typed, dtype) -> np.ndarray:
     """A writable NumPy view of a typed array (``array.array`` or ``bytearray``): no copy."""
     return np.frombuffer(typed, dtype=dtype)
 
@@ -56,23 +56,22 @@ class DeferredFinishes:
         ctl = self.ctl
         s = ctl.s
         idx = np.array(samples, dtype=np.intp)
-        n = np.frombuffer(self.lengths, dtype=np.int32)[idx]
+        n = typed_view(self.lengths, np.int32)[idx]
         rewards = ctl._rewards
         if rewards is not None:
-            np.frombuffer(s.reward, dtype=np.float64)[idx] = np.asarray(rewards)[idx]
-        np.frombuffer(s.state, dtype=np.uint8)[idx] = FINISHED
-        np.frombuffer(s.generated, dtype=np.int32)[idx] = n
-        np.frombuffer(s.response_len, dtype=np.int32)[idx] = n
-        engine_of = np.frombuffer(s.engine_of, dtype=np.int32)
+            typed_view(s.reward, np.float64)[idx] = np.asarray(rewards)[idx]
+        typed_view(s.state, np.uint8)[idx] = FINISHED
+        typed_view(s.generated, np.int32)[idx] = n
+        typed_view(s.response_len, np.int32)[idx] = n
+        engine_of = typed_view(s.engine_of, np.int32)
         engines, counts = np.unique(engine_of[idx], return_counts=True)
         load = s.load
         for e, c in zip(engines.tolist(), counts.tolist(), strict=True):
             load[e] -= c
         engine_of[idx] = -1
         s.buffer.update(dict.fromkeys(samples))
-        groups, counts = np.unique(idx // s.group_size, return_counts=True)
         fin, need = s.finished_in, s.complete_at
-        for g, c in zip(groups.tolist(), counts.tolist(), strict=True):
+        for g, c in group_counts(idx, s.group_size):
             before = fin[g]
             fin[g] = before + c
             if before < need <= before + c:  # one at a time, the count passes `need` once

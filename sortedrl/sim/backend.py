@@ -33,7 +33,7 @@ import simpy
 
 from sortedrl.policies.base import Event, EventKind
 from sortedrl.policies.controller import Backend, Controller
-from sortedrl.policies.deferred import view
+from sortedrl.policies.deferred import typed_view
 from sortedrl.policies.view import EngineInfo, int_array
 from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
@@ -147,7 +147,7 @@ class SimBackend(Backend):
 
     def train(self, samples: list[int], version: int) -> None:
         at = np.asarray(samples, dtype=np.int64)  # prompt + response of each, as Python ints
-        lengths = (view(self._plen, np.int32)[at].astype(np.int64) + view(self._lengths, np.int32)[at]).tolist()
+        lengths = (typed_view(self._plen, np.int32)[at].astype(np.int64) + typed_view(self._lengths, np.int32)[at]).tolist()
         if self.tools is not None:  # the tool output is in the trained sequence (masked)
             lengths = [n + self.tools.plan.ctx[i] for n, i in zip(lengths, samples, strict=True)]
         tokens = sum(lengths)
