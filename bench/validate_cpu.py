@@ -147,6 +147,16 @@ def compare_profiles(a: dict, b: dict) -> dict:
     return out
 
 
+def rescale(out: Path, model: Path, prof_a: Path, label: str, seed: int) -> Path:
+    """Profile A rescaled to the host's speed right before a run (``calibrate --rescale``: one
+    short run of A's calibration sync run, with a seed of its own)."""
+    path = out / "rescaled" / f"{label}-s{seed}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.unlink(missing_ok=True)
+    cli("calibrate", "--model", str(model), "--rescale", str(prof_a), "--out", str(path), "--repeats", "1")
+    return path
+
+
 def one_run(out: Path, model: Path, label: str, seed: int, args) -> Path:
     policy, sets, engines, placement = POLICIES[label]
     rundir = out / "runs" / f"{label}-s{seed}"
@@ -154,6 +164,8 @@ def one_run(out: Path, model: Path, label: str, seed: int, args) -> Path:
         return rundir
     shutil.rmtree(rundir, ignore_errors=True)
     wait_quiet(args)
+    if args.rescale:
+        rescale(out, model, out / "profile-a.json", label, seed)
     l0 = load()
     cli("run", "--model", str(model), "--policy", policy, *[x for kv in sets for x in ("--set", kv)],
         "--out", str(rundir), "--steps", str(args.steps), "--task", "sort-long",
@@ -187,13 +199,16 @@ def main() -> None:
     ap.add_argument("--quiet-load", type=float, default=0.0,
                     help="before each calibration and run, wait for the 1-minute load average to fall below this (0: never wait)")
     ap.add_argument("--quiet-wait", type=float, default=120.0, help="... for at most this many seconds")
+    ap.add_argument("--rescale", action="store_true",
+                    help="before each run, rescale profile A to the host's speed then (`calibrate --rescale`, "
+                         "about 20 s) and validate against that too")
     ap.add_argument("--fresh", action="store_true", help="measure everything again")
     ap.add_argument("--no-priority", action="store_true",
                     help="do not raise this bench's priority (nice -20 in its session's autogroup)")
     args = ap.parse_args()
     out = args.out
     if args.fresh:
-        for name in ("runs", "profile-a.json", "profile-b.json"):
+        for name in ("runs", "rescaled", "profile-a.json", "profile-b.json"):
             p = out / name
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -210,6 +225,8 @@ def main() -> None:
             res = validate(rundir, prof_a)
             write_validate(res, rundir / "validate.json")
             other = validate(rundir, out / "profile-b.json")
+            near = out / "rescaled" / f"{label}-s{seed}.json"
+            anchored = validate(rundir, near) if near.exists() else None
             rows.append({"label": label, "seed": seed, "updates": res["updates_real"],
                          "real_s": res["real"]["makespan_s"], "sim_s": res["sim"]["makespan_s"],
                          "makespan_err": res["makespan_err_pct"], "step_mape": res["step_time_mape"],
@@ -218,6 +235,15 @@ def main() -> None:
                          / res["sim"]["makespan_s"] * 100,
                          "load": json.loads((rundir / "load.json").read_text())})
             r = rows[-1]
+            if anchored is not None:
+                factors = json.loads(near.read_text())["rescaled"]
+                r.update(rescaled_step_mape=anchored["step_time_mape"],
+                         rescaled_makespan_err=anchored["makespan_err_pct"],
+                         rescaled_sim_s=anchored["sim"]["makespan_s"],
+                         engine_factor=factors["engine_factor"], update_factor=factors["update_factor"])
+                print(f"{'':17s}   against A rescaled just before: engine x{r['engine_factor']:.3f}, update "
+                      f"x{r['update_factor']:.3f}; sim {r['rescaled_sim_s']:7.1f} s, makespan err "
+                      f"{r['rescaled_makespan_err']:5.1f}%, step MAPE {r['rescaled_step_mape']:5.1f}%", flush=True)
             print(f"{label:17s} seed {seed}: {r['updates']} updates, real {r['real_s']:7.1f} s, sim "
                   f"{r['sim_s']:7.1f} s, makespan err {r['makespan_err']:5.1f}%, step MAPE "
                   f"{r['step_mape']:5.1f}%, A vs B {r['a_vs_b']:4.1f}%, load {r['load']['before']} -> "
@@ -240,6 +266,19 @@ def print_table(rows: list[dict]) -> None:
         loads = " / ".join(r["load"]["before"].split("/")[0] for r in mine)
         print(f"| {label} | {fmt('step_mape')} | {fmt('makespan_err')} | {fmt('progress_mape')} | "
               f"{fmt('a_vs_b')} | {loads} | {'yes' if met else 'no'} |")
+    rescaled = [r for r in rows if "rescaled_step_mape" in r]
+    if not rescaled:
+        return
+    print("\nAgainst profile A rescaled to the host right before each run (`calibrate --rescale`):\n")
+    print("| policy | engine factor (per seed) | step-time MAPE | makespan error | met |")
+    print("|---|---|---|---|---|")
+    for label in dict.fromkeys(r["label"] for r in rescaled):
+        mine = [r for r in rescaled if r["label"] == label]
+        met = all(r["rescaled_step_mape"] <= 5 and r["rescaled_makespan_err"] <= 3 for r in mine)
+        factors = " / ".join(f"x{r['engine_factor']:.3f}" for r in mine)
+        steps = " / ".join(f"{r['rescaled_step_mape']:.1f}%" for r in mine)
+        spans = " / ".join(f"{r['rescaled_makespan_err']:.1f}%" for r in mine)
+        print(f"| {label} | {factors} | {steps} | {spans} | {'yes' if met else 'no'} |")
 
 
 if __name__ == "__main__":

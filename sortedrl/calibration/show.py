@@ -52,6 +52,7 @@ def render(raw: dict, path: str) -> list[str]:
                  f"KV budget {ec.get('kv_budget_tokens', '?')} tokens/engine")
     if raw.get("sources"):
         lines.append(f"  sources: {', '.join(raw['sources'])}")
+    lines += _rescaled(raw.get("rescaled"))
     lines += ["", *_terms(raw)]
     fit = raw.get("fit") or {}
     lines += _engine_fit(fit.get("engine")) + _trainer_fit(fit.get("trainer")) + _cpu_fit(fit)
@@ -141,6 +142,18 @@ def _trainer_fit(tr: dict | None) -> list[str]:
         out.append(f"  sync = median of {cols['sync']} (spread {_fmt(tr.get('sync_spread_s'))} s)")
     else:
         out.append("  no sync column: sync_s is the preset's")
+    return out
+
+
+def _rescaled(r: dict | None) -> list[str]:
+    """A profile rescaled to the host's speed at a later time (``calibrate --rescale``): the
+    terms below are the fitted ones times these factors; the fit's records are the calibration's."""
+    out = []
+    while isinstance(r, dict):
+        out.append(f"  rescaled at {r.get('at')} from {r.get('from')}: engine x{r.get('engine_factor', 1):.3f} "
+                   f"({r.get('steps')} steps), updates x{r.get('update_factor', 1):.3f} ({r.get('updates')}), "
+                   f"sync x{r.get('sync_factor', 1):.3f} ({r.get('syncs')})")
+        r = r.get("earlier")
     return out
 
 

@@ -108,7 +108,7 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
                 "runner": {"host_s_per_step": host["step"], "admit_s_per_request": host["admit"],
                            "event_s_per_event": host["event"], "runs": len(runner["host"]["step"]),
                            "task": task, "max_tokens": max_tokens, "prompts": prompts,
-                           "group_size": group_size, **on_ray}},
+                           "group_size": group_size, "warm_tokens": warm_tokens, **on_ray}},
         "grid": {"batches": list(BATCHES), "contexts": list(contexts), "decode_steps": DECODE_STEPS,
                  "prefill_lens": list(PREFILL_LENS), "prefill_counts": list(PREFILL_COUNTS),
                  "repeats": repeats},

