@@ -149,7 +149,7 @@ def compare_profiles(a: dict, b: dict) -> dict:
 
 def rescale(out: Path, model: Path, prof_a: Path, label: str, seed: int) -> Path:
     """Profile A rescaled to the host's speed right before a run (``calibrate --rescale``: one
-    short run of A's calibration sync run, with a seed of its own)."""
+    short run of A's calibration sync run: the same work)."""
     path = out / "rescaled" / f"{label}-s{seed}.json"
     path.parent.mkdir(exist_ok=True)
     path.unlink(missing_ok=True)

@@ -147,7 +147,8 @@ def _trainer_fit(tr: dict | None) -> list[str]:
 
 def _rescaled(r: dict | None) -> list[str]:
     """A profile rescaled to the host's speed at a later time (``calibrate --rescale``): the
-    terms below are the fitted ones times these factors; the fit's records are the calibration's."""
+    terms below are the fitted ones with their engine, update and sync parts times these factors
+    (and ``fit.steps``); the other fit records below are the calibration's."""
     out = []
     while isinstance(r, dict):
         out.append(f"  rescaled at {r.get('at')} from {r.get('from')}: engine x{r.get('engine_factor', 1):.3f} "

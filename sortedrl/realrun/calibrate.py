@@ -90,7 +90,7 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
              "runner_steps_dropped": dropped, "runner_steps_kept": kept,
              "train_rel_scale": tr["rel_scale"],
              "repeat_spread": repeat_spread(grid, runner["steps"], max_num_seqs, repeats)}
-    return {
+    profile = {
         "sortedrl_profile": FORMAT,
         "device": f"{platform.machine()} {platform.processor() or 'cpu'} ({torch.get_num_threads()} torch threads)",
         "model": str(model),
@@ -108,11 +108,27 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
                 "runner": {"host_s_per_step": host["step"], "admit_s_per_request": host["admit"],
                            "event_s_per_event": host["event"], "runs": len(runner["host"]["step"]),
                            "task": task, "max_tokens": max_tokens, "prompts": prompts,
-                           "group_size": group_size, "warm_tokens": warm_tokens, **on_ray}},
+                           "group_size": group_size, "warm_tokens": warm_tokens, "seed": seed, **on_ray}},
         "grid": {"batches": list(BATCHES), "contexts": list(contexts), "decode_steps": DECODE_STEPS,
                  "prefill_lens": list(PREFILL_LENS), "prefill_counts": list(PREFILL_COUNTS),
                  "repeats": repeats},
     }
+    profile["fit"]["runner"]["sync_ratios"] = sync_ratios(profile, runner["sync_runs"])
+    return profile
+
+
+def sync_ratios(profile: dict, runs: list) -> dict:
+    """Measured over predicted for the calibration's ``sync`` runs (the median over repeats):
+    what ``calibrate --rescale`` divides its own run's ratios by, so that only the host's
+    change of speed is left (:mod:`sortedrl.realrun.rescale`)."""
+    from sortedrl.realrun.rescale import speed_ratios
+
+    each = [speed_ratios(profile, steps, updates) for steps, updates in runs]
+    out = {}
+    for k in ("steps", "updates"):
+        vals = [r[k] for r in each if r[k] is not None]
+        out[k] = float(np.median(vals)) if vals else None
+    return out
 
 
 def grid_contexts(max_tokens: int) -> tuple[int, ...]:
@@ -184,24 +200,34 @@ def runner_runs(prompts: int, group_size: int) -> list[tuple[str, list[str]]]:
 def _measure_runner(run: dict, repeats: int, tick) -> dict:
     """Short real runs, the same ones each repeat (same seed: the same work): their engine steps
     with their shapes, their updates on padded tokens, their syncs, and host overheads per run."""
-    from sortedrl.timeline import Timeline
-
-    out = {"steps": [], "train": [], "sync": [], "host": {"step": [], "admit": [], "event": []}}
+    out = {"steps": [], "train": [], "sync": [], "host": {"step": [], "admit": [], "event": []},
+           "sync_runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(repeats):
             for k, (policy, sets) in enumerate(runner_runs(run["prompts"], run["group_size"])):
                 run_dir = Path(tmp) / f"run-{rep}-{k}"
                 st = run_apart(dict(policy=policy, sets=sets, out=str(run_dir), **run))
-                tl = Timeline.read_jsonl(run_dir / "timeline.jsonl")
-                seq = _sequence_lengths(run_dir / "trace.partial.jsonl", run["group_size"])
-                out["train"] += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.rows("train")]
-                out["sync"] += [t1 - t0 for t0, t1, _v in tl.rows("sync")]
+                updates, syncs = sync_run_rows(run_dir, run["group_size"])
+                out["train"] += updates
+                out["sync"] += syncs
+                if policy == "sync":  # what `calibrate --rescale` repeats later
+                    out["sync_runs"].append((st["step_log"], updates))
                 out["host"]["step"].append(st["host_s"] / max(1, st["steps"]))
                 out["host"]["admit"].append(st["admit_s"] / max(1, st["admitted"]))
                 out["host"]["event"].append(st["event_s"] / max(1, st["events"]))
                 out["steps"] += [(*row, rep) for row in st["step_log"]]
                 tick(1, f"runner: {policy} {' '.join(sets)}")
     return out
+
+
+def sync_run_rows(run_dir: Path, group_size: int) -> tuple[list, list[float]]:
+    """A runner run's updates ``(sequence lengths, seconds)`` and weight syncs (seconds)."""
+    from sortedrl.timeline import Timeline
+
+    tl = Timeline.read_jsonl(run_dir / "timeline.jsonl")
+    seq = _sequence_lengths(run_dir / "trace.partial.jsonl", group_size)
+    updates = [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.rows("train")]
+    return updates, [t1 - t0 for t0, t1, _v in tl.rows("sync")]
 
 
 def _measure_ray(run: dict, engines: int) -> dict:

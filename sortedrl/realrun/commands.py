@@ -133,6 +133,10 @@ def register(app: typer.Typer) -> None:
         (--from-vllm-bench, --from-metrics)."""
         if ctx.args and not bench:
             raise ConfigError(f"unexpected argument {ctx.args[0]!r}")
+        if rescale is not None:
+            from sortedrl.realrun.rescale import check_rescale_options
+
+            check_rescale_options(ctx, bench or metrics is not None)
         if bench or metrics is not None:
             from sortedrl.calibration.commands import calibrate_measured
 

@@ -1,26 +1,27 @@
 """``sortedrl calibrate --rescale PROFILE``: this host's speed now, against the profile's.
 
-On a shared or cloud host the same work runs at a different speed from one quarter of an hour to
-the next: on our 2-core VM the calibration's own kind of run stepped its engine 3-20% slower than
-the table fitted on it minutes earlier, with no steal time (docs/calibration.md). A profile
+On a shared or cloud host the same work runs at a different speed from one hour to the next: on
+our 2-core VM the calibration's own kind of run stepped its engine 3-20% slower than the table
+fitted on it a quarter of an hour earlier, with no steal time (docs/calibration.md). A profile
 fitted then predicts a run made now only as well as the host kept its speed. A full calibration
-takes minutes; a rescale takes one short runner run (about 20 s): the calibration's ``sync`` run
-(same task, caps, engine size and warm-up, read from the profile), timed step by step and update
-by update, against what the profile predicts for the same shapes. It writes the profile with:
-- every engine-side term (the step table and the per-token, per-prefill, per-request and
-  per-event terms, and a Ray run's driver time per round) times the **engine factor**: the run's
-  total measured step time over the total the profile predicts for its steps;
-- the update terms times the **update factor**: the median over its updates of measured over
-  predicted;
+takes minutes; a rescale takes one short run (about 20 s): the calibration's own ``sync`` run
+(same task, caps, engine size, warm-up and seed, read from the profile: the same work), timed
+step by step and update by update. Each is compared with what the profile predicts for it, as a
+ratio, and divided by the same ratio of the calibration's own ``sync`` runs (``fit.runner.
+sync_ratios``), so the fit's own error on this run cancels and what is left is the host's speed:
+- the engine part of every step (the step table less the runner's host step, the per-token,
+  prefill and per-request engine terms, a MoE expert read) times the **engine factor**;
+- the update terms (and a colocated offload and onload) times the **update factor**;
 - the weight sync times the **sync factor**: the median measured sync over the profile's;
-- the shared-host factors unchanged (they are ratios of two timings made together).
-The run uses a seed of its own (``RESCALE_SEED``), so its work is none of the runs it is used to
-predict. The new profile records the factors and what they were measured on (``rescaled``).
+- the runner's Python work (host time per step, per admitted request, per policy event, a Ray
+  driver's time per round) and every ratio (contention, Ray step factor) unchanged: Python work
+  held within 0.5-1.5% where the engine's spread 37-60% (docs/calibration.md).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -29,90 +30,138 @@ import numpy as np
 
 from sortedrl.errors import ConfigError
 
-ENGINE_COSTS = ("t_fix", "s1", "a0", "c1", "a1", "p1", "p2", "pn", "p0", "f0")
-TRAIN_COSTS = ("train_fix", "train_per_token", "train_per_pair")
+# Every CostModel field, by what scales it (tests check that none is left out).
+ENGINE_COSTS = ("t_fix", "a0", "a1", "c1", "s1", "p1", "p2", "pn", "expert_read")
+TRAIN_COSTS = ("train_fix", "train_per_token", "train_per_pair", "offload_s", "onload_s")
+SYNC_COSTS = ("sync_s",)
+SPECIAL_COSTS = ("step_table", "p0")  # their engine parts: fit.steps.table and fit.steps.pr
+UNSCALED_COSTS = ("f0", "step_overhead_s", "step_overhead_one_s",  # Python work
+                  "prefill_in_step", "train_padded", "experts", "experts_per_token", "expert_shards",
+                  "train_micro_pairs", "engine_contention", "train_contention", "engine_contention_one",
+                  "train_contention_one", "peer_step_factor")  # flags, counts and ratios
 STEP_FIT_TERMS = ("a1", "p1", "p2", "pn", "pr")  # fit.steps, beside its table
-DRIVER_TERMS = ("step_overhead_s", "step_overhead_one_s")  # fit.shared_host: Python work per round
-RESCALE_SEED = 10_000  # far from the seeds of the runs a rescaled profile predicts
+RUNNER_FIELDS = ("task", "max_tokens", "prompts", "group_size")
 
 
 def run_config(profile: dict, model: str, where: str) -> dict:
-    """The calibration's runner run, as the profile recorded it."""
-    runner = (profile.get("fit") or {}).get("runner")
-    needed = ("task", "max_tokens", "prompts", "group_size")
-    if not isinstance(runner, dict) or any(k not in runner for k in needed):
-        raise ConfigError(f"{where}: field 'fit.runner': missing or without {', '.join(needed)} "
+    """The calibration's ``sync`` run as the profile recorded it; every field the rescale reads is
+    checked here, before any run."""
+    from sortedrl.sim.profile import profile_cluster
+
+    profile_cluster(profile, where, "profile")  # format, costs, engine_config
+    fit = profile.get("fit")
+    runner = fit.get("runner") if isinstance(fit, dict) else None
+    if not isinstance(runner, dict) or any(k not in runner for k in RUNNER_FIELDS):
+        raise ConfigError(f"{where}: field 'fit.runner': missing or without {', '.join(RUNNER_FIELDS)} "
                           "(only a profile from `sortedrl calibrate --model` can be rescaled)")
-    return dict(model=model, steps=2, task=runner["task"], max_tokens=int(runner["max_tokens"]),
-                prompts=int(runner["prompts"]), group_size=int(runner["group_size"]),
+    for k in ("max_tokens", "prompts", "group_size", "warm_tokens", "seed"):
+        if k in runner and (type(runner[k]) is not int or runner[k] < (0 if k in ("warm_tokens", "seed") else 1)):
+            raise ConfigError(f"{where}: field 'fit.runner.{k}': expected a whole number, got {runner[k]!r}")
+    steps = fit.get("steps")
+    if (not isinstance(steps, dict) or not isinstance(steps.get("table"), list) or not steps["table"]
+            or not all(_number(x) for x in steps["table"]) or not all(_number(steps.get(k)) for k in STEP_FIT_TERMS)):
+        raise ConfigError(f"{where}: field 'fit.steps': expected the step fit's table and "
+                          f"{', '.join(STEP_FIT_TERMS)} (a profile from `sortedrl calibrate --model`)")
+    return dict(model=model, steps=2, task=str(runner["task"]), max_tokens=runner["max_tokens"],
+                prompts=runner["prompts"], group_size=runner["group_size"],
                 max_num_seqs=int(profile["engine_config"]["max_num_seqs"]),
-                warm_tokens=int(runner.get("warm_tokens", 0)), seed=RESCALE_SEED)
+                warm_tokens=runner.get("warm_tokens", 0), seed=runner.get("seed", 0))
 
 
-def measure(profile: dict, model: str, repeats: int, where: str) -> dict:
-    """Run the calibration's ``sync`` run ``repeats`` times and compare it with the profile."""
-    from sortedrl.realrun.calibrate import _sequence_lengths, predict_steps, run_apart
-    from sortedrl.timeline import Timeline
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def speed_ratios(profile: dict, steps: list, updates: list) -> dict:
+    """Measured over predicted for one run: its engine steps ``(batch, new, new tokens, new
+    pairs, KV tokens, seconds)`` in total, and the median over its updates ``(sequence lengths,
+    seconds)``. The calibration records these for its own ``sync`` runs; a rescale divides by them."""
+    from sortedrl.realrun.calibrate import predict_steps
+    from sortedrl.sim.cost import CostModel
+
+    measured = float(sum(r[5] for r in steps))
+    predicted = float(predict_steps(profile["fit"]["steps"], steps).sum()) if steps else 0.0
+    keep = {k: v for k, v in profile["costs"].items() if k in CostModel.__dataclass_fields__}
+    model = CostModel(**{**keep, "step_table": None})
+    ratios = [t / model.update(lens) for lens, t in updates if model.update(lens) > 0]
+    return {"steps": measured / predicted if predicted > 0 else None,
+            "updates": float(np.median(ratios)) if ratios else None,
+            "step_s": measured, "predicted_step_s": predicted, "step_count": len(steps),
+            "update_count": len(ratios)}
+
+
+def measure(profile: dict, model: str, repeats: int, where: str, warm_tokens: int | None = None) -> dict:
+    """Run the calibration's ``sync`` run ``repeats`` times; the factors against the profile."""
+    from sortedrl.realrun.calibrate import run_apart, sync_run_rows
 
     run = run_config(profile, model, where)
+    if warm_tokens:
+        run["warm_tokens"] = warm_tokens
     steps, updates, syncs = [], [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             st = run_apart(dict(policy="sync", sets=[], out=tmp + "/run", **run))
-            tl = Timeline.read_jsonl(Path(tmp) / "run/timeline.jsonl")
-            seq = _sequence_lengths(Path(tmp) / "run/trace.partial.jsonl", run["group_size"])
-            updates += [([seq[i] for i in samples], t1 - t0) for t0, t1, _v, samples, _ in tl.rows("train")]
-            syncs += [t1 - t0 for t0, t1, _v in tl.rows("sync")]
-            steps += st["step_log"]
-    measured = float(sum(r[5] for r in steps))
-    predicted = float(predict_steps(profile["fit"]["steps"], steps).sum())
-    model_costs = _cost_model(profile)
-    ratios = [t / model_costs.update(lens) for lens, t in updates if model_costs.update(lens) > 0]
+            ups, sy = sync_run_rows(Path(tmp) / "run", run["group_size"])
+            steps, updates, syncs = steps + st["step_log"], updates + ups, syncs + sy
+    return factors(profile, speed_ratios(profile, steps, updates), syncs, run, repeats)
+
+
+def factors(profile: dict, now: dict, syncs: list[float], run: dict, repeats: int) -> dict:
+    """The rescale's factors from this run's ratios ``now`` (:func:`speed_ratios`), divided by the
+    calibration's (1 where the profile has none), and its syncs against ``sync_s``."""
+    base = (profile["fit"]["runner"].get("sync_ratios") or {})
+    if now["steps"] is None:
+        raise ConfigError("--rescale: the run made no engine step to compare")
     sync_s = float(profile["costs"].get("sync_s") or 0.0)
-    return {"engine_factor": measured / predicted, "update_factor": float(np.median(ratios)) if ratios else 1.0,
+    return {"engine_factor": now["steps"] / (base.get("steps") or 1.0),
+            "update_factor": (now["updates"] or 1.0) / (base.get("updates") or 1.0),
             "sync_factor": float(np.median(syncs)) / sync_s if syncs and sync_s > 0 else 1.0,
-            "steps": len(steps), "measured_step_s": measured, "predicted_step_s": predicted,
-            "updates": len(ratios), "syncs": len(syncs), "repeats": repeats, "seed": run["seed"]}
-
-
-def _cost_model(profile: dict):
-    from sortedrl.sim.cost import CostModel
-
-    keep = {k: v for k, v in profile["costs"].items() if k in CostModel.__dataclass_fields__}
-    return CostModel(**{**keep, "step_table": None})
+            "ratios": now, "calibration_ratios": base or None, "steps": now["step_count"],
+            "updates": now["update_count"], "syncs": len(syncs), "repeats": repeats,
+            "seed": run["seed"], "warm_tokens": run["warm_tokens"]}
 
 
 def rescaled(profile: dict, factors: dict, source: str) -> dict:
-    """``profile`` with its time terms scaled by ``factors`` (:func:`measure`)."""
+    """``profile`` with its time terms scaled by ``factors`` (module docstring). ``costs`` holds
+    what the simulator uses; ``fit.steps`` and a Ray run's weight push in ``fit.runner`` are
+    scaled too (``validate`` and profile comparisons read them); the other ``fit`` records stay
+    the calibration's."""
     out = copy.deepcopy(profile)
     ef, uf, sf = factors["engine_factor"], factors["update_factor"], factors["sync_factor"]
-    costs = out["costs"]
-    for k in ENGINE_COSTS:
-        if k in costs:
-            costs[k] *= ef
-    for k in TRAIN_COSTS:
-        if k in costs:
-            costs[k] *= uf
-    if costs.get("step_table"):
-        costs["step_table"] = [x * ef for x in costs["step_table"]]
-    costs["sync_s"] = costs.get("sync_s", 0.0) * sf
-    fit = out["fit"]
-    fit["steps"]["table"] = [x * ef for x in fit["steps"]["table"]]
+    costs, steps = out["costs"], out["fit"]["steps"]
+    for names, f in ((ENGINE_COSTS, ef), (TRAIN_COSTS, uf), (SYNC_COSTS, sf)):
+        for k in names:
+            if k in costs:
+                costs[k] *= f
+    if costs.get("step_table"):  # the engine part of each batch size's step; the host step stays
+        costs["step_table"] = [x + (ef - 1) * e for x, e in zip(costs["step_table"], steps["table"], strict=False)]
+    if "p0" in costs:  # the engine's per-request part; the runner's admission stays
+        costs["p0"] += (ef - 1) * steps["pr"]
+    steps["table"] = [x * ef for x in steps["table"]]
     for k in STEP_FIT_TERMS:
-        fit["steps"][k] *= ef
-    runner = fit["runner"]
-    for k, f in (("ray_round_s", ef), ("ray_sync_s", sf)):
-        if k in runner:
-            runner[k] *= f
-    for k in DRIVER_TERMS:
-        if k in (fit.get("shared_host") or {}):
-            fit["shared_host"][k] *= ef
+        steps[k] *= ef
+    if "ray_sync_s" in out["fit"]["runner"]:
+        out["fit"]["runner"]["ray_sync_s"] *= sf
     out["rescaled"] = {"from": source, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        **factors, "earlier": profile.get("rescaled")}
     return out
 
 
-def rescale_command(source: Path, model: Path | None, out: Path, repeats: int, warm_tokens: int,
+def check_rescale_options(ctx, measured: bool) -> None:
+    """``--rescale`` repeats the profile's own run: the options that would choose another run, or
+    fit measurements taken elsewhere, are an error rather than silently ignored."""
+    if measured:
+        raise ConfigError("--rescale: not with --from-vllm-bench / --from-metrics (it measures this host)")
+    given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params
+             if p.name in ("task", "max_tokens", "prompts", "group_size", "seed", "ray_engines", "max_num_seqs",
+                           "engine", "cluster", "samples_per_step")
+             and getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]  # typer's own click
+    if given:
+        raise ConfigError(f"--rescale: {', '.join(given)} not allowed (the rescale repeats the run the "
+                          "profile records; only --model, --out, --repeats, --warm-tokens and --force apply)")
+
+
+def rescale_command(source: Path, model: Path, out: Path, repeats: int, warm_tokens: int,
                     force: bool) -> None:
     """``calibrate --rescale``: check everything, measure, write the rescaled profile whole."""
     import typer
@@ -122,22 +171,16 @@ def rescale_command(source: Path, model: Path | None, out: Path, repeats: int, w
     from sortedrl.realrun.model import check_model_dir
     from sortedrl.sim.profile import write_profile
 
-    if model is None:
-        raise ConfigError("--rescale: give --model DIR, the model the profile was calibrated on")
     if repeats < 1 or warm_tokens < 0:
         raise ConfigError("--repeats must be >= 1 and --warm-tokens >= 0")
     outs = Outputs("calibrate", force, inputs=[model, source])
     outs.file(out, "--out")
     profile = load_profile(source)
     check_model_dir(str(model))
-    where = str(source)
-    run_config(profile, str(model), where)  # a profile that cannot be rescaled fails before any run
-    if warm_tokens:
-        profile["fit"]["runner"]["warm_tokens"] = warm_tokens
-    factors = measure(profile, str(model), repeats, where)
-    new = rescaled(profile, factors, where)
+    run_config(profile, str(model), str(source))  # a profile that cannot be rescaled fails before any run
+    f = measure(profile, str(model), repeats, str(source), warm_tokens or None)
+    new = rescaled(profile, f, str(source))
     outs.write({out: lambda p: write_profile(p, new)})
-    typer.echo(f"wrote {out}: {source} rescaled to this host now: engine x{factors['engine_factor']:.3f} "
-               f"({factors['steps']} steps, {factors['measured_step_s']:.2f} s measured, "
-               f"{factors['predicted_step_s']:.2f} s predicted), updates x{factors['update_factor']:.3f} "
-               f"(median of {factors['updates']}), sync x{factors['sync_factor']:.3f} (median of {factors['syncs']})")
+    typer.echo(f"wrote {out}: {source} rescaled to this host now: engine x{f['engine_factor']:.3f} "
+               f"({f['steps']} steps), updates x{f['update_factor']:.3f} (median of {f['updates']}), "
+               f"sync x{f['sync_factor']:.3f} (median of {f['syncs']})")
