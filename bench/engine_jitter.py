@@ -1,7 +1,7 @@
 """How steady this host runs the same engine work: the noise floor under `validate`'s targets.
 
-One process builds a vLLM engine on a model (default: the widened 3.89M model of
-``bench/validate_cpu.py``) and runs the same work ``--rounds`` times (8 prompts of 64 tokens, 150
+One process builds a vLLM engine on a model (``--model``, e.g. the widened 3.89M model that
+``bench/validate_cpu.py`` builds in its ``--out``) and runs the same work ``--rounds`` times (8 prompts of 64 tokens, 150
 decode steps each, ``ignore_eos``), each round followed by three probes of the CPU alone: a
 pure-Python loop, a matmul that fits in L2 (192 x 1,536 on 8 rows, as one of the model's MLPs)
 and a 64 MiB sum (memory bandwidth). For each it prints the median (ms), the relative median

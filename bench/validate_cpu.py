@@ -226,7 +226,7 @@ def main() -> None:
             write_validate(res, rundir / "validate.json")
             other = validate(rundir, out / "profile-b.json")
             near = out / "rescaled" / f"{label}-s{seed}.json"
-            anchored = validate(rundir, near) if near.exists() else None
+            anchored = validate(rundir, near) if args.rescale and near.exists() else None
             rows.append({"label": label, "seed": seed, "updates": res["updates_real"],
                          "real_s": res["real"]["makespan_s"], "sim_s": res["sim"]["makespan_s"],
                          "makespan_err": res["makespan_err_pct"], "step_mape": res["step_time_mape"],

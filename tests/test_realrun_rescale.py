@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
-from sortedrl.realrun.rescale import factors, rescaled, speed_ratios
+from sortedrl.realrun.rescale import factors, rescaled, run_config, speed_ratios
 
 PROFILE = Path(__file__).parent / "fixtures" / "cpu-profile.json"
 FACTORS = {"engine_factor": 1.25, "update_factor": 0.5, "sync_factor": 2.0}
@@ -67,7 +67,7 @@ def test_rescaled_scales_each_kind_of_term_by_its_factor():
     assert (new["fit"]["runner"]["ray_round_s"], new["fit"]["runner"]["ray_sync_s"]) == (0.002, 0.04 * 2.0)
     assert new["fit"]["shared_host"] == {"step_overhead_s": 0.001, "ray_step_factor": 1.1}
     assert new["rescaled"]["from"] == "a.json" and new["rescaled"]["earlier"] is None
-    assert prof["costs"] is old and old["sync_s"] == json.loads(PROFILE.read_text())["costs"]["sync_s"]
+    assert old["sync_s"] == json.loads(PROFILE.read_text())["costs"]["sync_s"]  # the input is not changed
     again = rescaled(new, FACTORS, "b.json")
     assert again["rescaled"]["earlier"]["from"] == "a.json"
     assert again["costs"]["sync_s"] == old["sync_s"] * 4.0
@@ -75,23 +75,42 @@ def test_rescaled_scales_each_kind_of_term_by_its_factor():
 
 
 def test_the_factors_divide_this_runs_ratios_by_the_calibrations():
-    """By hand, on the fixture's step fit: two decode steps at batch 1 and 2 (KV 100 and 300) and
-    an update of sequences 10 and 30 tokens long."""
+    """By hand, on the fixture's step fit: two decode steps at batch 1 and 2 (KV 100 and 300), an
+    update of sequences 10 and 30 tokens long, and three syncs."""
     prof = runnable()
     st, costs = prof["fit"]["steps"], prof["costs"]
     pred = [st["table"][0] + st["a1"] * 100, st["table"][1] + st["a1"] * 300]
     steps = [(1, 0, 0, 0, 100, 2 * pred[0]), (2, 0, 0, 0, 300, 1.0 * pred[1])]
     update = costs["train_fix"] + costs["train_per_token"] * 60  # padded: 2 x 30 tokens
-    now = speed_ratios(prof, steps, [([10, 30], 3 * update)])
+    syncs = [costs["sync_s"] * 0.5, costs["sync_s"] * 0.7, costs["sync_s"] * 0.9]
+    now = speed_ratios(prof, steps, [([10, 30], 3 * update)], syncs)
     assert now["steps"] == pytest.approx((2 * pred[0] + pred[1]) / (pred[0] + pred[1]), rel=1e-12)
-    assert now["updates"] == pytest.approx(3.0, rel=1e-12)
-    prof["fit"]["runner"]["sync_ratios"] = {"steps": 1.2, "updates": 1.5}
-    f = factors(prof, now, [costs["sync_s"] * 0.5, costs["sync_s"] * 0.7, costs["sync_s"] * 0.9], {"seed": 0, "warm_tokens": 0}, 1)
+    assert now["updates"] == pytest.approx(3.0, rel=1e-12) and now["syncs"] == pytest.approx(0.7, rel=1e-12)
+    assert (now["step_count"], now["update_count"], now["sync_count"]) == (2, 1, 3)
+    run = run_config(prof, "m", "p.json")
+    prof["fit"]["runner"]["sync_ratios"] = {"steps": 1.2, "updates": 1.5, "syncs": 0.5}
+    f = factors(prof, now, run, 1)
     assert f["engine_factor"] == pytest.approx(now["steps"] / 1.2, rel=1e-12)
     assert f["update_factor"] == pytest.approx(2.0, rel=1e-12)
-    assert f["sync_factor"] == pytest.approx(0.7, rel=1e-12)
+    assert f["sync_factor"] == pytest.approx(1.4, rel=1e-12)
+    # a run without updates or syncs leaves those terms alone, whatever the calibration's ratio
+    f = factors(prof, speed_ratios(prof, steps, []), run, 1)
+    assert (f["update_factor"], f["sync_factor"]) == (1.0, 1.0)
     del prof["fit"]["runner"]["sync_ratios"]  # a profile calibrated before the ratios were recorded
-    assert factors(prof, now, [], {"seed": 0, "warm_tokens": 0}, 1)["engine_factor"] == now["steps"]
+    assert factors(prof, now, run, 1)["engine_factor"] == now["steps"]
+
+
+def test_the_calibration_records_the_median_ratios_of_its_sync_runs():
+    from sortedrl.realrun.calibrate import sync_ratios
+
+    prof = runnable()
+    st, costs = prof["fit"]["steps"], prof["costs"]
+    one = st["table"][0] + st["a1"] * 100
+    update = costs["train_fix"] + costs["train_per_token"] * 60
+    runs = [([(1, 0, 0, 0, 100, k * one)], [([10, 30], k * update)], [k * costs["sync_s"]]) for k in (1.0, 1.5, 4.0)]
+    assert sync_ratios(prof, runs) == pytest.approx({"steps": 1.5, "updates": 1.5, "syncs": 1.5}, rel=1e-12)
+    prof["fit"]["runner"]["seed"] = 3
+    assert run_config(prof, "m", "p.json")["seed"] == 3
 
 
 def test_profile_show_prints_every_rescale():
@@ -130,6 +149,14 @@ def test_a_profile_not_from_calibrate_model_cannot_be_rescaled(tmp_path, tiny_mo
     bad_cap = runnable()
     bad_cap["fit"]["runner"]["max_tokens"] = "16"
     assert rescale(bad_cap) == f"error: {src}: field 'fit.runner.max_tokens': expected a whole number, got '16'"
+    bad_ratios = runnable()
+    bad_ratios["fit"]["runner"]["sync_ratios"] = {"steps": "x"}
+    assert rescale(bad_ratios) == (f"error: {src}: field 'fit.runner.sync_ratios': expected ratios > 0 (or null), "
+                                   "got {'steps': 'x'}")
+    short = runnable()
+    short["costs"]["step_table"] = short["costs"]["step_table"][:3]
+    assert rescale(short) == (f"error: {src}: field 'costs.step_table': 3 batch sizes, but 'fit.steps.table' has "
+                              f"{len(short['fit']['steps']['table'])}")
     listed = runnable()
     listed["fit"] = []
     assert "field 'fit.runner': missing" in rescale(listed)
@@ -155,7 +182,7 @@ def test_a_real_rescale_compares_its_run_with_the_profile(tmp_path, tiny_model):
 
     src, out = tmp_path / "a.json", tmp_path / "b.json"
     prof = runnable()
-    prof["fit"]["runner"]["sync_ratios"] = {"steps": 1.25, "updates": 0.8}
+    prof["fit"]["runner"]["sync_ratios"] = {"steps": 1.25, "updates": 0.8, "syncs": None}
     src.write_text(json.dumps(prof))
     before = src.read_bytes()
     r = CliRunner().invoke(app, ["calibrate", "--model", tiny_model, "--rescale", str(src), "--out", str(out),
@@ -166,9 +193,9 @@ def test_a_real_rescale_compares_its_run_with_the_profile(tmp_path, tiny_model):
     f = new["rescaled"]
     assert f["seed"] == 0 and f["repeats"] == 1 and f["steps"] >= 16 and f["ratios"]["step_count"] == f["steps"]
     assert f["updates"] == 2 and f["syncs"] >= 1  # the sync run: two steps, one update each
-    assert f["engine_factor"] == f["ratios"]["steps"] / 1.25 and f["ratios"]["steps"] == (
-        f["ratios"]["step_s"] / f["ratios"]["predicted_step_s"])
-    assert f["update_factor"] == f["ratios"]["updates"] / 0.8 and f["sync_factor"] > 0
+    assert f["engine_factor"] == f["ratios"]["steps"] / 1.25 and f["ratios"]["steps"] > 0
+    assert (f["ratios"]["step_count"], f["ratios"]["update_count"]) == (f["steps"], 2)
+    assert f["update_factor"] == f["ratios"]["updates"] / 0.8 and f["sync_factor"] == f["ratios"]["syncs"] > 0
     assert new["costs"]["train_fix"] == prof["costs"]["train_fix"] * f["update_factor"]
     assert new["costs"]["sync_s"] == prof["costs"]["sync_s"] * f["sync_factor"]
     assert new["fit"]["steps"]["table"] == [x * f["engine_factor"] for x in prof["fit"]["steps"]["table"]]

@@ -121,14 +121,10 @@ def sync_ratios(profile: dict, runs: list) -> dict:
     """Measured over predicted for the calibration's ``sync`` runs (the median over repeats):
     what ``calibrate --rescale`` divides its own run's ratios by, so that only the host's
     change of speed is left (:mod:`sortedrl.realrun.rescale`)."""
-    from sortedrl.realrun.rescale import speed_ratios
+    from sortedrl.realrun.rescale import median_ratios, speed_ratios
 
-    each = [speed_ratios(profile, steps, updates) for steps, updates in runs]
-    out = {}
-    for k in ("steps", "updates"):
-        vals = [r[k] for r in each if r[k] is not None]
-        out[k] = float(np.median(vals)) if vals else None
-    return out
+    med = median_ratios([speed_ratios(profile, *run) for run in runs])
+    return {k: med[k] for k in ("steps", "updates", "syncs")}
 
 
 def grid_contexts(max_tokens: int) -> tuple[int, ...]:
@@ -211,7 +207,7 @@ def _measure_runner(run: dict, repeats: int, tick) -> dict:
                 out["train"] += updates
                 out["sync"] += syncs
                 if policy == "sync":  # what `calibrate --rescale` repeats later
-                    out["sync_runs"].append((st["step_log"], updates))
+                    out["sync_runs"].append((st["step_log"], updates, syncs))
                 out["host"]["step"].append(st["host_s"] / max(1, st["steps"]))
                 out["host"]["admit"].append(st["admit_s"] / max(1, st["admitted"]))
                 out["host"]["event"].append(st["event_s"] / max(1, st["events"]))

@@ -4,15 +4,17 @@ On a shared or cloud host the same work runs at a different speed from one hour 
 our 2-core VM the calibration's own kind of run stepped its engine 3-20% slower than the table
 fitted on it a quarter of an hour earlier, with no steal time (docs/calibration.md). A profile
 fitted then predicts a run made now only as well as the host kept its speed. A full calibration
-takes minutes; a rescale takes one short run (about 20 s): the calibration's own ``sync`` run
+takes minutes; a rescale takes one short run a repeat (about 20 s): the calibration's own ``sync`` run
 (same task, caps, engine size, warm-up and seed, read from the profile: the same work), timed
 step by step and update by update. Each is compared with what the profile predicts for it, as a
-ratio, and divided by the same ratio of the calibration's own ``sync`` runs (``fit.runner.
-sync_ratios``), so the fit's own error on this run cancels and what is left is the host's speed:
+ratio (the median over repeats), and divided by the same ratio of the calibration's own ``sync``
+runs (``fit.runner.sync_ratios``), so the fit's own error on this run cancels and what is left is
+the host's speed:
 - the engine part of every step (the step table less the runner's host step, the per-token,
   prefill and per-request engine terms, a MoE expert read) times the **engine factor**;
 - the update terms (and a colocated offload and onload) times the **update factor**;
-- the weight sync times the **sync factor**: the median measured sync over the profile's;
+- the weight sync times the **sync factor**: the median measured sync over the profile's
+  ``sync_s`` (which is the median over every calibration run's syncs), divided likewise;
 - the runner's Python work (host time per step, per admitted request, per policy event, a Ray
   driver's time per round) and every ratio (contention, Ray step factor) unchanged: Python work
   held within 0.5-1.5% where the engine's spread 37-60% (docs/calibration.md).
@@ -57,11 +59,24 @@ def run_config(profile: dict, model: str, where: str) -> dict:
     for k in ("max_tokens", "prompts", "group_size", "warm_tokens", "seed"):
         if k in runner and (type(runner[k]) is not int or runner[k] < (0 if k in ("warm_tokens", "seed") else 1)):
             raise ConfigError(f"{where}: field 'fit.runner.{k}': expected a whole number, got {runner[k]!r}")
+    from sortedrl.realrun.task import get_task
+
+    get_task(str(runner["task"]))
+    base = runner.get("sync_ratios")
+    if base is not None and (not isinstance(base, dict)
+                             or not all(v is None or (_number(v) and v > 0) for v in base.values())):
+        raise ConfigError(f"{where}: field 'fit.runner.sync_ratios': expected ratios > 0 (or null), got {base!r}")
+    if "ray_sync_s" in runner and not _number(runner["ray_sync_s"]):
+        raise ConfigError(f"{where}: field 'fit.runner.ray_sync_s': expected seconds >= 0, got {runner['ray_sync_s']!r}")
     steps = fit.get("steps")
     if (not isinstance(steps, dict) or not isinstance(steps.get("table"), list) or not steps["table"]
             or not all(_number(x) for x in steps["table"]) or not all(_number(steps.get(k)) for k in STEP_FIT_TERMS)):
         raise ConfigError(f"{where}: field 'fit.steps': expected the step fit's table and "
                           f"{', '.join(STEP_FIT_TERMS)} (a profile from `sortedrl calibrate --model`)")
+    table = profile["costs"].get("step_table")
+    if table and len(table) != len(steps["table"]):
+        raise ConfigError(f"{where}: field 'costs.step_table': {len(table)} batch sizes, but 'fit.steps.table' "
+                          f"has {len(steps['table'])}")
     return dict(model=model, steps=2, task=str(runner["task"]), max_tokens=runner["max_tokens"],
                 prompts=runner["prompts"], group_size=runner["group_size"],
                 max_num_seqs=int(profile["engine_config"]["max_num_seqs"]),
@@ -72,10 +87,11 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
-def speed_ratios(profile: dict, steps: list, updates: list) -> dict:
+def speed_ratios(profile: dict, steps: list, updates: list, syncs: list[float] = ()) -> dict:
     """Measured over predicted for one run: its engine steps ``(batch, new, new tokens, new
-    pairs, KV tokens, seconds)`` in total, and the median over its updates ``(sequence lengths,
-    seconds)``. The calibration records these for its own ``sync`` runs; a rescale divides by them."""
+    pairs, KV tokens, seconds)`` in total, the median over its updates ``(sequence lengths,
+    seconds)``, and its median sync over ``sync_s``. The calibration records the median of these
+    over its own ``sync`` runs; a rescale divides its own by them."""
     from sortedrl.realrun.calibrate import predict_steps
     from sortedrl.sim.cost import CostModel
 
@@ -84,10 +100,12 @@ def speed_ratios(profile: dict, steps: list, updates: list) -> dict:
     keep = {k: v for k, v in profile["costs"].items() if k in CostModel.__dataclass_fields__}
     model = CostModel(**{**keep, "step_table": None})
     ratios = [t / model.update(lens) for lens, t in updates if model.update(lens) > 0]
+    sync_s = float(profile["costs"].get("sync_s") or 0.0)
     return {"steps": measured / predicted if predicted > 0 else None,
             "updates": float(np.median(ratios)) if ratios else None,
+            "syncs": float(np.median(syncs)) / sync_s if len(syncs) and sync_s > 0 else None,
             "step_s": measured, "predicted_step_s": predicted, "step_count": len(steps),
-            "update_count": len(ratios)}
+            "update_count": len(ratios), "sync_count": len(syncs)}
 
 
 def measure(profile: dict, model: str, repeats: int, where: str, warm_tokens: int | None = None) -> dict:
@@ -97,28 +115,41 @@ def measure(profile: dict, model: str, repeats: int, where: str, warm_tokens: in
     run = run_config(profile, model, where)
     if warm_tokens:
         run["warm_tokens"] = warm_tokens
-    steps, updates, syncs = [], [], []
+    each = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             st = run_apart(dict(policy="sync", sets=[], out=tmp + "/run", **run))
-            ups, sy = sync_run_rows(Path(tmp) / "run", run["group_size"])
-            steps, updates, syncs = steps + st["step_log"], updates + ups, syncs + sy
-    return factors(profile, speed_ratios(profile, steps, updates), syncs, run, repeats)
+            updates, syncs = sync_run_rows(Path(tmp) / "run", run["group_size"])
+            each.append(speed_ratios(profile, st["step_log"], updates, syncs))
+    return factors(profile, median_ratios(each), run, repeats)
 
 
-def factors(profile: dict, now: dict, syncs: list[float], run: dict, repeats: int) -> dict:
-    """The rescale's factors from this run's ratios ``now`` (:func:`speed_ratios`), divided by the
-    calibration's (1 where the profile has none), and its syncs against ``sync_s``."""
-    base = (profile["fit"]["runner"].get("sync_ratios") or {})
+def median_ratios(each: list[dict]) -> dict:
+    """The median over runs of each ratio of :func:`speed_ratios` (None where no run had it),
+    and the counts summed."""
+    out = {}
+    for k in ("steps", "updates", "syncs"):
+        vals = [r[k] for r in each if r[k] is not None]
+        out[k] = float(np.median(vals)) if vals else None
+    for k in ("step_count", "update_count", "sync_count"):
+        out[k] = sum(r[k] for r in each)
+    return out
+
+
+def factors(profile: dict, now: dict, run: dict, repeats: int) -> dict:
+    """The rescale's factors: this run's ratios ``now`` (:func:`median_ratios`) divided by the
+    calibration's (a ratio either lacks counts as 1: no factor)."""
+    base = profile["fit"]["runner"].get("sync_ratios") or {}
     if now["steps"] is None:
         raise ConfigError("--rescale: the run made no engine step to compare")
-    sync_s = float(profile["costs"].get("sync_s") or 0.0)
-    return {"engine_factor": now["steps"] / (base.get("steps") or 1.0),
-            "update_factor": (now["updates"] or 1.0) / (base.get("updates") or 1.0),
-            "sync_factor": float(np.median(syncs)) / sync_s if syncs and sync_s > 0 else 1.0,
-            "ratios": now, "calibration_ratios": base or None, "steps": now["step_count"],
-            "updates": now["update_count"], "syncs": len(syncs), "repeats": repeats,
-            "seed": run["seed"], "warm_tokens": run["warm_tokens"]}
+
+    def factor(k: str) -> float:
+        return now[k] / (base.get(k) or 1.0) if now[k] is not None else 1.0
+
+    return {"engine_factor": factor("steps"), "update_factor": factor("updates"),
+            "sync_factor": factor("syncs"), "ratios": now, "calibration_ratios": base or None,
+            "steps": now["step_count"], "updates": now["update_count"], "syncs": now["sync_count"],
+            "repeats": repeats, "seed": run["seed"], "warm_tokens": run["warm_tokens"]}
 
 
 def rescaled(profile: dict, factors: dict, source: str) -> dict:
@@ -134,7 +165,7 @@ def rescaled(profile: dict, factors: dict, source: str) -> dict:
             if k in costs:
                 costs[k] *= f
     if costs.get("step_table"):  # the engine part of each batch size's step; the host step stays
-        costs["step_table"] = [x + (ef - 1) * e for x, e in zip(costs["step_table"], steps["table"], strict=False)]
+        costs["step_table"] = [x + (ef - 1) * e for x, e in zip(costs["step_table"], steps["table"], strict=True)]
     if "p0" in costs:  # the engine's per-request part; the runner's admission stays
         costs["p0"] += (ef - 1) * steps["pr"]
     steps["table"] = [x * ef for x in steps["table"]]
