@@ -12,7 +12,13 @@ from pathlib import Path
 import typer
 
 from sortedrl.calibration.build import build_profile
-from sortedrl.calibration.show import load_profile, merged_note, one_level_note, render
+from sortedrl.calibration.show import (
+    full_batch_note,
+    load_profile,
+    merged_note,
+    one_level_note,
+    render,
+)
 from sortedrl.cli_common import print_notes, user_errors
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
@@ -57,6 +63,8 @@ def _summary(profile: dict) -> list[str]:
                 out.append(f"  {Path(f['path']).name}: {merged_note(f)}")
         if one_level_note(eng):
             out.append(f"  {one_level_note(eng)}")
+        if full_batch_note(eng):
+            out.append(f"  {full_batch_note(eng)}")
     tr = fit.get("trainer")
     if tr:
         out.append(f"  trainer terms from {tr['steps']} steps; update time MAPE {tr['update_mape_pct']:.1f}%"

@@ -122,6 +122,8 @@ def _engine_fit(eng: dict | None) -> list[str]:
     if eng.get("uncertain"):
         out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (one standard error moves the mean "
                    "step by over 10%; add concurrency levels or files with other lengths)")
+    if full_batch_note(eng):
+        out.append(f"  {full_batch_note(eng)}")
     if one_level_note(eng):
         out.append(f"  {one_level_note(eng)}")
     if eng.get("unidentified"):
@@ -216,6 +218,17 @@ def merged_note(f: dict) -> str:
     return (f"{f['merged_requests']} of {f['requests']} requests streamed {f['merged_tokens']} token(s) in "
             "a chunk with an earlier one: only their end-to-end time fitted, not their time to first "
             f"token or gaps{steps}")
+
+
+def full_batch_note(eng: dict) -> str | None:
+    """A warning when a term the fit leaves loose moves a full-batch step by over 10%."""
+    fb = eng.get("full_batch")
+    if not isinstance(fb, dict) or not fb.get("uncertain"):
+        return None
+    terms = ", ".join(f"{k} +-{v:.0f}%" for k, v in fb["uncertain"].items())
+    return (f"at the full batch ({fb['batch']} sequences, a {1e3 * fb['step_s']:.2f} ms decode step) one standard "
+            f"error of {terms} of the step: the files hardly vary the batch; record a concurrency level "
+            "near the batch you will run")
 
 
 def one_level_note(eng: dict) -> str | None:
