@@ -63,8 +63,9 @@ def _summary(profile: dict) -> list[str]:
                 out.append(f"  {Path(f['path']).name}: {merged_note(f)}")
         if one_level_note(eng):
             out.append(f"  {one_level_note(eng)}")
-        if full_batch_note(eng):
-            out.append(f"  {full_batch_note(eng)}")
+        wide = full_batch_note(eng)
+        if wide:
+            out.append(f"  {wide}")
     tr = fit.get("trainer")
     if tr:
         out.append(f"  trainer terms from {tr['steps']} steps; update time MAPE {tr['update_mape_pct']:.1f}%"

@@ -122,8 +122,9 @@ def _engine_fit(eng: dict | None) -> list[str]:
     if eng.get("uncertain"):
         out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (one standard error moves the mean "
                    "step by over 10%; add concurrency levels or files with other lengths)")
-    if full_batch_note(eng):
-        out.append(f"  {full_batch_note(eng)}")
+    wide = full_batch_note(eng)
+    if wide:
+        out.append(f"  {wide}")
     if one_level_note(eng):
         out.append(f"  {one_level_note(eng)}")
     if eng.get("unidentified"):

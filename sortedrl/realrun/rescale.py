@@ -93,28 +93,23 @@ def speed_ratios(profile: dict, steps: list, updates: list, syncs: list[float] =
     seconds)``, and its median sync over ``sync_s``. The calibration records the median of these
     over its own ``sync`` runs; a rescale divides its own by them."""
     from sortedrl.realrun.calibrate import predict_steps
-    from sortedrl.sim.cost import CostModel
+    from sortedrl.sim.profile import profile_cluster
 
     measured = float(sum(r[5] for r in steps))
     predicted = float(predict_steps(profile["fit"]["steps"], steps).sum()) if steps else 0.0
-    keep = {k: v for k, v in profile["costs"].items() if k in CostModel.__dataclass_fields__}
-    model = CostModel(**{**keep, "step_table": None})
-    ratios = [t / model.update(lens) for lens, t in updates if model.update(lens) > 0]
-    sync_s = float(profile["costs"].get("sync_s") or 0.0)
+    costs = profile_cluster(profile, "profile", "profile").costs
+    ratios = [t / p for t, p in ((t, costs.update(lens)) for lens, t in updates) if p > 0]
     return {"steps": measured / predicted if predicted > 0 else None,
             "updates": float(np.median(ratios)) if ratios else None,
-            "syncs": float(np.median(syncs)) / sync_s if len(syncs) and sync_s > 0 else None,
-            "step_s": measured, "predicted_step_s": predicted, "step_count": len(steps),
-            "update_count": len(ratios), "sync_count": len(syncs)}
+            "syncs": float(np.median(syncs)) / costs.sync_s if len(syncs) and costs.sync_s > 0 else None,
+            "step_count": len(steps), "update_count": len(ratios), "sync_count": len(syncs)}
 
 
-def measure(profile: dict, model: str, repeats: int, where: str, warm_tokens: int | None = None) -> dict:
-    """Run the calibration's ``sync`` run ``repeats`` times; the factors against the profile."""
+def measure(profile: dict, run: dict, repeats: int) -> dict:
+    """Run the calibration's ``sync`` run (``run``, from :func:`run_config`) ``repeats`` times;
+    the factors against the profile."""
     from sortedrl.realrun.calibrate import run_apart, sync_run_rows
 
-    run = run_config(profile, model, where)
-    if warm_tokens:
-        run["warm_tokens"] = warm_tokens
     each = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
@@ -208,8 +203,10 @@ def rescale_command(source: Path, model: Path, out: Path, repeats: int, warm_tok
     outs.file(out, "--out")
     profile = load_profile(source)
     check_model_dir(str(model))
-    run_config(profile, str(model), str(source))  # a profile that cannot be rescaled fails before any run
-    f = measure(profile, str(model), repeats, str(source), warm_tokens or None)
+    run = run_config(profile, str(model), str(source))  # a profile that cannot be rescaled fails before any run
+    if warm_tokens:
+        run["warm_tokens"] = warm_tokens
+    f = measure(profile, run, repeats)
     new = rescaled(profile, f, str(source))
     outs.write({out: lambda p: write_profile(p, new)})
     typer.echo(f"wrote {out}: {source} rescaled to this host now: engine x{f['engine_factor']:.3f} "
