@@ -32,6 +32,7 @@ from sortedrl.cli_common import (
     input_files,
     load_input_trace,
     perfetto_writer,
+    pin_malloc_threshold,
     print_notes,
     slug,
     source_name,
@@ -61,6 +62,7 @@ app.add_typer(profile_app, name="profile", help="Inspect calibrated profiles (pr
 
 
 def main() -> None:
+    pin_malloc_threshold()
     app()
 
 

@@ -72,6 +72,9 @@ _LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "ab
          "offload": "offloads", "onload": "onloads", "tool": "tools"}
 _RECORD = {kind: np.dtype([(name, "O" if typ in ("samples", "label") else typ)
                            for name, typ in cols]) for kind, cols in SCHEMA.items()}
+# the position of the sample list in a record of each kind recorded through add()
+_SAMPLES_AT = {kind: [name for name, _ in cols].index("samples") for kind, cols in SCHEMA.items()
+               if kind != "prefill" and any(typ == "samples" for _, typ in cols)}
 COMPACT_ROWS = 1 << 17  # a pending list this long is moved into columns
 _CHECK_EVERY = 1024  # record-method calls between looks at the simulator's lists
 
@@ -133,6 +136,12 @@ class Timeline:
     def train(self, t0: float, t1: float, version: int, samples: list[int], tokens: int) -> None:
         self.add("train", t0, t1, version, list(samples), tokens)
         self.compact(min_rows=COMPACT_ROWS)  # once an update: the spans of a step, at most
+        # the few, long sample lists of the decisions hold a Python int per sample: compacted by
+        # samples held, so a long run does not keep every sample's int alive to its end
+        for kind, at in _SAMPLES_AT.items():
+            rows = getattr(self, _LIST[kind])
+            if rows and sum(len(row[at]) for row in rows) >= COMPACT_ROWS:
+                self._compact(kind)
 
     def sync(self, t0: float, t1: float, version: int) -> None:
         self.add("sync", t0, t1, version)

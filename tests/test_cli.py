@@ -186,3 +186,13 @@ def test_simulate_exports_perfetto(tmp_path):
     names = {e.get("name") for e in events if e.get("ph") == "X"}
     assert {"update 0", "sync to version 1", "rollout", "prefill", "sample 0"} <= names
     assert {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"} >= {"engine 0", "trainer"}
+
+
+def test_the_cli_pins_glibcs_mmap_threshold():
+    # sortedrl's main() keeps big freed arrays from piling up on the heap (cli_common)
+    import platform
+
+    from sortedrl.cli_common import pin_malloc_threshold
+
+    assert platform.libc_ver()[0] == "glibc"  # the machines this project runs on
+    assert pin_malloc_threshold() is True

@@ -304,3 +304,27 @@ def test_columnar_files_open_without_pickle(tmp_path):
     with np.load(tmp_path / "t.npz", allow_pickle=False) as z:
         assert json.loads(z["meta"].tobytes()) == tl.meta
         assert z["span.t"].size == tl.count("span")
+
+
+def test_decisions_are_compacted_by_samples_held(monkeypatch):
+    # admit and train records are few but each holds a list of samples: once those lists hold
+    # COMPACT_ROWS samples, an update compacts them (a long run would keep every sample's int
+    # alive to its end otherwise); the rows a reader sees do not change
+    plain = _run("sync")
+    monkeypatch.setattr(timeline_mod, "COMPACT_ROWS", 40)
+    after: list[tuple[int, int, int]] = []  # after each update: samples pending, chunks made
+    train = Timeline.train
+
+    def watched(self, *args):
+        train(self, *args)
+        after.append((sum(len(row[2]) for row in self.admits) + sum(len(row[3]) for row in self.trains),
+                      len(self._chunks["admit"]), len(self._chunks["train"])))
+
+    monkeypatch.setattr(Timeline, "train", watched)
+    compacted = _run("sync")
+    tl = compacted.timeline
+    assert len(after) == 3 and max(held for held, _, _ in after) < 40
+    assert after[-1][1:] == (3, 3)  # each step admits and trains 48 samples: 3 chunks each
+    assert compacted.summary == plain.summary
+    _same_columns(tl, plain.timeline)
+    assert list(tl.jsonl_lines()) == list(plain.timeline.jsonl_lines())

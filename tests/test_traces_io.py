@@ -374,3 +374,36 @@ def test_large_round_trip_is_exact(tmp_path: Path) -> None:
         back = read_trace(tmp_path / f"big.{ext}")
         assert back == t
         assert np.array_equal(back.reward, t.reward)
+
+
+def test_owned_columns_in_canonical_order_are_kept_not_copied() -> None:
+    # a file reader hands its arrays over (owned=True): a writable array already in canonical
+    # order is the trace's own; anything else is copied, so the trace never shares a caller's
+    meta = TraceMeta(100, 2, "own")
+    cols = {"prompt_id": np.array(["a", "a", "b", "b"]), "sample": np.array([0, 1, 0, 1]),
+            "prompt_len": np.array([5, 5, 7, 7]), "response_len": np.array([10, 100, 3, 4]),
+            "truncated": np.zeros(4, dtype=bool)}
+    owned = Trace.from_columns(dict(cols), meta, owned=True)
+    assert all(getattr(owned, k) is v for k, v in cols.items())
+    shared = Trace.from_columns(dict(cols), meta)
+    assert not any(np.shares_memory(getattr(shared, k), v) for k, v in cols.items())
+    assert shared == owned
+    swapped = {k: v[[1, 0, 2, 3]] for k, v in cols.items()}  # samples 1, 0: not canonical
+    reordered = Trace.from_columns(dict(swapped), meta, owned=True)
+    assert reordered == owned
+    assert not any(np.shares_memory(getattr(reordered, k), v) for k, v in swapped.items())
+    frozen = cols["response_len"].copy()
+    frozen.flags.writeable = False  # an Arrow buffer's view: copied, so the trace is writable
+    kept = Trace.from_columns({**cols, "response_len": frozen}, meta, owned=True)
+    assert kept.response_len.flags.writeable and not np.shares_memory(kept.response_len, frozen)
+
+
+@pytest.mark.parametrize("ext", ["parquet", "jsonl", "csv"])
+def test_read_trace_columns_are_writable_and_unshared(tmp_path: Path, ext: str) -> None:
+    t = _small(step=[0, 0, 1, 1], reward=[1.0, 0.0, 0.5, 0.5], finish_reason=["stop"] * 4)
+    write_trace(t, tmp_path / f"t.{ext}")
+    back = read_trace(tmp_path / f"t.{ext}")
+    assert back == t
+    cols = list(back.columns().values())
+    assert all(c.flags.writeable for c in cols)
+    assert not any(np.shares_memory(a, b) for i, a in enumerate(cols) for b in cols[i + 1:])

@@ -100,7 +100,7 @@ def build(
         source=given.get("source", path.name),
     )
     try:
-        return Trace.from_columns(columns, meta, where=where, rows=rows, name=path.name)
+        return Trace.from_columns(columns, meta, where=where, rows=rows, name=path.name, owned=True)
     except TraceError as e:
         if unit == "row":
             raise

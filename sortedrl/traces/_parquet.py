@@ -75,6 +75,7 @@ def read_parquet(path: Path) -> Trace:
     rest = table.select([n for n in table.column_names if n not in TURN_FIELDS])
     clean = arrow_columns(rest)  # the usual file: every column of its expected type
     if clean is not None:
+        del table, rest  # the Arrow copy: freed before validation (the peak of a big read)
         return build(path, {**clean, **turns}, given, rows, unit="row")  # type: ignore[arg-type]
     columns: dict[str, Any] = dict(turns)
     for name in table.column_names:
