@@ -212,8 +212,15 @@ class Trace:
 
         # canonical order: groups by first appearance, samples by index
         gidx = _first_appearance_ids(prompt_id, step)
-        order = np.lexsort((sample, gidx))
-        g_sorted, s_sorted = gidx[order], sample[order]
+        same_group = gidx[1:] == gidx[:-1]
+        canonical = bool(((gidx[1:] > gidx[:-1]) | (same_group & (sample[1:] >= sample[:-1]))).all())
+        del same_group
+        if canonical:  # what writers write: the (stable) sort would give 0, 1, 2, ...
+            order = np.arange(n)
+            g_sorted, s_sorted = gidx, sample
+        else:
+            order = np.lexsort((sample, gidx))
+            g_sorted, s_sorted = gidx[order], sample[order]
         dup = np.flatnonzero((g_sorted[1:] == g_sorted[:-1]) & (s_sorted[1:] == s_sorted[:-1]))
         if dup.size:
             i = int(order[dup[0] + 1])
@@ -238,7 +245,7 @@ class Trace:
         # the validated columns may be the caller's arrays: indexing by ``order`` copies them,
         # so the trace never shares memory with its input, unless the input was handed over
         # (``owned``) and is already in canonical order: then a writable array is kept as it is
-        keep = owned and bool(order[0] == 0) and bool((np.diff(order) == 1).all())
+        keep = owned and canonical
 
         def take(a: np.ndarray | None) -> np.ndarray | None:
             if a is None:
