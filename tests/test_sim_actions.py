@@ -185,3 +185,27 @@ def test_user_policy_errors():
         policy_class("no_such_mod:X")
     with pytest.raises(ConfigError, match="'Nope' is not a Policy subclass in sortedrl.policies.sync"):
         policy_class("sortedrl.policies.sync:Nope")
+
+
+def test_a_sync_shorter_than_the_step_in_flight_ends_at_its_boundary():
+    # One engine, 4 samples of prompt 5 and lengths 1-4, async with recompute_on_sync, batch 1,
+    # on a disaggregated cluster (update 0.5 s, weight push 0.3 s). s0-s2: prefill 0-2 (15
+    # tokens: 1 + 1 s); s0 finishes at 2 and trains 2-2.5; the push begins at 2.5, inside the
+    # step 2-4 that gives s1 its 2nd and last token. The engine takes the new weights at that
+    # step's boundary, so the sync ends at 4, not 2.8. (Before, the policy heard the sync at
+    # 2.8, aborted s1 mid-step keeping the token the sync's span had already counted, and its
+    # re-admission generated one token past its length: the audit's "tokens out of range".)
+    # The 2nd push (4.5) waits in the same way for s3's prefill, 4-6.
+    trace = make_trace([1, 2, 3, 4], prompt_lens=[5] * 4)
+    cluster = dataclasses.replace(tiny_cluster(engines=1, kv=1000, sync_s=0.3, train_fix=0.5),
+                                  gpus=2, train_gpus=1, placement="disaggregated")
+    policy = policy_class("async")(policy_class("async").Params(batch=1, recompute_on_sync=True),
+                                   run_context(trace))
+    r = simulate(trace, policy, cluster, audit=True)
+    assert r.timeline.rows("sync")[:2] == [(2.5, 4.0, 1), (4.5, 6.0, 2)]
+    tokens, finishes = [0] * 4, [0] * 4
+    for i, _t0, _t1, _e, k, end in spans_of(r):
+        tokens[i] += k
+        finishes[i] += end == "finish"
+    assert tokens == [1, 2, 3, 4] and finishes == [1] * 4
+    assert r.summary["makespan_s"] == 16.8

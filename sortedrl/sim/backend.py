@@ -221,9 +221,15 @@ class SimBackend(Backend):
 
     def _sync(self, start: float, dur: float, version: int):
         yield self.env.timeout(start + dur - self.env.now)
+        # an engine takes the new weights at a step boundary: one still in the step (or chunked
+        # prefill) it was in when the sync began finishes it first, and the engines resume
+        # together, as verl's and AReaL's collective weight update does
+        ready = max([self.env.now] + [e.pub.t for e in self.engines])
+        if ready > self.env.now:
+            yield self.env.timeout(ready - self.env.now)
         for e in self.engines:
             e.end_sync(self.env.now, version)
-        self.timeline.sync(start, start + dur, version)
+        self.timeline.sync(start, self.env.now, version)
         self._poke()
         self._dispatch(self.ctl.sync_done)
 
