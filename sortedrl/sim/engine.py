@@ -35,8 +35,8 @@ Conventions (the brute-force reference in the tests uses the same ones):
 The engine is split in two: :class:`EngineState` is what a policy may see; :class:`Engine` adds
 the private finish heap, which encodes true lengths and is never exposed. This module holds the
 state machine (planning the next change, applying it, admitting from the queue); the actions a
-controller takes mid-interval (abort, sync, hold), the bookkeeping audit and the prefix-cache
-helpers are in :mod:`sortedrl.sim.engine_actions`. The hot path runs once or twice per sample,
+controller takes mid-interval (abort, sync, hold), preemption, the bookkeeping audit and the
+prefix-cache helpers are in :mod:`sortedrl.sim.engine_actions`. The hot path runs once or twice per sample,
 so it is written flat: the prefix-cache bookkeeping and the common closed forms are inlined
 there, with the cost model's terms read as locals (:attr:`Engine.cost` keeps them).
 """
@@ -259,19 +259,6 @@ class Engine(EngineActions):
                 self._admit_stalling()
         self.plan()
         return finished
-
-    def _preempt(self) -> None:
-        p = self.pub
-        i, (off, t0, tok0, ver) = p.run.popitem()  # the most recently admitted
-        del self._live[i]
-        self._stale += 1
-        tok = p.step + off
-        p.kv -= self._leave(i) + tok
-        self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, tok - tok0, "preempt"))
-        p.queue.appendleft(i)
-        self._gen0[i] = tok
-        self.preemptions += 1
-        self._ctl.sample_preempted(i, tok)
 
     def _admit_stalling(self) -> None:
         """Admit FCFS from the queue while the head fits, then stall for one prefill."""

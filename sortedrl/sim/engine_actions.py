@@ -5,7 +5,8 @@ next change, admitting from the queue). The actions here arrive at arbitrary ins
 moves the engine's base to a step boundary (:meth:`EngineActions.materialize`), applies itself,
 then re-plans. They run per policy action, not per token, so they are written for clarity.
 It also holds the small helpers both halves use: a sample's shared-prompt key and its joining
-or leaving the prefix cache (which the hot path inlines), and a resumed sample's prefill.
+or leaving the prefix cache (which the hot path inlines), a resumed sample's prefill, and the
+preemption of a sample when the next step has no KV room.
 """
 
 from __future__ import annotations
@@ -105,6 +106,21 @@ class EngineActions:
             p.run[i] = (off, p.t, p.step + off, version)
         p.frozen = self.stalled = False
         self.plan()
+
+    def _preempt(self) -> None:
+        """The next decode step has no KV room: the most recently admitted sample goes back to
+        the head of the queue, keeping its tokens (recomputed when it is readmitted)."""
+        p = self.pub
+        i, (off, t0, tok0, ver) = p.run.popitem()  # the most recently admitted
+        del self._live[i]
+        self._stale += 1
+        tok = p.step + off
+        p.kv -= self._leave(i) + tok
+        self._spans.append((t0, p.t, p.index, i, self._attempt[i], ver, tok - tok0, "preempt"))
+        p.queue.appendleft(i)
+        self._gen0[i] = tok
+        self.preemptions += 1
+        self._ctl.sample_preempted(i, tok)
 
     def audit(self) -> None:
         """Check the engine's bookkeeping against first principles (tests call this)."""
