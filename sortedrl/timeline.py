@@ -104,6 +104,7 @@ class Timeline:
         self._labels: dict[tuple[str, str], list[str]] = {}
         self._cache: dict[str, tuple[tuple[int, int], dict[str, Column]]] = {}
         self._until_check = _CHECK_EVERY
+        self._held = dict.fromkeys(_SAMPLES_AT, 0)  # samples in each kind's pending sample lists
         self._finished, self._last_t = 0, 0.0  # in compacted spans (see progress)
 
     # -- recording ---------------------------------------------------------------------------
@@ -114,6 +115,8 @@ class Timeline:
     def add(self, kind: str, *row) -> None:
         rows = getattr(self, _LIST[kind])
         rows.append(row)
+        if kind in self._held:
+            self._held[kind] += len(row[_SAMPLES_AT[kind]])
         if self.sink is not None:
             self.sink(kind, row)
         self._until_check -= 1
@@ -138,9 +141,8 @@ class Timeline:
         self.compact(min_rows=COMPACT_ROWS)  # once an update: the spans of a step, at most
         # the few, long sample lists of the decisions hold a Python int per sample: compacted by
         # samples held, so a long run does not keep every sample's int alive to its end
-        for kind, at in _SAMPLES_AT.items():
-            rows = getattr(self, _LIST[kind])
-            if rows and sum(len(row[at]) for row in rows) >= COMPACT_ROWS:
+        for kind, held in self._held.items():
+            if held >= COMPACT_ROWS:
                 self._compact(kind)
 
     def sync(self, t0: float, t1: float, version: int) -> None:
@@ -171,6 +173,8 @@ class Timeline:
             self._last_t = float(cols["t_end"][-1])
         self._chunks[kind].append(cols)
         rows.clear()
+        if kind in self._held:
+            self._held[kind] = 0
 
     def progress(self) -> tuple[int, float]:
         """Spans that ended in a finish so far, and the end of the latest span (s): how far a
@@ -218,6 +222,8 @@ class Timeline:
     def set_columns(self, kind: str, cols: dict[str, Column]) -> None:
         """Replace the records of ``kind`` (a file reader's entry point)."""
         getattr(self, _LIST[kind]).clear()
+        if kind in self._held:
+            self._held[kind] = 0
         self._chunks[kind] = [cols]
         self._cache.pop(kind, None)
 
