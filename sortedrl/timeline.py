@@ -199,7 +199,10 @@ class Timeline:
         if chunks and rows:  # a long run (compacted before): compact the rest too
             self._compact(kind)
         if len(chunks) > 1:  # merge, so that the data is held once
-            chunks[:] = [_concat(kind, chunks)]
+            self._cache.pop(kind, None)  # (it may hold a chunk: let each field go once merged)
+            parts = chunks[:]
+            chunks.clear()
+            chunks.append(_concat(kind, parts))
         key = (len(chunks), len(rows))
         cached = self._cache.get(kind)
         if cached is not None and cached[0] == key:
@@ -336,9 +339,12 @@ def check_counts(kind: str, cols: dict[str, Column]) -> None:
 
 
 def _concat(kind: str, parts: list[dict[str, Column]]) -> dict[str, Column]:
+    """One chunk of ``parts``, field by field; ``parts`` (the caller gives up the list) lets go
+    of each field once it is merged, so a 10M-sample run holds one field twice, not all."""
     out: dict[str, Column] = {}
     for name, typ in SCHEMA[kind]:
         cols = [p[name] for p in parts]
+        parts[:] = [{k: v for k, v in p.items() if k != name} for p in parts]
         if typ == "samples":
             out[name] = Ragged.concat(cols)  # type: ignore[arg-type]
         elif typ == "label":
