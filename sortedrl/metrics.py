@@ -155,15 +155,18 @@ def _engine_busy(sp: dict, pf: dict, makespan: float) -> float:
 
 
 def _staleness(stale: np.ndarray, weights: np.ndarray) -> tuple[float, int, int]:
-    """Token-weighted mean, p95 and max of the staleness of trained spans (versions)."""
+    """Token-weighted mean, p95 and max of the staleness of trained spans (versions); ``stale``
+    (int64, the caller's) is overwritten."""
     total = int(weights.sum())
     if total <= 0:
         return 0.0, 0, 0
-    low = int(stale.min())
-    per_value = np.bincount(stale - low, weights=weights)  # exact: integer sums below 2**53
+    low, high = int(stale.min()), int(stale.max())
+    mean = float(np.dot(stale, weights)) / float(total)
+    stale -= low  # in place (the caller's temporary): a 10M-sample summary's peak
+    per_value = np.bincount(stale, weights=weights)  # exact: integer sums below 2**53
     cum = np.cumsum(per_value)
     p95 = int(np.searchsorted(cum, 0.95 * cum[-1])) + low
-    return float(np.dot(stale, weights)) / float(total), p95, int(stale.max())
+    return mean, p95, high
 
 
 def summarize(tl: Timeline) -> dict:
@@ -215,7 +218,8 @@ def summarize(tl: Timeline) -> dict:
     learnable = int(tok[useful_mask & groups["learnable"][smp]].sum())
     filtered_tokens = int(tok[groups["filtered"][smp] & last].sum())
 
-    stale = trained_ver[smp[useful_mask]] - ver[useful_mask]
+    stale = trained_ver[smp[useful_mask]]  # minus each span's version, in place (the peak)
+    stale -= ver[useful_mask]
     s_mean, s_p95, s_max = _staleness(stale, tok[useful_mask])
 
     lower = float(m["lower_bound_s"])
