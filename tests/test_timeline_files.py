@@ -328,3 +328,17 @@ def test_decisions_are_compacted_by_samples_held(monkeypatch):
     assert compacted.summary == plain.summary
     _same_columns(tl, plain.timeline)
     assert list(tl.jsonl_lines()) == list(plain.timeline.jsonl_lines())
+
+
+def test_columns_after_a_merge_are_never_a_stale_cache():
+    # columns() cached a lone chunk under (1 chunk, 0 pending rows); after more chunks it
+    # merged them into one, with the same key: the cache must not answer with the old chunk
+    tl = Timeline({})
+    tl.spans.append((0.0, 1.0, 0, 0, 0, 0, 5, "finish"))
+    tl.compact()
+    assert tl.columns("span")["sample"].tolist() == [0]
+    tl.spans.append((1.0, 2.0, 0, 1, 0, 0, 6, "finish"))
+    tl.compact()
+    tl.spans.append((2.0, 3.0, 0, 2, 0, 0, 7, "abort"))
+    assert tl.columns("span")["sample"].tolist() == [0, 1, 2]
+    assert tl.columns("span")["end"].strings().tolist() == ["finish", "finish", "abort"]
