@@ -196,3 +196,18 @@ def test_the_cli_pins_glibcs_mmap_threshold():
 
     assert platform.libc_ver()[0] == "glibc"  # the machines this project runs on
     assert pin_malloc_threshold() is True
+
+
+@pytest.mark.parametrize(("argv", "pinned"), [(["simulate", "--help"], 1), ([], 1),
+                                              (["run", "--help"], 0), (["calibrate"], 0),
+                                              (["model", "init"], 0)])
+def test_the_real_runners_commands_leave_malloc_alone(monkeypatch, argv, pinned):
+    # torch and vLLM run in the process of `run`, `calibrate` and `model`: no malloc setting
+    import sortedrl.cli as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "pin_malloc_threshold", lambda: calls.append(1))
+    monkeypatch.setattr(cli, "app", lambda: None)
+    monkeypatch.setattr(cli.sys, "argv", ["sortedrl", *argv])
+    cli.main()
+    assert len(calls) == pinned
