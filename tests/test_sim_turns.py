@@ -12,9 +12,13 @@ import dataclasses
 
 import pytest
 
+from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
 from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import preset
 from sortedrl.sim.run import simulate
+from sortedrl.sim.turns import TurnPlan
+from sortedrl.traces.synth import synthesize
 from tests.conftest import tiny_cluster
 from tests.turns_helpers import make_turn_trace
 
@@ -193,3 +197,39 @@ def test_partial_rollout_interrupts_at_a_turn_boundary(tool_s, makespan):
     s = r.summary
     assert (s["makespan_s"], s["recomputed_tokens"]) == (makespan, 2)
     assert s["staleness_mean"] == round(2 / 11, 6)
+
+
+def test_a_regenerated_attempt_that_no_engine_holds_is_a_one_line_error():
+    # Sample 0's turns: 2 tokens, a tool call returning 4, then 2 tokens: prompt 2 + 4 + 4 = 10
+    # tokens of context. A regenerated attempt drawn at the cap of 8 tokens keeps the turns'
+    # shape, [4, 4], and the tool output: 2 + 8 + 4 = 14, more than an engine holding 11.
+    trace = make_turn_trace([[(2, 1.0, 4), (2, 0.0, 0)]], prompt_lens=[2], max_len=8)
+    lengths = [8]  # the backend's draw for the attempt, before it starts
+    plan = TurnPlan(trace, lengths, max_context=11)
+    with pytest.raises(ConfigError, match=r"^sample 0: its regenerated attempt 1 reaches 14 tokens "
+                       r"of context \(prompt, 8 generated tokens drawn, 4 of tool outputs\), more "
+                       r"than one engine's KV budget holds \(11\): raise the KV budget, or pass "
+                       r"--regen same$"):
+        plan.start_attempt(0, 1)
+    roomy = TurnPlan(trace, lengths, max_context=14)
+    roomy.start_attempt(0, 1)
+    assert roomy._turns(0) == ([4, 4], [1.0, 0.0], [4, 0])
+    assert roomy.end[0] == 4
+
+
+def test_a_run_whose_regenerated_attempt_cannot_fit_stops_with_that_error():
+    # Found by a fuzz: partial rollout on agentic-swe, 40,000 KV tokens an engine. Sample 1's
+    # 4th attempt draws 32,768 tokens (the cap) beside its 12,332 tool-output tokens; the run
+    # used to stall with it queued for good ("policy partial stalled ... nothing in flight").
+    trace = synthesize("agentic-swe", prompts=10, group_size=1, steps=2, seed=630)
+    base = dataclasses.replace(preset("h100-llama3.1-8b-2gpu"), max_num_seqs=4, tool_pool=4,
+                               placement="disaggregated", tool_holds_slot=True,
+                               kv_budget_tokens=40_000)
+    sets = ["over_sample=3.0", "keep_partial=false", "max_span=0", "rollout_batch=4"]
+    cluster = cluster_for(("disaggregated",), base)
+    with pytest.raises(ConfigError, match=r"^sample 1: its regenerated attempt 4 reaches 47005 "
+                       r"tokens of context .* holds \(39599\)"):
+        simulate(trace, make_policy("partial", sets, trace), cluster)
+    # every attempt repeating its recorded trajectory fits (the longest holds 26,562 tokens)
+    same = simulate(trace, make_policy("partial", sets, trace), cluster, regen="same", audit=True)
+    assert (same.summary["samples_trained"], same.summary["makespan_s"]) == (20, 885.878435)

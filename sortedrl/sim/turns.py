@@ -69,7 +69,7 @@ def split_like(gens: list[int], total: int) -> list[int]:
 class TurnPlan:
     """The turns of every sample's current attempt, and how far along them it is (private)."""
 
-    def __init__(self, trace: Trace, lengths: list[int]) -> None:
+    def __init__(self, trace: Trace, lengths: list[int], max_context: int = 0) -> None:
         off = np.asarray(trace.turn_offsets, dtype=np.int64)
         gen = np.asarray(trace.turn_gen, dtype=np.int64)
         self._off = off.tolist()
@@ -79,6 +79,8 @@ class TurnPlan:
         self._check(trace)
         self._lengths = lengths
         self._prompt = trace.prompt_id
+        self._prompt_len = trace.prompt_len
+        self.max_context = max_context  # the longest context one engine holds (0: unchecked)
         self._members: dict[str, list[int]] | None = None
         n = len(trace)
         self._alt: dict[int, tuple[list[int], list[float], list[int]]] = {}  # regenerated attempts
@@ -137,8 +139,21 @@ class TurnPlan:
         total = self._lengths[i]
         if attempt and sum(self._turns(i)[0]) != total:
             self._alt[i] = self._donor(i, total)
+            self._check_fits(i, attempt)
         self.turn[i] = self.done[i] = self.ctx[i] = 0
         self.end[i] = self._turns(i)[0][0]
+
+    def _check_fits(self, i: int, attempt: int) -> None:
+        """A regenerated attempt may pair a drawn length with tool outputs no recorded trajectory
+        had together; if no engine can hold its context, it would wait in a queue for good."""
+        gens, _, tool_tok = self._alt[i]
+        context = int(self._prompt_len[i]) + sum(gens) + sum(tool_tok)
+        if self.max_context and context > self.max_context:
+            raise ConfigError(
+                f"sample {i}: its regenerated attempt {attempt} reaches {context} tokens of context "
+                f"(prompt, {sum(gens)} generated tokens drawn, {sum(tool_tok)} of tool outputs), "
+                f"more than one engine's KV budget holds ({self.max_context}): raise the KV "
+                "budget, or pass --regen same")
 
     def _donor(self, i: int, total: int) -> tuple[list[int], list[float], list[int]]:
         if self._members is None:
