@@ -233,3 +233,24 @@ def test_a_run_whose_regenerated_attempt_cannot_fit_stops_with_that_error():
     # every attempt repeating its recorded trajectory fits (the longest holds 26,562 tokens)
     same = simulate(trace, make_policy("partial", sets, trace), cluster, regen="same", audit=True)
     assert (same.summary["samples_trained"], same.summary["makespan_s"]) == (20, 885.878435)
+
+
+def test_a_tool_call_of_zero_seconds_never_returns_before_now():
+    # Found by a fuzz: sample 3's first turn ends at a time SimPy's clock passed by an ulp
+    # (the pool's timeout of t - now lands on now + (t - now) != t), and its tool call takes
+    # 0 s: the call's timeout was -7.1e-15 s, and SimPy refused it ("Negative delay").
+    trace = make_turn_trace(
+        [[(9, 0.5, 3), (45, 0.5, 20), (3, 0.5, 13)], [(7, 0.5, 20)],
+         [(1, 0.0, 13), (10, 5.0, 20), (8, 5.0, 17)], [(30, 0.0, 10), (10, 0.0, 19), (1, 0.0, 10)]],
+        prompt_lens=[12, 12, 14, 14], group_size=2, max_len=240)
+    base = dataclasses.replace(
+        tiny_cluster(engines=4, max_num_seqs=5, kv=625, a1=0.001, train_per_token=0.001,
+                     sync_s=0.3, prefill_in_step=True, train_fix=0.5, engine_contention=1.5,
+                     train_contention=2.0),
+        train_gpus=1, placement="disaggregated", chunked_prefill=True, prefix_caching=False,
+        max_num_batched_tokens=512, tool_pool=2)
+    policy = make_policy("one_step_off", ["rollout_batch=4"], trace)
+    r = simulate(trace, policy, cluster_for(policy.placements, base), regen="same", audit=True)
+    tools = r.timeline.columns("tool")
+    assert len(tools["t"]) == 6 and (tools["t_end"] >= tools["t_start"]).all()
+    assert r.summary["samples_trained"] == 4

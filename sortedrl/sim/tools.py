@@ -133,7 +133,9 @@ class ToolEnv:
         self.busy += 1
         self.peak = max(self.peak, self.busy)
         call.started = t
-        ev = self.env.timeout(t + call.seconds - self.env.now)
+        # a turn applied at t when SimPy's clock reads an ulp past it (now + (t - now) != t)
+        # and a tool call of 0 s: it returns now, not an ulp in the past
+        ev = self.env.timeout(max(0.0, t + call.seconds - self.env.now))
         ev.callbacks.append(lambda _ev, call=call: self._returned(call))
 
     def _returned(self, call: ToolCall) -> None:
