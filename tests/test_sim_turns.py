@@ -129,6 +129,25 @@ def test_a_held_slot_keeps_its_kv_out_of_the_budget():
     assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (39.0, 0)
 
 
+def test_a_held_slot_holds_its_groups_shared_prompt_once():
+    # Prefix caching, one group of 2 sharing a 10-token prompt, KV budget 26. 0-6.5: one prefill
+    # of 11 tokens (the prompt once; sample 1's last prompt token), each gets its first token.
+    # 6.5-8.5: a step; sample 0's first turn ends (2 tokens) and it holds its slot for its 5 s
+    # tool call, reserving its own 2 tokens: the prompt stays held once, by sample 1 running
+    # (kv 12, budget 24). Sample 1 steps on without preemption. The tool returns at 13.5;
+    # sample 0 rejoins at the step boundary 14.5, prefills 1 token 14.5-16.5, makes its 2 tokens
+    # by 18.5; sample 1 its 8 by 22.5; update to 32.5, sync to 37.5. (Counting the prompt again
+    # for the held slot left a budget of 14: sample 1 was preempted at 12.5 and recomputed.)
+    trace = make_turn_trace([[(2, 5.0, 0), (2, 0.0, 0)], [(8, 0.0, 0)]], prompt_lens=[10, 10],
+                            group_size=2)
+    cluster = dataclasses.replace(tiny_cluster(p1=0.5, kv=26), tool_pool=1, tool_holds_slot=True)
+    r = simulate(trace, make_policy("sync", [], trace), cluster, audit=True)
+    assert spans(r) == [(0, 0.0, 8.5, 2, "tool"), (0, 14.5, 18.5, 2, "finish"),
+                        (1, 0.0, 22.5, 8, "finish")]
+    assert [p[:2] + p[3:5] for p in r.timeline.prefills] == [(0.0, 6.5, [0, 1], 11), (14.5, 16.5, [0], 1)]
+    assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (37.5, 0)
+
+
 def test_kv_budget_evicts_the_cached_context():
     # KV budget 12. Sample 0 as above; sample 1 generates 8 tokens in one turn. 0-3: prefill 4
     # tokens; 3-5: one step; at 5 sample 0 leaves, its context (2 + 2 tokens) cached; kv 4.

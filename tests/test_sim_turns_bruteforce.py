@@ -13,7 +13,8 @@ step or prefill at a time, beside a sandbox pool:
 - a weight sync empties the cache;
 - with ``tool_holds_slot`` a turn that ends keeps its slot and its context's KV (prompt + tokens)
   out of what the running batch may use until its tool returns; it then goes to the head of its
-  engine's queue (behind others back the same way) and prefills only its tool output.
+  engine's queue (behind others back the same way) and prefills only its tool output. With
+  prefix caching a group's shared prompt is held once while a member runs or holds a slot.
 
 Tool latencies are multiples of sqrt(2), so a return never coincides with a step boundary
 (costs here are sums of decimal constants) and the order of simultaneous events never matters.
@@ -79,7 +80,11 @@ def brute_step(eng, w):
         w["spans"].append((r[2], t, eng.index, i, r[1] - r[3], "finish" if last else "tool"))
         if last:
             continue
-        if w["holds"]:
+        if w["holds"] and eng.held.group:  # a holder of its group's prompt, held once
+            eng.kv += eng.held.new(i)
+            eng.held.join(i)
+            eng.holding[i] = (r[1], r[1])
+        elif w["holds"]:
             eng.holding[i] = (P[i] + r[1], r[1])
             K = eng.budgets(w)[1]
         elif w["caching"]:
@@ -174,6 +179,8 @@ def _rejoin(i, eng, now, w):
     w["end"][i] = w["done"][i] + w["ctx"][i] + w["turns"][i][turn + 1][0]
     if i in eng.holding:  # its held slot: first in the queue, after those back before it
         eng.kept[i] = eng.holding.pop(i)[1]
+        if eng.held.group:
+            eng.kv -= eng.held.leave(i)
         first = next((k for k, j in enumerate(eng.queue) if j not in eng.kept), len(eng.queue))
         eng.queue.insert(first, i)
     else:

@@ -135,6 +135,9 @@ class EngineActions:
             members[key] = members.get(key, 0) + 1
             kv += p.step + off
             assert low <= p.step + off <= self._lengths[i], "a running sample's tokens are out of range"
+        for key, prompt in self._audit_held():  # held slots holding a shared prompt (sim/turns.py)
+            prompts[key] = prompt
+            members[key] = members.get(key, 0) + 1
         kv += sum(prompts.values())
         assert kv == p.kv, f"engine {p.index}: kv bookkeeping {p.kv} != {kv}"
         if self._group:
@@ -146,6 +149,11 @@ class EngineActions:
         assert stale == self._stale, f"engine {p.index}: {self._stale} stale heap entries counted, {stale} found"
 
     # -- prefix caching (the hot path inlines these) ---------------------------------------------
+
+    def _audit_held(self) -> list[tuple[int, int]]:
+        """(shared prompt key, prompt tokens) of each slot held through a tool call that holds
+        its group's prompt: none here (:class:`~sortedrl.sim.turns.TurnEngine` has them)."""
+        return []
 
     def _key(self, sample: int) -> int:
         """The shared prompt of ``sample``: its group and prompt length in one int (a prompt

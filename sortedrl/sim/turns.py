@@ -20,15 +20,15 @@ running sample finishes at ``L`` tokens"; this module makes a turn look like tha
   through the call) the sequence still leaves the running batch, but its slot and its KV stay
   reserved: the engine runs at most ``max_num_seqs`` less the held slots, in the KV budget less
   the held contexts; on return it takes the head of the queue and prefills only the tool output.
-  A policy that pauses it at the turn boundary gives the slot up (its KV then joins the prefix
+  With prefix caching, a GRPO group's shared prompt is held once while any member runs or holds
+  a slot (a held slot reserves only its own tokens). A policy that pauses it at the turn boundary gives the slot up (its KV then joins the prefix
   cache), and one re-admitted while its tool call still runs waits without a slot.
 
 Deliberate simplifications: a hit is decided when the tool returns (the cached blocks of a
 queued sample are not evicted while it waits); a cached context counts whole, even the part of a
 group's shared prompt that running members still hold; a weight sync and, in colocated
 placement, a vLLM sleep clear the cache (vLLM resets the prefix cache after new weights); a held
-context counts its prompt whole too, is kept through a sync like a running sequence, and is
-dropped by a sleep (the slot stays held; its KV reservation is given back). A policy sees the tool output in neither
+context is kept through a sync like a running sequence, and is dropped by a sleep (the slot stays held; its KV reservation is given back). A policy sees the tool output in neither
 ``generated`` nor the trained-token counts: it is context, never decoded
 (:class:`TurnEngineState` subtracts it).
 """
@@ -247,7 +247,8 @@ class TurnEngine(Engine):
         super().__init__(*args, **kw)
         self.caching = caching  # vLLM prefix caching: a context left for a tool call stays cached
         self.holds_slot = holds_slot  # a tool call keeps its slot and KV (cluster tool_holds_slot)
-        self.held: dict[int, tuple[int, int]] = {}  # away holding a slot -> (KV, own tokens)
+        # away holding a slot -> (KV reserved, own tokens, the shared prompt's key or None)
+        self.held: dict[int, tuple[int, int, int | None]] = {}
         self._kv_whole = self.kv_budget  # the budget with nothing held
         self._kept: dict[int, int] = {}  # back from a held slot, queued first -> own tokens in KV
         p = self.pub
@@ -264,18 +265,38 @@ class TurnEngine(Engine):
 
     def hold_slot(self, sample: int, own: int) -> None:
         """Sample left for a tool call at a turn end: its slot and its context's KV (prompt +
-        ``own`` tokens) stay reserved, out of what the running batch may use."""
-        kv = self._prompt_len[sample] + own
-        self.held[sample] = (kv, own)
+        ``own`` tokens) stay reserved, out of what the running batch may use. With prefix
+        caching a group's shared prompt is held once: the sample stays one of its holders (the
+        prompt stays in the engine's KV while a member runs or holds a slot), and only its own
+        tokens are reserved."""
+        kv, key = self._prompt_len[sample] + own, None
+        if self._group:
+            key, members = self._key(sample), self._members
+            if key not in members:  # the last running member just freed the prompt: it stays
+                self.pub.kv += self._prompt_len[sample]
+            members[key] = members.get(key, 0) + 1
+            kv = own
+        self.held[sample] = (kv, own, key)
         self._reserve(1, kv)
 
     def release_slot(self, sample: int, now: float) -> int:
         """Sample's held slot is given up (its tool returned, or a policy paused it): the
         context tokens its KV still holds (0 if the engine slept meanwhile)."""
         self.materialize(now)
-        kv, own = self.held.pop(sample)
+        kv, own, key = self.held.pop(sample)
         self._reserve(-1, -kv)
+        if key is not None:
+            self._unhold_prompt(sample, key)
         return own
+
+    def _unhold_prompt(self, sample: int, key: int) -> None:
+        """A held slot stops holding its group's shared prompt (freed with its last holder)."""
+        left = self._members[key] - 1
+        if left:
+            self._members[key] = left
+        else:
+            del self._members[key]
+            self.pub.kv -= self._prompt_len[sample]
 
     def rejoin(self, sample: int, context: int, fresh: int, now: float) -> None:
         """Back from a tool call that held its slot: it takes the head of the queue (the slot is
@@ -334,15 +355,21 @@ class TurnEngine(Engine):
             self.cache.clear()
             # the KV cache is dropped: a held slot stays held, its KV reservation is given back
             # (nothing is left to keep), and its context is prefilled again on return
-            self._reserve(0, -sum(kv for kv, _ in self.held.values()))
-            self.held = dict.fromkeys(self.held, (0, 0))
+            self._reserve(0, -sum(kv for kv, _, _ in self.held.values()))
+            for i, (_, _, key) in self.held.items():
+                if key is not None:
+                    self._unhold_prompt(i, key)
+            self.held = dict.fromkeys(self.held, (0, 0, None))
             self._kept = dict.fromkeys(self._kept, 0)
+
+    def _audit_held(self) -> list[tuple[int, int]]:
+        return [(key, self._prompt_len[i]) for i, (_, _, key) in self.held.items() if key is not None]
 
     def audit(self) -> None:
         super().audit()
         p, held = self.pub, len(self.held)
         assert self.seq_cap == p.max_num_seqs - held, f"engine {p.index}: held slots {held}"
-        reserved = sum(kv for kv, _ in self.held.values())
+        reserved = sum(kv for kv, _, _ in self.held.values())
         assert self.kv_budget == self._kv_whole - reserved, f"engine {p.index}: held KV {reserved}"
         assert len(p.run) + held <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs with held slots"
 
