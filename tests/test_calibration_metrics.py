@@ -73,3 +73,34 @@ def test_mean_lengths_without_samples_per_step_is_an_error(tmp_path):
     assert r.exit_code == 2 and r.output.count("\n") == 1
     assert "no tokens per step: needs perf/total_num_tokens" in r.output and "--samples-per-step" in r.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("step", ["1e400", "nan", "6.5", "x", ""])
+def test_a_step_that_is_not_a_whole_number_is_a_one_line_error(tmp_path, step):
+    # "1e400" read as infinity used to end in a traceback (OverflowError in int()).
+    lines = (FIX / "wandb_openrlhf.csv").read_text().splitlines()
+    lines[6] = step + lines[6][lines[6].index(","):]
+    bad = tmp_path / "m.csv"
+    bad.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(bad), "--cluster", "h100-llama3.1-8b",
+                            "--samples-per-step", "256", "--out", str(out)])
+    assert (r.exit_code, r.output.strip().splitlines()) == (2, [
+        f"error: {bad}: row 7: column 'Step': expected a whole step number, got {step!r}"])
+    assert not out.exists()
+
+
+def test_non_finite_csv_metrics_count_as_not_logged_as_in_jsonl(tmp_path):
+    # a NaN or inf cell is skipped like an empty one (the JSONL reader skips non-finite values)
+    lines = (FIX / "wandb_openrlhf.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    col = header.index('"openrlhf-qwen2.5-7b-grpo - timing/ppo_train"')
+    for row, value in ((2, "nan"), (5, "inf")):
+        cells = lines[row].split(",")
+        cells[col] = value
+        lines[row] = ",".join(cells)
+    bad = tmp_path / "m.csv"
+    bad.write_text("\n".join(lines) + "\n")
+    updates = read_metrics(bad)["timing/ppo_train"]
+    clean = read_metrics(FIX / "wandb_openrlhf.csv")["timing/ppo_train"]
+    assert updates == {k: v for k, v in clean.items() if k not in (2, 5)}

@@ -89,19 +89,21 @@ def _read_csv(text: str, where: str) -> dict[str, dict[int, float]]:
     for n, row in enumerate(rows[1:], 2):
         if not any(c.strip() for c in row):
             continue
-        try:
-            step = int(float(row[step_col]))
-        except (ValueError, IndexError):
-            raise ConfigError(f"{where}: row {n}: column 'Step': expected a step number") from None
+        step = _step(row[step_col] if step_col < len(row) else "")
+        if step is None:
+            raise ConfigError(f"{where}: row {n}: column {header[step_col]!r}: expected a whole "
+                              f"step number, got {(row[step_col] if step_col < len(row) else '')!r}")
         for col, name in names.items():
             cell = row[col].strip() if col < len(row) else ""
             if not cell:
                 continue  # W&B leaves a cell empty where a metric was not logged
             try:
-                out.setdefault(name, {})[step] = float(cell)
+                value = float(cell)
             except ValueError:
                 raise ConfigError(f"{where}: row {n}: column {header[col]!r}: expected a number, "
                                   f"got {cell!r}") from None
+            if math.isfinite(value):  # NaN or inf: not logged, as the JSONL reader skips them
+                out.setdefault(name, {})[step] = value
     return out
 
 
@@ -120,6 +122,15 @@ def _csv_names(header: list[str], step_col: int, where: str) -> dict[int, str]:
     if len(runs) > 1:
         raise ConfigError(f"{where}: columns of {len(runs)} runs ({_listing(sorted(runs))}): export one run")
     return names
+
+
+def _step(cell: str) -> int | None:
+    """A CSV step cell as an int (W&B may write ``6.0``); None unless a finite whole number."""
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
 
 
 def _number(v: object) -> bool:
