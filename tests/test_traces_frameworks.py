@@ -154,3 +154,21 @@ def test_unknown_framework_and_cli_success(tmp_path, tokenizer) -> None:
 
     assert np.array_equal(read_trace(out).response_len,
                           import_framework("verl", DUMPS / "verl_rollout", tokenizer)[0].response_len)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("columns", 5, "field 'columns': expected a list of column names"),
+    ("columns", [["step"], "prompt", "completion"], "field 'columns': expected a list of column names"),
+    ("data", 7, "field 'data': expected a list of rows"),
+])
+def test_a_malformed_trl_table_is_one_error_line(tmp_path, tokenizer, field, value, message) -> None:
+    # found by a fuzz of the importers: each ended in a TypeError traceback
+    table = json.loads((DUMPS / "trl_completions.table.json").read_text())
+    table[field] = value
+    bad = tmp_path / "c.table.json"
+    bad.write_text(json.dumps(table))
+    out = tmp_path / "t.jsonl"
+    r = run(["trace", "import", str(bad), "--from", "trl", "--tokenizer", str(tokenizer),
+             "--out", str(out)])
+    assert (r.exit_code, r.output.strip().splitlines()) == (2, [f"error: {bad}: {message}"])
+    assert not out.exists()

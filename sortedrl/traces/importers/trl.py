@@ -37,6 +37,10 @@ def _records(f: Path) -> list[tuple[str, dict]]:
             table = None
         if isinstance(table, dict) and "columns" in table and "data" in table:
             cols = table["columns"]
+            if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
+                raise TraceError(f"{f}: field 'columns': expected a list of column names")
+            if not isinstance(table["data"], list):
+                raise TraceError(f"{f}: field 'data': expected a list of rows")
             out = []
             for i, row in enumerate(table["data"]):
                 if not isinstance(row, list) or len(row) != len(cols):
