@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from sortedrl.errors import SortedRLError
 from sortedrl.timeline import SCHEMA, Timeline
 
 CONTRACT_KEYS = (
@@ -169,6 +170,20 @@ def _staleness(stale: np.ndarray, weights: np.ndarray) -> tuple[float, int, int]
     return mean, p95, high
 
 
+# the meta record's fields a summary is computed from (docs/metrics.md)
+SUMMARY_META = ("samples_total", "engines", "max_num_seqs", "gpus", "tp", "trainer_gpus",
+                "lower_bound_s", "policy", "params", "trace", "cluster", "seed")
+
+
+def missing_meta(meta: dict) -> str | None:
+    """Why a summary cannot be computed from ``meta`` (a field it needs is absent), or None."""
+    missing = [key for key in SUMMARY_META if key not in meta]
+    if not missing:
+        return None
+    return (f"the timeline's meta record has no {', '.join(map(repr, missing))} (every timeline "
+            "that `sortedrl simulate` or `sortedrl run` writes has them)")
+
+
 def summarize(tl: Timeline) -> dict:
     """The summary of a run (the ``summary.json`` contract, plus a few extra keys).
 
@@ -176,6 +191,8 @@ def summarize(tl: Timeline) -> dict:
     values in sorted order, so the summary does not depend on the order records were written in.
     """
     m = tl.meta
+    if missing_meta(m):
+        raise SortedRLError(missing_meta(m))
     n_samples = int(m["samples_total"])
     capacity = int(m["engines"]) * int(m["max_num_seqs"])
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import SortedRLError
-from sortedrl.timeline_columns import Labels, Ragged
+from sortedrl.timeline_columns import Labels, Ragged, check_meta
 
 # Column types: a numpy dtype; "samples" (a list of sample indices per record, kept ragged:
 # int64 offsets + int32 values) or "label" (a short string, kept as a code into a table of
@@ -301,6 +301,10 @@ class Timeline:
                     kind = r["kind"]
                     if kind == "meta":
                         tl.meta = {k: v for k, v in r.items() if k != "kind"}
+                        try:
+                            check_meta(tl.meta)
+                        except ValueError as e:
+                            raise SortedRLError(f"{path}: line {n}: meta record's {e}") from None
                     elif kind in FIELDS:
                         rows = getattr(tl, _LIST[kind])
                         rows.append(tuple(r[f] for f in FIELDS[kind]))

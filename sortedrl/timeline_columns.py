@@ -4,11 +4,13 @@ A timeline's records become columns (:mod:`sortedrl.timeline`): numbers are NumP
 kinds of field need more: a list of sample indices per record (an admission, an update), kept as
 one ragged column (:class:`Ragged`: int64 offsets into int32 values), and a short label per
 record (a span's end, ``finish`` or ``preempt``), kept as codes into a table (:class:`Labels`).
-The columnar files (:mod:`sortedrl.timeline_file`) store exactly these arrays.
+The columnar files (:mod:`sortedrl.timeline_file`) store exactly these arrays. The meta record's
+fields are checked here too (:func:`check_meta`), for every reader of either format.
 """
 
 from __future__ import annotations
 
+import math
 from itertools import chain
 
 import numpy as np
@@ -75,3 +77,31 @@ class Labels:
     def tolist(self) -> list[str]:
         names = self.names
         return [names[c] for c in self.codes.tolist()]
+
+
+INT32_MAX = 2**31 - 1
+# the meta record's fields that readers compute with: (type, least value); a field may be absent
+_META_INTS = {"engines": 1, "max_num_seqs": 1, "tp": 1, "gpus": 0, "trainer_gpus": 0,
+              "group_size": 1, "samples_total": 0, "kv_budget": 0, "seed": None}
+_META_FLOATS = ("lower_bound_s", "regen_sigma")
+_META_TYPES = {"backend": str, "policy": str, "trace": str, "cluster": str, "placement": str,
+               "regen": str, "oracle": bool, "params": dict, "auto_params": dict, "run": dict}
+
+
+def check_meta(meta: dict) -> None:
+    """Raise ValueError naming the first meta field of the wrong type or range."""
+    for key, least in _META_INTS.items():
+        v = meta.get(key, 0 if least is None else least)
+        if (not isinstance(v, int) or isinstance(v, bool) or (least is not None and v < least)
+                or abs(v) > INT32_MAX):  # (as the records' int32 fields)
+            at_least = "" if least is None else f" >= {least}"
+            raise ValueError(f"field {key!r}: expected an integer{at_least} and below 2**31, "
+                             f"got {v!r}")
+    for key in _META_FLOATS:
+        v = meta.get(key, 0.0)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"field {key!r}: expected a number >= 0, got {v!r}")
+    for key, typ in _META_TYPES.items():
+        if key in meta and meta[key] is not None and not isinstance(meta[key], typ):
+            raise ValueError(f"field {key!r}: expected {'an object' if typ is dict else typ.__name__}, "
+                             f"got {meta[key]!r}")

@@ -27,6 +27,7 @@ import numpy as np
 
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.timeline import SCHEMA, Labels, Ragged, Timeline, write_atomic
+from sortedrl.timeline_columns import check_meta
 
 FORMAT = 1
 NAMES = ("timeline.npz", "timeline.jsonl")  # what a run directory holds, in order of preference
@@ -93,12 +94,30 @@ def read_timeline(path: str | Path) -> Timeline:
     content (a zip archive is ``.npz``)."""
     path = Path(path)
     if path.suffix == ".npz":
-        return read_npz(path)
+        return _in_range(path, read_npz(path))
     if path.suffix != ".jsonl":
         with open(path, "rb") as f:
             if f.read(4) == b"PK\x03\x04":
-                return read_npz(path)
-    return read_jsonl_fast(path) or Timeline.read_jsonl(path)
+                return _in_range(path, read_npz(path))
+    return _in_range(path, read_jsonl_fast(path) or Timeline.read_jsonl(path))
+
+
+def _in_range(path: Path, tl: Timeline) -> Timeline:
+    """``tl``, once every sample a record names is below the meta record's ``samples_total``
+    (the summary and the plots index per-sample arrays with them)."""
+    total = tl.meta.get("samples_total")
+    if total is None:
+        return tl
+    for kind, fields in SCHEMA.items():
+        cols = tl.columns(kind)
+        for name, typ in fields:
+            if name not in ("sample", "samples") or not len(cols.get(name, ())):
+                continue
+            values = cols[name].values if typ == "samples" else cols[name]
+            if values.size and int(values.max()) >= total:
+                raise TimelineError(f"{path}: a {kind!r} record names sample {int(values.max())}, "
+                                    f"but the meta record's samples_total is {total}")
+    return tl
 
 
 _ARROW = {"f8": "float64", "i4": "int64", "i8": "int64", "?": "bool_", "label": "string"}
@@ -137,6 +156,10 @@ def read_jsonl_fast(path: Path) -> Timeline | None:
     if table.num_rows != data.count(b"\n", end) + (not data.endswith(b"\n")):
         return None  # a blank line, or two records on one line
     tl = Timeline({k: v for k, v in first.items() if k != "kind"})
+    try:
+        check_meta(tl.meta)
+    except ValueError:
+        return None  # the reference reader names the field
     kinds = table.column("kind")
     known = 0
     for kind in SCHEMA:
@@ -214,6 +237,10 @@ def _meta(path: Path, raw: np.ndarray | None) -> dict:
         raise TimelineError(f"{path}: array 'meta' is not UTF-8 JSON") from None
     if not isinstance(meta, dict):
         raise TimelineError(f"{path}: array 'meta' is not a JSON object")
+    try:
+        check_meta(meta)
+    except ValueError as e:
+        raise TimelineError(f"{path}: array 'meta': {e}") from None
     return meta
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import ConfigError
-from sortedrl.metrics import span_table, summarize, union_length
+from sortedrl.metrics import missing_meta, span_table, summarize, union_length
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.run import simulate
@@ -152,6 +152,8 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
         if not path.exists():
             raise ConfigError(f"{rundir}: missing {path.name} (not a run directory from sortedrl run?)")
     real_tl = read_timeline(tl_path)
+    if missing_meta(real_tl.meta):
+        raise ConfigError(f"{tl_path}: {missing_meta(real_tl.meta)}")
     run = real_tl.meta.get("run")
     if not isinstance(run, dict) or "policy" not in run:
         raise ConfigError(f"{tl_path}: the meta record has no 'run' configuration")

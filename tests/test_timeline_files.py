@@ -236,6 +236,38 @@ def test_a_bad_jsonl_timeline_is_one_error_line(tmp_path, field, value, message)
     assert sorted(p.name for p in run.iterdir()) == ["timeline.jsonl"]
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "npz"])
+@pytest.mark.parametrize("field, value, message", [
+    ("engines", "x", "field 'engines': expected an integer >= 1 and below 2**31, got 'x'"),
+    ("samples_total", 2**40, "field 'samples_total': expected an integer >= 0 and below 2**31, "
+                             "got 1099511627776"),
+    ("lower_bound_s", float("inf"), "field 'lower_bound_s': expected a number >= 0, got inf"),
+    ("params", [1], "field 'params': expected an object, got [1]"),
+    ("samples_total", 3, "record names sample"),
+    ("tp", None, "the timeline's meta record has no 'tp' (every timeline that `sortedrl "
+                 "simulate` or `sortedrl run` writes has them)"),
+])
+def test_a_bad_meta_record_is_one_error_line(tmp_path, fmt, field, value, message):
+    """A hand-edited or corrupted meta record (found by a fuzz: these ended in tracebacks, or a
+    MemoryError for a samples_total of 2**40, in plot and validate)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    tl = _run("sync").timeline
+    if value is None:
+        del tl.meta[field]
+    else:
+        tl.meta[field] = value
+    path = run / f"timeline.{fmt}"
+    if fmt == "npz":
+        write_npz(tl, path)
+    else:
+        path.write_text("".join(tl.jsonl_lines()))
+    r = runner.invoke(app, ["plot", str(run)])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.output, r.output
+    assert r.stderr.startswith(f"error: {path}: ") and message in r.stderr, r.stderr
+    assert sorted(p.name for p in run.iterdir()) == [path.name]
+
+
 def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
     """A long simulate on a terminal shows samples finished and simulated time; Ctrl-C then
     stops it with one line and exit 130, leaving no run directory and no temp files."""
@@ -342,3 +374,18 @@ def test_columns_after_a_merge_are_never_a_stale_cache():
     tl.spans.append((2.0, 3.0, 0, 2, 0, 0, 7, "abort"))
     assert tl.columns("span")["sample"].tolist() == [0, 1, 2]
     assert tl.columns("span")["end"].strings().tolist() == ["finish", "finish", "abort"]
+
+
+def test_validate_names_a_meta_field_its_run_lacks(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("trace.jsonl", "summary.json"):
+        (run / name).write_bytes((FIX / "run-sync" / name).read_bytes())
+    lines = (FIX / "run-sync" / "timeline.jsonl").read_text().splitlines(keepends=True)
+    meta = json.loads(lines[0])
+    del meta["engines"]
+    (run / "timeline.jsonl").write_text(json.dumps(meta) + "\n" + "".join(lines[1:]))
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(FIX / "cpu-profile.json")])
+    assert (r.exit_code, r.stderr.strip().splitlines()) == (2, [
+        f"error: {run / 'timeline.jsonl'}: the timeline's meta record has no 'engines' (every "
+        "timeline that `sortedrl simulate` or `sortedrl run` writes has them)"]), r.output

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import SortedRLError
-from sortedrl.metrics import span_table, summarize
+from sortedrl.metrics import missing_meta, span_table, summarize
 from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import NAMES, find_timeline, read_timeline
 
@@ -92,6 +92,8 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
         if not isinstance(summary, dict):
             raise PlotError(f"{summary_path}: expected a JSON object (a run summary)")
         return tl, summary
+    if missing_meta(tl.meta):
+        raise PlotError(f"{tl_path}: {missing_meta(tl.meta)}")
     try:
         return tl, summarize(tl)
     except (KeyError, TypeError, ValueError, IndexError) as e:
