@@ -71,7 +71,8 @@ class SimBackend(Backend):
         self.tools: ToolEnv | None = None  # trajectories with turns: tool calls (sim/tools.py)
         lengths, engine, kw = self._lengths, Engine, {}
         if has_turns(trace):
-            self.tools = ToolEnv(self, TurnPlan(trace, self._lengths, c.kv_admit_budget - 1), c.tool_pool)
+            plan = TurnPlan(trace, self._lengths, max_context=c.kv_admit_budget - 1)
+            self.tools = ToolEnv(self, plan, c.tool_pool)
             lengths, engine = self.tools.plan.end, TurnEngine
             kw = dict(ctx=self.tools.plan.ctx, sleeps=c.placement == "colocated" and c.sleep,
                       caching=c.prefix_caching, holds_slot=c.tool_holds_slot)

@@ -21,14 +21,16 @@ running sample finishes at ``L`` tokens"; this module makes a turn look like tha
   reserved: the engine runs at most ``max_num_seqs`` less the held slots, in the KV budget less
   the held contexts; on return it takes the head of the queue and prefills only the tool output.
   With prefix caching, a GRPO group's shared prompt is held once while any member runs or holds
-  a slot (a held slot reserves only its own tokens). A policy that pauses it at the turn boundary gives the slot up (its KV then joins the prefix
-  cache), and one re-admitted while its tool call still runs waits without a slot.
+  a slot (a held slot reserves only its own tokens). A policy that pauses it at the turn
+  boundary gives the slot up (its KV then joins the prefix cache), and one re-admitted while its
+  tool call still runs waits without a slot.
 
 Deliberate simplifications: a hit is decided when the tool returns (the cached blocks of a
 queued sample are not evicted while it waits); a cached context counts whole, even the part of a
 group's shared prompt that running members still hold; a weight sync and, in colocated
 placement, a vLLM sleep clear the cache (vLLM resets the prefix cache after new weights); a held
-context is kept through a sync like a running sequence, and is dropped by a sleep (the slot stays held; its KV reservation is given back). A policy sees the tool output in neither
+context is kept through a sync like a running sequence, and is dropped by a sleep (the slot
+stays held; its KV reservation is given back). A policy sees the tool output in neither
 ``generated`` nor the trained-token counts: it is context, never decoded
 (:class:`TurnEngineState` subtracts it).
 """
@@ -363,7 +365,8 @@ class TurnEngine(Engine):
             self._kept = dict.fromkeys(self._kept, 0)
 
     def _audit_held(self) -> list[tuple[int, int]]:
-        return [(key, self._prompt_len[i]) for i, (_, _, key) in self.held.items() if key is not None]
+        held = self.held.items()
+        return [(key, self._prompt_len[i]) for i, (_, _, key) in held if key is not None]
 
     def audit(self) -> None:
         super().audit()
