@@ -89,10 +89,11 @@ def _read_csv(text: str, where: str) -> dict[str, dict[int, float]]:
     for n, row in enumerate(rows[1:], 2):
         if not any(c.strip() for c in row):
             continue
-        step = _step(row[step_col] if step_col < len(row) else "")
+        cell = row[step_col] if step_col < len(row) else ""
+        step = _step(cell)
         if step is None:
             raise ConfigError(f"{where}: row {n}: column {header[step_col]!r}: expected a whole "
-                              f"step number, got {(row[step_col] if step_col < len(row) else '')!r}")
+                              f"step number, got {cell!r}")
         for col, name in names.items():
             cell = row[col].strip() if col < len(row) else ""
             if not cell:

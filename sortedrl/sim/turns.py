@@ -152,8 +152,9 @@ class TurnPlan:
         context = int(self._prompt_len[i]) + sum(gens) + sum(tool_tok)
         if self.max_context and context > self.max_context:
             raise ConfigError(
-                f"sample {i}: its regenerated attempt {attempt} reaches {context} tokens of context "
-                f"(prompt, {sum(gens)} generated tokens drawn, {sum(tool_tok)} of tool outputs), "
+                f"sample {i}: its regenerated attempt {attempt} reaches {context} tokens of "
+                f"context (prompt, {sum(gens)} generated tokens drawn, {sum(tool_tok)} of tool "
+                "outputs), "
                 f"more than one engine's KV budget holds ({self.max_context}): raise the KV "
                 "budget, or pass --regen same")
 
