@@ -84,6 +84,7 @@ def brute_step(eng, w):
             eng.kv += eng.held.new(i)
             eng.held.join(i)
             eng.holding[i] = (r[1], r[1])
+            K = eng.budgets(w)[1]
         elif w["holds"]:
             eng.holding[i] = (P[i] + r[1], r[1])
             K = eng.budgets(w)[1]
