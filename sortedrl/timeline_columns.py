@@ -80,9 +80,12 @@ class Labels:
 
 
 INT32_MAX = 2**31 - 1
-# the meta record's fields that readers compute with: (type, least value); a field may be absent
+# the meta record's integer fields: name -> least value; a field may be absent. The counts that
+# size a reader's arrays stay below 2**31 (as the records' int32 fields); a seed or a KV budget
+# sizes nothing, and any integer the simulator was given must read back
 _META_INTS = {"engines": 1, "max_num_seqs": 1, "tp": 1, "gpus": 0, "trainer_gpus": 0,
               "group_size": 1, "samples_total": 0, "kv_budget": 0, "seed": None}
+_META_UNBOUNDED = ("kv_budget", "seed")
 _META_FLOATS = ("lower_bound_s", "regen_sigma")
 _META_TYPES = {"backend": str, "policy": str, "trace": str, "cluster": str, "placement": str,
                "regen": str, "oracle": bool, "params": dict, "auto_params": dict, "run": dict}
@@ -92,11 +95,12 @@ def check_meta(meta: dict) -> None:
     """Raise ValueError naming the first meta field of the wrong type or range."""
     for key, least in _META_INTS.items():
         v = meta.get(key, 0 if least is None else least)
+        bounded = key not in _META_UNBOUNDED
         if (not isinstance(v, int) or isinstance(v, bool) or (least is not None and v < least)
-                or abs(v) > INT32_MAX):  # (as the records' int32 fields)
+                or (bounded and v > INT32_MAX)):
             at_least = "" if least is None else f" >= {least}"
-            raise ValueError(f"field {key!r}: expected an integer{at_least} and below 2**31, "
-                             f"got {v!r}")
+            below = " and below 2**31" if bounded else ""
+            raise ValueError(f"field {key!r}: expected an integer{at_least}{below}, got {v!r}")
     for key in _META_FLOATS:
         v = meta.get(key, 0.0)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:

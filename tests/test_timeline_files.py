@@ -376,6 +376,19 @@ def test_columns_after_a_merge_are_never_a_stale_cache():
     assert tl.columns("span")["end"].strings().tolist() == ["finish", "finish", "abort"]
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "npz"])
+def test_a_seed_past_int32_reads_back(tmp_path, fmt):
+    # a seed sizes nothing: `simulate --seed 5000000000` writes a timeline its readers accept
+    tl = _run("sync").timeline
+    tl.meta["seed"] = 5_000_000_000
+    path = tmp_path / f"timeline.{fmt}"
+    if fmt == "npz":
+        write_npz(tl, path)
+    else:
+        path.write_text("".join(tl.jsonl_lines()))
+    assert read_timeline(path).meta["seed"] == 5_000_000_000
+
+
 def test_validate_names_a_meta_field_its_run_lacks(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
