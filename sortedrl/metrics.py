@@ -191,8 +191,8 @@ def summarize(tl: Timeline) -> dict:
     values in sorted order, so the summary does not depend on the order records were written in.
     """
     m = tl.meta
-    if missing_meta(m):
-        raise SortedRLError(missing_meta(m))
+    if why := missing_meta(m):
+        raise SortedRLError(why)
     n_samples = int(m["samples_total"])
     capacity = int(m["engines"]) * int(m["max_num_seqs"])
 

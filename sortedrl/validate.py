@@ -152,8 +152,8 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
         if not path.exists():
             raise ConfigError(f"{rundir}: missing {path.name} (not a run directory from sortedrl run?)")
     real_tl = read_timeline(tl_path)
-    if missing_meta(real_tl.meta):
-        raise ConfigError(f"{tl_path}: {missing_meta(real_tl.meta)}")
+    if why := missing_meta(real_tl.meta):
+        raise ConfigError(f"{tl_path}: {why}")
     run = real_tl.meta.get("run")
     if not isinstance(run, dict) or "policy" not in run:
         raise ConfigError(f"{tl_path}: the meta record has no 'run' configuration")

@@ -48,15 +48,13 @@ def load_timeline(path: Path) -> Timeline:
     for key in META_KEYS:
         if key not in tl.meta:
             raise PlotError(f"{path}: the meta record has no {key!r}")
+    engines = tl.meta["engines"]  # an int >= 1: read_timeline checks the meta record
     try:
-        engines, seqs = int(tl.meta["engines"]), int(tl.meta["max_num_seqs"])
         sp = span_table(tl)
         for kind in SCHEMA:  # every record converts to its typed columns
             tl.columns(kind)
     except (TypeError, ValueError) as e:
         raise PlotError(f"{path}: a record has a field of the wrong type ({e})") from None
-    if engines < 1 or seqs < 1:
-        raise PlotError(f"{path}: the meta record needs engines >= 1 and max_num_seqs >= 1")
     if sp.size and (sp["engine"].min() < 0 or sp["engine"].max() >= engines):
         raise PlotError(f"{path}: a span names an engine outside 0..{engines - 1}")
     if sp.size and np.any(sp["t1"] < sp["t0"]):
@@ -92,8 +90,8 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
         if not isinstance(summary, dict):
             raise PlotError(f"{summary_path}: expected a JSON object (a run summary)")
         return tl, summary
-    if missing_meta(tl.meta):
-        raise PlotError(f"{tl_path}: {missing_meta(tl.meta)}")
+    if why := missing_meta(tl.meta):
+        raise PlotError(f"{tl_path}: {why}")
     try:
         return tl, summarize(tl)
     except (KeyError, TypeError, ValueError, IndexError) as e:

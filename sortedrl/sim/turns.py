@@ -149,12 +149,12 @@ class TurnPlan:
         """A regenerated attempt may pair a drawn length with tool outputs no recorded trajectory
         had together; if no engine can hold its context, it would wait in a queue for good."""
         gens, _, tool_tok = self._alt[i]
-        context = int(self._prompt_len[i]) + sum(gens) + sum(tool_tok)
+        generated, tools = sum(gens), sum(tool_tok)
+        context = int(self._prompt_len[i]) + generated + tools
         if self.max_context and context > self.max_context:
             raise ConfigError(
                 f"sample {i}: its regenerated attempt {attempt} reaches {context} tokens of "
-                f"context (prompt, {sum(gens)} generated tokens drawn, {sum(tool_tok)} of tool "
-                "outputs), "
+                f"context (prompt, {generated} generated tokens drawn, {tools} of tool outputs), "
                 f"more than one engine's KV budget holds ({self.max_context}): raise the KV "
                 "budget, or pass --regen same")
 
