@@ -11,11 +11,13 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
@@ -27,10 +29,52 @@ from sortedrl.traces.synth import PRESETS, synthesize
 
 err = Console(stderr=True)
 
+try:  # typer 0.2x carries its own copy of click; before that it used click itself
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - older typer
+    from click.exceptions import ClickException, NoArgsIsHelpError
+
 
 # Optional extras, by the top-level module a command imports: what to install to get it.
 EXTRAS = {"torch": "cpu", "vllm": "cpu", "transformers": "cpu", "tokenizers": "cpu",
           "safetensors": "cpu", "ray": "ray", "pyarrow": "parquet"}
+
+
+class OneLineUsageErrors(TyperGroup):
+    """The top-level command group: a usage error (an unknown option, a value of the wrong type,
+    a missing argument) is one ``error:`` line and exit 2, as every other bad input is, instead
+    of typer's usage banner and boxed message. A group run with no arguments still shows its
+    help."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as e:  # the help, as typer shows it
+            if typer.core.HAS_RICH and self.rich_markup_mode is not None:
+                from typer import rich_utils
+                rich_utils.rich_format_error(e)
+            else:
+                e.show()
+            sys.exit(e.exit_code)
+        except ClickException as e:
+            typer.echo(f"error: {usage_line(e)}", err=True)
+            sys.exit(2)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        # without standalone mode click returns a command's exit code (typer.Exit) or its value
+        sys.exit(code if type(code) is int else 0)
+
+
+def usage_line(e: ClickException) -> str:
+    """A click error as one line: the command, the message, where to read its options."""
+    message = " ".join(e.format_message().split())
+    ctx = getattr(e, "ctx", None)
+    if ctx is None:
+        return message
+    return f"{ctx.command_path}: {message.rstrip('.')}; see `{ctx.command_path} --help`"
 
 
 def pin_malloc_threshold() -> bool:

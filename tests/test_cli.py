@@ -125,6 +125,28 @@ def test_errors_are_one_line_exit_2_and_leave_nothing(tmp_path, args_fn, message
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 
+@pytest.mark.parametrize("args, line", [
+    (["simulate", "--steps", "1.5"], "error: sortedrl simulate: Invalid value for '--steps': "),
+    (["simulate", "--nope"], "error: sortedrl simulate: No such option: --nope"),
+    (["nosuch"], "error: sortedrl: No such command 'nosuch'; see `sortedrl --help`"),
+    (["trace", "stats"], "error: sortedrl trace stats: Missing argument 'file'; "
+                         "see `sortedrl trace stats --help`"),
+    (["simulate", "--policy"], "error: Option '--policy' requires an argument."),
+])
+def test_usage_errors_are_one_line_exit_2(args, line):
+    # typer printed a usage banner and a boxed message for these (the fuzz of CLI arguments)
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and r.stderr.count("\n") == 1 and r.stderr.startswith(line), r.stderr
+
+
+def test_help_is_still_shown():
+    r = invoke()  # a group with no arguments shows its help, with typer's exit code
+    assert r.exit_code == 2 and "simulate" in r.output and "error:" not in r.output
+    r = invoke("simulate", "--help")
+    assert r.exit_code == 0 and "--policy" in r.stdout and r.stderr == ""
+
+
 def test_out_into_someone_elses_directory_is_refused_and_force_replaces_it(tmp_path):
     # issue 15: --out into a non-empty directory that is not a previous run of the same command
     # is refused (it used to merge into it); --force replaces it whole.
