@@ -16,8 +16,11 @@ step or prefill at a time, beside a sandbox pool:
   engine's queue (behind others back the same way) and prefills only its tool output. With
   prefix caching a group's shared prompt is held once while a member runs or holds a slot.
 
-Tool latencies are multiples of sqrt(2), so a return never coincides with a step boundary
-(costs here are sums of decimal constants) and the order of simultaneous events never matters.
+Each tool call's latency has an irrational part of its own (a multiple of sqrt(2) plus a small
+multiple of the square root of a prime no other call uses): a return is then never at a step
+boundary (costs here are sums of decimal constants, and a time that includes a latency comes
+after that call's return), so the order of simultaneous events never matters. With multiples of
+sqrt(2) alone, two calls chained through the tool pool could tie with a boundary.
 
 Run: pytest tests/test_sim_turns_bruteforce.py
 """
@@ -214,16 +217,23 @@ def brute_sync_turns(turns, P, cluster, group, batch):
 
 
 ROOT2 = math.sqrt(2.0)
+ODD_PRIMES = [p for p in range(3, 200) if all(p % d for d in range(2, int(p ** 0.5) + 1))]
+
+
+def tool_latency(multiple: int, call: int) -> float:
+    """The latency of the ``call``-th tool call drawn: irrational, and independent of the others'
+    over the rationals (module docstring)."""
+    return multiple * ROOT2 + 0.01 * math.sqrt(ODD_PRIMES[call])
 
 
 @st.composite
 def cases(draw):
     group = draw(st.sampled_from([1, 2]))
     n = group * draw(st.integers(1, 6))
-    turns = []
+    turns, calls = [], iter(range(len(ODD_PRIMES)))
     for _ in range(n):
         k = draw(st.integers(1, 3))
-        turns.append([(draw(st.integers(1, 12)), draw(st.integers(1, 5)) * ROOT2,
+        turns.append([(draw(st.integers(1, 12)), tool_latency(draw(st.integers(1, 5)), next(calls)),
                        draw(st.integers(0, 8))) for _ in range(k)])
     prompts = draw(st.lists(st.integers(1, 10), min_size=n, max_size=n))
     if draw(st.booleans()):
