@@ -100,8 +100,8 @@ def pin_malloc_threshold() -> bool:
 
 def user_errors(fn: Callable) -> Callable:
     """Report every failure a user can cause as one ``error:`` line and exit 2: a
-    SortedRLError, a number that is not finite, a missing optional extra, an OS error; and
-    Ctrl-C as one line and exit 130."""
+    SortedRLError, a number that is not finite, a missing optional extra, an OS error, a run
+    too large for memory; and Ctrl-C as one line and exit 130."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -117,6 +117,9 @@ def user_errors(fn: Callable) -> Callable:
                              f"installed: pip install 'sortedrl[{EXTRAS[top]}]' (or `make test`)"), 2
         except OSError as e:
             message, code = f"{e.filename or 'output'}: {e.strerror or e}", 2
+        except MemoryError:
+            message, code = ("out of memory: the run needs more than this machine has (give fewer "
+                             "samples: --prompts, --steps, a smaller trace)"), 2
         except KeyboardInterrupt:
             message, code = "interrupted (Ctrl-C)", 130
         typer.echo(f"error: {message}", err=True)

@@ -164,6 +164,23 @@ def test_a_missing_extra_says_which_to_install(tmp_path, command, needs):
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
+def test_a_run_too_large_for_memory_is_one_error_line_and_writes_nothing(tmp_path):
+    # 1.6e9 samples pass the size check; with 3 GiB of address space drawing them fails
+    code = ("import resource, sys; from sortedrl.cli import app; "
+            "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+            "sys.argv = ['sortedrl', *sys.argv[1:]]; app()")
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-c", code, "simulate", "--synthetic", "math-16k",
+                        "--prompts", "10000000", "--steps", "20", "--policy", "sync", "--out",
+                        str(out)], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+                            "OPENBLAS_NUM_THREADS": "1"})
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ("error: out of memory: the run needs more than this machine has "
+                                "(give fewer samples: --prompts, --steps, a smaller trace)")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_force_replaces_a_directory_whole_and_keeps_the_users_umask(ws):
     import os
 

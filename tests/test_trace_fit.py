@@ -125,6 +125,25 @@ def test_model_with_negative_spread_is_refused(tmp_path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("mu0", None, "field 'mu0': None is not a finite number"),
+    ("source", 2, "field 'source': 2 is not a string"),
+    ("fit", 1e9, "field 'fit': 1000000000.0 is not an object"),
+    ("prompts_per_step", 2**63, "9,223,372,036,854,775,808 prompts x 8 samples x 2 steps = "
+                                "147,573,952,589,676,412,928 samples: a run holds at most "
+                                "2,147,483,647"),
+])
+def test_model_with_a_field_of_the_wrong_kind_is_one_error_line(tmp_path, field, value, message):
+    # a fuzz of trace-model files: each was a TypeError (or OverflowError) traceback
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**json.loads(BASE.to_json()), field: value}))
+    r = run(["simulate", "--trace-model", str(bad), "--steps", "2", "--policy", "sync",
+             "--out", str(tmp_path / "run")])
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert r.output.startswith("error: ") and message in r.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_fit_never_overwrites_its_input(tmp_path) -> None:
     trace = tmp_path / "t.jsonl"
     write_trace(generate(BASE, steps=1, seed=0), trace)

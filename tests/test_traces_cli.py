@@ -134,6 +134,11 @@ def test_stats_table(tmp_path: Path) -> None:
             ["synth", "math-16k", "--dataset-size", "3"],
             "error: dataset_size (3) must be >= prompts per step (128)",
         ),
+        (  # refused before anything is drawn (a MemoryError traceback before)
+            ["synth", "agentic-swe", "--prompts", "100000000000"],
+            "error: 100,000,000,000 prompts x 8 samples x 4 steps = 3,200,000,000,000 samples: a "
+            "run holds at most 2,147,483,647 (a timeline's sample ids are 32-bit)",
+        ),
     ],
 )
 def test_synth_errors(tmp_path: Path, args: list[str], message: str) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import TraceError
-from sortedrl.traces.schema import Trace, TraceMeta
+from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 
 VERSION = 1
 
@@ -105,9 +105,15 @@ def check_model(model: TraceModel, where: str) -> None:
         v = getattr(model, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise TraceError(f"{where}: field '{name}': {v!r} must be a positive integer")
+    if not isinstance(model.source, str):
+        raise TraceError(f"{where}: field 'source': {model.source!r} is not a string")
+    if not isinstance(model.fit, dict):
+        raise TraceError(f"{where}: field 'fit': {model.fit!r} is not an object")
     for f in dataclasses.fields(TraceModel):
         v = getattr(model, f.name)
-        if f.name in ("source", "fit") or f.name in POSITIVE or v is None:
+        if f.name in ("source", "fit") or f.name in POSITIVE:
+            continue
+        if v is None and f.name in ("pass_alpha", "pass_beta"):  # no reward in the trace
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise TraceError(f"{where}: field '{f.name}': {v!r} is not a finite number")
@@ -133,8 +139,9 @@ def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None =
     """Draw a ``steps``-step trace from the model: fresh prompts every step."""
     if steps < 1:
         raise TraceError(f"--steps must be >= 1, got {steps}")
-    rng = np.random.default_rng(seed)
     n, per_step = model.group_size, prompts or model.prompts_per_step
+    check_samples(per_step, n, steps)
+    rng = np.random.default_rng(seed)
     groups = per_step * steps
     step = np.repeat(np.arange(steps, dtype=np.int64), per_step)
     effect = model.mu0 + model.drift * step + model.sigma_between * rng.standard_normal(groups)

@@ -32,6 +32,17 @@ from sortedrl.traces.turns import TURN_COLUMNS
 REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
 OPTIONAL = ("step", "reward", "finish_reason")
 COLUMNS = REQUIRED + OPTIONAL
+MAX_SAMPLES = 2**31 - 1  # a timeline names a sample with a 32-bit id
+
+
+def check_samples(prompts: int, group_size: int, steps: int) -> None:
+    """Refuse to draw a trace too large for one run, before any array is allocated (a huge
+    ``--prompts`` ended in a MemoryError traceback)."""
+    total = prompts * group_size * steps
+    if total > MAX_SAMPLES:
+        raise TraceError(f"{prompts:,} prompts x {group_size:,} samples x {steps:,} steps = "
+                         f"{total:,} samples: a run holds at most {MAX_SAMPLES:,} (a timeline's "
+                         "sample ids are 32-bit)")
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sortedrl.errors import ConfigError
-from sortedrl.traces.schema import Trace, TraceMeta
+from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 from sortedrl.traces.synth_agentic import AGENTIC_PRESETS, generate_agentic, synthetic_trace
 
 
@@ -150,6 +150,7 @@ def synthesize(
     else:
         P, n, S, seed = (_check_int(k, v, m) for k, v, m in
                          (("prompts", P, 1), ("group_size", n, 1), ("steps", S, 1), ("seed", seed, 0)))
+        check_samples(P, n, S)
         D = P * S if dataset_size is None else _check_int("dataset_size", dataset_size, 1)
         if D < P:
             raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
@@ -191,6 +192,7 @@ def generate(
     n = _check_int("group_size", group_size, 1)
     S = _check_int("steps", steps, 1)
     seed = _check_int("seed", seed, 0)
+    check_samples(P, n, S)
     D = P * S if dataset_size is None else _check_int("dataset_size", dataset_size, 1)
     if D < P:
         raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
