@@ -83,3 +83,34 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     assert lines[i + 5].startswith("  at the full batch (32 sequences, a ") and "s1 +-" in lines[i + 5]
     assert lines[i + 6] == ""
     assert any(x.startswith("trainer fit (") for x in lines)
+
+
+def test_a_hand_edited_record_is_one_error_line_naming_its_field(tmp_path):
+    # a fuzz of profile files: each of these was an AttributeError, KeyError or TypeError traceback
+    good = json.loads((FIX / "cpu-profile.json").read_text())
+    cases = [({"engine_config": 1.5}, "field 'cluster', 'engine_config' or 'sources' is not as "
+                                      "`sortedrl calibrate` writes it (AttributeError: 'float' object "
+                                      "has no attribute 'get')"),
+             ({"fit": 2}, "field 'fit': expected an object, got 2"),
+             ({"fit": {**good["fit"], "engine": {"files": [{}]}}},
+              "field 'fit.engine' is not as `sortedrl calibrate` writes it (KeyError: 'path')"),
+             ({"fit": {**good["fit"], "steps": {"mape": "x"}}},
+              "field 'fit' is not as `sortedrl calibrate` writes it (ValueError: Unknown format "
+              "code 'f' for object of type 'str')")]
+    for edit, message in cases:
+        bad = tmp_path / "p.json"
+        bad.write_text(json.dumps({**good, **edit}))
+        r = runner.invoke(app, ["profile", "show", str(bad)])
+        assert r.exit_code == 2 and r.output == f"error: {bad}: {message}\n", r.output
+
+
+def test_an_infinite_kv_budget_is_one_error_line(tmp_path):
+    bad = tmp_path / "p.json"
+    good = json.loads((FIX / "cpu-profile.json").read_text())
+    bad.write_text(json.dumps({**good, "engine_config": {"max_num_seqs": 32,
+                                                          "kv_budget_tokens": float("inf")}}))
+    r = runner.invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "8", "--steps", "2",
+                            "--cluster", str(bad), "--policy", "sync", "--out", str(tmp_path / "run")])
+    assert r.exit_code == 2 and not (tmp_path / "run").exists()
+    assert r.output == (f"error: {bad}: field 'engine_config': needs integer max_num_seqs and "
+                        "kv_budget_tokens\n")

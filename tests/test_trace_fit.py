@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -160,3 +161,13 @@ def test_fit_of_an_imported_dump(tmp_path) -> None:
     model = fit_trace(trace)
     assert model.group_size == 4 and model.max_response_len == 12 and model.prompts_per_step == 4
     assert model.runaway_share > 0  # 8 of 32 samples stopped at the cap of 12
+
+
+def test_a_non_finite_wandb_cell_is_not_logged_and_a_non_finite_step_is_an_error(tmp_path):
+    # trace fit wrote "drift": NaN for a cell of inf, a model its own simulate then refused
+    csv = tmp_path / "w.csv"
+    csv.write_text('"Step","r - response_length/mean"\n1,900\n2,inf\n3,nan\n4,1000\n')
+    assert drift_from_wandb(csv)["drift"] == pytest.approx(math.log(1000 / 900) / 3, rel=1e-12)
+    csv.write_text('"Step","r - response_length/mean"\n1,900\nnan,950\n3,1000\n')
+    with pytest.raises(TraceError, match=r"w.csv: line 3: column 'Step': 'nan' is not a finite number$"):
+        drift_from_wandb(csv)

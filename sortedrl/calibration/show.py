@@ -41,7 +41,28 @@ def load_profile(path: Path) -> dict:
 
 
 def render(raw: dict, path: str) -> list[str]:
-    """The lines ``profile show`` prints."""
+    """The lines ``profile show`` prints. The records are free-form; one that is not as
+    ``calibrate`` writes it (a hand edit, say) is one error naming its field, not a traceback."""
+    fit = raw.get("fit") or {}
+    if not isinstance(fit, dict):
+        raise ConfigError(f"{path}: field 'fit': expected an object, got {fit!r}")
+    parts = (("cluster', 'engine_config' or 'sources", _header, raw, path),
+             ("rescaled", _rescaled, raw.get("rescaled")),
+             ("costs' or 'fit", _terms, raw),
+             ("fit.engine", _engine_fit, fit.get("engine")),
+             ("fit.trainer", _trainer_fit, fit.get("trainer")),
+             ("fit", _cpu_fit, fit))
+    lines: list[str] = []
+    for field, part, *args in parts:
+        try:
+            lines += part(*args)
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as e:
+            raise ConfigError(f"{path}: field '{field}' is not as `sortedrl calibrate` writes it "
+                              f"({type(e).__name__}: {e})") from None
+    return lines
+
+
+def _header(raw: dict, path: str) -> list[str]:
     lines = [f"profile {path} (format {raw.get('sortedrl_profile')})",
              f"  measured on: {raw.get('device', '?')}; model {raw.get('model', '?')}; "
              f"engine {raw.get('engine', '?')} {raw.get('engine_version') or ''}".rstrip()]
@@ -52,10 +73,6 @@ def render(raw: dict, path: str) -> list[str]:
                  f"KV budget {ec.get('kv_budget_tokens', '?')} tokens/engine")
     if raw.get("sources"):
         lines.append(f"  sources: {', '.join(raw['sources'])}")
-    lines += _rescaled(raw.get("rescaled"))
-    lines += ["", *_terms(raw)]
-    fit = raw.get("fit") or {}
-    lines += _engine_fit(fit.get("engine")) + _trainer_fit(fit.get("trainer")) + _cpu_fit(fit)
     return lines
 
 
@@ -76,7 +93,7 @@ def _terms(raw: dict) -> list[str]:
         for k, t in ((fit.get(part) or {}).get("terms") or {}).items():
             stderr[k] = (part, t.get("stderr"))
     assumed = set(fit.get("from_preset", []))
-    out = ["cost terms:", f"  {'term':<16} {'value':>12}  {'unit':<22} from"]
+    out = ["", "cost terms:", f"  {'term':<16} {'value':>12}  {'unit':<22} from"]
     for name, value in raw["costs"].items():
         if name in assumed:
             src = "preset (not measured)"

@@ -152,7 +152,7 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
     ec = raw["engine_config"]
     try:
         seqs, kv = int(ec["max_num_seqs"]), int(ec["kv_budget_tokens"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # (int(inf): OverflowError)
         raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens") from None
     return Cluster(name=name, max_num_seqs=seqs, kv_budget_tokens=kv, kv_watermark=0.0,
                    costs=CostModel(**vals), **_shape(raw, where)).validate(where)

@@ -223,6 +223,11 @@ def _slope(p: Path, rows: list[list[str]], header: list[str], col: int, log: boo
         except ValueError:
             raise TraceError(f"{p}: line {lineno}: column '{header[col]}': {row[col]!r} is "
                              f"not a number") from None
+        if not math.isfinite(step):
+            raise TraceError(f"{p}: line {lineno}: column 'Step': {row[step_col]!r} is not a "
+                             "finite number")
+        if not math.isfinite(value):  # NaN or inf: not logged at this step (as calibrate reads it)
+            continue
         if log and value <= 0:
             raise TraceError(f"{p}: line {lineno}: column '{header[col]}': {value} is not a "
                              f"positive length")
@@ -230,4 +235,9 @@ def _slope(p: Path, rows: list[list[str]], header: list[str], col: int, log: boo
         y.append(math.log(value) if log else value)
     if len(set(t)) < 2:
         raise TraceError(f"{p}: column '{header[col]}' has values at fewer than two steps")
-    return float(np.polyfit(np.array(t), np.array(y), 1)[0])
+    with np.errstate(all="ignore"):
+        slope = float(np.polyfit(np.array(t), np.array(y), 1)[0])
+    if not math.isfinite(slope):
+        raise TraceError(f"{p}: column '{header[col]}': no finite slope per step (steps "
+                         f"{min(t):g} to {max(t):g})")
+    return slope
