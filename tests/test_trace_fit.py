@@ -126,10 +126,21 @@ def test_model_with_negative_spread_is_refused(tmp_path) -> None:
     assert not (tmp_path / "run").exists()
 
 
+def test_an_integer_where_a_float_goes_is_read_as_a_float(tmp_path):
+    # a runaway_drift of 2**63 (a Python int) overflowed numpy's C long: an OverflowError traceback
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**json.loads(BASE.to_json()), "runaway_drift": 2**63, "mu0": 6}))
+    model = load_model(path)
+    assert model.runaway_drift == 2.0**63 and model.mu0 == 6.0 and type(model.mu0) is float
+    trace = generate(model, steps=2, seed=0, prompts=4)
+    assert trace.truncated[trace.step == 0].mean() < 1 and trace.truncated[trace.step == 1].all()
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("mu0", None, "field 'mu0': None is not a finite number"),
     ("source", 2, "field 'source': 2 is not a string"),
     ("fit", 1e9, "field 'fit': 1000000000.0 is not an object"),
+    ("drift", 10**400, "field 'drift': 1" + "0" * 400 + " is not a finite number"),
     ("prompts_per_step", 2**63, "9,223,372,036,854,775,808 prompts x 8 samples x 2 steps = "
                                 "147,573,952,589,676,412,928 samples: a run holds at most "
                                 "2,147,483,647"),

@@ -91,6 +91,13 @@ def load_model(path: str | Path) -> TraceModel:
     if unknown:
         raise TraceError(f"{p}: unknown field(s) {', '.join(unknown)}")
     body.pop("sortedrl_trace_model")
+    for f in dataclasses.fields(TraceModel):  # an integer where a float goes: as a float
+        v = body.get(f.name)
+        if f.type.startswith("float") and isinstance(v, int) and not isinstance(v, bool):
+            try:
+                body[f.name] = float(v)
+            except OverflowError:  # numpy would overflow on it later (a C long)
+                raise TraceError(f"{p}: field '{f.name}': {v} is not a finite number") from None
     try:
         model = TraceModel(**body)
     except TypeError as e:
