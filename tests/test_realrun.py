@@ -254,6 +254,27 @@ def test_model_dir_missing_files_is_a_clear_error(tmp_path):
     assert r.exit_code == 2 and "missing config.json (make one with `sortedrl model init`)" in r.stderr
 
 
+def test_a_model_config_transformers_refuses_is_one_error_line(tiny_model, tmp_path):
+    # a hidden_size of "x" was transformers' StrictDataclassFieldValidationError traceback
+    import shutil
+
+    bad = tmp_path / "m"
+    shutil.copytree(tiny_model, bad)
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "hidden_size": "x"}))
+    r = runner.invoke(app, ["run", "--model", str(bad), "--policy", "sync", "--steps", "1",
+                            "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and not (tmp_path / "o").exists()
+    assert r.stderr.startswith(f"error: --model {bad}/config.json: transformers cannot load it (")
+    assert "hidden_size" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    (bad / "config.json").write_text(json.dumps(config))
+    (bad / "tokenizer.json").write_text("{}")
+    r = runner.invoke(app, ["run", "--model", str(bad), "--policy", "sync", "--steps", "1",
+                            "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: --model {bad}/tokenizer.json: transformers cannot load it (")
+
+
 # -- the user's own task -----------------------------------------------------------------------
 
 def always_one(prompt: str, answer: str, response: str) -> float:

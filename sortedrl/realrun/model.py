@@ -197,4 +197,14 @@ def check_model_dir(path: str | Path) -> Path:
         json.loads((p / "config.json").read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(f"--model {p}/config.json: line {e.lineno}: not valid JSON ({e.msg})") from None
+    from transformers import AutoConfig, AutoTokenizer
+
+    for name, load in (("config.json", AutoConfig.from_pretrained),
+                       ("tokenizer.json", AutoTokenizer.from_pretrained)):
+        try:
+            load(str(p))
+        except Exception as e:  # transformers' own checks (a field of the wrong type, ...)
+            said = " ".join(str(e).split())[:300]
+            raise ConfigError(f"--model {p}/{name}: transformers cannot load it "
+                              f"({type(e).__name__}: {said})") from None
     return p
