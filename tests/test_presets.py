@@ -13,7 +13,7 @@ import pytest
 
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import load_cluster, preset
-from sortedrl.sim.cost import all_to_all_s, busiest_shard, expected_experts
+from sortedrl.sim.cost import CostModel, all_to_all_s, busiest_shard, expected_experts
 from sortedrl.sim.hardware import MODELS
 
 # name: (layers, kv_heads, head_dim, published total params, source)
@@ -191,6 +191,19 @@ def test_moe_closed_form_equals_the_step_sum(name):
             by_step = sum(c.decode_step(batch, kv0 + j * batch) for j in range(steps))
             assert c.decode_time(steps, batch, kv0) == pytest.approx(by_step, rel=1e-12)
             assert c.decode_steps_within(c.decode_time(steps, batch, kv0), batch, kv0) == steps
+
+
+def test_a_vanishing_kv_term_beside_a_compute_term_is_compute_bound_throughout():
+    # a fitted KV term of 1.4e-45 s/token (a float32 denormal, as in tests/fixtures/cpu-profile.json)
+    # with a compute term: the step where memory would win is ~1e45, and finding it stepped j by
+    # one from there forever (simulate hung; found by a fuzz of profile files)
+    c = CostModel(t_fix=0.001, a0=0.0, a1=1.4e-45, c1=2.0, s1=0.0, p1=0.0, p2=0.0,
+                  train_per_token=0.0, train_fix=0.0, sync_s=0.0)
+    for batch, kv0, steps in ((1, 0, 50), (32, 3000, 200)):
+        by_step = sum(c.decode_step(batch, kv0 + j * batch) for j in range(steps))
+        assert by_step == pytest.approx(steps * (0.001 + 2.0 * batch), rel=1e-12)
+        assert c.decode_time(steps, batch, kv0) == pytest.approx(by_step, rel=1e-12)
+        assert c.decode_steps_within(c.decode_time(steps, batch, kv0), batch, kv0) == steps
 
 
 def test_negative_bandwidth_on_the_command_line_is_one_error_line(tmp_path):

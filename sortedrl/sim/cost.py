@@ -118,8 +118,11 @@ class CostModel:
         comp = self.c1 * batch
         if alpha >= comp:
             return alpha, beta, comp, 0
-        if beta <= 0.0:
-            return alpha, beta, comp, -1  # compute-bound forever
+        if beta <= 0.0 or (comp - alpha) / beta >= 2.0**52:
+            # compute-bound forever, or for more steps than any run takes (a KV term of 1e-45
+            # s/token: the exact j would be ~1e45, which the loops below, stepping by one, never
+            # reach once j - 1 rounds to j)
+            return alpha, beta, comp, -1
         j = max(0, math.ceil((comp - alpha) / beta))
         while j > 0 and alpha + beta * (j - 1) >= comp:
             j -= 1
