@@ -221,6 +221,29 @@ def test_negative_bandwidth_on_the_command_line_is_one_error_line(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("fields, message", [
+    ('"preset": "h100-llama3.1-8b-1gpu-32seq", "gpus": 1099511627776',
+     "{f}: field 'gpus': at most 1,048,576, got 1,099,511,627,776"),
+    ('"preset": "a100-80g-qwen3-30b-a3b", "offload_s": 1e308',
+     "the simulated clock overflowed to infinity: a cost in the cluster (or a tool latency in the "
+     "trace) is far too large"),
+])
+def test_a_cluster_past_any_real_one_is_one_error_line_not_a_hang(tmp_path, fields, message):
+    # a fuzz of cluster files: 2**40 GPUs built an engine each; an offload of 1e308 s took the
+    # clock to infinity, where every engine was due at once and catching up never ended
+    from typer.testing import CliRunner
+
+    from sortedrl.cli import app
+
+    f = tmp_path / "c.json"
+    f.write_text("{" + fields + "}")
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "8", "--group-size", "4",
+                                 "--steps", "2", "--policy", "sync", "--cluster", str(f), "--out", str(out)])
+    assert r.exit_code == 2 and not out.exists()
+    assert r.stderr.strip().splitlines() == ["error: " + message.format(f=f)]
+
+
 def test_busiest_expert_shard_against_monte_carlo():
     # 256 experts, 8 per token, 8 expert-parallel shards of 32: the step reads as many experts on
     # every shard as the busiest one touched. The normal approximation is within 7% (worst at B=1).

@@ -31,6 +31,7 @@ from collections import deque
 import numpy as np
 import simpy
 
+from sortedrl.errors import ConfigError
 from sortedrl.policies.base import Event, EventKind
 from sortedrl.policies.controller import Backend, Controller
 from sortedrl.policies.deferred import typed_view
@@ -307,6 +308,9 @@ class SimBackend(Backend):
     def _catch_up(self) -> None:
         """Apply every engine change due at or before now (their events are deferred)."""
         now = self.env.now
+        if now == INF:  # every engine would be due at once, forever
+            raise ConfigError("the simulated clock overflowed to infinity: a cost in the cluster "
+                              "(or a tool latency in the trace) is far too large")
         self._catching_up = True
         try:
             for eng in self.engines:

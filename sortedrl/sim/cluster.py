@@ -32,6 +32,7 @@ from sortedrl.sim.hardware import GPUS, MODELS, Model
 TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
 OFFLOADED_STATE_BYTES = 4  # per parameter left on the GPU when the FP32 master and Adam m, v live on the host
 TRAINER_OFFLOADS = ("auto", "none", "optimizer")
+MAX_GPUS = 2**20  # more than any cluster has; a simulator engine per GPU group is kept in memory
 NET_EFF = 0.8  # share of a link's rate an NCCL weight broadcast reaches (bus bandwidth; verl #116: 0.79)
 # decode_model "measured" (the default): fitted to vidur's per-operator profiles and two whole-step
 # measurements (docs/calibration.md, bench/preset_errors.py): weight read at 0.84 of peak bandwidth,
@@ -230,6 +231,8 @@ class Cluster:
         for name in ("tp", "gpus", "max_num_seqs", "gpus_per_node", "ep", "tool_pool"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{where}: field '{name}': must be >= 1, got {getattr(self, name)}")
+        if self.gpus > MAX_GPUS:
+            raise ConfigError(f"{where}: field 'gpus': at most {MAX_GPUS:,}, got {self.gpus:,}")
         if self.train_gpus < 0:
             raise ConfigError(f"{where}: field 'train_gpus': must be >= 0, got {self.train_gpus}")
         if self.rollout_gpus < self.tp:
