@@ -27,6 +27,7 @@ import numpy as np
 from sortedrl.errors import TraceError
 
 TURN_FIELDS = ("turn_gen", "turn_tool_s", "turn_tool_tokens")
+MAX_TOOL_S = 1e9  # s, one tool call
 TURN_COLUMNS = ("turn_offsets", *TURN_FIELDS)
 _MINIMUM = {"turn_gen": 1, "turn_tool_tokens": 0}
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -208,10 +209,11 @@ def _floats(raw: Any, at: Callable[[int, str], str]) -> np.ndarray:
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
                 raise TraceError(at(j, col) + f": {v!r} is not a number")
             arr[j] = float(v)
-    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0) | (arr > MAX_TOOL_S))
     if bad.size:
         j = int(bad[0])
         v = float(arr[j])
-        what = "negative" if v < 0 else "not finite"
+        what = "negative" if v < 0 else "not finite" if not np.isfinite(v) else (
+            f"above {MAX_TOOL_S:g} s (no tool call takes decades; the simulated clock would overflow)")
         raise TraceError(at(j, col) + f": {v!r} is {what}")
     return arr
