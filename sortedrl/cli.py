@@ -57,7 +57,8 @@ from sortedrl.tables import terminal_width
 from sortedrl.traces.commands import app as trace_app
 from sortedrl.tune.commands import register as register_tune
 
-app = typer.Typer(name="sortedrl", no_args_is_help=True, add_completion=False, cls=OneLineUsageErrors,
+app = typer.Typer(name="sortedrl", no_args_is_help=True, add_completion=False,
+                  cls=OneLineUsageErrors,
                   help="Design, simulate and validate rollout-scheduling policies for GRPO.")
 app.add_typer(trace_app, name="trace", help="Import, synthesise and inspect length traces.")
 app.add_typer(profile_app, name="profile", help="Inspect calibrated profiles (profile show).")

@@ -173,8 +173,8 @@ def test_a_run_too_large_for_memory_is_one_error_line_and_writes_nothing(tmp_pat
     r = subprocess.run([sys.executable, "-c", code, "simulate", "--synthetic", "math-16k",
                         "--prompts", "10000000", "--steps", "20", "--policy", "sync", "--out",
                         str(out)], cwd=tmp_path, capture_output=True, text=True,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-                            "OPENBLAS_NUM_THREADS": "1"})
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip() == ("error: out of memory: the run needs more than this machine has "
                                 "(give fewer samples: --prompts, --steps, a smaller trace)")

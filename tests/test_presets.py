@@ -194,9 +194,10 @@ def test_moe_closed_form_equals_the_step_sum(name):
 
 
 def test_a_vanishing_kv_term_beside_a_compute_term_is_compute_bound_throughout():
-    # a fitted KV term of 1.4e-45 s/token (a float32 denormal, as in tests/fixtures/cpu-profile.json)
-    # with a compute term: the step where memory would win is ~1e45, and finding it stepped j by
-    # one from there forever (simulate hung; found by a fuzz of profile files)
+    # a fitted KV term of 1.4e-45 s/token (a float32 denormal, as in
+    # tests/fixtures/cpu-profile.json) with a compute term: the step where memory would win is
+    # ~1e45, and finding it stepped j by one from there forever (simulate hung; found by a fuzz
+    # of profile files)
     c = CostModel(t_fix=0.001, a0=0.0, a1=1.4e-45, c1=2.0, s1=0.0, p1=0.0, p2=0.0,
                   train_per_token=0.0, train_fix=0.0, sync_s=0.0)
     for batch, kv0, steps in ((1, 0, 50), (32, 3000, 200)):
@@ -238,8 +239,9 @@ def test_a_cluster_past_any_real_one_is_one_error_line_not_a_hang(tmp_path, fiel
     f = tmp_path / "c.json"
     f.write_text("{" + fields + "}")
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "8", "--group-size", "4",
-                                 "--steps", "2", "--policy", "sync", "--cluster", str(f), "--out", str(out)])
+    r = CliRunner().invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "8",
+                                 "--group-size", "4", "--steps", "2", "--policy", "sync",
+                                 "--cluster", str(f), "--out", str(out)])
     assert r.exit_code == 2 and not out.exists()
     assert r.stderr.strip().splitlines() == ["error: " + message.format(f=f)]
 

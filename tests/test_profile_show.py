@@ -89,8 +89,8 @@ def test_a_hand_edited_record_is_one_error_line_naming_its_field(tmp_path):
     # a fuzz of profile files: each of these was an AttributeError, KeyError or TypeError traceback
     good = json.loads((FIX / "cpu-profile.json").read_text())
     cases = [({"engine_config": 1.5}, "field 'cluster', 'engine_config' or 'sources' is not as "
-                                      "`sortedrl calibrate` writes it (AttributeError: 'float' object "
-                                      "has no attribute 'get')"),
+                                      "`sortedrl calibrate` writes it (AttributeError: 'float' "
+                                      "object has no attribute 'get')"),
              ({"fit": 2}, "field 'fit': expected an object, got 2"),
              ({"fit": {**good["fit"], "engine": {"files": [{}]}}},
               "field 'fit.engine' is not as `sortedrl calibrate` writes it (KeyError: 'path')"),
@@ -110,7 +110,8 @@ def test_an_infinite_kv_budget_is_one_error_line(tmp_path):
     bad.write_text(json.dumps({**good, "engine_config": {"max_num_seqs": 32,
                                                           "kv_budget_tokens": float("inf")}}))
     r = runner.invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "8", "--steps", "2",
-                            "--cluster", str(bad), "--policy", "sync", "--out", str(tmp_path / "run")])
+                            "--cluster", str(bad), "--policy", "sync",
+                            "--out", str(tmp_path / "run")])
     assert r.exit_code == 2 and not (tmp_path / "run").exists()
     assert r.output == (f"error: {bad}: field 'engine_config': needs integer max_num_seqs and "
                         "kv_budget_tokens\n")

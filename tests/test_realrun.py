@@ -272,7 +272,8 @@ def test_a_model_config_transformers_refuses_is_one_error_line(tiny_model, tmp_p
     r = runner.invoke(app, ["run", "--model", str(bad), "--policy", "sync", "--steps", "1",
                             "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr.startswith(f"error: --model {bad}/tokenizer.json: transformers cannot load it (")
+    assert r.stderr.startswith(f"error: --model {bad}/tokenizer.json: transformers cannot load "
+                               "it (")
 
 
 # -- the user's own task -----------------------------------------------------------------------

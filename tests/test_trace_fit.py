@@ -180,5 +180,6 @@ def test_a_non_finite_wandb_cell_is_not_logged_and_a_non_finite_step_is_an_error
     csv.write_text('"Step","r - response_length/mean"\n1,900\n2,inf\n3,nan\n4,1000\n')
     assert drift_from_wandb(csv)["drift"] == pytest.approx(math.log(1000 / 900) / 3, rel=1e-12)
     csv.write_text('"Step","r - response_length/mean"\n1,900\nnan,950\n3,1000\n')
-    with pytest.raises(TraceError, match=r"w.csv: line 3: column 'Step': 'nan' is not a finite number$"):
+    with pytest.raises(TraceError,
+                       match=r"w.csv: line 3: column 'Step': 'nan' is not a finite number$"):
         drift_from_wandb(csv)

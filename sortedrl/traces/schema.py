@@ -33,6 +33,7 @@ REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
 OPTIONAL = ("step", "reward", "finish_reason")
 COLUMNS = REQUIRED + OPTIONAL
 MAX_SAMPLES = 2**31 - 1  # a timeline names a sample with a 32-bit id
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def check_samples(prompts: int, group_size: int, steps: int) -> None:
@@ -43,7 +44,6 @@ def check_samples(prompts: int, group_size: int, steps: int) -> None:
         raise TraceError(f"{prompts:,} prompts x {group_size:,} samples x {steps:,} steps = "
                          f"{total:,} samples: a run holds at most {MAX_SAMPLES:,} (a timeline's "
                          "sample ids are 32-bit)")
-_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 @dataclass(frozen=True)

@@ -214,6 +214,7 @@ def _floats(raw: Any, at: Callable[[int, str], str]) -> np.ndarray:
         j = int(bad[0])
         v = float(arr[j])
         what = "negative" if v < 0 else "not finite" if not np.isfinite(v) else (
-            f"above {MAX_TOOL_S:g} s (no tool call takes decades; the simulated clock would overflow)")
+            f"above {MAX_TOOL_S:g} s (no tool call takes decades; the simulated clock would "
+            "overflow)")
         raise TraceError(at(j, col) + f": {v!r} is {what}")
     return arr
