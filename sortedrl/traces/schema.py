@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.timeline_columns import INT32_MAX
 from sortedrl.traces import turns as _turns
 from sortedrl.traces.turns import TURN_COLUMNS
 
 REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
 OPTIONAL = ("step", "reward", "finish_reason")
 COLUMNS = REQUIRED + OPTIONAL
-MAX_SAMPLES = 2**31 - 1  # a timeline names a sample with a 32-bit id
+MAX_SAMPLES = INT32_MAX  # a timeline names a sample with a 32-bit id (its int32 columns)
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
