@@ -5,6 +5,7 @@ state round-trip exactly, and a policy whose state is not plain data gets one cl
 from __future__ import annotations
 
 import json
+from array import array
 from collections import deque
 
 import numpy as np
@@ -15,7 +16,14 @@ from hypothesis import strategies as st
 from sortedrl.errors import ConfigError
 from sortedrl.policies.base import SampleState
 from sortedrl.policies.registry import make_policy
-from sortedrl.realrun.checkpoint import decode, encode, policy_state, restore_policy
+from sortedrl.realrun.checkpoint import (
+    assign,
+    check_state,
+    decode,
+    encode,
+    policy_state,
+    restore_policy,
+)
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -77,4 +85,132 @@ def test_checkpoint_knobs_must_match_the_run():
     trace = make_trace([5, 9, 2, 14], group_size=2)
     saved = json.loads(json.dumps(policy_state(make_policy("sync", ["minibatches=2"], trace))))
     with pytest.raises(ConfigError, match="the checkpoint's policy knobs"):
+        restore_policy(make_policy("sync", [], trace), saved, "ckpt")
+
+
+# -- a checkpoint from elsewhere is data to check before anything is touched --------------------
+
+LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
+
+
+def _state() -> dict:
+    """A checkpoint's fields as `realrun.run._checkpoint` writes them (a small run's values)."""
+    return {"policy": {"params": {"minibatches": 1}, "state": {}},
+            "optimizer": {"param_groups": [{"lr": 1e-3}], "slots": {"0": ["exp_avg"]}},
+            "public": {"version": 1}, "settled": 8, "rollout_on": True, "engine_version": 1,
+            "backend": {"reward": {"0": 1.0}, "kept": [[]] * 4}, "admitted": [4, 5],
+            "clock": 3.5, "offsets": {"timeline.jsonl": 10, "metrics.jsonl": 0,
+                                      "trace.partial.jsonl": 4},
+            "train": (1.0, 0, [0, 1, 2, 3], 40, 2.0)}
+
+
+def _logs(tmp_path) -> dict:
+    for name in LOGS:
+        (tmp_path / name).write_text("x" * 10)
+    return {name: tmp_path / name for name in LOGS}
+
+
+def test_a_checkpoint_as_the_run_wrote_it_passes(tmp_path):
+    state = _state()
+    assert check_state(state, tmp_path / "state.json", _logs(tmp_path)) is state
+
+
+BAD = [  # (change, the error's text after "state.json: ")
+    (lambda s: s.pop("offsets"), "field 'offsets' is missing"),
+    (lambda s: s["offsets"].update({"/home/someone/.bashrc": 0}),
+     "field 'offsets': '/home/someone/.bashrc' is not one of the run's logs (timeline.jsonl, "
+     "metrics.jsonl, trace.partial.jsonl)"),
+    (lambda s: s.update(offsets={"../../x": 0, "metrics.jsonl": 0, "trace.partial.jsonl": 0}),
+     "field 'offsets': '../../x' is not one of the run's logs (timeline.jsonl, metrics.jsonl, "
+     "trace.partial.jsonl)"),
+    (lambda s: s["offsets"].pop("trace.partial.jsonl"),
+     "field 'offsets': the offset of trace.partial.jsonl is missing"),
+    (lambda s: s["offsets"].update({"metrics.jsonl": -1}),
+     "field 'offsets': metrics.jsonl at -1, expected an integer from 0 to its size, 10"),
+    (lambda s: s["offsets"].update({"metrics.jsonl": 11}),
+     "field 'offsets': metrics.jsonl at 11, expected an integer from 0 to its size, 10"),
+    (lambda s: s["offsets"].update({"metrics.jsonl": 2.0}),
+     "field 'offsets': metrics.jsonl at 2.0, expected an integer from 0 to its size, 10"),
+    (lambda s: s.update(clock=float("nan")), "field 'clock': expected a number >= 0, got nan"),
+    (lambda s: s.update(clock="3"), "field 'clock': expected a number >= 0, got '3'"),
+    (lambda s: s.update(engine_version=True), "field 'engine_version': expected an integer >= 0, got True"),
+    (lambda s: s.update(admitted=[1, -2]), "field 'admitted': expected a list of sample indices, got [1, -2]"),
+    (lambda s: s.update(train=(1.0, 0, [0], 40)),
+     "field 'train': expected [t0, version, samples, tokens, t1], got (1.0, 0, [0], 40)"),
+    (lambda s: s.update(policy={"state": {}}),
+     "field 'policy': expected an object with 'params' and 'state', got {'state': {}}"),
+    (lambda s: s["optimizer"].update(slots={"0": [1]}),
+     "field 'optimizer': expected an object with 'param_groups' and 'slots', got "),
+    (lambda s: s["backend"].update(reward=[1.0]),
+     "field 'backend': expected an object with 'reward' an object, got "),
+    (lambda s: s.update(rollout_on=1), "field 'rollout_on': expected true or false, got 1"),
+]
+
+
+@pytest.mark.parametrize("change, error", BAD)
+def test_a_checkpoint_not_as_the_run_wrote_it_is_one_error(tmp_path, change, error):
+    state = _state()
+    change(state)
+    with pytest.raises(ConfigError) as e:
+        check_state(state, tmp_path / "state.json", _logs(tmp_path))
+    assert str(e.value).startswith(f"{tmp_path / 'state.json'}: {error}")
+
+
+def test_a_missing_log_is_one_error(tmp_path):
+    logs = _logs(tmp_path)
+    logs["metrics.jsonl"].unlink()
+    with pytest.raises(ConfigError, match="field 'offsets': the run's log .*metrics.jsonl is missing"):
+        check_state(_state(), tmp_path / "state.json", logs)
+
+
+class _Helper:
+    def __init__(self) -> None:
+        self.kept = [[], [], []]
+        self.code = array("i", [0, 0])
+        self.version = 0
+        self.queue: list[int] = []
+        self.later = None
+
+    def method(self) -> None:
+        pass
+
+    @property
+    def size(self) -> int:
+        return 3
+
+
+@pytest.mark.parametrize("attrs, error", [
+    ({"__class__": 1}, "'__class__' is not a data attribute of the _Helper to restore"),
+    ({"method": 1}, "'method' is not a data attribute of the _Helper to restore"),
+    ({"size": 1}, "'size' is not a data attribute of the _Helper to restore"),
+    ({"not an identifier": 1}, "'not an identifier' is not a data attribute of the _Helper to restore"),
+    ({"other": 1}, "field 'other': not part of this run's state"),
+    ({"kept": [[], []]}, "field 'kept': expected 3 entries, got 2"),
+    ({"kept": "abc"}, "field 'kept': expected a list, got a str"),
+    ({"code": array("d", [0.0, 0.0])},
+     "field 'code': expected an array of typecode 'i', got an array of typecode 'd'"),
+    ({"version": True}, "field 'version': expected an int, got a bool"),
+])
+def test_restored_state_must_have_the_runs_names_types_and_lengths(attrs, error):
+    target = _Helper()
+    with pytest.raises(ConfigError) as e:
+        assign(target, attrs, "ckpt", same_shape=True)
+    assert str(e.value) == f"ckpt: {error}"
+    assert vars(target) == vars(_Helper())  # nothing half-restored by the refused field
+
+
+def test_restored_state_of_the_runs_shapes_is_set():
+    target = _Helper()
+    assign(target, {"kept": [[1], [], [2]], "version": 3, "queue": [5, 6, 7, 8],
+                    "later": {"a": 1}, "code": array("i", [4, 5])}, "ckpt", same_shape=True)
+    assert target.kept == [[1], [], [2]] and target.version == 3 and target.queue == [5, 6, 7, 8]
+    assert target.later == {"a": 1} and target.code == array("i", [4, 5])
+
+
+def test_a_policy_state_cannot_replace_its_methods():
+    trace = make_trace([5, 9, 2, 14], group_size=2)
+    policy = make_policy("sync", [], trace)
+    saved = json.loads(json.dumps(policy_state(policy)))
+    saved["state"]["on_event"] = 1
+    with pytest.raises(ConfigError, match="'on_event' is not a data attribute of the SyncPolicy"):
         restore_policy(make_policy("sync", [], trace), saved, "ckpt")

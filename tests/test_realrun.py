@@ -182,6 +182,35 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tiny_model, tmp_path):
     assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
 
 
+def test_resume_of_a_checkpoint_that_names_another_file_touches_nothing(tiny_model, tmp_path):
+    """A run directory may come from someone else: a checkpoint whose log offsets name a file
+    outside the run (a resume cuts each log back to its offset) is one error, before anything
+    is written, and that file is untouched."""
+    from sortedrl.policies.base import params_dict
+    from sortedrl.policies.registry import BUILTIN
+    from sortedrl.realrun.checkpoint import write_state
+    from sortedrl.realrun.run import LOGS
+
+    victim = tmp_path / "notes.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "run"
+    (out / "checkpoint").mkdir(parents=True)
+    for name in LOGS:
+        (out / name).write_text("")
+    write_state(out / "checkpoint", {
+        "policy": {"params": params_dict(BUILTIN["sync"].Params()), "state": {}}, "optimizer": {"param_groups": [], "slots": {}},
+        "public": {}, "settled": 0, "rollout_on": True, "engine_version": 0, "backend": {},
+        "admitted": [], "clock": 0.0, "offsets": {**dict.fromkeys(LOGS, 0), str(victim): 0},
+        "train": (0.0, 0, [], 0, 0.0)})
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    r = run(tiny_model, out, "--policy", "sync", "--steps", "2", "--resume")
+    assert r.exit_code == 2, r.output
+    assert r.output == (f"error: {out / 'checkpoint' / 'state.json'}: field 'offsets': "
+                        f"'{victim}' is not one of the run's logs ({', '.join(LOGS)})\n")
+    assert victim.read_text() == "keep me\n"
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 def test_grader_reads_the_tiny_models_words(tiny_model):
     """The tiny tokenizer has no spaces: ``decode`` would give '1379', which never equals the
     answer '1 3 7 9' (every reward was 0 until the grader joined the words)."""

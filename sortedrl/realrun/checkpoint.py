@@ -19,8 +19,10 @@ engine) when there was a push.
 from __future__ import annotations
 
 import json
+import math
 from array import array
 from collections import deque
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 
@@ -128,16 +130,141 @@ def restore_policy(policy, saved: dict, where: Path) -> None:
         assign(policy, state, where)
 
 
-def assign(target: object, attrs: dict, where: Path | str) -> None:
-    """Set ``attrs`` on ``target``; a helper object's attributes go into the one it holds."""
+def assign(target: object, attrs: dict, where: Path | str, same_shape: bool = False) -> None:
+    """Set ``attrs`` on ``target``; a helper object's attributes go into the one it holds.
+
+    A name that is not a plain attribute (a dunder, or a method or property of the class) is
+    refused: a checkpoint holds data, and data must not replace code. ``same_shape``: ``target``
+    was built by this run with every attribute the checkpoint restores (the controller's and
+    the backend's state), so each value must be one the run already holds: same type, and the
+    same length where the run's is a per-sample or per-engine sequence (non-empty)."""
     for name, value in attrs.items():
+        _check_name(target, name, where)
         if isinstance(value, Attrs):
             helper = getattr(target, name, None)
             if helper is None or not hasattr(helper, "__dict__"):
                 raise ConfigError(f"{where}: the policy has no helper object {name!r} to restore")
             assign(helper, value, where)
-        else:
-            setattr(target, name, value)
+            continue
+        if same_shape:
+            _check_like(getattr(target, name, _MISSING), value, name, where)
+        setattr(target, name, value)
+
+
+_MISSING = object()
+_SEQUENCES = (list, array, bytearray, np.ndarray)
+
+
+def _check_name(target: object, name: object, where: Path | str) -> None:
+    found = getattr(type(target), name, None) if isinstance(name, str) else None
+    if (not isinstance(name, str) or not name.isidentifier() or name.startswith("__")
+            or callable(found) or isinstance(found, property)):
+        raise ConfigError(f"{where}: {name!r} is not a data attribute of the "
+                          f"{type(target).__name__} to restore")
+
+
+def _check_like(current: object, value: object, name: str, where: Path | str) -> None:
+    """``value`` may replace ``current``: see :func:`assign`'s ``same_shape``."""
+    if current is _MISSING:
+        raise ConfigError(f"{where}: field {name!r}: not part of this run's state")
+    if current is None or value is None:
+        return
+    numbers = (int, float)
+    same = (type(value) is type(current) or (isinstance(value, numbers)
+            and isinstance(current, numbers) and not isinstance(value, bool)
+            and not isinstance(current, bool)))
+    if same and isinstance(current, array):
+        same = value.typecode == current.typecode
+    if same and isinstance(current, np.ndarray):
+        same = value.dtype == current.dtype
+    if not same:
+        raise ConfigError(f"{where}: field {name!r}: expected {_kind(current)}, got {_kind(value)}")
+    if isinstance(current, _SEQUENCES) and len(current) and len(value) != len(current):
+        raise ConfigError(f"{where}: field {name!r}: expected {len(current)} entries, "
+                          f"got {len(value)}")
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, array):
+        return f"an array of typecode {value.typecode!r}"
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype}"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+# -- the checkpoint's own fields ----------------------------------------------------------------
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _ids(v) -> bool:
+    return isinstance(v, list) and all(map(_count, v))
+
+
+# field -> (what it must be, in words; the check)
+_FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "policy": ("an object with 'params' and 'state'",
+               lambda v: isinstance(v, dict) and isinstance(v.get("params"), dict) and "state" in v),
+    "optimizer": ("an object with 'param_groups' and 'slots'",
+                  lambda v: isinstance(v, dict) and isinstance(v.get("param_groups"), list)
+                  and isinstance(v.get("slots"), dict)
+                  and all(isinstance(k, str) and isinstance(s, list) and all(isinstance(x, str) for x in s)
+                          for k, s in v["slots"].items())),
+    "public": ("an object", lambda v: isinstance(v, dict)),
+    "backend": ("an object with 'reward' an object",
+                lambda v: isinstance(v, dict) and isinstance(v.get("reward", {}), dict)),
+    "settled": ("an integer >= 0", _count),
+    "rollout_on": ("true or false", lambda v: isinstance(v, bool)),
+    "engine_version": ("an integer >= 0", _count),
+    "admitted": ("a list of sample indices", _ids),
+    "clock": ("a number >= 0", _number),
+    "offsets": ("an object", lambda v: isinstance(v, dict)),
+    "train": ("[t0, version, samples, tokens, t1]",
+              lambda v: isinstance(v, (list, tuple)) and len(v) == 5 and _number(v[0])
+              and _count(v[1]) and _ids(v[2]) and _count(v[3]) and _number(v[4])),
+}
+
+
+def check_state(state: object, where: Path, logs: dict[str, Path]) -> dict:
+    """Refuse a checkpoint that is not as the run wrote it, before anything is touched.
+
+    ``logs``: the run's log files by name; the checkpoint's ``offsets`` must name exactly these,
+    each at most the file's size (a resume cuts each log back to its offset, so a name of any
+    other file, or a path, would cut that file)."""
+    if not isinstance(state, dict):
+        raise ConfigError(f"{where}: not a checkpoint (expected an object)")
+    for key, (what, ok) in _FIELDS.items():
+        if key not in state:
+            raise ConfigError(f"{where}: field {key!r} is missing")
+        if not ok(state[key]):
+            raise ConfigError(f"{where}: field {key!r}: expected {what}, got {_short(state[key])}")
+    offsets = state["offsets"]
+    unknown = sorted((k for k in offsets if k not in logs), key=repr)
+    if unknown:
+        raise ConfigError(f"{where}: field 'offsets': {_short(unknown[0])} is not one of the run's "
+                          f"logs ({', '.join(logs)})")
+    for name in logs:
+        if name not in offsets:
+            raise ConfigError(f"{where}: field 'offsets': the offset of {name} is missing")
+    for name, path in logs.items():
+        size = path.stat().st_size if path.is_file() else None
+        if size is None:
+            raise ConfigError(f"{where}: field 'offsets': the run's log {path} is missing")
+        if not _count(offsets[name]) or offsets[name] > size:
+            raise ConfigError(f"{where}: field 'offsets': {name} at {_short(offsets[name])}, "
+                              f"expected an integer from 0 to its size, {size}")
+    return state
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # -- files --------------------------------------------------------------------------------------

@@ -156,7 +156,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:
-        state = ckpt_io.read_state(ckpt)
+        state = ckpt_io.check_state(ckpt_io.read_state(ckpt), ckpt / ckpt_io.STATE,
+                                    {name: out / name for name in LOGS})
         ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:
@@ -347,14 +348,14 @@ def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> N
         backend.restore_weights(weights, state["engine_version"])
     backend.state.version = state["engine_version"]
     engines = controller.s.engines
-    ckpt_io.assign(controller.s, state["public"], ckpt)
+    ckpt_io.assign(controller.s, state["public"], ckpt / ckpt_io.STATE, same_shape=True)
     controller.s.engines = engines
     controller.settled, controller.rollout_on = state["settled"], state["rollout_on"]
     for k, v in state["backend"].items():
         if k == "reward":
             backend.reward.update(v)  # the controller reads rewards through this very dict
         else:
-            ckpt_io.assign(backend, {k: v}, ckpt)
+            ckpt_io.assign(backend, {k: v}, ckpt / ckpt_io.STATE, same_shape=True)
     backend.state._kept = backend.kept
     backend.enabled = state["rollout_on"]
     backend.ctl = controller
