@@ -29,6 +29,7 @@ from sortedrl.cli_common import (
     SYNTHETIC,
     TIMELINE,
     TRACE,
+    WORKERS,
     OneLineUsageErrors,
     err,
     input_files,
@@ -45,6 +46,7 @@ from sortedrl.compare import gpu_split
 from sortedrl.export_commands import register as register_export
 from sortedrl.forecast_commands import register as register_forecast
 from sortedrl.outputs import Outputs, write_json
+from sortedrl.parallel import check_workers
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
 from sortedrl.progress import Phases
@@ -155,6 +157,7 @@ def compare(
     out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE-CLUSTER)"),
     timeline: str = TIMELINE,
     force: bool = FORCE,
+    workers: int = WORKERS,
     wide: bool = typer.Option(False, "--wide", help="print every field, a metric per row (not fitted)"),
     as_json: bool = typer.Option(False, "--json", help="print only the list of summaries"),
 ) -> None:
@@ -169,6 +172,7 @@ def compare(
     )
 
     check_regen(regen)
+    check_workers(workers)
     tl_name = timeline_file.file_name(timeline)
     specs = parse_specs(policies, sets)
     cl = load_cluster(cluster)
@@ -181,7 +185,8 @@ def compare(
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
-        results = run_compare(tr, specs, cl, seed=seed, progress=progress, regen=regen)
+        results = run_compare(tr, specs, cl, seed=seed, progress=progress, regen=regen,
+                              workers=workers)
         summaries = [{"label": spec.label, **r.summary} for spec, r in results]
         files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
         for spec, r in results:

@@ -219,5 +219,7 @@ STEPS = typer.Option(4, "--steps", help="synthetic or trace model: training step
 TIMELINE = typer.Option("npz", "--timeline", help="timeline file format: npz (columnar, fast, the "
                         "default) or jsonl (text, 267 bytes a sample); docs/metrics.md")
 FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")
+WORKERS = typer.Option(1, "--workers", help="simulations at once, in local processes (the same "
+                       "results; each holds a whole run in memory)")
 REGEN = typer.Option("resample", "--regen", help="length of a regenerated attempt: resample (a fresh "
                      "draw for its prompt, docs/metrics.md) or same (repeat the recorded length)")

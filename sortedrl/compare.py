@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import OutputError, check_label
+from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
@@ -115,10 +116,26 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
     return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu"
 
 
+def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
+    """One policy's run, in a worker process (:mod:`sortedrl.parallel`)."""
+    trace, cluster, seed, regen = shared
+    policy = make_policy(spec.name, list(spec.sets), trace)
+    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed, regen=regen)
+
+
 def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: int = 0,
                 progress: Callable[[int], None] | None = None, regen: str = "resample",
-                ) -> list[tuple[PolicySpec, SimResult]]:
+                workers: int = 1) -> list[tuple[PolicySpec, SimResult]]:
+    """Simulate each policy on the trace and cluster, in order; ``workers`` > 1 runs them in
+    that many processes at once (the same results)."""
     policies = [make_policy(s.name, list(s.sets), trace) for s in specs]  # all knobs checked first
+    if workers > 1 and len(specs) > 1:
+        if hasattr(progress, "phase"):
+            progress.phase(f"simulating {len(specs)} policies in {min(workers, len(specs))} "
+                           "processes", total=len(specs))
+        results = run_jobs(_simulate_spec, (trace, cluster, seed, regen), specs, workers,
+                           done=None if progress is None else lambda: progress(1))
+        return list(zip(specs, results, strict=True))
     out = []
     for k, (spec, policy) in enumerate(zip(specs, policies, strict=True)):
         if hasattr(progress, "phase"):

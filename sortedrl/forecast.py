@@ -22,6 +22,7 @@ import numpy as np
 
 from sortedrl.compare import PolicySpec, cluster_for
 from sortedrl.metrics import union_length
+from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
@@ -75,29 +76,35 @@ def time_parts(result: SimResult) -> dict[str, float]:
             "idle_s": max(0.0, float(s["makespan_s"]) - busy)}
 
 
-def forecast_one(source: RunSource, spec: PolicySpec, cluster: Cluster, seeds: list[int],
-                 gpu_hour_price: float,
-                 progress: Callable[[int], None] | None = None) -> dict:
-    """Simulate one policy on one cluster under each seed and summarise the run."""
-    walls, steps, parts, summaries = [], [], [], []
-    for seed in seeds:
-        trace = source.draw(seed)
-        policy = make_policy(spec.name, list(spec.sets), trace)
-        ran_on = cluster_for(policy.placements, cluster)
-        result = simulate(trace, policy, ran_on, seed=seed, progress=progress)
-        walls.append(float(result.summary["makespan_s"]))
-        steps.append(step_times(result.timeline))
-        parts.append(time_parts(result))
-        summaries.append(result.summary)
+def _draw(shared: tuple, job: tuple) -> tuple:
+    """Simulate one draw of the run: (cluster it ran on, wall s, step times, time parts,
+    summary). In a worker process (:mod:`sortedrl.parallel`) ``progress`` is None."""
+    source, progress = shared
+    spec, cluster, seed = job
+    trace = source.draw(seed)
+    policy = make_policy(spec.name, list(spec.sets), trace)
+    ran_on = cluster_for(policy.placements, cluster)
+    result = simulate(trace, policy, ran_on, seed=seed, progress=progress)
+    return (ran_on, float(result.summary["makespan_s"]), step_times(result.timeline),
+            time_parts(result), result.summary)
+
+
+def forecast_one(spec: PolicySpec, draws: list[tuple], gpu_hour_price: float) -> dict:
+    """One policy on one cluster: the forecast from its draws (one per seed, see :func:`_draw`)."""
+    ran_on = draws[-1][0]
+    walls = [d[1] for d in draws]
+    steps = [d[2] for d in draws]
+    parts = [d[3] for d in draws]
+    summaries = [d[4] for d in draws]
     wall = math.fsum(walls) / len(walls)
     pooled = np.concatenate(steps) if steps else np.zeros(1)
     gpu_hours = ran_on.gpus * wall / 3600.0
     out = {
         "policy": spec.label, "name": spec.name, "cluster": ran_on.name,
-        "placement": ran_on.placement, "gpus": ran_on.gpus, "seeds": len(seeds),
+        "placement": ran_on.placement, "gpus": ran_on.gpus, "seeds": len(draws),
         "wall_s": wall, "wall_s_low": min(walls), "wall_s_high": max(walls),
         "wall_h": wall / 3600.0, "gpu_hours": gpu_hours, "cost": gpu_hours * gpu_hour_price,
-        "updates": int(pooled.size // len(seeds)),
+        "updates": int(pooled.size // len(draws)),
         "step_s_p50": float(np.percentile(pooled, 50)),
         "step_s_p90": float(np.percentile(pooled, 90)),
         "step_s_max": float(pooled.max()),
@@ -113,8 +120,16 @@ def forecast_one(source: RunSource, spec: PolicySpec, cluster: Cluster, seeds: l
 
 def run_forecast(source: RunSource, specs: list[PolicySpec], clusters: list[Cluster],
                  seeds: int = 3, base_seed: int = 0, gpu_hour_price: float = 0.0,
-                 progress: Callable[[int], None] | None = None) -> list[dict]:
-    """One forecast per (cluster, policy), clusters in the order given."""
+                 progress: Callable[[int], None] | None = None, workers: int = 1) -> list[dict]:
+    """One forecast per (cluster, policy), clusters in the order given; ``workers`` > 1
+    simulates that many draws at once, in processes (the same forecasts)."""
     chosen = source.seeds(seeds, base_seed)
-    return [forecast_one(source, spec, cluster, chosen, gpu_hour_price, progress)
-            for cluster in clusters for spec in specs]
+    jobs = [(spec, cluster, seed) for cluster in clusters for spec in specs for seed in chosen]
+    if workers > 1 and len(jobs) > 1:
+        done = None if progress is None else lambda: progress(source.samples_per_run())
+        draws = run_jobs(_draw, (source, None), jobs, workers, done)
+    else:
+        draws = run_jobs(_draw, (source, progress), jobs)
+    n = len(chosen)
+    return [forecast_one(jobs[k][0], draws[k:k + n], gpu_hour_price)
+            for k in range(0, len(jobs), n)]

@@ -17,11 +17,13 @@ from sortedrl.cli_common import (
     PROMPTS,
     SEED,
     TRACE,
+    WORKERS,
     LazyProgress,
     user_errors,
 )
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
+from sortedrl.parallel import check_workers
 from sortedrl.tables import Col, render, terminal_width
 
 COLUMNS = (("policy", ""), ("cluster", ""), ("gpus", ""), ("wall_h", "h"), ("wall_s", "s"),
@@ -44,6 +46,7 @@ def forecast(
     gpu_hour_price: float = typer.Option(0.0, "--gpu-hour-price", help="price of one GPU-hour ($)"),
     report: Path = typer.Option(None, "--report", help="also write an HTML report (.html)"),
     force: bool = FORCE,
+    workers: int = WORKERS,
     as_json: bool = typer.Option(False, "--json", help="print only the list of forecasts"),
     wide: bool = typer.Option(False, "--wide", help="print every column, however wide"),
 ) -> None:
@@ -58,6 +61,7 @@ def forecast(
         raise ConfigError("give --trace FILE or --trace-model MODEL.json")
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    check_workers(workers)
     if gpu_hour_price < 0 or gpu_hour_price != gpu_hour_price:
         raise ConfigError(f"--gpu-hour-price must be >= 0, got {gpu_hour_price}")
     if report is not None and report.suffix.lower() != ".html":
@@ -77,7 +81,8 @@ def forecast(
     runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
     bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")
     try:
-        results = run_forecast(source, specs, cls, seeds, seed, gpu_hour_price, progress=bar)
+        results = run_forecast(source, specs, cls, seeds, seed, gpu_hour_price, progress=bar,
+                               workers=workers)
     finally:
         bar.close()
     if report is not None:

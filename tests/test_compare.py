@@ -75,12 +75,28 @@ def test_labels_and_scoped_knobs(tmp_path):
     assert (part["label"], part["params"]["mode"]) == ("part", "partial")
 
 
+def test_workers_write_the_same_run_directory_byte_for_byte(tmp_path):
+    """--workers N simulates the policies in N processes: the same files, the same table."""
+    runs = {}
+    for workers in ("1", "3"):
+        out = tmp_path / f"w{workers}"
+        r = compare("--trace", str(DATA / "logic-8k.jsonl"), *ALL, "--cluster", "h100-llama3.1-8b-2gpu",
+                    "--out", str(out), "--workers", workers)
+        assert r.exit_code == 0, r.output
+        files = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+        runs[workers] = files, r.stdout.replace(str(out), "OUT")
+    assert runs["1"] == runs["3"]
+    # compare.json, the run marker (.sortedrl-run), and a summary and a timeline a policy
+    assert len(runs["1"][0]) == 2 + 2 * len(BUILTIN)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--policy", "sync", "--set", "minibatches=2"], "--set 'minibatches=2': compare needs LABEL.key=value"),
     (["--policy", "sync", "--set", "nope.minibatches=2"], "no policy labelled 'nope'"),
     (["--policy", "sync", "--policy", "sync"], "label 'sync' is used twice"),
     (["--policy", "sync", "--policy", "bogus"], "unknown policy 'bogus'"),
     (["--policy", "sync", "--set", "sync.minibatches=0"], "minibatches must be >= 1"),
+    (["--policy", "sync", "--workers", "0"], "--workers 0: must be >= 1"),
 ])
 def test_compare_errors(tmp_path, args, message):
     out = tmp_path / "o"

@@ -66,6 +66,18 @@ def test_forecast_is_the_mean_of_its_simulations(model_file) -> None:
     assert out[0]["updates"] == 6  # sync: one update per step
 
 
+def test_workers_give_the_same_forecast(model_file) -> None:
+    """--workers N simulates the draws (policy x cluster x seed) in N processes: the same JSON."""
+    args = ["forecast", "--trace-model", str(model_file), "--steps", "4", "--policy", "sync",
+            "--policy", "sortedrl", "--cluster", "h100-llama3.1-8b", "--cluster",
+            "h100-llama3.1-8b-16gpu", "--seeds", "2", "--json"]
+    one, three = run(args), run([*args, "--workers", "3"])
+    assert one.exit_code == three.exit_code == 0, one.output + three.output
+    assert one.stdout == three.stdout
+    assert [(o["policy"], o["gpus"], o["seeds"]) for o in json.loads(one.stdout)] == [
+        ("sync", 8, 2), ("sortedrl", 8, 2), ("sync", 16, 2), ("sortedrl", 16, 2)]
+
+
 def test_fixed_trace_runs_once(tmp_path) -> None:
     trace = generate(dataclasses.replace(MODEL, prompts_per_step=8), 2, seed=1)
     write_trace(trace, tmp_path / "t.jsonl")
@@ -96,6 +108,7 @@ def test_report_is_written_offline(model_file, tmp_path) -> None:
     (["--gpu-hour-price", "-1"], "--gpu-hour-price must be >= 0"),
     (["--report", "x.png"], "must end in .html"),
     (["--policy", "nosuch"], "nosuch"),
+    (["--workers", "0"], "--workers 0: must be >= 1"),
 ])
 def test_bad_options(model_file, tmp_path, args, message) -> None:
     base = ["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync"]

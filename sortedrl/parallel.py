@@ -1,0 +1,68 @@
+"""Independent simulations at once, in local processes: compare's policies, forecast's runs.
+
+Each simulation is deterministic and independent of the others, so running several in worker
+processes changes only the wall time: the results come back in the order of the jobs, the same
+as one process gives them, byte for byte. What every job shares (the trace, the cluster) reaches
+each worker once, when the pool forks it, not with every job; a job and its result travel by
+pickle. Each worker holds a whole simulation of its own, so memory grows with the workers.
+(``tune`` has its own executors, Ray included: :mod:`sortedrl.tune.executors`.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from sortedrl.errors import ConfigError, SortedRLError
+
+_worker: dict = {}  # in a worker process: the job function and what the jobs share
+
+
+def check_workers(workers: int) -> None:
+    if workers < 1:
+        raise ConfigError(f"--workers {workers}: must be >= 1")
+
+
+def _start(fn: Callable, shared: object) -> None:
+    _worker.update(fn=fn, shared=shared)
+
+
+def _call(job: object) -> object:
+    return _worker["fn"](_worker["shared"], job)
+
+
+def run_jobs(fn: Callable[[object, object], object], shared: object, jobs: Sequence,
+             workers: int = 1, done: Callable[[], None] | None = None) -> list:
+    """``[fn(shared, job) for job in jobs]``, in up to ``workers`` processes when that is more
+    than one; ``done()`` as each job ends. The first job that raises stops the rest (its error
+    is raised here); ``fn`` must be a module-level function (workers find it by name)."""
+    if workers <= 1 or len(jobs) <= 1:
+        out = []
+        for job in jobs:
+            out.append(fn(shared, job))
+            if done is not None:
+                done()
+        return out
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_start,
+                               initargs=(fn, shared))
+    finished = False
+    try:
+        futures = [pool.submit(_call, job) for job in jobs]
+        pending = set(futures)
+        while pending:
+            ended, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for f in ended:
+                f.result()  # raises the job's error, which stops the others (below)
+                if done is not None:
+                    done()
+        finished = True
+        return [f.result() for f in futures]
+    except BrokenProcessPool:
+        raise SortedRLError(f"a worker process died (out of memory?): {len(jobs)} runs in "
+                            f"{min(workers, len(jobs))} processes; try fewer --workers") from None
+    finally:
+        if not finished:  # an error or Ctrl-C: stop the workers now, not after their runs
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,112 @@
+"""Simulations in worker processes (``sortedrl.parallel``): the results of one process, in the
+jobs' order; the first error stops the other workers; a worker that dies is one clear error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.parallel import check_workers, run_jobs
+
+
+def _square_slowly(shared: int, job: int) -> tuple[int, int]:
+    time.sleep(0.02 * (job % 3))  # jobs end out of order
+    return job, shared * job * job
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_results_come_back_in_the_jobs_order(workers):
+    ended = []
+    out = run_jobs(_square_slowly, 3, list(range(7)), workers, done=lambda: ended.append(1))
+    assert out == [(k, 3 * k * k) for k in range(7)]
+    assert len(ended) == 7
+
+
+def _fail_or_wait(pid_dir: str, job: int) -> int:
+    with open(os.path.join(pid_dir, f"{job}.tmp"), "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(os.path.join(pid_dir, f"{job}.tmp"), os.path.join(pid_dir, f"{job}.pid"))
+    if job == 0:
+        while len([n for n in os.listdir(pid_dir) if n.endswith(".pid")]) < 2:  # both started
+            time.sleep(0.01)
+        raise ConfigError("job 0: no such cluster")
+    time.sleep(600)  # stopped by the error, long before this
+    return job
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie is not running
+        return fh.read().split()[2] != "Z"
+
+
+def test_the_first_error_is_raised_and_stops_the_other_workers(tmp_path):
+    with pytest.raises(ConfigError, match="job 0: no such cluster"):
+        run_jobs(_fail_or_wait, str(tmp_path), [0, 1, 2, 3], workers=2)
+    pids = {int(p.read_text()) for p in tmp_path.glob("*.pid")}
+    assert len(pids) == 2 and os.getpid() not in pids  # two workers ran the jobs
+    assert not any(map(_alive, pids))  # both stopped: no job ran its 600 s
+
+
+def _die(shared: None, job: int) -> int:
+    if job == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+    return job
+
+
+def test_a_worker_that_dies_is_one_clear_error():
+    with pytest.raises(SortedRLError, match=r"a worker process died \(out of memory\?\): 3 runs "
+                                            r"in 2 processes; try fewer --workers"):
+        run_jobs(_die, None, [0, 1, 2], workers=2)
+
+
+def test_workers_must_be_at_least_one():
+    check_workers(1)
+    with pytest.raises(ConfigError, match="--workers 0: must be >= 1"):
+        check_workers(0)
+
+
+def _children(pid: int) -> list[int]:
+    tasks = f"/proc/{pid}/task/{pid}/children"
+    with open(tasks) as fh:
+        return [int(x) for x in fh.read().split()]
+
+
+def test_ctrl_c_stops_the_workers_exits_130_and_writes_nothing(tmp_path):
+    """Ctrl-C during `compare --workers 2`: one line, exit 130, no run directory, no worker
+    left running."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "cmp"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sortedrl.cli", "compare", "--synthetic", "math-16k", "--prompts",
+         "1024", "--steps", "20", "--policy", "sync", "--policy", "sortedrl", "--workers", "2",
+         "--out", str(out)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+        # as a terminal's foreground job (a suite started with `&` has SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        workers: list[int] = []
+        deadline = time.monotonic() + 300  # a bound on a hung child only
+        while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            workers = _children(proc.pid)
+        assert len(workers) == 2, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, stdout, stderr) == (130, b"", b"error: interrupted (Ctrl-C)\n")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+    assert not any(map(_alive, workers))
