@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from sortedrl import jsonio
 from sortedrl.cli_common import user_errors
 from sortedrl.errors import ConfigError
 
@@ -54,6 +55,7 @@ def export_cmd(
 
 def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[str], dict, str | None]:
     """(policy, knob strings, cluster changes, base cluster name) from BEST."""
+    from sortedrl.policies.registry import builtin_class
     from sortedrl.tune.space import as_sets, split_cluster
 
     path = Path(best)
@@ -66,7 +68,7 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
     if sets:
         raise ConfigError("--set applies to a policy name, not to a tune.json trial")
     try:
-        result = json.loads(path.read_text(encoding="utf-8"))
+        result = jsonio.loads(path.read_text(encoding="utf-8"))
         trials = result["trials"]
         chosen = _trial_id(result, trial, path)
     except FileNotFoundError:
@@ -75,11 +77,20 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
         raise ConfigError(f"{path}: not a tune.json ({type(e).__name__}: {e})") from None
     if chosen is None:
         raise ConfigError(f"{path}: no feasible trial to export")
-    match = [t for t in trials if t.get("id") == chosen]
+    match = [t for t in trials if isinstance(t, dict) and t.get("id") == chosen]
     if not match:
         raise ConfigError(f"{path}: no trial with id {chosen}")
-    shape, knobs = split_cluster(as_sets(match[0]["params"]))
-    return match[0]["policy"], knobs, shape, result.get("cluster")
+    where = f"{path}: trial {chosen}"
+    policy = match[0].get("policy")
+    builtin_class(policy, where)
+    params = match[0].get("params")
+    if not isinstance(params, dict):
+        raise ConfigError(f"{where}: 'params' is not an object")
+    try:
+        shape, knobs = split_cluster(as_sets(params))
+    except (KeyError, ValueError) as e:
+        raise ConfigError(f"{where}: params {params}: not a cluster field or value ({e})") from None
+    return policy, knobs, shape, result.get("cluster")
 
 
 def _trial_id(result: dict, trial: str | None, path: Path) -> int | None:

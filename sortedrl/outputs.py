@@ -246,11 +246,13 @@ class Outputs:
 
 
 def read_marker(out: Path) -> dict:
-    """The command and options recorded in a run directory, or {} if none."""
+    """The command and options recorded in a run directory, or {} if none (or not as we write
+    it: a marker without a command string is no marker)."""
     try:
-        return json.loads((out / MARKER).read_text())
+        raw = json.loads((out / MARKER).read_text())
     except (OSError, ValueError):
         return {}
+    return raw if isinstance(raw, dict) and isinstance(raw.get("command"), str) else {}
 
 
 def _commit(staged: list[tuple[Path, Path]]) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.timeline_columns import Labels, Ragged, check_meta
 
@@ -259,7 +260,7 @@ class Timeline:
 
     def records(self) -> list[dict]:
         """All records as JSON-ready dicts, ordered by start time (ties: kind, then insertion)."""
-        return [json.loads(line) for line in self.jsonl_lines()]
+        return [jsonio.loads(line) for line in self.jsonl_lines()]
 
     def jsonl_lines(self):
         """The JSONL lines: meta first, then every record by start time (ties: kind, then
@@ -297,7 +298,7 @@ class Timeline:
         with open(path) as f:
             for n, line in enumerate(f, 1):
                 try:
-                    r = json.loads(line)
+                    r = jsonio.loads(line)
                     kind = r["kind"]
                     if kind == "meta":
                         tl.meta = {k: v for k, v in r.items() if k != "kind"}

@@ -15,6 +15,8 @@ from itertools import chain
 
 import numpy as np
 
+from sortedrl.sim.cluster import MAX_GPUS, MAX_NUM_SEQS
+
 
 class Ragged:
     """One list of sample indices per record: ``values[offsets[i]:offsets[i + 1]]``."""
@@ -86,6 +88,9 @@ INT32_MAX = 2**31 - 1
 _META_INTS = {"engines": 1, "max_num_seqs": 1, "tp": 1, "gpus": 0, "trainer_gpus": 0,
               "group_size": 1, "samples_total": 0, "kv_budget": 0, "seed": None}
 _META_UNBOUNDED = ("kv_budget", "seed")
+# a cluster's shape has tighter bounds (sim/cluster.py): a reader loops over engines and lanes
+_META_MOST = {"engines": MAX_GPUS, "gpus": MAX_GPUS, "trainer_gpus": MAX_GPUS, "tp": MAX_GPUS,
+              "max_num_seqs": MAX_NUM_SEQS}
 _META_FLOATS = ("lower_bound_s", "regen_sigma")
 _META_TYPES = {"backend": str, "policy": str, "trace": str, "cluster": str, "placement": str,
                "regen": str, "oracle": bool, "params": dict, "auto_params": dict, "run": dict}
@@ -96,10 +101,12 @@ def check_meta(meta: dict) -> None:
     for key, least in _META_INTS.items():
         v = meta.get(key, 0 if least is None else least)
         bounded = key not in _META_UNBOUNDED
+        most = _META_MOST.get(key, INT32_MAX)
         if (not isinstance(v, int) or isinstance(v, bool) or (least is not None and v < least)
-                or (bounded and v > INT32_MAX)):
+                or (bounded and v > most)):
             at_least = "" if least is None else f" >= {least}"
-            below = " and below 2**31" if bounded else ""
+            below = "" if not bounded else (" and below 2**31" if most == INT32_MAX
+                                            else f" and at most {most:,}")
             raise ValueError(f"field {key!r}: expected an integer{at_least}{below}, got {v!r}")
     for key in _META_FLOATS:
         v = meta.get(key, 0.0)

@@ -24,7 +24,7 @@ import numpy as np
 
 from sortedrl.errors import ConfigError
 from sortedrl.metrics import missing_meta, span_table, summarize, union_length
-from sortedrl.policies.registry import make_policy
+from sortedrl.policies.registry import builtin_class, make_policy
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import Timeline
@@ -145,7 +145,36 @@ def _pct(real: float, sim: float) -> float:
     return abs(sim - real) / real * 100.0 if real > 0 else 0.0
 
 
-def validate(rundir: str | Path, profile: str | Path) -> dict:
+# the run configuration a replay reads (``sortedrl run``'s RunConfig): field -> (type, least)
+_RUN_FIELDS = {"max_num_seqs": (int, 1), "seed": (int, None), "engines": (int, 1),
+               "tool_pool": (int, 1), "placement": (str, None), "sets": (list, None)}
+
+
+def check_run(run: object, where: Path, trust_policy: bool = False) -> dict:
+    """The meta record's ``run`` configuration, checked: a run directory may come from someone
+    else, so its policy is a built-in one unless ``trust_policy`` (a ``module:Class`` policy is
+    imported, which runs its module's code)."""
+    if not isinstance(run, dict) or "policy" not in run:
+        raise ConfigError(f"{where}: the meta record has no 'run' configuration")
+    if "max_num_seqs" not in run:
+        raise ConfigError(f"{where}: field 'run.max_num_seqs' is missing")
+    for key, (typ, least) in _RUN_FIELDS.items():
+        v = run.get(key)
+        if v is not None and (not isinstance(v, typ) or isinstance(v, bool)
+                              or (least is not None and v < least)):
+            kind = {int: "an integer", str: "a string", list: "a list"}[typ]
+            at_least = "" if least is None else f" >= {least}"
+            raise ConfigError(f"{where}: field 'run.{key}': expected {kind}{at_least}, got {v!r}")
+    if not all(isinstance(x, str) for x in run.get("sets") or []):
+        raise ConfigError(f"{where}: field 'run.sets': expected a list of key=value strings")
+    if not trust_policy:
+        builtin_class(run["policy"], f"{where}: field 'run.policy' (pass --trust-policy to import "
+                                     "the run's own policy)")
+    return run
+
+
+def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False) -> dict:
+    """Replay the real run in ``rundir`` on ``profile``'s cluster and compare it, step by step."""
     rundir = Path(rundir)
     tl_path = find_timeline(rundir, "timeline.jsonl")
     for path in (tl_path, rundir / "trace.jsonl"):
@@ -154,9 +183,11 @@ def validate(rundir: str | Path, profile: str | Path) -> dict:
     real_tl = read_timeline(tl_path)
     if why := missing_meta(real_tl.meta):
         raise ConfigError(f"{tl_path}: {why}")
-    run = real_tl.meta.get("run")
-    if not isinstance(run, dict) or "policy" not in run:
-        raise ConfigError(f"{tl_path}: the meta record has no 'run' configuration")
+    run = check_run(real_tl.meta.get("run"), tl_path, trust_policy)
+    spans = real_tl.columns("span")["engine"]
+    engines = real_tl.meta.get("engines", 1)
+    if spans.size and (int(spans.min()) < 0 or int(spans.max()) >= engines):
+        raise ConfigError(f"{tl_path}: a span names an engine outside 0..{engines - 1}")
     trace = read_trace(rundir / "trace.jsonl")
     cluster = run_cluster(load_cluster(str(profile)), real_tl.meta, _ray_terms(profile))
     if trace.turn_offsets is not None and "tool_pool" in run:  # a multi-turn run's sandboxes

@@ -41,6 +41,9 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     (tmp_path / "afile").write_text("a file, not a directory")
+    for name, marker in (("odd-marker", '{"a": 1}'), ("list-marker", "[1]")):  # hand-made
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ".sortedrl-run").write_text(marker)
     (tmp_path / "old.json").write_text("{}")
     (tmp_path / "nan.json").write_text('{"preset": "h100-llama3.1-8b", "mbu": NaN}')
     costs = '"t_fix": 0.002, "a0": %s, "a1": 0, "c1": 0, "p1": 0, "p2": 0, "train_per_token": 1e-6, ' \
@@ -76,6 +79,10 @@ CASES = {
     "trace synth to an unknown format": (["trace", "synth", "logic-8k", "--out", "t.txt"], "unknown trace format"),
     "--out into someone else's directory": ([*SIM, "--out", "mine"], "not empty (files not written by sortedrl)"),
     "--out into a run of another command": ([*CMP, "--out", "run"], "not empty (a `sortedrl simulate` run)"),
+    "--out into a directory whose marker names no command": (
+        [*SIM, "--out", "odd-marker"], "not empty (files not written by sortedrl)"),
+    "--out into a directory whose marker is a list": (
+        [*SIM, "--out", "list-marker"], "not empty (files not written by sortedrl)"),
     "--out is a file": ([*SIM, "--out", "afile"], "exists and is not a directory"),
     "--out under a file": ([*SIM, "--out", "afile/run"], "is a file, not a directory"),
     "--out on a read-only filesystem": ([*SIM, "--out", "/proc/sys/sortedrl-run"], "/proc/sys is not writable"),

@@ -215,3 +215,25 @@ def test_export_of_the_knee(tmp_path) -> None:
     (tmp_path / "tune.json").write_text(json.dumps(tune))
     r = CliRunner().invoke(app, ["export", "verl", str(tmp_path), "--trial", "knee"])
     assert r.exit_code == 2 and "no knee" in r.output
+
+
+@pytest.mark.parametrize("trial, message", [
+    ({"id": 0, "policy": "this:Nope", "params": {}},  # `this` prints the Zen of Python
+     "trial 0: policy 'this:Nope' is not built in, and importing it would run code that a file names"),
+    ({"id": 0, "policy": "nosuch", "params": {}}, "trial 0: unknown policy 'nosuch'"),
+    ({"id": 0, "policy": "sync", "params": {"cluster.bogus": 1}},
+     "trial 0: params {'cluster.bogus': 1}: not a cluster field or value ('bogus')"),
+    ({"id": 0, "policy": "sync", "params": {"cluster.gpus": "x"}},
+     "trial 0: params {'cluster.gpus': 'x'}: not a cluster field or value (invalid literal"),
+    ({"id": 0, "policy": "sync", "params": [1]}, "trial 0: 'params' is not an object"),
+])
+def test_a_tune_json_trial_not_as_tune_wrote_it_is_one_error(tmp_path, trial, message) -> None:
+    """A tune.json may come from someone else: its policy is never imported, and a bad trial is
+    one error line."""
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps({"cluster": "h100-llama3.1-8b", "best": {"overall": 0},
+                                "trials": [trial]}))
+    r = CliRunner().invoke(app, ["export", "verl", str(path)])
+    assert r.exit_code == 2 and "Zen of Python" not in r.output and "Traceback" not in r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {message}"), lines

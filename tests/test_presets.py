@@ -225,6 +225,9 @@ def test_negative_bandwidth_on_the_command_line_is_one_error_line(tmp_path):
 @pytest.mark.parametrize("fields, message", [
     ('"preset": "h100-llama3.1-8b-1gpu-32seq", "gpus": 1099511627776',
      "{f}: field 'gpus': at most 1,048,576, got 1,099,511,627,776"),
+    ('"preset": "h100-llama3.1-8b", "max_num_seqs": 1000000000000, '
+     '"max_num_batched_tokens": 1000000000001',  # the lower bound visited every batch size
+     "{f}: field 'max_num_seqs': at most 65,536, got 1,000,000,000,000"),
     ('"preset": "a100-80g-qwen3-30b-a3b", "offload_s": 1e308',
      "the simulated clock overflowed to infinity: a cost in the cluster (or a tool latency in the "
      "trace) is far too large"),

@@ -402,3 +402,68 @@ def test_validate_names_a_meta_field_its_run_lacks(tmp_path):
     assert (r.exit_code, r.stderr.strip().splitlines()) == (2, [
         f"error: {run / 'timeline.jsonl'}: the timeline's meta record has no 'engines' (every "
         "timeline that `sortedrl simulate` or `sortedrl run` writes has them)"]), r.output
+
+
+def _run_with(tmp_path, meta_change=None, span_engine=None):
+    """The fixture's real run, its timeline's meta (or one span's engine) changed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("trace.jsonl", "summary.json"):
+        (run / name).write_bytes((FIX / "run-sync" / name).read_bytes())
+    lines = (FIX / "run-sync" / "timeline.jsonl").read_text().splitlines(keepends=True)
+    meta = json.loads(lines[0])
+    if meta_change is not None:
+        meta_change(meta)
+    rows = [json.loads(x) for x in lines[1:]]
+    if span_engine is not None:
+        next(r for r in rows if r["kind"] == "span")["engine"] = span_engine
+    (run / "timeline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [meta, *rows]))
+    return run
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["run"].update(policy="this:Nope"),
+     "field 'run.policy' (pass --trust-policy to import the run's own policy): policy 'this:Nope' "
+     "is not built in, and importing it would run code that a file names"),
+    (lambda m: m["run"].update(policy="nosuch"),
+     "field 'run.policy' (pass --trust-policy to import the run's own policy): unknown policy "
+     "'nosuch' (known: sync, sortedrl, partial, tail_batch, async, one_step_off, oracle_sorted)"),
+    (lambda m: m["run"].pop("max_num_seqs"), "field 'run.max_num_seqs' is missing"),
+    (lambda m: m["run"].update(seed="x"), "field 'run.seed': expected an integer, got 'x'"),
+    (lambda m: m["run"].update(sets=5), "field 'run.sets': expected a list, got 5"),
+    (lambda m: m["run"].update(sets=[5]), "field 'run.sets': expected a list of key=value strings"),
+    (lambda m: m["run"].update(max_num_seqs=1e300),
+     "field 'run.max_num_seqs': expected an integer >= 1, got 1e+300"),
+    (lambda m: m.update(engines=2147483647),  # plot drew a lane per engine: a hang
+     "line 1: meta record's field 'engines': expected an integer >= 1 and at most 1,048,576, "
+     "got 2147483647"),
+])
+def test_validate_checks_the_runs_configuration_before_it_replays(tmp_path, change, message):
+    """A run directory may come from someone else: its policy is imported only when asked
+    (`this` would have printed the Zen of Python), and each field is one error line."""
+    run = _run_with(tmp_path, change)
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(FIX / "cpu-profile.json")])
+    assert r.exit_code == 2 and r.stdout == "" and "Zen of Python" not in r.output, r.output
+    assert r.stderr.strip().splitlines() == [f"error: {run / 'timeline.jsonl'}: {message}"]
+    assert not (run / "validate.json").exists()
+
+
+def test_validate_refuses_a_span_on_an_engine_the_run_did_not_have(tmp_path):
+    run = _run_with(tmp_path, span_engine=2147483646)  # metrics looped to it: a hang
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(FIX / "cpu-profile.json")])
+    assert (r.exit_code, r.stderr.strip().splitlines()) == (2, [
+        f"error: {run / 'timeline.jsonl'}: a span names an engine outside 0..0"]), r.output
+
+
+def test_validate_imports_the_runs_own_policy_when_trusted(tmp_path, monkeypatch):
+    (tmp_path / "my_rl_policies.py").write_text(
+        "from sortedrl.policies.sync import SyncPolicy\n\nclass Mine(SyncPolicy):\n"
+        "    name = 'mine'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = _run_with(tmp_path, lambda m: m["run"].update(policy="my_rl_policies:Mine"))
+    args = ["validate", str(run), "--profile", str(FIX / "cpu-profile.json"), "--json"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "--trust-policy" in refused.stderr
+    r = runner.invoke(app, [*args, "--trust-policy"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["policy"] == "my_rl_policies:Mine"

@@ -24,9 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
 
 VERSION_KEYS = ("vllm_version", "engine_version", "version")
+MAX_TOKENS = 2**31 - 1  # a request's prompt or output tokens (the fit holds them as int64 sums)
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def read_bench(path: str | Path) -> BenchRun:
     """Parse and check one benchmark JSON; every problem is one line naming the file and field."""
     where = str(path)
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = jsonio.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(f"{where}: benchmark file not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -97,8 +100,8 @@ def _number(raw: dict, key: str, where: str) -> float:
     v = raw.get(key)
     if v is None:
         raise ConfigError(f"{where}: field {key!r}: missing")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ConfigError(f"{where}: field {key!r}: expected a number, got {v!r}")
+    if not finite(v):
+        raise ConfigError(f"{where}: field {key!r}: expected a number, got {_short(v)}")
     return float(v)
 
 
@@ -112,8 +115,9 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
     ins, outs = raw["input_lens"], raw["output_lens"]
     for key, vals in (("input_lens", ins), ("output_lens", outs)):
         for i, v in enumerate(vals):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ConfigError(f"{where}: field {key!r}: entry {i}: expected a token count >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKENS:
+                raise ConfigError(f"{where}: field {key!r}: entry {i}: expected a token count from 0 "
+                                  f"to {MAX_TOKENS:,}, got {_short(v)}")
     errors = raw.get("errors") if lists["errors"] else None
     keep = [i for i in range(n) if outs[i] > 0 and not (errors and errors[i])]
     ttfts = _floats(raw, "ttfts", where, keep) if lists["ttfts"] else None
@@ -150,12 +154,16 @@ def _floats(raw: dict, key: str, where: str, keep: list[int]) -> np.ndarray:
     vals = raw[key]
     for i in keep:
         if not _finite(vals[i]) or vals[i] < 0:
-            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got {vals[i]!r}")
+            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got {_short(vals[i])}")
     return np.asarray([vals[i] for i in keep], dtype=float)
 
 
-def _finite(v: object) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+_finite = finite
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _from_totals(raw: dict, where: str) -> list:

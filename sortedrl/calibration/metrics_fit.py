@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
 
 # role -> metric names, verl first, then OpenRLHF. Update time is the sum of the roles marked
 # "update" that are present; tokens come from total tokens, or from mean lengths x samples/step.
@@ -61,7 +63,7 @@ def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = jsonio.loads(line)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{where}: line {n}: not valid JSON ({e.msg})") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec["step"], bool):
@@ -134,8 +136,7 @@ def _step(cell: str) -> int | None:
     return int(value) if math.isfinite(value) and value == int(value) else None
 
 
-def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+_number = finite  # a metric's value: a finite number (an int too big for a float is not)
 
 
 def _listing(items: list[str], most: int = 12) -> str:

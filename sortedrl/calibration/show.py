@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.sim.profile import is_profile
 
@@ -28,7 +29,7 @@ UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/se
 
 def load_profile(path: Path) -> dict:
     try:
-        raw = json.loads(Path(path).read_text())
+        raw = jsonio.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: profile not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

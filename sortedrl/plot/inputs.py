@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.metrics import missing_meta, span_table, summarize
 from sortedrl.timeline import SCHEMA, Timeline
@@ -66,7 +67,7 @@ def load_json(path: Path) -> object:
     if not path.is_file():
         raise PlotError(f"{path}: no such file")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return jsonio.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise PlotError(f"{path}: not a text file") from None
     except json.JSONDecodeError as e:

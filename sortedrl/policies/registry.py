@@ -49,6 +49,18 @@ def policy_class(name: str) -> type[Policy]:
     return cls
 
 
+def builtin_class(name: object, where: str) -> type[Policy]:
+    """The built-in policy a file names (a run's meta, a tune.json): a ``module:Class`` there is
+    refused without importing it, since an import runs the module's code, and a file may come
+    from someone else."""
+    if isinstance(name, str) and name in BUILTIN:
+        return BUILTIN[name]
+    if isinstance(name, str) and ":" in name:
+        raise ConfigError(f"{where}: policy {name!r} is not built in, and importing it would run "
+                          "code that a file names")
+    raise ConfigError(f"{where}: unknown policy {name!r} (known: {', '.join(BUILTIN)})")
+
+
 def run_context(trace) -> RunContext:
     """The public facts about a trace that a policy may size itself by."""
     return RunContext(prompts_per_step=trace.prompts_per_step, group_size=trace.meta.group_size,

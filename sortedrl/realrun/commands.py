@@ -203,6 +203,9 @@ def register(app: typer.Typer) -> None:
         force: bool = FORCE,
         wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
         as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
+        trust_policy: bool = typer.Option(False, "--trust-policy", help=(
+            "replay a run whose policy is your own module:Class (named in its timeline): "
+            "importing it runs that module's code")),
     ) -> None:
         """Replay a real run in the simulator and report the error per step."""
         from sortedrl.validate import overlay_html, write_validate
@@ -217,7 +220,7 @@ def register(app: typer.Typer) -> None:
         plot = outs.file(plot, "--plot")
         with Phases(err) as progress:
             progress.phase(f"replaying {rundir} in the simulator")
-            result = run_validation(rundir, profile)
+            result = run_validation(rundir, profile, trust_policy)
             files = {written: lambda p: write_validate(result, p)}
             if plot is not None:
                 files[plot] = lambda p: overlay_html(result, p)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.realrun.task import Problem
 
@@ -113,7 +114,7 @@ def read_rows(path: Path) -> list[Problem]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = jsonio.loads(line)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: row {k}: not valid JSON ({e.msg})") from None
         if not isinstance(row, dict):

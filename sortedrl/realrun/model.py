@@ -21,6 +21,7 @@ import json
 import math
 from pathlib import Path
 
+from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.realrun.task import SPECIALS, get_task
 
@@ -122,7 +123,7 @@ def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, inte
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (src / f).exists():
             shutil.copy(src / f, tmp / f)
-    card = json.loads((src / MODEL_CARD).read_text()) if (src / MODEL_CARD).exists() else {}
+    card = jsonio.loads((src / MODEL_CARD).read_text()) if (src / MODEL_CARD).exists() else {}
     count = sum(p.numel() for p in big.parameters())
     card.update(hidden=hidden, layers=layers, intermediate=intermediate, parameters=count,
                 widened_from=str(src), widen_noise=noise)
@@ -194,7 +195,7 @@ def check_model_dir(path: str | Path) -> Path:
     if not any(p.glob("*.safetensors")):
         raise ConfigError(f"--model {p}: no *.safetensors weights")
     try:
-        json.loads((p / "config.json").read_text())
+        jsonio.loads((p / "config.json").read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(f"--model {p}/config.json: line {e.lineno}: not valid JSON ({e.msg})") from None
     from transformers import AutoConfig, AutoTokenizer

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cost import CostModel, all_to_all_s
 from sortedrl.sim.hardware import GPUS, MODELS, Model
@@ -33,6 +34,8 @@ TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master
 OFFLOADED_STATE_BYTES = 4  # per parameter left on the GPU when the FP32 master and Adam m, v live on the host
 TRAINER_OFFLOADS = ("auto", "none", "optimizer")
 MAX_GPUS = 2**20  # more than any cluster has; a simulator engine per GPU group is kept in memory
+MAX_NUM_SEQS = 2**16  # sequences an engine runs at once: vLLM's default is 256 to 1,024; the
+# lower bound's search for the engine's peak rate visits every batch size up to it
 NET_EFF = 0.8  # share of a link's rate an NCCL weight broadcast reaches (bus bandwidth; verl #116: 0.79)
 # decode_model "measured" (the default): fitted to vidur's per-operator profiles and two whole-step
 # measurements (docs/calibration.md, bench/preset_errors.py): weight read at 0.84 of peak bandwidth,
@@ -233,6 +236,9 @@ class Cluster:
                 raise ConfigError(f"{where}: field '{name}': must be >= 1, got {getattr(self, name)}")
         if self.gpus > MAX_GPUS:
             raise ConfigError(f"{where}: field 'gpus': at most {MAX_GPUS:,}, got {self.gpus:,}")
+        if self.max_num_seqs > MAX_NUM_SEQS:
+            raise ConfigError(f"{where}: field 'max_num_seqs': at most {MAX_NUM_SEQS:,}, got "
+                              f"{self.max_num_seqs:,}")
         if self.train_gpus < 0:
             raise ConfigError(f"{where}: field 'train_gpus': must be >= 0, got {self.train_gpus}")
         if self.rollout_gpus < self.tp:
@@ -351,7 +357,7 @@ def load_cluster(spec: str) -> Cluster:
         return preset(spec)
     path = Path(spec)
     try:
-        raw = json.loads(path.read_text())
+        raw = jsonio.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{spec}: cluster file not found") from None
     except json.JSONDecodeError as e:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.traces import _turn_codec
 from sortedrl.traces._codec import (
@@ -61,7 +62,7 @@ def read_parquet(path: Path) -> Trace:
     raw_meta = (table.schema.metadata or {}).get(MAGIC.encode())
     if raw_meta is not None:
         try:
-            raw = json.loads(raw_meta)
+            raw = jsonio.loads(raw_meta)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise TraceError(f"{path}: schema metadata '{MAGIC}' is not valid JSON") from None
         if type(raw) is not dict:

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.traces import _turn_codec
 from sortedrl.traces._codec import (
@@ -88,7 +89,7 @@ def read_jsonl(path: Path, f: IO[str]) -> Trace:
                 if not text.strip():
                     continue
                 try:
-                    obj = json.loads(text.rstrip("\r\n"))
+                    obj = jsonio.loads(text.rstrip("\r\n"))
                 except json.JSONDecodeError as e:
                     msg = f"bad JSON: {e.msg} (column {e.pos + 1})"
                     raise TraceError(f"{path}: line {lineno}: {msg}") from None
@@ -211,7 +212,7 @@ def read_csv(path: Path, f: IO[str]) -> Trace:
         if not first.startswith(CSV_META_PREFIX):
             raise TraceError(f"{where}: expected '{CSV_META_PREFIX}{{...}}' metadata or a header")
         try:
-            raw = json.loads(first[len(CSV_META_PREFIX) :])
+            raw = jsonio.loads(first[len(CSV_META_PREFIX) :])
         except json.JSONDecodeError as e:
             raise TraceError(f"{where}: bad metadata JSON: {e.msg}") from None
         if type(raw) is not dict:

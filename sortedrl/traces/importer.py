@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.traces.schema import Trace, TraceMeta
 
@@ -183,7 +184,7 @@ def _read_jsonl(p: Path, text: str, cols: tuple[str, str]) -> tuple[list[list[in
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw.rstrip("\r"))
+            obj = jsonio.loads(raw.rstrip("\r"))
         except json.JSONDecodeError as e:
             raise TraceError(
                 f"{p}: line {lineno}: bad JSON: {e.msg} (column {e.pos + 1})"

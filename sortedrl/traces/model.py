@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 
@@ -79,7 +80,7 @@ def is_trace_model(path: Path) -> bool:
 def load_model(path: str | Path) -> TraceModel:
     p = Path(path)
     try:
-        body = json.loads(p.read_text(encoding="utf-8"))
+        body = jsonio.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.traces.schema import Trace, TraceMeta
 
@@ -133,7 +134,7 @@ def read_jsonl(path: Path):
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = jsonio.loads(raw)
         except json.JSONDecodeError as e:
             raise TraceError(f"{path}: line {lineno}: bad JSON: {e.msg}") from None
         if type(obj) is not dict:

@@ -33,6 +33,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.traces.importers._common import (
     Rows,
@@ -88,7 +89,7 @@ def _records(path: Path):
                 yield where, _instance(where, obj, None), obj
             continue
         try:
-            obj = json.loads(f.read_text(encoding="utf-8"))
+            obj = jsonio.loads(f.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise TraceError(f"{f}: not a JSON object ({e.__class__.__name__})") from None
         if type(obj) is not dict:

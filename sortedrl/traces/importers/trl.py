@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.traces.importers._common import (
     Rows,
@@ -32,7 +33,7 @@ def _records(f: Path) -> list[tuple[str, dict]]:
     head = text.lstrip()[:1]
     if head == "{":
         try:
-            table = json.loads(text)
+            table = jsonio.loads(text)
         except json.JSONDecodeError:
             table = None
         if isinstance(table, dict) and "columns" in table and "data" in table:
