@@ -103,14 +103,17 @@ def read_timeline(path: str | Path) -> Timeline:
 
 
 def _in_range(path: Path, tl: Timeline) -> Timeline:
-    """``tl``, once every sample a record names is below the meta record's ``samples_total``
-    (the summary and the plots index per-sample arrays with them)."""
+    """``tl``, once every time is a finite number (a NaN made every figure NaN) and every
+    sample a record names is below the meta record's ``samples_total`` (the summary and the
+    plots index per-sample arrays with them)."""
     total = tl.meta.get("samples_total")
-    if total is None:
-        return tl
     for kind, fields in SCHEMA.items():
         cols = tl.columns(kind)
         for name, typ in fields:
+            if typ == "f8" and len(cols.get(name, ())) and not np.isfinite(cols[name]).all():
+                raise TimelineError(f"{path}: a {kind!r} record's {name!r} is not a finite number")
+            if total is None:
+                continue
             if name not in ("sample", "samples") or not len(cols.get(name, ())):
                 continue
             values = cols[name].values if typ == "samples" else cols[name]

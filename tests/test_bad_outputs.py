@@ -46,6 +46,8 @@ def ws(tmp_path, monkeypatch):
         (tmp_path / name / ".sortedrl-run").write_text(marker)
     (tmp_path / "old.json").write_text("{}")
     (tmp_path / "nan.json").write_text('{"preset": "h100-llama3.1-8b", "mbu": NaN}')
+    for name in ("offload_s", "train_fix", "net_gbps", "t_fix"):  # NaN passed `< 0` checks
+        (tmp_path / f"nan-{name}.json").write_text(f'{{"preset": "h100-llama3.1-8b", "{name}": NaN}}')
     costs = '"t_fix": 0.002, "a0": %s, "a1": 0, "c1": 0, "p1": 0, "p2": 0, "train_per_token": 1e-6, ' \
             '"train_fix": 1, "sync_s": 1'
     (tmp_path / "nan-cost.json").write_text('{"costs": {%s}}' % (costs % "NaN"))
@@ -114,6 +116,10 @@ CASES = {
                                    "--set", "s.oversubscribe=-inf", "--out", "c"], "expected a finite number"),
     "cluster file with NaN": ([*SIM, "--cluster", "nan.json", "--out", "s"],
                               "nan.json: field 'mbu': must be in (0, 1], got nan"),
+    **{f"cluster field {name} NaN": (
+        [*SIM, "--cluster", f"nan-{name}.json", "--out", "s"],
+        f"nan-{name}.json: field '{name}': must be a finite number {'>' if name == 'net_gbps' else '>='} 0, got nan")
+       for name in ("offload_s", "train_fix", "net_gbps", "t_fix")},
     "cost term NaN": ([*SIM, "--cluster", "nan-cost.json", "--out", "s"],
                       "nan-cost.json: field 'costs.a0': expected a finite number >= 0, got nan"),
     "cost term infinite": ([*SIM, "--cluster", "inf-cost.json", "--out", "s"],

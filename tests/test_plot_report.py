@@ -210,6 +210,16 @@ def test_plot_errors_are_one_line_exit_2_and_write_nothing(tmp_path, make, messa
     ({"tune.json": '{"trials": []}'}, r"tune\.json: expected an object with a non-empty list"),
     ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": 1, "staleness_mean": 0}}], '
                    '"pareto": [3]}'}, r"tune\.json: 'pareto' must be a list of trial indices"),
+    # a review of the readers: these were a KeyError and a TypeError traceback
+    ({"tune.json": '{"trials": [{"policy": "sync", "summary": {"tokens_per_s": 1, "staleness_mean": '
+                   '0, "gpu_hours": 1, "makespan_s": 2}}], "cluster_pareto": {"front": [0]}}'},
+     r"tune\.json: trial 0: a planned trial needs an integer 'id' and a 'params' object$"),
+    ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": 1, "staleness_mean": 0, '
+                   '"learnable_tokens_per_s": "x"}}]}'},
+     r"tune\.json: trial 0: summary's 'learnable_tokens_per_s' is not a number$"),
+    ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": 1, "staleness_mean": 0}}], '
+                   '"cluster_pareto": {"front": 3}}'},
+     r"tune\.json: 'cluster_pareto' must be an object with a list 'front'$"),
 ])
 def test_report_errors_are_one_line_exit_2_and_write_nothing(tmp_path, files, message):
     root = tmp_path / "cmp"

@@ -218,7 +218,7 @@ def test_negative_bandwidth_on_the_command_line_is_one_error_line(tmp_path):
     r = CliRunner().invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "8", "--policy", "sync",
                                  "--cluster", str(f), "--out", str(out)])
     assert r.exit_code == 2
-    assert r.stderr.strip().splitlines() == [f"error: {f}: field 'net_gbps': must be > 0, got -400.0"]
+    assert r.stderr.strip().splitlines() == [f"error: {f}: field 'net_gbps': must be a finite number > 0, got -400.0"]
     assert not out.exists()
 
 

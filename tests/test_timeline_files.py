@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from sortedrl import timeline as timeline_mod
 from sortedrl.cli import app
+from sortedrl.errors import SortedRLError
 from sortedrl.metrics import summarize
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
@@ -467,3 +468,29 @@ def test_validate_imports_the_runs_own_policy_when_trusted(tmp_path, monkeypatch
     r = runner.invoke(app, [*args, "--trust-policy"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["policy"] == "my_rl_policies:Mine"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "npz"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_time_that_is_not_a_finite_number_is_one_error(tmp_path, fmt, value):
+    """A hand-edited timeline with a NaN or infinite time: one error line, not a page whose every
+    figure is NaN (found by a review of the readers)."""
+    run = _run_with(tmp_path)
+    path = run / "timeline.jsonl"
+    rows = path.read_text().splitlines()
+    k = next(i for i, line in enumerate(rows) if '"kind": "span"' in line)
+    span = json.loads(rows[k])
+    span["t_end"] = float(value.replace("Infinity", "inf"))
+    rows[k] = json.dumps(span)
+    path.write_text("\n".join(rows) + "\n")
+    if fmt == "npz":
+        tl = timeline_mod.Timeline.read_jsonl(path)
+        path.unlink()
+        path = run / "timeline.npz"
+        write_npz(tl, path)
+    with pytest.raises(SortedRLError) as e:
+        read_timeline(path)
+    assert str(e.value) == f"{path}: a 'span' record's 't_end' is not a finite number"
+    r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
+    assert (r.exit_code, r.stderr.strip().splitlines()) == (2, [f"error: {e.value}"]), r.output
+    assert not (tmp_path / "p.html").exists()

@@ -141,9 +141,12 @@ def test_an_integer_where_a_float_goes_is_read_as_a_float(tmp_path):
     ("source", 2, "field 'source': 2 is not a string"),
     ("fit", 1e9, "field 'fit': 1000000000.0 is not an object"),
     ("drift", 10**400, "field 'drift': 1" + "0" * 400 + " is not a finite number"),
-    ("prompts_per_step", 2**63, "9,223,372,036,854,775,808 prompts x 8 samples x 2 steps = "
-                                "147,573,952,589,676,412,928 samples: a run holds at most "
-                                "2,147,483,647"),
+    ("prompts_per_step", 2**30, "1,073,741,824 prompts x 8 samples x 2 steps = "
+                                "17,179,869,184 samples: a run holds at most 2,147,483,647"),
+    ("prompts_per_step", 2**63, "field 'prompts_per_step': 9,223,372,036,854,775,808 must be "
+                                "below 2**31"),
+    ("prompt_min", 10**30, "field 'prompt_min': 1,000,000,000,000,000,000,000,000,000,000 must be "
+                           "below 2**31"),  # an int32 OverflowError traceback before
 ])
 def test_model_with_a_field_of_the_wrong_kind_is_one_error_line(tmp_path, field, value, message):
     # a fuzz of trace-model files: each was a TypeError (or OverflowError) traceback

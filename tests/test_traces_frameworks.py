@@ -81,6 +81,20 @@ def test_nemo_rl_train_data() -> None:
     assert trace.response_len.tolist() == [sum(r["token_loss_mask"]) for r in raw]
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "1.5"])
+def test_a_length_that_is_not_a_whole_number_is_one_error(tmp_path, value) -> None:
+    """A NaN or infinite length was a ValueError or OverflowError traceback (a review)."""
+    dump = tmp_path / "nemo"
+    dump.mkdir()
+    lines = (DUMPS / "nemo_rl_logs" / "train_data_step1.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"input_lengths": 8', f'"input_lengths": {value}', 1)
+    (dump / "train_data_step1.jsonl").write_text("\n".join(lines) + "\n")
+    r = run(["trace", "import", str(dump), "--from", "nemo-rl", "--out", str(tmp_path / "t.jsonl")])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "Traceback" not in r.output, r.output
+    assert r.output.startswith("error: ") and f"field 'input_lengths': {float(value.replace('Infinity', 'inf'))!r} is not an integer" in r.output
+    assert not (tmp_path / "t.jsonl").exists()
+
+
 def test_trl_completions_table(tokenizer) -> None:
     trace, report = import_framework("trl", DUMPS / "trl_completions.table.json", tokenizer)
     assert (report.rows, report.groups, report.steps) == (24, 6, 2)

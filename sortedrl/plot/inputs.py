@@ -127,8 +127,29 @@ def load_tune(path: Path) -> dict:
         for key in ("tokens_per_s", "staleness_mean"):
             if not isinstance(t["summary"].get(key), int | float):
                 raise PlotError(f"{path}: trial {n}: summary has no number {key!r}")
+        rate = t["summary"].get("learnable_tokens_per_s", 0)  # ranks the trials when present
+        if not isinstance(rate, int | float) or isinstance(rate, bool):
+            raise PlotError(f"{path}: trial {n}: summary's 'learnable_tokens_per_s' is not a number")
     pareto = raw.get("pareto", [])
     if not isinstance(pareto, list) or not all(
             isinstance(i, int) and 0 <= i < len(raw["trials"]) for i in pareto):
         raise PlotError(f"{path}: 'pareto' must be a list of trial indices")
+    if raw.get("cluster_pareto"):
+        _check_plan(path, raw)
     return raw
+
+
+def _check_plan(path: Path, raw: dict) -> None:
+    """What the cluster-planning figure reads (:func:`sortedrl.plot.plan.plan_figure`)."""
+    plan = raw["cluster_pareto"]
+    if not isinstance(plan, dict) or not isinstance(plan.get("front"), list):
+        raise PlotError(f"{path}: 'cluster_pareto' must be an object with a list 'front'")
+    for n, t in enumerate(raw["trials"]):
+        if "gpu_hours" not in t["summary"]:
+            continue  # not drawn
+        if not isinstance(t.get("id"), int) or not isinstance(t.get("params"), dict):
+            raise PlotError(f"{path}: trial {n}: a planned trial needs an integer 'id' and a "
+                            "'params' object")
+        if not all(isinstance(t["summary"].get(k), int | float) for k in ("gpu_hours", "makespan_s")):
+            raise PlotError(f"{path}: trial {n}: summary's 'gpu_hours' and 'makespan_s' must be "
+                            "numbers")

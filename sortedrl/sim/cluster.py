@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,10 +258,12 @@ class Cluster:
         if not 0.0 <= self.kv_watermark < 1.0:
             raise ConfigError(f"{where}: field 'kv_watermark': must be in [0, 1), got {self.kv_watermark}")
         for name in ("t_fix", "train_fix", "sync_fix", "host_gbs", "offload_s", "onload_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{where}: field '{name}': must be >= 0, got {getattr(self, name)}")
-        if self.net_gbps <= 0:
-            raise ConfigError(f"{where}: field 'net_gbps': must be > 0, got {self.net_gbps}")
+            if not 0 <= getattr(self, name) < math.inf:  # (NaN fails it too)
+                raise ConfigError(f"{where}: field '{name}': must be a finite number >= 0, got "
+                                  f"{getattr(self, name)}")
+        if not 0 < self.net_gbps < math.inf:
+            raise ConfigError(f"{where}: field 'net_gbps': must be a finite number > 0, got "
+                              f"{self.net_gbps}")
         self._check_ep(where)
         if self.trainer_offload not in TRAINER_OFFLOADS:
             raise ConfigError(f"{where}: field 'trainer_offload': unknown {self.trainer_offload!r} "

@@ -30,6 +30,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import TraceError
+from sortedrl.timeline_columns import INT32_MAX
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 
 VERSION = 1
@@ -113,6 +114,8 @@ def check_model(model: TraceModel, where: str) -> None:
         v = getattr(model, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise TraceError(f"{where}: field '{name}': {v!r} must be a positive integer")
+        if v > INT32_MAX:  # lengths, counts and sample ids are 32-bit downstream
+            raise TraceError(f"{where}: field '{name}': {v:,} must be below 2**31")
     if not isinstance(model.source, str):
         raise TraceError(f"{where}: field 'source': {model.source!r} is not a string")
     if not isinstance(model.fit, dict):

@@ -143,7 +143,8 @@ def read_jsonl(path: Path):
 
 
 def whole_number(where: str, name: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not value.is_integer())):  # (NaN and inf are not)
         raise TraceError(f"{where}: field '{name}': {value!r} is not an integer")
     if int(value) < minimum:
         raise TraceError(f"{where}: field '{name}': {value!r} is below {minimum}")
