@@ -239,7 +239,7 @@ def test_a_bad_jsonl_timeline_is_one_error_line(tmp_path, field, value, message)
 
 @pytest.mark.parametrize("fmt", ["jsonl", "npz"])
 @pytest.mark.parametrize("field, value, message", [
-    ("engines", "x", "field 'engines': expected an integer >= 1 and below 2**31, got 'x'"),
+    ("engines", "x", "field 'engines': expected an integer >= 1 and at most 1,048,576, got 'x'"),
     ("samples_total", 2**40, "field 'samples_total': expected an integer >= 0 and below 2**31, "
                              "got 1099511627776"),
     ("lower_bound_s", float("inf"), "field 'lower_bound_s': expected a number >= 0, got inf"),
