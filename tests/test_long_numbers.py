@@ -72,7 +72,7 @@ def _trace_header(tmp: Path) -> list[str]:
     path.write_text('{"sortedrl_trace": 1, "max_response_len": 1' + "0" * 400 + ', "group_size": 2}\n'
                     '{"prompt_id": "p", "sample": 0, "prompt_len": 8, "response_len": 5}\n')
     return ["trace", "stats", str(path)], (f"{path}: line 1: metadata 'max_response_len' must be "
-                                           "below 2**31, got an integer of 401 digits")
+                                           "below 2**63, got an integer of 401 digits")
 
 
 def _bench_lens(tmp: Path) -> list[str]:

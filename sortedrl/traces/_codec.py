@@ -51,9 +51,9 @@ def parse_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
             v = raw[key]
             if type(v) is not int or v < 1:
                 raise TraceError(f"{where}: metadata '{key}' must be a positive integer, got {v!r}")
-            if v > 2**31 - 1:  # lengths and group sizes are 32-bit integers downstream
-                shown = f"{v:,}" if v.bit_length() <= 64 else f"an integer of {len(str(v))} digits"
-                raise TraceError(f"{where}: metadata '{key}' must be below 2**31, got {shown}")
+            if v > 2**63 - 1:  # the trace's columns are int64
+                raise TraceError(f"{where}: metadata '{key}' must be below 2**63, got an integer "
+                                 f"of {len(str(v))} digits")
             out[key] = v
     if "source" in raw:
         if not isinstance(raw["source"], str):
