@@ -90,7 +90,10 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
         shape, knobs = split_cluster(as_sets(params))
     except (KeyError, ValueError) as e:
         raise ConfigError(f"{where}: params {params}: not a cluster field or value ({e})") from None
-    return policy, knobs, shape, result.get("cluster")
+    base = result.get("cluster")
+    if base is not None and not isinstance(base, str):
+        raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
+    return policy, knobs, shape, base
 
 
 def _trial_id(result: dict, trial: str | None, path: Path) -> int | None:

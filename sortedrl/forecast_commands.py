@@ -59,8 +59,8 @@ def forecast(
 
     if trace is None:
         raise ConfigError("give --trace FILE or --trace-model MODEL.json")
-    if seeds < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise ConfigError(f"--seeds must be from 1 to {MAX_SEEDS:,}, got {seeds}")
     check_workers(workers)
     if gpu_hour_price < 0 or gpu_hour_price != gpu_hour_price:
         raise ConfigError(f"--gpu-hour-price must be >= 0, got {gpu_hour_price}")
@@ -95,6 +95,8 @@ def forecast(
     if report is not None:
         typer.echo(f"wrote {report}")
 
+
+MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 
 FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Col("wall", "h"),
                  Col("low-high", "h", hide=3), Col("GPU-h"), Col("cost", "$", hide=4),

@@ -4,7 +4,8 @@ Python refuses to convert an integer of more than 4,300 digits (``sys.int_info``
 limit, a guard against slow conversions), and ``json.loads`` lets that ``ValueError`` through
 as it is: a reader that catches ``JSONDecodeError`` to name the file and line then shows a
 traceback instead. :func:`loads` reports such a number as malformed JSON at its position, and
-:func:`finite` tells a usable number from one that a float cannot hold.
+:func:`finite` tells a usable number from one that a float cannot hold. JSON nested too deeply
+for Python's recursion limit is malformed JSON too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ def loads(text: str | bytes | bytearray) -> object:
         return json.loads(text)
     except json.JSONDecodeError:
         raise
+    except RecursionError:  # arrays or objects nested thousands deep
+        doc = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested too deeply", doc, 0) from None
     except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
         doc = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")
         found = re.search(r"\d{4301,}", doc)

@@ -250,7 +250,7 @@ def read_marker(out: Path) -> dict:
     it: a marker without a command string is no marker)."""
     try:
         raw = json.loads((out / MARKER).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return raw if isinstance(raw, dict) and isinstance(raw.get("command"), str) else {}
 

@@ -140,7 +140,7 @@ def read_jsonl_fast(path: Path) -> Timeline | None:
     end = data.find(b"\n") + 1
     try:
         first = json.loads(data[:end])
-    except ValueError:
+    except (ValueError, RecursionError):  # the reference reader names what is wrong
         return None
     if not end or not isinstance(first, dict) or first.get("kind") != "meta":
         return None
@@ -236,7 +236,7 @@ def _meta(path: Path, raw: np.ndarray | None) -> dict:
         raise TimelineError(f"{path}: no array 'meta'")
     try:
         meta = json.loads(raw.astype(np.uint8, casting="safe").tobytes())
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         raise TimelineError(f"{path}: array 'meta' is not UTF-8 JSON") from None
     if not isinstance(meta, dict):
         raise TimelineError(f"{path}: array 'meta' is not a JSON object")
@@ -272,13 +272,14 @@ def _kind(path: Path, tl: Timeline, kind: str, arrays: dict) -> dict | None:
 def _column(path: Path, tl: Timeline, kind: str, key: str, typ: str, arrays: dict):
     if typ == "samples":
         base = key.removesuffix(".offsets")
-        offsets = _array(path, base + ".offsets", arrays, "i")
+        # (as int64 first: an unsigned offset past it would wrap in np.diff and pass the checks)
+        offsets = _fit(path, base + ".offsets", _array(path, base + ".offsets", arrays, "i"), np.int64)
         values = _array(path, base + ".values", arrays, "i")
         if (offsets.size == 0 or offsets[0] != 0 or offsets[-1] != values.size
                 or np.any(np.diff(offsets) < 0)):
             raise TimelineError(f"{path}: array {base + '.offsets'!r} does not index "
                                 f"{base + '.values'!r}")
-        return Ragged(offsets.astype(np.int64), _fit(path, base + ".values", values, np.int32))
+        return Ragged(offsets, _fit(path, base + ".values", values, np.int32))
     if typ == "label":
         codes = _array(path, key, arrays, "u")
         names = _array(path, key + ".labels", arrays, "U").tolist()
@@ -288,6 +289,9 @@ def _column(path: Path, tl: Timeline, kind: str, key: str, typ: str, arrays: dic
         for name in names:
             if name not in table:
                 table.append(name)
+        if len(table) > 256:  # the codes are uint8
+            raise TimelineError(f"{path}: array {key + '.labels'!r} has {len(names)} labels; a "
+                                "column holds at most 256")
         remap = np.array([table.index(name) for name in names] or [0], dtype=np.uint8)
         return Labels(remap[codes], table)
     want = np.dtype(typ)

@@ -122,7 +122,7 @@ def _ray_terms(profile) -> dict:
     push, and the factor of an engine step beside its peers."""
     try:
         raw = json.loads(Path(profile).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # (load_cluster read it first, and says why)
         return {}
     fit = (raw.get("fit") or {}) if isinstance(raw, dict) else {}
     out = {}

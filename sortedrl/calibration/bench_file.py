@@ -29,7 +29,10 @@ from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 
 VERSION_KEYS = ("vllm_version", "engine_version", "version")
-MAX_TOKENS = 2**31 - 1  # a request's prompt or output tokens (the fit holds them as int64 sums)
+# the fit replays every engine step (one per output token of the longest request) and every
+# request, so a file past these is refused rather than replayed for hours
+MAX_TOKENS = {"input_lens": 2**24, "output_lens": 2**20}  # a request's prompt / output tokens
+MAX_REQUESTS = 2**20
 
 
 @dataclass(frozen=True)
@@ -115,9 +118,9 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
     ins, outs = raw["input_lens"], raw["output_lens"]
     for key, vals in (("input_lens", ins), ("output_lens", outs)):
         for i, v in enumerate(vals):
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKENS:
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKENS[key]:
                 raise ConfigError(f"{where}: field {key!r}: entry {i}: expected a token count from 0 "
-                                  f"to {MAX_TOKENS:,}, got {_short(v)}")
+                                  f"to {MAX_TOKENS[key]:,}, got {_short(v)}")
     errors = raw.get("errors") if lists["errors"] else None
     keep = [i for i in range(n) if outs[i] > 0 and not (errors and errors[i])]
     ttfts = _floats(raw, "ttfts", where, keep) if lists["ttfts"] else None
@@ -173,13 +176,18 @@ def _from_totals(raw: dict, where: str) -> list:
         raise ConfigError(f"{where}: no 'input_lens'/'output_lens' lists and no {', '.join(missing)}: "
                           "cannot tell the requests' lengths")
     done = _number(raw, "completed", where)
-    if done < 1 or done != int(done):
-        raise ConfigError(f"{where}: field 'completed': expected a request count >= 1, got {raw['completed']!r}")
+    if not 1 <= done <= MAX_REQUESTS or done != int(done):
+        raise ConfigError(f"{where}: field 'completed': expected a request count from 1 to "
+                          f"{MAX_REQUESTS:,}, got {_short(raw['completed'])}")
     n = int(done)
     tin, tout = _number(raw, "total_input_tokens", where), _number(raw, "total_output_tokens", where)
     if tin < 0 or tout < n:
         raise ConfigError(f"{where}: fields 'total_input_tokens'/'total_output_tokens': "
                           f"{tin:g}/{tout:g} tokens for {n} requests")
+    for key, total in (("input_lens", tin), ("output_lens", tout)):
+        if total / n > MAX_TOKENS[key]:
+            raise ConfigError(f"{where}: field 'total_{key[:-5]}put_tokens': {total:g} tokens for "
+                              f"{n} requests, more than {MAX_TOKENS[key]:,} a request")
     ins, outs = _spread(int(tin), n), _spread(int(tout), n)
     return [ins, outs, None, None, None, None]
 
@@ -194,8 +202,9 @@ def _rate(raw: dict, where: str) -> float:
     v = raw.get("request_rate", "inf")
     if v in ("inf", None) or (isinstance(v, float) and math.isinf(v)):
         return math.inf
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        raise ConfigError(f"{where}: field 'request_rate': expected a rate > 0 or \"inf\", got {v!r}")
+    if not finite(v) or v <= 0:
+        raise ConfigError(f"{where}: field 'request_rate': expected a rate > 0 or \"inf\", "
+                          f"got {_short(v)}")
     return float(v)
 
 

@@ -162,12 +162,17 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str,
         raise ConfigError(f"{where}: no update time: needs one of {', '.join(ROLES['update'])} "
                           f"(columns found: {_listing(sorted(metrics))})")
     tokens, token_source = _tokens(metrics, where, samples_per_step)
+    sync = _column(metrics, "sync")
+    for name, column in [*parts.values(), (token_source, tokens), *([sync] if sync else [])]:
+        _check_range(where, name, column)
     steps = sorted(set(tokens).intersection(*(set(c[1]) for c in parts.values())))
     if len(steps) < 2:
         raise ConfigError(f"{where}: {len(steps)} step(s) log both the update time and the tokens: "
                           "the fit needs at least 2")
     T = np.array([tokens[s] for s in steps])
     t = np.array([sum(c[1][s] for c in parts.values()) for s in steps])
+    if not t.any():
+        raise ConfigError(f"{where}: every update time is 0 s: nothing to fit")
     if np.ptp(T) <= 0:
         raise ConfigError(f"{where}: every step trained {T[0]:g} tokens: the per-token and fixed update "
                           "times cannot be told apart")
@@ -184,13 +189,24 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str,
                      "train_per_token": {"value": float(x[1]), "unit": "s/token"}},
            "update_mape_pct": float(100.0 * np.mean(np.abs(pred - t) / t)),
            "update_s_mean": float(t.mean()), "tokens_mean": float(T.mean())}
-    sync = _column(metrics, "sync")
     if sync is not None and sync[1]:
         vals = np.array(sorted(sync[1].values()))
         fit["terms"]["sync_s"] = {"value": float(np.median(vals)), "unit": "s/sync"}
         fit["columns"]["sync"] = sync[0]
         fit["sync_spread_s"] = float(vals[-1] - vals[0])
     return fit
+
+
+MAX_METRIC = 1e15  # seconds or tokens of one step: far past any run
+
+
+def _check_range(where: str, name: str, column: dict[int, float]) -> None:
+    """A time or a token count of a step: from 0 to :data:`MAX_METRIC` (a negative time made a
+    negative error; 1e308 an infinite spread)."""
+    for step, v in column.items():
+        if not 0 <= v <= MAX_METRIC:
+            raise ConfigError(f"{where}: {name} at step {step}: {v:g} is not from 0 to "
+                              f"{MAX_METRIC:g}")
 
 
 def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[dict[int, float], str]:

@@ -310,9 +310,12 @@ def _coerce(raw: str, hint: object, where: str) -> object:
         raise ConfigError(f"{where}: expected a boolean (true/false)")
     if hint is int:
         try:
-            return int(raw)
+            value = int(raw)
         except ValueError:
             raise ConfigError(f"{where}: expected an integer") from None
+        if abs(value) > MAX_INT_KNOB:  # a count (a batch, a span): past 32 bits it counts nothing
+            raise ConfigError(f"{where}: expected an integer of at most {MAX_INT_KNOB:,}")
+        return value
     if hint is float:
         try:
             value = float(raw)
@@ -320,8 +323,14 @@ def _coerce(raw: str, hint: object, where: str) -> object:
             raise ConfigError(f"{where}: expected a number") from None
         if not math.isfinite(value):
             raise ConfigError(f"{where}: expected a finite number")
+        if abs(value) > MAX_FLOAT_KNOB:  # a factor or a share; 1e308 x a count overflowed
+            raise ConfigError(f"{where}: expected a number of at most {MAX_FLOAT_KNOB:g}")
         return value
     return raw
+
+
+MAX_INT_KNOB = 2**31 - 1
+MAX_FLOAT_KNOB = 1e9
 
 
 def params_dict(params: object) -> dict:

@@ -276,7 +276,7 @@ def write_state(directory: Path, state: dict) -> None:
 def read_state(directory: Path) -> dict:
     try:
         return decode(json.loads((directory / STATE).read_text()))
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (OSError, KeyError, TypeError, ValueError, RecursionError) as e:
         raise ConfigError(f"{directory / STATE}: not a readable checkpoint ({e})") from None
 
 

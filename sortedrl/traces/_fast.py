@@ -190,7 +190,7 @@ def _build(path: Path, table: Any, given: dict[str, Any], first_line: int) -> Tr
 def _json_object(line: bytes) -> dict | None:
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # the reference reader names what is wrong
         return None
     return obj if type(obj) is dict else None
 

@@ -85,7 +85,8 @@ def read_jsonl(path: Path, f: IO[str]) -> Trace:
                 obj, end = raw_decode(text)
                 if end != len(text) and not text[end:].isspace():
                     raise ValueError
-            except ValueError:  # leading blanks, a blank line, trailing data or bad JSON
+            except (ValueError, RecursionError):  # leading blanks, a blank line, trailing data
+                # or bad JSON (nested too deeply, a number too long): jsonio.loads names it
                 if not text.strip():
                     continue
                 try:

@@ -190,6 +190,8 @@ def drift_from_wandb(path: str | Path, metric: str = "response_length/mean") -> 
         raise TraceError(f"{p}: no such file") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise TraceError(f"{p}: not a CSV export: {e}") from None
+    except OSError as e:  # a directory, a file we may not read
+        raise TraceError(f"{p}: cannot read it ({e.strerror or e})") from None
     if not rows:
         raise TraceError(f"{p}: empty file")
     header = [h.strip() for h in rows[0]]

@@ -36,6 +36,9 @@ class ImportReport:
     clipped_rows: int  # rows whose response was above max_response_len (clipped, truncated)
 
 
+MAX_CAP = 2**31 - 1  # a generation cap: response lengths are 32-bit in the simulator
+
+
 def import_table(
     path: str | os.PathLike[str],
     prompt_len_col: str,
@@ -74,6 +77,8 @@ def import_table_with_report(
         or max_response_len < 1
     ):
         raise ConfigError(f"max_response_len must be a positive integer, got {max_response_len!r}")
+    if max_response_len is not None and max_response_len > MAX_CAP:
+        raise ConfigError(f"max_response_len must be at most {MAX_CAP:,}, got {max_response_len:,}")
     cols = (prompt_len_col, response_len_col)
     try:
         with open(p, encoding="utf-8-sig", newline="") as f:

@@ -151,7 +151,7 @@ def synthesize(
         P, n, S, seed = (_check_int(k, v, m) for k, v, m in
                          (("prompts", P, 1), ("group_size", n, 1), ("steps", S, 1), ("seed", seed, 0)))
         check_samples(P, n, S)
-        D = P * S if dataset_size is None else _check_int("dataset_size", dataset_size, 1)
+        D = _dataset_size(dataset_size, P, S)
         if D < P:
             raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
         trace = generate_agentic(params, P, n, S, seed, D, "synth")
@@ -166,12 +166,24 @@ def preset_names() -> list[str]:
     return sorted(PRESETS) + sorted(AGENTIC_PRESETS)
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
+def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ConfigError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum:,}, got {value:,}")
     return int(value)
+
+
+MAX_DATASET = 2**24  # distinct prompts a synthetic dataset may have beyond those a run uses: each
+# has its own drawn effect (an array entry); real RL datasets hold 10^4 to 10^6 prompts
+
+
+def _dataset_size(dataset_size: int | None, P: int, S: int) -> int:
+    if dataset_size is None:
+        return P * S
+    return _check_int("dataset_size", dataset_size, 1, max(P * S, MAX_DATASET))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -193,7 +205,7 @@ def generate(
     S = _check_int("steps", steps, 1)
     seed = _check_int("seed", seed, 0)
     check_samples(P, n, S)
-    D = P * S if dataset_size is None else _check_int("dataset_size", dataset_size, 1)
+    D = _dataset_size(dataset_size, P, S)
     if D < P:
         raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
     rng = np.random.default_rng(seed)

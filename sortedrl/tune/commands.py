@@ -36,6 +36,8 @@ from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.tables import Col, render, terminal_width
 
+MAX_BUDGET = 100_000  # trials of one tune: each is a whole simulation
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -72,6 +74,9 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
         if budget < 1 or workers < 1:
             raise ConfigError("--budget and --workers must be >= 1")
+        if budget > MAX_BUDGET:
+            raise ConfigError(f"--budget {budget:,}: at most {MAX_BUDGET:,} trials (each is a "
+                              "whole simulation)")
         if max_staleness is not None and max_staleness < 0:
             raise ConfigError(f"--max-staleness {max_staleness}: must be >= 0")
         spaces = parse_spaces(policies, params)
@@ -87,8 +92,8 @@ def register(app: typer.Typer) -> None:
             tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
             cfg = TuneConfig(objective, max_staleness, budget, seed)
             progress.phase("starting workers")
-            executor = make_executor(tr, cl, seed, workers, ray, regen)
             trials = int(min(budget, sum(s.size for s in spaces)))
+            executor = make_executor(tr, cl, seed, min(workers, trials), ray, regen)
             progress.phase(f"tune: trials run (at most {trials})", total=trials)
             try:
                 result = Tuner(spaces, cfg, executor, progress).run()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sortedrl.errors import ConfigError
+from sortedrl.traces.importer import MAX_CAP
 from sortedrl.traces.importers._common import FrameworkReport, to_trace
 from sortedrl.traces.schema import Trace
 
@@ -25,8 +26,9 @@ def import_framework(framework: str, path: str | Path, tokenizer: str | Path | N
     ``decode_tps`` and ``prompt_len`` stand in for the token counts AReaL does not log."""
     p = Path(path)
     tok = None if tokenizer is None else Path(tokenizer)
-    if max_response_len is not None and max_response_len < 1:
-        raise ConfigError(f"--max-response-len must be >= 1, got {max_response_len}")
+    if max_response_len is not None and not 1 <= max_response_len <= MAX_CAP:
+        raise ConfigError(f"--max-response-len must be from 1 to {MAX_CAP:,}, got "
+                          f"{max_response_len:,}")
     if framework == "verl":
         from sortedrl.traces.importers.verl import read_verl
 

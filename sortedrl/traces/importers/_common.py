@@ -142,12 +142,17 @@ def read_jsonl(path: Path):
         yield lineno, obj
 
 
+INT64_MAX = 2**63 - 1
+
+
 def whole_number(where: str, name: str, value: object, minimum: int = 0) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or (isinstance(value, float) and not value.is_integer())):  # (NaN and inf are not)
         raise TraceError(f"{where}: field '{name}': {value!r} is not an integer")
     if int(value) < minimum:
         raise TraceError(f"{where}: field '{name}': {value!r} is below {minimum}")
+    if int(value) > INT64_MAX:  # the trace's columns are int64
+        raise TraceError(f"{where}: field '{name}': {int(value):,} is past 2**63")
     return int(value)
 
 

@@ -37,7 +37,7 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
         match = STEP.search(f.name)
         if match is None:
             raise TraceError(f"{f}: not a NeMo-RL dump name: expected train_data_step{{N}}.jsonl")
-        step = int(match.group(1))
+        step = whole_number(str(f), "step (in the file name)", int(match.group(1)))
         for lineno, obj in read_jsonl(f):
             where = f"{f}: line {lineno}"
             check_layout(where, "NeMo-RL train_data_step", obj, REQUIRED)

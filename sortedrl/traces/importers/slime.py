@@ -46,7 +46,8 @@ def load_pt(path: Path) -> object:
                          f"arbitrary code (torch.load weights_only=True said: {first[:160]})"
                          ) from None
     except (RuntimeError, EOFError, OSError) as e:
-        raise TraceError(f"{path}: not a torch.save file: {str(e).splitlines()[0][:160]}") from None
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]  # an empty file: EOFError()
+        raise TraceError(f"{path}: not a torch.save file: {why[:160]}") from None
 
 
 def read_slime(path: Path) -> tuple[Rows, int]:
@@ -59,6 +60,9 @@ def read_slime(path: Path) -> tuple[Rows, int]:
                              f"'samples', found a {type(data).__name__}")
         check_layout(str(f), "slime debug rollout", data, ("rollout_id", "samples"))
         step = whole_number(str(f), "rollout_id", data["rollout_id"])
+        if not isinstance(data["samples"], list):
+            raise TraceError(f"{f}: field 'samples': expected a list, found a "
+                             f"{type(data['samples']).__name__}")
         for i, sample in enumerate(data["samples"]):
             where = f"{f}: sample {i}"
             if not isinstance(sample, dict):
@@ -69,6 +73,9 @@ def read_slime(path: Path) -> tuple[Rows, int]:
             prompt = len(tokens) - response if isinstance(tokens, list) else 1
             group = whole_number(where, "group_index", sample["group_index"])
             text = sample.get("prompt")
+            if text is not None and not isinstance(text, (str, list, dict)):
+                raise TraceError(f"{where}: field 'prompt': expected text or chat messages, found "
+                                 f"a {type(text).__name__}")
             key = (f"prompt:{json.dumps(text, sort_keys=True)}" if text
                    else f"rollout:{step}:group:{group}")
             status = str(sample["status"])

@@ -29,7 +29,10 @@ NOT_REWARD = {"step", "prompt", "completion", "advantage"}
 
 
 def _records(f: Path) -> list[tuple[str, dict]]:
-    text = f.read_text(encoding="utf-8")
+    try:
+        text = f.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     head = text.lstrip()[:1]
     if head == "{":
         try:

@@ -1,0 +1,211 @@
+"""Bad input files and options that two reviews of the readers found: each is one ``error:``
+line and exit 2, with nothing written, never a traceback, a hang or an allocation without
+bound (before: a replay of a billion engine steps, a 30M-value grid, RecursionError, ...).
+
+Run: pytest tests/test_bad_inputs.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+SMALL = ["--synthetic", "logic-8k", "--prompts", "8", "--group-size", "2", "--steps", "2"]
+DEEP = "[" * 100_000 + "]" * 100_000
+runner = CliRunner()
+
+
+def _bench(tmp: Path, change) -> Path:
+    raw = json.loads((FIX / "vllm_bench" / "c2-r0.json").read_text())
+    change(raw)
+    path = tmp / "b.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def _calibrate(path: Path) -> list[str]:
+    return ["calibrate", "--from-vllm-bench", str(path), "--cluster", "h100-llama3.1-8b",
+            "--out", "p.json"]
+
+
+def _totals(raw: dict) -> None:
+    for key in list(raw):
+        if key.endswith(("_lens", "ttfts", "itls", "times", "errors")):
+            del raw[key]
+    raw.update(completed=1e12, total_input_tokens=10, total_output_tokens=1e12)
+
+
+CASES = {
+    "a request of a billion output tokens (the replay stepped through each)": (
+        lambda t: _calibrate(_bench(t, lambda r: r["output_lens"].__setitem__(0, 10**9))),
+        "field 'output_lens': entry 0: expected a token count from 0 to 1,048,576, got 1000000000"),
+    "10^12 requests from totals (a list of each)": (
+        lambda t: _calibrate(_bench(t, _totals)),
+        "field 'completed': expected a request count from 1 to 1,048,576, got 1000000000000.0"),
+    "a request rate past a float": (
+        lambda t: _calibrate(_bench(t, lambda r: r.update(request_rate=10**400))),
+        "field 'request_rate': expected a rate > 0 or \"inf\", got 10000000000000000000..."),
+    "a cluster file nested 100,000 deep": (
+        lambda t: (t / "c.json").write_text(DEEP) and ["simulate", *SMALL, "--policy", "sync",
+                                                        "--cluster", str(t / "c.json"), "--out", "o"],
+        "c.json: line 1: not valid JSON (nested too deeply)"),
+    "a trace nested 100,000 deep": (
+        lambda t: (t / "t.jsonl").write_text(DEEP + "\n") and ["trace", "stats", str(t / "t.jsonl")],
+        "t.jsonl: line 1: bad JSON: nested too deeply"),
+    "a cluster range of 30M values": (
+        lambda t: ["tune", *SMALL, "--policy", "sync", "--param", "cluster.gpus=1:30000000",
+                   "--out", "o"],
+        "--param 'cluster.gpus=1:30000000': 30,000,000 values; a cluster range holds at most 4,096"),
+    "a tune budget of 10^8 trials": (
+        lambda t: ["tune", *SMALL, "--policy", "sortedrl", "--param",
+                   "sortedrl.update_batch=1:100000000", "--budget", "100000000", "--out", "o"],
+        "--budget 100,000,000: at most 100,000 trials"),
+    "a synthetic dataset of 10^23 prompts": (
+        lambda t: ["trace", "synth", "logic-8k", "--out", "s.jsonl", "--dataset-size",
+                   "99999999999999999999999"],
+        "dataset_size must be at most 16,777,216"),
+    "30M forecast seeds": (
+        lambda t: ["forecast", "--synthetic", "logic-8k", "--policy", "sync", "--seeds", "30000000"]
+        if False else ["forecast", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy",
+                       "sync", "--seeds", "30000000"],
+        "--seeds must be from 1 to 1,000, got 30000000"),
+    "a knob of 1e308 (int(inf) in the policy)": (
+        lambda t: ["simulate", *SMALL, "--policy", "partial", "--set", "over_sample=1e308",
+                   "--out", "o"],
+        "--set over_sample=1e308: expected a number of at most 1e+09"),
+    "an integer knob past 32 bits": (
+        lambda t: ["simulate", *SMALL, "--policy", "sync", "--set", "rollout_batch=" + "9" * 30,
+                   "--out", "o"],
+        "expected an integer of at most 2,147,483,647"),
+    "a generation cap of 10^30": (
+        lambda t: ["trace", "import", str(FIX / "splitwise_conv_head.csv"), "--prompt-len-col",
+                   "num_prefill_tokens", "--response-len-col", "num_decode_tokens",
+                   "--max-response-len", "1" + "0" * 30, "--out", "i.jsonl"],
+        "max_response_len must be at most 2,147,483,647"),
+    "a W&B drift export that is a directory": (
+        lambda t: ["trace", "fit", str(FIX / "run-sync" / "trace.jsonl"), "--out", "m.json",
+                   "--drift-from", str(t)],
+        "cannot read it (Is a directory)"),
+    "a TRL table that is not UTF-8": (
+        lambda t: ((t / "trl").mkdir(), (t / "trl" / "c.json").write_bytes(b"\xff\xfe{"))
+        and ["trace", "import", str(t / "trl"), "--from", "trl", "--out", "i.jsonl"],
+        "c.json: not UTF-8 text (invalid start byte at byte 0)"),
+    "a tune.json whose base cluster is a number": (
+        lambda t: (t / "tune.json").write_text(json.dumps({
+            "cluster": 5, "best": {"overall": 0},
+            "trials": [{"id": 0, "policy": "sync", "params": {}}]}))
+        and ["export", "verl", str(t / "tune.json")],
+        "tune.json: field 'cluster': expected a cluster name, got 5"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_error_line_and_writes_nothing(tmp_path, monkeypatch, case):
+    make, message = CASES[case]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    args = make(inputs)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert list(work.iterdir()) == []
+
+
+def _metrics(tmp: Path, value: float) -> Path:
+    lines = (FIX / "metrics" / "verl_metrics.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    for rec in recs:
+        for key in rec["data"]:
+            if key.startswith("timing_s/"):  # every part of an update (and the sync)
+                rec["data"][key] = value
+    path = tmp / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+@pytest.mark.parametrize("value, message", [
+    (0.0, "every update time is 0 s: nothing to fit"),  # a NaN MAPE was written
+    (-3.0, "timing_s/update_actor at step 1: -3 is not from 0 to 1e+15"),  # a negative MAPE
+])
+def test_metrics_the_fit_cannot_use_are_one_error_line(tmp_path, value, message):
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(_metrics(tmp_path, value)),
+                            "--cluster", "h100-llama3.1-8b", "--out", str(tmp_path / "p.json")])
+    assert r.exit_code == 2 and r.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'm.jsonl'}: {message}"], r.output
+    assert not (tmp_path / "p.json").exists()
+
+
+def _npz_run(tmp: Path, change) -> Path:
+    run = tmp / "run"
+    r = runner.invoke(app, ["simulate", *SMALL, "--policy", "sync", "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    arrays = dict(np.load(run / "timeline.npz"))
+    change(arrays)
+    (run / "summary.json").unlink()
+    np.savez(run / "timeline.npz", **arrays)
+    return run
+
+
+def _labels(a: dict) -> None:
+    a["span.end.labels"] = np.array([f"l{k}" for k in range(300)])
+    a["span.end"] = np.full(a["span.end"].shape, 299, dtype=np.uint16)
+
+
+def _offsets(a: dict) -> None:
+    a["train.samples.offsets"] = np.array([0, 2**64 - 1, a["train.samples.values"].size],
+                                          dtype=np.uint64)
+
+
+@pytest.mark.parametrize("change, message", [
+    (_labels, "array 'span.end.labels' has 300 labels; a column holds at most 256"),
+    (_offsets, "array 'train.samples.offsets' has a value past int64 "  # wrapped: accepted
+               "(-9223372036854775808..9223372036854775807)"),
+])
+def test_a_crafted_columnar_timeline_is_one_error_line(tmp_path, change, message):
+    run = _npz_run(tmp_path, change)
+    r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip().splitlines() == [f"error: {run / 'timeline.npz'}: {message}"]
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_a_slime_dump_that_is_empty_is_one_error_line(tmp_path):
+    pytest.importorskip("torch")
+    dump = tmp_path / "slime"
+    dump.mkdir()
+    (dump / "rollout_data_0.pt").write_bytes(b"")
+    r = runner.invoke(app, ["trace", "import", str(dump), "--from", "slime", "--out",
+                            str(tmp_path / "t.jsonl")])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {dump / 'rollout_data_0.pt'}: not a "
+                                                   "torch.save file"), lines
+
+
+def test_tune_starts_no_more_workers_than_trials(monkeypatch, tmp_path):
+    """--workers 40 for 2 trials forked 40 processes (Linux forks a pool's workers at once)."""
+    import sortedrl.tune.executors as executors
+
+    sizes = []
+    real = executors.ProcessPoolExecutor
+
+    def pool(*args, max_workers=None, **kwargs):
+        sizes.append(max_workers)
+        return real(*args, max_workers=max_workers, **kwargs)
+
+    monkeypatch.setattr(executors, "ProcessPoolExecutor", pool)
+    r = runner.invoke(app, ["tune", *SMALL, "--policy", "sync", "--param", "cluster.gpus=8,16",
+                            "--workers", "40", "--out", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    assert sizes == [2]
