@@ -18,7 +18,7 @@ import re
 def loads(text: str | bytes | bytearray) -> object:
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):  # (bytes that are not UTF-8: as they are)
         raise
     except RecursionError:  # arrays or objects nested thousands deep
         doc = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")

@@ -3,16 +3,19 @@
 Each simulation is deterministic and independent of the others, so running several in worker
 processes changes only the wall time: the results come back in the order of the jobs, the same
 as one process gives them, byte for byte. What every job shares (the trace, the cluster) reaches
-each worker once, when the pool forks it, not with every job; a job and its result travel by
-pickle. Each worker holds a whole simulation of its own, so memory grows with the workers.
-(``tune`` has its own executors, Ray included: :mod:`sortedrl.tune.executors`.)
+each worker once, when the pool forks it (fork, named: not the platform's default), not with
+every job; a job and its result travel by pickle. Each worker holds a whole simulation of its
+own, so memory grows with the workers. (``tune`` has its own executors, Ray included:
+:mod:`sortedrl.tune.executors`.)
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
 
 from sortedrl.errors import ConfigError, SortedRLError
 
@@ -25,6 +28,9 @@ def check_workers(workers: int) -> None:
 
 
 def _start(fn: Callable, shared: object) -> None:
+    # Ctrl-C reaches the whole foreground process group: the parent stops the workers, and an
+    # idle worker must not print a KeyboardInterrupt of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker.update(fn=fn, shared=shared)
 
 
@@ -44,17 +50,21 @@ def run_jobs(fn: Callable[[object, object], object], shared: object, jobs: Seque
             if done is not None:
                 done()
         return out
+    # fork, named: the workers inherit ``shared`` without a copy (Python 3.14 turns the default
+    # to forkserver); they run only the simulation, never the parent's progress threads
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_start,
-                               initargs=(fn, shared))
+                               initargs=(fn, shared), mp_context=get_context("fork"))
     finished = False
     try:
         futures = [pool.submit(_call, job) for job in jobs]
         pending = set(futures)
         while pending:
             ended, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for f in ended:
-                f.result()  # raises the job's error, which stops the others (below)
-                if done is not None:
+            failed = [f for f in futures if f in ended and f.exception() is not None]
+            if failed:
+                failed[0].result()  # the first job's error (in job order), which stops the rest
+            if done is not None:
+                for _ in ended:
                     done()
         finished = True
         return [f.result() for f in futures]

@@ -15,7 +15,7 @@ from itertools import chain
 
 import numpy as np
 
-from sortedrl.sim.cluster import MAX_GPUS, MAX_NUM_SEQS
+from sortedrl.limits import INT32_MAX, MAX_GPUS, MAX_NUM_SEQS
 
 
 class Ragged:
@@ -81,7 +81,6 @@ class Labels:
         return [names[c] for c in self.codes.tolist()]
 
 
-INT32_MAX = 2**31 - 1
 # the meta record's integer fields: name -> least value; a field may be absent. The counts that
 # size a reader's arrays stay below 2**31 (as the records' int32 fields); a seed or a KV budget
 # sizes nothing, and any integer the simulator was given must read back

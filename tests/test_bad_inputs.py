@@ -42,6 +42,11 @@ def _totals(raw: dict) -> None:
     raw.update(completed=1e12, total_input_tokens=10, total_output_tokens=1e12)
 
 
+def _long_totals(raw: dict) -> None:
+    _totals(raw)
+    raw.update(completed=10, total_output_tokens=10 * 2**21)
+
+
 CASES = {
     "a request of a billion output tokens (the replay stepped through each)": (
         lambda t: _calibrate(_bench(t, lambda r: r["output_lens"].__setitem__(0, 10**9))),
@@ -49,6 +54,10 @@ CASES = {
     "10^12 requests from totals (a list of each)": (
         lambda t: _calibrate(_bench(t, _totals)),
         "field 'completed': expected a request count from 1 to 1,048,576, got 1000000000000.0"),
+    "totals of 2M output tokens a request": (
+        lambda t: _calibrate(_bench(t, _long_totals)),
+        "field 'total_output_tokens': 2.09715e+07 tokens for 10 requests, more than 1,048,576 a "
+        "request"),
     "a request rate past a float": (
         lambda t: _calibrate(_bench(t, lambda r: r.update(request_rate=10**400))),
         "field 'request_rate': expected a rate > 0 or \"inf\", got 10000000000000000000..."),
@@ -62,7 +71,7 @@ CASES = {
     "a cluster range of 30M values": (
         lambda t: ["tune", *SMALL, "--policy", "sync", "--param", "cluster.gpus=1:30000000",
                    "--out", "o"],
-        "--param 'cluster.gpus=1:30000000': 30,000,000 values; a cluster range holds at most 4,096"),
+        "--param 'cluster.gpus=1:30000000': 30,000,000 values; a cluster range holds at most 65,536"),
     "a tune budget of 10^8 trials": (
         lambda t: ["tune", *SMALL, "--policy", "sortedrl", "--param",
                    "sortedrl.update_batch=1:100000000", "--budget", "100000000", "--out", "o"],
@@ -135,7 +144,8 @@ def _metrics(tmp: Path, value: float) -> Path:
 
 
 @pytest.mark.parametrize("value, message", [
-    (0.0, "every update time is 0 s: nothing to fit"),  # a NaN MAPE was written
+    (0.0, "the update at step 1 took 0 s: a step that logs an update time must have trained"),
+    # (a NaN MAPE was written; one zero step among others made it inf, written as Infinity)
     (-3.0, "timing_s/update_actor at step 1: -3 is not from 0 to 1e+15"),  # a negative MAPE
 ])
 def test_metrics_the_fit_cannot_use_are_one_error_line(tmp_path, value, message):

@@ -17,6 +17,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.policies.base import SampleState
 from sortedrl.policies.registry import make_policy
 from sortedrl.realrun.checkpoint import (
+    Attrs,
     assign,
     check_state,
     decode,
@@ -98,7 +99,7 @@ def _state() -> dict:
     return {"policy": {"params": {"minibatches": 1}, "state": {}},
             "optimizer": {"param_groups": [{"lr": 1e-3}], "slots": {"0": ["exp_avg"]}},
             "public": {"version": 1}, "settled": 8, "rollout_on": True, "engine_version": 1,
-            "backend": {"reward": {"0": 1.0}, "kept": [[]] * 4}, "admitted": [4, 5],
+            "backend": {"reward": {0: 1.0}, "kept": [[]] * 4}, "admitted": [4, 5],
             "clock": 3.5, "offsets": {"timeline.jsonl": 10, "metrics.jsonl": 0,
                                       "trace.partial.jsonl": 4},
             "train": (1.0, 0, [0, 1, 2, 3], 40, 2.0)}
@@ -112,7 +113,7 @@ def _logs(tmp_path) -> dict:
 
 def test_a_checkpoint_as_the_run_wrote_it_passes(tmp_path):
     state = _state()
-    assert check_state(state, tmp_path / "state.json", _logs(tmp_path)) is state
+    assert check_state(state, tmp_path / "state.json", _logs(tmp_path), 8) is state
 
 
 BAD = [  # (change, the error's text after "state.json: ")
@@ -133,6 +134,7 @@ BAD = [  # (change, the error's text after "state.json: ")
      "field 'offsets': metrics.jsonl at 2.0, expected an integer from 0 to its size, 10"),
     (lambda s: s.update(clock=float("nan")), "field 'clock': expected a number >= 0, got nan"),
     (lambda s: s.update(clock="3"), "field 'clock': expected a number >= 0, got '3'"),
+    (lambda s: s.update(clock=10**400), "field 'clock': expected a number >= 0, got 10000000000000000000"),
     (lambda s: s.update(engine_version=True), "field 'engine_version': expected an integer >= 0, got True"),
     (lambda s: s.update(admitted=[1, -2]), "field 'admitted': expected a list of sample indices, got [1, -2]"),
     (lambda s: s.update(train=(1.0, 0, [0], 40)),
@@ -144,6 +146,13 @@ BAD = [  # (change, the error's text after "state.json: ")
     (lambda s: s["backend"].update(reward=[1.0]),
      "field 'backend': expected an object with 'reward' an object, got "),
     (lambda s: s.update(rollout_on=1), "field 'rollout_on': expected true or false, got 1"),
+    # indices past the run's 8 samples, and a reward keyed by text (IndexErrors in _restore)
+    (lambda s: s.update(admitted=[4, 8]), "field 'admitted': sample 8, but the run has 8"),
+    (lambda s: s.update(train=(1.0, 0, [0, 9], 40, 2.0)), "field 'train': sample 9, but the run has 8"),
+    (lambda s: s["backend"].update(reward={"0": 1.0}),
+     "field 'backend.reward': '0': 1.0 is not a sample's reward"),
+    (lambda s: s["optimizer"].update(slots={"x": ["exp_avg"]}),
+     "field 'optimizer': expected an object with 'param_groups' and 'slots', got "),
 ]
 
 
@@ -152,7 +161,7 @@ def test_a_checkpoint_not_as_the_run_wrote_it_is_one_error(tmp_path, change, err
     state = _state()
     change(state)
     with pytest.raises(ConfigError) as e:
-        check_state(state, tmp_path / "state.json", _logs(tmp_path))
+        check_state(state, tmp_path / "state.json", _logs(tmp_path), 8)
     assert str(e.value).startswith(f"{tmp_path / 'state.json'}: {error}")
 
 
@@ -160,7 +169,7 @@ def test_a_missing_log_is_one_error(tmp_path):
     logs = _logs(tmp_path)
     logs["metrics.jsonl"].unlink()
     with pytest.raises(ConfigError, match="field 'offsets': the run's log .*metrics.jsonl is missing"):
-        check_state(_state(), tmp_path / "state.json", logs)
+        check_state(_state(), tmp_path / "state.json", logs, 8)
 
 
 class _Helper:
@@ -197,6 +206,17 @@ def test_restored_state_must_have_the_runs_names_types_and_lengths(attrs, error)
         assign(target, attrs, "ckpt", same_shape=True)
     assert str(e.value) == f"ckpt: {error}"
     assert vars(target) == vars(_Helper())  # nothing half-restored by the refused field
+
+
+def test_a_helpers_state_must_have_its_shapes_too_and_nothing_is_half_restored():
+    target = _Helper()
+    target.helper = _Helper()
+    attrs = {"version": 7, "helper": Attrs({"kept": "abc"})}
+    with pytest.raises(ConfigError, match=r"^ckpt: field 'kept': expected a list, got a str$"):
+        assign(target, attrs, "ckpt", same_shape=True)
+    assert target.version == 0 and target.helper.kept == [[], [], []]  # version not set either
+    with pytest.raises(ConfigError, match="^ckpt: the _Helper has no helper object 'other' to restore$"):
+        assign(target, {"other": Attrs({"a": 1})}, "ckpt", same_shape=True)
 
 
 def test_restored_state_of_the_runs_shapes_is_set():

@@ -104,7 +104,7 @@ def test_report_is_written_offline(model_file, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--seeds", "0"], "--seeds must be from 1 to 1,000, got 0"),
     (["--gpu-hour-price", "-1"], "--gpu-hour-price must be >= 0"),
     (["--report", "x.png"], "must end in .html"),
     (["--policy", "nosuch"], "nosuch"),

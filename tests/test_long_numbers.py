@@ -82,7 +82,7 @@ def _bench_lens(tmp: Path) -> list[str]:
     path.write_text(json.dumps(raw))
     return (["calibrate", "--from-vllm-bench", str(path), "--cluster", "h100-llama3.1-8b",
              "--out", str(tmp / "p.json")],
-            f"{path}: field 'input_lens': entry 3: expected a token count from 0 to 2,147,483,647, "
+            f"{path}: field 'input_lens': entry 3: expected a token count from 0 to 16,777,216, "
             "got 10000000000000000000... (401 characters)")
 
 

@@ -93,8 +93,9 @@ def test_ctrl_c_stops_the_workers_exits_130_and_writes_nothing(tmp_path):
          "--out", str(out)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
-        # as a terminal's foreground job (a suite started with `&` has SIGINT ignored)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        # as a terminal's foreground job (a suite started with `&` has SIGINT ignored), in a
+        # process group of its own, which Ctrl-C signals whole
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), start_new_session=True)
     try:
         workers: list[int] = []
         deadline = time.monotonic() + 300  # a bound on a hung child only
@@ -102,7 +103,7 @@ def test_ctrl_c_stops_the_workers_exits_130_and_writes_nothing(tmp_path):
             time.sleep(0.05)
             workers = _children(proc.pid)
         assert len(workers) == 2, proc.communicate()
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)  # the parent and its workers, as a terminal does
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

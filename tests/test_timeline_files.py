@@ -390,21 +390,6 @@ def test_a_seed_past_int32_reads_back(tmp_path, fmt):
     assert read_timeline(path).meta["seed"] == 5_000_000_000
 
 
-def test_validate_names_a_meta_field_its_run_lacks(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    for name in ("trace.jsonl", "summary.json"):
-        (run / name).write_bytes((FIX / "run-sync" / name).read_bytes())
-    lines = (FIX / "run-sync" / "timeline.jsonl").read_text().splitlines(keepends=True)
-    meta = json.loads(lines[0])
-    del meta["engines"]
-    (run / "timeline.jsonl").write_text(json.dumps(meta) + "\n" + "".join(lines[1:]))
-    r = runner.invoke(app, ["validate", str(run), "--profile", str(FIX / "cpu-profile.json")])
-    assert (r.exit_code, r.stderr.strip().splitlines()) == (2, [
-        f"error: {run / 'timeline.jsonl'}: the timeline's meta record has no 'engines' (every "
-        "timeline that `sortedrl simulate` or `sortedrl run` writes has them)"]), r.output
-
-
 def _run_with(tmp_path, meta_change=None, span_engine=None):
     """The fixture's real run, its timeline's meta (or one span's engine) changed."""
     run = tmp_path / "run"
@@ -420,6 +405,15 @@ def _run_with(tmp_path, meta_change=None, span_engine=None):
         next(r for r in rows if r["kind"] == "span")["engine"] = span_engine
     (run / "timeline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [meta, *rows]))
     return run
+
+
+def test_validate_names_a_meta_field_its_run_lacks(tmp_path):
+    run = _run_with(tmp_path, lambda meta: meta.pop("engines"))
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(FIX / "cpu-profile.json")])
+    assert (r.exit_code, r.stderr.strip().splitlines()) == (2, [
+        f"error: {run / 'timeline.jsonl'}: the timeline's meta record has no 'engines' (every "
+        "timeline that `sortedrl simulate` or `sortedrl run` writes has them)"]), r.output
+
 
 
 @pytest.mark.parametrize("change, message", [

@@ -27,6 +27,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
+from sortedrl.limits import short_repr
 
 VERSION_KEYS = ("vllm_version", "engine_version", "version")
 # the fit replays every engine step (one per output token of the longest request) and every
@@ -104,7 +105,7 @@ def _number(raw: dict, key: str, where: str) -> float:
     if v is None:
         raise ConfigError(f"{where}: field {key!r}: missing")
     if not finite(v):
-        raise ConfigError(f"{where}: field {key!r}: expected a number, got {_short(v)}")
+        raise ConfigError(f"{where}: field {key!r}: expected a number, got {short_repr(v)}")
     return float(v)
 
 
@@ -120,7 +121,7 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
         for i, v in enumerate(vals):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKENS[key]:
                 raise ConfigError(f"{where}: field {key!r}: entry {i}: expected a token count from 0 "
-                                  f"to {MAX_TOKENS[key]:,}, got {_short(v)}")
+                                  f"to {MAX_TOKENS[key]:,}, got {short_repr(v)}")
     errors = raw.get("errors") if lists["errors"] else None
     keep = [i for i in range(n) if outs[i] > 0 and not (errors and errors[i])]
     ttfts = _floats(raw, "ttfts", where, keep) if lists["ttfts"] else None
@@ -129,7 +130,7 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
         itls = []
         for i in keep:
             row = raw["itls"][i]
-            if not isinstance(row, list) or not all(_finite(x) and x >= 0 for x in row):
+            if not isinstance(row, list) or not all(finite(x) and x >= 0 for x in row):
                 raise ConfigError(f"{where}: field 'itls': entry {i}: expected a list of seconds >= 0")
             if len(row) > outs[i] - 1:
                 raise ConfigError(f"{where}: field 'itls': entry {i}: {len(row)} gaps for {outs[i]} output "
@@ -156,17 +157,11 @@ def _list(raw: dict, key: str, where: str, n: int | None) -> int | bool:
 def _floats(raw: dict, key: str, where: str, keep: list[int]) -> np.ndarray:
     vals = raw[key]
     for i in keep:
-        if not _finite(vals[i]) or vals[i] < 0:
-            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got {_short(vals[i])}")
+        if not finite(vals[i]) or vals[i] < 0:
+            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got {short_repr(vals[i])}")
     return np.asarray([vals[i] for i in keep], dtype=float)
 
 
-_finite = finite
-
-
-def _short(v: object) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _from_totals(raw: dict, where: str) -> list:
@@ -178,7 +173,7 @@ def _from_totals(raw: dict, where: str) -> list:
     done = _number(raw, "completed", where)
     if not 1 <= done <= MAX_REQUESTS or done != int(done):
         raise ConfigError(f"{where}: field 'completed': expected a request count from 1 to "
-                          f"{MAX_REQUESTS:,}, got {_short(raw['completed'])}")
+                          f"{MAX_REQUESTS:,}, got {short_repr(raw['completed'])}")
     n = int(done)
     tin, tout = _number(raw, "total_input_tokens", where), _number(raw, "total_output_tokens", where)
     if tin < 0 or tout < n:
@@ -186,8 +181,9 @@ def _from_totals(raw: dict, where: str) -> list:
                           f"{tin:g}/{tout:g} tokens for {n} requests")
     for key, total in (("input_lens", tin), ("output_lens", tout)):
         if total / n > MAX_TOKENS[key]:
-            raise ConfigError(f"{where}: field 'total_{key[:-5]}put_tokens': {total:g} tokens for "
-                              f"{n} requests, more than {MAX_TOKENS[key]:,} a request")
+            field = "total_input_tokens" if key == "input_lens" else "total_output_tokens"
+            raise ConfigError(f"{where}: field {field!r}: {total:g} tokens for {n} requests, more "
+                              f"than {MAX_TOKENS[key]:,} a request")
     ins, outs = _spread(int(tin), n), _spread(int(tout), n)
     return [ins, outs, None, None, None, None]
 
@@ -204,7 +200,7 @@ def _rate(raw: dict, where: str) -> float:
         return math.inf
     if not finite(v) or v <= 0:
         raise ConfigError(f"{where}: field 'request_rate': expected a rate > 0 or \"inf\", "
-                          f"got {_short(v)}")
+                          f"got {short_repr(v)}")
     return float(v)
 
 

@@ -72,7 +72,7 @@ def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: line {n}: field 'data': expected an object of metrics")
         for key, v in data.items():
-            if _number(v):
+            if finite(v):
                 out.setdefault(key, {})[rec["step"]] = float(v)
     return out
 
@@ -136,7 +136,6 @@ def _step(cell: str) -> int | None:
     return int(value) if math.isfinite(value) and value == int(value) else None
 
 
-_number = finite  # a metric's value: a finite number (an int too big for a float is not)
 
 
 def _listing(items: list[str], most: int = 12) -> str:
@@ -171,8 +170,10 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str,
                           "the fit needs at least 2")
     T = np.array([tokens[s] for s in steps])
     t = np.array([sum(c[1][s] for c in parts.values()) for s in steps])
-    if not t.any():
-        raise ConfigError(f"{where}: every update time is 0 s: nothing to fit")
+    if not t.all():  # the fit weighs each step by 1 / its time
+        step = steps[int(np.flatnonzero(t == 0)[0])]
+        raise ConfigError(f"{where}: the update at step {step} took 0 s: a step that logs an "
+                          "update time must have trained")
     if np.ptp(T) <= 0:
         raise ConfigError(f"{where}: every step trained {T[0]:g} tokens: the per-token and fixed update "
                           "times cannot be told apart")

@@ -22,6 +22,7 @@ from enum import IntEnum, StrEnum
 from typing import ClassVar, Literal, Union
 
 from sortedrl.errors import ConfigError
+from sortedrl.limits import INT32_MAX
 
 # -- events ------------------------------------------------------------------------------------
 
@@ -313,8 +314,8 @@ def _coerce(raw: str, hint: object, where: str) -> object:
             value = int(raw)
         except ValueError:
             raise ConfigError(f"{where}: expected an integer") from None
-        if abs(value) > MAX_INT_KNOB:  # a count (a batch, a span): past 32 bits it counts nothing
-            raise ConfigError(f"{where}: expected an integer of at most {MAX_INT_KNOB:,}")
+        if abs(value) > INT32_MAX:  # a count (a batch, a span): past 32 bits it counts nothing
+            raise ConfigError(f"{where}: expected an integer of at most {INT32_MAX:,}")
         return value
     if hint is float:
         try:
@@ -329,7 +330,6 @@ def _coerce(raw: str, hint: object, where: str) -> object:
     return raw
 
 
-MAX_INT_KNOB = 2**31 - 1
 MAX_FLOAT_KNOB = 1e9
 
 

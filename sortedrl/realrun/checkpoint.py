@@ -19,7 +19,6 @@ engine) when there was a push.
 from __future__ import annotations
 
 import json
-import math
 from array import array
 from collections import deque
 from collections.abc import Callable
@@ -29,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
+from sortedrl.limits import short_repr
 from sortedrl.policies.base import SampleState, params_dict
 
 STATE = "state.json"
@@ -137,18 +138,31 @@ def assign(target: object, attrs: dict, where: Path | str, same_shape: bool = Fa
     refused: a checkpoint holds data, and data must not replace code. ``same_shape``: ``target``
     was built by this run with every attribute the checkpoint restores (the controller's and
     the backend's state), so each value must be one the run already holds: same type, and the
-    same length where the run's is a per-sample or per-engine sequence (non-empty)."""
+    same length where the run's is a per-sample or per-engine sequence (non-empty). Every field
+    is checked before any is set: a refused checkpoint leaves ``target`` as it was."""
+    _check_all(target, attrs, where, same_shape)
+    _set_all(target, attrs)
+
+
+def _check_all(target: object, attrs: dict, where: Path | str, same_shape: bool) -> None:
     for name, value in attrs.items():
         _check_name(target, name, where)
         if isinstance(value, Attrs):
             helper = getattr(target, name, None)
             if helper is None or not hasattr(helper, "__dict__"):
-                raise ConfigError(f"{where}: the policy has no helper object {name!r} to restore")
-            assign(helper, value, where)
-            continue
-        if same_shape:
+                raise ConfigError(f"{where}: the {type(target).__name__} has no helper object "
+                                  f"{name!r} to restore")
+            _check_all(helper, value, where, same_shape)
+        elif same_shape:
             _check_like(getattr(target, name, _MISSING), value, name, where)
-        setattr(target, name, value)
+
+
+def _set_all(target: object, attrs: dict) -> None:
+    for name, value in attrs.items():
+        if isinstance(value, Attrs):
+            _set_all(getattr(target, name), value)
+        else:
+            setattr(target, name, value)
 
 
 _MISSING = object()
@@ -196,7 +210,7 @@ def _kind(value: object) -> str:
 # -- the checkpoint's own fields ----------------------------------------------------------------
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return finite(v) and v >= 0  # (an int past a float is not: math.isfinite would raise)
 
 
 def _count(v) -> bool:
@@ -214,8 +228,8 @@ _FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "optimizer": ("an object with 'param_groups' and 'slots'",
                   lambda v: isinstance(v, dict) and isinstance(v.get("param_groups"), list)
                   and isinstance(v.get("slots"), dict)
-                  and all(isinstance(k, str) and isinstance(s, list) and all(isinstance(x, str) for x in s)
-                          for k, s in v["slots"].items())),
+                  and all(isinstance(k, str) and k.isdigit() and isinstance(s, list)
+                          and all(isinstance(x, str) for x in s) for k, s in v["slots"].items())),
     "public": ("an object", lambda v: isinstance(v, dict)),
     "backend": ("an object with 'reward' an object",
                 lambda v: isinstance(v, dict) and isinstance(v.get("reward", {}), dict)),
@@ -231,23 +245,25 @@ _FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 }
 
 
-def check_state(state: object, where: Path, logs: dict[str, Path]) -> dict:
+def check_state(state: object, where: Path, logs: dict[str, Path], samples: int) -> dict:
     """Refuse a checkpoint that is not as the run wrote it, before anything is touched.
 
     ``logs``: the run's log files by name; the checkpoint's ``offsets`` must name exactly these,
     each at most the file's size (a resume cuts each log back to its offset, so a name of any
-    other file, or a path, would cut that file)."""
+    other file, or a path, would cut that file). ``samples``: the run's samples, which every
+    sample index (admitted, trained, rewarded) must lie below."""
     if not isinstance(state, dict):
         raise ConfigError(f"{where}: not a checkpoint (expected an object)")
     for key, (what, ok) in _FIELDS.items():
         if key not in state:
             raise ConfigError(f"{where}: field {key!r} is missing")
         if not ok(state[key]):
-            raise ConfigError(f"{where}: field {key!r}: expected {what}, got {_short(state[key])}")
+            raise ConfigError(f"{where}: field {key!r}: expected {what}, got {short_repr(state[key])}")
+    _check_samples(state, where, samples)
     offsets = state["offsets"]
     unknown = sorted((k for k in offsets if k not in logs), key=repr)
     if unknown:
-        raise ConfigError(f"{where}: field 'offsets': {_short(unknown[0])} is not one of the run's "
+        raise ConfigError(f"{where}: field 'offsets': {short_repr(unknown[0])} is not one of the run's "
                           f"logs ({', '.join(logs)})")
     for name in logs:
         if name not in offsets:
@@ -257,14 +273,21 @@ def check_state(state: object, where: Path, logs: dict[str, Path]) -> dict:
         if size is None:
             raise ConfigError(f"{where}: field 'offsets': the run's log {path} is missing")
         if not _count(offsets[name]) or offsets[name] > size:
-            raise ConfigError(f"{where}: field 'offsets': {name} at {_short(offsets[name])}, "
+            raise ConfigError(f"{where}: field 'offsets': {name} at {short_repr(offsets[name])}, "
                               f"expected an integer from 0 to its size, {size}")
     return state
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+
+def _check_samples(state: dict, where: Path, samples: int) -> None:
+    for key, ids in (("admitted", state["admitted"]), ("train", state["train"][2])):
+        if ids and max(ids) >= samples:
+            raise ConfigError(f"{where}: field {key!r}: sample {max(ids)}, but the run has "
+                              f"{samples}")
+    for i, r in state["backend"].get("reward", {}).items():
+        if not _count(i) or i >= samples or not finite(r):
+            raise ConfigError(f"{where}: field 'backend.reward': {short_repr(i)}: "
+                              f"{short_repr(r)} is not a sample's reward")
 
 
 # -- files --------------------------------------------------------------------------------------

@@ -157,7 +157,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     state = None
     if resume:
         state = ckpt_io.check_state(ckpt_io.read_state(ckpt), ckpt / ckpt_io.STATE,
-                                    {name: out / name for name in LOGS})
+                                    {name: out / name for name in LOGS}, len(prompts))
         ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:

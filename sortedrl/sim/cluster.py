@@ -28,15 +28,13 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
+from sortedrl.limits import MAX_GPUS, MAX_NUM_SEQS
 from sortedrl.sim.cost import CostModel, all_to_all_s
 from sortedrl.sim.hardware import GPUS, MODELS, Model
 
 TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
 OFFLOADED_STATE_BYTES = 4  # per parameter left on the GPU when the FP32 master and Adam m, v live on the host
 TRAINER_OFFLOADS = ("auto", "none", "optimizer")
-MAX_GPUS = 2**20  # more than any cluster has; a simulator engine per GPU group is kept in memory
-MAX_NUM_SEQS = 2**16  # sequences an engine runs at once: vLLM's default is 256 to 1,024; the
-# lower bound's search for the engine's peak rate visits every batch size up to it
 NET_EFF = 0.8  # share of a link's rate an NCCL weight broadcast reaches (bus bandwidth; verl #116: 0.79)
 # decode_model "measured" (the default): fitted to vidur's per-operator profiles and two whole-step
 # measurements (docs/calibration.md, bench/preset_errors.py): weight read at 0.84 of peak bandwidth,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.limits import INT64_MAX
 from sortedrl.traces.schema import COLUMNS, REQUIRED, Trace, TraceMeta
 from sortedrl.traces.turns import TURN_FIELDS
 
@@ -51,7 +52,7 @@ def parse_meta(raw: dict[str, Any], where: str) -> dict[str, Any]:
             v = raw[key]
             if type(v) is not int or v < 1:
                 raise TraceError(f"{where}: metadata '{key}' must be a positive integer, got {v!r}")
-            if v > 2**63 - 1:  # the trace's columns are int64
+            if v > INT64_MAX:  # the trace's columns are int64
                 raise TraceError(f"{where}: metadata '{key}' must be below 2**63, got an integer "
                                  f"of {len(str(v))} digits")
             out[key] = v

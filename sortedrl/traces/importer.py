@@ -21,6 +21,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError, TraceError
+from sortedrl.limits import INT32_MAX
 from sortedrl.traces.schema import Trace, TraceMeta
 
 _MAX_LEN = 2**40  # far above any token count; keeps int64 arithmetic safe
@@ -34,9 +35,6 @@ class ImportReport:
     prompts: int  # groups formed (prompt ids p000000, p000001, ...)
     dropped_rows: int  # trailing rows that did not fill a whole group
     clipped_rows: int  # rows whose response was above max_response_len (clipped, truncated)
-
-
-MAX_CAP = 2**31 - 1  # a generation cap: response lengths are 32-bit in the simulator
 
 
 def import_table(
@@ -77,8 +75,8 @@ def import_table_with_report(
         or max_response_len < 1
     ):
         raise ConfigError(f"max_response_len must be a positive integer, got {max_response_len!r}")
-    if max_response_len is not None and max_response_len > MAX_CAP:
-        raise ConfigError(f"max_response_len must be at most {MAX_CAP:,}, got {max_response_len:,}")
+    if max_response_len is not None and max_response_len > INT32_MAX:  # 32-bit lengths in a run
+        raise ConfigError(f"max_response_len must be at most {INT32_MAX:,}, got {max_response_len:,}")
     cols = (prompt_len_col, response_len_col)
     try:
         with open(p, encoding="utf-8-sig", newline="") as f:

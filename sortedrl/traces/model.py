@@ -30,7 +30,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import TraceError
-from sortedrl.timeline_columns import INT32_MAX
+from sortedrl.limits import INT32_MAX
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 
 VERSION = 1

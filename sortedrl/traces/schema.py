@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sortedrl.errors import TraceError
-from sortedrl.timeline_columns import INT32_MAX
+from sortedrl.limits import INT32_MAX, INT64_MAX
 from sortedrl.traces import turns as _turns
 from sortedrl.traces.turns import TURN_COLUMNS
 
@@ -34,7 +34,6 @@ REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
 OPTIONAL = ("step", "reward", "finish_reason")
 COLUMNS = REQUIRED + OPTIONAL
 MAX_SAMPLES = INT32_MAX  # a timeline names a sample with a 32-bit id (its int32 columns)
-_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def check_samples(prompts: int, group_size: int, steps: int) -> None:
@@ -133,7 +132,7 @@ class Trace:
                 if v < minimum:
                     what = "negative" if v < 0 else f"below {minimum}"
                     raise TraceError(f"{where}: row {line(i)}: field '{col}': {v} is {what}")
-                if v > _INT64_MAX:
+                if v > INT64_MAX:
                     raise TraceError(f"{where}: row {line(i)}: field '{col}': {v} is out of range")
                 out[i] = v
             return out

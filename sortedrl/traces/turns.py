@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.limits import INT64_MAX
 
 TURN_FIELDS = ("turn_gen", "turn_tool_s", "turn_tool_tokens")
 MAX_TOOL_S = 1e9  # s, one tool call
 TURN_COLUMNS = ("turn_offsets", *TURN_FIELDS)
 _MINIMUM = {"turn_gen": 1, "turn_tool_tokens": 0}
-_INT64_MAX = int(np.iinfo(np.int64).max)
 
 Turns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # offsets, gen, tool_s, tool_tokens
 
@@ -187,7 +187,7 @@ def _ints(raw: Any, col: str, at: Callable[[int, str], str]) -> np.ndarray:
                 vals[j], ok = int(v), True
             if not ok:
                 raise TraceError(at(j, col) + f": {v!r} is not an integer")
-            if vals[j] > _INT64_MAX:
+            if vals[j] > INT64_MAX:
                 raise TraceError(at(j, col) + f": {v!r} is out of range")
         arr = np.array(vals, dtype=np.int64)
     low = np.flatnonzero(arr < minimum)

@@ -19,12 +19,12 @@ import typing
 from dataclasses import dataclass
 
 from sortedrl.errors import ConfigError
+from sortedrl.limits import MAX_NUM_SEQS
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import policy_class
 
 MAX_INT_GRID = 16  # an integer range with at most this many values is enumerated
 CLUSTER = "cluster"
-MAX_CHOICES = 4096  # values of one cluster range (each a cluster shape to try)
 CLUSTER_KEYS = {"gpus": int, "train_gpus": int, "tp": int, "max_num_seqs": int, "placement": str}
 
 
@@ -135,9 +135,9 @@ def _parse_cluster(spec: str) -> Dim:
                 lo, hi = (int(x) for x in raw.split(":"))
                 if lo > hi:
                     raise ConfigError(f"{where}: lo ({lo}) is above hi ({hi})")
-                if hi - lo >= MAX_CHOICES:
+                if hi - lo >= MAX_NUM_SEQS:  # (the widest a cluster field can range)
                     raise ConfigError(f"{where}: {hi - lo + 1:,} values; a cluster range holds at "
-                                      f"most {MAX_CHOICES:,} (list the values to try instead)")
+                                      f"most {MAX_NUM_SEQS:,} (list the values to try instead)")
                 values = tuple(range(lo, hi + 1))
             else:
                 values = tuple(int(v) for v in raw.split(","))

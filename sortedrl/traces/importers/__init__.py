@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sortedrl.errors import ConfigError
-from sortedrl.traces.importer import MAX_CAP
+from sortedrl.limits import INT32_MAX
 from sortedrl.traces.importers._common import FrameworkReport, to_trace
 from sortedrl.traces.schema import Trace
 
@@ -26,8 +26,8 @@ def import_framework(framework: str, path: str | Path, tokenizer: str | Path | N
     ``decode_tps`` and ``prompt_len`` stand in for the token counts AReaL does not log."""
     p = Path(path)
     tok = None if tokenizer is None else Path(tokenizer)
-    if max_response_len is not None and not 1 <= max_response_len <= MAX_CAP:
-        raise ConfigError(f"--max-response-len must be from 1 to {MAX_CAP:,}, got "
+    if max_response_len is not None and not 1 <= max_response_len <= INT32_MAX:
+        raise ConfigError(f"--max-response-len must be from 1 to {INT32_MAX:,}, got "
                           f"{max_response_len:,}")
     if framework == "verl":
         from sortedrl.traces.importers.verl import read_verl

@@ -20,6 +20,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import TraceError
+from sortedrl.limits import INT64_MAX
 from sortedrl.traces.schema import Trace, TraceMeta
 
 
@@ -141,8 +142,6 @@ def read_jsonl(path: Path):
             raise TraceError(f"{path}: line {lineno}: expected a JSON object")
         yield lineno, obj
 
-
-INT64_MAX = 2**63 - 1
 
 
 def whole_number(where: str, name: str, value: object, minimum: int = 0) -> int:
