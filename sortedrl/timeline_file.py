@@ -273,7 +273,8 @@ def _column(path: Path, tl: Timeline, kind: str, key: str, typ: str, arrays: dic
     if typ == "samples":
         base = key.removesuffix(".offsets")
         # (as int64 first: an unsigned offset past it would wrap in np.diff and pass the checks)
-        offsets = _fit(path, base + ".offsets", _array(path, base + ".offsets", arrays, "i"), np.int64)
+        raw = _array(path, base + ".offsets", arrays, "i")
+        offsets = _fit(path, base + ".offsets", raw, np.int64)
         values = _array(path, base + ".values", arrays, "i")
         if (offsets.size == 0 or offsets[0] != 0 or offsets[-1] != values.size
                 or np.any(np.diff(offsets) < 0)):

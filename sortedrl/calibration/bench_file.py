@@ -120,8 +120,8 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
     for key, vals in (("input_lens", ins), ("output_lens", outs)):
         for i, v in enumerate(vals):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKENS[key]:
-                raise ConfigError(f"{where}: field {key!r}: entry {i}: expected a token count from 0 "
-                                  f"to {MAX_TOKENS[key]:,}, got {short_repr(v)}")
+                raise ConfigError(f"{where}: field {key!r}: entry {i}: expected a token count "
+                                  f"from 0 to {MAX_TOKENS[key]:,}, got {short_repr(v)}")
     errors = raw.get("errors") if lists["errors"] else None
     keep = [i for i in range(n) if outs[i] > 0 and not (errors and errors[i])]
     ttfts = _floats(raw, "ttfts", where, keep) if lists["ttfts"] else None
@@ -158,7 +158,8 @@ def _floats(raw: dict, key: str, where: str, keep: list[int]) -> np.ndarray:
     vals = raw[key]
     for i in keep:
         if not finite(vals[i]) or vals[i] < 0:
-            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got {short_repr(vals[i])}")
+            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got "
+                              f"{short_repr(vals[i])}")
     return np.asarray([vals[i] for i in keep], dtype=float)
 
 

@@ -129,7 +129,8 @@ def load_tune(path: Path) -> dict:
                 raise PlotError(f"{path}: trial {n}: summary has no number {key!r}")
         rate = t["summary"].get("learnable_tokens_per_s", 0)  # ranks the trials when present
         if not isinstance(rate, int | float) or isinstance(rate, bool):
-            raise PlotError(f"{path}: trial {n}: summary's 'learnable_tokens_per_s' is not a number")
+            raise PlotError(f"{path}: trial {n}: summary's 'learnable_tokens_per_s' is not a "
+                            "number")
     pareto = raw.get("pareto", [])
     if not isinstance(pareto, list) or not all(
             isinstance(i, int) and 0 <= i < len(raw["trials"]) for i in pareto):
@@ -150,6 +151,7 @@ def _check_plan(path: Path, raw: dict) -> None:
         if not isinstance(t.get("id"), int) or not isinstance(t.get("params"), dict):
             raise PlotError(f"{path}: trial {n}: a planned trial needs an integer 'id' and a "
                             "'params' object")
-        if not all(isinstance(t["summary"].get(k), int | float) for k in ("gpu_hours", "makespan_s")):
+        drawn = ("gpu_hours", "makespan_s")
+        if not all(isinstance(t["summary"].get(k), int | float) for k in drawn):
             raise PlotError(f"{path}: trial {n}: summary's 'gpu_hours' and 'makespan_s' must be "
                             "numbers")

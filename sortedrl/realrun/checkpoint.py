@@ -35,6 +35,7 @@ from sortedrl.policies.base import SampleState, params_dict
 STATE = "state.json"
 ENUMS: dict[str, type[IntEnum]] = {"SampleState": SampleState}
 SKIPPED = ("params", "ctx")  # rebuilt from the run's configuration
+SHOWN = 200  # characters of a value an error line shows (a path whole, not a megabyte of it)
 
 
 class Attrs(dict):
@@ -224,7 +225,8 @@ def _ids(v) -> bool:
 # field -> (what it must be, in words; the check)
 _FIELDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "policy": ("an object with 'params' and 'state'",
-               lambda v: isinstance(v, dict) and isinstance(v.get("params"), dict) and "state" in v),
+               lambda v: isinstance(v, dict) and isinstance(v.get("params"), dict)
+               and "state" in v),
     "optimizer": ("an object with 'param_groups' and 'slots'",
                   lambda v: isinstance(v, dict) and isinstance(v.get("param_groups"), list)
                   and isinstance(v.get("slots"), dict)
@@ -258,13 +260,14 @@ def check_state(state: object, where: Path, logs: dict[str, Path], samples: int)
         if key not in state:
             raise ConfigError(f"{where}: field {key!r} is missing")
         if not ok(state[key]):
-            raise ConfigError(f"{where}: field {key!r}: expected {what}, got {short_repr(state[key])}")
+            raise ConfigError(f"{where}: field {key!r}: expected {what}, got "
+                              f"{short_repr(state[key], SHOWN)}")
     _check_samples(state, where, samples)
     offsets = state["offsets"]
     unknown = sorted((k for k in offsets if k not in logs), key=repr)
     if unknown:
-        raise ConfigError(f"{where}: field 'offsets': {short_repr(unknown[0])} is not one of the run's "
-                          f"logs ({', '.join(logs)})")
+        raise ConfigError(f"{where}: field 'offsets': {short_repr(unknown[0], SHOWN)} is not "
+                          f"one of the run's logs ({', '.join(logs)})")
     for name in logs:
         if name not in offsets:
             raise ConfigError(f"{where}: field 'offsets': the offset of {name} is missing")
@@ -273,8 +276,9 @@ def check_state(state: object, where: Path, logs: dict[str, Path], samples: int)
         if size is None:
             raise ConfigError(f"{where}: field 'offsets': the run's log {path} is missing")
         if not _count(offsets[name]) or offsets[name] > size:
-            raise ConfigError(f"{where}: field 'offsets': {name} at {short_repr(offsets[name])}, "
-                              f"expected an integer from 0 to its size, {size}")
+            raise ConfigError(f"{where}: field 'offsets': {name} at "
+                              f"{short_repr(offsets[name], SHOWN)}, expected an integer from 0 "
+                              f"to its size, {size}")
     return state
 
 
@@ -286,8 +290,8 @@ def _check_samples(state: dict, where: Path, samples: int) -> None:
                               f"{samples}")
     for i, r in state["backend"].get("reward", {}).items():
         if not _count(i) or i >= samples or not finite(r):
-            raise ConfigError(f"{where}: field 'backend.reward': {short_repr(i)}: "
-                              f"{short_repr(r)} is not a sample's reward")
+            raise ConfigError(f"{where}: field 'backend.reward': {short_repr(i, SHOWN)}: "
+                              f"{short_repr(r, SHOWN)} is not a sample's reward")
 
 
 # -- files --------------------------------------------------------------------------------------

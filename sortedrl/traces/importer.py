@@ -76,7 +76,8 @@ def import_table_with_report(
     ):
         raise ConfigError(f"max_response_len must be a positive integer, got {max_response_len!r}")
     if max_response_len is not None and max_response_len > INT32_MAX:  # 32-bit lengths in a run
-        raise ConfigError(f"max_response_len must be at most {INT32_MAX:,}, got {max_response_len:,}")
+        raise ConfigError(f"max_response_len must be at most {INT32_MAX:,}, got "
+                          f"{max_response_len:,}")
     cols = (prompt_len_col, response_len_col)
     try:
         with open(p, encoding="utf-8-sig", newline="") as f:
