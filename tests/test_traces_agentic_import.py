@@ -89,6 +89,11 @@ def test_areal_without_token_counts_needs_a_decode_rate(tmp_path) -> None:
     (dict(phases={"generate": [{"start_ts": 0.0, "end_ts": 1.0}, {"start_ts": 2.0, "end_ts": 3.0}],
                   "toolcall": [{"start_ts": 1.5}]}),
      "field 'phases.toolcall[0].end_ts': expected a time in seconds, got None"),
+    (dict(phases={"generate": [{"start_ts": float("nan"), "end_ts": 1.0}]}),  # was accepted
+     "field 'phases.generate[0].start_ts': expected a time in seconds, got nan"),
+    (dict(phases={"generate": [{"start_ts": 0.0, "end_ts": 1.0}, {"start_ts": 2.0, "end_ts": 3.0}],
+                  "toolcall": [{"start_ts": 1.0, "end_ts": float("inf")}]}),
+     "field 'phases.toolcall[0].end_ts': expected a time in seconds, got inf"),
     (dict(turn_tokens=[5, -1]), "turn 2: field 'turn_tokens': -1 is below 1"),
     (dict(turn_tokens=[5]), "field 'turn_tokens': expected a list of 2 counts (one per generate "
                             "phase), got [5]"),

@@ -35,6 +35,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sortedrl.errors import TraceError
+from sortedrl.jsonio import finite
+from sortedrl.limits import short_repr
 from sortedrl.traces.importers._common import (
     Rows,
     check_layout,
@@ -89,9 +91,9 @@ def _interval(where: str, name: str, k: int, entry: object) -> tuple[float, floa
         raise TraceError(f"{where}: field '{field}': expected an object with start_ts and end_ts")
     start, end = entry.get("start_ts"), entry.get("end_ts")
     for label, v in (("start_ts", start), ("end_ts", end)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if not finite(v):  # (NaN passed the ordering check below; inf made an inf tool call)
             raise TraceError(f"{where}: field '{field}.{label}': expected a time in seconds, "
-                             f"got {v!r}")
+                             f"got {short_repr(v)}")
     if end < start:
         raise TraceError(f"{where}: field '{field}': ends at {end} before it starts at {start} "
                          "(a negative duration)")
