@@ -117,10 +117,11 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
 
 
 def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
-    """One policy's run, in a worker process (:mod:`sortedrl.parallel`)."""
-    trace, cluster, seed, regen = shared
+    """One policy's run (in a worker process of :mod:`sortedrl.parallel`, ``progress`` is None)."""
+    trace, cluster, seed, regen, progress = shared
     policy = make_policy(spec.name, list(spec.sets), trace)
-    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed, regen=regen)
+    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
+                    progress=progress, regen=regen)
 
 
 def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: int = 0,
@@ -128,21 +129,21 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
                 workers: int = 1) -> list[tuple[PolicySpec, SimResult]]:
     """Simulate each policy on the trace and cluster, in order; ``workers`` > 1 runs them in
     that many processes at once (the same results)."""
-    policies = [make_policy(s.name, list(s.sets), trace) for s in specs]  # all knobs checked first
+    for s in specs:  # every policy's knobs checked before any run
+        make_policy(s.name, list(s.sets), trace)
     if workers > 1 and len(specs) > 1:
         if hasattr(progress, "phase"):
             progress.phase(f"simulating {len(specs)} policies in {min(workers, len(specs))} "
                            "processes", total=len(specs))
-        results = run_jobs(_simulate_spec, (trace, cluster, seed, regen), specs, workers,
+        results = run_jobs(_simulate_spec, (trace, cluster, seed, regen, None), specs, workers,
                            done=None if progress is None else lambda: progress(1))
         return list(zip(specs, results, strict=True))
     out = []
-    for k, (spec, policy) in enumerate(zip(specs, policies, strict=True)):
+    for k, spec in enumerate(specs):
         if hasattr(progress, "phase"):
-            progress.phase(f"simulating {spec.label} ({k + 1} of {len(specs)} policies)", total=len(trace))
-        result = simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
-                          progress=progress, regen=regen)
-        out.append((spec, result))
+            progress.phase(f"simulating {spec.label} ({k + 1} of {len(specs)} policies)",
+                           total=len(trace))
+        out.append((spec, _simulate_spec((trace, cluster, seed, regen, progress), spec)))
     return out
 
 

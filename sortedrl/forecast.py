@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -76,26 +77,36 @@ def time_parts(result: SimResult) -> dict[str, float]:
             "idle_s": max(0.0, float(s["makespan_s"]) - busy)}
 
 
-def _draw(shared: tuple, job: tuple) -> tuple:
-    """Simulate one draw of the run: (cluster it ran on, wall s, step times, time parts,
-    summary). In a worker process (:mod:`sortedrl.parallel`) ``progress`` is None."""
+class Draw(NamedTuple):
+    """What the forecast keeps of one simulated draw of the run (not its timeline)."""
+
+    ran_on: Cluster
+    wall_s: float
+    step_s: np.ndarray  # seconds between update ends (:func:`step_times`)
+    parts: dict[str, float]  # :func:`time_parts`
+    summary: dict
+
+
+def _draw(shared: tuple, job: tuple) -> Draw:
+    """Simulate one draw of the run (in a worker process of :mod:`sortedrl.parallel`,
+    ``progress`` is None)."""
     source, progress = shared
     spec, cluster, seed = job
     trace = source.draw(seed)
     policy = make_policy(spec.name, list(spec.sets), trace)
     ran_on = cluster_for(policy.placements, cluster)
     result = simulate(trace, policy, ran_on, seed=seed, progress=progress)
-    return (ran_on, float(result.summary["makespan_s"]), step_times(result.timeline),
-            time_parts(result), result.summary)
+    return Draw(ran_on, float(result.summary["makespan_s"]), step_times(result.timeline),
+                time_parts(result), result.summary)
 
 
-def forecast_one(spec: PolicySpec, draws: list[tuple], gpu_hour_price: float) -> dict:
-    """One policy on one cluster: the forecast from its draws (one per seed, see :func:`_draw`)."""
-    ran_on = draws[-1][0]
-    walls = [d[1] for d in draws]
-    steps = [d[2] for d in draws]
-    parts = [d[3] for d in draws]
-    summaries = [d[4] for d in draws]
+def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> dict:
+    """One policy on one cluster: the forecast from its draws (one per seed)."""
+    ran_on = draws[-1].ran_on
+    walls = [d.wall_s for d in draws]
+    steps = [d.step_s for d in draws]
+    parts = [d.parts for d in draws]
+    summaries = [d.summary for d in draws]
     wall = math.fsum(walls) / len(walls)
     pooled = np.concatenate(steps) if steps else np.zeros(1)
     gpu_hours = ran_on.gpus * wall / 3600.0

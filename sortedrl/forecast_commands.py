@@ -26,6 +26,7 @@ from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
 from sortedrl.tables import Col, render, terminal_width
 
+MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 COLUMNS = (("policy", ""), ("cluster", ""), ("gpus", ""), ("wall_h", "h"), ("wall_s", "s"),
            ("wall_s_low", "s"), ("wall_s_high", "s"), ("gpu_hours", "GPU-h"), ("cost", "$"),
            ("step_s_p50", "s"), ("step_s_p90", "s"), ("step_s_max", "s"), ("rollout_s", "s"),
@@ -95,8 +96,6 @@ def forecast(
     if report is not None:
         typer.echo(f"wrote {report}")
 
-
-MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 
 FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Col("wall", "h"),
                  Col("low-high", "h", hide=3), Col("GPU-h"), Col("cost", "$", hide=4),

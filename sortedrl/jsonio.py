@@ -20,11 +20,11 @@ def loads(text: str | bytes | bytearray) -> object:
         return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError):  # (bytes that are not UTF-8: as they are)
         raise
-    except RecursionError:  # arrays or objects nested thousands deep
+    except (RecursionError, ValueError) as e:
         doc = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")
-        raise json.JSONDecodeError("nested too deeply", doc, 0) from None
-    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
-        doc = text if isinstance(text, str) else bytes(text).decode("utf-8", "replace")
+        if isinstance(e, RecursionError):  # arrays or objects nested thousands deep
+            raise json.JSONDecodeError("nested too deeply", doc, 0) from None
+        # "Exceeds the limit (4300 digits) for integer string conversion"
         found = re.search(r"\d{4301,}", doc)
         raise json.JSONDecodeError("an integer of more than 4,300 digits", doc,
                                    found.start() if found else 0) from e

@@ -260,7 +260,7 @@ class Timeline:
 
     def records(self) -> list[dict]:
         """All records as JSON-ready dicts, ordered by start time (ties: kind, then insertion)."""
-        return [jsonio.loads(line) for line in self.jsonl_lines()]
+        return [json.loads(line) for line in self.jsonl_lines()]
 
     def jsonl_lines(self):
         """The JSONL lines: meta first, then every record by start time (ties: kind, then

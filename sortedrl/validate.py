@@ -184,10 +184,6 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
     if why := missing_meta(real_tl.meta):
         raise ConfigError(f"{tl_path}: {why}")
     run = check_run(real_tl.meta.get("run"), tl_path, trust_policy)
-    spans = real_tl.columns("span")["engine"]
-    engines = real_tl.meta.get("engines", 1)
-    if spans.size and (int(spans.min()) < 0 or int(spans.max()) >= engines):
-        raise ConfigError(f"{tl_path}: a span names an engine outside 0..{engines - 1}")
     trace = read_trace(rundir / "trace.jsonl")
     cluster = run_cluster(load_cluster(str(profile)), real_tl.meta, _ray_terms(profile))
     if trace.turn_offsets is not None and "tool_pool" in run:  # a multi-turn run's sandboxes

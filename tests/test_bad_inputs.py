@@ -30,6 +30,13 @@ def _bench(tmp: Path, change) -> Path:
     return path
 
 
+def _write(path: Path, content: str | bytes) -> str:
+    """Write an input file (and its directory); its path, for the command line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    return str(path)
+
+
 def _calibrate(path: Path) -> list[str]:
     return ["calibrate", "--from-vllm-bench", str(path), "--cluster", "h100-llama3.1-8b",
             "--out", "p.json"]
@@ -62,16 +69,17 @@ CASES = {
         lambda t: _calibrate(_bench(t, lambda r: r.update(request_rate=10**400))),
         "field 'request_rate': expected a rate > 0 or \"inf\", got 10000000000000000000..."),
     "a cluster file nested 100,000 deep": (
-        lambda t: (t / "c.json").write_text(DEEP) and ["simulate", *SMALL, "--policy", "sync",
-                                                        "--cluster", str(t / "c.json"), "--out", "o"],
+        lambda t: ["simulate", *SMALL, "--policy", "sync", "--cluster",
+                   _write(t / "c.json", DEEP), "--out", "o"],
         "c.json: line 1: not valid JSON (nested too deeply)"),
     "a trace nested 100,000 deep": (
-        lambda t: (t / "t.jsonl").write_text(DEEP + "\n") and ["trace", "stats", str(t / "t.jsonl")],
+        lambda t: ["trace", "stats", _write(t / "t.jsonl", DEEP + "\n")],
         "t.jsonl: line 1: bad JSON: nested too deeply"),
     "a cluster range of 30M values": (
         lambda t: ["tune", *SMALL, "--policy", "sync", "--param", "cluster.gpus=1:30000000",
                    "--out", "o"],
-        "--param 'cluster.gpus=1:30000000': 30,000,000 values; a cluster range holds at most 65,536"),
+        "--param 'cluster.gpus=1:30000000': 30,000,000 values; a cluster range holds at most "
+        "65,536"),
     "a tune budget of 10^8 trials": (
         lambda t: ["tune", *SMALL, "--policy", "sortedrl", "--param",
                    "sortedrl.update_batch=1:100000000", "--budget", "100000000", "--out", "o"],
@@ -81,9 +89,8 @@ CASES = {
                    "99999999999999999999999"],
         "dataset_size must be at most 16,777,216"),
     "30M forecast seeds": (
-        lambda t: ["forecast", "--synthetic", "logic-8k", "--policy", "sync", "--seeds", "30000000"]
-        if False else ["forecast", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy",
-                       "sync", "--seeds", "30000000"],
+        lambda t: ["forecast", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy",
+                   "sync", "--seeds", "30000000"],
         "--seeds must be from 1 to 1,000, got 30000000"),
     "a knob of 1e308 (int(inf) in the policy)": (
         lambda t: ["simulate", *SMALL, "--policy", "partial", "--set", "over_sample=1e308",
@@ -103,14 +110,13 @@ CASES = {
                    "--drift-from", str(t)],
         "cannot read it (Is a directory)"),
     "a TRL table that is not UTF-8": (
-        lambda t: ((t / "trl").mkdir(), (t / "trl" / "c.json").write_bytes(b"\xff\xfe{"))
-        and ["trace", "import", str(t / "trl"), "--from", "trl", "--out", "i.jsonl"],
+        lambda t: ["trace", "import", str(Path(_write(t / "trl" / "c.json", b"\xff\xfe{")).parent),
+                   "--from", "trl", "--out", "i.jsonl"],
         "c.json: not UTF-8 text (invalid start byte at byte 0)"),
     "a tune.json whose base cluster is a number": (
-        lambda t: (t / "tune.json").write_text(json.dumps({
+        lambda t: ["export", "verl", _write(t / "tune.json", json.dumps({
             "cluster": 5, "best": {"overall": 0},
-            "trials": [{"id": 0, "policy": "sync", "params": {}}]}))
-        and ["export", "verl", str(t / "tune.json")],
+            "trials": [{"id": 0, "policy": "sync", "params": {}}]}))],
         "tune.json: field 'cluster': expected a cluster name, got 5"),
 }
 

@@ -163,8 +163,6 @@ def _floats(raw: dict, key: str, where: str, keep: list[int]) -> np.ndarray:
     return np.asarray([vals[i] for i in keep], dtype=float)
 
 
-
-
 def _from_totals(raw: dict, where: str) -> list:
     need = ("completed", "total_input_tokens", "total_output_tokens")
     missing = [k for k in need if k not in raw]

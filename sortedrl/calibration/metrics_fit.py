@@ -136,8 +136,6 @@ def _step(cell: str) -> int | None:
     return int(value) if math.isfinite(value) and value == int(value) else None
 
 
-
-
 def _listing(items: list[str], most: int = 12) -> str:
     shown = ", ".join(items[:most])
     return shown + (f", ... ({len(items)} in all)" if len(items) > most else "") if items else "none"

@@ -49,15 +49,12 @@ def load_timeline(path: Path) -> Timeline:
     for key in META_KEYS:
         if key not in tl.meta:
             raise PlotError(f"{path}: the meta record has no {key!r}")
-    engines = tl.meta["engines"]  # an int >= 1: read_timeline checks the meta record
     try:
         sp = span_table(tl)
         for kind in SCHEMA:  # every record converts to its typed columns
             tl.columns(kind)
     except (TypeError, ValueError) as e:
         raise PlotError(f"{path}: a record has a field of the wrong type ({e})") from None
-    if sp.size and (sp["engine"].min() < 0 or sp["engine"].max() >= engines):
-        raise PlotError(f"{path}: a span names an engine outside 0..{engines - 1}")
     if sp.size and np.any(sp["t1"] < sp["t0"]):
         raise PlotError(f"{path}: a span ends before it starts")
     return tl

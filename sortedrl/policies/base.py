@@ -291,6 +291,9 @@ def parse_params(params_cls: type, pairs: list[str], policy: str) -> object:
         raise ConfigError(f"--set: policy {policy}: {e}") from None
 
 
+MAX_FLOAT_KNOB = 1e9  # a knob that is a factor or a share (1e308 x a count overflowed)
+
+
 def _coerce(raw: str, hint: object, where: str) -> object:
     origin = typing.get_origin(hint)
     if origin is Literal:
@@ -328,9 +331,6 @@ def _coerce(raw: str, hint: object, where: str) -> object:
             raise ConfigError(f"{where}: expected a number of at most {MAX_FLOAT_KNOB:g}")
         return value
     return raw
-
-
-MAX_FLOAT_KNOB = 1e9
 
 
 def params_dict(params: object) -> dict:

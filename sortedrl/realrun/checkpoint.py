@@ -282,7 +282,6 @@ def check_state(state: object, where: Path, logs: dict[str, Path], samples: int)
     return state
 
 
-
 def _check_samples(state: dict, where: Path, samples: int) -> None:
     for key, ids in (("admitted", state["admitted"]), ("train", state["train"][2])):
         if ids and max(ids) >= samples:

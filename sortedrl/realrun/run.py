@@ -351,11 +351,9 @@ def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> N
     ckpt_io.assign(controller.s, state["public"], ckpt / ckpt_io.STATE, same_shape=True)
     controller.s.engines = engines
     controller.settled, controller.rollout_on = state["settled"], state["rollout_on"]
-    for k, v in state["backend"].items():
-        if k == "reward":
-            backend.reward.update(v)  # the controller reads rewards through this very dict
-        else:
-            ckpt_io.assign(backend, {k: v}, ckpt / ckpt_io.STATE, same_shape=True)
+    saved = dict(state["backend"])
+    backend.reward.update(saved.pop("reward", {}))  # the controller reads rewards through this dict
+    ckpt_io.assign(backend, saved, ckpt / ckpt_io.STATE, same_shape=True)
     backend.state._kept = backend.kept
     backend.enabled = state["rollout_on"]
     backend.ctl = controller

@@ -143,7 +143,6 @@ def read_jsonl(path: Path):
         yield lineno, obj
 
 
-
 def whole_number(where: str, name: str, value: object, minimum: int = 0) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or (isinstance(value, float) and not value.is_integer())):  # (NaN and inf are not)
