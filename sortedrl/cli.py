@@ -120,13 +120,14 @@ def simulate(
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
         pol = make_policy(policy, sets, tr)
         progress.phase(f"simulating {pol.name} (samples finished)", total=len(tr))
-        result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed, progress=progress,
-                                regen=regen)
-        files: dict = {run_dir: {"summary.json": write_json(result.summary),
-                                 tl_name: timeline_file.writer(result.timeline, timeline)}}
-        if perfetto is not None:
-            files[perfetto] = perfetto_writer(result.timeline)
-        outs.write(files, progress.file)
+        with outs.scratch(run_dir) as spill:  # a long run's timeline waits there, not in memory
+            result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed,
+                                    progress=progress, regen=regen, spill_dir=spill)
+            files: dict = {run_dir: {"summary.json": write_json(result.summary),
+                                     tl_name: timeline_file.writer(result.timeline, timeline)}}
+            if perfetto is not None:
+                files[perfetto] = perfetto_writer(result.timeline)
+            outs.write(files, progress.file)
     print_notes(outs)
     notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl)]
     for note in filter(None, notes):

@@ -9,6 +9,7 @@ were written in: a timeline read back from either file format gives a byte-ident
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def merge_intervals(t0: np.ndarray, t1: np.ndarray, presorted: bool = False
         order = np.argsort(t0)
         a, b = t0[order], t1[order]
         del order  # (a 10M-sample summary's peak: each array dropped once it is used)
-    reach = np.maximum.accumulate(b)
+    reach = np.maximum.accumulate(b) if presorted else np.maximum.accumulate(b, out=b)
     del b
     brk = np.flatnonzero(a[1:] > reach[:-1]) + 1  # a new merged segment starts here
     starts = np.concatenate(([a[0]], a[brk]))
@@ -136,18 +137,20 @@ def _trained(tl: Timeline, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
     return trained_ver, update_of
 
 
-def _engine_busy(sp: dict, pf: dict, makespan: float) -> float:
+def _engine_busy(sp: Mapping, pf: Mapping, makespan: float) -> float:
     """Seconds each engine holds a span or prefills, summed over engines: each engine's union,
     with its intervals shifted past the others' as one union of them all would have them (so
     the same floats), taken one engine at a time (the peak of a 10M-sample summary)."""
-    engines = max(int(sp["engine"].max(initial=-1)), int(pf["engine"].max(initial=-1))) + 1
+    sp_engine, sp_t, sp_t_end = sp["engine"], sp["t"], sp["t_end"]  # each read once
+    pf_engine, pf_t, pf_t_end = pf["engine"], pf["t"], pf["t_end"]
+    engines = max(int(sp_engine.max(initial=-1)), int(pf_engine.max(initial=-1))) + 1
     lengths = []
     for e in range(engines):
-        in_sp, in_pf = sp["engine"] == e, pf["engine"] == e
+        in_sp, in_pf = sp_engine == e, pf_engine == e
         shift = float(e) * (makespan + 1.0)
-        start = np.concatenate((sp["t"][in_sp], pf["t"][in_pf]))
+        start = np.concatenate((sp_t[in_sp], pf_t[in_pf]))
         start += shift
-        end = np.concatenate((sp["t_end"][in_sp], pf["t_end"][in_pf]))
+        end = np.concatenate((sp_t_end[in_sp], pf_t_end[in_pf]))
         end += shift
         if start.size:
             starts, ends = merge_intervals(start, end)
@@ -196,18 +199,23 @@ def summarize(tl: Timeline) -> dict:
     n_samples = int(m["samples_total"])
     capacity = int(m["engines"]) * int(m["max_num_seqs"])
 
+    # A spilled timeline (timeline_spill) loads a field when asked and frees it once no name
+    # holds it: so each phase below names only the span fields it needs (a 10M-sample summary).
     sp = tl.columns("span")
-    t0, t1, smp = sp["t"], sp["t_end"], sp["sample"]
-    att, ver, tok = sp["attempt"], sp["version"], sp["tokens"]
     makespan = max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
 
     # rollout slot-time
-    busy_slots = float(np.sum(np.sort(t1 - t0)))
+    t0, t1 = sp["t"], sp["t_end"]
+    slot_s = t1 - t0
+    slot_s.sort()
+    busy_slots = float(np.sum(slot_s))
+    del slot_s
     rollout_s = union_length(t0, t1)
     bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
     tools = tool_summary(tl, t0, t1, capacity, busy_slots)  # multi-turn runs only: else {}
     if tools:  # a trajectory away on a tool call is still rolling out
         rollout_s, bubble = tools.pop("rollout_s"), tools.pop("bubble_ratio")
+    del t0, t1
 
     # GPU time: an engine is active while it holds a span or prefills
     tp, gpus = int(m["tp"]), int(m["gpus"])
@@ -220,6 +228,7 @@ def summarize(tl: Timeline) -> dict:
     gpu_idle = 1.0 - gpu_busy / (gpus * makespan) if makespan > 0 else 0.0
 
     # tokens: a span is useful when its sample was trained on that attempt
+    smp, att, ver, tok = sp["sample"], sp["attempt"], sp["version"], sp["tokens"]
     trained_ver, update_of = _trained(tl, n_samples)
     last_att = np.full(n_samples, -1, dtype=np.int64)
     if smp.size and att.max() == 0:

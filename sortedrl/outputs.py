@@ -132,6 +132,21 @@ class Outputs:
         self._check_place(Path(path), option)
         return Path(path)
 
+    @contextlib.contextmanager
+    def scratch(self, path: Path):
+        """A temporary directory for a command's work files (a long simulation's timeline,
+        spilled: ``timeline_spill``), in the nearest existing directory of the output ``path``:
+        the place checked writable for it, on the disk that will hold it. Removed on leaving,
+        whatever happens (Ctrl-C included); nothing in it is an output."""
+        parent = Path(os.path.abspath(path)).parent
+        while not parent.exists():
+            parent = parent.parent
+        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{Path(path).name}.scratch-"))
+        try:
+            yield tmp
+        finally:
+            _remove(tmp)
+
     def _add(self, out: Path, option: str, is_dir: bool) -> Path:
         key = Path(os.path.abspath(out))
         for other in self.targets.values():

@@ -43,6 +43,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.timeline_columns import Labels, Ragged, check_meta
+from sortedrl.timeline_spill import Spill, SpilledColumns
 
 # Column types: a numpy dtype; "samples" (a list of sample indices per record, kept ragged:
 # int64 offsets + int32 values) or "label" (a short string, kept as a code into a table of
@@ -88,8 +89,10 @@ class Timeline:
 
     sink = None  # optional callable(kind, row), set by the real runner (see record_line)
 
-    def __init__(self, meta: dict | None = None) -> None:
+    def __init__(self, meta: dict | None = None, spill_dir: Path | None = None) -> None:
         self.meta: dict = dict(meta or {})
+        # compacted chunks go to files there, not memory (timeline_spill; None: memory)
+        self._spill = Spill(spill_dir) if spill_dir is not None else None
         self.spans: list[tuple] = []  # (t0, t1, engine, sample, attempt, version, tokens, end)
         self.prefills: list[tuple] = []  # (t0, t1, engine, samples, tokens, recomputed)
         self.admits: list[tuple] = []  # (t, engine, samples)
@@ -172,7 +175,10 @@ class Timeline:
         if kind == "span":
             self._finished += int(np.count_nonzero(cols["end"] == "finish"))
             self._last_t = float(cols["t_end"][-1])
-        self._chunks[kind].append(cols)
+        if self._spill is not None:
+            self._spill.append(kind, cols)
+        else:
+            self._chunks[kind].append(cols)
         rows.clear()
         if kind in self._held:
             self._held[kind] = 0
@@ -190,12 +196,22 @@ class Timeline:
         """How many records of ``kind``."""
         chunks = self._chunks[kind]
         done = sum(len(next(iter(c.values()))) for c in chunks) if chunks else 0
-        return done + len(getattr(self, _LIST[kind]))
+        spilled = self._spill.records.get(kind, 0) if self._spill is not None else 0
+        return done + spilled + len(getattr(self, _LIST[kind]))
 
     def columns(self, kind: str) -> dict[str, Column]:
         """Every record of ``kind`` as columns, in recording order: numpy arrays, and
         :class:`Ragged` / :class:`Labels` for the sample lists and labels (see SCHEMA)."""
         rows = getattr(self, _LIST[kind])
+        if self._spill is not None and kind in self._spill.records:
+            if rows:
+                self._compact(kind)
+            key = (-1, self._spill.records[kind])  # one mapping, so that a held field is shared
+            cached = self._cache.get(kind)
+            if cached is None or cached[0] != key:
+                cached = self._cache[kind] = (key, SpilledColumns(self._spill, kind, SCHEMA[kind],
+                                                                  self.labels))
+            return cached[1]
         chunks = self._chunks[kind]
         if chunks and rows:  # a long run (compacted before): compact the rest too
             self._compact(kind)
@@ -228,6 +244,8 @@ class Timeline:
         getattr(self, _LIST[kind]).clear()
         if kind in self._held:
             self._held[kind] = 0
+        if self._spill is not None:
+            self._spill.drop(kind)
         self._chunks[kind] = [cols]
         self._cache.pop(kind, None)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +39,14 @@ class TimelineError(SortedRLError):
 
 def write_npz(tl: Timeline, path: str | Path) -> None:
     """Write ``tl`` as ``.npz``, atomically (a failure leaves any previous file untouched)."""
-    arrays: dict[str, np.ndarray] = {
-        "format": np.array(FORMAT),
-        "meta": np.frombuffer(json.dumps(tl.meta, separators=(",", ":")).encode(), dtype=np.uint8),
-    }
+    write_atomic(path, lambda f: _savez(f, _arrays(tl)), "wb")
+
+
+def _arrays(tl: Timeline) -> Iterator[tuple[str, np.ndarray]]:
+    """The file's members in order, each field asked for only when it is written (a spilled
+    timeline then holds one field at a time)."""
+    yield "format", np.array(FORMAT)
+    yield "meta", np.frombuffer(json.dumps(tl.meta, separators=(",", ":")).encode(), dtype=np.uint8)
     for kind, fields in SCHEMA.items():
         if not tl.count(kind):
             continue
@@ -50,21 +54,24 @@ def write_npz(tl: Timeline, path: str | Path) -> None:
         for name, _ in fields:
             col, key = cols[name], f"{kind}.{name}"
             if isinstance(col, Ragged):
-                arrays[key + ".offsets"], arrays[key + ".values"] = col.offsets, col.values
+                yield key + ".offsets", col.offsets
+                yield key + ".values", col.values
             elif isinstance(col, Labels):
-                arrays[key], arrays[key + ".labels"] = col.codes, np.array(col.names, dtype=str)
+                yield key, col.codes
+                yield key + ".labels", np.array(col.names, dtype=str)
             else:
-                arrays[key] = col
-    write_atomic(path, lambda f: _savez(f, arrays), "wb")
+                yield key, col
+            del col
 
 
-def _savez(f, arrays: dict[str, np.ndarray]) -> None:
+def _savez(f, arrays: Iterable[tuple[str, np.ndarray]]) -> None:
     """``np.savez``, with a fixed date on each member so that the same run gives the same bytes."""
     with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-        for name, array in arrays.items():
+        for name, array in arrays:
             info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             with z.open(info, "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+            del array  # before the next member is read
 
 
 def read_npz(path: str | Path) -> Timeline:

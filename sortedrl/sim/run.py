@@ -10,6 +10,7 @@ import gc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -64,14 +65,17 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
 
 def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
              progress: Callable[[int], None] | None = None, audit: bool = False,
-             attempt_lengths: dict | None = None, regen: str = "resample") -> SimResult:
+             attempt_lengths: dict | None = None, regen: str = "resample",
+             spill_dir: Path | None = None) -> SimResult:
     """Simulate ``policy`` on ``trace``; raises ConfigError for a cluster that cannot run it.
 
     ``regen`` says where a regenerated attempt's length comes from (:mod:`sortedrl.sim.attempts`:
     ``resample`` draws a fresh one for its prompt, seeded by ``seed``; ``same`` repeats the
     recorded one). ``attempt_lengths`` maps (sample, attempt) to the length of an attempt that
     was dropped and regenerated (``validate`` passes what a real run showed); it replaces the
-    draw, and the last attempt is the trace's."""
+    draw, and the last attempt is the trace's. ``spill_dir`` (an empty directory the caller
+    removes once done with the result's timeline) keeps a long run's timeline on disk
+    (:mod:`sortedrl.timeline_spill`); without it, in memory."""
     check_regen(regen)
     cluster.validate(cluster.name)
     if policy.placements and cluster.placement not in policy.placements:
@@ -99,7 +103,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
         "samples_total": len(trace),
         "lower_bound_s": lower_bound(trace, cluster),
     }
-    timeline = Timeline(meta)
+    timeline = Timeline(meta, spill_dir)
     if hasattr(progress, "watch"):  # a progress bar polls the timeline (no calls in the hot path)
         progress.watch(timeline, len(trace))
     backend = SimBackend(trace, cluster, timeline, progress, audit=audit,
@@ -118,8 +122,10 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
         if was_enabled:
             gc.enable()
     timeline.meta["auto_params"] = auto_params(policy, cluster.engines * cluster.max_num_seqs)
+    sim_events = next(backend.env._eid)
+    del controller, backend  # the run's state: the summary needs only the timeline
     if progress is not None:
         progress(0, "summarising the timeline")
     summary = summarize(timeline)
     assert math.isfinite(summary["makespan_s"])
-    return SimResult(summary, timeline, next(backend.env._eid))
+    return SimResult(summary, timeline, sim_events)

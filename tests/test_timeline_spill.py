@@ -1,0 +1,161 @@
+"""A timeline spilled to disk as the run records (issue 12: a 10M-sample run within 4 GiB): the
+same summary and the same bytes in every file as one held in memory; the compacted columns are
+not in memory; a field is freed once no one holds it; `simulate` leaves no scratch behind."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl import timeline as timeline_mod
+from sortedrl.cli import app
+from sortedrl.metrics import summarize
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.run import simulate
+from sortedrl.timeline import SCHEMA
+from sortedrl.timeline_file import write_npz
+from sortedrl.timeline_spill import Spill
+from sortedrl.traces.synth import synthesize
+from tests.conftest import tiny_cluster
+from tests.test_timeline_files import _same_columns
+
+runner = CliRunner()
+
+
+def _run(policy: str, preset: str, spill: Path | None):
+    tr = synthesize(preset, prompts=12, group_size=4, steps=3, seed=3)
+    cluster = tiny_cluster(engines=2, max_num_seqs=8, kv=40_000)
+    return simulate(tr, make_policy(policy, [], tr), cluster, seed=1, spill_dir=spill)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(timeline_mod, "COMPACT_ROWS", 16)
+    monkeypatch.setattr(timeline_mod, "_CHECK_EVERY", 3)
+
+
+@pytest.mark.parametrize(("policy", "preset"), [("sortedrl", "math-16k"), ("partial", "math-16k"),
+                                                ("sync", "agentic-retool")])
+def test_a_spilled_timeline_gives_the_same_summary_and_files(tmp_path, small_chunks, policy,
+                                                            preset):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    kept = _run(policy, preset, None)
+    spilled = _run(policy, preset, spill)
+    tl = spilled.timeline
+    assert spilled.summary == kept.summary
+    assert all(not chunks for chunks in tl._chunks.values())  # nothing compacted is in memory
+    on_disk = {kind for kind in SCHEMA if tl._spill.records.get(kind)}
+    assert {"span", "prefill", "admit"} <= on_disk
+    if preset.startswith("agentic"):
+        assert "tool" in on_disk
+    for kind in SCHEMA:
+        assert tl.count(kind) == kept.timeline.count(kind), kind
+    _same_columns(tl, kept.timeline)
+    assert summarize(tl) == kept.summary  # a second summary reads the files again
+    write_npz(tl, tmp_path / "spilled.npz")
+    write_npz(kept.timeline, tmp_path / "kept.npz")
+    assert (tmp_path / "spilled.npz").read_bytes() == (tmp_path / "kept.npz").read_bytes()
+    assert list(tl.jsonl_lines()) == list(kept.timeline.jsonl_lines())
+    assert tl.progress() == kept.timeline.progress()
+
+
+def test_each_field_is_a_file_holding_exactly_its_records(tmp_path, small_chunks):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    tl = _run("sortedrl", "math-16k", spill).timeline
+    spans = tl._spill.records["span"]
+    assert (spill / "span.t").stat().st_size == 8 * spans  # float64
+    assert (spill / "span.sample").stat().st_size == 4 * spans  # int32
+    assert (spill / "span.end").stat().st_size == spans  # one byte a label
+    admits = tl.columns("admit")["samples"]
+    assert (spill / "admit.samples.offsets").stat().st_size == 8 * len(admits)
+    assert (spill / "admit.samples.values").stat().st_size == 4 * admits.values.size
+    assert admits.offsets[0] == 0 and np.all(np.diff(admits.offsets) >= 0)
+
+
+def test_a_field_is_held_only_while_someone_uses_it(tmp_path, small_chunks):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    tl = _run("partial", "math-16k", spill).timeline
+    cols = tl.columns("span")
+    t = cols["t"]
+    assert cols["t"] is t and tl.columns("span")["t"] is t  # held: shared, not read again
+    ref = weakref.ref(t)
+    first = t.copy()
+    del t
+    gc.collect()
+    assert ref() is None  # let go once no name holds it
+    assert np.array_equal(tl.columns("span")["t"], first)  # asked again: read again
+
+
+def test_a_spill_file_changed_under_the_run_is_an_error(tmp_path, small_chunks):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    tl = _run("partial", "math-16k", spill).timeline
+    with open(spill / "span.t", "r+b") as f:
+        f.truncate(8)
+    with pytest.raises(OSError, match=r"8 bytes, expected \d+ \(the scratch directory") as e:
+        tl.columns("span")["t"]
+    assert e.value.filename == str(spill / "span.t")
+
+
+def test_a_full_disk_names_the_scratch_file(tmp_path):
+    spill = Spill(tmp_path)
+    (tmp_path / "sync.t").symlink_to("/dev/full")  # every write: ENOSPC
+    with pytest.raises(OSError, match="No space left on device \\(the run's timeline") as e:
+        spill.append("sync", {"t": np.zeros(1), "t_end": np.zeros(1), "version": np.zeros(1, "i4")})
+    assert e.value.filename == str(tmp_path / "sync.t")
+
+
+def test_set_columns_replaces_spilled_records(tmp_path, small_chunks):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    tl = _run("partial", "math-16k", spill).timeline
+    assert list(spill.glob("span.*"))
+    kept = _run("sync", "math-16k", None).timeline.columns("span")
+    tl.set_columns("span", kept)
+    assert not list(spill.glob("span.*")) and "span" not in tl._spill.records
+    assert tl.count("span") == len(kept["t"]) and tl.columns("span") is kept
+
+
+def test_spill_appends_ragged_offsets_across_chunks(tmp_path):
+    from sortedrl.timeline_columns import Ragged
+    spill = Spill(tmp_path)
+    for lists in ([[1, 2], [3]], [[], [4, 5, 6]]):
+        spill.append("admit", {"t": np.zeros(len(lists)), "engine": np.zeros(len(lists), "i4"),
+                               "samples": Ragged.from_lists(lists)})
+    got = spill.load("admit", "samples", "samples", [])
+    assert got.tolist() == [[1, 2], [3], [], [4, 5, 6]]
+    assert spill.records == {"admit": 4}
+
+
+def test_simulate_leaves_no_scratch_directory(tmp_path, small_chunks):
+    out = tmp_path / "runs" / "a"
+    r = runner.invoke(app, ["simulate", "--synthetic", "math-16k", "--prompts", "12",
+                            "--group-size", "4", "--steps", "2", "--policy", "sortedrl",
+                            "--cluster", "h100-llama3.1-8b-1gpu-16seq", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [".sortedrl-run", "a", "runs",
+                                                            "summary.json", "timeline.npz"]
+
+
+def test_ctrl_c_in_a_spilled_run_leaves_nothing(tmp_path, small_chunks, monkeypatch):
+    import sortedrl.sim.run as sim_run
+
+    def interrupted(tl):
+        assert any(tl._spill.root.iterdir())  # it had spilled
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim_run, "summarize", interrupted)
+    r = runner.invoke(app, ["simulate", "--synthetic", "math-16k", "--prompts", "12",
+                            "--group-size", "4", "--steps", "2", "--policy", "sortedrl",
+                            "--cluster", "h100-llama3.1-8b-1gpu-16seq",
+                            "--out", str(tmp_path / "a")])
+    assert r.exit_code == 130 and "error: interrupted (Ctrl-C)" in r.output
+    assert list(tmp_path.iterdir()) == []
