@@ -141,7 +141,12 @@ class Outputs:
         parent = Path(os.path.abspath(path)).parent
         while not parent.exists():
             parent = parent.parent
-        tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{Path(path).name}.scratch-"))
+        try:
+            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{Path(path).name}.scratch-"))
+        except OSError as e:  # before any work: the output will not be writable either
+            target = self.targets.get(Path(os.path.abspath(path)))
+            where = f"{target.option} {target.path}" if target else str(path)
+            raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
         try:
             yield tmp
         finally:
