@@ -38,7 +38,7 @@ def fingerprint(result) -> tuple[str, bytes]:
     buf = io.BytesIO()
     arrays = {f"{k}.{name}": v for k in ("span", "prefill", "admit", "train", "sync")
               if result.timeline.count(k) for name, v in _flat(result.timeline.columns(k)).items()}
-    _savez(buf, arrays)
+    _savez(buf, arrays.items())
     return json.dumps(result.summary, sort_keys=True, default=str), buf.getvalue()
 
 
