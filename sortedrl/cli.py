@@ -186,14 +186,15 @@ def compare(
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
-        results = run_compare(tr, specs, cl, seed=seed, progress=progress, regen=regen,
-                              workers=workers)
-        summaries = [{"label": spec.label, **r.summary} for spec, r in results]
-        files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
-        for spec, r in results:
-            files[f"{spec.label}/summary.json"] = write_json(r.summary)
-            files[f"{spec.label}/{tl_name}"] = timeline_file.writer(r.timeline, timeline)
-        outs.write({run_dir: files}, progress.file)
+        with outs.scratch(run_dir) as spill:  # long runs' timelines wait there, not in memory
+            results = run_compare(tr, specs, cl, seed=seed, progress=progress, regen=regen,
+                                  workers=workers, spill_dir=spill)
+            summaries = [{"label": spec.label, **r.summary} for spec, r in results]
+            files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
+            for spec, r in results:
+                files[f"{spec.label}/summary.json"] = write_json(r.summary)
+                files[f"{spec.label}/{tl_name}"] = timeline_file.writer(r.timeline, timeline)
+            outs.write({run_dir: files}, progress.file)
     print_notes(outs)
     for note in fit_warnings(tr, cl, synthetic is not None):
         typer.echo(note, err=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import OutputError, check_label
@@ -118,24 +119,32 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
 
 def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
     """One policy's run (in a worker process of :mod:`sortedrl.parallel`, ``progress`` is None)."""
-    trace, cluster, seed, regen, progress = shared
+    trace, cluster, seed, regen, spill_dir, progress = shared
     policy = make_policy(spec.name, list(spec.sets), trace)
+    spill = None
+    if spill_dir is not None:
+        spill = spill_dir / spec.label
+        spill.mkdir()
     return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
-                    progress=progress, regen=regen)
+                    progress=progress, regen=regen, spill_dir=spill)
 
 
 def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: int = 0,
                 progress: Callable[[int], None] | None = None, regen: str = "resample",
-                workers: int = 1) -> list[tuple[PolicySpec, SimResult]]:
+                workers: int = 1, spill_dir: Path | None = None
+                ) -> list[tuple[PolicySpec, SimResult]]:
     """Simulate each policy on the trace and cluster, in order; ``workers`` > 1 runs them in
-    that many processes at once (the same results)."""
+    that many processes at once (the same results). ``spill_dir`` (empty; the caller removes
+    it once done with the timelines) keeps each long run's timeline on disk, in a directory
+    named by its label."""
     for s in specs:  # every policy's knobs checked before any run
         make_policy(s.name, list(s.sets), trace)
     if workers > 1 and len(specs) > 1:
         if hasattr(progress, "phase"):
             progress.phase(f"simulating {len(specs)} policies in {min(workers, len(specs))} "
                            "processes", total=len(specs))
-        results = run_jobs(_simulate_spec, (trace, cluster, seed, regen, None), specs, workers,
+        shared = (trace, cluster, seed, regen, spill_dir, None)
+        results = run_jobs(_simulate_spec, shared, specs, workers,
                            done=None if progress is None else lambda: progress(1))
         return list(zip(specs, results, strict=True))
     out = []
@@ -143,7 +152,8 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
         if hasattr(progress, "phase"):
             progress.phase(f"simulating {spec.label} ({k + 1} of {len(specs)} policies)",
                            total=len(trace))
-        out.append((spec, _simulate_spec((trace, cluster, seed, regen, progress), spec)))
+        out.append((spec, _simulate_spec((trace, cluster, seed, regen, spill_dir, progress),
+                                         spec)))
     return out
 
 

@@ -111,6 +111,11 @@ class Timeline:
         self._held = dict.fromkeys(_SAMPLES_AT, 0)  # samples in each kind's pending sample lists
         self._finished, self._last_t = 0, 0.0  # in compacted spans (see progress)
 
+    def __getstate__(self) -> dict:
+        """For a worker process's result (``compare --workers``): the columns read so far are
+        a cache, not state (a spilled timeline's hold weak references, which do not pickle)."""
+        return {**self.__dict__, "_cache": {}}
+
     # -- recording ---------------------------------------------------------------------------
     # The simulator appends to ``spans`` and ``prefills`` directly (hot path); every other
     # record goes through :meth:`add`, which also streams it to ``sink`` (crash-safe logs) and

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from sortedrl import timeline as timeline_mod
 from sortedrl.cli import app
+from sortedrl.compare import parse_specs, run_compare
 from sortedrl.metrics import summarize
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
@@ -159,3 +160,21 @@ def test_ctrl_c_in_a_spilled_run_leaves_nothing(tmp_path, small_chunks, monkeypa
                             "--out", str(tmp_path / "a")])
     assert r.exit_code == 130 and "error: interrupted (Ctrl-C)" in r.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_compare_keeps_each_policys_timeline_in_its_own_scratch(tmp_path, small_chunks, workers):
+    tr = synthesize("math-16k", prompts=12, group_size=4, steps=3, seed=3)
+    specs = parse_specs(["sync", "part=sortedrl"], ["part.mode=partial"])
+    cluster = tiny_cluster(engines=2, max_num_seqs=8, kv=40_000)
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    spilled = run_compare(tr, specs, cluster, seed=1, workers=workers, spill_dir=spill)
+    kept = run_compare(tr, specs, cluster, seed=1)
+    assert sorted(p.name for p in spill.iterdir()) == ["part", "sync"]
+    for (spec, a), (_, b) in zip(spilled, kept, strict=True):
+        assert a.summary == b.summary
+        assert a.timeline._spill.root == spill / spec.label and a.timeline._spill.records["span"]
+        write_npz(a.timeline, tmp_path / "a.npz")
+        write_npz(b.timeline, tmp_path / "b.npz")
+        assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
