@@ -42,7 +42,14 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
-from sortedrl.timeline_columns import Labels, Ragged, check_meta
+from sortedrl.timeline_columns import (
+    Column,
+    Labels,
+    Ragged,
+    check_counts,
+    check_meta,
+    concat_chunks,
+)
 from sortedrl.timeline_spill import Spill, SpilledColumns
 
 # Column types: a numpy dtype; "samples" (a list of sample indices per record, kept ragged:
@@ -79,9 +86,6 @@ _SAMPLES_AT = {kind: [name for name, _ in cols].index("samples") for kind, cols 
                if kind != "prefill" and any(typ == "samples" for _, typ in cols)}
 COMPACT_ROWS = 1 << 17  # a pending list this long is moved into columns
 _CHECK_EVERY = 1024  # record-method calls between looks at the simulator's lists
-
-
-Column = np.ndarray | Ragged | Labels
 
 
 class Timeline:
@@ -224,7 +228,7 @@ class Timeline:
             self._cache.pop(kind, None)  # (it may hold a chunk: let each field go once merged)
             parts = chunks[:]
             chunks.clear()
-            chunks.append(_concat(kind, parts))
+            chunks.append(concat_chunks(SCHEMA[kind], parts))
         key = (len(chunks), len(rows))
         cached = self._cache.get(kind)
         if cached is not None and cached[0] == key:
@@ -351,35 +355,10 @@ class Timeline:
                                     f"({kind}: {e})") from None
             for cols in typed:
                 try:
-                    check_counts(kind, cols)
+                    check_counts(SCHEMA[kind], cols)
                 except ValueError as e:
                     raise SortedRLError(f"{path}: a {kind!r} record's {e}") from None
         return tl
-
-
-def check_counts(kind: str, cols: dict[str, Column]) -> None:
-    """Raise ValueError when a count or index of ``kind`` (an integer field) is negative."""
-    for name, typ in SCHEMA[kind]:
-        col = cols[name]
-        values = col.values if isinstance(col, Ragged) else col
-        if typ in ("samples", "i4", "i8") and values.size and values.min() < 0:  # type: ignore[union-attr]
-            raise ValueError(f"field {name!r} has a negative value")
-
-
-def _concat(kind: str, parts: list[dict[str, Column]]) -> dict[str, Column]:
-    """One chunk of ``parts``, field by field; ``parts`` (the caller gives up the list) lets go
-    of each field once it is merged, so a 10M-sample run holds one field twice, not all."""
-    out: dict[str, Column] = {}
-    for name, typ in SCHEMA[kind]:
-        cols = [p[name] for p in parts]
-        parts[:] = [{k: v for k, v in p.items() if k != name} for p in parts]
-        if typ == "samples":
-            out[name] = Ragged.concat(cols)  # type: ignore[arg-type]
-        elif typ == "label":
-            out[name] = Labels(np.concatenate([c.codes for c in cols]), cols[-1].names)  # type: ignore[union-attr]
-        else:
-            out[name] = np.concatenate(cols)  # type: ignore[arg-type]
-    return out
 
 
 def write_atomic(path: str | Path, emit, mode: str) -> None:

@@ -81,6 +81,35 @@ class Labels:
         return [names[c] for c in self.codes.tolist()]
 
 
+Column = np.ndarray | Ragged | Labels
+Fields = tuple[tuple[str, str], ...]  # a record kind's (name, column type): timeline.SCHEMA
+
+
+def check_counts(fields: Fields, cols: dict[str, Column]) -> None:
+    """Raise ValueError when a count or index (an integer field) of a kind is negative."""
+    for name, typ in fields:
+        col = cols[name]
+        values = col.values if isinstance(col, Ragged) else col
+        if typ in ("samples", "i4", "i8") and values.size and values.min() < 0:  # type: ignore[union-attr]
+            raise ValueError(f"field {name!r} has a negative value")
+
+
+def concat_chunks(fields: Fields, parts: list[dict[str, Column]]) -> dict[str, Column]:
+    """One chunk of ``parts``, field by field; ``parts`` (the caller gives up the list) lets go
+    of each field once it is merged, so a 10M-sample run holds one field twice, not all."""
+    out: dict[str, Column] = {}
+    for name, typ in fields:
+        cols = [p[name] for p in parts]
+        parts[:] = [{k: v for k, v in p.items() if k != name} for p in parts]
+        if typ == "samples":
+            out[name] = Ragged.concat(cols)  # type: ignore[arg-type]
+        elif typ == "label":
+            out[name] = Labels(np.concatenate([c.codes for c in cols]), cols[-1].names)  # type: ignore[union-attr]
+        else:
+            out[name] = np.concatenate(cols)  # type: ignore[arg-type]
+    return out
+
+
 # the meta record's integer fields: name -> least value; a field may be absent. The counts that
 # size a reader's arrays stay below 2**31 (as the records' int32 fields); a seed or a KV budget
 # sizes nothing, and any integer the simulator was given must read back
