@@ -184,8 +184,8 @@ class Timeline:
         if kind == "span":
             self._finished += int(np.count_nonzero(cols["end"] == "finish"))
             self._last_t = float(cols["t_end"][-1])
-        if self._spill is not None:
-            self._spill.append(kind, cols)
+        if self._spill is not None and not self._chunks[kind]:  # (a kind set by a reader
+            self._spill.append(kind, cols)  # stays in memory: a kind is on disk or not)
         else:
             self._chunks[kind].append(cols)
         rows.clear()

@@ -58,13 +58,19 @@ class Spill:
         for key in [k for k in self._values if k[0] == kind]:
             del self._values[key]
 
-    def load(self, kind: str, name: str, typ: str, labels: list[str]):
-        """One field of ``kind``, whole: an array, a Ragged or a Labels (``labels``: its table)."""
-        n = self.records[kind]
+    def counts(self, kind: str) -> tuple[int, dict[str, int]]:
+        """The records of ``kind`` spilled so far, and the values of each of its Ragged fields."""
+        return self.records[kind], {name: v for (k, name), v in self._values.items() if k == kind}
+
+    def load(self, kind: str, name: str, typ: str, labels: list[str],
+             counts: tuple[int, dict[str, int]]):
+        """The first ``counts`` (see :meth:`counts`) of one field of ``kind``: an array, a
+        Ragged or a Labels (``labels``: its table)."""
+        n, values_of = counts
         if typ == "samples":
             offsets = np.zeros(n + 1, dtype=_OFFSETS)
             self._read(kind, f"{name}.offsets", offsets[1:])
-            values = np.empty(self._values[(kind, name)], dtype=_VALUES)
+            values = np.empty(values_of[name], dtype=_VALUES)
             self._read(kind, f"{name}.values", values)
             return Ragged(offsets, values)
         if typ == "label":
@@ -86,7 +92,7 @@ class Spill:
 
     def _read(self, kind: str, name: str, out: np.ndarray) -> None:
         path = self.root / f"{kind}.{name}"
-        with open(path, "rb") as f:
+        with open(path, "rb") as f:  # (the file may hold more: records spilled since)
             got = f.readinto(out.data.cast("B"))
         if got != out.nbytes:
             raise OSError(errno.EIO, f"{got} bytes, expected {out.nbytes} (the scratch directory "
@@ -95,20 +101,26 @@ class Spill:
 
 class SpilledColumns(Mapping):
     """Every field of a spilled kind, loaded when asked for and kept only while a caller holds it
-    (so a summary that has finished with a field frees it; asking again reads it again)."""
+    (so a summary that has finished with a field frees it; asking again reads it again). Like
+    an in-memory chunk it is a snapshot: records spilled after it was made are not in it."""
 
     def __init__(self, spill: Spill, kind: str, schema: tuple, labels) -> None:
         self._spill, self._kind, self._labels = spill, kind, labels
         self._types = dict(schema)
+        self._counts = spill.counts(kind)
         self._held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def __getitem__(self, name: str):
         col = self._held.get(name)
         if col is None:
             typ = self._types[name]  # KeyError for an unknown field, as a dict
-            col = self._spill.load(self._kind, name, typ, self._labels(self._kind, name))
+            col = self._spill.load(self._kind, name, typ, self._labels(self._kind, name),
+                                   self._counts)
             self._held[name] = col
         return col
+
+    def __contains__(self, name: object) -> bool:  # (Mapping's would read the field)
+        return name in self._types
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._types)

@@ -18,7 +18,7 @@ from sortedrl.compare import parse_specs, run_compare
 from sortedrl.metrics import summarize
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
-from sortedrl.timeline import SCHEMA
+from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import write_npz
 from sortedrl.timeline_spill import Spill
 from sortedrl.traces.synth import synthesize
@@ -131,7 +131,7 @@ def test_spill_appends_ragged_offsets_across_chunks(tmp_path):
     for lists in ([[1, 2], [3]], [[], [4, 5, 6]]):
         spill.append("admit", {"t": np.zeros(len(lists)), "engine": np.zeros(len(lists), "i4"),
                                "samples": Ragged.from_lists(lists)})
-    got = spill.load("admit", "samples", "samples", [])
+    got = spill.load("admit", "samples", "samples", [], spill.counts("admit"))
     assert got.tolist() == [[1, 2], [3], [], [4, 5, 6]]
     assert spill.records == {"admit": 4}
 
@@ -178,3 +178,43 @@ def test_compare_keeps_each_policys_timeline_in_its_own_scratch(tmp_path, small_
         write_npz(a.timeline, tmp_path / "a.npz")
         write_npz(b.timeline, tmp_path / "b.npz")
         assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+
+
+def _spans(tl: Timeline, start: int, n: int) -> None:
+    tl.spans.extend((float(k), k + 1.0, 0, k, 0, 0, 5, "finish" if k % 2 else "abort")
+                    for k in range(start, start + n))
+    tl.compact()
+
+
+def test_columns_taken_before_more_records_stay_a_snapshot(tmp_path):
+    tl = Timeline({}, tmp_path)
+    _spans(tl, 0, 10)
+    before = tl.columns("span")
+    assert len(before["sample"]) == 10
+    _spans(tl, 10, 10)
+    assert len(before["t"]) == 10 and before["end"].tolist()[-1] == "finish"  # as in memory
+    assert tl.columns("span")["sample"].tolist() == list(range(20))
+
+
+def test_a_kind_a_reader_set_stays_in_memory_as_records_arrive(tmp_path):
+    tl = Timeline({}, tmp_path)
+    _spans(tl, 0, 20)
+    tl.set_columns("span", Timeline.columns(_memory(20), "span"))
+    _spans(tl, 20, 20)
+    assert tl.count("span") == 40 == len(tl.columns("span")["t"])
+    assert tl.columns("span")["sample"].tolist() == list(range(40))
+    assert not list(tmp_path.glob("span.*"))
+
+
+def _memory(n: int) -> Timeline:
+    tl = Timeline()
+    _spans(tl, 0, n)
+    return tl
+
+
+def test_asking_whether_a_field_exists_reads_nothing(tmp_path):
+    tl = Timeline({}, tmp_path)
+    _spans(tl, 0, 10)
+    cols = tl.columns("span")
+    (tmp_path / "span.t_end").unlink()  # a read would fail
+    assert "t_end" in cols and "nope" not in cols

@@ -214,12 +214,13 @@ def lanes(tl: Timeline) -> Lanes:
     sp = span_table(tl)
     makespan = makespan_of(tl)
     pf = tl.columns("prefill")
+    pf_engine, pf_t, pf_t_end = pf["engine"], pf["t"], pf["t_end"]  # each read once
     rollout, prefill, idle = [], [], []
     for e in range(engines):
         mine = sp["engine"] == e
         active = union(sp["t0"][mine], sp["t1"][mine])
-        pe = pf["engine"] == e
-        p = union(pf["t"][pe], pf["t_end"][pe])
+        pe = pf_engine == e
+        p = union(pf_t[pe], pf_t_end[pe])
         rollout.append(difference(active, p))
         prefill.append(p)
         both = union(np.concatenate([active[0], p[0]]), np.concatenate([active[1], p[1]]))
