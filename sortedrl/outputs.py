@@ -141,16 +141,21 @@ class Outputs:
         parent = Path(os.path.abspath(path)).parent
         while not parent.exists():
             parent = parent.parent
+        tmp = None
         try:
             tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{Path(path).name}.scratch-"))
-        except OSError as e:  # before any work: the output will not be writable either
+            yield tmp
+        except OSError as e:
+            if tmp is not None:
+                raise
+            # before any work: the output will not be writable either
             target = self.targets.get(Path(os.path.abspath(path)))
             where = f"{target.option} {target.path}" if target else str(path)
             raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
-        try:
-            yield tmp
         finally:
-            _remove(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):  # (the error in flight, if any, is the one
+                    _remove(tmp)  # to report)
 
     def _add(self, out: Path, option: str, is_dir: bool) -> Path:
         key = Path(os.path.abspath(out))
