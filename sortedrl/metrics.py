@@ -50,6 +50,28 @@ def merge_intervals(t0: np.ndarray, t1: np.ndarray, presorted: bool = False
     return starts, ends
 
 
+def sorted_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals given as their starts and their ends, each array sorted on its
+    own (no interval ends before it starts): the same segments as :func:`merge_intervals`,
+    without the permutation that pairs each start with its end (a 10M-sample summary's peak).
+
+    The union breaks before the i-th start when all i intervals that start earlier have ended,
+    i.e. when i ends lie below it, and the segment before the break ends at the largest of them.
+    """
+    if starts.size == 0:
+        return starts, ends
+    brk = [np.empty(0, dtype=np.int64)]
+    for lo in range(1, starts.size, _BLOCK):  # in blocks: the temporaries stay small
+        hi = min(starts.size, lo + _BLOCK)
+        below = np.searchsorted(ends, starts[lo:hi], side="left")
+        brk.append(np.flatnonzero(below == np.arange(lo, hi)) + lo)
+    at = np.concatenate(brk)
+    return (np.concatenate((starts[:1], starts[at])), np.concatenate((ends[at - 1], ends[-1:])))
+
+
+_BLOCK = 1 << 20
+
+
 def union_length(t0: np.ndarray, t1: np.ndarray, presorted: bool = False) -> float:
     """Total length of the union of intervals ``[t0, t1]``."""
     if t0.size == 0:
@@ -139,23 +161,67 @@ def _trained(tl: Timeline, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _engine_busy(sp: Mapping, pf: Mapping, makespan: float) -> float:
     """Seconds each engine holds a span or prefills, summed over engines: each engine's union,
-    with its intervals shifted past the others' as one union of them all would have them (so
-    the same floats), taken one engine at a time (the peak of a 10M-sample summary)."""
-    sp_engine, sp_t, sp_t_end = sp["engine"], sp["t"], sp["t_end"]  # each read once
-    pf_engine, pf_t, pf_t_end = pf["engine"], pf["t"], pf["t_end"]
+    with engine ``e``'s intervals shifted by ``e * (makespan + 1)`` past the others', so that
+    the unions of several engines are one union of their shifted intervals. Taken in at most
+    ``_PASSES`` groups of engines, each reading the times once (a spilled timeline holds one
+    field at a time: the peak of a 10M-sample summary)."""
+    sp_engine, pf_engine = sp["engine"], pf["engine"]
     engines = max(int(sp_engine.max(initial=-1)), int(pf_engine.max(initial=-1))) + 1
+    per_pass = max(1, -(-engines // _PASSES))
+    scale = makespan + 1.0
     lengths = []
-    for e in range(engines):
-        in_sp, in_pf = sp_engine == e, pf_engine == e
-        shift = float(e) * (makespan + 1.0)
-        start = np.concatenate((sp_t[in_sp], pf_t[in_pf]))
-        start += shift
-        end = np.concatenate((sp_t_end[in_sp], pf_t_end[in_pf]))
-        end += shift
-        if start.size:
-            starts, ends = merge_intervals(start, end)
-            lengths.append(ends - starts)
+    for lo in range(0, engines, per_pass):
+        in_sp = (sp_engine >= lo) & (sp_engine < lo + per_pass)
+        in_pf = (pf_engine >= lo) & (pf_engine < lo + per_pass)
+        starts = _shifted(sp, pf, in_sp, in_pf, "t", scale)
+        ends = _shifted(sp, pf, in_sp, in_pf, "t_end", scale)
+        if starts.size:
+            seg_starts, seg_ends = sorted_union(starts, ends)
+            lengths.append(seg_ends - seg_starts)
     return exact_sum(np.concatenate(lengths)) if lengths else 0.0
+
+
+_PASSES = 8
+
+
+def _shifted(sp: Mapping, pf: Mapping, in_sp: np.ndarray, in_pf: np.ndarray, field: str,
+             scale: float) -> np.ndarray:
+    """``field`` of the chosen spans and prefills, each shifted by its engine times ``scale``
+    (``t + float(e) * scale``, as one float operation each), sorted."""
+    out = np.concatenate((sp["engine"][in_sp], pf["engine"][in_pf])).astype(np.float64)
+    out *= scale
+    out += np.concatenate((sp[field][in_sp], pf[field][in_pf]))
+    out.sort()
+    return out
+
+
+def _token_use(tl: Timeline, sp: Mapping, n_samples: int, group_size: int) -> dict:
+    """Tokens generated, useful (a span of the attempt its sample was trained on), learnable
+    and filtered; the groups (:func:`_group_learning`); the staleness of useful tokens. Per-span
+    temporaries are int32 or bool, and each span field is let go once used (a spilled
+    timeline's fields are then freed: the peak of a 10M-sample summary)."""
+    trained_ver, update_of = _trained(tl, n_samples)
+    smp, att = sp["sample"], sp["attempt"]
+    last_att = np.full(n_samples, -1, dtype=np.int32)
+    if smp.size and att.max() == 0:
+        last_att[smp] = 0  # nothing was ever regenerated (np.maximum.at is slow)
+    elif smp.size:
+        np.maximum.at(last_att, smp, att)
+    last = att == last_att[smp]
+    del att, last_att
+    useful_mask = (trained_ver >= 0)[smp] & last
+    tok = sp["tokens"]
+    groups = _group_learning(tl, update_of, group_size)
+    stale = trained_ver[smp[useful_mask]]  # minus each span's version, in place (the peak)
+    stale -= sp["version"][useful_mask]
+    return {
+        "generated": int(tok.sum()),
+        "useful": int(tok[useful_mask].sum()),
+        "learnable": int(tok[useful_mask & groups["learnable"][smp]].sum()),
+        "filtered": int(tok[groups["filtered"][smp] & last].sum()),
+        "groups": groups,
+        "staleness": _staleness(stale, tok[useful_mask]),
+    }
 
 
 def _staleness(stale: np.ndarray, weights: np.ndarray) -> tuple[float, int, int]:
@@ -205,17 +271,17 @@ def summarize(tl: Timeline) -> dict:
     makespan = max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
 
     # rollout slot-time
-    t0, t1 = sp["t"], sp["t_end"]
-    slot_s = t1 - t0
+    slot_s = np.subtract(sp["t_end"], sp["t"])
     slot_s.sort()
     busy_slots = float(np.sum(slot_s))
     del slot_s
-    rollout_s = union_length(t0, t1)
+    starts, ends = sorted_union(np.sort(sp["t"]), np.sort(sp["t_end"]))
+    rollout_s = exact_sum(ends - starts)
+    del starts, ends
     bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
-    tools = tool_summary(tl, t0, t1, capacity, busy_slots)  # multi-turn runs only: else {}
+    tools = tool_summary(tl, sp["t"], sp["t_end"], capacity, busy_slots)  # multi-turn only, else {}
     if tools:  # a trajectory away on a tool call is still rolling out
         rollout_s, bubble = tools.pop("rollout_s"), tools.pop("bubble_ratio")
-    del t0, t1
 
     # GPU time: an engine is active while it holds a span or prefills
     tp, gpus = int(m["tp"]), int(m["gpus"])
@@ -227,26 +293,9 @@ def summarize(tl: Timeline) -> dict:
                 + offload_s * gpus)
     gpu_idle = 1.0 - gpu_busy / (gpus * makespan) if makespan > 0 else 0.0
 
-    # tokens: a span is useful when its sample was trained on that attempt
-    smp, att, ver, tok = sp["sample"], sp["attempt"], sp["version"], sp["tokens"]
-    trained_ver, update_of = _trained(tl, n_samples)
-    last_att = np.full(n_samples, -1, dtype=np.int64)
-    if smp.size and att.max() == 0:
-        last_att[smp] = 0  # nothing was ever regenerated (np.maximum.at is slow)
-    elif smp.size:
-        np.maximum.at(last_att, smp, att)
-    last = att == last_att[smp]
-    useful_mask = (trained_ver[smp] >= 0) & last
-    generated = int(tok.sum())
-    useful = int(tok[useful_mask].sum())
-
-    groups = _group_learning(tl, update_of, int(m.get("group_size", 1)))
-    learnable = int(tok[useful_mask & groups["learnable"][smp]].sum())
-    filtered_tokens = int(tok[groups["filtered"][smp] & last].sum())
-
-    stale = trained_ver[smp[useful_mask]]  # minus each span's version, in place (the peak)
-    stale -= ver[useful_mask]
-    s_mean, s_p95, s_max = _staleness(stale, tok[useful_mask])
+    tokens = _token_use(tl, sp, n_samples, int(m.get("group_size", 1)))
+    generated, useful, learnable = tokens["generated"], tokens["useful"], tokens["learnable"]
+    groups = tokens["groups"]
 
     lower = float(m["lower_bound_s"])
     out = {
@@ -262,15 +311,15 @@ def summarize(tl: Timeline) -> dict:
         "updates": tl.count("train"),
         "samples_total": n_samples,
         "samples_trained": int(tl.columns("train")["samples"].values.size),
-        "staleness_mean": s_mean,
-        "staleness_p95": s_p95,
-        "staleness_max": s_max,
+        "staleness_mean": tokens["staleness"][0],
+        "staleness_p95": tokens["staleness"][1],
+        "staleness_max": tokens["staleness"][2],
         "learnable_tokens": learnable,
         "learnable_tokens_per_s": learnable / makespan if makespan > 0 else 0.0,
         "groups_trained_whole": groups["whole"],
         "samples_in_split_groups": groups["split_samples"],
         "filtered_groups": groups["filtered_groups"],
-        "filtered_tokens": filtered_tokens,
+        "filtered_tokens": tokens["filtered"],
         "policy": m["policy"],
         "params": m["params"],
         "trace": m["trace"],

@@ -111,15 +111,18 @@ def read_timeline(path: str | Path) -> Timeline:
 
 def _in_range(path: Path, tl: Timeline) -> Timeline:
     """``tl``, once every time is a finite number (a NaN made every figure NaN), every span is
-    on one of the meta record's ``engines`` (the plots draw a lane each, the summary sums them)
-    and every sample a record names is below its ``samples_total`` (the summary and the plots
-    index per-sample arrays with them)."""
+    on one of the meta record's ``engines`` (the plots draw a lane each, the summary sums them),
+    no record ends before it starts (the summary's unions rely on it), and every sample a
+    record names is below its ``samples_total`` (the summary and the plots index per-sample
+    arrays with them)."""
     total, engines = tl.meta.get("samples_total"), tl.meta.get("engines")
     for kind, fields in SCHEMA.items():
         cols = tl.columns(kind)
         for name, typ in fields:
             if typ == "f8" and len(cols.get(name, ())) and not np.isfinite(cols[name]).all():
                 raise TimelineError(f"{path}: a {kind!r} record's {name!r} is not a finite number")
+            if name == "t_end" and len(cols[name]) and (cols[name] < cols["t"]).any():
+                raise TimelineError(f"{path}: a {kind!r} record ends before it starts (t_end < t)")
             on = cols[name] if kind == "span" and name == "engine" and engines else ()
             if len(on) and (int(on.min()) < 0 or int(on.max()) >= engines):
                 raise TimelineError(f"{path}: a span names an engine outside 0..{engines - 1}")

@@ -1,0 +1,79 @@
+"""The summary's interval unions (issue 12: a 10M-sample summary within 4 GiB): the union from
+separately sorted starts and ends is the one from start-ordered pairs, bit for bit; the engines'
+busy time taken a few engines at a time is each engine's own union, summed; a timeline file
+whose record ends before it starts is refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sortedrl import metrics
+from sortedrl.metrics import _engine_busy, exact_sum, merge_intervals, sorted_union
+
+# starts on a coarse grid, so that ties, touching and nested intervals are common
+_interval = st.tuples(st.integers(0, 40), st.integers(0, 12)).map(
+    lambda p: (p[0] * 0.25, p[0] * 0.25 + p[1] * 0.125))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_interval, min_size=1, max_size=60))
+def test_sorted_union_is_the_start_ordered_merge(intervals):
+    t0 = np.array([a for a, _ in intervals])
+    t1 = np.array([b for _, b in intervals])
+    want = merge_intervals(t0, t1)
+    got = sorted_union(np.sort(t0), np.sort(t1))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_sorted_union_across_blocks(monkeypatch):
+    monkeypatch.setattr(metrics, "_BLOCK", 7)  # breaks found block by block
+    rng = np.random.default_rng(5)
+    t0 = np.round(rng.uniform(0, 100, 500), 1)
+    t1 = t0 + np.round(rng.exponential(0.3, 500), 1)
+    want = merge_intervals(t0, t1)
+    got = sorted_union(np.sort(t0), np.sort(t1))
+    assert len(want[0]) > 20
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def _per_engine(sp: dict, pf: dict, makespan: float) -> float:
+    """The reference: each engine's union on its own, shifted by e * (makespan + 1), summed."""
+    engines = max(int(sp["engine"].max(initial=-1)), int(pf["engine"].max(initial=-1))) + 1
+    lengths = []
+    for e in range(engines):
+        in_sp, in_pf = sp["engine"] == e, pf["engine"] == e
+        shift = float(e) * (makespan + 1.0)
+        start = np.concatenate((sp["t"][in_sp], pf["t"][in_pf])) + shift
+        end = np.concatenate((sp["t_end"][in_sp], pf["t_end"][in_pf])) + shift
+        if start.size:
+            starts, ends = merge_intervals(start, end)
+            lengths.append(ends - starts)
+    return exact_sum(np.concatenate(lengths)) if lengths else 0.0
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.lists(st.tuples(_interval, st.integers(0, 39)), max_size=80),
+       st.lists(st.tuples(_interval, st.integers(0, 39)), max_size=30))
+def test_engine_busy_is_each_engines_union_summed(engines, spans, prefills):
+    def cols(rows):
+        return {"t": np.array([a for (a, _), _ in rows], dtype=float),
+                "t_end": np.array([b for (_, b), _ in rows], dtype=float),
+                "engine": np.array([e % engines for _, e in rows], dtype=np.int32)}
+    sp, pf = cols(spans), cols(prefills)
+    makespan = max([0.0, *sp["t_end"], *pf["t_end"]])
+    assert _engine_busy(sp, pf, makespan) == _per_engine(sp, pf, makespan)
+
+
+def test_a_record_that_ends_before_it_starts_is_refused(tmp_path):
+    from sortedrl.timeline import Timeline
+    from sortedrl.timeline_file import TimelineError, read_timeline, write_npz
+
+    tl = Timeline({"engines": 1, "samples_total": 1})
+    tl.spans.append((2.0, 1.0, 0, 0, 0, 0, 3, "finish"))
+    write_npz(tl, tmp_path / "t.npz")
+    with pytest.raises(TimelineError) as e:
+        read_timeline(tmp_path / "t.npz")
+    assert str(e.value) == f"{tmp_path / 't.npz'}: a 'span' record ends before it starts (t_end < t)"
