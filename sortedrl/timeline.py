@@ -6,7 +6,8 @@ summary as the one in memory. Records arrive as tuples (the simulator appends th
 ``spans`` and ``prefills`` directly, in its hot path; everything else goes through the record
 methods). A million-sample run makes millions of them, so every ``COMPACT_ROWS`` records of a
 kind are moved into typed numpy columns and the list is emptied in place (``list.clear()``: the
-simulator holds the lists). Readers take :meth:`Timeline.columns` (whole columns, compacted and
+simulator holds the lists). Given a ``spill_dir``, those columns go to files there instead
+(:mod:`sortedrl.timeline_spill`), so a 10M-sample run holds only its last records. Readers take :meth:`Timeline.columns` (whole columns, compacted and
 pending rows together) or :meth:`Timeline.rows` (tuples, for the small kinds), never the lists.
 
 Record kinds (``docs/metrics.md`` defines each field and the two file formats):
@@ -36,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -208,9 +210,11 @@ class Timeline:
         spilled = self._spill.records.get(kind, 0) if self._spill is not None else 0
         return done + spilled + len(getattr(self, _LIST[kind]))
 
-    def columns(self, kind: str) -> dict[str, Column]:
+    def columns(self, kind: str) -> Mapping[str, Column]:
         """Every record of ``kind`` as columns, in recording order: numpy arrays, and
-        :class:`Ragged` / :class:`Labels` for the sample lists and labels (see SCHEMA)."""
+        :class:`Ragged` / :class:`Labels` for the sample lists and labels (see SCHEMA). A
+        dict; for a kind spilled to disk, a mapping that reads each field when asked for and
+        frees it when no one holds it (a caller keeps a field it uses twice in a name)."""
         rows = getattr(self, _LIST[kind])
         if self._spill is not None and kind in self._spill.records:
             if rows:
