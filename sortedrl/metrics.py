@@ -187,7 +187,7 @@ _PASSES = 8
 def _shifted(sp: Mapping, pf: Mapping, in_sp: np.ndarray, in_pf: np.ndarray, field: str,
              scale: float) -> np.ndarray:
     """``field`` of the chosen spans and prefills, each shifted by its engine times ``scale``
-    (``t + float(e) * scale``, as one float operation each), sorted."""
+    (``float(e) * scale`` added to it: the floats one engine at a time gave), sorted."""
     out = np.concatenate((sp["engine"][in_sp], pf["engine"][in_pf])).astype(np.float64)
     out *= scale
     out += np.concatenate((sp[field][in_sp], pf[field][in_pf]))
