@@ -23,6 +23,7 @@ import numpy as np
 
 from sortedrl.compare import PolicySpec, cluster_for
 from sortedrl.metrics import union_length
+from sortedrl.outputs import temp_scratch
 from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import Cluster
@@ -95,9 +96,10 @@ def _draw(shared: tuple, job: tuple) -> Draw:
     trace = source.draw(seed)
     policy = make_policy(spec.name, list(spec.sets), trace)
     ran_on = cluster_for(policy.placements, cluster)
-    result = simulate(trace, policy, ran_on, seed=seed, progress=progress)
-    return Draw(ran_on, float(result.summary["makespan_s"]), step_times(result.timeline),
-                time_parts(result), result.summary)
+    with temp_scratch("forecast") as spill:  # a whole run's timeline waits on disk, not in memory
+        result = simulate(trace, policy, ran_on, seed=seed, progress=progress, spill_dir=spill)
+        return Draw(ran_on, float(result.summary["makespan_s"]), step_times(result.timeline),
+                    time_parts(result), result.summary)
 
 
 def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> dict:

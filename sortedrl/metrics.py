@@ -195,6 +195,15 @@ def _shifted(sp: Mapping, pf: Mapping, in_sp: np.ndarray, in_pf: np.ndarray, fie
     return out
 
 
+def _samples_named(tl: Timeline, sp: Mapping) -> int:
+    """One past the highest sample a span, an update or a filter names: the size of the
+    per-sample arrays (every figure is the same for any size at least this; sizing them by the
+    meta's ``samples_total`` made a hand-edited 2**31 ask for tens of GB)."""
+    named = [sp["sample"], tl.columns("train")["samples"].values,
+             tl.columns("filter")["samples"].values]
+    return max((int(a.max()) + 1 for a in named if a.size), default=0)
+
+
 def _token_use(tl: Timeline, sp: Mapping, n_samples: int, group_size: int) -> dict:
     """Tokens generated, useful (a span of the attempt its sample was trained on), learnable
     and filtered; the groups (:func:`_group_learning`); the staleness of useful tokens. Per-span
@@ -293,7 +302,7 @@ def summarize(tl: Timeline) -> dict:
                 + offload_s * gpus)
     gpu_idle = 1.0 - gpu_busy / (gpus * makespan) if makespan > 0 else 0.0
 
-    tokens = _token_use(tl, sp, n_samples, int(m.get("group_size", 1)))
+    tokens = _token_use(tl, sp, _samples_named(tl, sp), int(m.get("group_size", 1)))
     generated, useful, learnable = tokens["generated"], tokens["useful"], tokens["learnable"]
     groups = tokens["groups"]
 

@@ -315,6 +315,23 @@ def _make_parents(path: Path) -> list[Path]:
     return list(reversed(missing))
 
 
+@contextlib.contextmanager
+def temp_scratch(command: str):
+    """A scratch directory for a command with no output directory to put it beside (``forecast``
+    and ``tune`` keep each draw's or trial's timeline there while they summarise it): in the
+    system's temporary directory (``$TMPDIR``), removed on leaving, whatever happens."""
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-"))
+    except OSError as e:
+        raise OutputError(f"{tempfile.gettempdir()}: cannot make {command}'s scratch directory "
+                          f"({e.strerror or e}; set TMPDIR to a writable directory)") from None
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            _remove(tmp)
+
+
 def _remove(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():

@@ -269,6 +269,23 @@ def test_a_bad_meta_record_is_one_error_line(tmp_path, fmt, field, value, messag
     assert sorted(p.name for p in run.iterdir()) == [path.name]
 
 
+def test_a_huge_samples_total_sizes_nothing(tmp_path):
+    """The meta's ``samples_total`` (at most 2**31 - 1) is reported, not allocated: per-sample
+    arrays are sized by the samples the records name, so every other figure is the same (a
+    hand-edited 2**31 - 1 had `plot` killed for memory)."""
+    tl = _run("sortedrl").timeline
+    before = summarize(tl)
+    tl.meta["samples_total"] = 2**31 - 1
+    after = summarize(tl)
+    assert after == {**before, "samples_total": 2**31 - 1}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "timeline.jsonl").write_text("".join(tl.jsonl_lines()))
+    r = runner.invoke(app, ["plot", str(run)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in run.iterdir()) == ["timeline.html", "timeline.jsonl"]
+
+
 def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
     """A long simulate on a terminal shows samples finished and simulated time; Ctrl-C then
     stops it with one line and exit 130, leaving no run directory and no temp files."""

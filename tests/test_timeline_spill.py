@@ -5,6 +5,7 @@ not in memory; a field is freed once no one holds it; `simulate` leaves no scrat
 from __future__ import annotations
 
 import gc
+import tempfile
 import weakref
 from pathlib import Path
 
@@ -15,13 +16,16 @@ from typer.testing import CliRunner
 from sortedrl import timeline as timeline_mod
 from sortedrl.cli import app
 from sortedrl.compare import parse_specs, run_compare
+from sortedrl.forecast import Draw, RunSource, forecast_one, run_forecast, step_times, time_parts
 from sortedrl.metrics import summarize
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
 from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import write_npz
 from sortedrl.timeline_spill import Spill
+from sortedrl.traces import write_trace
 from sortedrl.traces.synth import synthesize
+from sortedrl.tune.executors import run_trial
 from tests.conftest import tiny_cluster
 from tests.test_timeline_files import _same_columns
 
@@ -218,3 +222,40 @@ def test_asking_whether_a_field_exists_reads_nothing(tmp_path):
     cols = tl.columns("span")
     (tmp_path / "span.t_end").unlink()  # a read would fail
     assert "t_end" in cols and "nope" not in cols
+
+
+def test_forecast_and_tune_keep_each_timeline_in_tmpdir(tmp_path, small_chunks, monkeypatch):
+    """A whole-run forecast or a long tune trial spills its timeline too (to $TMPDIR: neither
+    has an output directory to put it beside, and a Ray worker has its own disk): the same
+    results as in memory, and nothing left behind."""
+    tr = synthesize("math-16k", prompts=12, group_size=4, steps=3, seed=3)
+    cluster = tiny_cluster(engines=2, max_num_seqs=8, kv=40_000)
+    spec = parse_specs(["sortedrl"], [])[0]
+    kept = simulate(tr, make_policy("sortedrl", [], tr), cluster, seed=0)
+    draw = Draw(cluster, float(kept.summary["makespan_s"]), step_times(kept.timeline),
+                time_parts(kept), kept.summary)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    roots = []
+    append = Spill.append
+    monkeypatch.setattr(Spill, "append", lambda self, kind, cols: (roots.append(self.root),
+                                                                   append(self, kind, cols))[1])
+    assert run_forecast(RunSource(trace=tr), [spec], [cluster]) == [forecast_one(spec, [draw], 0.0)]
+    assert roots and {p.parent for p in roots} == {scratch}
+    assert roots[0].name.startswith("sortedrl-forecast-") and not any(scratch.iterdir())
+    roots.clear()
+    gpu_hours = cluster.gpus * kept.summary["makespan_s"] / 3600.0
+    assert run_trial(tr, cluster, 0, ("sortedrl", [])) == {**kept.summary, "gpus": cluster.gpus,
+                                                           "gpu_hours": gpu_hours}
+    assert roots and roots[0].name.startswith("sortedrl-tune-") and not any(scratch.iterdir())
+
+
+def test_an_unwritable_tmpdir_is_one_error_line(tmp_path, monkeypatch):
+    trace = tmp_path / "t.jsonl"
+    write_trace(synthesize("math-16k", prompts=4, group_size=2, steps=1, seed=0), trace)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    r = runner.invoke(app, ["forecast", "--trace", str(trace), "--policy", "sync"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.output
+    assert r.stderr == (f"error: {tmp_path / 'missing'}: cannot make forecast's scratch directory "
+                        "(No such file or directory; set TMPDIR to a writable directory)\n")

@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
+from sortedrl.outputs import temp_scratch
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import simulate
@@ -42,7 +43,8 @@ def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = 
     changes, knobs = split_cluster(sets)
     policy = make_policy(name, knobs, trace)
     used = shaped(cluster, changes, trace, policy.placements)
-    summary = simulate(trace, policy, used, seed=seed, regen=regen).summary
+    with temp_scratch("tune") as spill:  # a long trial's timeline waits on disk, not in memory
+        summary = simulate(trace, policy, used, seed=seed, regen=regen, spill_dir=spill).summary
     summary["gpus"] = used.gpus
     summary["gpu_hours"] = used.gpus * summary["makespan_s"] / 3600.0
     return summary
