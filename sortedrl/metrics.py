@@ -31,29 +31,11 @@ def rank_rate(summary: dict) -> float:
     return summary.get("learnable_tokens_per_s", summary["tokens_per_s"])
 
 
-def merge_intervals(t0: np.ndarray, t1: np.ndarray, presorted: bool = False
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals ``[t0, t1]`` as sorted, disjoint ``(starts, ends)``.
-
-    Only the order of the starts matters (ties in any order give the same union)."""
-    if presorted:
-        a, b = t0, t1
-    else:
-        order = np.argsort(t0)
-        a, b = t0[order], t1[order]
-        del order  # (a 10M-sample summary's peak: each array dropped once it is used)
-    reach = np.maximum.accumulate(b) if presorted else np.maximum.accumulate(b, out=b)
-    del b
-    brk = np.flatnonzero(a[1:] > reach[:-1]) + 1  # a new merged segment starts here
-    starts = np.concatenate(([a[0]], a[brk]))
-    ends = np.concatenate((reach[brk - 1], [reach[-1]]))
-    return starts, ends
-
-
 def sorted_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals given as their starts and their ends, each array sorted on its
-    own (no interval ends before it starts): the same segments as :func:`merge_intervals`,
-    without the permutation that pairs each start with its end (a 10M-sample summary's peak).
+    own (no interval ends before it starts): the same segments as merging the intervals in
+    the order of their starts, without the permutation that pairs each start with its end (a
+    10M-sample summary's peak).
 
     The union breaks before the i-th start when all i intervals that start earlier have ended,
     i.e. when i ends lie below it, and the segment before the break ends at the largest of them.
@@ -72,11 +54,10 @@ def sorted_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.n
 _BLOCK = 1 << 20
 
 
-def union_length(t0: np.ndarray, t1: np.ndarray, presorted: bool = False) -> float:
-    """Total length of the union of intervals ``[t0, t1]``."""
-    if t0.size == 0:
-        return 0.0
-    starts, ends = merge_intervals(t0, t1, presorted)
+def union_length(t0: np.ndarray, t1: np.ndarray) -> float:
+    """Total length of the union of intervals ``[t0, t1]`` (none ends before it starts:
+    timeline readers refuse such a record)."""
+    starts, ends = sorted_union(np.sort(t0), np.sort(t1))
     return exact_sum(ends - starts)
 
 

@@ -11,7 +11,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sortedrl import metrics
-from sortedrl.metrics import _engine_busy, exact_sum, merge_intervals, sorted_union
+from sortedrl.metrics import _engine_busy, exact_sum, sorted_union, union_length
+
+
+def merge_intervals(t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The reference union: intervals in the order of their starts, each merged into the
+    segment before it while it starts no later than that segment's furthest end."""
+    order = np.argsort(t0)
+    a, b = t0[order], t1[order]
+    reach = np.maximum.accumulate(b)
+    brk = np.flatnonzero(a[1:] > reach[:-1]) + 1  # a new merged segment starts here
+    return np.concatenate(([a[0]], a[brk])), np.concatenate((reach[brk - 1], [reach[-1]]))
+
 
 # starts on a coarse grid, so that ties, touching and nested intervals are common
 _interval = st.tuples(st.integers(0, 40), st.integers(0, 12)).map(
@@ -26,6 +37,7 @@ def test_sorted_union_is_the_start_ordered_merge(intervals):
     want = merge_intervals(t0, t1)
     got = sorted_union(np.sort(t0), np.sort(t1))
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert union_length(t0, t1) == exact_sum(want[1] - want[0])
 
 
 def test_sorted_union_across_blocks(monkeypatch):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sortedrl.metrics import merge_intervals, span_table
+from sortedrl.metrics import sorted_union, span_table
 from sortedrl.timeline import SCHEMA, Timeline
 
 Intervals = tuple[np.ndarray, np.ndarray]  # (starts, ends), sorted, disjoint, non-empty
@@ -40,7 +40,7 @@ def union(t0: np.ndarray, t1: np.ndarray) -> Intervals:
     t0, t1 = t0[keep], t1[keep]
     if t0.size == 0:
         return EMPTY
-    return merge_intervals(t0, t1)
+    return sorted_union(np.sort(t0), np.sort(t1))
 
 
 def _inside(x: np.ndarray, iv: Intervals) -> np.ndarray:
