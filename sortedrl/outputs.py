@@ -186,17 +186,22 @@ class Outputs:
         if not any(out.iterdir()):
             return
         if self.force:
-            self.notes.append(f"note: replacing {out} (--force)")
-            return
-        previous = read_marker(out)
-        if previous.get("command") != self.command:
-            what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
-            raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "
-                              f"or --force to replace it")
-        if not given and previous != self.identity:
-            raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; give "
-                              f"--out DIR to keep both, or --force to replace it")
-        self.notes.append(f"note: replacing the previous `sortedrl {self.command}` run in {out}")
+            note = f"note: replacing {out} (--force)"
+        else:
+            previous = read_marker(out)
+            if previous.get("command") != self.command:
+                what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
+                raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "
+                                  f"or --force to replace it")
+            if not given and previous != self.identity:
+                raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; give "
+                                  f"--out DIR to keep both, or --force to replace it")
+            note = f"note: replacing the previous `sortedrl {self.command}` run in {out}"
+        locked = _write_protected(out)  # replacing it removes every file in it
+        if locked is not None:
+            raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "
+                              f"(its files cannot be removed)")
+        self.notes.append(note)
 
     # -- writing, after the work -----------------------------------------------------------------
 
@@ -298,9 +303,22 @@ def _commit(staged: list[tuple[Path, Path]]) -> None:
             if backup is not None:
                 os.rename(backup, path)
         raise
-    for _, backup in done:
+    for path, backup in done:  # (the outputs are in place: a failure here only leaves the old one)
         if backup is not None:
-            _remove(backup)
+            try:
+                _remove(backup)
+            except OSError as e:
+                raise OutputError(f"{path}: written, but the previous one could not be removed "
+                                  f"({e.strerror or e}); it is left at {backup}") from None
+
+
+def _write_protected(top: Path) -> str | None:
+    """The first folder under ``top`` (itself included) whose files this user cannot remove."""
+    unreadable: list[str] = []
+    for folder, _, _ in os.walk(top, onerror=lambda e: unreadable.append(e.filename)):
+        if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+            return folder
+    return unreadable[0] if unreadable else None
 
 
 def _make_parents(path: Path) -> list[Path]:

@@ -10,6 +10,7 @@ Run: pytest tests/test_bad_outputs.py
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -222,3 +223,70 @@ def test_default_run_directory_names_what_differs(ws):
     assert r.exit_code == 2
     assert r.stderr.strip() == ("error: runs/trace-sync-h100-llama3.1-8b holds a `sortedrl simulate` run "
                                 "with other options; give --out DIR to keep both, or --force to replace it")
+
+
+def _as_user(args: list[str]) -> list[str]:
+    """``args`` run without root's power to write anywhere (as a user's run would)."""
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    return [*(drop if os.geteuid() == 0 else []), *args]
+
+
+def test_a_write_protected_previous_run_is_refused_before_any_work(ws):
+    """Replacing a run whose files cannot be removed was found out only after the work: the new
+    run was in place, the command said it had failed, and the old one was left in a hidden
+    backup. Now it is refused first."""
+    assert runner.invoke(app, [*SIM, "--out", "keep"]).exit_code == 0
+    for p in [ws / "keep", *(ws / "keep").rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    before = snapshot(ws)
+    try:
+        r = subprocess.run(_as_user([sys.executable, "-m", "sortedrl.cli", *SIM, "--set",
+                                     "minibatches=2", "--out", "keep"]),
+                           cwd=ws, capture_output=True, text=True,
+                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+        after = snapshot(ws)
+    finally:
+        (ws / "keep").chmod(0o755)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == ("error: --out keep: cannot be replaced: keep is write-protected (its files "
+                        "cannot be removed)\n")
+    assert after == before
+
+
+def test_an_old_output_that_cannot_be_removed_is_named(tmp_path, monkeypatch):
+    """Should the old output resist removal once the new one is in place (a race with the
+    check above), the error says so and where the old one is, not that nothing was written."""
+    from sortedrl import outputs
+
+    target, staged = tmp_path / "out.txt", tmp_path / "new.txt"
+    target.write_text("old")
+    staged.write_text("new")
+    remove = outputs._remove
+
+    def stuck(path):
+        if path.name.startswith(".out.txt.old-") and path.exists():
+            raise PermissionError(13, "Permission denied", str(path))
+        remove(path)
+
+    monkeypatch.setattr(outputs, "_remove", stuck)
+    with pytest.raises(outputs.OutputError) as e:
+        outputs._commit([(target, staged)])
+    backup = tmp_path / f".out.txt.old-{os.getpid()}"
+    assert str(e.value) == (f"{target}: written, but the previous one could not be removed "
+                            f"(Permission denied); it is left at {backup}")
+    assert target.read_text() == "new" and backup.read_text() == "old"
+
+
+def test_report_never_replaces_what_it_reads(ws):
+    """`report DIR` reads DIR's trace and its runs' timelines besides compare.json: --force does
+    not let its --out replace one of them (it replaced a trace with HTML, and a timeline)."""
+    r = runner.invoke(app, [*CMP, "--policy", "sortedrl", "--out", "cmp"])
+    assert r.exit_code == 0, r.output
+    (ws / "cmp" / "trace.jsonl").write_bytes(LOGIC.read_bytes())
+    before = snapshot(ws)
+    for victim in ("cmp/trace.jsonl", "cmp/sync/timeline.npz", "cmp/compare.json"):
+        r = runner.invoke(app, ["report", "cmp", "--out", victim, "--force"])
+        assert r.exit_code == 2 and r.stderr == (f"error: --out {victim}: is an input of this "
+                                                 "command; write the output elsewhere\n"), r.output
+    assert snapshot(ws) == before
+    assert runner.invoke(app, ["report", "cmp"]).exit_code == 0

@@ -52,9 +52,9 @@ def report(
     force: bool = FORCE,
 ) -> None:
     """Compare the policies of a compare or tune directory in one HTML page (works offline)."""
-    from sortedrl.plot.report import report_page
+    from sortedrl.plot.report import report_inputs, report_page
 
-    outs = Outputs("report", force, inputs=[dir / "compare.json", dir / "tune.json"])
+    outs = Outputs("report", force, inputs=report_inputs(dir))
     out = outs.file(out, "--out", default=dir / "report.html")
     with Phases(err) as progress:
         progress.phase(f"reading {dir} and drawing the report")

@@ -55,6 +55,12 @@ def response_lengths(tl: Timeline) -> np.ndarray:
     return tokens[done].astype(np.int64)
 
 
+def report_inputs(root: Path) -> list[Path]:
+    """Every file a report of ``root`` may read: its ``--out`` may never replace one."""
+    return [root / "compare.json", root / "tune.json", *(root / name for name in TRACE_FILES),
+            *(p for name in NAMES for p in sorted(root.glob(f"*/{name}")))]
+
+
 def find_lengths(root: Path, labels: list[str]) -> tuple[np.ndarray, str] | None:
     """The trace's response lengths and where they came from, or None if nothing has them."""
     for name in TRACE_FILES:
