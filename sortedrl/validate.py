@@ -188,7 +188,12 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
     cluster = run_cluster(load_cluster(str(profile)), real_tl.meta, _ray_terms(profile))
     if trace.turn_offsets is not None and "tool_pool" in run:  # a multi-turn run's sandboxes
         cluster = dataclasses.replace(cluster, tool_pool=int(run["tool_pool"]))
-    policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
+    # the profile was checked as it loaded: what fails now is the run's own shape or knobs
+    cluster.validate(f"{tl_path}: the run's engines on {cluster.name}")
+    try:
+        policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
+    except ConfigError as e:
+        raise ConfigError(f"{tl_path}: field 'run.sets': {str(e).removeprefix('--set ')}") from None
     sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)),
                    attempt_lengths=dropped_attempts(real_tl, trace.meta.max_response_len))
     real_ends = step_ends(real_tl)[0]
