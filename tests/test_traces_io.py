@@ -353,6 +353,12 @@ def test_parquet_errors_name_rows(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as e:
         read_trace(tmp_path / "n.parquet")
     assert str(e.value) == f"{tmp_path / 'n.parquet'}: row 2: field 'response_len': -1 is negative"
+    table = table.set_column(3, "response_len", pa.array([10, 2**64 - 1], type=pa.uint64()))
+    pq.write_table(table, tmp_path / "n.parquet")
+    with pytest.raises(TraceError) as e:  # (it wrapped to -1, and was called negative)
+        read_trace(tmp_path / "n.parquet")
+    assert str(e.value) == (f"{tmp_path / 'n.parquet'}: row 2: field 'response_len': "
+                            "18446744073709551615 is out of range")
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(TraceError, match=r"junk\.parquet: not a readable Parquet file"):
         read_trace(tmp_path / "junk.parquet")

@@ -104,6 +104,9 @@ class Trace:
 
         def ints(col: str, minimum: int) -> np.ndarray:
             raw = columns[col]
+            if isinstance(raw, np.ndarray) and raw.dtype == np.uint64 and raw.size and raw.max() > INT64_MAX:
+                big = int(np.flatnonzero(raw > INT64_MAX)[0])  # (it would wrap to a negative)
+                raw = raw[: big + 1].tolist() + [0] * (n - big - 1)  # the loop below names it
             if isinstance(raw, np.ndarray) and raw.dtype.kind in "iu":
                 out = raw.astype(np.int64, copy=False)  # the reordering below copies
                 low = np.flatnonzero(out < minimum)
