@@ -186,3 +186,7 @@ def test_a_non_finite_wandb_cell_is_not_logged_and_a_non_finite_step_is_an_error
     with pytest.raises(TraceError,
                        match=r"w.csv: line 3: column 'Step': 'nan' is not a finite number$"):
         drift_from_wandb(csv)
+    csv.write_text('"Step","r - response_length/mean"\n1,900\nx,950\n3,1000\n')
+    with pytest.raises(TraceError) as e:  # it blamed the length column's '950'
+        drift_from_wandb(csv)
+    assert str(e.value) == f"{csv}: line 3: column 'Step': 'x' is not a number"

@@ -214,17 +214,20 @@ def _column(header: list[str], metric: str) -> int | None:
     return matches[0] if matches else None
 
 
+def _number(p: Path, lineno: int, column: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise TraceError(f"{p}: line {lineno}: column '{column}': {text!r} is not a number") from None
+
+
 def _slope(p: Path, rows: list[list[str]], header: list[str], col: int, log: bool) -> float:
     step_col = header.index("Step")
     t, y = [], []
     for lineno, row in enumerate(rows[1:], 2):
         if len(row) <= max(col, step_col) or not row[col].strip():
             continue
-        try:
-            step, value = float(row[step_col]), float(row[col])
-        except ValueError:
-            raise TraceError(f"{p}: line {lineno}: column '{header[col]}': {row[col]!r} is "
-                             f"not a number") from None
+        step, value = _number(p, lineno, "Step", row[step_col]), _number(p, lineno, header[col], row[col])
         if not math.isfinite(step):
             raise TraceError(f"{p}: line {lineno}: column 'Step': {row[step_col]!r} is not a "
                              "finite number")
