@@ -226,6 +226,17 @@ def test_zero_duration(tmp_path):
     assert run_bad(tmp_path, [path]) == f"error: {path}: field 'duration': must be > 0 s, got 0.0"
 
 
+def test_a_file_whose_every_request_failed(tmp_path):
+    path = tmp_path / "allfail.json"
+    path.write_text(json.dumps({
+        "duration": 1.0, "max_concurrency": 2, "completed": 0, "failed": 2, "num_prompts": 2,
+        "request_rate": "inf", "input_lens": [10, 10], "output_lens": [0, 0], "ttfts": [0.0, 0.0],
+        "itls": [[], []], "start_times": [0.0, 0.1], "queue_times": [0.0, 0.0],
+        "errors": ["Server disconnected", "Server disconnected"]}))
+    assert run_bad(tmp_path, [path]) == (
+        f"error: {path}: no completed request (2 listed, each with an error or no output tokens)")
+
+
 def test_too_few_files_without_latencies(tmp_path):
     files = [edited(tmp_path, f"s{i}.json", ttfts=None, itls=None) for i in range(2)]
     assert run_bad(tmp_path, files) == (

@@ -83,8 +83,6 @@ def read_bench(path: str | Path) -> BenchRun:
     ins, outs = (np.asarray(v, dtype=np.int64) for v in ok[:2])
     ttfts, itls, starts, queues = ok[2:]
     n = len(ins)
-    if n == 0:
-        raise ConfigError(f"{where}: no completed request (every output length is 0)")
     conc = raw.get("max_concurrency")
     if conc is None:
         conc = n
@@ -124,6 +122,9 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
                                   f"from 0 to {MAX_TOKENS[key]:,}, got {short_repr(v)}")
     errors = raw.get("errors") if lists["errors"] else None
     keep = [i for i in range(n) if outs[i] > 0 and not (errors and errors[i])]
+    if not keep:
+        raise ConfigError(f"{where}: no completed request ({n} listed, each with an error or "
+                          "no output tokens)")
     ttfts = _floats(raw, "ttfts", where, keep) if lists["ttfts"] else None
     itls = None
     if lists["itls"]:
