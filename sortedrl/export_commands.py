@@ -73,7 +73,9 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
         chosen = _trial_id(result, trial, path)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ConfigError(f"{path}: not a tune.json ({type(e).__name__}: {e})") from None
     if chosen is None:
         raise ConfigError(f"{path}: no feasible trial to export")

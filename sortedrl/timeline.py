@@ -326,7 +326,7 @@ class Timeline:
     @classmethod
     def read_jsonl(cls, path: str | Path) -> Timeline:
         tl = cls()
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 try:
                     r = jsonio.loads(line)

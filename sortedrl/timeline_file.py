@@ -106,7 +106,10 @@ def read_timeline(path: str | Path) -> Timeline:
         with open(path, "rb") as f:
             if f.read(4) == b"PK\x03\x04":
                 return _in_range(path, read_npz(path))
-    return _in_range(path, read_jsonl_fast(path) or Timeline.read_jsonl(path))
+    try:
+        return _in_range(path, read_jsonl_fast(path) or Timeline.read_jsonl(path))
+    except UnicodeDecodeError:  # (read in chunks: its offset is not the file's)
+        raise TimelineError(f"{path}: not UTF-8 text") from None
 
 
 def _in_range(path: Path, tl: Timeline) -> Timeline:

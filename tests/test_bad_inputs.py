@@ -19,6 +19,7 @@ from sortedrl.cli import app
 FIX = Path(__file__).resolve().parent / "fixtures"
 SMALL = ["--synthetic", "logic-8k", "--prompts", "8", "--group-size", "2", "--steps", "2"]
 DEEP = "[" * 100_000 + "]" * 100_000
+LATIN1_CLUSTER = b'{"preset": "h100-llama3.1-8b-1gpu-16seq", "name": "caf\xe9"}'
 runner = CliRunner()
 
 
@@ -113,6 +114,25 @@ CASES = {
         lambda t: ["trace", "import", str(Path(_write(t / "trl" / "c.json", b"\xff\xfe{")).parent),
                    "--from", "trl", "--out", "i.jsonl"],
         "c.json: not UTF-8 text (invalid start byte at byte 0)"),
+    # Latin-1 JSON (a UnicodeDecodeError traceback from every command taking --cluster)
+    "a cluster file that is not UTF-8": (
+        lambda t: ["simulate", *SMALL, "--policy", "sync", "--cluster",
+                   _write(t / "c.json", LATIN1_CLUSTER), "--out", "o"],
+        "c.json: not UTF-8 text (byte 54)"),
+    "a profile that is not UTF-8": (
+        lambda t: ["profile", "show", _write(t / "p.json", b'{"sortedrl_profile": "caf\xe9"}')],
+        "p.json: not UTF-8 text (byte 25)"),
+    "a trace model that is not UTF-8": (
+        lambda t: ["simulate", "--trace", _write(t / "m.json", b'{"sortedrl_trace_model": "\xe9"}'),
+                   "--policy", "sync", "--out", "o"],
+        "m.json: not UTF-8 text (byte 26)"),
+    "a tune.json that is not UTF-8": (
+        lambda t: ["export", "verl", _write(t / "tune.json", b'{"trials": "caf\xe9"}')],
+        "tune.json: not UTF-8 text (byte 15)"),
+    "a compare.json that is not UTF-8": (
+        lambda t: ["report", str(Path(_write(t / "c" / "compare.json", b'["caf\xe9"]')).parent),
+                   "--out", "r.html"],
+        "compare.json: not UTF-8 text (byte 5)"),
     "a tune.json whose base cluster is a number": (
         lambda t: ["export", "verl", _write(t / "tune.json", json.dumps({
             "cluster": 5, "best": {"overall": 0},

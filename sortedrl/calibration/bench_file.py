@@ -69,10 +69,12 @@ def read_bench(path: str | Path) -> BenchRun:
     """Parse and check one benchmark JSON; every problem is one line naming the file and field."""
     where = str(path)
     try:
-        raw = jsonio.loads(Path(path).read_text())
+        raw = jsonio.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{where}: benchmark file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
         raise ConfigError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a JSON object from `vllm bench serve --save-result`")

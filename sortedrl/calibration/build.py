@@ -65,7 +65,7 @@ def _check_inputs(bench: list[Path], metrics: Path | None) -> None:
 def _base_profile(spec: str, cluster: Cluster) -> dict:
     """An earlier profile given as --cluster is kept and extended; a preset starts a new one."""
     if spec.endswith(".json"):
-        raw = json.loads(Path(spec).read_text())
+        raw = json.loads(Path(spec).read_text(encoding="utf-8"))
         if is_profile(raw):
             if "measured_terms" not in raw:  # from `calibrate --model`: every term was measured
                 raw["measured_terms"] = sorted(raw.get("costs", {}))

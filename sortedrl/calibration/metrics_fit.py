@@ -45,11 +45,11 @@ def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
     where = str(path)
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{where}: metrics file not found") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: not a text file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
     if p.suffix.lower() == ".csv":
         return _read_csv(text, where)
     if p.suffix.lower() in (".jsonl", ".json"):

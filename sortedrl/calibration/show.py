@@ -29,10 +29,12 @@ UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/se
 
 def load_profile(path: Path) -> dict:
     try:
-        raw = jsonio.loads(Path(path).read_text())
+        raw = jsonio.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: profile not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
     if not is_profile(raw):
         raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")

@@ -38,8 +38,6 @@ def load_timeline(path: Path) -> Timeline:
         tl = read_timeline(path)
     except SortedRLError as e:
         raise PlotError(str(e)) from None
-    except UnicodeDecodeError:
-        raise PlotError(f"{path}: not a text file") from None
     except (TypeError, ValueError, IndexError) as e:  # a line that is JSON but not a record
         raise PlotError(f"{path}: not a timeline ({type(e).__name__}: {e})") from None
     except OSError as e:
@@ -65,8 +63,8 @@ def load_json(path: Path) -> object:
         raise PlotError(f"{path}: no such file")
     try:
         return jsonio.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise PlotError(f"{path}: not a text file") from None
+    except UnicodeDecodeError as e:
+        raise PlotError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise PlotError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
     except OSError as e:

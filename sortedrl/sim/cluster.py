@@ -358,9 +358,13 @@ def load_cluster(spec: str) -> Cluster:
         return preset(spec)
     path = Path(spec)
     try:
-        raw = jsonio.loads(path.read_text())
+        raw = jsonio.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{spec}: cluster file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{spec}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:  # a directory, no permission
+        raise ConfigError(f"{spec}: cannot read the cluster file ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{spec}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(raw, dict):

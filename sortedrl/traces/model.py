@@ -84,7 +84,9 @@ def load_model(path: str | Path) -> TraceModel:
         body = jsonio.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    except json.JSONDecodeError as e:
         raise TraceError(f"{p}: not a trace model (bad JSON: {e})") from None
     if not isinstance(body, dict) or body.get("sortedrl_trace_model") != VERSION:
         raise TraceError(f"{p}: not a trace model (no \"sortedrl_trace_model\": {VERSION})")
