@@ -7,6 +7,7 @@ the published totals are the model cards' parameter counts.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 
 import pytest
@@ -247,6 +248,32 @@ def test_a_cluster_past_any_real_one_is_one_error_line_not_a_hang(tmp_path, fiel
                                  "--cluster", str(f), "--out", str(out)])
     assert r.exit_code == 2 and not out.exists()
     assert r.stderr.strip().splitlines() == ["error: " + message.format(f=f)]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    # -10 extra forwards made the update's time negative: "ValueError: Negative delay"
+    ("extra_forwards", -10, "must be >= 0, got -10"),
+    ("extra_forwards", 10**30, "at most 2,147,483,647, got 1" + "0" * 30),
+    ("kv_budget_tokens", -5, "must be >= 0, got -5"),  # (was taken as 0: derived from HBM)
+    ("kv_budget_tokens", 10**400, "at most 9,223,372,036,854,775,807, got 10000000000000000000... "
+                                  "(401 characters)"),  # (OverflowError: int too large for a float)
+    ("max_num_batched_tokens", 0, "must be >= 1, got 0"),
+    ("train_gpus", -1, "must be >= 0, got -1"),
+])
+def test_a_cluster_count_out_of_range_is_one_error_line(tmp_path, field, value, message):
+    from typer.testing import CliRunner
+
+    from sortedrl.cli import app
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"preset": "h100-llama3.1-8b-1gpu-16seq", field: value}))
+    for args in (["simulate", "--synthetic", "logic-8k", "--prompts", "8", "--group-size", "4",
+                  "--steps", "2", "--policy", "sync", "--out", str(tmp_path / "out")],
+                 ["export", "verl", "sync"]):
+        r = CliRunner().invoke(app, [*args, "--cluster", str(f)])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert r.stderr.strip().splitlines() == [f"error: {f}: field '{field}': {message}"]
+    assert not (tmp_path / "out").exists()
 
 
 def test_busiest_expert_shard_against_monte_carlo():

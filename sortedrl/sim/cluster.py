@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
-from sortedrl.limits import MAX_GPUS, MAX_NUM_SEQS
+from sortedrl.limits import INT32_MAX, INT64_MAX, MAX_GPUS, MAX_NUM_SEQS, short_repr
 from sortedrl.sim.cost import CostModel, all_to_all_s
 from sortedrl.sim.hardware import GPUS, MODELS, Model
 
@@ -227,19 +227,10 @@ class Cluster:
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"{where}: field 'placement': unknown placement {self.placement!r} "
                               f"(known: {', '.join(PLACEMENTS)})")
+        self._check_counts(where)
         if self.chunked_prefill and self.max_num_batched_tokens <= self.max_num_seqs:
             raise ConfigError(f"{where}: field 'max_num_batched_tokens': must be > max_num_seqs "
                               f"({self.max_num_seqs}), got {self.max_num_batched_tokens}")
-        for name in ("tp", "gpus", "max_num_seqs", "gpus_per_node", "ep", "tool_pool"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{where}: field '{name}': must be >= 1, got {getattr(self, name)}")
-        if self.gpus > MAX_GPUS:
-            raise ConfigError(f"{where}: field 'gpus': at most {MAX_GPUS:,}, got {self.gpus:,}")
-        if self.max_num_seqs > MAX_NUM_SEQS:
-            raise ConfigError(f"{where}: field 'max_num_seqs': at most {MAX_NUM_SEQS:,}, got "
-                              f"{self.max_num_seqs:,}")
-        if self.train_gpus < 0:
-            raise ConfigError(f"{where}: field 'train_gpus': must be >= 0, got {self.train_gpus}")
         if self.rollout_gpus < self.tp:
             raise ConfigError(f"{where}: field 'train_gpus': {self.trainer_gpus} trainer GPUs of {self.gpus} "
                               f"leave no rollout engine of tp={self.tp}")
@@ -276,6 +267,16 @@ class Cluster:
             )
         return self
 
+    def _check_counts(self, where: str) -> None:
+        """Each integer field within its range (a count past a float overflowed the costs)."""
+        for name, least, most in COUNT_RANGES:
+            v = getattr(self, name)
+            if v < least:
+                raise ConfigError(f"{where}: field '{name}': must be >= {least}, got {v}")
+            if v > most:
+                got = f"{v:,}" if v <= 2**64 else short_repr(v)
+                raise ConfigError(f"{where}: field '{name}': at most {most:,}, got {got}")
+
     def _trainer_does_not_fit(self, where: str) -> None:
         m, g = MODELS[self.model], GPUS[self.gpu]
         name = "gpus" if self.placement == "colocated" else "train_gpus"
@@ -307,6 +308,11 @@ class Cluster:
 # -- presets and parsing ----------------------------------------------------------------------
 
 PLACEMENTS = ("colocated", "disaggregated")
+COUNT_RANGES = (  # (integer field, least, most)
+    ("tp", 1, INT64_MAX), ("gpus", 1, MAX_GPUS), ("max_num_seqs", 1, MAX_NUM_SEQS),
+    ("gpus_per_node", 1, INT64_MAX), ("ep", 1, INT64_MAX), ("tool_pool", 1, INT64_MAX),
+    ("max_num_batched_tokens", 1, INT64_MAX), ("train_gpus", 0, MAX_GPUS),
+    ("extra_forwards", 0, INT32_MAX), ("kv_budget_tokens", 0, INT64_MAX))
 _PRESET = re.compile(r"^(?P<gpu>" + "|".join(sorted(map(re.escape, GPUS), key=len, reverse=True))
                      + r"|[a-z0-9]+)-(?P<model>.+?)(?:-tp(?P<tp>\d+))?(?:-(?P<g>\d+)gpu)?"
                      r"(?:-(?P<seqs>\d+)seq)?(?P<dis>-disagg)?$")
