@@ -112,8 +112,9 @@ def concat_chunks(fields: Fields, parts: list[dict[str, Column]]) -> dict[str, C
 
 # the meta record's integer fields: name -> least value; a field may be absent. The counts that
 # size a reader's arrays stay below 2**31 (as the records' int32 fields); a seed or a KV budget
-# sizes nothing, and any integer the simulator was given must read back
-_META_INTS = {"engines": 1, "max_num_seqs": 1, "tp": 1, "gpus": 0, "trainer_gpus": 0,
+# sizes nothing, and any integer the simulator was given must read back; a cluster has a GPU
+# and a trainer GPU at least (the summary divides by gpus: 0 raised ZeroDivisionError)
+_META_INTS = {"engines": 1, "max_num_seqs": 1, "tp": 1, "gpus": 1, "trainer_gpus": 1,
               "group_size": 1, "samples_total": 0, "kv_budget": 0, "seed": None}
 _META_UNBOUNDED = ("kv_budget", "seed")
 # a cluster's shape has tighter bounds (sim/cluster.py): a reader loops over engines and lanes

@@ -203,16 +203,41 @@ def _offsets(a: dict) -> None:
                                           dtype=np.uint64)
 
 
+def _no_gpus(a: dict) -> None:
+    meta = json.loads(a["meta"].tobytes())
+    a["meta"] = np.frombuffer(json.dumps({**meta, "gpus": 0}).encode(), dtype=np.uint8)
+
+
 @pytest.mark.parametrize("change, message", [
     (_labels, "array 'span.end.labels' has 300 labels; a column holds at most 256"),
     (_offsets, "array 'train.samples.offsets' has a value past int64 "  # wrapped: accepted
                "(-9223372036854775808..9223372036854775807)"),
+    # the summary divided by 0 GPUs: ZeroDivisionError
+    (_no_gpus, "array 'meta': field 'gpus': expected an integer >= 1 and at most 1,048,576, "
+               "got 0"),
 ])
 def test_a_crafted_columnar_timeline_is_one_error_line(tmp_path, change, message):
     run = _npz_run(tmp_path, change)
     r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
     assert r.exit_code == 2, r.output
     assert r.stderr.strip().splitlines() == [f"error: {run / 'timeline.npz'}: {message}"]
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_a_jsonl_timeline_of_no_gpus_is_one_error_line(tmp_path):
+    run = tmp_path / "run"
+    r = runner.invoke(app, ["simulate", *SMALL, "--policy", "sync", "--timeline", "jsonl",
+                            "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    (run / "summary.json").unlink()
+    path = run / "timeline.jsonl"
+    head, rest = path.read_text().split("\n", 1)
+    path.write_text(json.dumps({**json.loads(head), "gpus": 0}) + "\n" + rest)
+    r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip().splitlines() == [
+        f"error: {path}: line 1: meta record's field 'gpus': expected an integer >= 1 and at most "
+        "1,048,576, got 0"]
     assert not (tmp_path / "p.html").exists()
 
 
