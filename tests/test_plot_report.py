@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,29 @@ def test_plot_errors_are_one_line_exit_2_and_write_nothing(tmp_path, make, messa
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert re.search(message, lines[0]), lines[0]
     assert sorted(tmp_path.rglob("*")) == before  # no output, no temp file left behind
+
+
+@pytest.mark.parametrize("edit, message", [
+    # an edited or older summary.json: a KeyError or TypeError traceback from the plot's title
+    (lambda s: s.pop("tokens_per_s"), "field 'tokens_per_s': missing"),
+    (lambda s: s.clear(), "field 'makespan_s': missing"),
+    (lambda s: s.update(makespan_s="abc"), "field 'makespan_s': expected a number, got 'abc'"),
+    (lambda s: s.update(makespan_s=None), "field 'makespan_s': expected a number, got None"),
+])
+def test_a_summary_without_the_numbers_the_plot_shows_is_one_error_line(small, tmp_path, edit,
+                                                                         message):
+    run = tmp_path / "run"
+    shutil.copytree(small[0], run)
+    summary = json.loads((run / "summary.json").read_text())
+    edit(summary)
+    (run / "summary.json").write_text(json.dumps(summary))
+    r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert r.stderr.splitlines() == [f"error: {run / 'summary.json'}: {message} (delete the file to "
+                                     "recompute the summary from the timeline)"]
+    assert not (tmp_path / "p.html").exists()
+    (run / "summary.json").unlink()  # as it says: the plot recomputes the summary
+    assert runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")]).exit_code == 0
 
 
 @pytest.mark.parametrize("files, message", [

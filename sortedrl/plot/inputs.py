@@ -14,6 +14,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
+from sortedrl.limits import short_repr
 from sortedrl.metrics import missing_meta, span_table, summarize
 from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import NAMES, find_timeline, read_timeline
@@ -23,6 +24,9 @@ META_KEYS = ("policy", "trace", "cluster", "engines", "max_num_seqs", "samples_t
 
 BAR_KEYS = ("makespan_s", "bubble_ratio", "tokens_per_s", "staleness_mean")
 """Summary keys every compared policy needs for the report's bars."""
+
+TITLE_KEYS = ("makespan_s", "bubble_ratio", "tokens_per_s")
+"""Summary keys a run's plot shows in its title."""
 
 
 class PlotError(SortedRLError):
@@ -85,6 +89,7 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
         summary = load_json(summary_path)
         if not isinstance(summary, dict):
             raise PlotError(f"{summary_path}: expected a JSON object (a run summary)")
+        _check_summary(summary_path, summary)
         return tl, summary
     if why := missing_meta(tl.meta):
         raise PlotError(f"{tl_path}: {why}")
@@ -92,6 +97,16 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
         return tl, summarize(tl)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise PlotError(f"{tl_path}: cannot summarise ({e!r})") from None
+
+
+def _check_summary(path: Path, summary: dict) -> None:
+    """The numbers the plot reads from a run's summary (an edited or older file may lack them)."""
+    for key in TITLE_KEYS:
+        v = summary.get(key)
+        if not jsonio.finite(v):
+            got = "missing" if key not in summary else f"expected a number, got {short_repr(v)}"
+            raise PlotError(f"{path}: field {key!r}: {got} (delete the file to recompute the "
+                            "summary from the timeline)")
 
 
 def load_compare(path: Path) -> list[dict]:
