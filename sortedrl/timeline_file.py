@@ -19,6 +19,7 @@ file and the array.
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -78,6 +79,7 @@ def read_npz(path: str | Path) -> Timeline:
     """Read a ``.npz`` timeline; a malformed file raises one :class:`TimelineError`."""
     path = Path(path)
     try:
+        _check_sizes(path)
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in z.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
@@ -94,6 +96,35 @@ def read_npz(path: str | Path) -> Timeline:
     if arrays:
         raise TimelineError(f"{path}: unknown array {sorted(arrays)[0]!r}")
     return tl
+
+
+# how many bytes a member can expand to a byte stored: deflate's limit is about 1032 (zlib's
+# technical details); other methods are bounded by the size the archive claims alone
+_EXPANDS = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032}
+
+
+def _check_sizes(path: Path) -> None:
+    """Each member's header against the bytes the member holds, before numpy allocates its
+    array (a crafted header of shape (10**12,) had it ask for a terabyte)."""
+    on_disk = path.stat().st_size
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read(f)
+                header = f.tell()
+            holds = info.file_size
+            if info.compress_type in _EXPANDS:
+                stored = min(info.compress_size, on_disk)
+                holds = min(holds, stored * _EXPANDS[info.compress_type])
+            need = math.prod(shape) * dtype.itemsize
+            if need > holds - header:
+                raise TimelineError(
+                    f"{path}: array {info.filename.removesuffix('.npy')!r}: its header claims "
+                    f"shape {shape} ({need:,} bytes), more than the {max(0, holds - header):,} "
+                    "bytes the file holds for it")
 
 
 def read_timeline(path: str | Path) -> Timeline:

@@ -7,7 +7,9 @@ Run: pytest tests/test_bad_inputs.py
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +223,33 @@ def test_a_crafted_columnar_timeline_is_one_error_line(tmp_path, change, message
     r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
     assert r.exit_code == 2, r.output
     assert r.stderr.strip().splitlines() == [f"error: {run / 'timeline.npz'}: {message}"]
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_an_npz_member_whose_header_claims_a_terabyte_is_one_error_line(tmp_path):
+    # numpy allocated the claimed shape before reading: "error: out of memory", no file named
+    run = _npz_run(tmp_path, lambda a: None)
+    path = run / "timeline.npz"
+    members = {}
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            members[info.filename] = z.read(info)
+    data = io.BytesIO(members["span.t.npy"])
+    np.lib.format.read_magic(data)
+    np.lib.format.read_array_header_1_0(data)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False,
+                                                  "shape": (10**12,)})
+    members["span.t.npy"] = header.getvalue() + data.read()
+    with zipfile.ZipFile(path, "w") as z:
+        for name, body in members.items():
+            z.writestr(name, body)
+    held = len(members["span.t.npy"]) - len(header.getvalue())
+    r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip().splitlines() == [
+        f"error: {path}: array 'span.t': its header claims shape (1000000000000,) "
+        f"(8,000,000,000,000 bytes), more than the {held:,} bytes the file holds for it"]
     assert not (tmp_path / "p.html").exists()
 
 
