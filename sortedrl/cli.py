@@ -123,7 +123,8 @@ def simulate(
         with outs.scratch(run_dir) as spill:  # a long run's timeline waits there, not in memory
             result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed,
                                     progress=progress, regen=regen, spill_dir=spill)
-            files: dict = {run_dir: {"summary.json": write_json(result.summary),
+            summary = write_json(result.summary, run_dir / "summary.json")  # (checked now)
+            files: dict = {run_dir: {"summary.json": summary,
                                      tl_name: timeline_file.writer(result.timeline, timeline)}}
             if perfetto is not None:
                 files[perfetto] = perfetto_writer(result.timeline)
@@ -190,9 +191,11 @@ def compare(
             results = run_compare(tr, specs, cl, seed=seed, progress=progress, regen=regen,
                                   workers=workers, spill_dir=spill)
             summaries = [{"label": spec.label, **r.summary} for spec, r in results]
-            files: dict[str, Callable[[Path], None]] = {"compare.json": write_json(summaries)}
+            files: dict[str, Callable[[Path], None]] = {
+                "compare.json": write_json(summaries, run_dir / "compare.json")}
             for spec, r in results:
-                files[f"{spec.label}/summary.json"] = write_json(r.summary)
+                name = f"{spec.label}/summary.json"
+                files[name] = write_json(r.summary, run_dir / name)
                 files[f"{spec.label}/{tl_name}"] = timeline_file.writer(r.timeline, timeline)
             outs.write({run_dir: files}, progress.file)
     print_notes(outs)

@@ -44,7 +44,7 @@ def export_cmd(
             cl = dataclasses.replace(cl, **shape).validate(cl.name)
     result = export(framework, policy, knobs, cl, group_size, prompts)
     if as_json:
-        typer.echo(json.dumps(result.as_dict(), indent=2))
+        typer.echo(jsonio.dumps(result.as_dict(), "the export", indent=2))
         return
     typer.echo(f"# {framework}: {policy} {json.dumps(result.params)} -> {result.entry}")
     for line in result.lines():

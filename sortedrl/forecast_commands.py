@@ -7,11 +7,11 @@ Thin over :mod:`sortedrl.forecast`; the report is a self-contained plotly page l
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
+from sortedrl import jsonio
 from sortedrl.cli_common import (
     FORCE,
     PROMPTS,
@@ -27,6 +27,7 @@ from sortedrl.parallel import check_workers
 from sortedrl.tables import Col, render, terminal_width
 
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
+MAX_GPU_HOUR_PRICE = 1e6  # $ per GPU-hour, far above any (1.7e308 made the cost infinite)
 COLUMNS = (("policy", ""), ("cluster", ""), ("gpus", ""), ("wall_h", "h"), ("wall_s", "s"),
            ("wall_s_low", "s"), ("wall_s_high", "s"), ("gpu_hours", "GPU-h"), ("cost", "$"),
            ("step_s_p50", "s"), ("step_s_p90", "s"), ("step_s_max", "s"), ("rollout_s", "s"),
@@ -63,8 +64,9 @@ def forecast(
     if not 1 <= seeds <= MAX_SEEDS:
         raise ConfigError(f"--seeds must be from 1 to {MAX_SEEDS:,}, got {seeds}")
     check_workers(workers)
-    if gpu_hour_price < 0 or gpu_hour_price != gpu_hour_price:
-        raise ConfigError(f"--gpu-hour-price must be >= 0, got {gpu_hour_price}")
+    if not 0 <= gpu_hour_price <= MAX_GPU_HOUR_PRICE:  # (NaN fails it too)
+        raise ConfigError(f"--gpu-hour-price must be from 0 to {MAX_GPU_HOUR_PRICE:,.0f} ($ per "
+                          f"GPU-hour), got {gpu_hour_price:g}")
     if report is not None and report.suffix.lower() != ".html":
         raise ConfigError(f"--report {report}: must end in .html")
     outs = Outputs("forecast", force, inputs=[trace])
@@ -86,10 +88,11 @@ def forecast(
                                workers=workers)
     finally:
         bar.close()
+    text = jsonio.dumps(results, "the forecast", indent=2)  # (an infinite cost: before any output)
     if report is not None:
         outs.write({report: write_text(report_html(results, trace.name))})
     if as_json:
-        typer.echo(json.dumps(results, indent=2))
+        typer.echo(text)
         return
     typer.echo(forecast_text(results, f"forecast of {trace.name}",
                              None if wide else terminal_width()))

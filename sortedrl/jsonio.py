@@ -5,7 +5,8 @@ limit, a guard against slow conversions), and ``json.loads`` lets that ``ValueEr
 as it is: a reader that catches ``JSONDecodeError`` to name the file and line then shows a
 traceback instead. :func:`loads` reports such a number as malformed JSON at its position, and
 :func:`finite` tells a usable number from one that a float cannot hold. JSON nested too deeply
-for Python's recursion limit is malformed JSON too.
+for Python's recursion limit is malformed JSON too. :func:`dumps` writes JSON that is JSON:
+Python writes an infinite or NaN float as ``Infinity`` or ``NaN``, which JSON readers refuse.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import re
+
+from sortedrl.errors import SortedRLError
 
 
 def loads(text: str | bytes | bytearray) -> object:
@@ -39,3 +42,30 @@ def finite(value: object) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def dumps(value: object, what: str, **options) -> str:
+    """``json.dumps(value, **options)``, refusing an infinite or NaN float with one error that
+    names ``what`` (the output) and the field holding it."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        found = _non_finite(value, "")
+        if found is None:
+            raise
+        field, bad = found
+        raise SortedRLError(f"{what}: field {field!r} is {bad}, not a finite number (an input past "
+                            "any real one?); nothing written") from None
+
+
+def _non_finite(value: object, at: str) -> tuple[str, float] | None:
+    """The first field (``a.b[2]``) of ``value`` that is an infinite or NaN float, and it."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (at, value)
+    if isinstance(value, dict):
+        items = ((f"{at}.{k}" if at else str(k), v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{at}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next(filter(None, (_non_finite(v, where) for where, v in items)), None)

@@ -21,7 +21,7 @@ A new command uses it in three lines (``force`` from ``cli_common.FORCE``)::
     outs = Outputs("forecast", force, inputs=[trace_path])       # before any work
     out = outs.file(out, "--out")                                 # or outs.run_dir(out, default)
     ...                                                           # the work
-    outs.write({out: write_json(result)})                         # all or nothing
+    outs.write({out: write_json(result, out)})                    # all or nothing
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 
 MARKER = ".sortedrl-run"
@@ -65,8 +66,11 @@ def check_label(label: str, reserved: Iterable[str] = (), option: str = "--polic
     return label
 
 
-def write_json(obj: object) -> Writer:
-    return lambda p: p.write_text(json.dumps(obj, indent=2) + "\n")
+def write_json(obj: object, path: Path | str) -> Writer:
+    """Writes ``obj`` as JSON. It is formatted here, before any output is written, so that a
+    value JSON cannot hold (an infinite float) is an error naming ``path`` and the field."""
+    text = jsonio.dumps(obj, str(path), indent=2) + "\n"
+    return lambda p: p.write_text(text)
 
 
 def write_text(text: str) -> Writer:

@@ -24,6 +24,7 @@ import numpy as np
 
 from sortedrl.errors import ConfigError
 from sortedrl.metrics import missing_meta, span_table, summarize, union_length
+from sortedrl.outputs import Writer, write_json
 from sortedrl.policies.registry import builtin_class, make_policy
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.run import simulate
@@ -245,9 +246,10 @@ def _tool_comparison(real: dict, sim: dict) -> dict:
     return {"tools": {k: {"real": real.get(k), "sim": sim.get(k)} for k in TOOL_KEYS}}
 
 
-def write_validate(result: dict, out: Path) -> None:
-    clean = {k: v for k, v in result.items() if not k.startswith("_")}
-    out.write_text(json.dumps(clean, indent=2) + "\n")
+def validate_writer(result: dict, out: Path) -> Writer:
+    """What writes ``validate.json``: the result without its private keys (checked for JSON now,
+    before any output is written)."""
+    return write_json({k: v for k, v in result.items() if not k.startswith("_")}, out)
 
 
 def overlay_html(result: dict, path: Path) -> None:

@@ -54,6 +54,13 @@ def ws(tmp_path, monkeypatch):
     (tmp_path / "nan-cost.json").write_text('{"costs": {%s}}' % (costs % "NaN"))
     (tmp_path / "inf-cost.json").write_text('{"costs": {%s}}' % (costs % "Infinity"))
     (tmp_path / "inf-table.json").write_text('{"costs": {%s, "step_table": [0.001, Infinity]}}' % (costs % "0.001"))
+    # a decode step of 1e-320 s: the run took no time and its tokens/s was written as Infinity
+    (tmp_path / "denormal-step.json").write_text(
+        '{"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {"t_fix": 1e-320, "a0": 0, "a1": 0, '
+        '"c1": 0, "p1": 0, "p2": 0, "train_per_token": 0, "train_fix": 0, "sync_s": 0}}')
+    # finite, but a forecast's cost of it at $1M a GPU-hour is not
+    (tmp_path / "huge-offload.json").write_text(
+        '{"preset": "h100-llama3.1-8b-1gpu-16seq", "offload_s": 1e307}')
     run = tmp_path / "run"  # a simulate run directory, for plot and report
     r = runner.invoke(app, ["simulate", *SMALL, "--policy", "sync", "--out", str(run), "--json"])
     assert r.exit_code == 0, r.output
@@ -127,6 +134,19 @@ CASES = {
                            "inf-cost.json: field 'costs.a0': expected a finite number >= 0, got inf"),
     "step table infinite": ([*SIM, "--cluster", "inf-table.json", "--out", "s"],
                             "inf-table.json: field 'costs.step_table': expected a list of seconds >= 0"),
+    "a decode step of 1e-320 s": (
+        [*SIM, "--cluster", "denormal-step.json", "--out", "s"],
+        "denormal-step.json: field 'costs': t_fix + a0 must be at least 1e-09 s (a decode step "
+        "takes time), got 9.99989e-321"),
+    "forecast --gpu-hour-price 1.7e308": (
+        ["forecast", "--trace", "trace.jsonl", "--policy", "sync", "--gpu-hour-price", "1.7e308",
+         "--report", "f.html"],
+        "--gpu-hour-price must be from 0 to 1,000,000 ($ per GPU-hour), got 1.7e+308"),
+    "a forecast whose cost is past a float": (
+        ["forecast", "--trace", "trace.jsonl", "--policy", "sync", "--cluster", "huge-offload.json",
+         "--gpu-hour-price", "1e6", "--report", "f.html"],
+        "the forecast: field '[0].cost' is inf, not a finite number (an input past any real "
+        "one?); nothing written"),
     "--lr inf for a real run": (["run", "--model", "m", "--policy", "sync", "--steps", "1", "--lr", "inf",
                                  "--out", "r"], "--lr inf: must be a finite number"),
     "tune --max-staleness nan": (["tune", *SMALL, "--policy", "sync", "--max-staleness", "nan", "--out", "t"],
@@ -290,3 +310,25 @@ def test_report_never_replaces_what_it_reads(ws):
                                                  "command; write the output elsewhere\n"), r.output
     assert snapshot(ws) == before
     assert runner.invoke(app, ["report", "cmp"]).exit_code == 0
+
+
+def test_a_summary_json_cannot_hold_is_one_error_line_and_writes_nothing(ws, monkeypatch):
+    """Whatever still makes a summary infinite (none of the inputs above) is refused before any
+    output is written: summary.json never holds Infinity or NaN, which JSON has not."""
+    import sortedrl.cli as cli
+
+    real = cli.run_simulation
+
+    def infinite(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.summary["tokens_per_s"] = float("inf")
+        return result
+
+    monkeypatch.setattr(cli, "run_simulation", infinite)
+    before = snapshot(ws)
+    r = runner.invoke(app, [*SIM, "--out", "s", "--perfetto", "p.json"])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert r.stderr.strip().splitlines() == [
+        "error: s/summary.json: field 'tokens_per_s' is inf, not a finite number (an input past "
+        "any real one?); nothing written"]
+    assert snapshot(ws) == before

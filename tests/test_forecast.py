@@ -105,7 +105,7 @@ def test_report_is_written_offline(model_file, tmp_path) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["--seeds", "0"], "--seeds must be from 1 to 1,000, got 0"),
-    (["--gpu-hour-price", "-1"], "--gpu-hour-price must be >= 0"),
+    (["--gpu-hour-price", "-1"], "--gpu-hour-price must be from 0 to 1,000,000 ($ per GPU-hour), got -1"),
     (["--report", "x.png"], "must end in .html"),
     (["--policy", "nosuch"], "nosuch"),
     (["--workers", "0"], "--workers 0: must be >= 1"),

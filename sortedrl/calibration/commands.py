@@ -21,8 +21,7 @@ from sortedrl.calibration.show import (
 )
 from sortedrl.cli_common import print_notes, user_errors
 from sortedrl.errors import ConfigError
-from sortedrl.outputs import Outputs
-from sortedrl.sim.profile import write_profile
+from sortedrl.outputs import Outputs, write_json
 
 profile_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Inspect calibrated profiles.")
@@ -40,7 +39,7 @@ def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | N
     outs = Outputs("calibrate", force, inputs=inputs)
     outs.file(out, "--out")
     profile = build_profile(list(bench), metrics, cluster, samples_per_step)
-    outs.write({out: lambda p: write_profile(p, profile)})
+    outs.write({out: write_json(profile, out)})
     print_notes(outs)
     typer.echo(f"wrote {out}")
     for line in _summary(profile):

@@ -208,7 +208,7 @@ def register(app: typer.Typer) -> None:
             "importing it runs that module's code")),
     ) -> None:
         """Replay a real run in the simulator and report the error per step."""
-        from sortedrl.validate import overlay_html, write_validate
+        from sortedrl.validate import overlay_html, validate_writer
         from sortedrl.validate import validate as run_validation
 
         profile = profile or rundir / "profile.json"
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         with Phases(err) as progress:
             progress.phase(f"replaying {rundir} in the simulator")
             result = run_validation(rundir, profile, trust_policy)
-            files = {written: lambda p: write_validate(result, p)}
+            files = {written: validate_writer(result, written)}
             if plot is not None:
                 files[plot] = lambda p: overlay_html(result, p)
             outs.write(files, progress.file)

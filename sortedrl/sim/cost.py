@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+MIN_STEP_S = 1e-9  # the shortest decode step a cost model may give: a nanosecond, far below a GPU's
+
 
 @dataclass(frozen=True)
 class CostModel:

@@ -25,7 +25,7 @@ import numpy as np
 
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster
-from sortedrl.sim.cost import CostModel
+from sortedrl.sim.cost import MIN_STEP_S, CostModel
 
 FORMAT = 1
 TRAIN_TERMS = ("train_fix", "train_per_token")
@@ -147,8 +147,7 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
     extra = set(costs) - set(vals)
     if extra:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(sorted(extra))}")
-    if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
-        raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
+    _check_step_time(vals, where)
     ec = raw["engine_config"]
     try:
         seqs, kv = int(ec["max_num_seqs"]), int(ec["kv_budget_tokens"])
@@ -189,6 +188,16 @@ def _table(v: object, where: str) -> tuple[float, ...] | None:
 _INT_COSTS = ("experts", "experts_per_token", "expert_shards")
 
 
+def _check_step_time(vals: dict, where: str) -> None:
+    """A decode step takes time: t_fix + a0 (or each step_table entry) of at least
+    MIN_STEP_S (a t_fix of 1e-320 s passed '> 0', and a run of such steps took no time: its
+    tokens/s was infinite)."""
+    table, step = vals.get("step_table"), vals["t_fix"] + vals["a0"]
+    if step < MIN_STEP_S and not (table and min(table) >= MIN_STEP_S):
+        raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be at least {MIN_STEP_S:g} s "
+                          f"(a decode step takes time), got {step:g}")
+
+
 def parse_costs(raw: object, where: str) -> CostModel:
     """The ``costs`` object of a cluster file: every field checked, one error naming it."""
     names = [f.name for f in dataclasses.fields(CostModel)]
@@ -215,6 +224,5 @@ def parse_costs(raw: object, where: str) -> CostModel:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{n}': expected a finite number >= 0, got {v!r}")
         vals[n] = int(v) if n in _INT_COSTS else float(v)
-    if vals["t_fix"] + vals["a0"] <= 0 and not (vals.get("step_table") and min(vals["step_table"]) > 0):
-        raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be > 0 (a decode step takes time)")
+    _check_step_time(vals, where)
     return CostModel(**vals)

@@ -8,13 +8,13 @@ failed command never leaves a half-written ``--out`` file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from sortedrl import jsonio
 from sortedrl.cli_common import err, user_errors
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.outputs import Outputs
@@ -174,7 +174,7 @@ def stats_cmd(
         progress.phase("computing statistics")
         stats = trace_stats(trace)
     if as_json:
-        typer.echo(json.dumps(stats, indent=2))
+        typer.echo(jsonio.dumps(stats, f"{file}: the statistics", indent=2))
     else:
         Console().print(format_stats(stats))
         typer.echo(METRICS_LINE)

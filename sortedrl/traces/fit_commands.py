@@ -41,7 +41,7 @@ def fit_cmd(
         model = fit_trace(read_trace(trace), source=trace.name)
         if drift_from is not None:
             model = dataclasses.replace(model, **drift_from_wandb(drift_from, metric))
-        body = model.to_json()
+        body = model.to_json(str(out))
         outs.write({out: write_text(body)})
     except SortedRLError as e:
         typer.echo(f"error: {e}", err=True)

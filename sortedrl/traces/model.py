@@ -59,9 +59,9 @@ class TraceModel:
     source: str = ""
     fit: dict = field(default_factory=dict, compare=False)  # goodness of fit, for the record
 
-    def to_json(self) -> str:
+    def to_json(self, what: str = "the trace model") -> str:
         body = {"sortedrl_trace_model": VERSION, **dataclasses.asdict(self)}
-        return json.dumps(body, indent=2) + "\n"
+        return jsonio.dumps(body, what, indent=2) + "\n"
 
 
 POSITIVE = ("max_response_len", "group_size", "prompts_per_step", "prompt_min", "prompt_max")

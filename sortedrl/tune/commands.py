@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         result = {"trace": tr.name, "cluster": cl.name, "regen": regen, **result}
         if result["best"]["overall"] is None:
             raise ConfigError(infeasible_message(result))
-        outs.write({run_dir: {"tune.json": write_json(result)}})
+        outs.write({run_dir: {"tune.json": write_json(result, run_dir / "tune.json")}})
         print_notes(outs)
         notes = fit_warnings(tr, cl, synthetic is not None)
         notes += [placement_note(s.policy, policy_class(s.policy).placements, cl) for s in spaces]
