@@ -31,8 +31,10 @@ err = Console(stderr=True)
 
 try:  # typer 0.2x carries its own copy of click; before that it used click itself
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer._click.globals import get_current_context
 except ImportError:  # pragma: no cover - older typer
     from click.exceptions import ClickException, NoArgsIsHelpError
+    from click.globals import get_current_context
 
 
 # Optional extras, by the top-level module a command imports: what to install to get it.
@@ -140,10 +142,41 @@ def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | N
     if trace is not None:
         from sortedrl.traces.model import generate, is_trace_model, load_model
 
-        if is_trace_model(trace):  # --trace-model MODEL.json: a run of --steps from the model
-            return generate(load_model(trace), steps or 1, seed=seed, prompts=prompts)
+        model = is_trace_model(trace)
+        check_no_shape_options(trace, model, prompts, group_size, steps)
+        if model:  # --trace-model MODEL.json: a run of --steps from the model
+            return generate(load_model(trace), 1 if steps is None else steps, seed=seed, prompts=prompts)
         return read_trace(trace)
     return synthesize(synthetic, prompts=prompts, group_size=group_size, steps=steps, seed=seed)
+
+
+# what --prompts, --group-size and --steps set; a trace file has all three, a trace model its group size
+SHAPE_OPTIONS = {"prompts": "prompts per step", "group_size": "group size", "steps": "steps"}
+
+
+def check_no_shape_options(trace: Path, model: bool, prompts: int | None, group_size: int | None,
+                           steps: int | None) -> None:
+    """Refuse the options that shape a synthetic trace when the trace comes from a file, which
+    has its own shape (a trace model takes --prompts and --steps, not --group-size): given, they
+    were silently ignored."""
+    values = {"prompts": prompts, "group_size": group_size, "steps": steps}
+    usable = ("prompts", "steps") if model else ()
+    given = [name for name in SHAPE_OPTIONS if name not in usable and _given(name, values[name])]
+    if given:
+        options = " and ".join(f"--{name.replace('_', '-')}" for name in given)
+        what = "a trace model" if model else "a trace file"
+        raise ConfigError(f"{options}: not with {what} ({trace} has its own "
+                          f"{' and '.join(SHAPE_OPTIONS[name] for name in given)}); "
+                          f"{'they shape' if len(given) > 1 else 'it shapes'} a --synthetic trace")
+
+
+def _given(name: str, value: object) -> bool:
+    """Whether the user gave option ``name``: typed on the command line (an option with a
+    default), or not None (outside a command)."""
+    ctx = get_current_context(silent=True)
+    if ctx is None or name not in ctx.params:
+        return value is not None
+    return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
 
 
 def input_files(*paths: Path | str | None) -> list[Path]:

@@ -54,7 +54,8 @@ class RunSource:
         if self.model is None:
             assert self.trace is not None
             return len(self.trace)
-        return self.steps * (self.prompts or self.model.prompts_per_step) * self.model.group_size
+        per_step = self.model.prompts_per_step if self.prompts is None else self.prompts
+        return self.steps * per_step * self.model.group_size
 
     def seeds(self, seeds: int, base: int) -> list[int]:
         """A fixed trace has no randomness to sample: one run."""

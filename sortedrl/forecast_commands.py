@@ -76,10 +76,14 @@ def forecast(
     if is_trace_model(trace):
         if steps is None or steps < 1:
             raise ConfigError("--trace-model needs --steps N >= 1: the length of the run to forecast")
+        if prompts is not None and prompts < 1:
+            raise ConfigError(f"--prompts must be >= 1, got {prompts}")
         source = RunSource(model=load_model(trace), steps=steps, prompts=prompts)
     else:
         if steps is not None:
             raise ConfigError("--steps needs --trace-model (a fixed trace has its own steps)")
+        if prompts is not None:
+            raise ConfigError("--prompts needs --trace-model (a fixed trace has its own prompts per step)")
         source = RunSource(trace=read_trace(trace))
     runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
     bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")

@@ -135,6 +135,18 @@ CASES = {
         lambda t: ["report", str(Path(_write(t / "c" / "compare.json", b'["caf\xe9"]')).parent),
                    "--out", "r.html"],
         "compare.json: not UTF-8 text (byte 5)"),
+    "compare --steps with a trace file (ignored before)": (
+        lambda t: ["compare", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy", "sync",
+                   "--steps", "2", "--out", "o"],
+        "error: --steps: not with a trace file ("),
+    "tune --prompts and --group-size with a trace file (ignored before)": (
+        lambda t: ["tune", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy", "sync",
+                   "--prompts", "-1", "--group-size", "0", "--out", "o"],
+        "error: --prompts and --group-size: not with a trace file ("),
+    "forecast --prompts with a trace file (ignored before)": (
+        lambda t: ["forecast", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy",
+                   "sync", "--prompts", "4"],
+        "error: --prompts needs --trace-model (a fixed trace has its own prompts per step)"),
     "a tune.json whose base cluster is a number": (
         lambda t: ["export", "verl", _write(t / "tune.json", json.dumps({
             "cluster": 5, "best": {"overall": 0},

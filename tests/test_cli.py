@@ -111,6 +111,13 @@ ROW = '{{"prompt_id": "{p}", "sample": {s}, "prompt_len": 5, "response_len": {r}
     (lambda t: ["--trace", write(t, "empty.jsonl", ""), "--policy", "sync"], "empty.jsonl"),
     (lambda t: ["--trace", write(t, "bad.jsonl", HEADER + "{not json\n"), "--policy", "sync"], "bad.jsonl"),
     (lambda t: ["--policy", "sync"], "give exactly one of --trace FILE or --synthetic PRESET"),
+    # options that shape a synthetic trace were silently ignored with a trace file, invalid or not
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--steps", "-3", "--group-size", "0"],
+     f"error: --group-size and --steps: not with a trace file ({LOGIC} has its own group size "
+     "and steps); they shape a --synthetic trace"),
+    (lambda t: ["--trace", LOGIC, "--policy", "sync", "--prompts", "3"],
+     f"error: --prompts: not with a trace file ({LOGIC} has its own prompts per step); it shapes "
+     "a --synthetic trace"),
     (lambda t: ["--synthetic", "nope-1k", "--policy", "sync"], "nope-1k"),
 ])
 def test_errors_are_one_line_exit_2_and_leave_nothing(tmp_path, args_fn, message):

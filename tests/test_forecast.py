@@ -109,6 +109,7 @@ def test_report_is_written_offline(model_file, tmp_path) -> None:
     (["--report", "x.png"], "must end in .html"),
     (["--policy", "nosuch"], "nosuch"),
     (["--workers", "0"], "--workers 0: must be >= 1"),
+    (["--prompts", "0"], "--prompts must be >= 1, got 0"),  # was: the model's prompts per step
 ])
 def test_bad_options(model_file, tmp_path, args, message) -> None:
     base = ["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync"]

@@ -85,6 +85,26 @@ def test_one_step_trace_becomes_an_n_step_run(tmp_path) -> None:
     assert json.loads(r.stdout)["samples_total"] == 2 * 8 * 8
 
 
+@pytest.mark.parametrize("args, line", [
+    # the group size is the model's (--group-size was ignored); --prompts 0 and --steps 0 ran the
+    # model's prompts and one step, and --prompts -5 was a ValueError traceback
+    (["--group-size", "2"], "error: --group-size: not with a trace model ({m} has its own group "
+                            "size); it shapes a --synthetic trace"),
+    (["--prompts", "0"], "error: --prompts must be >= 1, got 0"),
+    (["--prompts", "-5"], "error: --prompts must be >= 1, got -5"),
+    (["--steps", "0"], "error: --steps must be >= 1, got 0"),
+])
+def test_a_trace_models_run_refuses_what_it_cannot_use(tmp_path, args, line) -> None:
+    model = tmp_path / "m.json"
+    model.write_text(BASE.to_json())
+    for command in ("simulate", "compare"):
+        r = run([command, "--trace-model", str(model), "--policy", "sync", *args,
+                 "--out", str(tmp_path / "run")])
+        assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+        assert r.stderr == line.format(m=model) + "\n"
+        assert not (tmp_path / "run").exists()
+
+
 def test_drift_from_wandb_export(tmp_path) -> None:
     csv = tmp_path / "wandb.csv"
     lines = ['"Step","my-run-7 - response_length/mean","my-run-7 - response_length/mean__MIN",'

@@ -152,7 +152,9 @@ def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None =
     """Draw a ``steps``-step trace from the model: fresh prompts every step."""
     if steps < 1:
         raise TraceError(f"--steps must be >= 1, got {steps}")
-    n, per_step = model.group_size, prompts or model.prompts_per_step
+    if prompts is not None and prompts < 1:
+        raise TraceError(f"--prompts must be >= 1, got {prompts}")
+    n, per_step = model.group_size, model.prompts_per_step if prompts is None else prompts
     check_samples(per_step, n, steps)
     rng = np.random.default_rng(seed)
     groups = per_step * steps
