@@ -62,7 +62,7 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
     """The overrides for ``policy`` with knobs ``sets`` in ``framework``."""
     if framework not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
-    cls = policy_class(policy)
+    cls = policy_class(policy, "policy")
     params = params_dict(parse_params(cls.Params, sets, policy))
     out = Export(framework, policy, params, entry="", prompts=prompts)
     {"verl": _verl, "slime": _slime, "areal": _areal}[framework](out, params, cluster)

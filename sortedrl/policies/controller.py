@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sortedrl.errors import PolicyError
+from sortedrl.errors import PolicyError, SortedRLError
 from sortedrl.policies.admission import ADMITTED, PAUSED, WAITING, Admission
 from sortedrl.policies.backends import Backend
 from sortedrl.policies.base import (
@@ -46,6 +46,7 @@ from sortedrl.policies.deferred import DeferredFinishes, group_counts, typed_vie
 from sortedrl.policies.orders import StandingOrders
 from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
+from sortedrl.user_code import is_users, raised
 
 FINISHED, TRAINED, DISCARDED = SampleState.FINISHED, SampleState.TRAINED, SampleState.DISCARDED
 
@@ -119,7 +120,14 @@ class Controller(Admission):
             if event.kind is EventKind.FINISHED:
                 event = self.orders.deliver(event, self.hears(event.samples))
             if event is not None:
-                for action in self.policy.on_event(event, self.view) or ():
+                try:
+                    actions = self.policy.on_event(event, self.view)
+                except Exception as e:  # a user's policy's bug: one line naming where it is
+                    if isinstance(e, SortedRLError) or not is_users(type(self.policy)):
+                        raise
+                    name = self.policy.name or type(self.policy).__name__
+                    raise PolicyError(f"policy {name} raised {raised(e)}") from None
+                for action in actions or ():
                     self._apply(action)
             self.serve_keep()
             if (self.s.placement == "colocated" and not self.rollout_on

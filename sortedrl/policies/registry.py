@@ -5,10 +5,9 @@ A new built-in policy is one class and one line in ``BUILTIN``.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 
-from sortedrl.errors import ConfigError
+from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.policies.async_rl import AsyncPolicy
 from sortedrl.policies.base import Policy, RunContext, check_policy_class, parse_params
 from sortedrl.policies.one_step_off import OneStepOffPolicy
@@ -18,6 +17,7 @@ from sortedrl.policies.predictors import OracleLengths
 from sortedrl.policies.sortedrl import SortedRLPolicy
 from sortedrl.policies.sync import SyncPolicy
 from sortedrl.policies.tail_batch import TailBatchPolicy
+from sortedrl.user_code import import_user_module, is_users, raised
 
 BUILTIN: dict[str, type[Policy]] = {
     "sync": SyncPolicy,
@@ -30,21 +30,17 @@ BUILTIN: dict[str, type[Policy]] = {
 }
 
 
-def policy_class(name: str) -> type[Policy]:
-    """Resolve a built-in name or ``package.module:ClassName``."""
+def policy_class(name: str, option: str = "--policy") -> type[Policy]:
+    """Resolve a built-in name or ``package.module:ClassName`` (given to ``option``)."""
     if name in BUILTIN:
         return BUILTIN[name]
     if ":" not in name:
         raise ConfigError(f"unknown policy {name!r} (known: {', '.join(BUILTIN)}; "
                           "or module:Class for your own)")
-    mod_name, _, cls_name = name.partition(":")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ConfigError(f"policy {name!r}: cannot import module {mod_name!r} ({e})") from None
+    mod, cls_name = import_user_module(name, option)
     cls = getattr(mod, cls_name, None)
     if not (inspect.isclass(cls) and issubclass(cls, Policy)):
-        raise ConfigError(f"policy {name!r}: {cls_name!r} is not a Policy subclass in {mod_name}")
+        raise ConfigError(f"{option} {name!r}: {cls_name!r} is not a Policy subclass in {mod.__name__}")
     check_policy_class(cls)
     return cls
 
@@ -79,6 +75,12 @@ def make_policy(name: str, sets: list[str], trace) -> Policy:
         policy = cls(params, run_context(trace))
     except ValueError as e:
         raise ConfigError(f"policy {name}: {e}") from None
+    except SortedRLError:
+        raise
+    except Exception as e:
+        if not is_users(cls):
+            raise
+        raise ConfigError(f"policy {name} raised {raised(e)}") from None
     if getattr(params, "filter_groups", False) and trace.reward is None:
         raise ConfigError(f"{trace.name}: policy {name}: filter_groups=true needs a reward column, "
                           "and this trace has none")

@@ -17,7 +17,6 @@ length cap is graded like any other; the runner gives truncated responses 0 (see
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import re
@@ -29,6 +28,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.realrun.task import Problem
+from sortedrl.user_code import import_user_module
 
 Reward = Callable[[str, str, str], float]
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -56,13 +56,10 @@ REWARDS: dict[str, Reward] = {"exact": exact, "contains": contains, "numeric": n
 
 def load_object(spec: str, what: str) -> object:
     """``module:name`` imported; one error line when it is not there."""
-    module, _, name = spec.partition(":")
-    try:
-        obj = getattr(importlib.import_module(module), name)
-    except ImportError as e:
-        raise ConfigError(f"{what} {spec!r}: cannot import module {module!r} ({e})") from None
-    except AttributeError:
-        raise ConfigError(f"{what} {spec!r}: module {module!r} has no {name!r}") from None
+    module, name = import_user_module(spec, what)
+    obj = getattr(module, name, None)
+    if obj is None:
+        raise ConfigError(f"{what} {spec!r}: module {module.__name__!r} has no {name!r}")
     if not callable(obj):
         raise ConfigError(f"{what} {spec!r}: {name!r} is not callable")
     return obj

@@ -1,0 +1,54 @@
+"""The user's own code, named ``module:name`` (a policy class, a task factory, a reward).
+
+Importing a module runs it, and a policy's hooks run inside a simulation: a typo in the name, a
+module that raises or does not parse, a hook that raises would each end in a traceback through
+sortedrl. Here they become one error line that names the option or the policy, the exception,
+and the file and line of the user's code where it was raised.
+"""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from types import ModuleType
+
+from sortedrl.errors import ConfigError
+
+
+def import_user_module(spec: str, option: str) -> tuple[ModuleType, str]:
+    """The module that ``spec`` (``module:name``, as given to ``option``) names, imported, and
+    the name after the colon; a ConfigError naming ``option`` if it cannot be."""
+    module, _, name = spec.partition(":")
+    if not all(part.isidentifier() for part in module.split(".")):
+        raise ConfigError(f"{option} {spec!r}: {module!r} is not a module name (module:name, the "
+                          "module's full dotted name on the Python path, e.g. my_policies:MyPolicy)")
+    if not name.isidentifier():
+        raise ConfigError(f"{option} {spec!r}: {name!r} is not a name in a module (module:name, "
+                          "e.g. my_policies:MyPolicy)")
+    try:
+        return importlib.import_module(module), name
+    except ImportError as e:
+        raise ConfigError(f"{option} {spec!r}: cannot import module {module!r} ({e})") from None
+    except Exception as e:  # the module's own code raised, or it does not parse
+        raise ConfigError(f"{option} {spec!r}: importing module {module!r} raised "
+                          f"{raised(e)}") from None
+
+
+def raised(e: BaseException) -> str:
+    """``ExcType: message (at file:line)``, on one line: what was raised and where (the
+    innermost frame of the traceback; for a SyntaxError, the line that does not parse)."""
+    if isinstance(e, SyntaxError):
+        message, file, line = e.msg, e.filename, e.lineno
+    else:
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not f.filename.startswith("<frozen")]
+        message = str(e)
+        file, line = (frames[-1].filename, frames[-1].lineno) if frames else (None, None)
+    text = " ".join(f"{type(e).__name__}: {message}".split()).removesuffix(":")
+    return f"{text} (at {file}:{line})" if file else text
+
+
+def is_users(cls: type) -> bool:
+    """Whether ``cls`` is the user's (defined outside sortedrl): what it raises is the user's
+    bug, reported in one line; what a built-in raises is sortedrl's, shown with its traceback."""
+    return cls.__module__.split(".")[0] != "sortedrl"
