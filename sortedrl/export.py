@@ -62,6 +62,9 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
     """The overrides for ``policy`` with knobs ``sets`` in ``framework``."""
     if framework not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    for option, value in (("--group-size", group_size), ("--prompts", prompts)):
+        if value is not None and value < 1:  # 0 was left out silently, -5 written as the batch
+            raise ConfigError(f"{option} must be >= 1, got {value}")
     cls = policy_class(policy, "policy")
     params = params_dict(parse_params(cls.Params, sets, policy))
     out = Export(framework, policy, params, entry="", prompts=prompts)
@@ -268,7 +271,7 @@ def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:
     keys = {"verl": ("actor_rollout_ref.rollout.n", "data.train_batch_size"),
             "slime": ("--n-samples-per-prompt", "--rollout-batch-size"),
             "areal": ("gconfig.n_samples", "train_dataset.batch_size")}[out.framework]
-    if group_size:
+    if group_size is not None:
         out.overrides[keys[0]] = group_size
-    if prompts:
+    if prompts is not None:
         out.overrides[keys[1]] = prompts

@@ -180,6 +180,22 @@ def test_no_equivalent_exits_2() -> None:
     assert r.exit_code == 2 and "no equivalent in verl" in r.output
 
 
+@pytest.mark.parametrize("args, line", [
+    # -5 was written as data.train_batch_size=-5; 0 was left out as if not given
+    (["--prompts", "-5", "--group-size", "-3"], "error: --group-size must be >= 1, got -3\n"),
+    (["--prompts", "0"], "error: --prompts must be >= 1, got 0\n"),
+    (["--group-size", "0"], "error: --group-size must be >= 1, got 0\n"),
+])
+def test_a_batch_shape_below_one_is_one_error(args, line) -> None:
+    r = CliRunner().invoke(app, ["export", "verl", "sortedrl", *args])
+    assert r.exit_code == 2 and r.stdout == "" and r.stderr == line, r.output
+
+
+def test_the_batch_shape_is_exported_as_given() -> None:
+    got = export("verl", "sortedrl", [], group_size=1, prompts=1).overrides
+    assert got["actor_rollout_ref.rollout.n"] == 1 and got["data.train_batch_size"] == 1
+
+
 def test_export_of_a_tune_result(tmp_path) -> None:
     out = tmp_path / "tune"
     r = CliRunner().invoke(app, [
