@@ -110,13 +110,13 @@ def test_local_processes_and_ray_give_identical_trials(tmp_path):
     ("sortedrl.update_batch=512:64", "lo (512) is above hi (64)"),
     ("sortedrl.update_batch=a:b", "lo and hi must be integers"),
     ("sortedrl.mode=1:3", "mode is not numeric; give a list of values instead"),
-    ("sortedrl.mode=fast,slow", "--set mode=fast: expected one of on_policy, partial"),
+    ("sortedrl.mode=fast,slow", "error: --param mode=fast: expected one of on_policy, partial"),  # was --set
     ("sortedrl.nope=1:2", "unknown parameter for policy sortedrl"),
     ("sync.minibatches=1,2", "policy 'sync' is not among the --policy list (sortedrl)"),
     ("sortedrl.oversubscribe=0:2:log", "a log range needs lo > 0"),
     ("sortedrl.oversubscribe=1:2:lin", "a range is lo:hi or lo:hi:log"),
     ("sortedrl.update_batch", "expected NAME.key=lo:hi[:log] or NAME.key=v1,v2,..."),
-    ("sortedrl.oversubscribe=0.5:2", "oversubscribe must be >= 1, got 0.5"),
+    ("sortedrl.oversubscribe=0.5:2", "error: --param: policy sortedrl: oversubscribe must be >= 1, got 0.5"),
 ])
 def test_bad_params_get_one_line_errors(tmp_path, param, message):
     out = tmp_path / "o"

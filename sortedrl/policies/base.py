@@ -271,8 +271,9 @@ def check_policy_class(cls: type) -> None:
 # -- knobs from ``--set key=value`` ------------------------------------------------------------------
 
 
-def parse_params(params_cls: type, pairs: list[str], policy: str) -> object:
-    """Build ``params_cls`` from ``key=value`` strings, with one-line errors."""
+def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = "--set") -> object:
+    """Build ``params_cls`` from ``key=value`` strings, with one-line errors naming ``option``
+    (the one the user gave them to)."""
     fields = {f.name: f for f in dataclasses.fields(params_cls)}
     hints = typing.get_type_hints(params_cls)
     values: dict[str, object] = {}
@@ -280,15 +281,15 @@ def parse_params(params_cls: type, pairs: list[str], policy: str) -> object:
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"--set {pair!r}: expected key=value")
+            raise ConfigError(f"{option} {pair!r}: expected key=value")
         if key not in fields:
             known = ", ".join(fields) or "none"
-            raise ConfigError(f"--set {key}: unknown parameter for policy {policy} (known: {known})")
-        values[key] = _coerce(raw.strip(), hints[key], f"--set {key}={raw}")
+            raise ConfigError(f"{option} {key}: unknown parameter for policy {policy} (known: {known})")
+        values[key] = _coerce(raw.strip(), hints[key], f"{option} {key}={raw}")
     try:
         return params_cls(**values)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"--set: policy {policy}: {e}") from None
+        raise ConfigError(f"{option}: policy {policy}: {e}") from None
 
 
 MAX_FLOAT_KNOB = 1e9  # a knob that is a factor or a share (1e308 x a count overflowed)

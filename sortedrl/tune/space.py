@@ -192,14 +192,14 @@ def _parse_one(spec: str, policies: list[str]) -> tuple[str, Dim]:
         if log and lo <= 0:
             raise ConfigError(f"{where}: a log range needs lo > 0")
         for v in (lo, hi):  # the policy's own checks (e.g. minibatches >= 1)
-            parse_params(cls.Params, [f"{key}={v}"], name)
+            parse_params(cls.Params, [f"{key}={v}"], name, "--param")
         return name, Dim(key, "int" if hint is int else "float", lo=lo, hi=hi, log=log)
     values = []
     for item in raw.split(","):
         item = item.strip()
         if not item:
             raise ConfigError(f"{where}: an empty value in the list")
-        values.append(getattr(parse_params(cls.Params, [f"{key}={item}"], name), key))
+        values.append(getattr(parse_params(cls.Params, [f"{key}={item}"], name, "--param"), key))
     if len(set(values)) != len(values):
         raise ConfigError(f"{where}: a value is listed twice")
     return name, Dim(key, "choice", values=tuple(values))
