@@ -31,6 +31,8 @@ from sortedrl.cli_common import (
     TRACE,
     WORKERS,
     OneLineUsageErrors,
+    Terminated,
+    end_cleanly_on_termination,
     err,
     input_files,
     load_input_trace,
@@ -75,7 +77,12 @@ def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command not in REAL_RUNNER_COMMANDS:
         pin_malloc_threshold()
-    app()
+    end_cleanly_on_termination()
+    try:
+        app()
+    except Terminated as e:  # outside a command's own reporting (user_errors)
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
 
 
 # -- commands ---------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@ and tables.
 
 Every command turns a :class:`~sortedrl.errors.SortedRLError` into one ``error: ...`` line on
 stderr and exit code 2, with no traceback and no half-written output; Ctrl-C into one line and
-exit code 130 (128 + SIGINT, as a shell reports it), outputs being written all or nothing.
+exit code 130 (128 + SIGINT, as a shell reports it), SIGTERM and SIGHUP likewise (143, 129),
+outputs being written all or nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -100,10 +102,35 @@ def pin_malloc_threshold() -> bool:
     return mallopt(m_mmap_threshold, 128 * 1024) == 1
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived. Raised in the main thread, as Ctrl-C raises KeyboardInterrupt,
+    so that every ``finally`` cleans up (scratch directories, staged outputs, worker processes);
+    a BaseException, so that no ``except Exception`` takes it for a failure of its own."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.exit_code = 128 + signum  # as a shell reports a process the signal ended
+
+    def __str__(self) -> str:
+        return f"terminated ({signal.Signals(self.signum).name})"
+
+
+def end_cleanly_on_termination() -> None:
+    """Make SIGTERM and SIGHUP raise :class:`Terminated`: in the CLI's own process only (its
+    entry point calls this), never on import, since a library's caller owns its signals."""
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, terminated)
+
+
 def user_errors(fn: Callable) -> Callable:
     """Report every failure a user can cause as one ``error:`` line and exit 2: a
     SortedRLError, a number that is not finite, a missing optional extra, an OS error, a run
-    too large for memory; and Ctrl-C as one line and exit 130."""
+    too large for memory; Ctrl-C as one line and exit 130, SIGTERM and SIGHUP as one line and
+    exit 143 and 129."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -124,6 +151,8 @@ def user_errors(fn: Callable) -> Callable:
                              "samples: --prompts, --steps, a smaller trace)"), 2
         except KeyboardInterrupt:
             message, code = "interrupted (Ctrl-C)", 130
+        except Terminated as e:
+            message, code = str(e), e.exit_code
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)
     return wrapper

@@ -337,19 +337,32 @@ def _make_parents(path: Path) -> list[Path]:
     return list(reversed(missing))
 
 
+_temp_scratches: set[Path] = set()  # this process's temp_scratch directories now in use
+
+
 @contextlib.contextmanager
 def temp_scratch(command: str):
     """A scratch directory for a command with no output directory to put it beside (``forecast``
     and ``tune`` keep each draw's or trial's timeline there while they summarise it): in the
-    system's temporary directory (``$TMPDIR``), removed on leaving, whatever happens."""
+    system's temporary directory (``$TMPDIR``), removed on leaving, whatever happens (a worker
+    process stopped at once removes its own: :func:`remove_temp_scratches`)."""
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-"))
     except OSError as e:
         raise OutputError(f"{tempfile.gettempdir()}: cannot make {command}'s scratch directory "
                           f"({e.strerror or e}; set TMPDIR to a writable directory)") from None
+    _temp_scratches.add(tmp)
     try:
         yield tmp
     finally:
+        with contextlib.suppress(OSError):
+            _remove(tmp)
+        _temp_scratches.discard(tmp)
+
+
+def remove_temp_scratches() -> None:
+    """Remove the scratch directories of :func:`temp_scratch` that this process has in use."""
+    for tmp in list(_temp_scratches):
         with contextlib.suppress(OSError):
             _remove(tmp)
 

@@ -11,6 +11,7 @@ own, so memory grows with the workers. (``tune`` has its own executors, Ray incl
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -18,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
 from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.outputs import remove_temp_scratches
 
 _worker: dict = {}  # in a worker process: the job function and what the jobs share
 
@@ -27,10 +29,30 @@ def check_workers(workers: int) -> None:
         raise ConfigError(f"--workers {workers}: must be >= 1")
 
 
-def _start(fn: Callable, shared: object) -> None:
-    # Ctrl-C reaches the whole foreground process group: the parent stops the workers, and an
-    # idle worker must not print a KeyboardInterrupt of its own
+def worker_signals() -> None:
+    """In a worker process (a pool's initializer). Ctrl-C and a hang-up reach the whole
+    foreground process group: the parent stops the workers, and an idle worker must not print
+    an interrupt of its own. SIGTERM, how the parent stops them, ends a worker at once, its
+    scratch directory removed (a forked worker would otherwise inherit the CLI's handler, which
+    unwinds a command, and a pool's worker goes on to its next job after one that raised)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _end_worker)
+
+
+def _end_worker(signum: int, frame: object) -> None:
+    remove_temp_scratches()
+    os._exit(128 + signum)
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End a pool's worker processes now, not after their runs (an error, Ctrl-C, SIGTERM)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+
+
+def _start(fn: Callable, shared: object) -> None:
+    worker_signals()
     _worker.update(fn=fn, shared=shared)
 
 
@@ -72,7 +94,6 @@ def run_jobs(fn: Callable[[object, object], object], shared: object, jobs: Seque
         raise SortedRLError(f"a worker process died (out of memory?): {len(jobs)} runs in "
                             f"{min(workers, len(jobs))} processes; try fewer --workers") from None
     finally:
-        if not finished:  # an error or Ctrl-C: stop the workers now, not after their runs
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.terminate()
+        if not finished:  # an error, Ctrl-C or SIGTERM: stop the workers now, not after their runs
+            stop_workers(pool)
         pool.shutdown(wait=True, cancel_futures=True)

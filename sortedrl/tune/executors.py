@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import temp_scratch
+from sortedrl.parallel import stop_workers, worker_signals
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import simulate
@@ -51,6 +52,7 @@ def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = 
 
 
 def _init(trace: Trace, cluster: Cluster, seed: int, regen: str) -> None:
+    worker_signals()
     _worker.update(trace=trace, cluster=cluster, seed=seed, regen=regen)
 
 
@@ -89,13 +91,17 @@ class LocalProcesses(Executor):
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
         futures = [self.pool.submit(_run, job) for job in jobs]
         out = []
-        for f in futures:
-            out.append(f.result())
-            done(1)
+        try:
+            for f in futures:
+                out.append(f.result())
+                done(1)
+        except BaseException:  # an error, Ctrl-C or SIGTERM: the other trials would be wasted
+            stop_workers(self.pool)
+            raise
         return out
 
     def close(self) -> None:
-        self.pool.shutdown()
+        self.pool.shutdown(cancel_futures=True)
 
 
 class RayCluster(Executor):
