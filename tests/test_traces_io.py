@@ -329,6 +329,11 @@ def test_other_malformed_inputs(tmp_path: Path) -> None:
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(TraceError, match=r"bin\.csv: not UTF-8 text \(byte 0\)$"):
         read_trace(tmp_path / "bin.csv")
+    good = (Path(__file__).parents[1] / "sortedrl" / "traces" / "data" / "math-16k.jsonl").read_bytes()
+    (tmp_path / "late.jsonl").write_bytes(good[:300_000] + b"\xe9" + good[300_001:])
+    with pytest.raises(TraceError) as e:  # (the offset was counted from the chunk being decoded)
+        read_trace(tmp_path / "late.jsonl")
+    assert str(e.value) == f"{tmp_path / 'late.jsonl'}: not UTF-8 text (byte 300000)"
 
 
 def test_parquet_errors_name_rows(tmp_path: Path) -> None:

@@ -66,12 +66,21 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         raise TraceError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{p}: is a directory, not a trace file") from None
-    except UnicodeDecodeError as e:
-        raise TraceError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    except UnicodeDecodeError:  # (its offset is within the chunk that was being decoded)
+        raise TraceError(f"{p}: not UTF-8 text (byte {_first_bad_byte(p)})") from None
     except csv.Error as e:
         raise TraceError(f"{p}: bad CSV: {e}") from None
     finally:
         _release_arrow_memory()
+
+
+def _first_bad_byte(path: Path) -> int:
+    """The offset in the file of its first byte that is not UTF-8."""
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return 0  # (not reached: the file had such a byte)
 
 
 def _release_arrow_memory() -> None:
