@@ -54,9 +54,15 @@ def umask() -> int:
     return mask
 
 
+def is_label(label: object) -> bool:
+    """Whether ``label`` can name a directory inside an output directory (:func:`check_label`)."""
+    return (isinstance(label, str) and _LABEL.fullmatch(label) is not None
+            and not label.endswith(".") and ".." not in label)
+
+
 def check_label(label: str, reserved: Iterable[str] = (), option: str = "--policy") -> str:
     """``label`` if it can name a file inside an output directory, else a one-line error."""
-    if not _LABEL.fullmatch(label) or label.endswith(".") or ".." in label:
+    if not is_label(label):
         raise OutputError(f"{option} {label!r}: a label names a directory, so it must be 1-64 letters, "
                           "digits or '_.+-', start with a letter or digit, and have no '..'")
     taken = {r.lower() for r in reserved}

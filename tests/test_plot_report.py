@@ -231,6 +231,17 @@ def test_a_summary_without_the_numbers_the_plot_shows_is_one_error_line(small, t
     ({"compare.json": "{}"}, r"compare\.json: expected a non-empty JSON list of summaries"),
     ({"compare.json": '[{"label": "a", "makespan_s": 1}]'}, r"compare\.json: entry 0 has no "
                                                             r"'bubble_ratio'"),
+    # hand-edited: these drew a report of NaN bars, or read a run outside the directory
+    ({"compare.json": '[{"label": "a", "makespan_s": NaN, "bubble_ratio": 0, "tokens_per_s": 1, '
+                      '"staleness_mean": 0}]'},
+     r"compare\.json: entry 0 \(a\): makespan_s, .* must be finite numbers$"),
+    ({"compare.json": '[{"label": "a", "makespan_s": 1, "bubble_ratio": true, "tokens_per_s": 1, '
+                      '"staleness_mean": 0}]'}, r"compare\.json: entry 0 \(a\): .* must be finite"),
+    ({"compare.json": '[{"label": "../../etc", "makespan_s": 1, "bubble_ratio": 0, '
+                      '"tokens_per_s": 1, "staleness_mean": 0}]'},
+     r"compare\.json: entry 0: 'label' '\.\./\.\./etc' is not a run directory's name"),
+    ({"compare.json": '[{"label": null, "makespan_s": 1, "bubble_ratio": 0, "tokens_per_s": 1, '
+                      '"staleness_mean": 0}]'}, r"compare\.json: entry 0: 'label' None is not"),
     ({"tune.json": '{"trials": []}'}, r"tune\.json: expected an object with a non-empty list"),
     ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": 1, "staleness_mean": 0}}], '
                    '"pareto": [3]}'}, r"tune\.json: 'pareto' must be a list of trial indices"),

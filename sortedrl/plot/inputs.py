@@ -16,6 +16,7 @@ from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.limits import short_repr
 from sortedrl.metrics import missing_meta, span_table, summarize
+from sortedrl.outputs import is_label
 from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import NAMES, find_timeline, read_timeline
 
@@ -120,10 +121,18 @@ def load_compare(path: Path) -> list[dict]:
         for key in ("label", *BAR_KEYS):
             if key not in s:
                 raise PlotError(f"{path}: entry {n} has no {key!r}")
-        if not all(isinstance(s[k], int | float) for k in BAR_KEYS):
-            raise PlotError(f"{path}: entry {n} ({s['label']}): "
-                            f"{', '.join(BAR_KEYS)} must be numbers")
+        label = s["label"]
+        if not is_label(label):
+            raise PlotError(f"{path}: entry {n}: 'label' {short_repr(label)} is not a run "
+                            "directory's name (compare writes 1-64 letters, digits or '_.+-')")
+        if not all(_finite(s[k]) for k in BAR_KEYS):
+            raise PlotError(f"{path}: entry {n} ({label}): "
+                            f"{', '.join(BAR_KEYS)} must be finite numbers")
     return raw
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and bool(np.isfinite(value))
 
 
 def load_tune(path: Path) -> dict:
