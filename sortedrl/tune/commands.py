@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print only tune.json"),
     ) -> None:
         """Search policies' knobs for the fastest run within a staleness budget."""
-        from sortedrl.tune.executors import make_executor
+        from sortedrl.tune.executors import check_spaces, make_executor
         from sortedrl.tune.search import OBJECTIVES, TuneConfig, Tuner
         from sortedrl.tune.space import parse_spaces
 
@@ -90,6 +90,7 @@ def register(app: typer.Typer) -> None:
         with Phases(err) as progress:
             progress.phase(f"reading {trace or synthetic}")
             tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
+            check_spaces(spaces, tr)  # a policy that refuses every --param combination
             cfg = TuneConfig(objective, max_staleness, budget, seed)
             progress.phase("starting workers")
             trials = int(min(budget, sum(s.size for s in spaces)))
@@ -116,8 +117,12 @@ def register(app: typer.Typer) -> None:
 
 
 def infeasible_message(result: dict) -> str:
-    """No trial met --max-staleness: name the one that came closest."""
+    """No trial met --max-staleness: name the one that came closest (or, when every trial was
+    skipped, the first one's reason)."""
     trials = result["trials"]
+    if not trials:
+        skipped = result.get("skipped", [])
+        return f"no trial could run ({len(skipped)} skipped); the first: {skipped[0]['reason']}"
     closest = min(trials, key=lambda t: (t["summary"]["staleness_max"], -t["summary"]["tokens_per_s"], t["id"]))
     s = closest["summary"]
     params = ", ".join(f"{k}={v}" for k, v in closest["params"].items()) or "defaults"
@@ -162,6 +167,9 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     bound = (f", staleness_max <= {result['max_staleness']:g}" if result["max_staleness"] is not None else "")
     missing = [p for p, i in result["best"]["per_policy"].items() if i is None]
     notes = [f"no feasible trial for: {', '.join(missing)}"] if missing else []
+    if result.get("skipped") and not result.get("cluster_pareto"):  # (the plan counts them)
+        n = len(result["skipped"])
+        notes.append(f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')")
     first = render(cols, rows(best), width, f"tune: best trial per policy by {result['objective']}{bound} "
                    f"({len(trials)} trials, {result['search']})", notes, footer="")
     front = [trials[i] for i in pareto([t for t in trials if t["feasible"]])]

@@ -4,11 +4,19 @@ Every trial is a deterministic simulation, so the backend changes only the wall 
 results: the search collects results by trial id and decides the next round from them alone.
 The trace and cluster travel to each worker once (process initializer, ``ray.put``), not per
 trial.
+
+A trial whose knobs the policy refuses (they clash with each other, ``filter_groups=true`` with
+``harvest=samples``, or with the trace, tail_batch ``responses`` above its group size) is not run:
+:func:`run_trial` returns ``{"skipped": reason}``, the reason naming the ``--param`` values, and
+the search records it under ``skipped`` as it does a cluster shape that cannot run.
+:func:`check_spaces` refuses up front a policy whose every combination clashes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
@@ -16,13 +24,16 @@ from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import temp_scratch
 from sortedrl.parallel import stop_workers, worker_signals
-from sortedrl.policies.registry import make_policy
+from sortedrl.policies.base import Policy, parse_params
+from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import simulate
 from sortedrl.traces.schema import Trace
-from sortedrl.tune.space import split_cluster
+from sortedrl.tune.space import CLUSTER, Space, as_sets, split_cluster
 
 Job = tuple[str, list[str]]  # (policy name, ["key=value", ...])
+SKIPPED = "skipped"  # run_trial's answer for knobs the policy refuses: {SKIPPED: reason}
+MAX_CHECKED = 10_000  # check_spaces enumerates a policy's knob combinations up to this many
 
 _worker: dict = {}
 
@@ -39,10 +50,55 @@ def shaped(cluster: Cluster, changes: dict, trace: Trace, placements) -> Cluster
     return cluster
 
 
+def trial_policy(name: str, knobs: list[str], trace: Trace) -> Policy:
+    """The policy of a trial; knobs it refuses are one ConfigError naming the ``--param`` values
+    (``--param NAME.key=value, ...: ...``), not ``--set``, which tune has not."""
+    where = "--param " + ", ".join(f"{name}.{k}" for k in knobs)
+    parse_params(policy_class(name).Params, knobs, name, where)  # a clash among the knobs
+    try:
+        return make_policy(name, knobs, trace)  # a clash with the trace
+    except ConfigError as e:
+        if not knobs:  # the defaults: no --param to blame
+            raise
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def check_spaces(spaces: list[Space], trace: Trace) -> None:
+    """Refuse, before any trial runs, a policy none of whose ``--param`` combinations it accepts.
+
+    A policy's finite knob space of at most :data:`MAX_CHECKED` combinations is enumerated up to
+    the first it accepts; a space with a continuous range, or a larger one, is not (some of its
+    trials may clash: they are skipped, see :func:`run_trial`)."""
+    for space in spaces:
+        dims = [d for d in space.dims if not d.key.startswith(CLUSTER + ".")]
+        if not dims or not all(d.finite for d in dims):
+            continue
+        size = math.prod(len(d.grid()) for d in dims)
+        if size > MAX_CHECKED:
+            continue
+        first = None
+        for combo in itertools.product(*(d.grid() for d in dims)):
+            try:
+                trial_policy(space.policy, as_sets({d.key: v for d, v in zip(dims, combo, strict=True)}), trace)
+                break
+            except ConfigError as e:
+                if first is None:
+                    first = e
+        else:
+            every = f" (each of {space.policy}'s {size} --param combinations clashes)" if size > 1 else ""
+            raise ConfigError(f"{first}{every}")
+
+
 def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = "resample") -> dict:
+    """A trial's summary, or ``{"skipped": reason}`` when the policy refuses its knobs."""
     name, sets = job
     changes, knobs = split_cluster(sets)
-    policy = make_policy(name, knobs, trace)
+    try:
+        policy = trial_policy(name, knobs, trace)
+    except ConfigError as e:
+        if not knobs:
+            raise
+        return {SKIPPED: str(e)}
     used = shaped(cluster, changes, trace, policy.placements)
     with temp_scratch("tune") as spill:  # a long trial's timeline waits on disk, not in memory
         summary = simulate(trace, policy, used, seed=seed, regen=regen, spill_dir=spill).summary

@@ -12,6 +12,11 @@ many versions behind); trials that break it are kept in ``tune.json`` as infeasi
 The Pareto front is over every trial: ``learnable_tokens_per_s`` up (tokens a GRPO update can
 learn from; ``tokens_per_s`` for summaries without it), ``staleness_mean`` down.
 
+A combination of knobs the policy refuses (they clash with each other or with the trace) is not
+a trial: it is listed under ``skipped`` with the reason (naming the ``--param`` values), never
+simulated, and the search carries on; it counts against the budget, as a trial would. (A policy
+that refuses every combination is refused before the search: ``executors.check_spaces``.)
+
 Cluster planning: when the space has ``cluster.*`` dimensions, a shape that cannot run (trainer
 GPUs leaving no rollout engine, GPUs that do not split into tp-wide engines, a KV budget too small
 for the longest sequence) is not simulated and is listed under ``skipped``, and the report adds
@@ -34,7 +39,7 @@ from scipy.stats import qmc
 from sortedrl.errors import ConfigError
 from sortedrl.metrics import rank_rate
 from sortedrl.policies.registry import policy_class
-from sortedrl.tune.executors import Executor, shaped
+from sortedrl.tune.executors import SKIPPED, Executor, shaped
 from sortedrl.tune.space import CLUSTER, Space, as_sets, split_cluster
 
 OBJECTIVES = {"learnable_tokens_per_s": 1.0, "tokens_per_s": 1.0, "makespan_s": -1.0,
@@ -90,6 +95,9 @@ class Tuner:
         batch = self._runnable(batch)
         summaries = self.ex.map([(name, as_sets(p)) for name, p in batch], self.progress)
         for (name, params), summary in zip(batch, summaries, strict=True):
+            if SKIPPED in summary:  # knobs the policy refuses: not a trial
+                self.skipped.append({"policy": name, "params": params, "reason": summary[SKIPPED]})
+                continue
             feasible = (self.cfg.max_staleness is None
                         or summary["staleness_max"] <= self.cfg.max_staleness)
             self.trials.append({"id": len(self.trials), "policy": name, "params": params,
@@ -200,7 +208,7 @@ class Tuner:
 
     def _plan(self) -> dict:
         if not any(d.key.startswith(CLUSTER + ".") for s in self.spaces for d in s.dims):
-            return {}
+            return {"skipped": self.skipped} if self.skipped else {}
         front = cluster_front(self.trials)
         return {"skipped": self.skipped,
                 "cluster_pareto": {"front": front, "knee": knee(self.trials, front)}}
