@@ -34,14 +34,14 @@ def export_cmd(
     from sortedrl.export import export
     from sortedrl.sim.cluster import load_cluster
 
-    policy, knobs, shape, base = _chosen(best, sets, trial)
+    policy, knobs, shape, base, where = _chosen(best, sets, trial)
     cl = None
     if cluster or base:
         import dataclasses
 
         cl = load_cluster(cluster or base)
-        if shape:
-            cl = dataclasses.replace(cl, **shape).validate(cl.name)
+        if shape:  # (the trial's cluster.* params: a bad one names the file, not the cluster)
+            cl = dataclasses.replace(cl, **shape).validate(f"{where}: field 'params' on cluster {cl.name}")
     result = export(framework, policy, knobs, cl, group_size, prompts)
     if as_json:
         typer.echo(jsonio.dumps(result.as_dict(), "the export", indent=2))
@@ -53,8 +53,12 @@ def export_cmd(
         typer.echo(f"# caveat: {caveat}")
 
 
-def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[str], dict, str | None]:
-    """(policy, knob strings, cluster changes, base cluster name) from BEST."""
+def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[str], dict, str | None, str]:
+    """(policy, knob strings, cluster changes, base cluster name, where they come from) from BEST.
+
+    A tune.json may be hand-edited or come from someone else: every field read from it is
+    checked, and a bad one is one error naming the file and the field."""
+    from sortedrl.policies.base import parse_params
     from sortedrl.policies.registry import builtin_class
     from sortedrl.tune.space import as_sets, split_cluster
 
@@ -62,29 +66,31 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
     if path.suffix != ".json" and not (path / "tune.json").is_file():
         if trial is not None:
             raise ConfigError("--trial needs a tune.json")
-        return best, list(sets), {}, None
+        return best, list(sets), {}, None, "--set"
     if path.is_dir():
         path = path / "tune.json"
     if sets:
         raise ConfigError("--set applies to a policy name, not to a tune.json trial")
     try:
         result = jsonio.loads(path.read_text(encoding="utf-8"))
-        trials = result["trials"]
-        chosen = _trial_id(result, trial, path)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except json.JSONDecodeError as e:
         raise ConfigError(f"{path}: not a tune.json ({type(e).__name__}: {e})") from None
+    if not isinstance(result, dict):
+        raise ConfigError(f"{path}: not a tune.json (expected an object, got {_shown(result)})")
+    trials = _field(result, "trials", path, list, "a list of trials")
+    chosen = _trial_id(result, trial, path)
     if chosen is None:
         raise ConfigError(f"{path}: no feasible trial to export")
-    match = [t for t in trials if isinstance(t, dict) and t.get("id") == chosen]
+    match = [t for t in trials if isinstance(t, dict) and _is_id(t.get("id")) and t["id"] == chosen]
     if not match:
         raise ConfigError(f"{path}: no trial with id {chosen}")
     where = f"{path}: trial {chosen}"
     policy = match[0].get("policy")
-    builtin_class(policy, where)
+    cls = builtin_class(policy, where)
     params = match[0].get("params")
     if not isinstance(params, dict):
         raise ConfigError(f"{where}: 'params' is not an object")
@@ -92,25 +98,62 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
         shape, knobs = split_cluster(as_sets(params))
     except (KeyError, ValueError) as e:
         raise ConfigError(f"{where}: params {params}: not a cluster field or value ({e})") from None
+    parse_params(cls.Params, knobs, policy, f"{where}: field 'params'")  # (not --set: none given)
     base = result.get("cluster")
     if base is not None and not isinstance(base, str):
         raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
-    return policy, knobs, shape, base
+    return policy, knobs, shape, base, where
 
 
 def _trial_id(result: dict, trial: str | None, path: Path) -> int | None:
     if trial is None:
-        return result["best"]["overall"]
+        best = _field(result, "best", path, dict, "an object")
+        return _field(best, "overall", path, _is_id_or_none, "a trial id or null", "best.overall")
     if trial == "knee":
         plan = result.get("cluster_pareto")
-        if not plan or plan.get("knee") is None:
+        if plan is not None and not isinstance(plan, dict):
+            raise ConfigError(f"{path}: field 'cluster_pareto': expected an object, got {_shown(plan)}")
+        knee = (plan or {}).get("knee")
+        if knee is None:
             raise ConfigError(f"{path}: no knee (a tune over --param cluster.* has one when its "
                               f"front bends)")
-        return plan["knee"]
+        if not _is_id(knee):
+            raise ConfigError(f"{path}: field 'cluster_pareto.knee': expected a trial id or null, "
+                              f"got {_shown(knee)}")
+        return knee
     try:
         return int(trial)
     except ValueError:
         raise ConfigError(f"--trial {trial!r}: a trial id or 'knee'") from None
+
+
+def _is_id(value: object) -> bool:
+    return type(value) is int  # (not a bool: true == 1 picked trial 1)
+
+
+def _is_id_or_none(value: object) -> bool:
+    return value is None or _is_id(value)
+
+
+def _field(obj: dict, key: str, path: Path, kind, expected: str, name: str | None = None):
+    """``obj[key]``, which must be of ``kind`` (a type, or a test of the value)."""
+    name = name or key
+    if key not in obj:
+        raise ConfigError(f"{path}: not a tune.json (no field {name!r})")
+    value = obj[key]
+    if not (isinstance(value, kind) if isinstance(kind, type) else kind(value)):
+        raise ConfigError(f"{path}: field {name!r}: expected {expected}, got {_shown(value)}")
+    return value
+
+
+def _shown(value: object) -> str:
+    """A value for an error line: a container by its kind, anything else by its (short) repr."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def register(app: typer.Typer) -> None:
