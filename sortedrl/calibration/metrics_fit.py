@@ -8,8 +8,11 @@ through :data:`ROLES`, the one table docs/calibration.md documents. Accepted fil
 - verl's file logger (``VERL_FILE_LOGGER_PATH``): JSON lines ``{"step": N, "data": {...}}``,
   or flat lines ``{"step": N, "metric": value, ...}``;
 - a CSV with one column per metric (``step`` or ``Step`` plus metric names);
-- a W&B "export CSV": columns ``Step`` and ``<run> - <metric>``; the ``__MIN``/``__MAX``
-  columns are the plot's downsampling buckets and are ignored.
+- a W&B "export CSV": columns ``Step`` and ``<run> - <metric>`` (split at the last `` - ``: a
+  run name may hold one, a metric name never does); the ``__MIN``/``__MAX`` columns are the
+  plot's downsampling buckets and are ignored.
+A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines, a metric of
+:data:`ROLES` whose value is text, a bool or a container is an error; other keys' are ignored.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "response_mean": ("response_length/mean",),
 }
 UPDATE_PARTS = ("update", "old_log_prob", "ref", "experience")
+KNOWN = frozenset(name for names in ROLES.values() for name in names)
 
 
 def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
@@ -50,6 +54,7 @@ def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
         raise ConfigError(f"{where}: metrics file not found") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
     if p.suffix.lower() == ".csv":
         return _read_csv(text, where)
     if p.suffix.lower() in (".jsonl", ".json"):
@@ -74,6 +79,11 @@ def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
         for key, v in data.items():
             if finite(v):
                 out.setdefault(key, {})[rec["step"]] = float(v)
+            elif key in KNOWN and v is not None and (isinstance(v, bool)
+                                                     or not isinstance(v, (int, float))):
+                shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
+                raise ConfigError(f"{where}: line {n}: metric {key!r}: expected a number, got "
+                                  f"{shown}")  # (null, NaN and inf: not logged, as in a CSV)
     return out
 
 
@@ -116,7 +126,7 @@ def _csv_names(header: list[str], step_col: int, where: str) -> dict[int, str]:
     for i, h in enumerate(header):
         if i == step_col or h.endswith(("__MIN", "__MAX")) or h.strip().lower().startswith("_"):
             continue
-        run, sep, metric = h.partition(" - ")
+        run, sep, metric = h.rpartition(" - ")  # a run name may hold " - "; a metric never
         if sep:
             runs.add(run)
             names[i] = metric.strip()

@@ -66,6 +66,10 @@ class TraceModel:
 
 POSITIVE = ("max_response_len", "group_size", "prompts_per_step", "prompt_min", "prompt_max")
 NONNEGATIVE = ("sigma_between", "sigma_within", "runaway_share", "prompt_sigma")
+SPREADS = ("sigma_between", "sigma_within", "prompt_sigma")
+# Largest spread (std of a log length): every length a trace holds (1 to 2**31, 21.5 log units)
+# lies within half of it, and no fit comes near it. 1e308 overflowed the draws (NaN lengths).
+MAX_SPREAD = 50.0
 
 
 def is_trace_model(path: Path) -> bool:
@@ -135,11 +139,19 @@ def check_model(model: TraceModel, where: str) -> None:
             what = "spread" if name.startswith("sigma") or name == "prompt_sigma" else "share"
             raise TraceError(f"{where}: field '{name}': {getattr(model, name)} is negative "
                              f"(a {what} must be >= 0)")
+    for name in SPREADS:
+        if getattr(model, name) > MAX_SPREAD:
+            raise TraceError(f"{where}: field '{name}': {getattr(model, name):g} is above "
+                             f"{MAX_SPREAD:g} (a spread of log lengths; e**{MAX_SPREAD:g} is "
+                             f"{math.exp(MAX_SPREAD):.1e} times the median)")
     if model.runaway_share > 1:
         raise TraceError(f"{where}: field 'runaway_share': {model.runaway_share} is above 1")
     if model.prompt_median <= 0 or model.prompt_min > model.prompt_max:
         raise TraceError(f"{where}: prompt lengths: need prompt_median > 0 and "
                          f"prompt_min <= prompt_max")
+    if model.prompt_median >= 2.0**31:  # a length, as prompt_max (1e308 overflowed the draw)
+        raise TraceError(f"{where}: field 'prompt_median': {model.prompt_median:g} must be "
+                         f"below 2**31")
     if (model.pass_alpha is None) != (model.pass_beta is None):
         raise TraceError(f"{where}: give both pass_alpha and pass_beta, or neither")
     for name in ("pass_alpha", "pass_beta"):
@@ -159,11 +171,14 @@ def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None =
     rng = np.random.default_rng(seed)
     groups = per_step * steps
     step = np.repeat(np.arange(steps, dtype=np.int64), per_step)
-    effect = model.mu0 + model.drift * step + model.sigma_between * rng.standard_normal(groups)
+    with np.errstate(over="ignore"):  # a drift past float range: +-inf, every sample at a bound
+        trend = model.mu0 + model.drift * step
+        runaway = model.runaway_share + model.runaway_drift * np.repeat(step, n)
+    effect = trend + model.sigma_between * rng.standard_normal(groups)
     log_len = np.repeat(effect, n) + model.sigma_within * rng.standard_normal(groups * n)
     cap = model.max_response_len
     response = np.clip(np.rint(np.exp(np.minimum(log_len, math.log(cap) + 1.0))), 1, cap)
-    runaway = np.clip(model.runaway_share + model.runaway_drift * np.repeat(step, n), 0.0, 1.0)
+    runaway = np.clip(runaway, 0.0, 1.0)
     response = np.where(rng.random(groups * n) < runaway, cap, response).astype(np.int64)
     truncated = response == cap
     plen = np.rint(np.exp(math.log(model.prompt_median)

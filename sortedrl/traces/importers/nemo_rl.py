@@ -19,6 +19,7 @@ from sortedrl.errors import TraceError
 from sortedrl.traces.importers._common import (
     Rows,
     check_layout,
+    check_mask,
     dump_files,
     number_or_none,
     read_jsonl,
@@ -47,7 +48,7 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
                     or len(ids) < total:
                 raise TraceError(f"{where}: 'token_ids' and 'token_loss_mask' must be lists of "
                                  f"at least input_lengths = {total} entries")
-            mask = mask[:total]
+            mask = check_mask(where, "token_loss_mask", mask[:total])  # (past it: padding)
             if 1 not in mask:
                 raise TraceError(f"{where}: field 'token_loss_mask' marks no generated token")
             prompt = mask.index(1)

@@ -18,12 +18,14 @@ over its tool calls.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from sortedrl.errors import TraceError
 from sortedrl.traces.importers._common import (
     Rows,
     check_layout,
+    check_mask,
     dump_files,
     number_or_none,
     turns_from_mask,
@@ -34,20 +36,37 @@ REQUIRED = ("group_index", "index", "response_length", "reward", "status")
 
 
 def load_pt(path: Path) -> object:
+    """The file's object, loaded without running pickled code; one error line for a file that
+    is not a torch.save file (text renamed .pt, a truncated or corrupt dump) or needs code."""
     import pickle
+    import warnings
 
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # "Detected pickle protocol N": a corrupt header
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsafe content"
-        raise TraceError(f"{path}: refused: loading it needs pickled code, which could run "
-                         f"arbitrary code (torch.load weights_only=True said: {first[:160]})"
-                         ) from None
+        said = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(e))
+        if said is None or said.group(1).startswith("Unsupported global"):
+            first = str(e).strip().splitlines()[0] if str(e).strip() else "unsafe content"
+            raise TraceError(f"{path}: refused: loading it needs pickled code, which could run "
+                             f"arbitrary code (torch.load weights_only=True said: {first[:160]})"
+                             ) from None
+        why = f"corrupt pickle stream ({said.group(1)})"  # a bad opcode, not code to run
     except (RuntimeError, EOFError, OSError) as e:
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]  # an empty file: EOFError()
-        raise TraceError(f"{path}: not a torch.save file: {why[:160]}") from None
+    except MemoryError:
+        raise
+    except Exception as e:  # the safe unpickler meets a corrupt stream with whatever its
+        # opcode handling raised: KeyError, IndexError, struct.error, UnicodeDecodeError, ...
+        kind = type(e).__name__
+        if type(e).__module__ != "builtins":
+            kind = f"{type(e).__module__}.{kind}"  # struct.error
+        detail = (str(e).strip().splitlines() or [""])[0]
+        why = f"corrupt pickle stream ({kind}{': ' + detail if detail else ''})"
+    raise TraceError(f"{path}: not a torch.save file: {why[:160]}")
 
 
 def read_slime(path: Path) -> tuple[Rows, int]:
@@ -97,7 +116,7 @@ def _turns(where: str, sample: dict, response: int):
     if isinstance(mask, list) and len(mask) != response:
         raise TraceError(f"{where}: field 'loss_mask': {len(mask)} entries, but response_length "
                          f"is {response}")
-    if isinstance(mask, list) and 0 not in mask:
+    if 0 not in check_mask(where, "loss_mask", mask):  # every token generated: one turn
         return None
     tool_s = number_or_none(where, "non_generation_time", sample.get("non_generation_time"))
     if tool_s is not None and tool_s < 0:
