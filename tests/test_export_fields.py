@@ -3,7 +3,7 @@ else): every field read from it is checked, and a bad one is one error line nami
 the field, exit 2. A trial's knobs were blamed on ``--set`` (not given); a ``cluster_pareto``
 that is not an object was an AttributeError traceback; ``best.overall: true`` exported trial 1.
 
-Run: pytest tests/test_fixb_export_fields.py
+Run: pytest tests/test_export_fields.py
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ clash with each other, or with the trace): such a combination is skipped with it
 refuses every combination is refused before any trial runs; a tune whose every trial is skipped
 is one error line (it was a ValueError traceback).
 
-Run: pytest tests/test_fixb_tune_clash.py
+Run: pytest tests/test_tune_clash.py
 """
 
 from __future__ import annotations

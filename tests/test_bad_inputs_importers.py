@@ -3,7 +3,7 @@
 no warning; and the W&B exports that were refused by mistake (a byte-order mark, a run name
 holding " - ") read as the clean fixture does.
 
-Run: pytest tests/test_fixa_bad_inputs.py
+Run: pytest tests/test_bad_inputs_importers.py
 """
 
 from __future__ import annotations
