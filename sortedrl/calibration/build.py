@@ -14,8 +14,10 @@ from pathlib import Path
 
 from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
+from sortedrl.calibration.show import render
 from sortedrl.calibration.vllm_bench import fit_bench
 from sortedrl.errors import ConfigError
+from sortedrl.limits import short_repr
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.profile import FORMAT, is_profile
@@ -67,6 +69,7 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
     if spec.endswith(".json"):
         raw = json.loads(Path(spec).read_text(encoding="utf-8"))
         if is_profile(raw):
+            _check_base(raw, spec)
             if "measured_terms" not in raw:  # from `calibrate --model`: every term was measured
                 raw["measured_terms"] = sorted(raw.get("costs", {}))
             return raw
@@ -75,6 +78,24 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
             "model": cluster.model, "engine": "none measured (the preset's cost model)", "engine_version": "",
             "engine_config": {"max_num_seqs": cluster.max_num_seqs, "kv_budget_tokens": cluster.kv_budget},
             "cluster": {"preset": cluster.name, **{k: getattr(cluster, k) for k in SHAPE}}}
+
+
+def _check_base(raw: dict, spec: str) -> None:
+    """The records of an earlier profile that the new one keeps or extends, as `calibrate`
+    writes them: one error naming the field (a hand-edited 'fit', 'sources' or 'measured_terms'
+    was a traceback). The records ``profile show`` prints are checked as it checks them."""
+    fit = raw.get("fit")
+    if fit is not None and not isinstance(fit, dict):
+        raise ConfigError(f"{spec}: field 'fit': expected an object, got {short_repr(fit)}")
+    for key in ("sources", "measured_terms"):
+        v = raw.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError(f"{spec}: field {key!r}: expected a list of strings, got {short_repr(v)}")
+    names = {f.name for f in dataclasses.fields(CostModel)}
+    unknown = [t for t in raw.get("measured_terms", []) if t not in names]
+    if unknown:
+        raise ConfigError(f"{spec}: field 'measured_terms': not a cost term: {', '.join(map(repr, unknown))}")
+    render(raw, spec)
 
 
 def _costs_json(costs: CostModel) -> dict:

@@ -48,16 +48,19 @@ def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | N
 
 
 def _summary(profile: dict) -> list[str]:
+    """What was fitted. A record kept from the --cluster profile is read as ``profile show``
+    reads it (checked by it before the fit: see build._check_base): its optional keys with .get."""
     fit, out = profile["fit"], []
     eng = fit.get("engine")
     if eng:
-        errs = ", ".join(f"{Path(f['path']).name} {f['error_pct']:+.1f}%" for f in eng["files"])
-        out.append(f"  engine terms from {len(eng['files'])} benchmark file(s); duration error: {errs}")
-        if eng["unidentified"]:
+        files = eng.get("files", [])
+        errs = ", ".join(f"{Path(f['path']).name} {f['error_pct']:+.1f}%" for f in files)
+        out.append(f"  engine terms from {len(files)} benchmark file(s); duration error: {errs}")
+        if eng.get("unidentified"):
             out.append(f"  not separable in these files: {', '.join(eng['unidentified'])}")
-        if eng["uncertain"]:
+        if eng.get("uncertain"):
             out.append(f"  poorly determined: {', '.join(eng['uncertain'])} (see `sortedrl profile show`)")
-        for f in eng["files"]:
+        for f in files:
             if f.get("merged_requests"):
                 out.append(f"  {Path(f['path']).name}: {merged_note(f)}")
         if one_level_note(eng):
@@ -67,8 +70,9 @@ def _summary(profile: dict) -> list[str]:
             out.append(f"  {wide}")
     tr = fit.get("trainer")
     if tr:
-        out.append(f"  trainer terms from {tr['steps']} steps; update time MAPE {tr['update_mape_pct']:.1f}%"
-                   + ("" if "sync_s" in tr["terms"] else "; sync_s from the preset (no sync column)"))
+        out.append(f"  trainer terms from {tr.get('steps')} steps; update time MAPE "
+                   f"{tr.get('update_mape_pct', float('nan')):.1f}%"
+                   + ("" if "sync_s" in (tr.get("terms") or {}) else "; sync_s from the preset (no sync column)"))
     return out
 
 
