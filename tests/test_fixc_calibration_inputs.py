@@ -2,19 +2,31 @@
 ``error:`` line naming the file and field, exit 2, no RuntimeWarning, no profile written.
 
 - an earlier profile given as ``--cluster`` whose ``fit``, ``sources`` or ``measured_terms`` was
-  edited by hand (each was a traceback).
+  edited by hand (each was a traceback);
+- benchmark times no run can have: a time to first token of 0 (numpy warnings, then an error
+  naming the output), a duration of 1e-300 s (an SVD traceback) or 1e308 s, gaps or send times
+  of 1e308 s (the replay hung), and one file given several times (it passed the rule of a file
+  a fitted term).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from sortedrl.calibration.bench_file import read_bench
+from sortedrl.calibration.replay import replay
+from sortedrl.calibration.vllm_bench import engine_costs
 from sortedrl.cli import app
+from sortedrl.errors import ConfigError
+from sortedrl.sim.cluster import preset
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 BENCH, METRICS = FIX / "vllm_bench", FIX / "metrics" / "verl_metrics.jsonl"
@@ -104,3 +116,102 @@ def test_a_kept_engine_record_without_its_optional_lists_still_summarises(tmp_pa
     assert r.output.splitlines()[:2] == [
         f"wrote {out}", f"  engine terms from 1 benchmark file(s); duration error: c4-r0.json {error:+.1f}%"]
     assert json.loads(out.read_text())["sources"] == [str(BENCH / "c4-r0.json"), str(METRICS)]
+
+
+# -- 2. benchmark files --------------------------------------------------------------------------------
+
+
+def one_token_at_once(raw: dict) -> None:
+    raw["ttfts"][0], raw["output_lens"][0], raw["itls"][0] = 0.0, 1, []
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (one_token_at_once,
+     "field 'ttfts': entry 0: expected seconds >= 1e-09 (a first token takes an engine step), got 0.0"),
+    (lambda r: r["ttfts"].__setitem__(5, 1e-300),
+     "field 'ttfts': entry 5: expected seconds >= 1e-09 (a first token takes an engine step), got 1e-300"),
+    (lambda r: r.update(duration=1e-300),
+     "field 'duration': 1e-300 s is shorter than the 72 engine step(s) of its longest request (each at "
+     "least 1e-09 s)"),
+    (lambda r: r.update(duration=1e308),
+     "field 'duration': 1e+308 s is over 1e+07 s (116 days), longer than any benchmark"),
+    (lambda r: r["itls"][0].__setitem__(slice(0, 2), [1e308, 1e308]),
+     "entry 0 of 'start_times', 'ttfts', 'itls': the request ends inf s into the run, after its "
+     "'duration' of 1.62769 s"),
+    (lambda r: r["start_times"].__setitem__(1, 1e308),
+     "entry 1 of 'start_times', 'ttfts', 'itls': the request ends 1e+308 s into the run, after its "
+     "'duration' of 1.62769 s"),
+    (lambda r: r.update(request_rate=10.0, start_times=[*r["start_times"][:3], 1e308, *r["start_times"][4:]]),
+     "entry 3 of 'start_times', 'ttfts', 'itls': the request ends 1e+308 s into the run, after its "
+     "'duration' of 1.62769 s"),
+    (lambda r: [r.pop(k) for k in ("start_times", "queue_times", "itls")] and r["ttfts"].__setitem__(2, 5.0),
+     "entry 2 of 'ttfts': the request ends 5 s into the run, after its 'duration' of 1.62769 s"),
+])
+def test_times_no_run_can_have_are_refused_naming_the_field_and_request(tmp_path, edit, message):
+    path = bench(tmp_path, edit)
+    assert calibrate_bench(tmp_path, [path]) == f"error: {path}: {message}"
+
+
+def test_a_summary_shorter_than_its_longest_request_is_refused(tmp_path):
+    def summary(raw: dict) -> None:
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "start_times", "queue_times", "errors"):
+            raw.pop(key)
+        raw["duration"] = 1e-300
+
+    files = [bench(tmp_path, summary, f"s{c}.json", f"c{c}-r0.json") for c in (2, 4, 8, 16)]
+    files.append(bench(tmp_path, summary, "s4b.json", "c4-r1.json"))
+    total, n = (json.loads((BENCH / "c2-r0.json").read_text())[k] for k in ("total_output_tokens", "completed"))
+    assert calibrate_bench(tmp_path, files) == (
+        f"error: {files[0]}: field 'duration': 1e-300 s is shorter than the {math.ceil(total / n)} engine "
+        "step(s) of its longest request (each at least 1e-09 s)")
+
+
+def test_a_request_may_end_within_one_percent_past_the_duration(tmp_path):
+    """Rounding in the saved times: up to END_SLACK (1%) past the duration is read, more is not."""
+    raw = json.loads((BENCH / "c4-r0.json").read_text())
+    t0 = min(raw["start_times"])
+    ends = [s - t0 + t + sum(g) for s, t, g in zip(raw["start_times"], raw["ttfts"], raw["itls"], strict=True)]
+    last = int(np.argmax(ends))
+    assert read_bench(bench(tmp_path, lambda r: r.update(duration=ends[last] / 1.009))).detailed
+    path = bench(tmp_path, lambda r: r.update(duration=ends[last] / 1.02))
+    with pytest.raises(ConfigError) as e:
+        read_bench(path)
+    assert str(e.value) == (f"{path}: entry {last} of 'start_times', 'ttfts', 'itls': the request ends "
+                            f"{ends[last]:g} s into the run, after its 'duration' of {ends[last] / 1.02:g} s")
+
+
+def test_the_replay_refuses_a_step_past_any_clock_instead_of_looping():
+    run = read_bench(BENCH / "c2-r0.json")
+    base = preset(PRESET).cost()
+    for t_fix, host, step, at in ((1e308, 0.0, 1, "inf"), (math.nan, 0.0, 0, "nan"), (1e-3, 1e308, 1, "inf")):
+        costs = engine_costs({"t_fix": t_fix, "s1": 0.0, "a1": 0.0, "p1": 0.0, "p0": 0.0}, base)
+        with pytest.raises(ConfigError) as e:
+            replay(run, costs, host, 32)
+        assert str(e.value) == (f"{run.path}: the replay's step {step} ends at {at} s, past any real time: "
+                                "the cost terms or the host work are not usable")
+    with pytest.raises(ConfigError) as e:
+        replay(run, base, math.nan, 32)
+    assert str(e.value) == f"{run.path}: host work per request of nan s: expected a finite number >= 0"
+
+
+def test_a_benchmark_file_given_twice_is_refused(tmp_path):
+    same = BENCH / "c4-r0.json"
+    assert calibrate_bench(tmp_path, [same] * 5) == (
+        f"error: {same}: benchmark file given twice; give each file once")
+    other = BENCH / ".." / "vllm_bench" / "c4-r0.json"
+    assert calibrate_bench(tmp_path, [same, BENCH / "c8-r0.json", other]) == (
+        f"error: {other}: benchmark file given twice (the same file as {same}); give each file once")
+    copy = tmp_path / "copy.json"
+    shutil.copyfile(same, copy)
+    assert calibrate_bench(tmp_path, [same, copy]) == (
+        f"error: {copy}: the same content as {same}: a benchmark file given twice; give each file once")
+
+
+def test_five_copies_of_a_duration_only_file_do_not_make_five_files(tmp_path):
+    """Without latencies a fit needs a file a term; copies passed that rule."""
+    def duration_only(raw: dict) -> None:
+        raw["ttfts"] = raw["itls"] = None
+
+    files = [bench(tmp_path, duration_only, f"d{i}.json") for i in range(5)]
+    assert calibrate_bench(tmp_path, files) == (
+        f"error: {files[1]}: the same content as {files[0]}: a benchmark file given twice; give each file once")

@@ -13,6 +13,13 @@ tokens in one chunk (vLLM merges a request's outputs that its API server has not
 a request then has fewer gaps than ``output_lens - 1``. Its tokens' steps can no longer be told
 from its chunks; :attr:`BenchRun.merged_tokens` counts them, and the fit sets those requests
 aside for its per-token rows (see :mod:`.vllm_bench`). More gaps than tokens is an error.
+
+Times that no run can have are refused up front, naming the file, the field and the request:
+a ``duration`` beyond :data:`MAX_DURATION_S` or shorter than the engine steps of the longest
+request, a time to first token under an engine step (:data:`MIN_STEP_S`), and a request that
+ends (its send after the first, its time to first token and its gaps) after the run's
+``duration`` (vLLM's client times every request within it). The fit would otherwise turn them
+into an overflowing or singular system, or a replay of steps longer than any clock.
 """
 
 from __future__ import annotations
@@ -28,12 +35,15 @@ from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
+from sortedrl.sim.cost import MIN_STEP_S
 
 VERSION_KEYS = ("vllm_version", "engine_version", "version")
 # the fit replays every engine step (one per output token of the longest request) and every
 # request, so a file past these is refused rather than replayed for hours
 MAX_TOKENS = {"input_lens": 2**24, "output_lens": 2**20}  # a request's prompt / output tokens
 MAX_REQUESTS = 2**20
+MAX_DURATION_S = 1e7  # about 116 days: a longer benchmark is an edit, not a recording
+END_SLACK = 0.01  # a request may end this share past the duration (rounding in the saved times)
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,10 @@ def read_bench(path: str | Path) -> BenchRun:
     duration = _number(raw, "duration", where)
     if duration <= 0:
         raise ConfigError(f"{where}: field 'duration': must be > 0 s, got {duration}")
-    ok, fallback = _requests(raw, where)
+    if duration > MAX_DURATION_S:
+        raise ConfigError(f"{where}: field 'duration': {duration:g} s is over {MAX_DURATION_S:g} s "
+                          "(116 days), longer than any benchmark")
+    ok, fallback = _requests(raw, where, duration)
     ins, outs = (np.asarray(v, dtype=np.int64) for v in ok[:2])
     ttfts, itls, starts, queues = ok[2:]
     n = len(ins)
@@ -109,10 +122,10 @@ def _number(raw: dict, key: str, where: str) -> float:
     return float(v)
 
 
-def _requests(raw: dict, where: str) -> tuple[list, bool]:
+def _requests(raw: dict, where: str, duration: float) -> tuple[list, bool]:
     """(input_lens, output_lens, ttfts, itls, start_times, queue_times) of completed requests."""
     if "input_lens" not in raw or "output_lens" not in raw:
-        return _from_totals(raw, where), True
+        return _from_totals(raw, where, duration), True
     n = _list(raw, "input_lens", where, None)
     lists = {k: _list(raw, k, where, n) for k in ("output_lens", "ttfts", "itls", "start_times",
                                                   "queue_times", "errors")}
@@ -127,7 +140,8 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
     if not keep:
         raise ConfigError(f"{where}: no completed request ({n} listed, each with an error or "
                           "no output tokens)")
-    ttfts = _floats(raw, "ttfts", where, keep) if lists["ttfts"] else None
+    _check_steps(duration, max(outs[i] for i in keep), where)
+    ttfts = _floats(raw, "ttfts", where, keep, least=MIN_STEP_S) if lists["ttfts"] else None
     itls = None
     if lists["itls"]:
         itls = []
@@ -140,6 +154,7 @@ def _requests(raw: dict, where: str) -> tuple[list, bool]:
                                   f"tokens (one gap per streamed chunk after the first: at most {outs[i] - 1})")
             itls.append(np.asarray(row, dtype=float))
     starts = _floats(raw, "start_times", where, keep) if lists["start_times"] else None
+    _check_ends(raw, where, duration, keep, [k for k in ("start_times", "ttfts", "itls") if lists[k]])
     if starts is not None:
         starts = starts - starts.min()
     queues = _floats(raw, "queue_times", where, keep) if lists["queue_times"] else None
@@ -157,16 +172,46 @@ def _list(raw: dict, key: str, where: str, n: int | None) -> int | bool:
     return len(v) if n is None else True
 
 
-def _floats(raw: dict, key: str, where: str, keep: list[int]) -> np.ndarray:
+def _floats(raw: dict, key: str, where: str, keep: list[int], least: float = 0.0) -> np.ndarray:
+    """The entries of ``keep``, each a time of at least ``least`` (> 0: a time to first token,
+    which takes an engine step of at least MIN_STEP_S)."""
     vals = raw[key]
     for i in keep:
-        if not finite(vals[i]) or vals[i] < 0:
-            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= 0, got "
-                              f"{short_repr(vals[i])}")
+        if not finite(vals[i]) or vals[i] < least:
+            why = " (a first token takes an engine step)" if least else ""
+            raise ConfigError(f"{where}: field {key!r}: entry {i}: expected seconds >= {least:g}{why}, "
+                              f"got {short_repr(vals[i])}")
     return np.asarray([vals[i] for i in keep], dtype=float)
 
 
-def _from_totals(raw: dict, where: str) -> list:
+def _check_steps(duration: float, longest: int, where: str) -> None:
+    """A request's output tokens take an engine step each, of at least MIN_STEP_S: a shorter
+    ``duration`` (1e-300 s) is no run's, and its weight overflowed the fit (an SVD traceback)."""
+    if duration < longest * MIN_STEP_S:
+        raise ConfigError(f"{where}: field 'duration': {duration:g} s is shorter than the {longest} engine "
+                          f"step(s) of its longest request (each at least {MIN_STEP_S:g} s)")
+
+
+def _check_ends(raw: dict, where: str, duration: float, keep: list[int], fields: list[str]) -> None:
+    """Every request ends within the run: its send (after the first request's), its time to
+    first token and its gaps add up to at most the ``duration`` (vLLM's client times each request
+    within it; END_SLACK allows for rounding). Summed as Python floats: gaps of 1e308 make inf,
+    not a numpy overflow warning, and the fit and replay never see them (the replay hung)."""
+    if not fields:
+        return
+    first = min(float(raw["start_times"][i]) for i in keep) if "start_times" in fields else 0.0
+    limit = duration * (1.0 + END_SLACK)
+    for i in keep:
+        end = float(raw["start_times"][i]) - first if "start_times" in fields else 0.0
+        end += float(raw["ttfts"][i]) if "ttfts" in fields else 0.0
+        end += sum(float(x) for x in raw["itls"][i]) if "itls" in fields else 0.0
+        if end > limit:
+            names = ", ".join(repr(k) for k in fields)
+            raise ConfigError(f"{where}: entry {i} of {names}: the request ends {end:g} s into the run, "
+                              f"after its 'duration' of {duration:g} s")
+
+
+def _from_totals(raw: dict, where: str, duration: float) -> list:
     need = ("completed", "total_input_tokens", "total_output_tokens")
     missing = [k for k in need if k not in raw]
     if missing:
@@ -187,6 +232,7 @@ def _from_totals(raw: dict, where: str) -> list:
             raise ConfigError(f"{where}: field {field!r}: {total:g} tokens for {n} requests, more "
                               f"than {MAX_TOKENS[key]:,} a request")
     ins, outs = _spread(int(tin), n), _spread(int(tout), n)
+    _check_steps(duration, max(outs), where)
     return [ins, outs, None, None, None, None]
 
 

@@ -9,13 +9,14 @@ measured number from an assumed one.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
 from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
 from sortedrl.calibration.show import render
-from sortedrl.calibration.vllm_bench import fit_bench
+from sortedrl.calibration.vllm_bench import check_enough, fit_bench
 from sortedrl.errors import ConfigError
 from sortedrl.limits import short_repr
 from sortedrl.sim.cluster import Cluster, load_cluster
@@ -37,6 +38,8 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     measured: set[str] = set(base.get("measured_terms", []))
     if bench:
         runs = [read_bench(p) for p in bench]
+        check_enough(runs)  # (too few files is said first: two copies are too few as well)
+        _distinct(bench)
         engine = fit_bench(runs, cluster)
         costs = engine.pop("costs")  # with the preset's trainer terms
         fit["engine"] = {"source": "vllm-bench", "fixed_by_model": list(MODEL_FIXED), **engine}
@@ -62,6 +65,22 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
 def _check_inputs(bench: list[Path], metrics: Path | None) -> None:
     if not bench and metrics is None:
         raise ConfigError("give --from-vllm-bench FILE.json ... and/or --from-metrics FILE")
+
+
+def _distinct(bench: list[Path]) -> None:
+    """Each benchmark file once: a file given twice (by its path, or a copy of it) counted twice
+    in the fit, and five copies of one file passed the rule of a file a term (check_enough)."""
+    paths: dict[Path, int] = {}
+    bodies: dict[bytes, int] = {}
+    for i, p in enumerate(bench):
+        first = paths.setdefault(Path(p).resolve(), i)
+        if first != i:
+            also = "" if str(bench[first]) == str(p) else f" (the same file as {bench[first]})"
+            raise ConfigError(f"{p}: benchmark file given twice{also}; give each file once")
+        first = bodies.setdefault(hashlib.sha256(Path(p).read_bytes()).digest(), i)
+        if first != i:
+            raise ConfigError(f"{p}: the same content as {bench[first]}: a benchmark file given twice; "
+                              "give each file once")
 
 
 def _base_profile(spec: str, cluster: Cluster) -> dict:

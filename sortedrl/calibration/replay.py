@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sortedrl.calibration.bench_file import BenchRun
+from sortedrl.errors import ConfigError
 from sortedrl.sim.cost import CostModel, prefill_pairs
 
 # The cost terms the benchmark fits solve for, in the order of the replay's feature vector,
@@ -105,6 +106,8 @@ class _Host:
 
 def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) -> Replay:
     """Predict the benchmark's duration on ``costs`` with ``host_s`` of host work per request."""
+    if not (math.isfinite(host_s) and host_s >= 0):
+        raise ConfigError(f"{run.path}: host work per request of {host_s!r} s: expected a finite number >= 0")
     n = len(run.input_lens)
     ins, outs = run.input_lens.tolist(), run.output_lens.tolist()
     arrive = [0.0] * n if run.arrivals is None else run.arrivals.tolist()
@@ -174,6 +177,9 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) ->
             running, kv, tokens = running + 1, kv + ins[i], tokens + ins[i]
             pairs += prefill_pairs(0, ins[i])
         work = costs.decode_step(running, kv) + (costs.prefill(tokens, pairs, len(admitted)) if admitted else 0.0)
+        if not math.isfinite(t + work):  # (a NaN or infinite step never ended: advance looped for ever)
+            raise ConfigError(f"{run.path}: the replay's step {step} ends at {t + work:g} s, past any "
+                              "real time: the cost terms or the host work are not usable")
         t = advance(t, work)
         units = host.busy_units(span_start, t)
         rows.append((1.0, running, kv, tokens, len(admitted), units))
