@@ -6,7 +6,8 @@
 - benchmark times no run can have: a time to first token of 0 (numpy warnings, then an error
   naming the output), a duration of 1e-300 s (an SVD traceback) or 1e308 s, gaps or send times
   of 1e308 s (the replay hung), and one file given several times (it passed the rule of a file
-  a fitted term).
+  a fitted term);
+- a profile with a NaN or negative cost (``profile show`` printed it).
 """
 
 from __future__ import annotations
@@ -215,3 +216,20 @@ def test_five_copies_of_a_duration_only_file_do_not_make_five_files(tmp_path):
     files = [bench(tmp_path, duration_only, f"d{i}.json") for i in range(5)]
     assert calibrate_bench(tmp_path, files) == (
         f"error: {files[1]}: the same content as {files[0]}: a benchmark file given twice; give each file once")
+
+
+# -- 3. NaN or negative costs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "shown"), [(math.nan, "nan"), (-1.0, "-1.0"), (math.inf, "inf")])
+def test_a_profile_with_a_nan_or_negative_cost_is_refused_by_show_and_by_calibrate(
+        tmp_path, metrics_profile, value, shown):
+    raw = json.loads(json.dumps(metrics_profile))
+    raw["costs"]["s1"] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(raw))  # (NaN and Infinity as Python writes them; json reads them)
+    r = invoke(["profile", "show", str(bad)])
+    assert r.exit_code == 2 and r.output == f"error: {bad}: field 'costs.s1': expected a finite number >= 0, got {shown}\n"
+    out = tmp_path / "p.json"
+    assert refused(["calibrate", "--from-metrics", str(METRICS), "--cluster", str(bad), "--out", str(out)], out) == (
+        f"error: {bad}: field 'costs.s1': expected a number >= 0, got {shown}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
-from sortedrl.sim.profile import is_profile
+from sortedrl.sim.profile import is_profile, parse_costs
 
 UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/sequence/step",
          "s1": "s/sequence/step", "p1": "s/prompt token", "p2": "s/attention pair",
@@ -40,6 +40,7 @@ def load_profile(path: Path) -> dict:
         raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
     if not isinstance(raw.get("costs"), dict):
         raise ConfigError(f"{path}: field 'costs': missing or not an object")
+    parse_costs(raw["costs"], str(path))  # each term as --cluster reads it: a NaN or negative one is refused
     return raw
 
 
