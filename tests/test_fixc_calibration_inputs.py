@@ -7,7 +7,8 @@
   naming the output), a duration of 1e-300 s (an SVD traceback) or 1e308 s, gaps or send times
   of 1e308 s (the replay hung), and one file given several times (it passed the rule of a file
   a fitted term);
-- a profile with a NaN or negative cost (``profile show`` printed it).
+- a profile with a NaN or negative cost (``profile show`` printed it);
+- ``--out`` not a .json file (``--cluster`` reads no other).
 """
 
 from __future__ import annotations
@@ -233,3 +234,14 @@ def test_a_profile_with_a_nan_or_negative_cost_is_refused_by_show_and_by_calibra
     out = tmp_path / "p.json"
     assert refused(["calibrate", "--from-metrics", str(METRICS), "--cluster", str(bad), "--out", str(out)], out) == (
         f"error: {bad}: field 'costs.s1': expected a number >= 0, got {shown}")
+
+
+# -- 4. --out ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["p.txt", "p.JSON", "p"])
+def test_out_must_be_a_json_file_and_is_checked_before_any_input(tmp_path, name):
+    out = tmp_path / name
+    for inputs in (["--from-vllm-bench", str(tmp_path / "missing.json")], ["--from-metrics", str(METRICS)]):
+        assert refused(["calibrate", *inputs, "--cluster", PRESET, "--out", str(out)], out) == (
+            f"error: --out {out}: a profile is a .json file (--cluster reads no other)")

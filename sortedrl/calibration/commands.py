@@ -30,6 +30,8 @@ profile_app = typer.Typer(no_args_is_help=True, add_completion=False,
 def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
                        samples_per_step: int | None = None, force: bool = False) -> None:
     """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
+    if not out.name.endswith(".json"):  # as load_cluster tells a profile from a preset's name
+        raise ConfigError(f"--out {out}: a profile is a .json file (--cluster reads no other)")
     if cluster is None:
         raise ConfigError("--cluster: give the preset (or profile) whose shape and unmeasured terms "
                           "the profile keeps, e.g. --cluster h100-llama3.1-8b")
