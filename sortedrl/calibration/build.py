@@ -21,7 +21,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.limits import short_repr
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.sim.cost import CostModel
-from sortedrl.sim.profile import FORMAT, is_profile
+from sortedrl.sim.profile import FORMAT, is_profile, profile_cluster
 
 SHAPE = ("gpu", "model", "gpus", "tp", "placement", "train_gpus")
 MODEL_FIXED = ("a0", "c1", "p2", "pn", "prefill_in_step", "step_table")  # set by the vllm-bench model
@@ -59,6 +59,8 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     fit["from_preset"] = [n for n in names if n not in measured]
     base.update(costs=_costs_json(costs), fit=fit, measured_terms=sorted(measured),
                 sources=[*base.get("sources", []), *map(str, bench), *([str(metrics)] if metrics else [])])
+    # what --cluster would refuse is not written (durations of a few ns fitted t_fix = 0)
+    profile_cluster(json.loads(json.dumps(base)), "the fitted profile (not written)", "check")
     return base
 
 

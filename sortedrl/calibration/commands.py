@@ -27,11 +27,17 @@ profile_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Inspect calibrated profiles.")
 
 
+def check_profile_name(out: Path) -> None:
+    """Every calibrate writes a profile that ``--cluster`` reads back, which it tells from a
+    preset's name by the ``.json`` ending (case-sensitive, as :func:`load_cluster`)."""
+    if not out.name.endswith(".json"):
+        raise ConfigError(f"--out {out}: a profile is a .json file (--cluster reads no other)")
+
+
 def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
                        samples_per_step: int | None = None, force: bool = False) -> None:
     """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
-    if not out.name.endswith(".json"):  # as load_cluster tells a profile from a preset's name
-        raise ConfigError(f"--out {out}: a profile is a .json file (--cluster reads no other)")
+    check_profile_name(out)
     if cluster is None:
         raise ConfigError("--cluster: give the preset (or profile) whose shape and unmeasured terms "
                           "the profile keeps, e.g. --cluster h100-llama3.1-8b")

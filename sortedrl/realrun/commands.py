@@ -133,6 +133,9 @@ def register(app: typer.Typer) -> None:
         (--from-vllm-bench, --from-metrics)."""
         if ctx.args and not bench:
             raise ConfigError(f"unexpected argument {ctx.args[0]!r}")
+        from sortedrl.calibration.commands import check_profile_name
+
+        check_profile_name(out)  # (--model, --rescale and --from-* alike, before any work)
         if rescale is not None:
             from sortedrl.realrun.rescale import check_rescale_options
 

@@ -242,6 +242,23 @@ def test_a_profile_with_a_nan_or_negative_cost_is_refused_by_show_and_by_calibra
 @pytest.mark.parametrize("name", ["p.txt", "p.JSON", "p"])
 def test_out_must_be_a_json_file_and_is_checked_before_any_input(tmp_path, name):
     out = tmp_path / name
-    for inputs in (["--from-vllm-bench", str(tmp_path / "missing.json")], ["--from-metrics", str(METRICS)]):
-        assert refused(["calibrate", *inputs, "--cluster", PRESET, "--out", str(out)], out) == (
+    model = str(tmp_path / "no-model")  # (--model and --rescale: refused before the model is read)
+    for inputs in (["--from-vllm-bench", str(tmp_path / "missing.json"), "--cluster", PRESET],
+                   ["--from-metrics", str(METRICS), "--cluster", PRESET],
+                   ["--model", model], ["--model", model, "--rescale", str(tmp_path / "old.json")]):
+        assert refused(["calibrate", *inputs, "--out", str(out)], out) == (
             f"error: --out {out}: a profile is a .json file (--cluster reads no other)")
+
+
+def test_a_fit_that_cluster_would_refuse_is_not_written(tmp_path):
+    """Summaries lasting a nanosecond a step fit t_fix = 0; --cluster refuses that profile (a
+    decode step takes time), so calibrate says so instead of writing it."""
+    def nanoseconds(raw: dict) -> None:
+        for key in ("input_lens", "output_lens", "ttfts", "itls", "start_times", "queue_times", "errors"):
+            raw.pop(key)
+        raw["duration"] = math.ceil(raw["total_output_tokens"] / raw["completed"]) * 1e-9
+
+    files = [bench(tmp_path, nanoseconds, f"s{c}-{r}.json", f"c{c}-r{r}.json") for c in (2, 4, 8, 16) for r in (0, 1)]
+    assert calibrate_bench(tmp_path, files) == (
+        "error: the fitted profile (not written): field 'costs': t_fix + a0 must be at least 1e-09 s "
+        "(a decode step takes time), got 0")
