@@ -19,7 +19,9 @@ GAP = "  "
 UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "s", "sync_s": "s",
          "tokens_per_s": "tok/s", "generated_tokens": "tok", "useful_tokens": "tok",
          "wasted_tokens": "tok", "recomputed_tokens": "tok", "staleness_mean": "versions",
-         "staleness_p95": "versions", "staleness_max": "versions"}
+         "staleness_p95": "versions", "staleness_max": "versions", "learnable_tokens": "tok",
+         "learnable_tokens_per_s": "tok/s", "filtered_tokens": "tok", "offload_s": "s", "tool_s": "s",
+         "sandbox_wait_s": "s", "regen_sigma": "log-tok"}
 METRICS_LINE = "columns are defined in docs/metrics.md; --json prints every field"
 
 
