@@ -81,8 +81,8 @@ def test_auto_knobs_are_shown_as_used(seven):
     r, summaries = seven
     by = {s["label"]: s for s in summaries}
     # 2 engines x 256 slots; 64 prompts per step of 8 responses, 3 steps: the window is half the
-    # 1,536-sample loading group, 1.5 x the slots
-    assert by["sortedrl"]["auto_params"] == {"group_prompts": 256, "oversubscribe": 1.5,
+    # 1,536-sample loading group (all 192 prompts: fewer than 4 steps), 1.5 x the slots
+    assert by["sortedrl"]["auto_params"] == {"group_prompts": 192, "oversubscribe": 1.5,
                                              "update_batch": 256}
     assert by["sync"]["auto_params"] == {"rollout_batch": 64}
     assert by["async"]["auto_params"] == {"batch": 512, "max_concurrent": 256}  # 1 rollout engine
@@ -94,7 +94,7 @@ def test_auto_knobs_are_shown_as_used(seven):
                 and "unbounded" not in f.metadata["help"]}
         assert set(s["auto_params"]) == auto, s["label"]
     text = " ".join(r.stdout.split())
-    assert ("sortedrl: group_prompts=256 (auto), oversubscribe=1.5 (auto), update_batch=256 (auto),"
+    assert ("sortedrl: group_prompts=192 (auto), oversubscribe=1.5 (auto), update_batch=256 (auto),"
             in text)
 
 
@@ -103,7 +103,7 @@ def test_an_explicit_knob_is_not_auto(tmp_path):
                "--out", str(tmp_path / "s"), "--json")
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
-    assert s["auto_params"] == {"group_prompts": 256, "oversubscribe": 1.5}
+    assert s["auto_params"] == {"group_prompts": 192, "oversubscribe": 1.5}
     assert s["params"]["update_batch"] == 32
 
 
@@ -219,3 +219,17 @@ def test_tune_prints_the_best_per_policy_and_the_front_within_80_columns(tmp_pat
     assert rows[: len(best)] == [[t["policy"], str(t["id"])] for t in best]  # best first, no 'pareto' tags
     assert d["best"]["per_policy"]["async"] is None and "no feasible trial for: async" in lines
     assert lines[-1] == "columns are defined in docs/metrics.md; --json prints every field"
+
+
+def test_an_auto_loading_group_reports_the_prompts_it_loads(tmp_path):
+    # 4 x 64 prompts per step is 256, but the trace holds 192: the loading group is all 192, and
+    # the knobs said group_prompts=256 (auto); an explicit 256 runs the same schedule
+    runs = {}
+    for name, sets in (("auto", []), ("given", ["--set", "group_prompts=256"])):
+        r = invoke("simulate", *SYNTH, *TWO, "--policy", "sortedrl", *sets, "--out", str(tmp_path / name), "--json")
+        assert r.exit_code == 0, r.output
+        runs[name] = json.loads(r.stdout)
+    assert runs["auto"]["auto_params"]["group_prompts"] == 192 and runs["given"]["params"]["group_prompts"] == 256
+    for s in runs.values():
+        del s["params"], s["auto_params"]
+    assert runs["auto"] == runs["given"]

@@ -103,8 +103,8 @@ def test_three_step_runs_write_valid_logs(tiny_model, tmp_path, policy, sets):
     assert summary["samples_trained"] == summary["samples_total"] == 3 * 8 * 4
     assert summary == json.loads((out / "summary.json").read_text())
     # auto knobs as used (issue 15): 8 prompts per step, one engine of 32 slots; sortedrl's
-    # window is half its 96-sample loading group, 1.5 x the slots
-    auto = {"rollout_batch": 8} if policy == "sync" else {"group_prompts": 32, "oversubscribe": 1.5}
+    # window is half its 96-sample loading group (all 24 prompts), 1.5 x the slots
+    auto = {"rollout_batch": 8} if policy == "sync" else {"group_prompts": 24, "oversubscribe": 1.5}
     assert summary["auto_params"] == auto
     tl = Timeline.read_jsonl(out / "timeline.jsonl")
     trained = [i for t in tl.trains for i in t[3]]

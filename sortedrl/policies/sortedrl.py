@@ -63,7 +63,7 @@ from sortedrl.policies.view import ClusterView
 class SortedRLParams:
     group_prompts: int = field(default=0, metadata={
         "help": "prompts per loading group (0: 4 x the trace's prompts per step, and at least "
-                "twice the oversubscribed window)"})
+                "twice the oversubscribed window, at most the trace's prompts)"})
     oversubscribe: float = field(default=0.0, metadata={
         "help": "samples kept admitted, as a multiple of the engines' total max_num_seqs "
                 "(0: 2, at most half the loading group)"})
@@ -164,9 +164,9 @@ class SortedRLPolicy(Policy):
         cluster's slots and the trace (module docstring)."""
         p, n, slots = self.params, view.group_size, view.total_capacity
         window = math.floor((p.oversubscribe or 2.0) * slots)
-        self.group_prompts = p.group_prompts or max(4 * max(1, self.ctx.prompts_per_step),
-                                                    -(-2 * window // n))
-        loading = min(self.group_prompts, view.num_groups) * n
+        self.group_prompts = p.group_prompts or min(max(4 * max(1, self.ctx.prompts_per_step),
+                                                        -(-2 * window // n)), view.num_groups)
+        loading = min(self.group_prompts, view.num_groups) * n  # (auto: as loaded; no more exist)
         self.window = window if p.oversubscribe else max(1, min(window, loading // 2))
         size = p.update_batch or min(slots // 2, loading // 4)
         if not p.update_batch and p.harvest == "groups":  # whole groups: a multiple of n
