@@ -27,7 +27,7 @@ from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
 from sortedrl.traces.io import read_trace
 from sortedrl.traces.schema import Trace
-from sortedrl.traces.synth import PRESETS, synthesize
+from sortedrl.traces.synth import AGENTIC_PRESETS, PRESETS, preset_names, synthesize
 
 err = Console(stderr=True)
 
@@ -260,26 +260,31 @@ def summary_text(summary: dict, title: str) -> str:
 # -- options several commands take ------------------------------------------------------------------
 
 def _preset_default(field: str) -> str:
-    values = sorted({getattr(p, field) for p in PRESETS.values()})
-    return str(values[0]) if len(values) == 1 else "/".join(map(str, values))
+    """Help text for a per-preset default: the value most presets share, then the exceptions."""
+    values = {name: getattr(p, field) for name, p in {**PRESETS, **AGENTIC_PRESETS}.items()}
+    common = max(set(values.values()), key=list(values.values()).count)
+    others = ", ".join(f"{name} {v}" for name, v in values.items() if v != common)
+    return f"the preset's, {common}" + (f"; {others}" if others else "")
 
 
 TRACE = typer.Option(None, "--trace", "--trace-model",
                      help="length trace (.jsonl, .csv, .parquet), or a trace model from `trace fit`")
-SYNTHETIC = typer.Option(None, "--synthetic", help=f"synthetic preset ({', '.join(sorted(PRESETS))})")
+SYNTHETIC = typer.Option(None, "--synthetic", help=f"synthetic preset ({', '.join(preset_names())})")
 CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help=(
-    "a preset {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg] (`sortedrl clusters` lists them; defaults "
-    "8 GPUs, 256 seqs per engine, colocated), a cluster JSON file, or a calibrated profile"))
+    "a preset {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg] (`sortedrl clusters` lists them with their "
+    "tp and GPUs; defaults 8 GPUs unless the model needs more, 256 seqs per engine, colocated), a "
+    "cluster JSON file, or a calibrated profile"))
 SEED = typer.Option(0, "--seed", help="seed (synthetic traces, searches)")
 PROMPTS = typer.Option(None, "--prompts", show_default=False,
-                       help=f"synthetic or trace model: prompts per step (default: {_preset_default('prompts')}, "
-                            "the preset's; the model's)")
+                       help=f"synthetic or trace model: prompts per step (default: {_preset_default('prompts')}; a "
+                            "trace model's own)")
 GROUP_SIZE = typer.Option(None, "--group-size", show_default=False,
                           help=f"synthetic: responses per prompt, GRPO n (default: {_preset_default('group_size')})")
 STEPS = typer.Option(4, "--steps", help="synthetic or trace model: training steps (the first is every "
                                         "policy's warm-up)")
 TIMELINE = typer.Option("npz", "--timeline", help="timeline file format: npz (columnar, fast, the "
-                        "default) or jsonl (text, 267 bytes a sample); docs/metrics.md")
+                        "default; 54-137 bytes a sample) or jsonl (text, 141-387 bytes a sample); "
+                        "docs/metrics.md")
 FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")
 WORKERS = typer.Option(1, "--workers", help="simulations at once, in local processes (the same "
                        "results; each holds a whole run in memory)")

@@ -14,7 +14,6 @@ import typer
 from sortedrl import jsonio
 from sortedrl.cli_common import (
     FORCE,
-    PROMPTS,
     SEED,
     TRACE,
     WORKERS,
@@ -42,7 +41,8 @@ def forecast(
     clusters: list[str] = typer.Option(["h100-llama3.1-8b"], "--cluster",
                                        help="cluster preset or file, repeatable"),
     steps: int = typer.Option(None, "--steps", help="trace model: training steps of the run"),
-    prompts: int = PROMPTS,
+    prompts: int = typer.Option(None, "--prompts", show_default=False,
+                                help="trace model: prompts per step (default: the model's)"),
     seeds: int = typer.Option(3, "--seeds", help="trace model: draws (each simulated) for the interval"),
     seed: int = SEED,
     gpu_hour_price: float = typer.Option(0.0, "--gpu-hour-price", help="price of one GPU-hour ($)"),

@@ -136,9 +136,9 @@ def synth_cmd(
     preset: Annotated[str, typer.Argument(help=f"One of: {', '.join(preset_names())}.")],
     out: Annotated[Path, typer.Option(help="Output trace (.jsonl, .csv or .parquet).")],
     prompts: Annotated[int | None, typer.Option(
-        help="Prompts per step (default: the preset's, 128).", show_default=False)] = None,
+        help="Prompts per step (default: the preset's, 128; agentic-retool 64, agentic-swe 32).", show_default=False)] = None,
     group_size: Annotated[int | None, typer.Option(
-        help="Samples per prompt, GRPO n (default: the preset's, 8).", show_default=False)] = None,
+        help="Samples per prompt, GRPO n (default: the preset's, 8; agentic-retool 16).", show_default=False)] = None,
     steps: Annotated[int, typer.Option(help="Training steps (the first is every policy's warm-up).")] = 4,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     dataset_size: Annotated[
