@@ -99,6 +99,22 @@ def test_a_hand_edited_base_profile_is_one_error_line_before_any_fit(tmp_path, m
     for inputs in (["--from-metrics", str(METRICS)], ["--from-vllm-bench", str(BENCH / "c4-r0.json")]):
         got = refused(["calibrate", *inputs, "--cluster", str(base), "--out", str(out)], out)
         assert got == f"error: {base}: {message}"
+    assert refused(["profile", "show", str(base)], out) == f"error: {base}: {message}"  # checked alike
+
+
+@pytest.mark.parametrize("key", ["host_s", "host_stderr_s"])
+@pytest.mark.parametrize("value", ["x", -1.0, float("inf"), True])
+def test_a_hand_edited_host_work_is_refused_not_hidden(tmp_path, key, value):
+    """`profile show` left out the host-work line when host_s was not a number, without a word."""
+    base = tmp_path / "base.json"
+    r = invoke(["calibrate", "--from-vllm-bench", str(BENCH / "c4-r0.json"), "--cluster", PRESET, "--out", str(base)])
+    assert r.exit_code == 0, r.output
+    raw = json.loads(base.read_text())
+    raw["fit"]["engine"][key] = value
+    base.write_text(json.dumps(raw, allow_nan=True))
+    assert refused(["profile", "show", str(base)], tmp_path / "none") == (
+        f"error: {base}: field 'fit.engine' is not as `sortedrl calibrate` writes it (ValueError: {key} "
+        f"{value!r}: expected seconds >= 0)")
 
 
 def test_a_kept_engine_record_without_its_optional_lists_still_summarises(tmp_path):

@@ -15,10 +15,9 @@ from pathlib import Path
 
 from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
-from sortedrl.calibration.show import render
+from sortedrl.calibration.show import check_records, render
 from sortedrl.calibration.vllm_bench import check_enough, fit_bench
 from sortedrl.errors import ConfigError
-from sortedrl.limits import short_repr
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.profile import FORMAT, is_profile, profile_cluster
@@ -102,20 +101,10 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
 
 
 def _check_base(raw: dict, spec: str) -> None:
-    """The records of an earlier profile that the new one keeps or extends, as `calibrate`
-    writes them: one error naming the field (a hand-edited 'fit', 'sources' or 'measured_terms'
-    was a traceback). The records ``profile show`` prints are checked as it checks them."""
-    fit = raw.get("fit")
-    if fit is not None and not isinstance(fit, dict):
-        raise ConfigError(f"{spec}: field 'fit': expected an object, got {short_repr(fit)}")
-    for key in ("sources", "measured_terms"):
-        v = raw.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise ConfigError(f"{spec}: field {key!r}: expected a list of strings, got {short_repr(v)}")
-    names = {f.name for f in dataclasses.fields(CostModel)}
-    unknown = [t for t in raw.get("measured_terms", []) if t not in names]
-    if unknown:
-        raise ConfigError(f"{spec}: field 'measured_terms': not a cost term: {', '.join(map(repr, unknown))}")
+    """The records of an earlier profile that the new one keeps or extends: checked as
+    ``profile show`` checks them (a hand-edited 'fit', 'sources' or 'measured_terms' was a
+    traceback)."""
+    check_records(raw, spec)
     render(raw, spec)
 
 

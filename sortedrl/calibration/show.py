@@ -8,11 +8,15 @@ a profile before simulating on it. Every number is defined in docs/calibration.m
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
+from sortedrl.limits import short_repr
+from sortedrl.sim.cost import CostModel
 from sortedrl.sim.profile import is_profile, parse_costs
 
 UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/sequence/step",
@@ -41,7 +45,29 @@ def load_profile(path: Path) -> dict:
     if not isinstance(raw.get("costs"), dict):
         raise ConfigError(f"{path}: field 'costs': missing or not an object")
     parse_costs(raw["costs"], str(path))  # each term as --cluster reads it: a NaN or negative one is refused
+    check_records(raw, str(path))
     return raw
+
+
+def seconds(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def check_records(raw: dict, where: str) -> None:
+    """The records calibrate writes beside the costs, as it writes them: ``fit`` an object,
+    ``sources`` and ``measured_terms`` lists of strings (cost term names). ``profile show`` and
+    ``calibrate --cluster`` (an earlier profile, extended) both check them so."""
+    fit = raw.get("fit")
+    if fit is not None and not isinstance(fit, dict):
+        raise ConfigError(f"{where}: field 'fit': expected an object, got {short_repr(fit)}")
+    for key in ("sources", "measured_terms"):
+        v = raw.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError(f"{where}: field {key!r}: expected a list of strings, got {short_repr(v)}")
+    names = {f.name for f in dataclasses.fields(CostModel)}
+    unknown = [t for t in raw.get("measured_terms", []) if t not in names]
+    if unknown:
+        raise ConfigError(f"{where}: field 'measured_terms': not a cost term: {', '.join(map(repr, unknown))}")
 
 
 def render(raw: dict, path: str) -> list[str]:
@@ -132,6 +158,9 @@ def _engine_fit(eng: dict | None) -> list[str]:
             out.append("    (no per-request lists: every request given the mean lengths)")
         if f.get("merged_requests"):
             out.append(f"    {merged_note(f)}")
+    for key in ("host_s", "host_stderr_s", "latency_s", "latency_stderr_s"):  # (a hand edit hid the line)
+        if eng.get(key) is not None and not seconds(eng[key]):
+            raise ValueError(f"{key} {eng[key]!r}: expected seconds >= 0")
     if isinstance(eng.get("host_s"), (int, float)):
         out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms "
                    f"(stderr {1e3 * (eng.get('host_stderr_s') or 0.0):.3f} ms; CPU time outside the engine that "

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         steps: int = typer.Option(..., "--steps", help="steps of prompts to train on"),
         out: Path = typer.Option(..., "--out", help="run directory"),
         sets: list[str] = typer.Option([], "--set", help="policy knob key=value (repeatable)"),
-        task: str = typer.Option("sort", "--task", help="built-in task (sort, sort-long) or module:factory"),
+        task: str = typer.Option("sort", "--task", help="built-in task (sort, sort-long, sort-tool: multi-turn with a tool) or module:factory"),
         dataset: Path = typer.Option(None, "--dataset", help="your JSONL of prompt/answer\\[/id] rows (replaces --task)"),
         reward: str = typer.Option("exact", "--reward", help="grading of --dataset responses: exact, contains, numeric or module:function"),
         prompts: int = typer.Option(8, "--prompts", help="prompts per step"),
