@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.profile import is_profile, parse_costs
@@ -47,10 +47,6 @@ def load_profile(path: Path) -> dict:
     parse_costs(raw["costs"], str(path))  # each term as --cluster reads it: a NaN or negative one is refused
     check_records(raw, str(path))
     return raw
-
-
-def seconds(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def check_records(raw: dict, where: str) -> None:
@@ -159,7 +155,7 @@ def _engine_fit(eng: dict | None) -> list[str]:
         if f.get("merged_requests"):
             out.append(f"    {merged_note(f)}")
     for key in ("host_s", "host_stderr_s", "latency_s", "latency_stderr_s"):  # (a hand edit hid the line)
-        if eng.get(key) is not None and not seconds(eng[key]):
+        if eng.get(key) is not None and not (finite(eng[key]) and eng[key] >= 0):
             raise ValueError(f"{key} {eng[key]!r}: expected seconds >= 0")
     if isinstance(eng.get("host_s"), (int, float)):
         out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms "
