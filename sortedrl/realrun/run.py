@@ -113,35 +113,16 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
-    if resume and not (ckpt / ckpt_io.STATE).exists():
-        raise ConfigError(f"--resume: {out} has no checkpoint to resume from")
-    if not resume and out.exists() and any(out.iterdir()):
-        raise ConfigError(f"--out {out}: exists and is not empty (use --resume to continue it)")
-    if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
-        raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
-    check_device(cfg)
-    if not 0.0 < cfg.temperature < float("inf"):
-        raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
-    if cfg.warm_tokens < 0:
-        raise ConfigError(f"--warm-tokens {cfg.warm_tokens}: must be >= 0")
-    if cfg.engines < 1:
-        raise ConfigError(f"--engines {cfg.engines}: a run needs at least one engine")
-    if cfg.placement not in ("colocated", "disaggregated"):
-        raise ConfigError(f"--placement {cfg.placement}: expected colocated or disaggregated")
+    check_config(cfg, out, resume)
 
     from transformers import AutoTokenizer
-
-    from sortedrl.realrun.backend import RealBackend
-    from sortedrl.realrun.engine import VllmEngine
-    from sortedrl.realrun.trainer import GRPOTrainer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
     n = cfg.group_size
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
     grade = grader(task, problems, tok, n, words=(model_dir / MODEL_CARD).exists())
-    groups = prompt_set(cfg, len(problems))
-    policy = make_policy(cfg.policy, cfg.sets, groups)
+    policy = make_policy(cfg.policy, cfg.sets, prompt_set(cfg, len(problems)))
     if policy.placements and cfg.placement not in policy.placements:
         raise ConfigError(f"policy {cls.name} needs a {' or '.join(policy.placements)} cluster "
                           f"(--placement {policy.placements[0]})")
@@ -150,9 +131,6 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
 
         connect(cfg.ray, num_cpus=os.cpu_count())
 
-    # devices as the simulator counts them: colocated shares the engines', disaggregated adds one
-    gpus = cfg.engines + (cfg.placement == "disaggregated")
-    trainer_gpus = cfg.engines if cfg.placement == "colocated" else 1
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:
@@ -164,48 +142,18 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                 fh.truncate(size)
         timeline = Timeline.read_jsonl(out / "timeline.jsonl")
     else:
-        meta = {"backend": "vllm", "policy": policy.name, "oracle": False,
-                "params": params_dict(policy.params), "trace": f"task:{task.name}",
-                "cluster": "local-vllm", "seed": cfg.seed, "placement": cfg.placement,
-                "engines": cfg.engines,
-                "max_num_seqs": cfg.max_num_seqs, "kv_budget": 0, "tp": 1, "gpus": gpus,
-                "trainer_gpus": trainer_gpus, "group_size": n, "samples_total": len(prompts),
-                "lower_bound_s": 0.0, "run": asdict(cfg)}
-        timeline = Timeline(meta)
-        for name in LOGS:
-            (out / name).touch()
-        head = Appender(out / "timeline.jsonl")
-        head.write({"kind": "meta", **meta})
-        head.close()
+        timeline = _start_logs(out, _run_meta(cfg, policy, task.name, len(prompts)))
     logs = {name: Appender(out / name) for name in LOGS}
     timeline.sink = logs["timeline.jsonl"]
 
-    max_model_len = cfg.max_tokens + max(map(len, prompts)) + 1
-    if multi_turn:  # the context also holds the tool outputs
-        max_model_len += agent.TOOL_TOKENS_MAX * cfg.max_turns
-    trainer_kwargs = dict(lr=cfg.lr, kl_coef=cfg.kl_coef, temperature=cfg.temperature, seed=cfg.seed,
-                          device=cfg.device, dtype=cfg.dtype)
-    engine_kwargs = dict(seed=cfg.seed, dtype=cfg.dtype, device=cfg.device, warm_tokens=cfg.warm_tokens,
-                         gpu_memory_utilization=cfg.gpu_memory_utilization)
     common = dict(prompts=prompts, grade=grade, group_size=n, max_tokens=cfg.max_tokens,
                   temperature=cfg.temperature, max_num_seqs=cfg.max_num_seqs, timeline=timeline,
                   seed=cfg.seed, eos=tok.eos_token_id, clock_offset=state["clock"] if state else 0.0)
-    if cfg.on_ray:
-        from sortedrl.realrun.actors import RemoteTrainer, start_actors
-        from sortedrl.realrun.ray_backend import RayBackend
-
-        workers, actor = start_actors(cfg.engines, str(model_dir), cfg.max_num_seqs, max_model_len,
-                                      engine_kwargs, trainer_kwargs)
-        trainer, engine = RemoteTrainer(actor), None
-        backend = RayBackend(workers, actor, cfg.placement, **common)
-    else:
-        engine = VllmEngine(str(model_dir), cfg.max_num_seqs, max_model_len, **engine_kwargs)
-        trainer = GRPOTrainer(str(model_dir), **trainer_kwargs)
-        backend = (agent.start(engine, trainer, task, turns, tok, cfg.seed, common,
-                               lambda ids: decode(tok, ids, (model_dir / MODEL_CARD).exists()))
-                   if multi_turn else RealBackend(engine, trainer, **common))
+    tools = (task, turns, tok, lambda ids: decode(tok, ids, (model_dir / MODEL_CARD).exists())) if multi_turn else None
+    backend, engine, trainer = _start_backend(cfg, model_dir, common, tools)
     controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
                             timeline, rewards=backend.reward)
+
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
         logs["metrics.jsonl"].write({"update": timeline.count("train"), **metrics})
         for i in samples:
@@ -237,6 +185,78 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_trace(out, cfg, task.name)
     return summary
+
+
+def check_config(cfg: RunConfig, out: Path, resume: bool) -> None:
+    """One error line for a run that cannot start: RUNDIR, sizes, device, sampling, engines."""
+    if resume and not (out / "checkpoint" / ckpt_io.STATE).exists():
+        raise ConfigError(f"--resume: {out} has no checkpoint to resume from")
+    if not resume and out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: exists and is not empty (use --resume to continue it)")
+    if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
+        raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
+    check_device(cfg)
+    if not 0.0 < cfg.temperature < float("inf"):
+        raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
+    if cfg.warm_tokens < 0:
+        raise ConfigError(f"--warm-tokens {cfg.warm_tokens}: must be >= 0")
+    if cfg.engines < 1:
+        raise ConfigError(f"--engines {cfg.engines}: a run needs at least one engine")
+    if cfg.placement not in ("colocated", "disaggregated"):
+        raise ConfigError(f"--placement {cfg.placement}: expected colocated or disaggregated")
+
+
+def _run_meta(cfg: RunConfig, policy, task: str, samples: int) -> dict:
+    """The timeline's meta record of a new run (devices counted as the simulator counts them:
+    colocated shares the engines', disaggregated adds one for the trainer)."""
+    return {"backend": "vllm", "policy": policy.name, "oracle": False,
+            "params": params_dict(policy.params), "trace": f"task:{task}",
+            "cluster": "local-vllm", "seed": cfg.seed, "placement": cfg.placement,
+            "engines": cfg.engines, "max_num_seqs": cfg.max_num_seqs, "kv_budget": 0, "tp": 1,
+            "gpus": cfg.engines + (cfg.placement == "disaggregated"),
+            "trainer_gpus": cfg.engines if cfg.placement == "colocated" else 1,
+            "group_size": cfg.group_size, "samples_total": samples,
+            "lower_bound_s": 0.0, "run": asdict(cfg)}
+
+
+def _start_logs(out: Path, meta: dict) -> Timeline:
+    """A new run's empty logs, the timeline's meta record written first."""
+    for name in LOGS:
+        (out / name).touch()
+    head = Appender(out / "timeline.jsonl")
+    head.write({"kind": "meta", **meta})
+    head.close()
+    return Timeline(meta)
+
+
+def _start_backend(cfg: RunConfig, model_dir: Path, common: dict, tools: tuple | None) -> tuple:
+    """``(backend, engine, trainer)``: vLLM and the trainer in this process, or as Ray actors
+    (``engine`` is None then); ``tools`` (task, turn config, tokenizer, decoder) for a
+    multi-turn task."""
+    from sortedrl.realrun.backend import RealBackend
+    from sortedrl.realrun.engine import VllmEngine
+    from sortedrl.realrun.trainer import GRPOTrainer
+
+    max_model_len = cfg.max_tokens + max(map(len, common["prompts"])) + 1
+    if tools is not None:  # the context also holds the tool outputs
+        max_model_len += agent.TOOL_TOKENS_MAX * cfg.max_turns
+    trainer_kwargs = dict(lr=cfg.lr, kl_coef=cfg.kl_coef, temperature=cfg.temperature, seed=cfg.seed,
+                          device=cfg.device, dtype=cfg.dtype)
+    engine_kwargs = dict(seed=cfg.seed, dtype=cfg.dtype, device=cfg.device, warm_tokens=cfg.warm_tokens,
+                         gpu_memory_utilization=cfg.gpu_memory_utilization)
+    if cfg.on_ray:
+        from sortedrl.realrun.actors import RemoteTrainer, start_actors
+        from sortedrl.realrun.ray_backend import RayBackend
+
+        workers, actor = start_actors(cfg.engines, str(model_dir), cfg.max_num_seqs, max_model_len,
+                                      engine_kwargs, trainer_kwargs)
+        return RayBackend(workers, actor, cfg.placement, **common), None, RemoteTrainer(actor)
+    engine = VllmEngine(str(model_dir), cfg.max_num_seqs, max_model_len, **engine_kwargs)
+    trainer = GRPOTrainer(str(model_dir), **trainer_kwargs)
+    if tools is not None:
+        task, turns, tok, decoder = tools
+        return agent.start(engine, trainer, task, turns, tok, cfg.seed, common, decoder), engine, trainer
+    return RealBackend(engine, trainer, **common), engine, trainer
 
 
 def check_device(cfg: RunConfig) -> None:

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sortedrl.errors import TraceError
-from sortedrl.limits import INT32_MAX, INT64_MAX
+from sortedrl.limits import INT32_MAX
 from sortedrl.traces import turns as _turns
+from sortedrl.traces.columns import Line, bool_column, float_column, int_column, str_column
 from sortedrl.traces.turns import TURN_COLUMNS
 
 REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
@@ -102,98 +103,6 @@ class Trace:
             raise TraceError(f"{where}: the trace has no rows")
         line = (lambda i: rows[i]) if rows is not None else (lambda i: i + 1)
 
-        def ints(col: str, minimum: int) -> np.ndarray:
-            raw = columns[col]
-            if isinstance(raw, np.ndarray) and raw.dtype == np.uint64 and raw.size and raw.max() > INT64_MAX:
-                big = int(np.flatnonzero(raw > INT64_MAX)[0])  # (it would wrap to a negative)
-                raw = raw[: big + 1].tolist() + [0] * (n - big - 1)  # the loop below names it
-            if isinstance(raw, np.ndarray) and raw.dtype.kind in "iu":
-                out = raw.astype(np.int64, copy=False)  # the reordering below copies
-                low = np.flatnonzero(out < minimum)
-                if low.size == 0:
-                    return out
-                raw = out[: int(low[0]) + 1].tolist() + [0] * (n - int(low[0]) - 1)
-            out = np.empty(n, dtype=np.int64)
-            for i, v in enumerate(_py(raw)):
-                if isinstance(v, bool) or v is None:
-                    bad = True
-                elif isinstance(v, (int, np.integer)):
-                    bad = False
-                elif isinstance(v, (float, np.floating)) and float(v).is_integer():
-                    v, bad = int(v), False
-                elif isinstance(v, str) and v.strip().lstrip("-").isdigit():
-                    try:  # isdigit() also accepts e.g. '²' and '--5', which int() rejects
-                        v, bad = int(v), False
-                    except ValueError:
-                        bad = True
-                else:
-                    bad = True
-                if bad:
-                    raise TraceError(
-                        f"{where}: row {line(i)}: field '{col}': {v!r} is not an integer"
-                    )
-                if v < minimum:
-                    what = "negative" if v < 0 else f"below {minimum}"
-                    raise TraceError(f"{where}: row {line(i)}: field '{col}': {v} is {what}")
-                if v > INT64_MAX:
-                    raise TraceError(f"{where}: row {line(i)}: field '{col}': {v} is out of range")
-                out[i] = v
-            return out
-
-        def bools(col: str) -> np.ndarray:
-            raw = columns[col]
-            if isinstance(raw, np.ndarray) and raw.dtype.kind == "b":
-                return raw
-            out = np.empty(n, dtype=bool)
-            for i, v in enumerate(_py(columns[col])):
-                if isinstance(v, (bool, np.bool_)):
-                    out[i] = bool(v)
-                elif isinstance(v, (int, np.integer)) and v in (0, 1):
-                    out[i] = bool(v)
-                elif isinstance(v, str) and v.strip().lower() in ("true", "false", "1", "0"):
-                    out[i] = v.strip().lower() in ("true", "1")
-                else:
-                    raise TraceError(
-                        f"{where}: row {line(i)}: field '{col}': {v!r} is not a boolean"
-                    )
-            return out
-
-        def strs(col: str) -> np.ndarray:
-            vals = columns[col]
-            if isinstance(vals, np.ndarray) and vals.dtype.kind == "U":
-                empty = np.flatnonzero(vals == "")
-                if empty.size == 0:
-                    return vals
-                vals = vals.tolist()
-            for i, v in enumerate(_py(vals)):
-                if not isinstance(v, (str, np.str_)) or v == "":
-                    raise TraceError(
-                        f"{where}: row {line(i)}: field '{col}': {v!r} is not a non-empty string"
-                    )
-                if "\x00" in v:  # numpy unicode arrays silently drop trailing NULs
-                    raise TraceError(
-                        f"{where}: row {line(i)}: field '{col}': {v!r} contains a NUL character"
-                    )
-            return np.array([str(v) for v in vals], dtype=str)  # type: ignore[union-attr]
-
-        def floats(col: str) -> np.ndarray:
-            raw = columns[col]
-            if isinstance(raw, np.ndarray) and raw.dtype.kind == "f" and np.isfinite(raw).all():
-                return raw.astype(np.float64, copy=False)
-            out = np.empty(n, dtype=np.float64)
-            for i, v in enumerate(_py(columns[col])):
-                try:
-                    if isinstance(v, bool) or v is None:
-                        raise ValueError
-                    out[i] = float(v)  # type: ignore[arg-type]
-                except (TypeError, ValueError, OverflowError):
-                    raise TraceError(
-                        f"{where}: row {line(i)}: field '{col}': {v!r} is not a number"
-                    ) from None
-                if not np.isfinite(out[i]):
-                    raise TraceError(f"{where}: row {line(i)}: field '{col}': {v!r} is not finite")
-            return out
-
         if meta.max_response_len < 1:
             raise TraceError(
                 f"{where}: metadata 'max_response_len' must be >= 1, got {meta.max_response_len}"
@@ -201,56 +110,20 @@ class Trace:
         if meta.group_size < 1:
             raise TraceError(f"{where}: metadata 'group_size' must be >= 1, got {meta.group_size}")
 
-        prompt_id = strs("prompt_id")
-        sample = ints("sample", 0)
-        prompt_len = ints("prompt_len", 1)
-        response_len = ints("response_len", 1)
-        truncated = bools("truncated")
-        step = ints("step", 0) if columns.get("step") is not None else None
-        reward = floats("reward") if columns.get("reward") is not None else None
-        finish = strs("finish_reason") if columns.get("finish_reason") is not None else None
-
-        over = np.flatnonzero(response_len > meta.max_response_len)
-        if over.size:
-            i = int(over[0])
-            raise TraceError(
-                f"{where}: row {line(i)}: field 'response_len': {int(response_len[i])} is above "
-                f"max_response_len {meta.max_response_len}"
-            )
-        big = np.flatnonzero(sample >= meta.group_size)
-        if big.size:
-            i = int(big[0])
-            raise TraceError(
-                f"{where}: row {line(i)}: field 'sample': {int(sample[i])} is not below group_size {meta.group_size}"
-            )
-
-        # canonical order: groups by first appearance, samples by index
-        gidx = _first_appearance_ids(prompt_id, step)
-        same_group = gidx[1:] == gidx[:-1]
-        canonical = bool(((gidx[1:] > gidx[:-1]) | (same_group & (sample[1:] >= sample[:-1]))).all())
-        del same_group
-        if canonical:  # what writers write: the (stable) sort would give 0, 1, 2, ...
-            order = np.arange(n)
-            g_sorted, s_sorted = gidx, sample
-        else:
-            order = np.lexsort((sample, gidx))
-            g_sorted, s_sorted = gidx[order], sample[order]
-        dup = np.flatnonzero((g_sorted[1:] == g_sorted[:-1]) & (s_sorted[1:] == s_sorted[:-1]))
-        if dup.size:
-            i = int(order[dup[0] + 1])
-            at = f" in step {int(step[i])}" if step is not None else ""
-            raise TraceError(
-                f"{where}: row {line(i)}: duplicate (prompt_id, sample) = ({str(prompt_id[i])!r}, {int(sample[i])}){at}"
-            )
-        counts = np.bincount(gidx)
-        short = np.flatnonzero(counts != meta.group_size)
-        if short.size:
-            g = int(short[0])
-            i = int(np.flatnonzero(gidx == g)[0])
-            raise TraceError(
-                f"{where}: prompt {str(prompt_id[i])!r} (first at row {line(i)}) has {int(counts[g])} samples, "
-                f"expected group_size {meta.group_size}"
-            )
+        prompt_id = str_column(columns["prompt_id"], "prompt_id", where, line)
+        sample = int_column(columns["sample"], n, "sample", 0, where, line)
+        prompt_len = int_column(columns["prompt_len"], n, "prompt_len", 1, where, line)
+        response_len = int_column(columns["response_len"], n, "response_len", 1, where, line)
+        truncated = bool_column(columns["truncated"], n, "truncated", where, line)
+        step = reward = finish = None
+        if columns.get("step") is not None:
+            step = int_column(columns["step"], n, "step", 0, where, line)
+        if columns.get("reward") is not None:
+            reward = float_column(columns["reward"], n, "reward", where, line)
+        if columns.get("finish_reason") is not None:
+            finish = str_column(columns["finish_reason"], "finish_reason", where, line)
+        _check_bounds(meta, response_len, sample, where, line)
+        order, canonical = _canonical_order(meta, prompt_id, sample, step, where, line)
 
         turns = _turns.check_turns(columns, n, response_len, where, line)
         if turns is not None:
@@ -327,9 +200,56 @@ class Trace:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _py(values: object) -> list[object]:
-    """Plain Python values, so that error messages show ``'a'`` rather than ``np.str_('a')``."""
-    return values.tolist() if isinstance(values, np.ndarray) else list(values)  # type: ignore[call-overload]
+def _check_bounds(meta: TraceMeta, response_len: np.ndarray, sample: np.ndarray, where: str,
+                  line: Line) -> None:
+    """Every response within the cap, every sample index below the group size."""
+    over = np.flatnonzero(response_len > meta.max_response_len)
+    if over.size:
+        i = int(over[0])
+        raise TraceError(
+            f"{where}: row {line(i)}: field 'response_len': {int(response_len[i])} is above "
+            f"max_response_len {meta.max_response_len}"
+        )
+    big = np.flatnonzero(sample >= meta.group_size)
+    if big.size:
+        i = int(big[0])
+        raise TraceError(
+            f"{where}: row {line(i)}: field 'sample': {int(sample[i])} is not below group_size {meta.group_size}"
+        )
+
+
+def _canonical_order(meta: TraceMeta, prompt_id: np.ndarray, sample: np.ndarray,
+                     step: np.ndarray | None, where: str, line: Line) -> tuple[np.ndarray, bool]:
+    """``(order, canonical)``: the row order that makes the trace canonical (groups by first
+    appearance, samples by index), and whether it is the identity. A duplicate key and a group
+    of other than ``group_size`` samples are errors."""
+    gidx = _first_appearance_ids(prompt_id, step)
+    same_group = gidx[1:] == gidx[:-1]
+    canonical = bool(((gidx[1:] > gidx[:-1]) | (same_group & (sample[1:] >= sample[:-1]))).all())
+    del same_group
+    if canonical:  # what writers write: the (stable) sort would give 0, 1, 2, ...
+        order = np.arange(len(sample))
+        g_sorted, s_sorted = gidx, sample
+    else:
+        order = np.lexsort((sample, gidx))
+        g_sorted, s_sorted = gidx[order], sample[order]
+    dup = np.flatnonzero((g_sorted[1:] == g_sorted[:-1]) & (s_sorted[1:] == s_sorted[:-1]))
+    if dup.size:
+        i = int(order[dup[0] + 1])
+        at = f" in step {int(step[i])}" if step is not None else ""
+        raise TraceError(
+            f"{where}: row {line(i)}: duplicate (prompt_id, sample) = ({str(prompt_id[i])!r}, {int(sample[i])}){at}"
+        )
+    counts = np.bincount(gidx)
+    short = np.flatnonzero(counts != meta.group_size)
+    if short.size:
+        g = int(short[0])
+        i = int(np.flatnonzero(gidx == g)[0])
+        raise TraceError(
+            f"{where}: prompt {str(prompt_id[i])!r} (first at row {line(i)}) has {int(counts[g])} samples, "
+            f"expected group_size {meta.group_size}"
+        )
+    return order, canonical
 
 
 def _first_appearance_ids(prompt_id: np.ndarray, step: np.ndarray | None) -> np.ndarray:
