@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from sortedrl import timeline_file
+from sortedrl import __version__, timeline_file
 from sortedrl.calibration.commands import profile_app
 from sortedrl.cli_common import (
     CLUSTER,
@@ -66,6 +66,18 @@ app = typer.Typer(name="sortedrl", no_args_is_help=True, add_completion=False,
                   help="Design, simulate and validate rollout-scheduling policies for GRPO.")
 app.add_typer(trace_app, name="trace", help="Import, synthesise and inspect length traces.")
 app.add_typer(profile_app, name="profile", help="Inspect calibrated profiles (profile show).")
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        typer.echo(f"sortedrl {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _top(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                      help="print the version and exit")) -> None:
+    """Design, simulate and validate rollout-scheduling policies for GRPO."""
 
 
 # commands that run torch or vLLM in this process: their allocators rely on glibc's usual reuse

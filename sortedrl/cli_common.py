@@ -25,7 +25,7 @@ from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
-from sortedrl.traces.io import read_trace
+from sortedrl.traces.io import bundled_names, read_trace, resolve_bundled
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import AGENTIC_PRESETS, PRESETS, preset_names, synthesize
 
@@ -39,9 +39,15 @@ except ImportError:  # pragma: no cover - older typer
     from click.globals import get_current_context
 
 
-# Optional extras, by the top-level module a command imports: what to install to get it.
-EXTRAS = {"torch": "cpu", "vllm": "cpu", "transformers": "cpu", "tokenizers": "cpu",
-          "safetensors": "cpu", "ray": "ray", "pyarrow": "parquet"}
+# Optional modules, by the top-level name a command imports: the smallest install that brings
+# it. The real runner's extras bring them all: 'cpu' (vLLM for CPU, the CPU torch) or 'gpu'.
+RUNNER = "or the real runner's extra: 'sortedrl[cpu]' on CPU, 'sortedrl[gpu]' on CUDA"
+EXTRAS = {"torch": f"pip install torch ({RUNNER})",
+          "vllm": "pip install 'sortedrl[cpu]' (vLLM for CPU) or 'sortedrl[gpu]' (vLLM for CUDA)",
+          "transformers": f"pip install transformers ({RUNNER})",
+          "tokenizers": f"pip install tokenizers ({RUNNER})",
+          "safetensors": f"pip install safetensors ({RUNNER})",
+          "ray": "pip install 'sortedrl[ray]'", "pyarrow": "pip install pyarrow"}
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -142,8 +148,7 @@ def user_errors(fn: Callable) -> Callable:
             top = (e.name or "").split(".")[0]
             if top not in EXTRAS:
                 raise
-            message, code = (f"`sortedrl {fn.__name__.removesuffix('_cmd').replace('_', ' ')}` needs {top}, which is not "
-                             f"installed: pip install 'sortedrl[{EXTRAS[top]}]' (or `make test`)"), 2
+            message, code = f"`{_command_path(fn)}` needs {top}, which is not installed: {EXTRAS[top]}", 2
         except OSError as e:
             message, code = f"{e.filename or 'output'}: {e.strerror or e}", 2
         except MemoryError:
@@ -156,6 +161,12 @@ def user_errors(fn: Callable) -> Callable:
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)
     return wrapper
+
+
+def _command_path(fn) -> str:
+    """The command as the user typed it (``sortedrl trace import``)."""
+    ctx = get_current_context(silent=True)
+    return ctx.command_path if ctx is not None else f"sortedrl {fn.__name__.removesuffix('_cmd')}"
 
 
 def _check_finite(kwargs: dict) -> None:
@@ -267,8 +278,9 @@ def _preset_default(field: str) -> str:
     return f"the preset's, {common}" + (f"; {others}" if others else "")
 
 
-TRACE = typer.Option(None, "--trace", "--trace-model",
-                     help="length trace (.jsonl, .csv, .parquet), or a trace model from `trace fit`")
+TRACE = typer.Option(None, "--trace", "--trace-model", callback=lambda p: p and resolve_bundled(p),
+                     help="length trace (.jsonl, .csv, .parquet; a bundled one by its name: "
+                          f"{', '.join(bundled_names())}), or a trace model from `trace fit`")
 SYNTHETIC = typer.Option(None, "--synthetic", help=f"synthetic preset ({', '.join(preset_names())})")
 CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help=(
     "a preset {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg] (`sortedrl clusters` lists them with their "

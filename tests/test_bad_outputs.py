@@ -174,12 +174,21 @@ def test_bad_output_is_one_line_and_changes_nothing(ws, case):
     assert snapshot(ws) == before  # nothing created, nothing half-written, no input changed
 
 
-@pytest.mark.parametrize("command, needs", [
-    (["model", "init", "--out", "new"], "`sortedrl model init` needs torch"),
-    (["calibrate", "--model", "m", "--out", "p.json"], "`sortedrl calibrate` needs torch"),
-    (["run", "--model", "m", "--policy", "sync", "--steps", "1", "--out", "r"], "`sortedrl run` needs transformers"),
+RUNNER = "or the real runner's extra: 'sortedrl[cpu]' on CPU, 'sortedrl[gpu]' on CUDA"
+
+
+@pytest.mark.parametrize("command, needs, install", [
+    (["model", "init", "--out", "new"], "`sortedrl model init` needs torch", f"pip install torch ({RUNNER})"),
+    (["calibrate", "--model", "m", "--out", "p.json"], "`sortedrl calibrate` needs torch",
+     f"pip install torch ({RUNNER})"),
+    (["run", "--model", "m", "--policy", "sync", "--steps", "1", "--out", "r"], "`sortedrl run` needs transformers",
+     f"pip install transformers ({RUNNER})"),
+    # a sub-command is named as typed; tokenizers alone is enough for a verl import
+    (["trace", "import", str(ROOT / "tests/fixtures/frameworks/verl_rollout"), "--from", "verl",
+      "--tokenizer", "m", "--out", "t.jsonl"],
+     "`sortedrl trace import` needs tokenizers", f"pip install tokenizers ({RUNNER})"),
 ])
-def test_a_missing_extra_says_which_to_install(tmp_path, command, needs):
+def test_a_missing_extra_says_which_to_install(tmp_path, command, needs, install):
     # torch and vLLM made unimportable, as after `make demo` (which installs neither); `run` gets
     # a model directory copied from elsewhere, so that only the missing extra stops it
     model = tmp_path / "m"
@@ -188,13 +197,12 @@ def test_a_missing_extra_says_which_to_install(tmp_path, command, needs):
         (model / name).write_text("{}")
     (model / "model.safetensors").write_bytes(b"")
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    code = ("import sys; sys.modules.update(torch=None, vllm=None, transformers=None); "
+    code = ("import sys; sys.modules.update(torch=None, vllm=None, transformers=None, tokenizers=None); "
             f"from sortedrl.cli import app; sys.argv = ['sortedrl', *{command!r}]; app()")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip() == (f"error: {needs}, which is not installed: "
-                                "pip install 'sortedrl[cpu]' (or `make test`)")
+    assert r.stderr.strip() == f"error: {needs}, which is not installed: {install}"
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 

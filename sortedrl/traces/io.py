@@ -33,6 +33,21 @@ from sortedrl.traces._codec import pyarrow_modules
 from sortedrl.traces.schema import Trace
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+BUNDLED = Path(__file__).parent / "data"  # the traces shipped with the package (data/README.md)
+
+
+def bundled_names() -> list[str]:
+    """The bundled traces' names (``math-16k``, ...), which ``--trace`` accepts as they are."""
+    return sorted(p.stem for p in BUNDLED.glob("*.jsonl"))
+
+
+def resolve_bundled(path: Path) -> Path:
+    """``path``, or the bundled trace it names when no such file exists: a bare name such as
+    ``math-16k`` or ``math-16k.jsonl`` reaches the package's copy from any directory."""
+    if path.exists() or path.parent != Path(".") or path.name.startswith("."):
+        return path
+    stem = path.name.removesuffix(".jsonl")
+    return BUNDLED / f"{stem}.jsonl" if stem in bundled_names() else path
 
 
 def _current_umask() -> int:
