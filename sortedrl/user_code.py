@@ -9,10 +9,14 @@ and the file and line of the user's code where it was raised.
 from __future__ import annotations
 
 import importlib
+import os
 import traceback
+from pathlib import Path
 from types import ModuleType
 
 from sortedrl.errors import ConfigError
+
+PACKAGE = os.path.realpath(Path(__file__).parent) + os.sep  # sortedrl's own files start with this
 
 
 def import_user_module(spec: str, option: str) -> tuple[ModuleType, str]:
@@ -28,10 +32,25 @@ def import_user_module(spec: str, option: str) -> tuple[ModuleType, str]:
     try:
         return importlib.import_module(module), name
     except ImportError as e:
-        raise ConfigError(f"{option} {spec!r}: cannot import module {module!r} ({e})") from None
+        if not _names_the_module(e, module):  # the module's own import of another one failed
+            raise ConfigError(f"{option} {spec!r}: importing module {module!r} raised "
+                              f"{raised(e)}") from None
+        hint = ""
+        if module.endswith(".py"):
+            hint = f"; drop the .py suffix: {module.removesuffix('.py')}:{name}"
+        raise ConfigError(f"{option} {spec!r}: cannot import module {module!r} ({e}){hint}") from None
     except Exception as e:  # the module's own code raised, or it does not parse
         raise ConfigError(f"{option} {spec!r}: importing module {module!r} raised "
                           f"{raised(e)}") from None
+
+
+def _names_the_module(e: ImportError, module: str) -> bool:
+    """Whether ``e`` says that ``module`` itself (or a package above it) is not found, rather
+    than that an import inside the module failed."""
+    missing = getattr(e, "name", None)
+    if not isinstance(e, ModuleNotFoundError) or missing is None:
+        return False
+    return module == missing or module.startswith(missing + ".")
 
 
 def raised(e: BaseException) -> str:
@@ -46,6 +65,14 @@ def raised(e: BaseException) -> str:
         file, line = (frames[-1].filename, frames[-1].lineno) if frames else (None, None)
     text = " ".join(f"{type(e).__name__}: {message}".split()).removesuffix(":")
     return f"{text} (at {file}:{line})" if file else text
+
+
+def users_frame(e: BaseException) -> str | None:
+    """``file:line`` of the innermost frame of ``e``'s traceback in the user's code (outside
+    sortedrl and the standard library's frozen modules); None if there is none."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<")
+              and not os.path.realpath(f.filename).startswith(PACKAGE)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
 
 
 def is_users(cls: type) -> bool:

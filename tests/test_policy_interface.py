@@ -24,8 +24,8 @@ from sortedrl.policies.base import (
     Sync,
     Train,
     WakeOn,
-    check_policy_class,
 )
+from sortedrl.policies.checks import check_policy_class
 from sortedrl.policies.common import SampleQueue
 from sortedrl.policies.registry import make_policy, run_context
 from sortedrl.policies.sync import SyncPolicy

@@ -183,7 +183,10 @@ def test_user_policy_errors():
 
     with pytest.raises(ConfigError, match="cannot import module 'no_such_mod'"):
         policy_class("no_such_mod:X")
-    with pytest.raises(ConfigError, match="'Nope' is not a Policy subclass in sortedrl.policies.sync"):
+    with pytest.raises(ConfigError, match="'SyncParams' is not a Policy subclass in sortedrl.policies.sync"):
+        policy_class("sortedrl.policies.sync:SyncParams")
+    with pytest.raises(ConfigError, match="^--policy 'sortedrl.policies.sync:Nope': no name 'Nope' in "
+                                          "module sortedrl.policies.sync$"):
         policy_class("sortedrl.policies.sync:Nope")
 
 

@@ -5,11 +5,13 @@ A new built-in policy is one class and one line in ``BUILTIN``.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.policies.async_rl import AsyncPolicy
-from sortedrl.policies.base import Policy, RunContext, check_policy_class, parse_params
+from sortedrl.policies.base import Policy, RunContext, parse_params
+from sortedrl.policies.checks import check_policy_class
 from sortedrl.policies.one_step_off import OneStepOffPolicy
 from sortedrl.policies.oracle_sorted import OracleSortedPolicy
 from sortedrl.policies.partial import PartialRolloutPolicy
@@ -39,6 +41,11 @@ def policy_class(name: str, option: str = "--policy") -> type[Policy]:
                           "or module:Class for your own)")
     mod, cls_name = import_user_module(name, option)
     cls = getattr(mod, cls_name, None)
+    if cls is None and not hasattr(mod, cls_name):
+        names = {n.lower(): n for n in dir(mod) if not n.startswith("_")}
+        close = difflib.get_close_matches(cls_name.lower(), names, n=1)
+        hint = f" (did you mean {names[close[0]]}?)" if close else ""
+        raise ConfigError(f"{option} {name!r}: no name {cls_name!r} in module {mod.__name__}{hint}")
     if not (inspect.isclass(cls) and issubclass(cls, Policy)):
         raise ConfigError(f"{option} {name!r}: {cls_name!r} is not a Policy subclass in {mod.__name__}")
     check_policy_class(cls)
