@@ -33,8 +33,10 @@ class Admission:
             for i in samples:
                 if state[i] != WAITING and state[i] != PAUSED:
                     raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
-        if act.engine is not None and not 0 <= act.engine < len(s.engines):
-            raise self._bad(f"admit to unknown engine {act.engine}")
+        e = act.engine
+        if e is not None and (type(e) is bool or not isinstance(e, (int, np.integer))
+                              or not 0 <= e < len(s.engines)):
+            raise self._bad(f"admit to unknown engine {e!r}")
         big = len(samples) >= BATCH  # a whole step's batch: NumPy; a few samples: loops
         for g in (g for g, _ in group_counts(samples, n)) if big else (i // n for i in samples):
             if not started[g]:

@@ -11,7 +11,10 @@ Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError
 - filter only whole finished groups whose rewards are all equal (dynamic sampling);
 - sync only when the trainer is idle and no sync is running;
 - colocated placement: rollout and training share the GPUs, so a ``Train`` needs every engine
-  to have nothing running, and rollout stays stopped until the update and any sync are done.
+  to have nothing running, and rollout stays stopped until the update and any sync are done;
+- a hook returns a list of actions (a tuple or None too), and an action's ids are a tuple, list
+  or range (a 1-D integer NumPy array is converted): checked once per action, not per sample;
+- a sample is regenerated fewer than ``MAX_ATTEMPTS`` times (more: the policy loops forever).
 
 It also serves the policy's standing orders (:mod:`sortedrl.policies.orders`): a finish that
 wakes no ``WakeOn`` condition is handled here without calling the policy. Per-engine loads,
@@ -25,7 +28,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sortedrl.errors import PolicyError, SortedRLError
+from sortedrl.errors import PolicyError
 from sortedrl.policies.admission import ADMITTED, PAUSED, WAITING, Admission
 from sortedrl.policies.backends import Backend
 from sortedrl.policies.base import (
@@ -44,11 +47,12 @@ from sortedrl.policies.base import (
 )
 from sortedrl.policies.deferred import DeferredFinishes, group_counts, typed_view
 from sortedrl.policies.orders import StandingOrders
+from sortedrl.policies.returns import ID_FIELD, ID_SEQUENCES, not_a_list, users_bug, with_id_tuple
 from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
-from sortedrl.user_code import is_users, raised
 
 FINISHED, TRAINED, DISCARDED = SampleState.FINISHED, SampleState.TRAINED, SampleState.DISCARDED
+MAX_ATTEMPTS = 10_000  # a sample regenerated this often: the policy drops and re-admits forever
 
 
 class Controller(Admission):
@@ -123,11 +127,16 @@ class Controller(Admission):
                 try:
                     actions = self.policy.on_event(event, self.view)
                 except Exception as e:  # a user's policy's bug: one line naming where it is
-                    if isinstance(e, SortedRLError) or not is_users(type(self.policy)):
+                    bug = users_bug(self.policy, e)
+                    if bug is e:
                         raise
-                    name = self.policy.name or type(self.policy).__name__
-                    raise PolicyError(f"policy {name} raised {raised(e)}") from None
-                for action in actions or ():
+                    raise bug from None
+                if type(actions) is not list:  # (a tuple or None do too)
+                    if actions is None:
+                        actions = ()
+                    elif type(actions) is not tuple:
+                        raise not_a_list(self.policy, actions, event)
+                for action in actions:
                     self._apply(action)
             self.serve_keep()
             if (self.s.placement == "colocated" and not self.rollout_on
@@ -193,6 +202,9 @@ class Controller(Admission):
     # -- actions ---------------------------------------------------------------------------------
 
     def _apply(self, action: object) -> None:
+        field = ID_FIELD.get(type(action))
+        if field is not None and type(getattr(action, field)) not in ID_SEQUENCES:
+            action = with_id_tuple(self.policy.name, action, field)
         if isinstance(action, Admit):
             self._admit(action)
         elif isinstance(action, Train):
@@ -251,6 +263,10 @@ class Controller(Admission):
                 s.generated[i] = 0
                 s.oldest[i] = -1
                 s.attempt[i] += 1
+                if s.attempt[i] >= MAX_ATTEMPTS:
+                    raise PolicyError(f"policy {self.policy.name} regenerated sample {i} "
+                                      f"{MAX_ATTEMPTS:,} times: it drops and re-admits responses "
+                                      "forever (Abort with keep_tokens=False, then Admit)")
                 s.state[i] = WAITING
                 s.paused.pop(i, None)
                 s.buffer.pop(i, None)

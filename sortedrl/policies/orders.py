@@ -21,9 +21,16 @@ update (``on_update_done``, ``on_sync_done``), where a resumed run restarts.
 
 from __future__ import annotations
 
+import difflib
+
+import numpy as np
+
 from sortedrl.errors import PolicyError
-from sortedrl.policies.base import Event, EventKind, Keep, WakeOn
+from sortedrl.policies.base import Event, EventKind, Keep, Policy, WakeOn
 from sortedrl.policies.view import PublicState
+
+COUNTS = {Keep: ("window", "budget", "max_span"), WakeOn: ("finished", "groups", "members")}
+OPTIONAL = ("budget", "max_span")  # None: no limit
 
 
 class StandingOrders:
@@ -50,8 +57,8 @@ class StandingOrders:
     def set(self, order: Keep | WakeOn, s: PublicState, policy) -> None:
         """Put ``order`` in force in place of the previous one of its kind."""
         if not policy.listens_to_finishes:
-            raise PolicyError(f"policy {policy.name} gave a standing order but does not listen to "
-                              "finishes: set listens_to_finishes = True on the class")
+            raise PolicyError(_unheard(order, policy))
+        check_fields(order, policy.name)
         if isinstance(order, WakeOn):
             self.wake = order
             need = order.members or s.group_size
@@ -117,3 +124,39 @@ class StandingOrders:
         if self.budget is not None:
             self.budget -= len(take)
         return take, drop
+
+
+def check_fields(order: Keep | WakeOn, policy: str) -> None:
+    """One error line for a field of the wrong type: counts are ints >= 0 (``budget`` and
+    ``max_span`` may be None), ``drained`` and ``any_group`` booleans."""
+    for name in COUNTS[type(order)]:
+        value = getattr(order, name)
+        if type(value) is int and value >= 0 or value is None and name in OPTIONAL:
+            continue
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            none = " or None" if name in OPTIONAL else ""
+            raise PolicyError(f"policy {policy}: {type(order).__name__}.{name} must be an int{none}, "
+                              f"got {type(value).__name__} {value!r}")
+        if value < 0:
+            raise PolicyError(f"policy {policy}: {type(order).__name__}.{name} must be >= 0, "
+                              f"got {value}")
+    if isinstance(order, WakeOn):
+        for name in ("drained", "any_group"):
+            if not isinstance(getattr(order, name), (bool, np.bool_)):
+                raise PolicyError(f"policy {policy}: WakeOn.{name} must be True or False, got "
+                                  f"{type(getattr(order, name)).__name__}")
+
+
+def _unheard(order: Keep | WakeOn, policy: Policy) -> str:
+    """Why a standing order from a policy that does not listen to finishes cannot be served."""
+    cls = type(policy)
+    if (isinstance(order, WakeOn) and cls.on_finished is Policy.on_finished
+            and cls.on_event is Policy.on_event):
+        names = [n for n in dir(cls) if n.startswith("on_") and not hasattr(Policy, n)]
+        close = difflib.get_close_matches("on_finished", names, n=1)
+        typo = f" ({close[0]} is not a hook: a misspelling?)" if close else ""
+        return (f"policy {policy.name} gave WakeOn, which calls on_finished, but its class defines "
+                f"no on_finished hook{typo}: define on_finished(self, view, samples, engine)")
+    return (f"policy {policy.name} gave a standing order but does not listen to finishes: set "
+            "listens_to_finishes = True on the class (a Keep order tops up at finishes, and only "
+            "a policy that listens has its finishes served as they happen)")

@@ -1,0 +1,76 @@
+"""What a policy's hook gave back, checked: one error line for each mistake a policy author makes.
+
+The controller applies a hook's actions; before it does, these say in one line what is wrong
+with a return that is not a list of actions (a lone ``Admit``, an int), with ids that are not a
+sequence (a generator, a float array), and, for a user's policy, where in the user's code a hook
+raised. They run once per hook call or action, never per sample: a 1-D integer NumPy array of
+ids is converted to a tuple here, once, and the per-sample checks stay the controller's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from sortedrl.errors import PolicyError, SortedRLError
+from sortedrl.limits import short_repr
+from sortedrl.policies.base import (
+    Abort,
+    Admit,
+    Discard,
+    EventKind,
+    Filter,
+    Keep,
+    Policy,
+    Sync,
+    Train,
+    WakeOn,
+)
+from sortedrl.user_code import is_users, raised, users_frame
+
+HOOK_OF = {EventKind.STARTED: "on_start", EventKind.FINISHED: "on_finished",
+           EventKind.ENGINE_IDLE: "on_idle", EventKind.UPDATE_DONE: "on_update_done",
+           EventKind.SYNC_DONE: "on_sync_done", EventKind.TURN_DONE: "on_turn_done"}
+ID_FIELD = {Admit: "samples", Abort: "samples", Discard: "samples", Train: "samples",
+            Filter: "groups"}  # the actions that name samples (groups), and the field
+ID_SEQUENCES = (tuple, list, range)  # taken as they are; a 1-D integer NumPy array is converted
+
+
+def users_bug(policy: Policy, e: Exception) -> Exception:
+    """What a hook raised, as the error to raise: from a user's policy, one line naming the
+    policy and where in the user's code (a SortedRLError, e.g. the view's, keeps its text);
+    from a built-in, the exception itself, with its traceback."""
+    if not is_users(type(policy)):
+        return e
+    name = policy.name or type(policy).__name__
+    if not isinstance(e, SortedRLError):
+        return PolicyError(f"policy {name} raised {raised(e)}")
+    where = users_frame(e)
+    return PolicyError(f"policy {name}: {e} (at {where})") if where else e
+
+
+def not_a_list(policy: Policy, returned: object, event) -> PolicyError:
+    """The error for a hook (named by ``event``'s kind) that returned no list of actions."""
+    hook = HOOK_OF[event.kind] if type(policy).on_event is Policy.on_event else "on_event"
+    return PolicyError(f"policy {policy.name}: {hook} returned {_shown(returned)}, expected a "
+                       "list of actions")
+
+
+def with_id_tuple(policy: str, action, field: str):
+    """``action`` with its ids (``field``) as a tuple of Python ints, if they are a 1-D integer
+    NumPy array; one error line if they are not a sequence of ids at all."""
+    ids = getattr(action, field)
+    if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu":
+        return dataclasses.replace(action, **{field: tuple(ids.tolist())})
+    got = f"a {ids.ndim}-D {ids.dtype} array" if isinstance(ids, np.ndarray) else type(ids).__name__
+    raise PolicyError(f"policy {policy}: {type(action).__name__}.{field} must be a tuple or list of "
+                      f"{'group' if field == 'groups' else 'sample'} ids (or a 1-D integer NumPy "
+                      f"array), got {got}")
+
+
+def _shown(value: object) -> str:
+    """An action as ``Admit(...)`` (its ids could fill a screen), anything else cut short."""
+    if type(value) in ID_FIELD or isinstance(value, (Keep, WakeOn)):
+        return f"{type(value).__name__}(...)"
+    return "Sync()" if isinstance(value, Sync) else short_repr(value)
