@@ -255,17 +255,11 @@ class Policy:
         return None
 
 
-def check_policy_class(cls: type) -> None:
-    """One-line errors for a policy class that cannot run under interface v2."""
-    hooks = ("on_start", "on_finished", "on_idle", "on_update_done", "on_sync_done", "on_turn_done")
-    if cls.on_event is Policy.on_event and cls.on_start is Policy.on_start:
-        raise ConfigError(f"policy {cls.__name__} overrides neither on_event nor on_start, so it "
-                          f"would never admit a sample: implement on_start (and the hooks it "
-                          f"needs: {', '.join(hooks[1:])})")
-    for hook in hooks:
-        if not callable(getattr(cls, hook)):
-            raise ConfigError(f"policy {cls.__name__}: {hook} is not a method; rename that "
-                              "attribute (interface v2 calls it as a hook)")
+def hears_turns(policy: Policy) -> bool:
+    """Whether ``policy`` gets ``TURN_DONE`` events (multi-turn traces, both backends): its class
+    overrides ``on_turn_done`` or sets ``listens_to_turns``. An old-style ``on_event`` policy
+    sets it to hear them: by default it gets no event kind it might not know."""
+    return bool(policy.listens_to_turns) or type(policy).on_turn_done is not Policy.on_turn_done
 
 
 # -- knobs from ``--set key=value`` ------------------------------------------------------------------
@@ -331,7 +325,11 @@ def _coerce(raw: str, hint: object, where: str) -> object:
         if abs(value) > MAX_FLOAT_KNOB:  # a factor or a share; 1e308 x a count overflowed
             raise ConfigError(f"{where}: expected a number of at most {MAX_FLOAT_KNOB:g}")
         return value
-    return raw
+    if hint is str:
+        return raw
+    shown = hint.__name__ if isinstance(hint, type) and not typing.get_args(hint) else str(hint)
+    raise ConfigError(f"{where}: the knob's type {shown} is not one --set parses (supported: int, "
+                      f"float, bool, str, Literal[...] of strings, and X | None of these)")
 
 
 def params_dict(params: object) -> dict:

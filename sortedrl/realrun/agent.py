@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sortedrl.errors import ConfigError
-from sortedrl.policies.base import Event, EventKind
+from sortedrl.policies.base import Event, EventKind, hears_turns
 from sortedrl.realrun.backend import RealBackend, RealEngineState
 from sortedrl.realrun.task import SortTask
 from sortedrl.realrun.tools import ToolClient, ToolServer
@@ -236,7 +236,7 @@ class AgentBackend(RealBackend):
             else:
                 final.append(f)
         super()._after_step(started, final, t_before, t_after)
-        if turned and self.ctl.policy.listens_to_turns:  # as the simulator tells policies
+        if turned and hears_turns(self.ctl.policy):  # the simulator's rule, the same function
             self._event(Event(EventKind.TURN_DONE, 0, tuple(turned)))
 
     def _collect(self, wait_s: float, hold: int | None = None) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import simpy
 
 from sortedrl.errors import ConfigError
-from sortedrl.policies.base import Event, EventKind
+from sortedrl.policies.base import Event, EventKind, hears_turns
 from sortedrl.policies.controller import Backend, Controller
 from sortedrl.policies.deferred import typed_view
 from sortedrl.policies.view import EngineInfo, int_array
@@ -40,7 +40,7 @@ from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.contention import SharedHost, shares_host
 from sortedrl.sim.engine import INF, Engine
-from sortedrl.sim.tools import ToolEnv, hears_turns
+from sortedrl.sim.tools import ToolEnv
 from sortedrl.sim.turns import TurnEngine, TurnPlan, has_turns
 from sortedrl.timeline import Timeline
 from sortedrl.traces.schema import Trace

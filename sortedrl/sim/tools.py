@@ -58,15 +58,6 @@ class _Router:
         self.inner.sample_preempted(sample, tokens - self._tools.plan.ctx[sample])
 
 
-def hears_turns(policy) -> bool:
-    """Whether ``policy`` gets ``TURN_DONE`` events: it overrides ``on_turn_done`` or sets
-    ``listens_to_turns`` (an old-style ``on_event`` policy never hears a kind it does not know)."""
-    from sortedrl.policies.base import Policy
-
-    return bool(getattr(policy, "listens_to_turns", False)) or (
-        type(policy).on_turn_done is not Policy.on_turn_done)
-
-
 class ToolEnv:
     """Sandbox pool, tool calls in flight, and the turn bookkeeping a backend delegates here."""
 
