@@ -167,7 +167,7 @@ def simulate(
 def compare(
     trace: Path = TRACE,
     synthetic: str = SYNTHETIC,
-    policies: list[str] = typer.Option(..., "--policy", help="[LABEL=]NAME, repeatable"),
+    policies: list[str] = typer.Option(..., "--policy", help="[LABEL=]NAME, NAME a built-in policy or module:Class; repeatable"),
     sets: list[str] = typer.Option([], "--set", help="LABEL.key=value (repeatable)"),
     cluster: str = CLUSTER,
     seed: int = SEED,

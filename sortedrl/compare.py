@@ -62,8 +62,11 @@ def parse_specs(policies: list[str], sets: list[str]) -> list[PolicySpec]:
 
 
 def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster) -> Cluster:
-    """The cluster a policy runs on: the given one, or its disaggregated split if it must."""
-    if not policy_placements or cluster.placement in policy_placements:
+    """The cluster a policy runs on: the given one, or its disaggregated split if it must. (A
+    policy that runs only colocated gets the given cluster, and ``simulate`` refuses a
+    disaggregated one: there is no colocated form of separate pools to fall back to.)"""
+    if (not policy_placements or cluster.placement in policy_placements
+            or "disaggregated" not in policy_placements):
         return cluster
     return dataclasses.replace(cluster, name=f"{cluster.name}-disagg",
                                placement="disaggregated").validate(cluster.name)
@@ -209,7 +212,7 @@ def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) ->
     if moved and cluster.placement == "colocated":
         d = cluster_for(("disaggregated",), cluster)
         notes.append(f"GPUs: 'N shared' = all N GPUs roll out and train in turn; 'R+T' = R GPUs roll "
-                     f"out while T others train; {', '.join(moved)} need separate GPUs, so they ran on the disaggregated split "
+                     f"out while T others train; {', '.join(moved)} {'needs' if len(moved) == 1 else 'need'} separate GPUs, so {'it' if len(moved) == 1 else 'they'} ran on the disaggregated split "
                      f"of the same {cluster.gpus} GPUs ({d.rollout_gpus} roll out, {d.trainer_gpus} train: "
                      f"{d.name})")
     if any(s.get("oracle") for s in summaries):

@@ -6,8 +6,8 @@ and two runs compared side by side could differ in a way nobody sees, so the sum
 resolved values (``auto_params``) and the tables print ``update_batch=256 (auto)``.
 
 Each entry reads the value the policy settled on after a run (``capacity`` is the engines' total
-``max_num_seqs``, which some policies read from the view as they go). A policy not listed here
-(a user's ``module:Class``) reports no auto knobs.
+``max_num_seqs``, which some policies read from the view as they go). A user's ``module:Class``
+reports the auto knobs of the built-in policy it derives from, if any.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def auto_params(policy: Policy, capacity: int) -> dict[str, int | float]:
     """The knobs of ``policy`` left at 0 (auto), with the values they resolved to."""
     given = params_dict(policy.params)
     out = {}
-    for knob, resolve in RESOLVED.get(policy.name, {}).items():
+    for knob, resolve in _resolvers(type(policy)).items():
         if given.get(knob) == 0:
             try:
                 value = resolve(policy, capacity)
@@ -44,6 +44,16 @@ def auto_params(policy: Policy, capacity: int) -> dict[str, int | float]:
             except AttributeError:  # a policy that renamed its state: show the knob as given
                 continue
     return out
+
+
+def _resolvers(cls: type) -> dict[str, Resolve]:
+    """The auto knobs of the nearest built-in class ``cls`` is or derives from (a user's
+    ``class MySync(SyncPolicy)`` keeps ``sync``'s knobs and state under another name)."""
+    for klass in cls.__mro__:
+        name = klass.__dict__.get("name")
+        if klass.__module__.startswith("sortedrl.") and name in RESOLVED:
+            return RESOLVED[name]
+    return {}
 
 
 def knob_text(params: dict, auto: dict) -> str:

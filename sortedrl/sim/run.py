@@ -63,6 +63,16 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     return max(work, chain, train)
 
 
+def placement_error(policy: str, placements: tuple[str, ...], cluster: Cluster) -> str:
+    """Why ``cluster`` cannot run a policy that runs only on ``placements``, and what can."""
+    how = {"disaggregated": "a preset ending in -disagg, or placement: disaggregated in a cluster file",
+           "colocated": "a preset without -disagg, or placement: colocated in a cluster file"}
+    known = [p for p in placements if p in how]  # (the class check refuses unknown ones)
+    ways = "; ".join(how[p] for p in known)
+    return (f"policy {policy} needs a {' or '.join(known)} cluster ({ways}); {cluster.name} is "
+            f"{cluster.placement}")
+
+
 def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
              progress: Callable[[int], None] | None = None, audit: bool = False,
              attempt_lengths: dict | None = None, regen: str = "resample",
@@ -79,9 +89,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
     check_regen(regen)
     cluster.validate(cluster.name)
     if policy.placements and cluster.placement not in policy.placements:
-        raise ConfigError(f"policy {policy.name} needs a {' or '.join(policy.placements)} cluster "
-                          f"(a preset ending in -disagg, or placement in a cluster file); "
-                          f"{cluster.name} is {cluster.placement}")
+        raise ConfigError(placement_error(policy.name, policy.placements, cluster))
     cluster.check_fits(int(trace.prompt_len.max()) + trace.meta.max_response_len, cluster.name)
     meta = {
         "backend": "sim",
