@@ -13,7 +13,10 @@ Run: pytest tests/test_policy_author_errors.py
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 from collections import deque
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,6 +47,8 @@ from sortedrl.policies.sync import SyncPolicy
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 from tests.test_user_code import TRACE, one_error_line
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "policies.md"
 
 
 def run(policy_cls: type[Policy], lengths=(3, 5, 4, 6), **kw):
@@ -498,6 +503,22 @@ def test_the_compare_note_says_needs_for_one_policy():
 def test_compare_help_names_module_class():
     r = CliRunner().invoke(app, ["compare", "--help"], terminal_width=200)
     assert "module:Class" in r.output
+
+
+def test_the_error_examples_in_the_docs_are_what_the_tool_prints(tmp_path, monkeypatch):
+    text = " ".join(DOCS.read_text().split())
+    with pytest.raises(ConfigError) as e:
+        policy_class("mymodule:Harvest")  # not on the path
+    assert f"`error: {e.value}`" in text
+    code = re.search(r"### Writing a policy.*?```python\n(.*?)```", DOCS.read_text(), re.S).group(1)
+    (tmp_path / "mymodule.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        policy_class("mymodule:harvest")
+    sys.modules.pop("mymodule")  # imported now: a later test sees no mymodule, as this one did
+    assert str(e.value).endswith(": no name 'harvest' in module mymodule (did you mean Harvest?)")
+    assert "`no name 'harvest' in module mymodule (did you mean Harvest?)`" in text
+    assert "`error: policy harvest raised KeyError: 3 (at /home/me/mymodule.py:21)`" in text
 
 
 # -- 16. regenerating forever ------------------------------------------------------------------
