@@ -187,6 +187,18 @@ def test_two_levels_fit_and_the_profile_simulates(tmp_path):
     assert json.loads(sim.stdout)["makespan_s"] > 0
 
 
+def test_the_profile_does_not_depend_on_the_order_the_files_are_named_in(tmp_path):
+    # the fit summed the files in the order given: the reversed list moved t_fix's last digits
+    files = [str(recorded(c)) for c in (2, 4, 8, 16)]
+    for name, order in (("a.json", files), ("b.json", files[::-1]), ("c.json", files[1::2] + files[::2])):
+        r = runner.invoke(app, ["calibrate", "--from-vllm-bench", *order, "--cluster", PRESET,
+                                "--out", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+    a = (tmp_path / "a.json").read_bytes()
+    assert (tmp_path / "b.json").read_bytes() == a and (tmp_path / "c.json").read_bytes() == a
+    assert [f["concurrency"] for f in json.loads(a)["fit"]["engine"]["files"]] == [2, 4, 8, 16]
+
+
 def test_duration_only_summaries_of_one_dataset_say_what_they_cannot_separate():
     runs = [dataclasses.replace(r, ttfts=None, itls=None) for c in LEVELS for r in level(c)]
     fit = fit_bench(runs, preset(PRESET))

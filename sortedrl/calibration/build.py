@@ -39,6 +39,7 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
         runs = [read_bench(p) for p in bench]
         check_enough(runs)  # (too few files is said first: two copies are too few as well)
         _distinct(bench)
+        bench, runs = _in_fit_order(bench, runs)
         engine = fit_bench(runs, cluster)
         costs = engine.pop("costs")  # with the preset's trainer terms
         fit["engine"] = {"source": "vllm-bench", "fixed_by_model": list(MODEL_FIXED), **engine}
@@ -66,6 +67,15 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
 def _check_inputs(bench: list[Path], metrics: Path | None) -> None:
     if not bench and metrics is None:
         raise ConfigError("give --from-vllm-bench FILE.json ... and/or --from-metrics FILE")
+
+
+def _in_fit_order(bench: list[Path], runs: list) -> tuple[list[Path], list]:
+    """The files by concurrency, then by content: the fit's sums, and so the profile's last
+    digits, do not depend on the order the files were named in (or on their paths)."""
+    key = {id(r): (r.concurrency, hashlib.sha256(Path(p).read_bytes()).digest())
+           for p, r in zip(bench, runs, strict=True)}
+    pairs = sorted(zip(bench, runs, strict=True), key=lambda pr: key[id(pr[1])])
+    return [p for p, _ in pairs], [r for _, r in pairs]
 
 
 def _distinct(bench: list[Path]) -> None:
