@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sortedrl import __version__, timeline_file
 from sortedrl.calibration.commands import profile_app
@@ -237,15 +238,24 @@ def _register_plots() -> None:
 
 
 @app.command("policies")
-def list_policies() -> None:
-    """List the built-in policies and their knobs."""
+@user_errors
+def list_policies(
+    names: list[str] = typer.Argument(None, show_default=False, help=(
+        "policies to show: built-in names or your module:Class (default: every built-in)")),
+) -> None:
+    """List the built-in policies (or the ones named, a user's module:Class too) and their knobs."""
     import dataclasses
+    classes = {name: policy_class(name, "policies") for name in names} if names else BUILTIN
     console = Console()
-    for name, cls in BUILTIN.items():
+    for name, cls in classes.items():
         doc = (cls.__doc__ or "").strip().splitlines() or [""]
-        console.print(f"[bold]{name}[/bold]: {doc[0]}", highlight=False)
+        shown = name if name == cls.name else f"{name} ({cls.name})"
+        console.print(f"[bold]{escape(shown)}[/bold]: {escape(doc[0])}", highlight=False)
         for f in dataclasses.fields(cls.Params):
-            console.print(f"  {f.name} = {f.default!r}  {f.metadata.get('help', '')}",
+            given = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            default = (repr(f.default) if f.default is not dataclasses.MISSING else "(a default factory)"
+                       ) if given else "(no default: give it with --set)"
+            console.print(f"  {f.name} = {default}  {f.metadata.get('help', '')}",
                           highlight=False, markup=False)
 
 

@@ -450,6 +450,33 @@ def test_module_path_mistakes_are_one_error_line_with_the_fix(tmp_path, monkeypa
                             f"(at {tmp_path / 'needs_pkg.py'}:2)")
 
 
+def test_policies_lists_the_knobs_of_the_policies_named_a_users_too(tmp_path, monkeypatch):
+    (tmp_path / "knobbed.py").write_text(
+        "from dataclasses import dataclass, field\n"
+        "from sortedrl.policies.sync import SyncPolicy\n"
+        "@dataclass(frozen=True)\n"
+        "class P:\n"
+        "    order: str\n"
+        "    window: int = field(default=64, metadata={'help': 'samples kept admitted'})\n"
+        "class Knobbed(SyncPolicy):\n"
+        "    'Sync, with a window.'\n"
+        "    name = 'knobbed'\n"
+        "    Params = P\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = CliRunner().invoke(app, ["policies", "knobbed:Knobbed", "sync"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[:3] == ["knobbed:Knobbed (knobbed): Sync, with a window.",
+                         "  order = (no default: give it with --set)  ",
+                         "  window = 64  samples kept admitted"]
+    assert lines[3].startswith("sync: ")  # (rich wraps the long lines at 80 columns)
+    knobs = [line.split(" = ")[0].strip() for line in lines[4:] if line.startswith("  ") and " = " in line]
+    assert knobs == ["rollout_batch", "minibatches", "filter_groups"]
+    r = CliRunner().invoke(app, ["policies", "knobbed:Nope"])
+    assert (r.exit_code, r.stderr) == (2, "error: policies 'knobbed:Nope': no name 'Nope' in module "
+                                          "knobbed\n")
+
+
 # -- 13. a user's subclass of a built-in keeps its auto knobs ------------------------------
 
 
