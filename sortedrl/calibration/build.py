@@ -38,8 +38,7 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     if bench:
         runs = [read_bench(p) for p in bench]
         check_enough(runs)  # (too few files is said first: two copies are too few as well)
-        _distinct(bench)
-        bench, runs = _in_fit_order(bench, runs)
+        bench, runs = _in_fit_order(bench, runs, _distinct(bench))
         engine = fit_bench(runs, cluster)
         costs = engine.pop("costs")  # with the preset's trainer terms
         fit["engine"] = {"source": "vllm-bench", "fixed_by_model": list(MODEL_FIXED), **engine}
@@ -69,18 +68,17 @@ def _check_inputs(bench: list[Path], metrics: Path | None) -> None:
         raise ConfigError("give --from-vllm-bench FILE.json ... and/or --from-metrics FILE")
 
 
-def _in_fit_order(bench: list[Path], runs: list) -> tuple[list[Path], list]:
-    """The files by concurrency, then by content: the fit's sums, and so the profile's last
-    digits, do not depend on the order the files were named in (or on their paths)."""
-    key = {id(r): (r.concurrency, hashlib.sha256(Path(p).read_bytes()).digest())
-           for p, r in zip(bench, runs, strict=True)}
-    pairs = sorted(zip(bench, runs, strict=True), key=lambda pr: key[id(pr[1])])
-    return [p for p, _ in pairs], [r for _, r in pairs]
+def _in_fit_order(bench: list[Path], runs: list, digests: list[bytes]) -> tuple[list[Path], list]:
+    """The files by concurrency, then by content (``digests``): the fit's sums, and so the
+    profile's last digits, do not depend on the order the files were named in (or their paths)."""
+    order = sorted(range(len(bench)), key=lambda i: (runs[i].concurrency, digests[i]))
+    return [bench[i] for i in order], [runs[i] for i in order]
 
 
-def _distinct(bench: list[Path]) -> None:
+def _distinct(bench: list[Path]) -> list[bytes]:
     """Each benchmark file once: a file given twice (by its path, or a copy of it) counted twice
-    in the fit, and five copies of one file passed the rule of a file a term (check_enough)."""
+    in the fit, and five copies of one file passed the rule of a file a term (check_enough).
+    Returns each file's content digest (SHA-256)."""
     paths: dict[Path, int] = {}
     bodies: dict[bytes, int] = {}
     for i, p in enumerate(bench):
@@ -92,6 +90,7 @@ def _distinct(bench: list[Path]) -> None:
         if first != i:
             raise ConfigError(f"{p}: the same content as {bench[first]}: a benchmark file given twice; "
                               "give each file once")
+    return list(bodies)
 
 
 def _base_profile(spec: str, cluster: Cluster) -> dict:
