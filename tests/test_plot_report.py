@@ -126,7 +126,8 @@ def test_report_of_a_tune_directory(tmp_path, compare_dir):
     _, summaries, tr = compare_dir
     trials = [{"policy": s["policy"], "params": {"k": i}, "summary": s}
               for i, s in enumerate(summaries)]
-    tune = {"trials": trials, "pareto": [2, 0], "best": 0}
+    per_policy = {s["policy"]: i for i, s in enumerate(summaries)}  # one trial per policy
+    tune = {"trials": trials, "pareto": [2, 0], "best": {"overall": 2, "per_policy": per_policy}}
     (tmp_path / "tune.json").write_text(json.dumps(tune))
     write_trace(tr, tmp_path / "trace.jsonl")
     fig = pareto_figure(tune)
@@ -137,6 +138,8 @@ def test_report_of_a_tune_directory(tmp_path, compare_dir):
     assert fig.layout.xaxis.title.text == "staleness mean (versions)"
     assert fig.layout.yaxis.title.text == "useful tokens/s"
     assert sum(len(t.x) for t in fig.data if t.name.endswith(" trials")) == len(trials)
+    star = trace(fig, "best")  # best.overall, as tune writes it
+    assert (list(star.x), list(star.y)) == ([summaries[2]["staleness_mean"]], [summaries[2]["tokens_per_s"]])
     lengths, source = find_lengths(tmp_path, [])
     assert source == str(tmp_path / "trace.jsonl")  # the trace file, not a timeline
     assert np.array_equal(lengths, tr.response_len)

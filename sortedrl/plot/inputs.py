@@ -15,7 +15,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.limits import short_repr
-from sortedrl.metrics import missing_meta, span_table, summarize
+from sortedrl.metrics import missing_meta, rank_rate, span_table, summarize
 from sortedrl.outputs import is_label
 from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import NAMES, find_timeline, read_timeline
@@ -136,7 +136,8 @@ def _finite(value: object) -> bool:
 
 
 def load_tune(path: Path) -> dict:
-    """``tune.json``: ``{"trials": [{"policy", "params", "summary"}, ...], "pareto": [i, ...]}``."""
+    """``tune.json``: ``{"trials": [{"policy", "params", "summary", "feasible"}, ...],
+    "pareto": [i, ...], "best": {"overall": id, "per_policy": {policy: id}}}``."""
     raw = load_json(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("trials"), list) or not raw["trials"]:
         raise PlotError(f"{path}: expected an object with a non-empty list 'trials'")
@@ -154,9 +155,68 @@ def load_tune(path: Path) -> dict:
     if not isinstance(pareto, list) or not all(
             isinstance(i, int) and 0 <= i < len(raw["trials"]) for i in pareto):
         raise PlotError(f"{path}: 'pareto' must be a list of trial indices")
+    if "best" in raw:
+        _check_best(path, raw)
     if raw.get("cluster_pareto"):
         _check_plan(path, raw)
     return raw
+
+
+def _check_best(path: Path, raw: dict) -> None:
+    """``best`` as tune writes it: ``{"overall": id, "per_policy": {policy: id}}``, each id a
+    trial's or null."""
+    best, ids = raw["best"], {_trial_id(t, n) for n, t in enumerate(raw["trials"])}
+
+    def is_id(v: object) -> bool:
+        return v is None or (type(v) is int and v in ids)
+
+    if (not isinstance(best, dict) or not is_id(best.get("overall"))
+            or not isinstance(best.get("per_policy", {}), dict)
+            or not all(is_id(v) for v in best.get("per_policy", {}).values())):
+        raise PlotError(f"{path}: 'best' must be an object {{\"overall\": trial id, \"per_policy\": "
+                        f"{{policy: trial id}}}} (null: no feasible trial)")
+
+
+def _trial_id(t: dict, n: int) -> object:
+    return t.get("id", n)
+
+
+def tune_best(tune: dict) -> tuple[dict[str, int | None], int | None]:
+    """Each policy's best trial and the best overall, as indices into ``trials``: the ones tune
+    recorded (``best``: by its ``--objective``, among the trials that meet ``--max-staleness``).
+    A tune.json without ``best.per_policy`` (written by hand): the feasible trial with the highest
+    learnable tokens/s (tune's default objective). None: the policy has no feasible trial."""
+    trials = tune["trials"]
+    index = {_trial_id(t, n): n for n, t in enumerate(trials)}
+    policies = list(dict.fromkeys(trial_policy(t) for t in trials))
+    best = tune.get("best")
+    if isinstance(best, dict) and "per_policy" in best:
+        recorded, overall = best["per_policy"], best.get("overall")
+        per = {p: index[recorded[p]] if recorded.get(p) is not None else None for p in policies}
+        return per, index[overall] if overall is not None else None
+    feasible = [n for n, t in enumerate(trials) if t.get("feasible", True) is not False]
+
+    def top(pool: list[int]) -> int | None:
+        return max(pool, key=lambda n: (rank_rate(trials[n]["summary"]), -n)) if pool else None
+
+    return {p: top([n for n in feasible if trial_policy(trials[n]) == p]) for p in policies}, top(feasible)
+
+
+def tune_front(tune: dict) -> list[int]:
+    """The Pareto front's trial indices: ``pareto`` as tune recorded it, or, in a tune.json that
+    put trials breaking ``--max-staleness`` on it (written before the front was over feasible
+    trials only), the front recomputed over the feasible trials."""
+    trials, front = tune["trials"], list(tune.get("pareto", []))
+    if all(trials[n].get("feasible", True) is not False for n in front):
+        return front
+    from sortedrl.tune.search import pareto
+
+    return pareto([{"id": n, "summary": t["summary"]} for n, t in enumerate(trials)
+                   if t.get("feasible", True) is not False])
+
+
+def trial_policy(t: dict) -> str:
+    return str(t.get("policy", t["summary"].get("policy", "?")))
 
 
 def _check_plan(path: Path, raw: dict) -> None:

@@ -5,12 +5,13 @@ It reads a ``compare`` output directory (``compare.json`` plus one run directory
 
 - bars of makespan (s), bubble ratio, useful tokens/s and mean staleness (versions) per policy,
   oracle runs hatched and labelled ``(oracle)``; for a tune directory without ``compare.json``,
-  each policy's best trial (highest useful tokens/s on the Pareto front, else over all trials);
+  each policy's best trial as tune recorded it (``best.per_policy``: by its ``--objective``,
+  among the trials that meet ``--max-staleness``; a policy with none has no bar);
 - the response-length histogram of the trace, from a trace file in the directory
   (``trace.jsonl``, ``trace.csv`` or ``trace.parquet``) or else reconstructed from a run's
   timeline: a finished sample's length is the sum of the span tokens of its final attempt;
 - for ``tune.json``, every trial's useful tokens/s against its mean staleness, with the Pareto
-  front highlighted;
+  front (feasible trials) highlighted and the best trial (``best.overall``) as a star;
 - a table of the headline numbers, linking each run's ``timeline.html`` where one exists.
 """
 
@@ -26,8 +27,16 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sortedrl.errors import SortedRLError
-from sortedrl.metrics import rank_rate, span_table
-from sortedrl.plot.inputs import PlotError, load_compare, load_timeline, load_tune
+from sortedrl.metrics import span_table
+from sortedrl.plot.inputs import (
+    PlotError,
+    load_compare,
+    load_timeline,
+    load_tune,
+    trial_policy,
+    tune_best,
+    tune_front,
+)
 from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import NAMES, find_timeline
@@ -91,21 +100,28 @@ def bar_entries(root: Path) -> tuple[list[dict], str]:
     if (root / "compare.json").exists():
         return load_compare(root / "compare.json"), f"{root / 'compare.json'}"
     tune = load_tune(root / "tune.json")
-    trials, pareto = tune["trials"], set(tune.get("pareto", []))
-    by: dict[str, list[int]] = {}
-    for i, t in enumerate(trials):
-        by.setdefault(str(t.get("policy", t["summary"].get("policy", "?"))), []).append(i)
+    trials = tune["trials"]
+    per_policy, _ = tune_best(tune)
     out = []
-    for policy, idx in by.items():
-        pool = [i for i in idx if i in pareto] or idx
-        i = max(pool, key=lambda j: rank_rate(trials[j]["summary"]))
+    for policy, i in per_policy.items():
+        if i is None:
+            continue
         s = trials[i]["summary"]
         missing = [k for k, _, _ in METRICS if not isinstance(s.get(k), int | float)]
         if missing:
             raise PlotError(f"{root / 'tune.json'}: trial {i}: "
                             f"summary has no number {missing[0]!r}")
-        out.append({**s, "label": f"{policy} (best of {len(idx)})", "policy": policy})
-    return out, f"best trial per policy in {root / 'tune.json'}"
+        n = sum(trial_policy(t) == policy for t in trials)
+        out.append({**s, "label": f"{policy} (best of {n})", "policy": policy})
+    if not out:
+        raise PlotError(f"{root / 'tune.json'}: no feasible trial to show")
+    what = f"best trial per policy in {root / 'tune.json'}"
+    if isinstance(tune.get("best"), dict) and "per_policy" in tune["best"]:
+        what += f" (tune's best by {tune.get('objective', 'learnable_tokens_per_s')})"
+    missing = [p for p, i in per_policy.items() if i is None]
+    if missing:
+        what += f"; no feasible trial for: {', '.join(missing)}"
+    return out, what
 
 
 def _name(s: dict) -> str:
@@ -165,17 +181,19 @@ def histogram_figure(lengths: np.ndarray, source: str) -> go.Figure:
 
 def pareto_figure(tune: dict) -> go.Figure:
     """Every trial's useful tokens/s against mean staleness; the Pareto front highlighted."""
-    trials, pareto = tune["trials"], list(tune.get("pareto", []))
+    trials, pareto = tune["trials"], tune_front(tune)
     fig = go.Figure()
-    policies = list(dict.fromkeys(str(t.get("policy", "?")) for t in trials))
+    policies = list(dict.fromkeys(trial_policy(t) for t in trials))
     for i, policy in enumerate(policies):
-        idx = [j for j, t in enumerate(trials) if str(t.get("policy", "?")) == policy]
+        idx = [j for j, t in enumerate(trials) if trial_policy(t) == policy]
         fig.add_trace(go.Scatter(
             x=[trials[j]["summary"]["staleness_mean"] for j in idx],
             y=[trials[j]["summary"]["tokens_per_s"] for j in idx], mode="markers",
             name=f"{policy} trials", marker={"color": PALETTE[i % len(PALETTE)], "size": 8,
                                              "opacity": 0.6},
-            text=[html.escape(_params(trials[j].get("params"))) for j in idx],
+            text=[html.escape(_params(trials[j].get("params"))
+                              + (" (infeasible)" if trials[j].get("feasible") is False else ""))
+                  for j in idx],
             hovertemplate="%{text}<br>staleness %{x:.3f} versions<br>%{y:,.0f} tokens/s"
                           "<extra></extra>"))
     front = sorted(pareto, key=lambda j: trials[j]["summary"]["staleness_mean"])
@@ -188,12 +206,15 @@ def pareto_figure(tune: dict) -> go.Figure:
               for j in front],
         hovertemplate="%{text}<br>staleness %{x:.3f} versions<br>%{y:,.0f} tokens/s"
                       "<extra>Pareto front</extra>"))
-    best = tune.get("best")
-    if isinstance(best, int) and 0 <= best < len(trials):
+    _, best = tune_best(tune)
+    if best is not None:
         s = trials[best]["summary"]
         fig.add_trace(go.Scatter(x=[s["staleness_mean"]], y=[s["tokens_per_s"]], mode="markers",
                                  name="best", marker={"symbol": "star", "size": 18,
-                                                      "color": "#f58518"}))
+                                                      "color": "#f58518"},
+                                 text=[html.escape(f"{trial_policy(trials[best])}: "
+                                                   f"{_params(trials[best].get('params'))}")],
+                                 hovertemplate="best: %{text}<extra></extra>"))
     fig.update_layout(title={"text": f"Tuning: useful tokens/s against staleness "
                              f"({len(trials)} trials, {len(pareto)} on the Pareto front)",
                              "x": 0.01},

@@ -147,7 +147,7 @@ def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
 def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     """Two tables: the best feasible trial per policy (best first), then the Pareto front of
     feasible trials; each trial's knobs under them."""
-    from sortedrl.tune.search import OBJECTIVES, pareto
+    from sortedrl.tune.search import OBJECTIVES
 
     trials = result["trials"]
     learnable = all("learnable_tokens_per_s" in t["summary"] for t in trials)
@@ -172,7 +172,7 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
         notes.append(f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')")
     first = render(cols, rows(best), width, f"tune: best trial per policy by {result['objective']}{bound} "
                    f"({len(trials)} trials, {result['search']})", notes, footer="")
-    front = [trials[i] for i in pareto([t for t in trials if t["feasible"]])]
+    front = [trials[i] for i in result["pareto"]]  # (feasible trials only)
     shown = {t["id"]: t for t in best + front}
     knobs = [f"trial {i} {t['policy']}: " + knob_text(t["summary"]["params"], t["summary"].get("auto_params", {}))
              for i, t in sorted(shown.items())]

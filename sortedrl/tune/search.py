@@ -8,9 +8,10 @@ round tries the neighbours of the policy's best feasible trial (one step up and 
 axis, every other value of a list) and halves the step when a round finds nothing better.
 
 ``--max-staleness`` is a hard constraint on ``staleness_max`` (no trained token more than that
-many versions behind); trials that break it are kept in ``tune.json`` as infeasible, never best.
-The Pareto front is over every trial: ``learnable_tokens_per_s`` up (tokens a GRPO update can
-learn from; ``tokens_per_s`` for summaries without it), ``staleness_mean`` down.
+many versions behind); trials that break it are kept in ``tune.json`` as infeasible, never best
+and never on the Pareto front. The front is over the feasible trials: ``learnable_tokens_per_s``
+up (tokens a GRPO update can learn from; ``tokens_per_s`` for summaries without it),
+``staleness_mean`` down.
 
 A combination of knobs the policy refuses (they clash with each other or with the trace) is not
 a trial: it is listed under ``skipped`` with the reason (naming the ``--param`` values), never
@@ -202,7 +203,7 @@ class Tuner:
             "best": {"overall": overall["id"] if overall else None,
                      "per_policy": {s.policy: (b["id"] if (b := self.best(s.policy)) else None)
                                     for s in self.spaces}},
-            "pareto": pareto(self.trials),
+            "pareto": pareto([t for t in self.trials if t["feasible"]]),
             **self._plan(),
         }
 
