@@ -8,6 +8,7 @@ Prints the overrides one per line, ready for the framework's command line, then 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -15,6 +16,7 @@ import typer
 from sortedrl import jsonio
 from sortedrl.cli_common import user_errors
 from sortedrl.errors import ConfigError
+from sortedrl.sim.cluster import Cluster, load_cluster
 
 
 @user_errors
@@ -32,16 +34,13 @@ def export_cmd(
 ) -> None:
     """Write a policy's nearest equivalent in verl, slime or AReaL as config overrides."""
     from sortedrl.export import export
-    from sortedrl.sim.cluster import load_cluster
 
-    policy, knobs, shape, base, where = _chosen(best, sets, trial)
-    cl = None
-    if cluster or base:
+    policy, knobs, shape, tuned, where = _chosen(best, sets, trial)
+    cl = load_cluster(cluster) if cluster else tuned()
+    if cl is not None and shape:  # (the trial's cluster.* params: a bad one names the file)
         import dataclasses
 
-        cl = load_cluster(cluster or base)
-        if shape:  # (the trial's cluster.* params: a bad one names the file, not the cluster)
-            cl = dataclasses.replace(cl, **shape).validate(f"{where}: field 'params' on cluster {cl.name}")
+        cl = dataclasses.replace(cl, **shape).validate(f"{where}: field 'params' on cluster {cl.name}")
     result = export(framework, policy, knobs, cl, group_size, prompts)
     if as_json:
         typer.echo(jsonio.dumps(result.as_dict(), "the export", indent=2))
@@ -53,8 +52,10 @@ def export_cmd(
         typer.echo(f"# caveat: {caveat}")
 
 
-def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[str], dict, str | None, str]:
-    """(policy, knob strings, cluster changes, base cluster name, where they come from) from BEST.
+def _chosen(best: str, sets: list[str], trial: str | None
+            ) -> tuple[str, list[str], dict, Callable[[], Cluster | None], str]:
+    """(policy, knob strings, cluster changes, the tune's cluster (read when no --cluster is
+    given), where they come from) from BEST.
 
     A tune.json may be hand-edited or come from someone else: every field read from it is
     checked, and a bad one is one error naming the file and the field."""
@@ -66,7 +67,7 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
     if path.suffix != ".json" and not (path / "tune.json").is_file():
         if trial is not None:
             raise ConfigError("--trial needs a tune.json")
-        return best, list(sets), {}, None, "--set"
+        return best, list(sets), {}, lambda: None, "--set"
     if path.is_dir():
         path = path / "tune.json"
     if sets:
@@ -102,7 +103,31 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> tuple[str, list[st
     base = result.get("cluster")
     if base is not None and not isinstance(base, str):
         raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
-    return policy, knobs, shape, base, where
+    return policy, knobs, shape, lambda: _tuned_cluster(result, path), where
+
+
+def _tuned_cluster(result: dict, path: Path) -> Cluster | None:
+    """The cluster the tune ran on, rebuilt from the fields tune.json records (``cluster_fields``),
+    so a cluster file or profile that has since changed or gone does not matter. A tune.json
+    written before they were recorded names the cluster only: a preset name is rebuilt as
+    before; a file's name (its stem or ``name``) is not a cluster, and the error says so."""
+    from sortedrl.sim.cluster import cluster_from_dict, preset
+
+    fields = result.get("cluster_fields")
+    if fields is not None:
+        where = f"{path}: field 'cluster_fields'"
+        if not isinstance(fields, dict):
+            raise ConfigError(f"{where}: expected an object, got {_shown(fields)}")
+        return cluster_from_dict(fields, where, str(result.get("cluster", "cluster")))
+    name = result.get("cluster")
+    if name is None:
+        return None
+    try:
+        return preset(name)
+    except ConfigError:
+        raise ConfigError(f"{path}: field 'cluster': {name!r} is not a cluster preset, and this "
+                          "tune.json (from before tune recorded 'cluster_fields') does not say "
+                          "the cluster's fields: give its file with --cluster") from None
 
 
 def _trial_id(result: dict, trial: str | None, path: Path) -> int | None:

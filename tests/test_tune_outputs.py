@@ -8,12 +8,15 @@ Run: pytest tests/test_tune_outputs.py
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
 from sortedrl.plot.report import bar_entries, pareto_figure, write_report
+from sortedrl.sim.cluster import cluster_from_dict, load_cluster
 from sortedrl.tune.search import pareto
 
 runner = CliRunner()
@@ -98,3 +101,74 @@ def test_a_bad_best_is_one_error_line(tmp_path, best):
     assert r.exit_code == 2 and r.stderr == (
         f"error: {tmp_path / 'tune.json'}: 'best' must be an object {{\"overall\": trial id, "
         "\"per_policy\": {policy: trial id}} (null: no feasible trial)\n"), r.output
+
+
+# -- export: the tuned cluster, rebuilt from tune.json ----------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def tune_on(tmp_path, cluster: Path) -> Path:
+    out = tmp_path / "tune"
+    r = runner.invoke(app, ["tune", "--synthetic", "math-16k", "--prompts", "16", "--steps", "2",
+                            "--cluster", str(cluster), "--policy", "sync", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def exported(path: Path, *args: str) -> dict:
+    r = runner.invoke(app, ["export", "verl", str(path), "--json", *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["overrides"]
+
+
+def shape(overrides: dict) -> tuple:
+    return tuple(overrides[f"actor_rollout_ref.rollout.{k}"]
+                 for k in ("tensor_model_parallel_size", "max_num_seqs"))
+
+
+def test_export_uses_the_tuned_cluster_file_not_the_preset_it_is_named_after(tmp_path):
+    cluster = tmp_path / f"{CLUSTER}.json"  # its name is a preset's, its shape is not
+    cluster.write_text(json.dumps({"preset": CLUSTER, "max_num_seqs": 64, "tp": 2}))
+    assert shape(exported(tune_on(tmp_path, cluster))) == (2, 64)  # was (1, 256): the preset's
+
+
+def test_export_of_a_tune_on_a_profile_needs_the_profile_no_more(tmp_path):
+    profile = tmp_path / "p.json"
+    shutil.copy(FIXTURES / "cpu-profile.json", profile)
+    out = tune_on(tmp_path, profile)
+    profile.unlink()  # was: error: unknown cluster preset 'p'
+    got = exported(out)
+    assert shape(got) == (1, 32) and got["trainer.n_gpus_per_node"] == 1
+
+
+@pytest.mark.parametrize("spec", [CLUSTER, "h200-qwen2.5-32b-tp2-16gpu-disagg",
+                                  str(FIXTURES / "cpu-profile.json")])
+def test_a_clusters_recorded_fields_rebuild_it_exactly(spec):
+    cl = load_cluster(spec)
+    fields = json.loads(json.dumps(cl.fields()))  # as tune.json holds them
+    assert cluster_from_dict(fields, "tune.json", "?") == cl
+
+
+def test_an_older_tune_json_naming_a_cluster_file_is_one_error(tmp_path):
+    path = tmp_path / "tune.json"
+    tune = {"cluster": "p", "best": {"overall": 0}, "trials": [{"id": 0, "policy": "sync", "params": {}}]}
+    path.write_text(json.dumps(tune))
+    r = runner.invoke(app, ["export", "verl", str(path)])
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: {path}: field 'cluster': 'p' is not a cluster preset, and this tune.json (from "
+        "before tune recorded 'cluster_fields') does not say the cluster's fields: give its file "
+        "with --cluster\n"), r.output
+    assert shape(exported(path, "--cluster", CLUSTER)) == (1, 256)
+    path.write_text(json.dumps({**tune, "cluster": CLUSTER}))  # a preset's name: as before
+    assert exported(path)["trainer.n_gpus_per_node"] == 2
+
+
+def test_bad_cluster_fields_are_one_error_naming_the_field(tmp_path):
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps({"cluster": "c", "cluster_fields": {"name": "c", "tp": "2"},
+                                "best": {"overall": 0},
+                                "trials": [{"id": 0, "policy": "sync", "params": {}}]}))
+    r = runner.invoke(app, ["export", "verl", str(path)])
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: {path}: field 'cluster_fields': field 'tp': expected int, got '2'\n"), r.output

@@ -211,11 +211,10 @@ class Cluster:
         per_param = OFFLOADED_STATE_BYTES if self.optimizer_offloaded else TRAIN_STATE_BYTES
         return per_param * MODELS[self.model].params / self.trainer_gpus
 
-    def describe(self) -> dict:
+    def fields(self) -> dict:
+        """Every field (``costs`` when explicit), from which :func:`cluster_from_dict` rebuilds it."""
         d = dataclasses.asdict(self)
-        d["costs"] = dataclasses.asdict(self.cost())
-        d.update(engines=self.engines, trainer_gpus=self.trainer_gpus, kv_budget=self.kv_budget)
-        return d
+        return d if self.costs is not None else {k: v for k, v in d.items() if k != "costs"}
 
     # -- checks -----------------------------------------------------------------------------
 
@@ -297,12 +296,9 @@ class Cluster:
 
     def check_fits(self, longest_sequence: int, where: str = "cluster") -> None:
         """Raise unless one engine can hold the longest sequence (prompt + response) alone."""
-        need = longest_sequence + 1
-        if need > self.kv_admit_budget:
-            raise ConfigError(
-                f"{where}: impossible cluster: the KV budget of {self.kv_admit_budget} tokens per engine "
-                f"cannot hold one sequence of {longest_sequence} tokens"
-            )
+        if longest_sequence + 1 > self.kv_admit_budget:
+            raise ConfigError(f"{where}: impossible cluster: the KV budget of {self.kv_admit_budget} tokens per "
+                              f"engine cannot hold one sequence of {longest_sequence} tokens")
 
 
 # -- presets and parsing ----------------------------------------------------------------------
@@ -375,21 +371,27 @@ def load_cluster(spec: str) -> Cluster:
         raise ConfigError(f"{spec}: line {e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{spec}: expected a JSON object")
-    from sortedrl.sim.profile import is_profile, parse_costs, profile_cluster
+    from sortedrl.sim.profile import is_profile, profile_cluster
 
     if is_profile(raw):  # a calibrated profile from `sortedrl calibrate`
         return profile_cluster(raw, spec, path.stem)
+    return cluster_from_dict(raw, spec, path.stem)
+
+
+def cluster_from_dict(raw: dict, spec: str, name: str) -> Cluster:
+    """A cluster file's object (or a cluster's fields, as tune.json records them), checked."""
+    from sortedrl.sim.profile import parse_costs
+
+    raw = dict(raw)
     base = preset(str(raw.pop("preset", "h100-llama3.1-8b")))
-    known = {f.name: f for f in dataclasses.fields(Cluster)}
-    changes: dict[str, object] = {"name": str(raw.pop("name", path.stem))}
+    known = [f.name for f in dataclasses.fields(Cluster)]
+    changes: dict[str, object] = {"name": str(raw.pop("name", name))}
     for key, value in raw.items():
-        f = known.get(key)
-        if f is None:
+        if key not in known:
             raise ConfigError(f"{spec}: unknown field {key!r} (known: {', '.join(known)})")
-        if key == "costs":
-            changes[key] = parse_costs(value, spec)
-            continue
         want = type(getattr(base, key))
+        if key == "costs":
+            value, want = parse_costs(value, spec), CostModel
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if type(value) is not want:

@@ -100,7 +100,8 @@ def register(app: typer.Typer) -> None:
                 result = Tuner(spaces, cfg, executor, progress).run()
             finally:
                 executor.close()
-        result = {"trace": tr.name, "cluster": cl.name, "regen": regen, **result}
+        result = {"trace": tr.name, "cluster": cl.name, "cluster_fields": cl.fields(), "regen": regen,
+                  **result}
         if result["best"]["overall"] is None:
             raise ConfigError(infeasible_message(result))
         outs.write({run_dir: {"tune.json": write_json(result, run_dir / "tune.json")}})
