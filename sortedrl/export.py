@@ -41,6 +41,7 @@ class Export:
     prompts: int | None = None  # prompts per step, when known
     overrides: dict[str, object] = field(default_factory=dict)
     caveats: list[str] = field(default_factory=list)
+    auto: dict = field(default_factory=dict)  # knobs left at 0: what a simulated run made them
 
     def lines(self) -> list[str]:
         """The overrides as the framework takes them on its command line."""
@@ -58,8 +59,11 @@ def _value(v: object) -> str:
 
 
 def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None = None,
-           group_size: int | None = None, prompts: int | None = None) -> Export:
-    """The overrides for ``policy`` with knobs ``sets`` in ``framework``."""
+           group_size: int | None = None, prompts: int | None = None,
+           auto: dict | None = None) -> Export:
+    """The overrides for ``policy`` with knobs ``sets`` in ``framework``; ``auto``: the knobs left
+    at 0 with the values a simulated run resolved them to (a summary's ``auto_params``), which
+    the mapping then uses."""
     if framework not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     for option, value in (("--group-size", group_size), ("--prompts", prompts)):
@@ -68,6 +72,7 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
     cls = policy_class(policy, "policy")
     params = params_dict(parse_params(cls.Params, sets, policy))
     out = Export(framework, policy, params, entry="", prompts=prompts)
+    out.auto = {k: v for k, v in (auto or {}).items() if params.get(k) == 0}
     {"verl": _verl, "slime": _slime, "areal": _areal}[framework](out, params, cluster)
     _batch(out, group_size, prompts)
     if cluster is not None:
@@ -99,14 +104,23 @@ def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
     elif out.policy in ("partial", "sortedrl"):
         out.entry = base
         ratio = p["over_sample"] if out.policy == "partial" else p["oversubscribe"]
-        if not ratio:  # sortedrl's oversubscribe=0: derived, 2 x the slots at most
+        if not ratio and "oversubscribe" in out.auto:  # sortedrl's oversubscribe=0: derived
+            ratio = out.auto["oversubscribe"]
+            c.append(f"oversubscribe=0 (derived): the simulated run resolved it to {ratio}")
+        elif not ratio:  # (no run says what it resolved to)
             ratio = 2.0
             c.append("oversubscribe=0 (derived: 2 x the slots, at most half the loading group); "
                      "exported as 2")
-        o["actor_rollout_ref.rollout.over_sample_rate"] = round(1.0 - 1.0 / ratio, 6)
-        c.append(f"over-sampling: we keep {ratio}x the step's groups in flight and stop at 1x; "
-                 f"verl starts 1x and aborts the rest once (1 - over_sample_rate) of them are "
-                 f"done, so over_sample_rate = 1 - 1/{ratio}")
+        if ratio < 1:  # sortedrl's window below the slots
+            o["actor_rollout_ref.rollout.over_sample_rate"] = 0.0
+            c.append(f"oversubscribe={ratio} < 1: the run kept fewer samples admitted than the "
+                     f"engines' slots; verl over-samples 1x or more: no over-sampling, and for "
+                     f"the same concurrency set max_num_seqs to {ratio} x its value")
+        else:
+            o["actor_rollout_ref.rollout.over_sample_rate"] = round(1.0 - 1.0 / ratio, 6)
+            c.append(f"over-sampling: we keep {ratio}x the step's groups in flight and stop at "
+                     f"1x; verl starts 1x and aborts the rest once (1 - over_sample_rate) of them "
+                     f"are done, so over_sample_rate = 1 - 1/{ratio}")
         if out.policy == "sortedrl":
             c.append("verl has no sorted early updates: the nearest is over-sampling with abort; "
                      "SortedRL's harvests of the shortest responses into several updates per step "
@@ -224,6 +238,9 @@ def _slime(out: Export, p: dict, cluster: Cluster | None) -> None:
                      f"{p['minibatches']}")
     elif out.policy == "partial":
         groups = p["rollout_batch"] or out.prompts
+        if not groups and "rollout_batch" in out.auto:  # rollout_batch=0: the step's prompts
+            groups = out.auto["rollout_batch"]
+            c.append(f"rollout_batch=0 (the step's prompts): the simulated run's {groups}")
         if groups:
             o["--over-sampling-batch-size"] = math.ceil(groups * p["over_sample"])
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import typer
 
@@ -35,27 +36,36 @@ def export_cmd(
     """Write a policy's nearest equivalent in verl, slime or AReaL as config overrides."""
     from sortedrl.export import export
 
-    policy, knobs, shape, tuned, where = _chosen(best, sets, trial)
-    cl = load_cluster(cluster) if cluster else tuned()
-    if cl is not None and shape:  # (the trial's cluster.* params: a bad one names the file)
+    c = _chosen(best, sets, trial)
+    cl = load_cluster(cluster) if cluster else c.tuned()
+    if cl is not None and c.shape:  # (the trial's cluster.* params: a bad one names the file)
         import dataclasses
 
-        cl = dataclasses.replace(cl, **shape).validate(f"{where}: field 'params' on cluster {cl.name}")
-    result = export(framework, policy, knobs, cl, group_size, prompts)
+        cl = dataclasses.replace(cl, **c.shape).validate(f"{c.where}: field 'params' on cluster {cl.name}")
+    result = export(framework, c.policy, c.knobs, cl, group_size, prompts, c.auto)
     if as_json:
         typer.echo(jsonio.dumps(result.as_dict(), "the export", indent=2))
         return
-    typer.echo(f"# {framework}: {policy} {json.dumps(result.params)} -> {result.entry}")
+    typer.echo(f"# {framework}: {c.policy} {json.dumps(result.params)} -> {result.entry}")
     for line in result.lines():
         typer.echo(line)
     for caveat in result.caveats:
         typer.echo(f"# caveat: {caveat}")
 
 
-def _chosen(best: str, sets: list[str], trial: str | None
-            ) -> tuple[str, list[str], dict, Callable[[], Cluster | None], str]:
-    """(policy, knob strings, cluster changes, the tune's cluster (read when no --cluster is
-    given), where they come from) from BEST.
+class Chosen(NamedTuple):
+    """What BEST names: a policy and its knobs, with, for a tune.json trial, its cluster."""
+
+    policy: str
+    knobs: list[str]  # key=value
+    shape: dict  # the trial's cluster.* changes
+    tuned: Callable[[], Cluster | None]  # the tune's cluster (read only without --cluster)
+    where: str  # where they come from, for errors
+    auto: dict  # the trial's auto knobs as its run resolved them (summary.auto_params)
+
+
+def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
+    """The policy, knobs and cluster BEST names.
 
     A tune.json may be hand-edited or come from someone else: every field read from it is
     checked, and a bad one is one error naming the file and the field."""
@@ -67,7 +77,7 @@ def _chosen(best: str, sets: list[str], trial: str | None
     if path.suffix != ".json" and not (path / "tune.json").is_file():
         if trial is not None:
             raise ConfigError("--trial needs a tune.json")
-        return best, list(sets), {}, lambda: None, "--set"
+        return Chosen(best, list(sets), {}, lambda: None, "--set", {})
     if path.is_dir():
         path = path / "tune.json"
     if sets:
@@ -103,7 +113,19 @@ def _chosen(best: str, sets: list[str], trial: str | None
     base = result.get("cluster")
     if base is not None and not isinstance(base, str):
         raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
-    return policy, knobs, shape, lambda: _tuned_cluster(result, path), where
+    return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
+                  _auto_params(match[0], where))
+
+
+def _auto_params(trial: dict, where: str) -> dict:
+    """The knobs left at 0 (auto) with the values the trial's run gave them: the export maps
+    those, not a guess (a hand-written trial without a summary has none)."""
+    summary = trial.get("summary")
+    auto = summary.get("auto_params", {}) if isinstance(summary, dict) else {}
+    if not isinstance(auto, dict) or not all(jsonio.finite(v) for v in auto.values()):
+        raise ConfigError(f"{where}: field 'summary.auto_params': expected an object of numbers, "
+                          f"got {_shown(auto)}")
+    return auto
 
 
 def _tuned_cluster(result: dict, path: Path) -> Cluster | None:

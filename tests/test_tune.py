@@ -116,7 +116,7 @@ def test_local_processes_and_ray_give_identical_trials(tmp_path):
     ("sortedrl.oversubscribe=0:2:log", "a log range needs lo > 0"),
     ("sortedrl.oversubscribe=1:2:lin", "a range is lo:hi or lo:hi:log"),
     ("sortedrl.update_batch", "expected NAME.key=lo:hi[:log] or NAME.key=v1,v2,..."),
-    ("sortedrl.oversubscribe=0.5:2", "error: --param: policy sortedrl: oversubscribe must be >= 1, got 0.5"),
+    ("sortedrl.oversubscribe=-1:2", "error: --param: policy sortedrl: oversubscribe must be >= 0, got -1.0"),
 ])
 def test_bad_params_get_one_line_errors(tmp_path, param, message):
     out = tmp_path / "o"

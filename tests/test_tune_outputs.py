@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
+from sortedrl.export import export as export_policy
 from sortedrl.plot.report import bar_entries, pareto_figure, write_report
 from sortedrl.sim.cluster import cluster_from_dict, load_cluster
 from sortedrl.tune.search import pareto
@@ -172,3 +173,64 @@ def test_bad_cluster_fields_are_one_error_naming_the_field(tmp_path):
     r = runner.invoke(app, ["export", "verl", str(path)])
     assert r.exit_code == 2 and r.stderr == (
         f"error: {path}: field 'cluster_fields': field 'tp': expected int, got '2'\n"), r.output
+
+
+# -- auto knobs: export writes what the run used; --set takes what auto prints -----------------------
+
+
+def test_export_writes_the_oversubscription_the_trial_ran_with(tmp_path):
+    out = tmp_path / "tune3"
+    r = runner.invoke(app, ["tune", *SMALL, "--policy", "sortedrl", "--policy", "partial",
+                            "--budget", "4", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    trial = json.loads(r.stdout)["trials"][0]
+    assert (trial["policy"], trial["params"]) == ("sortedrl", {})  # the defaults
+    assert trial["summary"]["auto_params"]["oversubscribe"] == 1.5
+    r = runner.invoke(app, ["export", "verl", str(out), "--trial", "0", "--json"])
+    got = json.loads(r.stdout)
+    assert got["overrides"]["actor_rollout_ref.rollout.over_sample_rate"] == 0.333333  # was 0.5
+    assert got["caveats"][:2] == [
+        "oversubscribe=0 (derived): the simulated run resolved it to 1.5",
+        "over-sampling: we keep 1.5x the step's groups in flight and stop at 1x; verl starts 1x "
+        "and aborts the rest once (1 - over_sample_rate) of them are done, so over_sample_rate = "
+        "1 - 1/1.5"]
+
+
+@pytest.mark.parametrize("sets, auto", [([], {"oversubscribe": 0.167}), (["oversubscribe=0.167"], {})])
+def test_an_oversubscription_below_one_exports_as_no_over_sampling(sets, auto):
+    got = export_policy("verl", "sortedrl", sets, auto=auto)
+    assert got.overrides["actor_rollout_ref.rollout.over_sample_rate"] == 0.0  # not -4.988024
+    assert ("oversubscribe=0.167 < 1: the run kept fewer samples admitted than the engines' slots; "
+            "verl over-samples 1x or more: no over-sampling, and for the same concurrency set "
+            "max_num_seqs to 0.167 x its value") in got.caveats
+
+
+def test_slime_partial_sizes_its_over_sampling_from_the_runs_prompts_per_step():
+    assert export_policy("slime", "partial", [], auto={"rollout_batch": 64}).overrides[
+        "--over-sampling-batch-size"] == 128
+    assert export_policy("slime", "partial", [], prompts=32, auto={"rollout_batch": 64}).overrides[
+        "--over-sampling-batch-size"] == 64  # --prompts first
+
+
+def test_set_takes_the_auto_knobs_a_run_printed_and_repeats_the_run(tmp_path):
+    # a small trace on 768 slots: the derived window is half the 32-prompt loading group (0.167x)
+    args = ["simulate", "--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--cluster",
+            "h100-llama3.1-8b-4gpu-disagg", "--policy", "sortedrl", "--json"]
+    auto = json.loads(runner.invoke(app, [*args, "--out", str(tmp_path / "a")]).stdout)
+    assert auto["auto_params"] == {"group_prompts": 32, "oversubscribe": 0.167, "update_batch": 64}
+    sets = [x for k, v in auto["auto_params"].items() for x in ("--set", f"{k}={v}")]
+    r = runner.invoke(app, [*args, *sets, "--out", str(tmp_path / "b")])  # was: oversubscribe must be >= 1
+    assert r.exit_code == 0, r.output
+    given = json.loads(r.stdout)
+    assert given.pop("params") == {**auto.pop("params"), **auto.pop("auto_params")}
+    assert given.pop("auto_params") == {} and given == auto  # every figure the same
+
+
+def test_bad_auto_params_are_one_error_naming_the_field(tmp_path):
+    path = tmp_path / "tune.json"
+    trial = {"id": 0, "policy": "sortedrl", "params": {}, "summary": {"auto_params": {"oversubscribe": "x"}}}
+    path.write_text(json.dumps({"cluster": CLUSTER, "best": {"overall": 0}, "trials": [trial]}))
+    r = runner.invoke(app, ["export", "verl", str(path)])
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: {path}: trial 0: field 'summary.auto_params': expected an object of numbers, got "
+        "an object\n"), r.output

@@ -65,8 +65,9 @@ class SortedRLParams:
         "help": "prompts per loading group (0: 4 x the trace's prompts per step, and at least "
                 "twice the oversubscribed window, at most the trace's prompts)"})
     oversubscribe: float = field(default=0.0, metadata={
-        "help": "samples kept admitted, as a multiple of the engines' total max_num_seqs "
-                "(0: 2, at most half the loading group)"})
+        "help": "samples kept admitted, as a multiple of the engines' total max_num_seqs; below "
+                "1 leaves slots empty (0: 2, at most half the loading group, so below 1 on a "
+                "small trace)"})
     update_batch: int = field(default=0, metadata={
         "help": "finished samples that trigger a harvest (0: half the engines' total max_num_seqs, "
                 "at most a quarter of the loading group)"})
@@ -83,8 +84,8 @@ class SortedRLParams:
     def __post_init__(self) -> None:
         if self.group_prompts < 0 or self.update_batch < 0:
             raise ValueError("group_prompts and update_batch must be >= 0")
-        if not (self.oversubscribe == 0 or self.oversubscribe >= 1.0):
-            raise ValueError(f"oversubscribe must be >= 1, got {self.oversubscribe} (0: derived)")
+        if not self.oversubscribe >= 0:  # (NaN too) below 1 as the derived window can be
+            raise ValueError(f"oversubscribe must be >= 0, got {self.oversubscribe} (0: derived)")
         if self.max_span < 0:
             raise ValueError(f"max_span must be >= 0, got {self.max_span}")
         if self.filter_groups and self.harvest != "groups":
@@ -163,7 +164,7 @@ class SortedRLPolicy(Policy):
         """Loading group, oversubscribed window and trigger from the knobs, or derived from the
         cluster's slots and the trace (module docstring)."""
         p, n, slots = self.params, view.group_size, view.total_capacity
-        window = math.floor((p.oversubscribe or 2.0) * slots)
+        window = max(1, math.floor((p.oversubscribe or 2.0) * slots))  # (a sample at least)
         self.group_prompts = p.group_prompts or min(max(4 * max(1, self.ctx.prompts_per_step),
                                                         -(-2 * window // n)), view.num_groups)
         loading = min(self.group_prompts, view.num_groups) * n  # (auto: as loaded; no more exist)
