@@ -122,9 +122,12 @@ def _auto_params(trial: dict, where: str) -> dict:
     those, not a guess (a hand-written trial without a summary has none)."""
     summary = trial.get("summary")
     auto = summary.get("auto_params", {}) if isinstance(summary, dict) else {}
-    if not isinstance(auto, dict) or not all(jsonio.finite(v) for v in auto.values()):
-        raise ConfigError(f"{where}: field 'summary.auto_params': expected an object of numbers, "
-                          f"got {_shown(auto)}")
+    if not isinstance(auto, dict):
+        raise ConfigError(f"{where}: field 'summary.auto_params': expected an object, got {_shown(auto)}")
+    for knob, value in auto.items():
+        if not jsonio.finite(value):
+            raise ConfigError(f"{where}: field 'summary.auto_params.{knob}': expected a number, "
+                              f"got {_shown(value)}")
     return auto
 
 

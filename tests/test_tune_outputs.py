@@ -232,5 +232,5 @@ def test_bad_auto_params_are_one_error_naming_the_field(tmp_path):
     path.write_text(json.dumps({"cluster": CLUSTER, "best": {"overall": 0}, "trials": [trial]}))
     r = runner.invoke(app, ["export", "verl", str(path)])
     assert r.exit_code == 2 and r.stderr == (
-        f"error: {path}: trial 0: field 'summary.auto_params': expected an object of numbers, got "
-        "an object\n"), r.output
+        f"error: {path}: trial 0: field 'summary.auto_params.oversubscribe': expected a number, "
+        "got 'x'\n"), r.output
