@@ -234,3 +234,36 @@ def test_bad_auto_params_are_one_error_naming_the_field(tmp_path):
     assert r.exit_code == 2 and r.stderr == (
         f"error: {path}: trial 0: field 'summary.auto_params.oversubscribe': expected a number, "
         "got 'x'\n"), r.output
+
+
+# -- the defaults are a trial of a grid too ------------------------------------------------------------
+
+
+def tuned(tmp_path, *args: str) -> dict:
+    r = runner.invoke(app, ["tune", *SMALL, *args, "--out", str(tmp_path / "t"), "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_a_grid_without_the_defaults_gets_them_first(tmp_path):
+    d = tuned(tmp_path, "--policy", "sortedrl", "--param", "sortedrl.oversubscribe=1,1.1")
+    assert d["search"] == "grid"
+    assert [t["params"] for t in d["trials"]] == [{}, {"oversubscribe": 1.0}, {"oversubscribe": 1.1}]
+    rates = [t["summary"]["learnable_tokens_per_s"] for t in d["trials"]]
+    assert rates[0] > max(rates[1:])  # here the defaults (1.5 (auto)) beat both values given
+    assert d["best"]["overall"] == 0  # was trial 1 of the two: worse than doing nothing
+
+
+def test_a_grid_holding_the_defaults_adds_none_and_a_plan_adds_them_per_shape(tmp_path):
+    d = tuned(tmp_path, "--policy", "sync", "--param", "sync.minibatches=1,2",  # 1: the default
+              "--policy", "sortedrl", "--param", "sortedrl.oversubscribe=1.5,2",
+              "--param", "cluster.gpus=2,4")
+    assert [(t["policy"], t["params"]) for t in d["trials"]] == [
+        ("sync", {"cluster.gpus": 2, "minibatches": 1}), ("sync", {"cluster.gpus": 2, "minibatches": 2}),
+        ("sync", {"cluster.gpus": 4, "minibatches": 1}), ("sync", {"cluster.gpus": 4, "minibatches": 2}),
+        ("sortedrl", {"cluster.gpus": 2}), ("sortedrl", {"cluster.gpus": 4}),  # defaults per shape
+        ("sortedrl", {"cluster.gpus": 2, "oversubscribe": 1.5}),
+        ("sortedrl", {"cluster.gpus": 2, "oversubscribe": 2.0}),
+        ("sortedrl", {"cluster.gpus": 4, "oversubscribe": 1.5}),
+        ("sortedrl", {"cluster.gpus": 4, "oversubscribe": 2.0})]
+    assert [t["summary"]["gpus"] for t in d["trials"]] == [2, 2, 4, 4, 2, 4, 2, 2, 4, 4]

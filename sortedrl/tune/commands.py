@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search policies' knobs for the fastest run within a staleness budget."""
         from sortedrl.tune.executors import check_spaces, make_executor
-        from sortedrl.tune.search import OBJECTIVES, TuneConfig, Tuner
+        from sortedrl.tune.search import OBJECTIVES, TuneConfig, Tuner, trial_counts
         from sortedrl.tune.space import parse_spaces
 
         check_regen(regen)
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             check_spaces(spaces, tr)  # a policy that refuses every --param combination
             cfg = TuneConfig(objective, max_staleness, budget, seed)
             progress.phase("starting workers")
-            trials = int(min(budget, sum(s.size for s in spaces)))
+            trials = int(min(budget, sum(trial_counts(spaces))))
             executor = make_executor(tr, cl, seed, min(workers, trials), ray, regen)
             progress.phase(f"tune: trials run (at most {trials})", total=trials)
             try:

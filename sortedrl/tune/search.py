@@ -1,10 +1,15 @@
 """The tuner: grid when the space is small, else quasi-random search then local refinement.
 
 Budget accounting is per policy: each ``--policy`` gets an equal share of ``--budget`` trials
-(small finite spaces take only their size and leave the rest to the others). A policy whose space
-is finite and fits its share is searched exhaustively. Otherwise its first trial is its defaults
-(so the best found is never worse than the defaults), 60% of the rest of its share samples a scrambled Sobol sequence (``scipy.stats.qmc``, seeded) and the rest refines: each
-round tries the neighbours of the policy's best feasible trial (one step up and down along each
+(small finite spaces take only their size and leave the rest to the others). The policy's
+defaults are a trial (unless a knob of a user's policy has no default), so the best feasible
+trial is never worse than leaving its knobs alone, when that meets ``--max-staleness``. A policy
+whose space is finite and fits its share (with the defaults) is searched exhaustively: its grid,
+after its default knobs on each shape of its ``cluster.*`` dimensions (``{}`` without them)
+unless a grid point has the default of every knob. Otherwise its first trial is its defaults on
+the ``--cluster`` as given (when its share is more than one trial), 60% of the rest of its share
+samples a scrambled Sobol sequence (``scipy.stats.qmc``, seeded) and the rest refines: each round
+tries the neighbours of the policy's best feasible trial (one step up and down along each
 axis, every other value of a list) and halves the step when a round finds nothing better.
 
 ``--max-staleness`` is a hard constraint on ``staleness_max`` (no trained token more than that
@@ -30,6 +35,7 @@ member lies below it: such a front has no knee).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable
@@ -55,10 +61,38 @@ class TuneConfig:
     seed: int = 0
 
 
+def trial_counts(spaces: list[Space]) -> list[float]:
+    """The trials each space takes searched whole: its grid and its defaults trials (inf for a
+    space with a continuous range)."""
+    return [s.size + len(defaults_trials(s)) for s in spaces]
+
+
+def defaults_trials(space: Space) -> list[dict]:
+    """The trials of the policy's defaults that its grid lacks: its default knobs on each shape
+    of the ``cluster.*`` dimensions (``{}`` without them). None when a grid point has the default
+    of every knob, or when a knob has no default (a user's policy may have one to give)."""
+    fields = dataclasses.fields(policy_class(space.policy).Params)
+    if not _has_defaults(space.policy):
+        return []
+    shape = tuple(d for d in space.dims if d.key.startswith(CLUSTER + "."))
+    knobs = [d for d in space.dims if d not in shape]
+    defaults = {f.name: f.default for f in fields}
+    if all(d.finite and defaults[d.key] in d.grid() for d in knobs):
+        return []
+    return Space(space.policy, shape).grid()
+
+
+def _has_defaults(policy: str) -> bool:
+    return all(f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+               for f in dataclasses.fields(policy_class(policy).Params))
+
+
 class Tuner:
     def __init__(self, spaces: list[Space], cfg: TuneConfig, executor: Executor,
                  progress: Callable[[int], None] = lambda n: None) -> None:
         self.spaces, self.cfg, self.ex, self.progress = spaces, cfg, executor, progress
+        self.defaults = [defaults_trials(s) for s in spaces]
+        self.sizes = [s.size + len(d) for s, d in zip(spaces, self.defaults, strict=True)]
         self.trials: list[dict] = []
         self.skipped: list[dict] = []
         self.seen: set[tuple] = set()
@@ -117,18 +151,18 @@ class Tuner:
 
     def run(self) -> dict:
         shares = self._shares()
-        total = sum(s.size for s in self.spaces)
-        exhaustive = total <= self.cfg.budget
+        exhaustive = sum(self.sizes) <= self.cfg.budget
         first: list[tuple[str, dict]] = []
         refine: dict[str, tuple[Space, int]] = {}
-        for idx, (space, share) in enumerate(zip(self.spaces, shares, strict=True)):
-            if not exhaustive and space.size > share and share > 1:
-                # the policy's defaults are always a trial, so the best is never worse than them
+        for idx, (space, share, size) in enumerate(zip(self.spaces, shares, self.sizes, strict=True)):
+            # the policy's defaults are a trial, so the best is never worse than them
+            if exhaustive or size <= share:
+                grid = self.defaults[idx] + space.grid()
+                first += [(space.policy, p) for p in self._fresh(space.policy, grid)]
+                continue
+            if share > 1 and _has_defaults(space.policy):
                 first += [(space.policy, p) for p in self._fresh(space.policy, [{}])]
                 share -= 1
-            if exhaustive or space.size <= share:
-                first += [(space.policy, p) for p in self._fresh(space.policy, space.grid())]
-                continue
             n0 = max(1, math.ceil(0.6 * share))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # Sobol balance warnings for n not a power of 2
@@ -176,7 +210,7 @@ class Tuner:
             changed = False
             fair = _split(left, len(open_))
             for k, idx in enumerate(list(open_)):
-                size = self.spaces[idx].size
+                size = self.sizes[idx]
                 if size <= fair[k]:
                     shares[idx] = int(size)
                     left -= int(size)
