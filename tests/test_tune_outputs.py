@@ -45,6 +45,14 @@ def test_the_pareto_front_holds_feasible_trials_only(bounded):
     assert d["pareto"] == pareto([t for t in d["trials"] if t["feasible"]])
 
 
+def test_every_trial_has_gpus_and_gpu_hours_without_cluster_dimensions(bounded):
+    _, d = bounded  # (docs/metrics.md said: only with --param cluster.*)
+    assert {t["summary"]["gpus"] for t in d["trials"]} == {2}
+    for t in d["trials"]:
+        assert t["summary"]["gpu_hours"] == 2 * t["summary"]["makespan_s"] / 3600
+    assert (d["cluster"], d["cluster_fields"]) == (CLUSTER, load_cluster(CLUSTER).fields())
+
+
 def test_the_report_shows_no_infeasible_trial_as_best(bounded):
     out, _ = bounded
     entries, source = bar_entries(out)

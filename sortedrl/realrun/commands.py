@@ -233,10 +233,10 @@ def register(app: typer.Typer) -> None:
             return
         cols = [Col("update"), Col("real step s"), Col("sim step s"), Col("err %"),
                 Col("real rollout s", hide=2), Col("sim rollout s", hide=2), Col("real train s", hide=1),
-                Col("sim train s", hide=1), Col("real bubble", hide=3), Col("sim bubble", hide=3)]
+                Col("sim train s", hide=1), Col("real bubble %", hide=3), Col("sim bubble %", hide=3)]
         rows = [[str(s["step"]), f"{s['real_step_s']:.3f}", f"{s['sim_step_s']:.3f}", f"{s['step_err_pct']:.1f}",
                  f"{s['real_rollout_s']:.3f}", f"{s['sim_rollout_s']:.3f}", f"{s['real_train_s']:.3f}",
-                 f"{s['sim_train_s']:.3f}", f"{s['real_bubble_ratio']:.3f}", f"{s['sim_bubble_ratio']:.3f}"]
+                 f"{s['sim_train_s']:.3f}", f"{100 * s['real_bubble_ratio']:.1f}", f"{100 * s['sim_bubble_ratio']:.1f}"]
                 for s in result["steps"]]
         errors = (f"step_time_mape {result['step_time_mape']:.2f}%, progress_time_mape "
                   f"{result['progress_time_mape']:.2f}%, rollout_time_mape {result['rollout_time_mape']:.2f}%, "
