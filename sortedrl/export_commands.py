@@ -17,7 +17,7 @@ import typer
 from sortedrl import jsonio
 from sortedrl.cli_common import user_errors
 from sortedrl.errors import ConfigError
-from sortedrl.sim.cluster import Cluster, load_cluster
+from sortedrl.sim.cluster import Cluster, cluster_from_dict, load_cluster, preset
 
 
 @user_errors
@@ -136,8 +136,6 @@ def _tuned_cluster(result: dict, path: Path) -> Cluster | None:
     so a cluster file or profile that has since changed or gone does not matter. A tune.json
     written before they were recorded names the cluster only: a preset name is rebuilt as
     before; a file's name (its stem or ``name``) is not a cluster, and the error says so."""
-    from sortedrl.sim.cluster import cluster_from_dict, preset
-
     fields = result.get("cluster_fields")
     if fields is not None:
         where = f"{path}: field 'cluster_fields'"

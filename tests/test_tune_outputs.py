@@ -275,3 +275,18 @@ def test_a_grid_holding_the_defaults_adds_none_and_a_plan_adds_them_per_shape(tm
         ("sortedrl", {"cluster.gpus": 4, "oversubscribe": 1.5}),
         ("sortedrl", {"cluster.gpus": 4, "oversubscribe": 2.0})]
     assert [t["summary"]["gpus"] for t in d["trials"]] == [2, 2, 4, 4, 2, 4, 2, 2, 4, 4]
+
+
+def test_a_users_policy_with_a_knob_without_default_gets_no_defaults_trial(tmp_path, monkeypatch):
+    (tmp_path / "ordered.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from sortedrl.policies.sync import SyncParams, SyncPolicy\n"
+        "@dataclass(frozen=True, kw_only=True)\n"
+        "class P(SyncParams):\n"
+        "    order: str\n"
+        "class Ordered(SyncPolicy):\n"
+        "    name = 'ordered'\n"
+        "    Params = P\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    d = tuned(tmp_path, "--policy", "ordered:Ordered", "--param", "ordered:Ordered.order=a,b")
+    assert [t["params"] for t in d["trials"]] == [{"order": "a"}, {"order": "b"}]  # no {}: no defaults

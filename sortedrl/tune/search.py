@@ -69,7 +69,7 @@ def trial_counts(spaces: list[Space]) -> list[float]:
 
 def defaults_trials(space: Space) -> list[dict]:
     """The trials of the policy's defaults that its grid lacks: its default knobs on each shape
-    of the ``cluster.*`` dimensions (``{}`` without them). None when a grid point has the default
+    of the ``cluster.*`` dimensions (``{}`` without them). No trial when a grid point has the default
     of every knob, or when a knob has no default (a user's policy may have one to give)."""
     fields = dataclasses.fields(policy_class(space.policy).Params)
     if not _has_defaults(space.policy):
