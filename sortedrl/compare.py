@@ -17,6 +17,7 @@ from sortedrl.outputs import OutputError, check_label
 from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.cost import CostModel
 from sortedrl.sim.run import SimResult, simulate
 from sortedrl.tables import UNITS, Col, cell, key_value_table, render
 from sortedrl.traces.schema import Trace
@@ -68,8 +69,29 @@ def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster) -> 
     if (not policy_placements or cluster.placement in policy_placements
             or "disaggregated" not in policy_placements):
         return cluster
-    return dataclasses.replace(cluster, name=f"{cluster.name}-disagg",
-                               placement="disaggregated").validate(cluster.name)
+    split = dataclasses.replace(cluster, name=f"{cluster.name}-disagg",
+                                placement="disaggregated").validate(cluster.name)
+    if cluster.costs is None:  # the preset's terms follow the split's shape
+        return split
+    return dataclasses.replace(split, costs=split_costs(cluster, split))
+
+
+# the terms that depend on the trainer's GPUs and the sync's link, not on one rollout engine
+TRAINER_TERMS = ("train_fix", "train_per_token", "train_per_pair", "sync_s")
+
+
+def split_costs(cluster: Cluster, split: Cluster) -> CostModel:
+    """Explicit costs (a cluster file's, a calibrated profile's) on the disaggregated split of
+    their GPUs. An engine keeps its terms (same GPUs, same tp); each trainer and sync term is
+    scaled by how the preset's own term changes from the cluster to its split (fewer trainer
+    GPUs, the optimizer state offloaded if it no longer fits, the sync to another process's
+    engines), since the given terms were measured on, or written for, the cluster as given."""
+    given = cluster.costs
+    was = dataclasses.replace(cluster, costs=None).cost()
+    now = dataclasses.replace(split, costs=None).cost()
+    scaled = {name: getattr(given, name) * (getattr(now, name) / getattr(was, name))
+              for name in TRAINER_TERMS if getattr(was, name) > 0}
+    return dataclasses.replace(given, **scaled)
 
 
 def placement_note(policy: str, placements: tuple[str, ...] | None, cluster: Cluster) -> str | None:
@@ -80,7 +102,8 @@ def placement_note(policy: str, placements: tuple[str, ...] | None, cluster: Clu
         return None
     return (f"note: {policy} needs separate rollout and training GPUs, so it runs on the disaggregated "
             f"split of the same {cluster.gpus} GPUs: {used.rollout_gpus} roll out, {used.trainer_gpus} "
-            f"train ({used.name})")
+            f"train ({used.name})" + ("; the given trainer and sync terms are scaled to the split as "
+                                        "the preset's are" if cluster.costs is not None else ""))
 
 
 def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:

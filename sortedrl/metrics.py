@@ -215,17 +215,19 @@ def _token_use(tl: Timeline, sp: Mapping, n_samples: int, group_size: int) -> di
 
 
 def _staleness(stale: np.ndarray, weights: np.ndarray) -> tuple[float, int, int]:
-    """Token-weighted mean, p95 and max of the staleness of trained spans (versions); ``stale``
+    """Token-weighted mean, p95 and max of the staleness of trained tokens (versions; a trained
+    span with no tokens, such as one aborted in its prefill, counts for none); ``stale``
     (int64, the caller's) is overwritten."""
     total = int(weights.sum())
     if total <= 0:
         return 0.0, 0, 0
-    low, high = int(stale.min()), int(stale.max())
+    low = int(stale.min())
     mean = float(np.dot(stale, weights)) / float(total)
     stale -= low  # in place (the caller's temporary): a 10M-sample summary's peak
     per_value = np.bincount(stale, weights=weights)  # exact: integer sums below 2**53
     cum = np.cumsum(per_value)
     p95 = int(np.searchsorted(cum, 0.95 * cum[-1])) + low
+    high = int(np.flatnonzero(per_value)[-1]) + low  # a span without tokens has no staleness
     return mean, p95, high
 
 

@@ -51,6 +51,28 @@ def test_cli_writes_a_profile_that_loads_as_a_cluster(tmp_path):
     assert (c.t_fix, c.a0, c.c1) == (base.cost().t_fix, base.cost().a0, base.cost().c1)  # engine: the preset's
     raw = json.loads(out.read_text())
     assert "t_fix" in raw["fit"]["from_preset"] and "train_fix" not in raw["fit"]["from_preset"]
+    # the fitted form has no pair term: the preset's would add the attention pairs twice
+    assert c.train_per_pair == 0.0 and "train_per_pair" not in raw["fit"]["from_preset"]
+
+
+def test_simulated_updates_follow_the_fitted_form(tmp_path):
+    # Each simulated update takes train_fix + train_per_token x its tokens, the form fitted (it
+    # took 13-26% more: the preset's pair term was kept beside the fitted terms).
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(FIX / "verl_metrics.jsonl"),
+                            "--cluster", "h100-llama3.1-8b-2gpu", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    run = tmp_path / "run"
+    r = runner.invoke(app, ["simulate", "--trace", "math-16k", "--policy", "sync", "--cluster", str(out),
+                            "--timeline", "jsonl", "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    trains = [json.loads(line) for line in (run / "timeline.jsonl").read_text().splitlines()
+              if '"kind":"train"' in line]
+    assert len(trains) == 4
+    for t in trains:
+        assert t["t_end"] - t["t"] == pytest.approx(4.0 + 4.5e-5 * t["tokens"], rel=1e-6)
+    shown = runner.invoke(app, ["profile", "show", str(out)]).output
+    assert "train_per_pair" in shown and "0: the metrics fit's per-token term holds it" in shown
 
 
 def test_unknown_layout_lists_the_columns_found_and_needed(tmp_path):

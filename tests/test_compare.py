@@ -128,3 +128,35 @@ def test_a_user_policy_is_labelled_by_its_class(tmp_path, monkeypatch):
     assert [s["label"] for s in summaries] == ["sync", "MySync", "mine"]
     assert {s["policy"] for s in summaries[1:]} == {"my_sync"}
     assert (out / "MySync" / "summary.json").exists() and (out / "mine" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("policy", ["async", "one_step_off"])
+def test_explicit_costs_move_to_the_split_as_the_presets_do(tmp_path, policy):
+    # A cluster file whose costs are the preset's own: a policy that needs separate GPUs runs on
+    # the split of both the same way (the file's trainer and sync terms were kept as measured on
+    # all GPUs: async trained twice as fast on its 1-GPU trainer, 424.0 s against 532.6 s).
+    import dataclasses
+
+    from sortedrl.compare import cluster_for
+    from sortedrl.sim.cluster import load_cluster, preset
+    name = "h100-llama3.1-8b-2gpu"
+    own = dataclasses.asdict(preset(name).cost())
+    path = tmp_path / "explicit.json"
+    path.write_text(json.dumps({"preset": name, "costs": own}))
+    placements = ("disaggregated",)
+    by_file = cluster_for(placements, load_cluster(str(path))).cost()
+    by_preset = cluster_for(placements, preset(name)).cost()
+    for term in ("train_fix", "train_per_token", "train_per_pair", "sync_s"):
+        assert getattr(by_file, term) == pytest.approx(getattr(by_preset, term), rel=1e-12)
+    assert by_file.train_per_token == pytest.approx(2 * preset(name).cost().train_per_token)
+    assert (by_file.t_fix, by_file.a0, by_file.s1) == (by_preset.t_fix, by_preset.a0, by_preset.s1)
+    runs = {}
+    for label, cluster in (("file", str(path)), ("preset", name)):
+        r = runner.invoke(app, ["simulate", "--synthetic", "math-16k", "--prompts", "32", "--steps", "2",
+                                "--policy", policy, "--cluster", cluster, "--json",
+                                "--out", str(tmp_path / label)])
+        assert r.exit_code == 0, r.output
+        runs[label] = json.loads(r.stdout[r.stdout.index("{"):])
+        scaled = "the given trainer and sync terms are scaled to the split as the preset's are"
+        assert (scaled in r.output) == (label == "file")
+    assert runs["file"]["makespan_s"] == pytest.approx(runs["preset"]["makespan_s"], rel=1e-9)

@@ -233,3 +233,15 @@ def test_an_auto_loading_group_reports_the_prompts_it_loads(tmp_path):
     for s in runs.values():
         del s["params"], s["auto_params"]
     assert runs["auto"] == runs["given"]
+
+
+def test_the_readme_shows_the_table_make_demo_prints(tmp_path):
+    # the Makefile's demo compare, at COLUMNS=80 (the README says so): its table, line for line
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("The table it prints (at `COLUMNS=80`):\n\n```\n")[1].split("```")[0]
+    policies = [a for p in "sync sortedrl partial tail_batch async one_step_off oracle_sorted".split()
+                for a in ("--policy", p)]
+    r = invoke("compare", "--trace", str(ROOT / "sortedrl/traces/data/math-16k.jsonl"), *policies,
+               "--cluster", "h100-llama3.1-8b-2gpu", "--out", str(tmp_path / "demo"))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[:11] == shown.splitlines()

@@ -7,9 +7,12 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sortedrl.compare import cluster_for
 from sortedrl.metrics import summarize
+from sortedrl.policies.placement import spread
 from sortedrl.policies.registry import BUILTIN, make_policy
 from sortedrl.realrun.trainer import GroupRewards, Rollout
 from sortedrl.sim.cluster import preset
@@ -114,3 +117,28 @@ def test_sortedrl_defaults_keep_its_behaviour_on_a_large_cluster():
     assert on["staleness_max"] == 0 < part["staleness_max"] <= 2
     for s in (on, part):
         assert s["samples_trained"] == 8192 and s["samples_in_split_groups"] == 0
+
+
+def test_whole_groups_are_dealt_nearest_the_equal_share():
+    # 17 groups of 8 on 8 idle engines: each engine's block ends at the group start nearest its
+    # share's running total (17, 34, ...), so one engine takes 3 groups and seven take 2. The
+    # old rule (move on once a block holds its share) gave 24 x 5, 16 and nothing to 2 engines.
+    blocks = spread(list(range(136)), [0] * 8, 8)
+    assert [(e, len(b)) for e, b in blocks] == [(0, 16), (1, 16), (2, 16), (3, 24), (4, 16),
+                                                (5, 16), (6, 16), (7, 16)]
+    assert [i for _, b in blocks for i in b] == list(range(136))
+    # one group goes to the least loaded engine (its share: 5 of 8), not the first with a share
+    assert spread(list(range(8)), [5, 0, 3], 8) == [(1, list(range(8)))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 40), st.lists(st.integers(0, 30), min_size=1, max_size=9), st.integers(2, 8))
+def test_group_blocks_stay_within_a_group_of_the_water_fill(groups, loads, size):
+    samples = list(range(groups * size))
+    blocks = spread(samples, loads, size)
+    assert [i for _, b in blocks for i in b] == samples  # contiguous, in order, each once
+    assert all(b[0] % size == 0 for _, b in blocks)  # cut only where a group starts
+    plain = dict(spread(samples, loads, 1))  # the water-fill without groups
+    got = dict(blocks)
+    for e in range(len(loads)):
+        assert abs(len(got.get(e, [])) - len(plain.get(e, []))) <= size

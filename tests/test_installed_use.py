@@ -49,3 +49,14 @@ def test_a_file_of_that_name_wins_and_an_unknown_name_is_no_such_file(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: math-16k: "), r.stderr
     r = sortedrl_cmd("simulate", "--policy", "sync", "--trace", "math-1", cwd=tmp_path)
     assert (r.returncode, r.stderr) == (2, "error: math-1: no such file\n")
+
+
+def test_trace_stats_and_fit_reach_a_bundled_trace_by_name(tmp_path):
+    by_name = sortedrl_cmd("trace", "stats", "logic-8k", "--json", cwd=tmp_path)
+    by_file = sortedrl_cmd("trace", "stats", str(BUNDLED / "logic-8k.jsonl"), "--json", cwd=tmp_path)
+    assert by_name.returncode == 0, by_name.stderr
+    assert json.loads(by_name.stdout) == json.loads(by_file.stdout)
+    r = sortedrl_cmd("trace", "fit", "math-16k", "--out", "m.json", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "m.json").is_file(), r.stderr
+    r = sortedrl_cmd("trace", "stats", "math-1", cwd=tmp_path)
+    assert (r.returncode, r.stderr) == (2, "error: math-1: no such file\n")

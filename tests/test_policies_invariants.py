@@ -93,3 +93,22 @@ def test_every_policy_keeps_its_invariants(case):
     if bound is not None:
         assert s["staleness_max"] <= bound, (name, sets, s["staleness_max"], bound)
     assert s["oracle"] == (name == "oracle_sorted" and "predictor=oracle" in sets)
+
+
+def test_async_bounds_admission_and_trains_what_outlives_eta_unless_told_to_drop_it():
+    # AReaL's staleness manager and verl's fully-async trainer bound admission by eta and train
+    # every response that finishes, however many updates it outlived; drop_stale=true also
+    # bounds the trained tokens by regenerating those responses (the former default).
+    from sortedrl.sim.cluster import preset
+    from sortedrl.traces.synth import synthesize
+    trace = synthesize("logic-8k", prompts=16, group_size=4, steps=8, seed=0)
+    cluster = cluster_for(("disaggregated",), preset("h100-qwen3-0.6b-4gpu-16seq"))
+    runs = {}
+    for drop in (False, True):
+        policy = make_policy("async", ["eta=1", f"drop_stale={str(drop).lower()}"], trace)
+        runs[drop] = simulate(trace, policy, cluster).summary
+        assert policy.staleness_bound() == (1 if drop else None)
+    kept, dropped = runs[False], runs[True]
+    assert kept["wasted_tokens"] == 0 and kept["staleness_max"] > 1
+    assert dropped["wasted_tokens"] > 0 and dropped["staleness_max"] <= 1
+    assert kept["samples_trained"] == dropped["samples_trained"] == len(trace)

@@ -102,7 +102,8 @@ def test_two_engine_actors_colocated_sortedrl(tiny_model, tmp_path):
 
 def test_disaggregated_async_survives_a_killed_engine_actor(tiny_model, tmp_path, monkeypatch):
     """async on two engine actors and a trainer actor; SIGKILL of engine 1 after the second
-    update, then --resume: every sample trained exactly once, versions exact, staleness <= eta."""
+    update, then --resume: every sample trained exactly once, versions exact, staleness <= eta
+    (drop_stale: on every trained token)."""
     import ray
 
     from sortedrl.realrun import actors
@@ -125,7 +126,8 @@ def test_disaggregated_async_survives_a_killed_engine_actor(tiny_model, tmp_path
             os.kill(ray.get(started[0][0][1].pid.remote()), signal.SIGKILL)
 
     out = tmp_path / "dis"
-    cfg = RunConfig(model=tiny_model, policy="async", out=str(out), steps=3, sets=["eta=1"], engines=2,
+    cfg = RunConfig(model=tiny_model, policy="async", out=str(out), steps=3,
+                    sets=["eta=1", "drop_stale=true"], engines=2,
                     placement="disaggregated", max_num_seqs=16, warm_tokens=16)
     with pytest.raises(ray.exceptions.RayActorError):
         run_real(cfg, progress=kill_engine_after_second_update)
@@ -140,7 +142,7 @@ def test_disaggregated_async_survives_a_killed_engine_actor(tiny_model, tmp_path
     trained = [i for t in tl.trains for i in t[3]]
     assert sorted(trained) == list(range(3 * 8 * 4))  # each sample trained once, none lost
     assert summary["samples_trained"] == 3 * 8 * 4
-    assert summary["staleness_max"] <= 1  # eta
+    assert summary["staleness_max"] <= 1  # eta, on tokens too (drop_stale)
     rows = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()[1:]]
     assert sorted((r["prompt_id"], r["sample"]) for r in rows) == [
         (f"p{g:06d}", k) for g in range(3 * 8) for k in range(4)]

@@ -175,17 +175,20 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held, keep=Non
 
 
 def blocks(samples, engines, group):
-    """Equal contiguous shares (lower engines take the remainder); a block ends only where a
-    group does, so an engine may take up to a group beyond its share (the default placement)."""
+    """Equal contiguous shares (lower engines take the remainder), cut only where a group starts:
+    engine e's block ends at the group start nearest the sum of the shares of engines 0..e (the
+    later on a tie), never before the previous cut (the default placement)."""
     size, extra = divmod(len(samples), engines)
     share = [size + (1 if e < extra else 0) for e in range(engines)]
-    out, e = [[] for _ in range(engines)], 0
-    for pos, i in enumerate(samples):
-        starts = pos == 0 or i // group != samples[pos - 1] // group
-        if starts and len(out[e]) >= share[e] and e + 1 < engines and share[e + 1]:
-            e += 1
-        out[e].append(i)
-    return out
+    starts = [pos for pos in range(len(samples) + 1)
+              if pos in (0, len(samples)) or samples[pos] // group != samples[pos - 1] // group]
+    cuts = [0]
+    for e in range(engines - 1):
+        target = sum(share[:e + 1])
+        nearest = min(starts, key=lambda pos: (abs(pos - target), -pos))
+        cuts.append(max(cuts[-1], nearest))
+    cuts.append(len(samples))
+    return [samples[cuts[e]:cuts[e + 1]] for e in range(engines)]
 
 
 def brute_sync(trace, cluster, batch):

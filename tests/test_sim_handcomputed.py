@@ -5,6 +5,8 @@ Run: pytest tests/test_sim_handcomputed.py
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sortedrl.policies.registry import make_policy
@@ -76,3 +78,46 @@ def test_minibatches_make_later_updates_stale():
     assert [t[2] for t in r.timeline.trains] == [0, 1]
     s = r.summary
     assert (s["updates"], s["staleness_max"], s["staleness_mean"]) == (2, 1, 0.5)
+
+
+def test_lower_bound_charges_a_cached_group_prompt_once():
+    # Two groups of 4 with 100-token prompts; prefill costs p1 = 0.01 s a token and nothing
+    # else, one engine. Without prefix caching the bound's prefill is 8 x 100 tokens (8 s);
+    # with it each group's prompt once plus the last prompt token of each other member:
+    # 2 x 100 + 6 = 206 tokens (2.06 s). Decode: 7 tokens at batch 4 (2 s a step, peak 2 tok/s
+    # a slot... 4 / 2 = 2 tok/s): (8 x 3 - 8) / 2 = 8 s; chain 2 x 2 = 4 s; train 10 s.
+    from sortedrl.sim.run import lower_bound, prefill_tokens_floor
+    trace = make_trace([3] * 8, prompt_lens=[100] * 8, group_size=4)
+    cached = dataclasses.replace(tiny_cluster(p1=0.01), prefix_caching=True)
+    plain = dataclasses.replace(cached, prefix_caching=False)
+    assert prefill_tokens_floor(trace, True) == 206
+    assert prefill_tokens_floor(trace, False) == 800
+    assert lower_bound(trace, plain) == pytest.approx(8 + 8 + 10)
+    assert lower_bound(trace, cached) == pytest.approx(8 + 2.06 + 10)
+    assert run(trace, cached).summary["lower_bound_s"] == pytest.approx(8 + 2.06 + 10)
+
+
+def test_efficiency_stays_within_1_when_long_prompts_are_cached():
+    # The audit's case: long shared prompts and short responses on a GPU preset (prefix caching
+    # on by default). The bound charged every member's prompt, which the engines prefill once a
+    # group, so sync, which discards nothing, reached efficiency 1.09.
+    from sortedrl.sim.cluster import preset
+    lengths = [20 + (7 * i) % 45 for i in range(512)]
+    trace = make_trace(lengths, prompt_lens=[6000] * 512, group_size=8, max_len=64)
+    s = run(trace, preset("h100-llama3.1-8b-2gpu")).summary
+    assert s["samples_trained"] == 512 and s["wasted_tokens"] == 0
+    assert 0.9 < s["efficiency"] <= 1.0
+
+
+def test_a_span_aborted_in_its_prefill_adds_no_staleness():
+    # Sample 2 (one token) is paused in its prefill under version 0 with no token made, then
+    # makes its token under version 1 and trains from version 1: every useful token is
+    # on-policy, so the maximum staleness is 0 (it was 1, from the empty span).
+    trace = make_trace([14, 9, 1, 18], prompt_lens=[11, 4, 12, 7], group_size=2)
+    sets = ["mode=partial", "max_span=1", "update_batch=2", "group_prompts=2"]
+    r = simulate(trace, make_policy("sortedrl", sets, trace), tiny_cluster(max_num_seqs=1, kv=165),
+                 regen="same")
+    spans = [(s[0], s[1], s[5], s[6], s[7]) for s in r.timeline.spans if s[3] == 2]
+    assert spans == [(46.0, 46.0, 0, 0, "abort"), (63.0, 65.0, 1, 1, "finish")]
+    s = r.summary
+    assert (s["staleness_mean"], s["staleness_p95"], s["staleness_max"]) == (0.0, 0, 0)

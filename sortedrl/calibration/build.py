@@ -51,9 +51,12 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
             base["model"] = ", ".join(models)
     if metrics is not None:
         trainer = fit_metrics(read_metrics(metrics), str(metrics), samples_per_step)
-        costs = dataclasses.replace(costs, **{k: v["value"] for k, v in trainer["terms"].items()})
-        fit["trainer"] = trainer
-        measured |= set(trainer["terms"])
+        # the fitted form is train_fix + train_per_token·tokens: its per-token term holds the
+        # attention pairs too, so the preset's pair term would count them twice
+        costs = dataclasses.replace(costs, train_per_pair=0.0,
+                                    **{k: v["value"] for k, v in trainer["terms"].items()})
+        fit["trainer"] = {**trainer, "fixed_by_model": ["train_per_pair"]}
+        measured |= set(trainer["terms"]) | {"train_per_pair"}
     names = [f.name for f in dataclasses.fields(CostModel)]
     fit["from_preset"] = [n for n in names if n not in measured]
     base.update(costs=_costs_json(costs), fit=fit, measured_terms=sorted(measured),

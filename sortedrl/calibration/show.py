@@ -129,6 +129,8 @@ def _terms(raw: dict) -> list[str]:
                 f", stderr {_fmt(err)}" if isinstance(err, (int, float)) else "")
         elif name in (fit.get("engine") or {}).get("fixed_by_model", ()):
             src = "set by the vllm-bench model"
+        elif name in (fit.get("trainer") or {}).get("fixed_by_model", ()):
+            src = "0: the metrics fit's per-token term holds it"
         else:
             src = "measured"
         out.append(f"  {name:<16} {_fmt(value):>12}  {UNITS.get(name, ''):<22} {src}")

@@ -9,9 +9,11 @@ pushed mid-sequence (interruptible generation), so one response can span several
 Admission is AReaL's staleness rule: the N-th sample may be submitted only while
 floor((N - 1) / B) <= v + eta, i.e. ``capacity = min(max_concurrent - running,
 (eta + v + 1) * B - (accepted + running))``, where ``accepted`` counts samples finished so far.
-That rule bounds staleness at submission; with interruptible generation a long response can still
-outlive it, so we also enforce the bound on tokens: after each sync, responses whose oldest token
-is more than eta versions behind are dropped and regenerated, and none is ever trained. Set
+That rule bounds staleness at submission only; with interruptible generation a long response
+outlives it and is trained anyway (AReaL's decoupled PPO objective is built for that, and verl's
+fully-async trainer does the same), so a trained token may be more than eta versions old. Set
+``drop_stale`` to also bound it on tokens: after each sync, responses whose oldest token is more
+than eta versions behind are dropped and regenerated, and none is ever trained. Set
 ``recompute_on_sync`` to discard the KV cache at every weight switch and re-prefill, as AReaL does
 (vLLM keeps the old prefix's KV, the default).
 
@@ -53,6 +55,9 @@ class AsyncParams:
         "help": "dynamic sampling: drop groups with all-equal rewards, generate fresh ones"})
     recompute_on_sync: bool = field(default=False, metadata={
         "help": "drop the KV cache at each weight switch and re-prefill (AReaL) instead of keeping it"})
+    drop_stale: bool = field(default=False, metadata={
+        "help": "also bound staleness on tokens: drop and regenerate responses whose oldest token is "
+                "more than eta versions old (false: eta bounds admission only, as AReaL and verl do)"})
 
     def __post_init__(self) -> None:
         if self.eta < 0 or self.batch < 0 or self.max_concurrent < 0:
@@ -81,8 +86,8 @@ class AsyncPolicy(Policy):
         self.dropped = 0  # admitted samples the current reaction drops
         self.checked = -1  # the version whose finished responses were checked for staleness
 
-    def staleness_bound(self) -> int:
-        return self.params.eta
+    def staleness_bound(self) -> int | None:
+        return self.params.eta if self.params.drop_stale else None
 
     # -- hooks: admission is a standing order, and training waits for a full batch ------------
 
@@ -131,7 +136,7 @@ class AsyncPolicy(Policy):
     def _after_sync(self, view: ClusterView) -> list[Action]:
         out: list[Action] = []
         running = in_flight(view)
-        stale = [i for i in running if self._stale(view, i)]
+        stale = [i for i in running if self._stale(view, i)] if self.params.drop_stale else []
         if stale:
             out.append(Abort(tuple(stale), keep_tokens=False))
             self.queue.extend(stale)
@@ -159,7 +164,7 @@ class AsyncPolicy(Policy):
         out: list[Action] = []
         if self.checked != view.version:
             self.checked = view.version
-            stale = [i for i in finished if self._stale(view, i)]
+            stale = [i for i in finished if self._stale(view, i)] if self.params.drop_stale else []
             if stale:
                 out.append(Abort(tuple(stale), keep_tokens=False))
                 self.queue.extend(stale)

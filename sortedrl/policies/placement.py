@@ -8,6 +8,7 @@ engine under prefix caching.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from itertools import accumulate
 
 import numpy as np
@@ -19,7 +20,7 @@ def spread(samples: list[int], loads: list[int], group_size: int = 1
 
     Lower engine indices take the remainder; each engine gets one contiguous block. With
     ``group_size`` > 1 a block ends only where a group does, so each group's members share an
-    engine (an engine may take up to a group's worth beyond its share). Deterministic.
+    engine (an engine's block may differ from its share by up to a group). Deterministic.
     """
     if len(samples) == 1:  # the common case: the least loaded engine, lowest index on ties
         return [(loads.index(min(loads)), samples)]
@@ -50,18 +51,25 @@ def spread(samples: list[int], loads: list[int], group_size: int = 1
 
 def blocks_by_group(samples: list[int], share: list[int], group_size: int
                      ) -> list[tuple[int, list[int]]]:
-    """Contiguous blocks of ``samples`` by ``share``, cut only between groups: a block moves on
-    to the next engine at the first group start once it holds its share."""
+    """Contiguous blocks of ``samples`` by ``share``, cut only between groups: each engine's
+    block ends at the group start nearest its running total of shares (a tie cuts later, so
+    lower engines take the remainder), so a block differs from its share by at most a group
+    (the rule that moved on once a block held its share piled a group's overshoot onto each
+    engine in turn and left the last ones empty)."""
     if not samples:
         return []
     targets = [e for e in range(len(share)) if share[e]]
     groups = np.asarray(samples, dtype=np.int64) // group_size
-    starts = (np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist()  # where a group begins
+    bounds = [0, *(np.flatnonzero(groups[1:] != groups[:-1]) + 1).tolist(), len(samples)]
     blocks: list[tuple[int, list[int]]] = []
-    k = begin = 0
-    for pos in starts:
-        if pos - begin >= share[targets[k]] and k + 1 < len(targets):
-            blocks.append((targets[k], samples[begin:pos]))
-            begin, k = pos, k + 1
-    blocks.append((targets[k], samples[begin:]))
+    begin = total = 0
+    for e in targets[:-1]:
+        total += share[e]
+        k = bisect_left(bounds, total)  # bounds[k - 1] < total <= bounds[k]
+        cut = bounds[k] if bounds[k] - total <= total - bounds[k - 1] else bounds[k - 1]
+        if cut > begin:
+            blocks.append((e, samples[begin:cut]))
+            begin = cut
+    if begin < len(samples):
+        blocks.append((targets[-1], samples[begin:]))
     return blocks

@@ -40,14 +40,15 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
 
     Rollout: the decode work at the engines' peak rate (full batch, KV reads ignored) plus the
     prompt prefill compute, or the longest response's chain of decode steps at batch 1, whichever
-    is longer. Training: every token once plus one update's fixed cost. Colocated placement adds
+    is longer; with prefix caching a GRPO group's prompt is prefilled once and each other member
+    computes one token (:func:`prefill_tokens_floor`). Training: every token once plus one update's fixed cost. Colocated placement adds
     the two, since rollout and training cannot overlap; disaggregated takes the longer.
     """
     c = cluster.cost()
     q = cluster.max_num_seqs
     peak = max(b / (c.fixed(b) + max(c.weight_read(b), c.c1 * b)) for b in range(1, q + 1))  # tok/s, one engine
     decode = int(trace.response_len.sum()) - len(trace)  # the first token comes from prefill
-    prefill = c.p1 * int(trace.prompt_len.sum())
+    prefill = c.p1 * prefill_tokens_floor(trace, cluster.prefix_caching)
     work = (decode / peak + prefill) / cluster.engines
     chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.weight_read(1))
     chain = max(chain, tool_floor(trace, cluster, c))  # turns: tool calls lie on the chain
@@ -61,6 +62,20 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     if cluster.placement == "colocated":
         return max(work, chain) + train
     return max(work, chain, train)
+
+
+def prefill_tokens_floor(trace: Trace, prefix_caching: bool) -> int:
+    """The fewest prompt tokens the engines must prefill: every prompt token, or with prefix
+    caching each group's shared prompt once plus one token for each other member (vLLM computes
+    a full prefix hit's last prompt token; the engines key a group by sample index // group size
+    and prompt length, as here)."""
+    prompts = trace.prompt_len.astype(np.int64)
+    g = trace.meta.group_size
+    if not prefix_caching or g <= 1 or not len(prompts):
+        return int(prompts.sum())
+    keys = np.stack([np.arange(len(prompts), dtype=np.int64) // g, prompts])
+    _, first = np.unique(keys, axis=1, return_index=True)
+    return int(prompts[first].sum()) + len(prompts) - len(first)
 
 
 def placement_error(policy: str, placements: tuple[str, ...], cluster: Cluster) -> str:

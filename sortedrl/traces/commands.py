@@ -22,7 +22,7 @@ from sortedrl.progress import Phases
 from sortedrl.tables import METRICS_LINE
 from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
-from sortedrl.traces.io import FORMATS, read_trace, write_trace
+from sortedrl.traces.io import FORMATS, bundled_names, read_trace, resolve_bundled, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
 from sortedrl.traces.synth import preset_names, synthesize
 
@@ -164,7 +164,10 @@ _register_fit(app)
 @app.command("stats")
 @user_errors
 def stats_cmd(
-    file: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv or .parquet).")],
+    file: Annotated[Path, typer.Argument(
+        callback=resolve_bundled,
+        help="Trace file (.jsonl, .csv or .parquet), or a bundled trace by its name: "
+             f"{', '.join(bundled_names())}.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print only the stats as JSON.")] = False,
 ) -> None:
     """Print response-length statistics of a trace."""

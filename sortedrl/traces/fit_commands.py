@@ -15,10 +15,14 @@ from rich.console import Console
 from rich.table import Table
 
 from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.traces.io import bundled_names, resolve_bundled
 
 
 def fit_cmd(
-    trace: Annotated[Path, typer.Argument(help="Trace file (.jsonl, .csv or .parquet).")],
+    trace: Annotated[Path, typer.Argument(
+        callback=resolve_bundled,
+        help="Trace file (.jsonl, .csv or .parquet), or a bundled trace by its name: "
+             f"{', '.join(bundled_names())}.")],
     out: Annotated[Path, typer.Option(help="Output model (.json).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     drift_from: Annotated[Path | None, typer.Option(
