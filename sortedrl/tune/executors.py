@@ -103,7 +103,7 @@ def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = 
     with temp_scratch("tune") as spill:  # a long trial's timeline waits on disk, not in memory
         summary = simulate(trace, policy, used, seed=seed, regen=regen, spill_dir=spill).summary
     summary["gpus"] = used.gpus
-    summary["gpu_hours"] = used.gpus * summary["makespan_s"] / 3600.0
+    summary["gpu_hours"] = round(used.gpus * summary["makespan_s"] / 3600.0, 6)  # as every float
     return summary
 
 
