@@ -4,10 +4,10 @@ A tuned policy is only useful once it runs in the user's framework. Each framewo
 the same mechanisms under its own names and units (peers.md §1), so this module maps a policy and
 its knobs (and, when known, the cluster shape, group size and prompts per step) to the nearest
 equivalent: verl 0.9 Hydra overrides, AReaL 1.0 CLI overrides, slime command-line flags. Every
-mapping that is not exact carries a caveat saying what differs; staleness is converted between
-units (verl's fully-async ``staleness_threshold`` is a share of a batch generated ahead, AReaL's
-``max_head_offpolicyness`` and ours are policy versions). A policy with no equivalent (RollPacker's
-tail batching, an oracle that reads true lengths) raises :class:`NoEquivalent`.
+mapping that is not exact carries a caveat saying what differs, and a knob a framework has no
+equivalent for is never dropped silently; units are converted (``async``'s staleness and batch
+sizes: :mod:`sortedrl.export_async`). A policy with no equivalent (RollPacker's tail batching, an
+oracle that reads true lengths) raises :class:`NoEquivalent`.
 
 Every key written exists in the framework's own schema: tests/test_export.py checks them against
 the config files in the verl 0.9.1 and AReaL 1.0.4 wheels and slime's argument parser at a pinned
@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from sortedrl.errors import ConfigError
+from sortedrl.export_async import areal_async, rollout_gpus, verl_async
 from sortedrl.policies.base import params_dict, parse_params
 from sortedrl.policies.registry import policy_class
 from sortedrl.sim.cluster import Cluster
@@ -39,6 +40,8 @@ class Export:
     params: dict
     entry: str  # the config file or script the overrides apply to
     prompts: int | None = None  # prompts per step, when known
+    group_size: int | None = None  # n, when known
+    samples: int | None = None  # the simulated run's samples in all (its summary's samples_total)
     overrides: dict[str, object] = field(default_factory=dict)
     caveats: list[str] = field(default_factory=list)
     auto: dict = field(default_factory=dict)  # knobs left at 0: what a simulated run made them
@@ -60,10 +63,10 @@ def _value(v: object) -> str:
 
 def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None = None,
            group_size: int | None = None, prompts: int | None = None,
-           auto: dict | None = None) -> Export:
+           auto: dict | None = None, samples: int | None = None) -> Export:
     """The overrides for ``policy`` with knobs ``sets`` in ``framework``; ``auto``: the knobs left
     at 0 with the values a simulated run resolved them to (a summary's ``auto_params``), which
-    the mapping then uses."""
+    the mapping then uses; ``samples``: that run's samples in all (``samples_total``)."""
     if framework not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     for option, value in (("--group-size", group_size), ("--prompts", prompts)):
@@ -71,9 +74,12 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
             raise ConfigError(f"{option} must be >= 1, got {value}")
     cls = policy_class(policy, "policy")
     params = params_dict(parse_params(cls.Params, sets, policy))
-    out = Export(framework, policy, params, entry="", prompts=prompts)
+    out = Export(framework, policy, params, entry="", prompts=prompts, group_size=group_size,
+                 samples=samples)
     out.auto = {k: v for k, v in (auto or {}).items() if params.get(k) == 0}
     {"verl": _verl, "slime": _slime, "areal": _areal}[framework](out, params, cluster)
+    if params.get("filter_groups"):
+        {"verl": _verl_filter, "slime": _slime_filter, "areal": _areal_filter}[framework](out)
     _batch(out, group_size, prompts)
     if cluster is not None:
         {"verl": _verl_cluster, "slime": _slime_cluster, "areal": _areal_cluster}[framework](
@@ -88,6 +94,12 @@ def _none(framework: str, policy: str, why: str) -> NoEquivalent:
 NO_TAIL = "RollPacker's tail batching (deferring long prompts to their own rounds) is not in it"
 NO_ORACLE = ("oracle_sorted orders prompts by predicted lengths; with the oracle it reads true "
              "lengths, and no framework has a length-predicting scheduler")
+NO_VERL_OVERSAMPLING = (
+    "over-sampling: verl has no over-sampling with early stop: actor_rollout_ref.rollout."
+    "over_sample_rate is read by nothing since verl 0.7 (PR #4422 removed its only reader, the "
+    "SGLang SPMD rollout, which launched the step's N requests and aborted the rest once "
+    "(1 - rate) x N had finished: requests, not groups); this is verl's synchronous trainer, "
+    "which waits for every response of a step")
 
 
 # -- verl 0.9 ---------------------------------------------------------------------------------------
@@ -95,7 +107,7 @@ NO_ORACLE = ("oracle_sorted orders prompts by predicted lengths; with the oracle
 
 def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
     base = "verl/trainer/config/ppo_trainer.yaml (python -m verl.trainer.main_ppo)"
-    o, c = out.overrides, out.caveats
+    c = out.caveats
     if out.policy == "sync":
         out.entry = base
         if p["minibatches"] > 1:
@@ -103,46 +115,24 @@ def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
                      f"ppo_mini_batch_size to data.train_batch_size / {p['minibatches']}")
     elif out.policy in ("partial", "sortedrl"):
         out.entry = base
-        ratio = p["over_sample"] if out.policy == "partial" else p["oversubscribe"]
-        if not ratio and "oversubscribe" in out.auto:  # sortedrl's oversubscribe=0: derived
-            ratio = out.auto["oversubscribe"]
-            c.append(f"oversubscribe=0 (derived): the simulated run resolved it to {ratio}")
-        elif not ratio:  # (no run says what it resolved to)
-            ratio = 2.0
-            c.append("oversubscribe=0 (derived: 2 x the slots, at most half the loading group); "
-                     "exported as 2")
-        if ratio < 1:  # sortedrl's window below the slots
-            o["actor_rollout_ref.rollout.over_sample_rate"] = 0.0
-            c.append(f"oversubscribe={ratio} < 1: the run kept fewer samples admitted than the "
-                     f"engines' slots; verl over-samples 1x or more: no over-sampling, and for "
-                     f"the same concurrency set max_num_seqs to {ratio} x its value")
-        else:
-            o["actor_rollout_ref.rollout.over_sample_rate"] = round(1.0 - 1.0 / ratio, 6)
-            c.append(f"over-sampling: we keep {ratio}x the step's groups in flight and stop at "
-                     f"1x; verl starts 1x and aborts the rest once (1 - over_sample_rate) of them "
-                     f"are done, so over_sample_rate = 1 - 1/{ratio}")
+        c.append(NO_VERL_OVERSAMPLING)
         if out.policy == "sortedrl":
-            c.append("verl has no sorted early updates: the nearest is over-sampling with abort; "
-                     "SortedRL's harvests of the shortest responses into several updates per step "
-                     "are not reproduced")
+            c.append("verl has no sorted early updates: SortedRL's harvests of the shortest "
+                     "responses into several updates per step are not reproduced")
+            ratio = p["oversubscribe"] or out.auto.get("oversubscribe")
+            if ratio and ratio < 1:  # sortedrl's window below the slots: a real concurrency cap
+                derived = "" if p["oversubscribe"] else " (derived: the simulated run's)"
+                c.append(f"oversubscribe={ratio}{derived} < 1: the run kept fewer samples "
+                         f"admitted than the engines' slots; for the same concurrency set "
+                         f"max_num_seqs to {ratio} x its value")
         if p.get("keep_partial") or p.get("mode") == "partial":
-            c.append("resuming aborted responses needs verl's fully-async trainer "
-                     "(async_training.partial_rollout=true in fully_async_ppo_trainer.yaml); the "
-                     "synchronous trainer drops them")
+            c.append("resuming: nothing is aborted here, so nothing is resumed; verl resumes "
+                     "aborted responses only in its fully-async trainer "
+                     "(async_training.partial_rollout), by re-prefilling them")
     elif out.policy == "async":
         out.entry = ("verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml "
                      "(python -m verl.experimental.fully_async_policy.fully_async_main)")
-        eta = p["eta"]
-        o["async_training.trigger_parameter_sync_step"] = 1
-        o["async_training.staleness_threshold"] = float(max(0, eta - 1))
-        o["async_training.partial_rollout"] = not p["recompute_on_sync"]
-        c.append(f"staleness: ours (eta={eta}) counts policy versions; verl's staleness_threshold "
-                 f"is the share of a batch the rollouter may generate ahead. With one update per "
-                 f"sync (trigger_parameter_sync_step=1) a threshold of eta - 1 = {max(0, eta - 1)} "
-                 f"batches keeps every trained sample within eta versions; verl's guidance keeps "
-                 f"it below 1 (eta <= 2)")
-        c.append("partial_rollout: in-flight responses continue under the new weights across a "
-                 "sync (ours: recompute_on_sync=false keeps their KV cache too)")
+        verl_async(out, p, cluster)
     elif out.policy == "one_step_off":
         out.entry = ("verl/experimental/one_step_off_policy/config/one_step_off_ppo_trainer.yaml "
                      "(python -m verl.experimental.one_step_off_policy.main_ppo)")
@@ -150,10 +140,18 @@ def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
         raise _none("verl", out.policy, NO_TAIL)
     else:
         raise _none("verl", out.policy, NO_ORACLE)
-    if p.get("filter_groups"):
-        o["algorithm.filter_groups.enable"] = True
-        c.append("filter_groups: verl's DAPO dynamic sampling drops groups whose rewards are all "
-                 "equal (metric algorithm.filter_groups.metric, default acc)")
+
+
+def _verl_filter(out: Export) -> None:
+    if out.policy in ("async", "one_step_off"):  # (SeparateRayPPOTrainer: no filter_groups)
+        out.caveats.append("filter_groups: verl's fully-async and one-step-off trainers do not "
+                           "read algorithm.filter_groups (only main_ppo's trainer does): groups "
+                           "whose rewards are all equal are trained, not replaced")
+        return
+    out.overrides["algorithm.filter_groups.enable"] = True
+    out.caveats.append("filter_groups: verl's DAPO dynamic sampling drops groups whose rewards "
+                       "are all equal (metric algorithm.filter_groups.metric, default reward) "
+                       "and generates fresh prompts until data.train_batch_size groups remain")
 
 
 def _verl_cluster(out: Export, cl: Cluster) -> None:
@@ -165,9 +163,8 @@ def _verl_cluster(out: Export, cl: Cluster) -> None:
                            "trainers only; the GPUs are written as one pool")
         split = False
     if split:
-        trainer = cl.train_gpus or max(1, cl.gpus // 4)
-        _nodes(o, "trainer", trainer)
-        _nodes(o, "rollout", cl.gpus - trainer)
+        _nodes(o, "trainer", cl.gpus - rollout_gpus(cl))
+        _nodes(o, "rollout", rollout_gpus(cl))
     else:
         _nodes(o, "trainer", cl.gpus)
     o["actor_rollout_ref.rollout.tensor_model_parallel_size"] = cl.tp
@@ -193,14 +190,7 @@ def _areal(out: Export, p: dict, cluster: Cluster | None) -> None:
     out.entry = "areal GRPOConfig (areal/api/cli_args.py), e.g. examples/math/gsm8k_rl.py"
     o, c = out.overrides, out.caveats
     if out.policy == "async":
-        o["rollout.max_head_offpolicyness"] = p["eta"]
-        c.append(f"staleness: AReaL's max_head_offpolicyness is in policy versions, as our eta: "
-                 f"{p['eta']} maps as is")
-        if p["max_concurrent"]:
-            o["rollout.max_concurrent_rollouts"] = p["max_concurrent"]
-        if p["recompute_on_sync"]:
-            c.append("recompute_on_sync=true is AReaL's default behaviour after a weight update "
-                     "(interrupted requests re-prefill)")
+        areal_async(out, p, cluster)
     elif out.policy == "sync":
         o["rollout.max_head_offpolicyness"] = 0
         c.append("AReaL runs synchronously with max_head_offpolicyness=0 (its docs: typically "
@@ -220,10 +210,16 @@ def _areal(out: Export, p: dict, cluster: Cluster | None) -> None:
 
 def _areal_cluster(out: Export, cl: Cluster) -> None:
     out.overrides["cluster.n_nodes"], out.overrides["cluster.n_gpus_per_node"] = node_split(cl.gpus)
-    trainer = cl.train_gpus or max(1, cl.gpus // 4)
-    out.caveats.append(f"AReaL always disaggregates: give the rollout backend {cl.gpus - trainer} "
-                       f"GPUs in engines of tp={cl.tp} and the actor {trainer} in the per-engine "
-                       f"backend fields (allocation_mode is deprecated in 1.0)")
+    out.caveats.append(f"AReaL always disaggregates: give the rollout backend {rollout_gpus(cl)} "
+                       f"GPUs in engines of tp={cl.tp} and the actor {cl.gpus - rollout_gpus(cl)} "
+                       f"in the per-engine backend fields (allocation_mode is deprecated in 1.0)")
+
+
+def _areal_filter(out: Export) -> None:
+    out.caveats.append("filter_groups: AReaL filters in the training script, not in its config: "
+                       "pass trainer.train(dynamic_filter_fn=...) a function that rejects a "
+                       "group whose rewards are all equal, and keep dynamic_bs=false (the "
+                       "default) so rejected groups are replaced from the dataloader")
 
 
 # -- slime ------------------------------------------------------------------------------------------
@@ -274,11 +270,22 @@ def _slime_cluster(out: Export, cl: Cluster) -> None:
         o["--colocate"] = True
         trainer = rollout = cl.gpus
     else:
-        trainer = cl.train_gpus or max(1, cl.gpus // 4)
-        rollout = cl.gpus - trainer
+        rollout = rollout_gpus(cl)
+        trainer = cl.gpus - rollout
     o["--actor-num-nodes"], o["--actor-num-gpus-per-node"] = node_split(trainer)
     o["--rollout-num-gpus"] = rollout
     o["--rollout-num-gpus-per-engine"] = cl.tp
+
+
+SLIME_FILTER = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+
+
+def _slime_filter(out: Export) -> None:
+    out.overrides["--dynamic-sampling-filter-path"] = SLIME_FILTER
+    out.caveats.append("filter_groups: slime drops a group whose rewards have zero spread "
+                       "(check_reward_nonzero_std) and samples until --rollout-batch-size groups "
+                       "remain, in rounds of --over-sampling-batch-size prompts (default "
+                       "--rollout-batch-size), not one fresh prompt per dropped group")
 
 
 # -- shared -----------------------------------------------------------------------------------------
@@ -288,7 +295,12 @@ def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:
     keys = {"verl": ("actor_rollout_ref.rollout.n", "data.train_batch_size"),
             "slime": ("--n-samples-per-prompt", "--rollout-batch-size"),
             "areal": ("gconfig.n_samples", "train_dataset.batch_size")}[out.framework]
+    o = out.overrides
     if group_size is not None:
-        out.overrides[keys[0]] = group_size
-    if prompts is not None:
-        out.overrides[keys[1]] = prompts
+        o[keys[0]] = group_size
+    if prompts is None or (out.framework, out.policy) == ("verl", "async"):
+        return  # (fully-async: data.train_batch_size must be 0; the batch is ppo_mini_batch_size)
+    if o.get(keys[1], prompts) != prompts:  # async's batch knob, the update batch, sets it
+        out.caveats.append(f"--prompts {prompts}: {keys[1]} is the update batch too: written as "
+                           f"the batch knob's {o[keys[1]]} prompts")
+    o.setdefault(keys[1], prompts)

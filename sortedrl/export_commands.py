@@ -42,7 +42,7 @@ def export_cmd(
         import dataclasses
 
         cl = dataclasses.replace(cl, **c.shape).validate(f"{c.where}: field 'params' on cluster {cl.name}")
-    result = export(framework, c.policy, c.knobs, cl, group_size, prompts, c.auto)
+    result = export(framework, c.policy, c.knobs, cl, group_size, prompts, c.auto, c.samples)
     if as_json:
         typer.echo(jsonio.dumps(result.as_dict(), "the export", indent=2))
         return
@@ -62,6 +62,7 @@ class Chosen(NamedTuple):
     tuned: Callable[[], Cluster | None]  # the tune's cluster (read only without --cluster)
     where: str  # where they come from, for errors
     auto: dict  # the trial's auto knobs as its run resolved them (summary.auto_params)
+    samples: int | None = None  # the trial's run: samples in all (summary.samples_total)
 
 
 def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
@@ -114,7 +115,7 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     if base is not None and not isinstance(base, str):
         raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
     return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
-                  _auto_params(match[0], where))
+                  _auto_params(match[0], where), _samples_total(match[0], where))
 
 
 def _auto_params(trial: dict, where: str) -> dict:
@@ -129,6 +130,16 @@ def _auto_params(trial: dict, where: str) -> dict:
             raise ConfigError(f"{where}: field 'summary.auto_params.{knob}': expected a number, "
                               f"got {_shown(value)}")
     return auto
+
+
+def _samples_total(trial: dict, where: str) -> int | None:
+    """The samples the trial's run generated in all (verl's fully-async run length), if recorded."""
+    summary = trial.get("summary")
+    total = summary.get("samples_total") if isinstance(summary, dict) else None
+    if total is not None and not (_is_id(total) and total >= 1):
+        raise ConfigError(f"{where}: field 'summary.samples_total': expected an integer >= 1, "
+                          f"got {_shown(total)}")
+    return total
 
 
 def _tuned_cluster(result: dict, path: Path) -> Cluster | None:

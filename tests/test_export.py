@@ -111,15 +111,17 @@ def slime_flags() -> set[str]:
 
 def exports(framework: str):
     """Every policy with knobs that change the mapping, on colocated, disaggregated and tp=2."""
-    knobs = {"sync": [[], ["minibatches=2"]], "partial": [[], ["rollout_batch=32"]],
+    knobs = {"sync": [[], ["minibatches=2", "filter_groups=true"]],
+             "partial": [[], ["rollout_batch=32", "filter_groups=true"]],
              "sortedrl": [[], ["mode=partial"]], "async": [["eta=1"], ["eta=4", "max_concurrent=512",
-                                                                      "recompute_on_sync=true"]],
-             "one_step_off": [[]], "tail_batch": [[]], "oracle_sorted": [[]]}
+                                                                      "recompute_on_sync=true",
+                                                                      "batch=256", "drop_stale=true"]],
+             "one_step_off": [[], ["filter_groups=true"]], "tail_batch": [[]], "oracle_sorted": [[]]}
     for policy in POLICIES:
         for sets in knobs[policy]:
             for name in CLUSTERS:
                 try:
-                    yield export(framework, policy, sets, load_cluster(name), 8, 64)
+                    yield export(framework, policy, sets, load_cluster(name), 8, 64, samples=1024)
                 except NoEquivalent:
                     continue
 
@@ -132,8 +134,12 @@ def test_every_verl_key_is_in_its_config(verl_schemas) -> None:
         missing = [k for k in result.overrides if k not in schema]
         assert not missing, (result.policy, missing)
         seen |= set(result.overrides)
-    assert {"actor_rollout_ref.rollout.over_sample_rate", "async_training.staleness_threshold",
-            "async_training.partial_rollout", "rollout.n_gpus_per_node"} <= seen
+    assert {"async_training.staleness_threshold", "async_training.partial_rollout",
+            "async_training.require_batches", "actor_rollout_ref.actor.ppo_mini_batch_size",
+            "rollout.total_rollout_steps", "async_training.concurrent_samples_per_replica",
+            "algorithm.filter_groups.enable", "rollout.n_gpus_per_node"} <= seen
+    # read by nothing since verl 0.7 (PR #4422): never written
+    assert "actor_rollout_ref.rollout.over_sample_rate" not in seen
 
 
 def test_every_areal_key_is_in_its_config(areal_fields) -> None:
@@ -143,7 +149,7 @@ def test_every_areal_key_is_in_its_config(areal_fields) -> None:
         assert not missing, (result.policy, missing)
         seen |= set(result.overrides)
     assert {"rollout.max_head_offpolicyness", "rollout.max_concurrent_rollouts",
-            "cluster.n_gpus_per_node", "gconfig.n_samples"} <= seen
+            "rollout.consumer_batch_size", "cluster.n_gpus_per_node", "gconfig.n_samples"} <= seen
     assert not areal_has(areal_fields, "rollout.no_such_field")  # the check can fail
 
 
@@ -155,16 +161,14 @@ def test_every_slime_flag_is_in_its_parser() -> None:
         missing = [k for k in result.overrides if k not in flags]
         assert not missing, (result.policy, missing)
         seen |= set(result.overrides)
-    assert {"--over-sampling-batch-size", "--partial-rollout", "--colocate"} <= seen
+    assert {"--over-sampling-batch-size", "--partial-rollout", "--colocate",
+            "--dynamic-sampling-filter-path"} <= seen
 
 
 def test_conversions() -> None:
     verl = export("verl", "async", ["eta=3"])
-    assert verl.overrides["async_training.staleness_threshold"] == 2.0  # eta - 1 batches ahead
-    assert any("staleness" in c and "versions" in c for c in verl.caveats)
+    assert verl.overrides["async_training.staleness_threshold"] == 3.0  # (1 + s) x B, AReaL's (eta + 1) x B
     assert export("areal", "async", ["eta=3"]).overrides["rollout.max_head_offpolicyness"] == 3
-    assert export("verl", "partial", ["over_sample=4"]).overrides[
-        "actor_rollout_ref.rollout.over_sample_rate"] == 0.75
     slime = export("slime", "partial", ["over_sample=1.5"], prompts=64)
     assert slime.lines()[:2] == ["--over-sampling-batch-size 96", "--partial-rollout"]
     assert [node_split(g) for g in (4, 8, 12, 16, 24, 7)] == [

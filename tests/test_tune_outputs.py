@@ -186,31 +186,55 @@ def test_bad_cluster_fields_are_one_error_naming_the_field(tmp_path):
 # -- auto knobs: export writes what the run used; --set takes what auto prints -----------------------
 
 
-def test_export_writes_the_oversubscription_the_trial_ran_with(tmp_path):
+def test_export_writes_the_async_sizes_the_trial_ran_with(tmp_path):
     out = tmp_path / "tune3"
-    r = runner.invoke(app, ["tune", *SMALL, "--policy", "sortedrl", "--policy", "partial",
-                            "--budget", "4", "--out", str(out), "--json"])
+    r = runner.invoke(app, ["tune", *SMALL, "--policy", "async", "--budget", "1", "--out", str(out),
+                            "--json"])
     assert r.exit_code == 0, r.output
     trial = json.loads(r.stdout)["trials"][0]
-    assert (trial["policy"], trial["params"]) == ("sortedrl", {})  # the defaults
-    assert trial["summary"]["auto_params"]["oversubscribe"] == 1.5
-    r = runner.invoke(app, ["export", "verl", str(out), "--trial", "0", "--json"])
+    assert (trial["policy"], trial["params"]) == ("async", {})  # the defaults
+    assert trial["summary"]["auto_params"] == {"batch": 512, "max_concurrent": 256}  # 64 x 8
+    assert trial["summary"]["samples_total"] == 1536
+    r = runner.invoke(app, ["export", "areal", str(out), "--group-size", "8", "--json"])
     got = json.loads(r.stdout)
-    assert got["overrides"]["actor_rollout_ref.rollout.over_sample_rate"] == 0.333333  # was 0.5
+    assert {k: got["overrides"][k] for k in ("train_dataset.batch_size", "rollout.consumer_batch_size",
+                                             "rollout.max_concurrent_rollouts")} == {
+        "train_dataset.batch_size": 64, "rollout.consumer_batch_size": 64,
+        "rollout.max_concurrent_rollouts": 32}  # samples / n (was left at consumer_batch_size)
+    assert got["caveats"][1:3] == [
+        "batch=0 (derived): the simulated run resolved it to 512 samples",
+        "max_concurrent=0 (derived): the simulated run resolved it to 256 samples"]
+    r = runner.invoke(app, ["export", "verl", str(out), "--group-size", "8", "--json"])
+    got = json.loads(r.stdout)["overrides"]
+    assert (got["actor_rollout_ref.actor.ppo_mini_batch_size"], got["rollout.total_rollout_steps"],
+            got["async_training.concurrent_samples_per_replica"]) == (64, 192, 32)  # 1 replica
+
+
+def test_a_sortedrl_trial_exports_no_over_sample_rate_and_says_why(tmp_path):
+    path = tmp_path / "tune.json"
+    trial = {"id": 0, "policy": "sortedrl", "params": {},
+             "summary": {"auto_params": {"oversubscribe": 1.5}}}
+    path.write_text(json.dumps({"cluster": CLUSTER, "best": {"overall": 0}, "trials": [trial]}))
+    got = json.loads(runner.invoke(app, ["export", "verl", str(path), "--json"]).stdout)
+    assert "actor_rollout_ref.rollout.over_sample_rate" not in got["overrides"]  # was 0.333333
     assert got["caveats"][:2] == [
-        "oversubscribe=0 (derived): the simulated run resolved it to 1.5",
-        "over-sampling: we keep 1.5x the step's groups in flight and stop at 1x; verl starts 1x "
-        "and aborts the rest once (1 - over_sample_rate) of them are done, so over_sample_rate = "
-        "1 - 1/1.5"]
+        "over-sampling: verl has no over-sampling with early stop: actor_rollout_ref.rollout."
+        "over_sample_rate is read by nothing since verl 0.7 (PR #4422 removed its only reader, the "
+        "SGLang SPMD rollout, which launched the step's N requests and aborted the rest once "
+        "(1 - rate) x N had finished: requests, not groups); this is verl's synchronous trainer, "
+        "which waits for every response of a step",
+        "verl has no sorted early updates: SortedRL's harvests of the shortest responses into "
+        "several updates per step are not reproduced"]
 
 
-@pytest.mark.parametrize("sets, auto", [([], {"oversubscribe": 0.167}), (["oversubscribe=0.167"], {})])
-def test_an_oversubscription_below_one_exports_as_no_over_sampling(sets, auto):
+@pytest.mark.parametrize("sets, auto, derived", [
+    ([], {"oversubscribe": 0.167}, " (derived: the simulated run's)"), (["oversubscribe=0.167"], {}, "")])
+def test_an_oversubscription_below_one_says_how_to_cap_concurrency(sets, auto, derived):
     got = export_policy("verl", "sortedrl", sets, auto=auto)
-    assert got.overrides["actor_rollout_ref.rollout.over_sample_rate"] == 0.0  # not -4.988024
-    assert ("oversubscribe=0.167 < 1: the run kept fewer samples admitted than the engines' slots; "
-            "verl over-samples 1x or more: no over-sampling, and for the same concurrency set "
-            "max_num_seqs to 0.167 x its value") in got.caveats
+    assert "actor_rollout_ref.rollout.over_sample_rate" not in got.overrides  # was 0.0
+    assert got.caveats[2] == (f"oversubscribe=0.167{derived} < 1: the run kept fewer samples "
+                              "admitted than the engines' slots; for the same concurrency set "
+                              "max_num_seqs to 0.167 x its value")
 
 
 def test_slime_partial_sizes_its_over_sampling_from_the_runs_prompts_per_step():
@@ -232,6 +256,17 @@ def test_set_takes_the_auto_knobs_a_run_printed_and_repeats_the_run(tmp_path):
     given = json.loads(r.stdout)
     assert given.pop("params") == {**auto.pop("params"), **auto.pop("auto_params")}
     assert given.pop("auto_params") == {} and given == auto  # every figure the same
+
+
+@pytest.mark.parametrize("total, shown", [("x", "'x'"), (0, "0"), (True, "True"), (1.5, "1.5")])
+def test_a_bad_samples_total_is_one_error_naming_the_field(tmp_path, total, shown):
+    path = tmp_path / "tune.json"
+    trial = {"id": 0, "policy": "async", "params": {}, "summary": {"samples_total": total}}
+    path.write_text(json.dumps({"cluster": CLUSTER, "best": {"overall": 0}, "trials": [trial]}))
+    r = runner.invoke(app, ["export", "verl", str(path)])
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: {path}: trial 0: field 'summary.samples_total': expected an integer >= 1, "
+        f"got {shown}\n"), r.output
 
 
 def test_bad_auto_params_are_one_error_naming_the_field(tmp_path):

@@ -14,8 +14,8 @@ outlives it and is trained anyway (AReaL's decoupled PPO objective is built for 
 fully-async trainer does the same), so a trained token may be more than eta versions old. Set
 ``drop_stale`` to also bound it on tokens: after each sync, responses whose oldest token is more
 than eta versions behind are dropped and regenerated, and none is ever trained. Set
-``recompute_on_sync`` to discard the KV cache at every weight switch and re-prefill, as AReaL does
-(vLLM keeps the old prefix's KV, the default).
+``recompute_on_sync`` to discard the KV cache at every weight switch and re-prefill, as AReaL and
+verl's fully-async trainer do (vLLM keeps the old prefix's KV, the default).
 
 ``filter_groups`` is DAPO's dynamic sampling: a group whose members have all finished with equal
 rewards is filtered at once and no longer counts as accepted, so the admission rule lets fresh
