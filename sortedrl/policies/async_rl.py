@@ -4,7 +4,8 @@ Rollout never stops. On a disaggregated cluster the engines keep generating whil
 takes the oldest ``batch`` samples' worth of complete GRPO groups per update (``whole_groups``,
 the default, as AReaL's buffer of whole-group episodes does; ``whole_groups=false`` takes the
 oldest ``batch`` finished samples, and so spreads groups over updates); after each update the
-new weights are pushed mid-sequence (interruptible generation), so one response can span several versions.
+new weights are pushed mid-sequence (interruptible generation), so one response can span
+several versions.
 
 Admission is AReaL's staleness rule: the N-th sample may be submitted only while
 floor((N - 1) / B) <= v + eta, i.e. ``capacity = min(max_concurrent - running,
