@@ -373,6 +373,11 @@ def remove_temp_scratches() -> None:
             _remove(tmp)
 
 
+def forget_temp_scratches() -> None:
+    """In a forked worker: the scratch directories it inherited are its parent's to remove."""
+    _temp_scratches.clear()
+
+
 def _remove(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():

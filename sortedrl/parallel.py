@@ -11,6 +11,7 @@ own, so memory grows with the workers. (``tune`` has its own executors, Ray incl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -19,9 +20,10 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
 from sortedrl.errors import ConfigError, SortedRLError
-from sortedrl.outputs import remove_temp_scratches
+from sortedrl.outputs import forget_temp_scratches, remove_temp_scratches
 
 _worker: dict = {}  # in a worker process: the job function and what the jobs share
+_pools = [0]  # this process's worker pools alive now: a child forked meanwhile is a worker
 
 
 def check_workers(workers: int) -> None:
@@ -38,6 +40,30 @@ def worker_signals() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _end_worker)
+
+
+@contextlib.contextmanager
+def worker_pool():
+    """Around a pool's life: a child forked in it takes the workers' signals (and forgets the
+    parent's scratch directories) as it starts, before any of its Python runs. The pool's
+    initializer does the same, too late for a SIGTERM that lands between the fork and it (the
+    parent stopping the pool at once): the child then ran the parent's handler, and its
+    bootstrap printed a traceback beside the parent's one line."""
+    _pools[0] += 1
+    try:
+        yield
+    finally:
+        _pools[0] -= 1
+
+
+def _after_fork_in_child() -> None:
+    if _pools[0]:
+        _pools[0] = 0  # (this worker's own children, if any, are not pool workers)
+        forget_temp_scratches()
+        worker_signals()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _end_worker(signum: int, frame: object) -> None:
@@ -72,6 +98,12 @@ def run_jobs(fn: Callable[[object, object], object], shared: object, jobs: Seque
             if done is not None:
                 done()
         return out
+    with worker_pool():
+        return _run_in_pool(fn, shared, jobs, workers, done)
+
+
+def _run_in_pool(fn: Callable[[object, object], object], shared: object, jobs: Sequence,
+                 workers: int, done: Callable[[], None] | None) -> list:
     # fork, named: the workers inherit ``shared`` without a copy (Python 3.14 turns the default
     # to forkserver); they run only the simulation, never the parent's progress threads
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_start,

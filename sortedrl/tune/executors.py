@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import temp_scratch
-from sortedrl.parallel import stop_workers, worker_signals
+from sortedrl.parallel import stop_workers, worker_pool, worker_signals
 from sortedrl.policies.base import Policy, parse_params
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
@@ -141,6 +141,8 @@ class LocalProcesses(Executor):
     def __init__(self, trace: Trace, cluster: Cluster, seed: int, workers: int,
                  regen: str = "resample") -> None:
         super().__init__(trace, cluster, seed, regen)
+        self.forks = worker_pool()  # (its children take the workers' signals as they start)
+        self.forks.__enter__()
         self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_init,
                                         initargs=(trace, cluster, seed, regen))
 
@@ -157,7 +159,10 @@ class LocalProcesses(Executor):
         return out
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        try:
+            self.pool.shutdown(cancel_futures=True)
+        finally:
+            self.forks.__exit__(None, None, None)
 
 
 class RayCluster(Executor):
