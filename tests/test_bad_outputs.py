@@ -157,7 +157,7 @@ CASES = {
         ["tune", "--synthetic", "logic-8k", "--prompts", "32", "--group-size", "4", "--steps", "4",
          "--policy", "async", "--max-staleness", "0", "--budget", "1", "--cluster", "h100-llama3.1-8b-2gpu",
          "--out", "t"],
-        "no trial of 1 meets --max-staleness 0.0; the closest is trial 0: async (defaults) with staleness_max 2"),
+        "no trial of 1 meets --max-staleness 0.0; the closest is trial 0: async (defaults) with staleness_max 3"),
 }
 
 
