@@ -71,7 +71,7 @@ def step_times(timeline: Timeline) -> np.ndarray:
 def time_parts(result: SimResult) -> dict[str, float]:
     """Where the wall-clock went: busy seconds per activity, and idle seconds (nothing ran)."""
     tl, s = result.timeline, result.summary
-    kinds = ("span", "prefill", "train", "sync", "offload", "onload")
+    kinds = ("span", "prefill", "tool", "train", "sync", "offload", "onload")  # (a tool call: rollout)
     busy = union_length(np.concatenate([tl.columns(k)["t"] for k in kinds]),
                         np.concatenate([tl.ends(k) for k in kinds]))
     return {"rollout_s": float(s["rollout_s"]), "train_s": float(s["train_s"]),

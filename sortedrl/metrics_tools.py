@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from sortedrl.metrics import union_length
+from sortedrl.metrics import sorted_union, union_length
 
 
 def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: float) -> dict:
@@ -23,6 +23,10 @@ def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: 
         return {}
     cols = tl.columns("tool")
     asked, start, back = cols["t"], cols["t_start"], cols["t_end"]
+    tool_s = math.fsum((back - start).tolist())
+    wait_s = math.fsum((start - asked).tolist())
+    if tl.meta.get("placement", "colocated") == "colocated":  # rollout stops for these
+        asked, back = outside(asked, back, *_stopped(tl))
     rollout_s = union_length(np.concatenate((t0, asked)), np.concatenate((t1, back)))
     slot_s = capacity * rollout_s
     bubble = 1.0 - busy_slots / slot_s if slot_s > 0 else 0.0
@@ -32,11 +36,41 @@ def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: 
         "rollout_s": rollout_s,
         "bubble_ratio": bubble,
         "tool_calls": calls,
-        "tool_s": math.fsum((back - start).tolist()),
-        "sandbox_wait_s": math.fsum((start - asked).tolist()),
+        "tool_s": tool_s,
+        "sandbox_wait_s": wait_s,
         "bubble_tool_ratio": bubble_tool,
         "bubble_tail_ratio": bubble - bubble_tool,
     }
+
+
+def _stopped(tl) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint windows in which a colocated cluster's rollout is stopped: updates, syncs,
+    offloads and onloads (a tool call that runs on through one is not rollout time there)."""
+    kinds = [k for k in ("train", "sync", "offload", "onload") if tl.count(k)]
+    if not kinds:
+        return np.empty(0), np.empty(0)
+    return sorted_union(np.sort(np.concatenate([tl.columns(k)["t"] for k in kinds])),
+                        np.sort(np.concatenate([tl.ends(k) for k in kinds])))
+
+
+def outside(t0: np.ndarray, t1: np.ndarray, w0: np.ndarray, w1: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of intervals ``[t0, t1]`` outside the disjoint sorted windows ``[w0, w1]``;
+    intervals that meet no window come back as they were, in their order, the pieces of the
+    others after them."""
+    first = np.searchsorted(w1, t0, side="right")  # the first window ending after the start
+    last = np.searchsorted(w0, t1, side="left")  # windows before this index start before the end
+    cut = first < last
+    if not cut.any():
+        return t0, t1
+    pieces0, pieces1 = [t0[~cut]], [t1[~cut]]
+    for a, b, k0, k1 in zip(t0[cut].tolist(), t1[cut].tolist(), first[cut].tolist(),
+                            last[cut].tolist(), strict=True):
+        edges = [a, *(x for k in range(k0, k1) for x in (w0[k], w1[k])), b]
+        keep = [(lo, hi) for lo, hi in zip(edges[::2], edges[1::2], strict=True) if hi > lo]
+        pieces0.append(np.array([lo for lo, _ in keep], dtype=t0.dtype))
+        pieces1.append(np.array([hi for _, hi in keep], dtype=t1.dtype))
+    return np.concatenate(pieces0), np.concatenate(pieces1)
 
 
 def _idle_for_tools(t0, t1, asked, back, capacity: int) -> float:

@@ -89,3 +89,41 @@ def test_a_record_that_ends_before_it_starts_is_refused(tmp_path):
     with pytest.raises(TimelineError) as e:
         read_timeline(tmp_path / "t.npz")
     assert str(e.value) == f"{tmp_path / 't.npz'}: a 'span' record ends before it starts (t_end < t)"
+
+
+@pytest.mark.parametrize("placement, rollout_s, bubble_tool", [("colocated", 6.0, 4 / 6),
+                                                              ("disaggregated", 8.0, 6 / 8)])
+def test_a_tool_call_through_an_update_is_rollout_time_only_beside_it(placement, rollout_s, bubble_tool):
+    # One slot: a span 0-2 s, then a tool call 2-8 s across an update at 4-6 s. On a colocated
+    # cluster rollout stops for the update, so those 2 s are the update's, not rollout's (they
+    # were both: forecast's parts summed to more than the wall-clock).
+    from sortedrl.metrics_tools import tool_summary
+    from sortedrl.timeline import Timeline
+
+    tl = Timeline({"engines": 1, "samples_total": 1, "placement": placement})
+    tl.spans.append((0.0, 2.0, 0, 0, 0, 0, 2, "turn"))
+    tl.tool(2.0, 2.0, 8.0, 0, 0, 0, 0)
+    tl.trains.append((4.0, 6.0, 0, [0], 10))
+    sp = tl.columns("span")
+    got = tool_summary(tl, sp["t"], sp["t_end"], 1, 2.0)
+    assert got["rollout_s"] == rollout_s and got["tool_s"] == 6.0
+    assert got["bubble_tool_ratio"] == pytest.approx(bubble_tool)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_interval, min_size=1, max_size=8), st.lists(_interval, max_size=5))
+def test_the_parts_outside_the_windows_are_the_grid_points_outside(intervals, windows):
+    from sortedrl.metrics_tools import outside
+    t0, t1 = (np.array(x, dtype=np.float64) for x in zip(*intervals, strict=True))
+    if windows:
+        w0, w1 = sorted_union(*(np.sort(np.array(x, dtype=np.float64)) for x in zip(*windows, strict=True)))
+    else:
+        w0 = w1 = np.empty(0)
+    p0, p1 = outside(t0, t1, w0, w1)
+    grid = np.arange(0, 12, 1 / 32) + 1 / 64  # points between the 1/8-step edges
+
+    def covered(a, b):
+        return np.any((grid[:, None] > a) & (grid[:, None] < b), axis=1) if a.size else grid < -1
+
+    assert np.array_equal(covered(p0, p1), covered(t0, t1) & ~covered(w0, w1))
+    assert np.all(p1 >= p0)

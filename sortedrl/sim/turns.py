@@ -25,12 +25,15 @@ running sample finishes at ``L`` tokens"; this module makes a turn look like tha
   boundary gives the slot up (its KV then joins the prefix cache), and one re-admitted while its
   tool call still runs waits without a slot.
 
-Deliberate simplifications: a hit is decided when the tool returns (the cached blocks of a
-queued sample are not evicted while it waits); a cached context counts whole, even the part of a
-group's shared prompt that running members still hold; a weight sync and, in colocated
+Deliberate simplifications: a hit is decided when the returning sample is admitted (its
+cached blocks stay evictable while it waits in the queue, as vLLM's do); a cached context
+counts whole, even the part of a group's shared prompt that running members still hold (vLLM
+evicts block by block and shares the prompt's blocks); a weight sync and, in colocated
 placement, a vLLM sleep clear the cache (vLLM resets the prefix cache after new weights); a held
 context is kept through a sync like a running sequence, and is dropped by a sleep (the slot
-stays held; its KV reservation is given back). A policy sees the tool output in neither
+stays held; its KV reservation is given back); a held context that a policy pauses after a sync
+joins the prefix cache with its old KV, so ``async recompute_on_sync=true`` with
+``tool_holds_slot`` does not re-prefill it (a known gap). A policy sees the tool output in neither
 ``generated`` nor the trained-token counts: it is context, never decoded
 (:class:`TurnEngineState` subtracts it).
 """
