@@ -245,7 +245,7 @@ def test_forecast_and_tune_keep_each_timeline_in_tmpdir(tmp_path, small_chunks, 
     assert roots and {p.parent for p in roots} == {scratch}
     assert roots[0].name.startswith("sortedrl-forecast-") and not any(scratch.iterdir())
     roots.clear()
-    gpu_hours = cluster.gpus * kept.summary["makespan_s"] / 3600.0
+    gpu_hours = round(cluster.gpus * kept.summary["makespan_s"] / 3600.0, 6)  # as every float
     assert run_trial(tr, cluster, 0, ("sortedrl", [])) == {**kept.summary, "gpus": cluster.gpus,
                                                            "gpu_hours": gpu_hours}
     assert roots and roots[0].name.startswith("sortedrl-tune-") and not any(scratch.iterdir())
