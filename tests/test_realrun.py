@@ -261,6 +261,8 @@ def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(tiny_model, t
     (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, sort-tool, or module:factory)"),
     (["--policy", "nope"], "unknown policy 'nope'"),
     (["--policy", "async"], "policy async needs a disaggregated cluster (--placement disaggregated)"),
+    (["--policy", "oracle_sorted"], "policy oracle_sorted reads true response lengths (an oracle), "
+     "which a real run does not know before generating them (oracle_sorted: --set predictor=history)"),
 ])
 def test_bad_model_task_or_policy(tiny_model, tmp_path, args, message):
     base = {"--model": tiny_model, "--policy": "sync", "--task": "sort"}
@@ -334,3 +336,14 @@ def test_bad_dataset_gets_one_line_and_no_run_directory(tiny_model, tmp_path):
     assert r.exit_code == 2
     assert r.output.strip().splitlines() == [f"error: {data}: row 2: field 'prompt' missing or not a string"]
     assert not out.exists()
+
+
+def test_oracle_sorted_with_its_history_predictor_runs_for_real(tiny_model, tmp_path):
+    # groups of 4: the controller was given one prompt id per group where it takes one per
+    # sample, and the history predictor's first lookup ended in an IndexError
+    out = tmp_path / "run"
+    r = run(tiny_model, out, "--policy", "oracle_sorted", "--set", "predictor=history", "--steps", "2")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["samples_trained"] == summary["samples_total"] == 2 * 8 * 4
+    assert summary["staleness_max"] == 0 and summary["oracle"] is False

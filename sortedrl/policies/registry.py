@@ -92,5 +92,10 @@ def make_policy(name: str, sets: list[str], trace) -> Policy:
         raise ConfigError(f"{trace.name}: policy {name}: filter_groups=true needs a reward column, "
                           "and this trace has none")
     if getattr(policy, "wants_oracle", False):
-        policy.attach_oracle(OracleLengths(trace.response_len.tolist()))
+        lengths = getattr(trace, "response_len", None)
+        if lengths is None:  # a real run: no length exists before it is generated
+            raise ConfigError(f"policy {name} reads true response lengths (an oracle), which a real "
+                              "run does not know before generating them (oracle_sorted: --set "
+                              "predictor=history)")
+        policy.attach_oracle(OracleLengths(lengths.tolist()))
     return policy

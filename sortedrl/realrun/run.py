@@ -151,8 +151,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                   seed=cfg.seed, eos=tok.eos_token_id, clock_offset=state["clock"] if state else 0.0)
     tools = (task, turns, tok, lambda ids: decode(tok, ids, (model_dir / MODEL_CARD).exists())) if multi_turn else None
     backend, engine, trainer = _start_backend(cfg, model_dir, common, tools)
-    controller = Controller(policy, _ids(len(problems)), [len(p) for p in prompts], n, backend,
-                            timeline, rewards=backend.reward)
+    controller = Controller(policy, _ids(len(problems)).repeat(n), [len(p) for p in prompts], n,
+                            backend, timeline, rewards=backend.reward)
 
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
         logs["metrics.jsonl"].write({"update": timeline.count("train"), **metrics})
@@ -299,6 +299,7 @@ def decode(tok, ids: list[int], words: bool) -> str:
 
 
 def _ids(k: int):
+    """One id per prompt (the controller takes one per sample: repeat each ``group_size`` times)."""
     import numpy as np
 
     return np.array([f"p{g:06d}" for g in range(k)])
