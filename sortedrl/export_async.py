@@ -98,7 +98,7 @@ def areal_async(out, p: dict, cl: Cluster | None) -> None:
 def _update_prompts(out, p: dict, key: str) -> int | None:
     """B, the samples per update, in prompts: the ``batch`` knob / n, else ``--prompts`` (B is
     the step's prompts x n), else the simulated run's B / n; None (with a caveat) if unknown."""
-    n, c = out.group_size, out.caveats
+    c = out.caveats
     if not p["batch"] and out.prompts:
         return out.prompts
     samples = p["batch"] or out.auto.get("batch")
@@ -106,19 +106,16 @@ def _update_prompts(out, p: dict, key: str) -> int | None:
         c.append(f"batch=0 (the step's prompts x n): set {key} to the prompts per step "
                  f"(give --prompts)")
         return None
-    if not n:
-        c.append(f"batch={samples} samples per update: set {key} to {samples} / n prompts "
-                 f"(give --group-size)")
-        return None
-    if not p["batch"]:
+    prompts = _in_prompts(out, samples, f"batch={samples} samples per update", key)
+    if prompts is not None and not p["batch"]:
         c.append(f"batch=0 (derived): the simulated run resolved it to {samples} samples")
-    return math.ceil(samples / n)
+    return prompts
 
 
 def _window_prompts(out, p: dict, cl: Cluster | None, key: str) -> int | None:
     """``max_concurrent`` (samples in flight) in prompts: as given, else the simulated run's
     window, else the rollout engines' total ``max_num_seqs`` on ``cl``; None if unknown."""
-    n, c = out.group_size, out.caveats
+    c = out.caveats
     window = p["max_concurrent"]
     if not window and "max_concurrent" in out.auto:
         window = int(out.auto["max_concurrent"])
@@ -131,8 +128,13 @@ def _window_prompts(out, p: dict, cl: Cluster | None, key: str) -> int | None:
         c.append(f"max_concurrent=0: the simulation runs up to the rollout engines' total "
                  f"max_num_seqs samples at once: set {key} to that / n prompts (give --cluster)")
         return None
-    if not n:
-        c.append(f"max_concurrent={window} samples: set {key} to {window} / n prompts "
-                 f"(give --group-size)")
+    return _in_prompts(out, window, f"max_concurrent={window} samples", key)
+
+
+def _in_prompts(out, samples: int, what: str, key: str) -> int | None:
+    """``samples`` in prompts (/ n, rounded up); None, with a caveat saying what to set ``key``
+    to, when n is not known."""
+    if not out.group_size:
+        out.caveats.append(f"{what}: set {key} to {samples} / n prompts (give --group-size)")
         return None
-    return math.ceil(window / n)
+    return math.ceil(samples / out.group_size)
