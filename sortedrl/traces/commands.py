@@ -124,7 +124,8 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
         typer.echo(f"note: {note}", err=True)
     if report.dropped_groups:
         typer.echo(f"note: dropped {report.dropped_groups} groups ({report.dropped_rows} "
-                   f"samples) with fewer than {report.group_size} samples", err=True)
+                   f"samples) whose size is not a multiple of the group size "
+                   f"{report.group_size} (a filtered or aborted sample)", err=True)
     typer.echo(f"wrote {out}: {report.rows} samples from {report.files} {framework} file(s), "
                f"{report.groups} groups x {report.group_size} over {report.steps} step(s), "
                f"cap {trace.meta.max_response_len}")

