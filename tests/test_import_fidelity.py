@@ -91,3 +91,57 @@ def test_cli_notes_say_how_many_groups_were_split_and_dropped(tok, tmp_path) -> 
         "note: dropped 1 groups (2 samples) whose size is not a multiple of the group size 4 (a "
         "filtered or aborted sample)"]
     assert "18 samples from 1 verl file(s), 4 groups x 4 over 1 step(s), cap 11" in r.stdout
+
+
+# -- B: verl V1's uid is the TransferQueue key {uid}_{session_id}_{index} -------------------------
+
+UIDS = ("0b7a3c52-9f1e-4d2a-8c3b-5e6f7a8b9c0d", "f1e2d3c4-b5a6-4978-8695-a4b3c2d1e0f9")
+
+
+def test_verl_v1_keys_group_by_their_uid(tok, tmp_path) -> None:
+    # verl/trainer/ppo/v1/trainer_base.py _log_rollout_data: "uid" = batch.keys[i], keys made by
+    # v1/agent_loop_tq.py as f"{uid}_{session_id}_{i}" (uid a uuid4, session in [0, n)), sorted.
+    rows = [{"input": f"prompt {p} words here", "output": _words(10 + s + 5 * p), "gts": None,
+             "score": float(s % 2), "step": 3, "uid": f"{UIDS[p]}_{s}_0"}
+            for p in range(2) for s in range(4)]
+    trace, report = import_framework("verl", _jsonl(tmp_path / "3.jsonl", rows), tok)
+    # before: the uuid is no digits, so each sample was a group of 1
+    assert (report.groups, report.group_size) == (2, 4)
+    assert trace.prompt_id.tolist() == ([prompt_name("text:prompt 0 words here")] * 4
+                                        + [prompt_name("text:prompt 1 words here")] * 4)
+    assert trace.response_len.tolist() == [10, 11, 12, 13, 15, 16, 17, 18]
+    assert trace.reward.tolist() == [0.0, 1.0, 0.0, 1.0] * 2
+
+
+def test_verl_v1_session_with_several_outputs_is_one_sample(tok, tmp_path) -> None:
+    # agent_loop_tq.py: an agent loop returning a list puts each output under index i; its score
+    # is the final output's (copied to the others) and v1/utils.py computes the GRPO advantage
+    # over each session's final output: one session is one trajectory, one group member.
+    base = "solve it please"  # 3 tokens
+    rows = []
+    for s in range(2):
+        rows.append({"input": base, "output": _words(6 + s), "gts": None, "score": 0.5,
+                     "step": 1, "uid": f"{UIDS[0]}_{s}_0"})
+    # session 0's second output: its prompt is the first output's context (3 + 6 tokens) plus
+    # 4 tokens of tool output; it generates 5 tokens and is scored 1.0
+    rows.insert(1, {"input": f"{base} {_words(6)} tool says x y", "output": _words(5), "gts": None,
+                    "score": 1.0, "step": 1, "uid": f"{UIDS[0]}_0_1"})
+    trace, report = import_framework("verl", _jsonl(tmp_path / "1.jsonl", rows), tok)
+    assert (report.rows, report.groups, report.group_size) == (2, 1, 2)  # 3 records, 2 sessions
+    assert trace.response_len.tolist() == [11, 7]  # 6 + 5 generated; the other session's 7
+    assert trace.prompt_len.tolist() == [3, 3]
+    assert trace.reward.tolist() == [1.0, 0.5]  # the final output's score
+    assert trace.turns_per_row().tolist() == [2, 1]
+    assert trace.turn_gen.tolist() == [6, 5, 7]
+    assert trace.turn_tool_tokens.tolist() == [4, 0, 0]  # 13 - 3 - 6: the context's growth
+    assert any("1 session(s) had several agent-loop outputs" in n for n in report.notes)
+
+
+def test_verl_v1_key_written_twice_is_one_error_line(tok, tmp_path) -> None:
+    rows = [{"input": "a b", "output": "c", "gts": None, "score": 0.0, "step": 4,
+             "uid": f"{UIDS[0]}_0_0"}] * 2
+    dump = _jsonl(tmp_path / "4.jsonl", rows)
+    r = _cli([dump, "--from", "verl", "--tokenizer", tok, "--out", tmp_path / "t.jsonl"])
+    assert (r.exit_code, r.stderr.splitlines()) == (2, [
+        f"error: {dump}: line 2: field 'uid': '{UIDS[0]}_0_0' appears twice in step 4 (first at "
+        f"{dump}: line 1)"])
