@@ -145,3 +145,88 @@ def test_verl_v1_key_written_twice_is_one_error_line(tok, tmp_path) -> None:
     assert (r.exit_code, r.stderr.splitlines()) == (2, [
         f"error: {dump}: line 2: field 'uid': '{UIDS[0]}_0_0' appears twice in step 4 (first at "
         f"{dump}: line 1)"])
+
+
+# -- slime ------------------------------------------------------------------------------------------
+
+
+def _sample(group, index, prompt, plen, rlen, status="completed", loss_mask=None, metadata=None):
+    # slime/utils/types.py Sample.to_dict(): __dict__ with status as its value
+    return {"group_index": group, "index": index, "rollout_id": None, "prompt": prompt,
+            "tokens": list(range(plen + rlen)), "response": "x", "response_length": rlen,
+            "label": "1", "reward": 1.0,
+            "loss_mask": [1] * rlen if loss_mask is None else loss_mask,
+            "weight_versions": [], "rollout_log_probs": [0.0] * rlen, "remove_sample": False,
+            "status": status, "metadata": metadata or {}, "non_generation_time": 0.0,
+            "spec_info": {}, "prefix_cache_info": {}}
+
+
+def _pt(path: Path, rollout_id: int, samples: list[dict]) -> Path:
+    torch = pytest.importorskip("torch")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # slime/observability/rollout_data_utils.py save_debug_rollout_data
+    torch.save({"rollout_id": rollout_id, "samples": samples}, path)
+    return path
+
+
+def test_slime_groups_by_group_index_and_names_by_prompt(tmp_path) -> None:
+    # slime/rollout/data_source.py numbers every group drawn (sample_group_index): "B" drawn
+    # twice in rollout 1 is two groups. Before, the prompt text was the key: one group of 8
+    # and the three groups of 4 dropped.
+    dup = [_sample(g, g * 4 + k, p, 10, 20 + g + k)
+           for g, p in enumerate(["A", "B", "C", "B"]) for k in range(4)]
+    trace, report = import_framework("slime", _pt(tmp_path / "1.pt", 1, dup))
+    assert (report.groups, report.group_size, report.split_groups, report.dropped_groups) == (
+        4, 4, 0, 0)
+    a, b, c = (prompt_name(f"prompt:{json.dumps(p)}") for p in "ABC")
+    assert trace.prompt_id.tolist() == [a] * 4 + [b] * 4 + [c] * 4 + [f"{b}#2"] * 4
+    assert trace.response_len.tolist() == [20 + g + k for g in range(4) for k in range(4)]
+
+
+def test_slime_skips_evaluation_files(tmp_path) -> None:
+    # rollout_data_utils.py: the eval rollout goes to the same template with rollout_id
+    # "eval_5", and its samples have no group_index
+    train = [_sample(g, g * 4 + k, f"prompt {g}", 10, 20 + k) for g in range(2) for k in range(4)]
+    _pt(tmp_path / "d" / "5.pt", 5, train)
+    _pt(tmp_path / "d" / "eval_5.pt", 5, [_sample(None, i, "eval prompt", 10, 30) for i in range(2)])
+    trace, report = import_framework("slime", tmp_path / "d")  # was: group_index None error
+    assert (report.files, report.groups, len(trace)) == (1, 2, 8)
+    assert report.notes == ("skipped 1 evaluation rollout file(s) (eval_*.pt: slime's eval "
+                            "dumps, not training samples)",)
+    r = _cli([tmp_path / "d" / "eval_5.pt", "--from", "slime", "--out", tmp_path / "t.jsonl"])
+    assert (r.exit_code, r.stderr.splitlines()) == (2, [
+        f"error: {tmp_path / 'd' / 'eval_5.pt'}: only evaluation rollouts (eval_*.pt: slime's "
+        "eval dumps, with no GRPO groups); give the training rollouts ({rollout_id}.pt)"])
+
+
+def test_slime_partial_rollout_masked_tokens_are_generated(tmp_path) -> None:
+    # slime/rollout/sglang_rollout.py generate_and_rm: with --partial-rollout and
+    # --mask-offpolicy-in-partial-rollout, loss_mask = [0] * the earlier response length, then
+    # 1 per new token. Sample 0 resumed 300 tokens and generated 100 more; sample 2 also called
+    # a tool (2 tokens) after 3 resumed and 2 new tokens.
+    samples = [_sample(0, 0, "P", 10, 400, loss_mask=[0] * 300 + [1] * 100),
+               _sample(0, 1, "P", 10, 120),
+               _sample(0, 2, "P", 10, 8, loss_mask=[0, 0, 0, 1, 1, 0, 0, 1]),
+               _sample(0, 3, "P", 10, 5, loss_mask=[0] * 5)]  # all resumed, nothing new
+    trace, _ = import_framework("slime", _pt(tmp_path / "2.pt", 2, samples))
+    assert trace.response_len.tolist() == [400, 120, 6, 5]  # was 100 for sample 0, 3 error
+    assert trace.turns_per_row().tolist() == [1, 1, 2, 1]
+    assert trace.turn_gen.tolist() == [400, 120, 5, 1, 5]
+    assert trace.turn_tool_tokens.tolist() == [0, 0, 2, 0, 0]
+
+
+def test_slime_agent_truncation_is_read_from_metadata(tmp_path) -> None:
+    # slime/agent/trajectory.py: _chain_to_samples sets metadata["truncated"] (the last turn's
+    # finish_reason == "length"); to_sample always sets status COMPLETED
+    samples = []
+    for k, (last, flag) in enumerate([(120, True), (40, False), (150, False), (150, None)]):
+        mask = [1] * 50 + [0] * 30 + [1] * last
+        samples.append(_sample(0, k, "fix the bug", 20, len(mask), loss_mask=mask,
+                               metadata={"truncated": flag, "use_tool": True,
+                                         "ill_formed": False}))
+    samples[3]["status"] = "aborted"  # neither the status nor a flag says: the cap decides
+    del samples[3]["metadata"]["truncated"]
+    trace, _ = import_framework("slime", _pt(tmp_path / "0.pt", 0, samples),
+                                max_response_len=200)
+    assert trace.response_len.tolist() == [170, 90, 200, 200]
+    assert trace.truncated.tolist() == [True, False, False, True]  # was all False
