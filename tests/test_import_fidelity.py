@@ -7,6 +7,7 @@ file cited beside it; the tokenizer (built locally) counts one token per whitesp
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
+from sortedrl.errors import ConfigError, TraceError
 from sortedrl.traces.importers import import_framework
 from sortedrl.traces.importers._common import group_size_of, prompt_name
 
@@ -230,3 +232,147 @@ def test_slime_agent_truncation_is_read_from_metadata(tmp_path) -> None:
                                 max_response_len=200)
     assert trace.response_len.tolist() == [170, 90, 200, 200]
     assert trace.truncated.tolist() == [True, False, False, True]  # was all False
+
+
+# -- TRL ----------------------------------------------------------------------------------------
+
+# trl/trainer/grpo_trainer.py GRPOTrainer.log: table = {"step", "prompt", "completion",
+# **rewards (one raw, unweighted column per reward function), **extra (log_extra columns),
+# "advantage"}; the reward TRL trains on is nansum(rewards_per_func * reward_weights).
+COLS = ["step", "prompt", "completion", "accuracy_reward", "format_reward", "num_tool_calls",
+        "advantage"]
+
+
+def _trl_rows(step: int, prompt: str = "what is 2 + 2 ?") -> list[list]:
+    rows = []
+    for k in range(4):
+        acc = 1.0 if k < 2 else 0.0
+        rows.append([step, prompt, _words(5 + k), acc, acc, 3, 0.0])
+    return rows
+
+
+def _table_json(path: Path, rows: list[list], cols: list[str] = COLS) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"columns": cols, "data": rows}))  # W&B's table export
+    return path
+
+
+def test_trl_several_numeric_columns_need_reward_columns(tok, tmp_path) -> None:
+    dump = _table_json(tmp_path / "completions_10.table.json", _trl_rows(10))
+    r = _cli([dump, "--from", "trl", "--tokenizer", tok, "--out", tmp_path / "t.jsonl"])
+    assert (r.exit_code, r.stderr.splitlines()) == (2, [
+        f"error: {dump}: 3 numeric columns could be rewards (accuracy_reward, format_reward, "
+        "num_tool_calls): TRL's reward sums only its reward functions' columns times "
+        "reward_weights (log_extra columns are not rewards); name them: --reward-columns "
+        "accuracy_reward=1.0,format_reward=1.0"])  # was: imported with rewards 5, 5, 3, 3
+    trace, _ = import_framework("trl", dump, tok,
+                                reward_columns="accuracy_reward=1, format_reward=0.1")
+    assert trace.reward.tolist() == [1.1, 1.1, 0.0, 0.0]  # TRL's, with reward_weights [1, 0.1]
+    out = tmp_path / "t.jsonl"
+    r = _cli([dump, "--from", "trl", "--tokenizer", tok, "--reward-columns",
+              "accuracy_reward,format_reward=0.1", "--out", out])
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["reward"] for x in out.read_text().splitlines()[1:]] == [
+        1.1, 1.1, 0.0, 0.0]
+
+
+def test_trl_reward_is_a_nansum_and_one_column_is_taken_as_it_is(tok, tmp_path) -> None:
+    rows = _trl_rows(1)
+    rows[0][3] = math.nan  # accuracy_reward returned None for this completion
+    dump = _table_json(tmp_path / "c.table.json", rows)
+    trace, _ = import_framework("trl", dump, tok, reward_columns="accuracy_reward,format_reward=0.5")
+    assert trace.reward.tolist() == [0.5, 1.5, 0.0, 0.0]
+    rows[0][4] = math.nan  # no function scored it: no reward (TRL's is NaN), so no column
+    trace, _ = import_framework("trl", _table_json(dump, rows), tok,
+                                reward_columns="accuracy_reward,format_reward=0.5")
+    assert trace.reward is None
+    one = _table_json(tmp_path / "one.table.json", [r[:4] + r[6:] for r in _trl_rows(1)],
+                      COLS[:4] + COLS[6:])
+    trace, report = import_framework("trl", one, tok)
+    assert trace.reward.tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert report.notes == ("reward: column 'accuracy_reward', the only numeric column besides "
+                            "step and advantage (a reward_weights entry other than 1 is not in "
+                            "the log: give --reward-columns accuracy_reward=WEIGHT)",)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("accuracy_reward=x", "--reward-columns 'accuracy_reward=x': weight 'x' of 'accuracy_reward' "
+                          "is not a finite number"),
+    ("=1", "--reward-columns '=1': expected NAME=WEIGHT,... (e.g. "
+           "accuracy_reward=1,format_reward=0.1)"),
+    ("a,a", "--reward-columns 'a,a': column 'a' named twice"),
+])
+def test_trl_bad_reward_columns_are_one_error_line(tok, tmp_path, spec, message) -> None:
+    dump = _table_json(tmp_path / "c.table.json", _trl_rows(1))
+    r = _cli([dump, "--from", "trl", "--tokenizer", tok, "--reward-columns", spec,
+              "--out", tmp_path / "t.jsonl"])
+    assert (r.exit_code, r.stderr.splitlines()) == (2, [f"error: {message}"])
+
+
+def test_trl_reward_columns_name_existing_columns_and_only_for_trl(tok, tmp_path) -> None:
+    dump = _table_json(tmp_path / "c.table.json", _trl_rows(1))
+    with pytest.raises(TraceError) as e:
+        import_framework("trl", dump, tok, reward_columns="correctness")
+    assert str(e.value) == (f"{dump}: --reward-columns: no column 'correctness'; numeric columns: "
+                            "accuracy_reward, format_reward, num_tool_calls")
+    rows = _trl_rows(1)
+    rows[2][4] = "yes"
+    with pytest.raises(TraceError) as e:
+        import_framework("trl", _table_json(dump, rows), tok, reward_columns="format_reward")
+    assert str(e.value) == f"{dump}: row 3: field 'format_reward': 'yes' is not a number"
+    with pytest.raises(ConfigError, match=r"^--reward-columns: only for --from trl "):
+        import_framework("verl", tmp_path, tok, reward_columns="score")
+
+
+def test_trl_prompt_drawn_twice_in_a_step_is_split(tok, tmp_path) -> None:
+    rows = _trl_rows(3, "a b") + _trl_rows(3, "c d") + _trl_rows(3, "a b")
+    trace, report = import_framework("trl", _table_json(tmp_path / "c.table.json", rows), tok,
+                                     reward_columns="accuracy_reward")
+    assert (report.groups, report.group_size, report.split_groups) == (3, 4, 1)
+    a, c = prompt_name("text:a b"), prompt_name("text:c d")
+    assert trace.prompt_id.tolist() == [a] * 4 + [f"{a}#2"] * 4 + [c] * 4
+
+
+def _parquet(path: Path, rows: list[list]) -> Path:
+    """A table as pandas' ``DataFrame(table).to_parquet`` writes it (int64, string, double)."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = list(zip(*rows, strict=True))
+    types = [pa.int64(), pa.string(), pa.string(), pa.float64(), pa.float64(), pa.int64(),
+             pa.float64()]
+    pq.write_table(pa.table({c: pa.array(v, t) for c, v, t in zip(COLS, columns, types,
+                                                                  strict=True)}), path)
+    return path
+
+
+def test_trl_parquet_files_and_repeated_tables(tok, tmp_path) -> None:
+    # grpo_trainer.py (TRL >= 0.28) writes output_dir/completions/completions_{step:05d}.parquet
+    # at each log() from a deque of the last generation batch: with num_iterations = 2 the
+    # batch generated at step 1 is logged again at step 2
+    d = tmp_path / "completions"
+    _parquet(d / "completions_00001.parquet", _trl_rows(1))
+    _parquet(d / "completions_00002.parquet", _trl_rows(2))
+    third = _trl_rows(3, "what is 3 + 3 ?")
+    third[1][3] = math.nan
+    _parquet(d / "completions_00003.parquet", third)
+    _parquet(d / "completions_00004.parquet", [[4] + r[1:] for r in third])
+    trace, report = import_framework("trl", d, tok, reward_columns="accuracy_reward,format_reward")
+    assert (report.files, report.rows, report.groups, report.steps) == (4, 8, 2, 2)
+    assert trace.step.tolist() == [1] * 4 + [3] * 4
+    assert trace.response_len.tolist() == [5, 6, 7, 8] * 2
+    assert trace.prompt_len.tolist() == [6] * 8
+    assert trace.reward.tolist() == [2.0, 2.0, 0.0, 0.0, 2.0, 1.0, 0.0, 0.0]
+    assert report.notes == ("dropped 2 logged table(s) identical to the one before but for the "
+                            "step (TRL logs the last generation batch at every logging step: "
+                            "num_iterations or steps_per_generation > 1)",)
+
+
+def test_trl_a_file_that_is_not_parquet_is_one_error_line(tok, tmp_path) -> None:
+    bad = tmp_path / "completions_00001.parquet"
+    bad.write_text("step,prompt\n")
+    r = _cli([bad, "--from", "trl", "--tokenizer", tok, "--out", tmp_path / "t.jsonl"])
+    assert r.exit_code == 2
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: not a Parquet file: "), lines
