@@ -73,6 +73,10 @@ def import_cmd(
     prompt_len: Annotated[int | None, typer.Option(
         help="--from areal without prompt_tokens: every sample's prompt tokens (default 1, "
              "printed as a note).")] = None,
+    reward_columns: Annotated[str | None, typer.Option(
+        "--reward-columns", help="--from trl: the reward-function columns and their "
+                                 "reward_weights, NAME=WEIGHT,... (a name alone weighs 1); the "
+                                 "reward is their weighted sum, as TRL's.")] = None,
     force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Turn a public per-request table, or an RL framework's rollout dump, into a length trace."""
@@ -84,7 +88,7 @@ def import_cmd(
     if framework is not None:
         _import_framework(framework, file, out, outs, dict(
             tokenizer=tokenizer, max_response_len=max_response_len, source=source,
-            decode_tps=decode_tps, prompt_len=prompt_len))
+            decode_tps=decode_tps, prompt_len=prompt_len, reward_columns=reward_columns))
         return
     if prompt_len_col is None or response_len_col is None:
         raise ConfigError("give --prompt-len-col and --response-len-col for a table, "
@@ -124,7 +128,8 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
         typer.echo(f"note: {note}", err=True)
     if report.dropped_groups:
         typer.echo(f"note: dropped {report.dropped_groups} groups ({report.dropped_rows} "
-                   f"samples) with fewer than {report.group_size} samples", err=True)
+                   f"samples) whose size is not a multiple of the group size "
+                   f"{report.group_size} (a filtered or aborted sample)", err=True)
     typer.echo(f"wrote {out}: {report.rows} samples from {report.files} {framework} file(s), "
                f"{report.groups} groups x {report.group_size} over {report.steps} step(s), "
                f"cap {trace.meta.max_response_len}")

@@ -20,15 +20,19 @@ FRAMEWORKS = ("verl", "slime", "nemo-rl", "trl", "areal", "nemo-gym")
 
 def import_framework(framework: str, path: str | Path, tokenizer: str | Path | None = None,
                      max_response_len: int | None = None, source: str | None = None,
-                     decode_tps: float | None = None,
-                     prompt_len: int | None = None) -> tuple[Trace, FrameworkReport]:
+                     decode_tps: float | None = None, prompt_len: int | None = None,
+                     reward_columns: str | None = None) -> tuple[Trace, FrameworkReport]:
     """Read ``path`` (a dump file, or a directory of them) as a trace of ``framework``.
-    ``decode_tps`` and ``prompt_len`` stand in for the token counts AReaL does not log."""
+    ``decode_tps`` and ``prompt_len`` stand in for the token counts AReaL does not log;
+    ``reward_columns`` (``NAME=WEIGHT,...``) names TRL's reward-function columns."""
     p = Path(path)
     tok = None if tokenizer is None else Path(tokenizer)
     if max_response_len is not None and not 1 <= max_response_len <= INT32_MAX:
         raise ConfigError(f"--max-response-len must be from 1 to {INT32_MAX:,}, got "
                           f"{max_response_len:,}")
+    if reward_columns is not None and framework != "trl":
+        raise ConfigError("--reward-columns: only for --from trl (it names the reward-function "
+                          "columns of TRL's completions table); remove it")
     if framework == "verl":
         from sortedrl.traces.importers.verl import read_verl
 
@@ -44,7 +48,7 @@ def import_framework(framework: str, path: str | Path, tokenizer: str | Path | N
     elif framework == "trl":
         from sortedrl.traces.importers.trl import read_trl
 
-        rows, files = read_trl(p, tok)
+        rows, files = read_trl(p, tok, reward_columns)
     elif framework == "areal":
         from sortedrl.traces.importers.areal import read_areal
 
