@@ -256,3 +256,50 @@ def test_nemo_gym_all_rollouts_failed_is_one_error_line(tmp_path) -> None:
         import_framework("nemo-gym", path)
     assert str(e.value) == (f"{path}: none of the 2 NeMo-Gym rollouts has per_turn_metrics "
                             "(each agent failed): nothing to import")
+
+
+# -- AReaL: session_tracer/{role}/sessions-r{rank}.jsonl ---------------------------------------
+
+
+def _session(task: int, session: int, t: float, gen_s: float, status: str = "accepted",
+             reason: str | None = None) -> dict:
+    """SessionRecord.to_dict (areal/utils/perf_tracer.py): the default FieldSpecs (``reason``
+    and ``finalized_ts`` omitted when None), ``phases`` with the non-empty lists, plus a user
+    FieldSpec ``turn_tokens``. ``role`` is the process's (``rollout`` in single-controller
+    mode, where the eval rollout shares the worker and its tracer)."""
+    record = {"task_id": task, "session_id": session, "rank": 0, "role": "rollout",
+              "status": status}
+    if reason is not None:
+        record["reason"] = reason
+    record |= {"submit_ts": t, "finalized_ts": t + gen_s + 1.0, "total_s": gen_s + 1.0,
+               "generate_s": gen_s, "reward_s": 0.5,
+               "phases": {"generate": [{"start_ts": t, "end_ts": t + gen_s}],
+                          "reward": [{"start_ts": t + gen_s, "end_ts": t + gen_s + 0.5}]},
+               "turn_tokens": [int(gen_s * 10)]}
+    return record
+
+
+def test_areal_an_eval_task_reusing_a_training_task_id_is_its_own_group(tmp_path) -> None:
+    """The eval executor's TaskIdGenerator starts at 0 too (areal/infra/workflow_executor.py),
+    and its sessions go to the same file: training tasks 0 and 1 (4 sessions each, run at once
+    by GroupedRolloutWorkflow) and, later, eval tasks 0 and 1. These were 2 groups of 8."""
+    sessions, sid = [], 0
+    for t0, tasks in ((1000.0, (0, 1)), (2000.0, (0, 1))):  # training, then the evaluation
+        for task in tasks:
+            for k in range(4):
+                status, reason = ("rejected", "rejected") if (t0, task, k) == (1000.0, 1, 3) \
+                    else ("accepted", None)
+                sessions.append(_session(task, sid, t0 + task, 1.0 + k, status, reason))
+                sid += 1
+    d = tmp_path / "session_tracer" / "rollout"
+    d.mkdir(parents=True)
+    (d / "sessions-r0.jsonl").write_text("".join(json.dumps(s) + "\n" for s in sessions))
+    trace, report = import_framework("areal", d)
+    assert (report.rows, report.groups, report.group_size) == (16, 4, 4)
+    assert trace.response_len.tolist() == [10, 20, 30, 40] * 4
+    ids = trace.prompt_id.tolist()
+    assert len({ids[0], ids[4], ids[8], ids[12]}) == 4
+    assert report.notes[-1] == ("2 AReaL (rank, task_id) pairs name sessions that ran at "
+                                "separate times (an eval executor numbers its tasks from 0 too, "
+                                "into the same file; or a restarted run): one group per run of "
+                                "them")
