@@ -153,7 +153,9 @@ def test_nemo_gym_per_turn_metrics_give_turns(tmp_path) -> None:
     assert trace.reward.tolist() == [1.0, 0.0]
     assert report.notes == ("left out 1 NeMo-Gym actions that did not start between two LLM "
                             "calls (before the first, after the last, or during a call): no turn "
-                            "waits for them", "2 NeMo-Gym rollouts carry no 'step': step 0")
+                            "waits for them", "NeMo-Gym rollouts carry no step: 1 step(s) "
+                            "found from their times (a step is a stretch in which some rollout "
+                            "was running; NeMo-RL trains between steps)")
 
 
 def test_nemo_gym_condensed_history_appends_nothing(tmp_path) -> None:

@@ -78,7 +78,7 @@ def test_nemo_rl_train_data() -> None:
     assert trace.step[::4].tolist() == [1, 1, 1, 2, 2, 2]
     raw = [json.loads(line) for f in ("train_data_step1.jsonl", "train_data_step2.jsonl")
            for line in (DUMPS / "nemo_rl_logs" / f).read_text().splitlines()]
-    assert trace.response_len.tolist() == [sum(r["token_loss_mask"]) for r in raw]
+    assert trace.response_len.tolist() == [sum(r["token_loss_mask"][0]) for r in raw]  # [[...]]
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "1.5"])
@@ -87,7 +87,7 @@ def test_a_length_that_is_not_a_whole_number_is_one_error(tmp_path, value) -> No
     dump = tmp_path / "nemo"
     dump.mkdir()
     lines = (DUMPS / "nemo_rl_logs" / "train_data_step1.jsonl").read_text().splitlines()
-    lines[1] = lines[1].replace('"input_lengths": 8', f'"input_lengths": {value}', 1)
+    lines[1] = lines[1].replace('"input_lengths": [8]', f'"input_lengths": [{value}]', 1)
     (dump / "train_data_step1.jsonl").write_text("\n".join(lines) + "\n")
     r = run(["trace", "import", str(dump), "--from", "nemo-rl", "--out", str(tmp_path / "t.jsonl")])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "Traceback" not in r.output, r.output

@@ -1,7 +1,7 @@
-"""AReaL's session tracer: ``session_tracer/sessions-r{rank}.jsonl``, one object per session.
+"""AReaL's session tracer: ``session_tracer/{role}/sessions-r{rank}.jsonl``, a line a session.
 
-AReaL's ``perf_tracer`` (docs/best_practices/perf_profiling.md) writes one record per session (one
-sample of a task, its dataset item): ``task_id``, ``session_id``, ``rank``, ``status``,
+AReaL's ``perf_tracer`` (docs/en/best_practices/perf_profiling.md) writes one record per session
+(one sample of a task, its dataset item): ``task_id``, ``session_id``, ``rank``, ``status``,
 ``submit_ts``, ``finalized_ts``, the derived ``total_s``, ``generate_s``, ``reward_s``,
 ``toolcall_s``, and ``phases`` = ``{generate, reward, toolcall: [{start_ts, end_ts}, ...]}``.
 
@@ -9,7 +9,13 @@ What it gives, read as is: the turns and the tool seconds. The ``generate`` phas
 order, are the turns; the ``toolcall`` phases that start after a turn's generate phase ended and
 before the next one began are that turn's tool call, and its seconds are the time they cover
 (their union: parallel calls count once). Tool calls before the first turn or after the last
-are left out (no turn waits for them; a note counts them). A group is the sessions of one ``(rank, task_id)``.
+are left out (no turn waits for them; a note counts them). A group is the sessions of one
+``(rank, task_id)`` that ran together: AReaL runs a task's samples at once (``asyncio.gather`` in
+``GroupedRolloutWorkflow``), but its eval executor numbers its tasks from 0 as the training one
+does and logs to the same tracer file (areal/infra/workflow_executor.py: one
+``TaskIdGenerator`` per executor; the trainer's eval rollout shares the process's tracer), so a
+``(rank, task_id)`` whose sessions ran at separate times (a session starting at ``submit_ts``
+after all before it ended) is one group per run of them (a note counts them).
 
 What it does not give: token counts (prompt, per turn, tool output), the training step and the
 reward value. So:
@@ -26,8 +32,11 @@ reward value. So:
 - every session is step 0 (AReaL's rollout is asynchronous: a session has no step; a note);
   there is no reward.
 
-Only sessions with status ``accepted`` or ``rejected`` (both generated whole; a rejected one was
-too stale to train) are read; ``pending``, ``failed`` and ``dropped`` ones are counted in a note.
+Only sessions with status ``accepted`` or ``rejected`` (both generated whole; ``rejected``: the
+trainer's ``should_accept_fn`` returned false, or the workflow returned None, as ``reason``
+says) are read; ``pending``, ``failed`` (the workflow raised) and ``dropped`` ones are counted in
+a note. Nothing in a session record marks an evaluation session (no ``is_eval``; ``role`` is the
+process's, shared by both): the eval sessions in the file are read as training ones.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
         raise TraceError(f"--prompt-len must be >= 1, got {prompt_len}")
     files = dump_files(path, "sessions-r*.jsonl", "AReaL session tracer sessions-r{rank}.jsonl")
     rows, skipped, estimated, default_prompt, no_tool_tokens, outside = Rows(), 0, 0, 0, 0, 0
+    sessions: dict[str, list] = {}
     for f in files:
         for lineno, obj in read_jsonl(f):
             where = f"{f}: line {lineno}"
@@ -65,7 +75,7 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
             if obj["status"] not in KEPT:
                 skipped += 1
                 continue
-            gen_s, tool_s, left_out = _turn_times(where, obj["phases"])
+            gen_s, tool_s, left_out, span = _turn_times(where, obj["phases"])
             outside += left_out
             gen = _turn_tokens(where, obj, gen_s, decode_tps)
             estimated += "turn_tokens" not in obj
@@ -75,14 +85,44 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
                 p_len = whole_number(where, "prompt_tokens", obj["prompt_tokens"], 1)
             else:
                 p_len, default_prompt = prompt_len or 1, default_prompt + 1
-            key = f"areal:{obj.get('rank', 0)}:{obj['task_id']}"
+            start, end = _session_span(where, obj, span)
             turns = (gen, tool_s, tool_tok) if len(gen) > 1 else None
-            rows.add(key, 0, p_len, sum(gen), None, turns=turns)
+            key = f"areal:{obj.get('rank', 0)}:{obj['task_id']}"
+            sessions.setdefault(key, []).append((start, end, p_len, gen, turns))
+    reused = 0
+    for key, members in sessions.items():
+        members.sort(key=lambda m: m[0])  # stable: a tie keeps the file order
+        run, reach = 0, float("-inf")
+        for start, end, p_len, gen, turns in members:
+            if start > reach and reach > float("-inf"):  # all before it had ended: a new run
+                run += 1
+            reach = max(reach, end)
+            rows.add(key if run == 0 else f"{key}#{run + 1}", 0, p_len, sum(gen), None,
+                     turns=turns)
+        reused += run > 0
     _notes(rows, skipped, estimated, decode_tps, default_prompt, prompt_len, no_tool_tokens)
     if outside:
         rows.notes.append(f"left out {outside} AReaL tool calls that did not start between two "
                           "turns (before the first, after the last, or during a generate phase)")
+    if reused:
+        rows.notes.append(f"{reused} AReaL (rank, task_id) pairs name sessions that ran at "
+                          "separate times (an eval executor numbers its tasks from 0 too, into "
+                          "the same file; or a restarted run): one group per run of them")
     return rows, len(files)
+
+
+def _session_span(where: str, obj: dict, span: tuple[float, float]) -> tuple[float, float]:
+    """When the session ran: from ``submit_ts`` (else its first phase) to the last of
+    ``finalized_ts`` and its phases' ends."""
+    times = {}
+    for name in ("submit_ts", "finalized_ts"):
+        value = obj.get(name)
+        if value is not None and not finite(value):
+            raise TraceError(f"{where}: field '{name}': expected a time in seconds, got "
+                             f"{short_repr(value)}")
+        times[name] = value
+    start = span[0] if times["submit_ts"] is None else float(times["submit_ts"])
+    return start, max(start, span[1], times["finalized_ts"] or span[1])
 
 
 def _interval(where: str, name: str, k: int, entry: object) -> tuple[float, float]:
@@ -100,9 +140,10 @@ def _interval(where: str, name: str, k: int, entry: object) -> tuple[float, floa
     return float(start), float(end)
 
 
-def _turn_times(where: str, phases: object) -> tuple[list[float], list[float], int]:
+def _turn_times(where: str, phases: object):
     """Each turn's generate seconds, the seconds of the tool call after it (0 after the last),
-    and how many tool calls started outside the gaps between turns (left out)."""
+    how many tool calls started outside the gaps between turns (left out), and the first start
+    and last end of the generate and tool phases."""
     if not isinstance(phases, dict):
         raise TraceError(f"{where}: field 'phases': expected an object of phase lists")
     lists = {name: phases.get(name) or [] for name in ("generate", "toolcall")}
@@ -119,7 +160,8 @@ def _turn_times(where: str, phases: object) -> tuple[list[float], list[float], i
         mine = [c for c in calls if end <= c[0] < nxt]
         used += len(mine)
         tool_s.append(covered_seconds(mine))
-    return [e - s for s, e in gens], tool_s + [0.0], len(calls) - used
+    span = (min([gens[0][0]] + [c[0] for c in calls]), max(e for _, e in gens + calls))
+    return [e - s for s, e in gens], tool_s + [0.0], len(calls) - used, span
 
 
 

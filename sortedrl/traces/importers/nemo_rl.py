@@ -8,6 +8,13 @@ one step; the step is ``N``. A multi-turn sample (environment output between gen
 0) becomes a row with turns: each run of 1s a turn, the 0s after it that turn's tool output
 (NeMo-RL's dump has no tool seconds: 0). A single-turn sample keeps its trailing unmasked tokens
 in the prompt length, as before.
+
+Each line holds ONE sample, but NeMo-RL writes every field as a one-element list: its
+``Logger.log_batched_dict_as_jsonl`` (nemo_rl/utils/logger.py) writes the slices of
+``make_microbatch_iterator(1)``, so a line reads ``"input_lengths": [10], "rewards": [1.0],
+"token_ids": [[...]], "token_loss_mask": [[...]]``. Such a one-element list is unwrapped; a plain
+value (``"input_lengths": 10``, ``"token_ids": [...]``) is read as well; a list of another
+length is one error line.
 """
 
 from __future__ import annotations
@@ -42,8 +49,8 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
         for lineno, obj in read_jsonl(f):
             where = f"{f}: line {lineno}"
             check_layout(where, "NeMo-RL train_data_step", obj, REQUIRED)
-            total = whole_number(where, "input_lengths", obj["input_lengths"], 2)
-            ids, mask = obj["token_ids"], obj["token_loss_mask"]
+            total = whole_number(where, "input_lengths", _one(where, obj, "input_lengths"), 2)
+            ids, mask = _row(where, obj, "token_ids"), _row(where, obj, "token_loss_mask")
             if not isinstance(ids, list) or not isinstance(mask, list) or len(mask) < total \
                     or len(ids) < total:
                 raise TraceError(f"{where}: 'token_ids' and 'token_loss_mask' must be lists of "
@@ -54,10 +61,33 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
             prompt = mask.index(1)
             response = sum(1 for m in mask if m)
             key = "ids:" + ",".join(map(str, ids[:prompt]))
-            reward = number_or_none(where, "rewards", obj.get("rewards"))
+            reward = number_or_none(where, "rewards", _one(where, obj, "rewards"))
             turns = turns_from_mask(where, "token_loss_mask", mask[prompt:], None)
             if len(turns[0]) == 1:
                 rows.add(key, step, max(1, total - response), response, reward)
             else:
                 rows.add(key, step, max(1, prompt), response, reward, turns=turns)
     return rows, len(files)
+
+
+def _one(where: str, obj: dict, name: str) -> object:
+    """A per-sample scalar: NeMo-RL's one-element slice ``[v]`` unwrapped, or a plain ``v``."""
+    value = obj.get(name)
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise TraceError(f"{where}: field '{name}': a list of {len(value)} entries; a line "
+                             "holds one sample (NeMo-RL writes a one-element list, or give a "
+                             "plain value)")
+        value = value[0]
+    return value
+
+
+def _row(where: str, obj: dict, name: str) -> object:
+    """A per-token list: NeMo-RL's one-element slice ``[[...]]`` unwrapped, or a plain ``[...]``."""
+    value = obj[name]
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        if len(value) != 1:
+            raise TraceError(f"{where}: field '{name}': a list of {len(value)} token lists; a "
+                             "line holds one sample (NeMo-RL writes a one-element list)")
+        value = value[0]
+    return value
