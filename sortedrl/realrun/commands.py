@@ -103,7 +103,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summary, indent=2))
             return
         typer.echo(summary_text(summary, f"{policy} for real on {model}"))
-        typer.echo(f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl")
+        wrote = [name for name in ("summary.json", "timeline.jsonl", "trace.jsonl", "metrics.jsonl")
+                 if (out / name).is_file()]  # only what is there: never a file the run did not write
+        typer.echo(f"wrote {out}/{', '.join(wrote)}" + (f" and {perfetto}" if perfetto is not None else ""))
 
 
     @app.command(context_settings={"allow_extra_args": True})
