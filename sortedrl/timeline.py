@@ -48,6 +48,7 @@ from sortedrl.timeline_columns import (
     Column,
     Labels,
     Ragged,
+    by_start,
     check_counts,
     check_meta,
     concat_chunks,
@@ -211,8 +212,8 @@ class Timeline:
         return done + spilled + len(getattr(self, _LIST[kind]))
 
     def columns(self, kind: str) -> Mapping[str, Column]:
-        """Every record of ``kind`` as columns, in recording order: numpy arrays, and
-        :class:`Ragged` / :class:`Labels` for the sample lists and labels (see SCHEMA). A
+        """Every record of ``kind`` as columns, in recording order (from a JSONL file: by t):
+        numpy arrays, :class:`Ragged` / :class:`Labels` for sample lists and labels (SCHEMA). A
         dict; for a kind spilled to disk, a mapping that reads each field when asked for and
         frees it when no one holds it (a caller keeps a field it uses twice in a name)."""
         rows = getattr(self, _LIST[kind])
@@ -362,6 +363,7 @@ class Timeline:
                     check_counts(SCHEMA[kind], cols)
                 except ValueError as e:
                     raise SortedRLError(f"{path}: a {kind!r} record's {e}") from None
+        by_start(tl, _LIST)  # the real runner appends records as they complete, not by t
         return tl
 
 

@@ -52,6 +52,14 @@ class Ragged:
         """The record index of every value."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
 
+    def take(self, order: np.ndarray) -> Ragged:
+        """The records in ``order`` (indices)."""
+        lengths = self.lengths()[order]
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        shift = np.repeat(offsets[:-1] - self.offsets[:-1][order], lengths)
+        return Ragged(offsets, self.values[np.arange(offsets[-1], dtype=np.int64) - shift])
+
     def tolist(self) -> list[list[int]]:
         values, offsets = self.values.tolist(), self.offsets.tolist()
         return [values[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
@@ -83,6 +91,30 @@ class Labels:
 
 Column = np.ndarray | Ragged | Labels
 Fields = tuple[tuple[str, str], ...]  # a record kind's (name, column type): timeline.SCHEMA
+
+
+def by_start(tl, lists: dict[str, str]) -> None:
+    """Put the records of each kind of a timeline ``tl`` just read in order of ``t`` (stable:
+    equal times keep their order), as the JSONL readers do; ``lists`` names each kind's list of
+    pending records (kept a list, sorted in place, when it holds them all). The real runner
+    appends a record when it is complete, so its file is not in that order: a span is written
+    when it ends, after the records of whatever started while it ran."""
+    for kind, name in lists.items():
+        rows = getattr(tl, name)
+        if len(rows) == tl.count(kind):  # (nothing read is cached yet)
+            rows.sort(key=lambda row: row[0])
+            continue
+        cols = tl.columns(kind)
+        t = cols["t"]
+        if (t[1:] < t[:-1]).any():
+            order = np.argsort(t, kind="stable")
+            tl.set_columns(kind, {name: _take(c, order) for name, c in cols.items()})
+
+
+def _take(col: Column, order: np.ndarray) -> Column:
+    if isinstance(col, Ragged):
+        return col.take(order)
+    return Labels(col.codes[order], col.names) if isinstance(col, Labels) else col[order]
 
 
 def check_counts(fields: Fields, cols: dict[str, Column]) -> None:

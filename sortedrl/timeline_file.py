@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import ConfigError, SortedRLError
-from sortedrl.timeline import SCHEMA, Labels, Ragged, Timeline, write_atomic
-from sortedrl.timeline_columns import check_meta
+from sortedrl.timeline import _LIST, SCHEMA, Labels, Ragged, Timeline, write_atomic
+from sortedrl.timeline_columns import by_start, check_meta
 
 FORMAT = 1
 NAMES = ("timeline.npz", "timeline.jsonl")  # what a run directory holds, in order of preference
@@ -221,7 +221,10 @@ def read_jsonl_fast(path: Path) -> Timeline | None:
             if typed is None:
                 return None
             tl.set_columns(kind, typed)
-    return tl if known == table.num_rows else None  # else a null or unknown kind
+    if known != table.num_rows:
+        return None  # a null or unknown kind
+    by_start(tl, _LIST)  # the real runner appends records as they complete, not by t
+    return tl
 
 
 def _arrow_kind(tl: Timeline, kind: str, rows) -> dict | None:

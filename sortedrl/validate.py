@@ -6,7 +6,11 @@ replays the trace with the same policy and knobs on the cluster a calibrated pro
 with the run's ``max_num_seqs``. Steps follow the real run's updates: real step k ends when
 update k ends, and the simulated step k ends when the simulation has trained as many samples
 (a policy whose decisions depend on timing may split them into a different number of updates).
-A step holds its rollout, its update(s), and the sync before it.
+A step holds its rollout, its update(s), and the sync before it. A real step the simulation has
+no update of its own for (it trained those samples in the same update as the step before, or
+never trained that many) is not compared: its simulated values and errors are None, and every
+per-step mean is over the steps both runs have (``steps_compared``; ``updates_real`` and
+``updates_sim`` count the updates of each).
 Per step we compare step time, rollout time (time with at least one running sample), update time
 and bubble ratio; ``step_time_mape`` and ``bubble_ratio_abs_err`` (whole run) are the headline
 errors. ``progress_time_mape`` compares the time by which each step's count of trained samples
@@ -63,19 +67,23 @@ def step_table(tl: Timeline, ends: list[float] | None = None) -> list[dict]:
     return rows
 
 
-def aligned_ends(real: Timeline, sim: Timeline) -> list[float]:
-    """For each real update, when the simulation had trained as many samples.
+def aligned_updates(real: Timeline, sim: Timeline) -> list[int | None]:
+    """For each real update, the simulated update by whose end the simulation had trained as
+    many samples (None: it never did).
 
     A policy's decisions depend on timing, so the simulation may split the same samples into a
     different number of updates; aligning by samples trained keeps the steps comparable.
     """
-    real_counts = step_ends(real)[1]
-    sim_t, sim_counts = step_ends(sim)
-    out = []
-    for c in real_counts:
-        j = int(np.searchsorted(sim_counts, c))  # first sim update with at least c trained
-        out.append(sim_t[min(j, len(sim_t) - 1)])
-    return out
+    sim_counts = step_ends(sim)[1]
+    js = np.searchsorted(sim_counts, step_ends(real)[1]).tolist()  # first with at least as many
+    return [j if j < len(sim_counts) else None for j in js]
+
+
+def own_updates(updates: list[int | None]) -> list[bool]:
+    """Which real steps the simulation has an update of its own for: one it reached, and not
+    the one the step before ended with (then the simulation trained both steps' samples in one
+    update, and this step's simulated window would be empty)."""
+    return [j is not None and (k == 0 or j != updates[k - 1]) for k, j in enumerate(updates)]
 
 
 def dropped_attempts(tl: Timeline, cap: int) -> dict:
@@ -197,24 +205,13 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
         raise ConfigError(f"{tl_path}: field 'run.sets': {str(e).removeprefix('--set ')}") from None
     sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)),
                    attempt_lengths=dropped_attempts(real_tl, trace.meta.max_response_len))
-    real_ends = step_ends(real_tl)[0]
-    sim_ends = aligned_ends(real_tl, sim.timeline)
-    real_steps = step_table(real_tl, real_ends)
-    sim_steps = step_table(sim.timeline, sim_ends)
-    progress = [_pct(r, s) for r, s in zip(real_ends, sim_ends, strict=True)]
-    steps = []
-    for r, s in zip(real_steps, sim_steps, strict=False):
-        row = {"step": r["step"]}
-        for key in ("step_s", "rollout_s", "train_s", "bubble_ratio"):
-            row[f"real_{key}"], row[f"sim_{key}"] = r[key], s[key]
-        row["step_err_pct"] = _pct(r["step_s"], s["step_s"])
-        row["progress_err_pct"] = progress[r["step"]]
-        row["rollout_err_pct"] = _pct(r["rollout_s"], s["rollout_s"])
-        row["train_err_pct"] = _pct(r["train_s"], s["train_s"])
-        row["bubble_abs_err"] = abs(s["bubble_ratio"] - r["bubble_ratio"])
-        steps.append(row)
+    steps = compare_steps(real_tl, sim.timeline)
     real_sum, sim_sum = summarize(real_tl), sim.summary
-    mean = (lambda k: float(np.mean([x[k] for x in steps])) if steps else 0.0)  # noqa: E731
+
+    def mean(key: str) -> float | None:  # over the steps that have the error (None: none has)
+        errors = [x[key] for x in steps if x[key] is not None]
+        return float(np.mean(errors)) if errors else None
+
     return {
         "run": str(rundir),
         "profile": str(profile),
@@ -222,6 +219,7 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
         "sets": list(run.get("sets", [])),
         "updates_real": real_tl.count("train"),
         "updates_sim": sim.timeline.count("train"),
+        "steps_compared": sum(x["step_err_pct"] is not None for x in steps),
         "step_time_mape": mean("step_err_pct"),
         "progress_time_mape": mean("progress_err_pct"),
         "rollout_time_mape": mean("rollout_err_pct"),
@@ -234,6 +232,44 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
         "sim": sim_sum,
         "_timelines": (real_tl, sim.timeline),
     }
+
+
+def compare_steps(real: Timeline, sim: Timeline) -> list[dict]:
+    """One row per real update: real and simulated step, rollout and update time and bubble
+    ratio, and their errors; the simulated values and errors are None for a step the simulation
+    has no update of its own for (:func:`own_updates`). ``progress_err_pct`` needs only that the
+    simulation reached the step's count of trained samples."""
+    real_ends = step_ends(real)[0]
+    updates = aligned_updates(real, sim)
+    sim_t = step_ends(sim)[0]
+    real_steps = step_table(real, real_ends)
+    rows, start = [], 0.0
+    for r, j, own in zip(real_steps, updates, own_updates(updates), strict=True):
+        row = {"step": r["step"]}
+        s = window(sim, start, sim_t[j]) if own else None
+        for key in ("step_s", "rollout_s", "train_s", "bubble_ratio"):
+            row[f"real_{key}"], row[f"sim_{key}"] = r[key], s[key] if s else None
+        row["step_err_pct"] = _pct(r["step_s"], s["step_s"]) if s else None
+        row["progress_err_pct"] = _pct(real_ends[r["step"]], sim_t[j]) if j is not None else None
+        row["rollout_err_pct"] = _pct(r["rollout_s"], s["rollout_s"]) if s else None
+        row["train_err_pct"] = _pct(r["train_s"], s["train_s"]) if s else None
+        row["bubble_abs_err"] = abs(s["bubble_ratio"] - r["bubble_ratio"]) if s else None
+        rows.append(row)
+        if j is not None:
+            start = sim_t[j]
+    return rows
+
+
+def update_counts(result: dict) -> str:
+    """The line that gives both runs' update counts, and says which steps were compared."""
+    real, sim, compared = result["updates_real"], result["updates_sim"], result["steps_compared"]
+    line = f"updates: real {real}, simulated {sim}"
+    if compared == real:
+        return line if sim <= real else f"{line} (a simulated step may hold more than one update)"
+    return (f"{line}; {real - compared} real update(s) have no simulated update of their own "
+            "(the simulation trained their samples in a larger update, or never did; '-' below): "
+            + (f"the per-step errors are over the {compared} steps both have" if compared else
+               "no step is compared, only the whole run"))
 
 
 TOOL_KEYS = ("tool_calls", "tool_s", "sandbox_wait_s", "bubble_tool_ratio", "bubble_tail_ratio")
@@ -279,7 +315,8 @@ def overlay_html(result: dict, path: Path) -> None:
     fig.update_yaxes(title_text="samples", row=1, col=1)
     fig.update_xaxes(title_text="update", row=2, col=1)
     fig.update_yaxes(title_text="seconds", row=2, col=1)
+    mape = result["step_time_mape"]
     fig.update_layout(height=800, barmode="group", title=(
-        f"validate {result['policy']}: step-time MAPE {result['step_time_mape']:.1f}%, "
+        f"validate {result['policy']}: step-time MAPE {'-' if mape is None else f'{mape:.1f}%'}, "
         f"bubble error {100 * result['bubble_ratio_abs_err']:.1f} points"))
     atomic_write({path: page(f"validate {result['run']}", [figure_div(fig, "validate")])})

@@ -127,6 +127,75 @@ def test_validate_prints_the_error_table_for_a_recorded_run(tmp_path):
     assert json.loads(r2.stdout) == v
 
 
+def split_updates(run: Path) -> None:
+    """Cut every update of the recorded ``sync`` run into two of 16 samples each, as a run that
+    trained half batches would have: 8 real updates, where the replay (sync, 32 samples an
+    update) makes 4."""
+    lines = []
+    for line in (run / "timeline.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["kind"] != "train":
+            lines.append(line)
+            continue
+        mid, half = (r["t"] + r["t_end"]) / 2, len(r["samples"]) // 2
+        lines.append(json.dumps({**r, "t_end": mid, "samples": r["samples"][:half], "tokens": r["tokens"] // 2}))
+        lines.append(json.dumps({**r, "t": mid, "samples": r["samples"][half:],
+                                 "tokens": r["tokens"] - r["tokens"] // 2}))
+    (run / "timeline.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_validate_compares_the_steps_both_runs_have_and_says_so(tmp_path):
+    """A real update the simulation has no update of its own for was a 0 s simulated step, a
+    100% error averaged into step_time_mape, and the counts were not shown."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in RUN.iterdir():
+        (run / f.name).write_bytes(f.read_bytes())
+    split_updates(run)
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE), "--wide"])
+    assert r.exit_code == 0, r.output
+    v = json.loads((run / "validate.json").read_text())
+    assert (v["updates_real"], v["updates_sim"], v["steps_compared"], len(v["steps"])) == (8, 4, 4, 8)
+    sim = [s for s in v["steps"] if s["sim_step_s"] is not None]
+    assert [s["step"] for s in sim] == [0, 2, 4, 6]  # 16 trained: the first sim update; 32: the same one
+    for s in v["steps"][1::2]:  # no update of its own: not compared
+        assert s["sim_step_s"] is s["sim_rollout_s"] is s["step_err_pct"] is s["bubble_abs_err"] is None
+        assert s["progress_err_pct"] is not None  # the simulation did reach its count of trained samples
+    real = step_table(Timeline.read_jsonl(run / "timeline.jsonl"))
+    for s in sim:
+        assert s["real_step_s"] == real[s["step"]]["step_s"]
+        assert s["step_err_pct"] == pytest.approx(abs(s["sim_step_s"] - s["real_step_s"]) / s["real_step_s"] * 100)
+    assert v["step_time_mape"] == pytest.approx(np.mean([s["step_err_pct"] for s in sim]))
+    lines = r.stdout.splitlines()
+    assert ("updates: real 8, simulated 4; 4 real update(s) have no simulated update of their own (the "
+            "simulation trained their samples in a larger update, or never did; '-' below): the "
+            "per-step errors are over the 4 steps both have") in " ".join(x.strip() for x in lines)
+    row = next(x for x in lines if x.split()[:1] == ["1"])
+    assert row.split()[1:] == [f"{v['steps'][1]['real_step_s']:.3f}", "-", "-", f"{v['steps'][1]['real_rollout_s']:.3f}",
+                               "-", f"{v['steps'][1]['real_train_s']:.3f}", "-",
+                               f"{100 * v['steps'][1]['real_bubble_ratio']:.1f}", "-"]
+
+
+def test_validate_does_not_compare_steps_the_simulation_never_reached(tmp_path):
+    """A replay that trained fewer samples than the run (its trace lacked the last step, as the
+    real runner's trace of a run with filtered groups did): the steps past what it trained are
+    not compared (they were matched with its last update: a 0 s step, a 100% error)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in RUN.iterdir():
+        (run / f.name).write_bytes(f.read_bytes())
+    head, *rows = (RUN / "trace.jsonl").read_text().splitlines()
+    (run / "trace.jsonl").write_text("\n".join([head] + [x for x in rows if json.loads(x)["step"] < 3]) + "\n")
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE), "--json"])
+    assert r.exit_code == 0, r.output
+    v = json.loads(r.stdout)
+    assert (v["updates_real"], v["updates_sim"], v["steps_compared"]) == (4, 3, 3)
+    last = v["steps"][3]
+    assert last["sim_step_s"] is last["step_err_pct"] is last["progress_err_pct"] is None
+    assert v["step_time_mape"] == pytest.approx(np.mean([s["step_err_pct"] for s in v["steps"][:3]]))
+    assert v["progress_time_mape"] == pytest.approx(np.mean([s["progress_err_pct"] for s in v["steps"][:3]]))
+
+
 def test_validate_errors(tmp_path):
     r = runner.invoke(app, ["validate", str(tmp_path), "--profile", str(PROFILE)])
     assert r.exit_code == 2 and "missing timeline.jsonl" in r.stderr

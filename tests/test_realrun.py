@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -28,6 +29,7 @@ from sortedrl.traces.io import read_trace  # noqa: E402
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 runner = CliRunner()
+PROFILE = Path(__file__).parent / "fixtures" / "cpu-profile.json"
 
 
 def run(tiny_model, out, *args):
@@ -139,6 +141,61 @@ def test_dynamic_sampling_filters_groups_graded_live(tiny_model, tmp_path):
     assert summary["samples_in_split_groups"] == 0
     assert summary["learnable_tokens"] == summary["useful_tokens"]
     assert summary["generated_tokens"] == summary["useful_tokens"] + summary["wasted_tokens"]
+    # the trace holds the filtered groups too (it held the trained ones only, so a replay
+    # generated half the tokens and filtered nothing): a replay filters the same groups
+    trace = read_trace(out / "trace.jsonl")
+    assert len(trace) == 2 * 8 * 4 and trace.prompts_per_step == 8
+    assert trace.prompt_id.tolist() == [f"p{i // 4:06d}" for i in range(64)]  # dataloader order
+    assert set(trace.finish_reason.tolist()) <= {"stop", "length"}  # every sample finished
+    assert int(trace.response_len.sum()) == summary["generated_tokens"]
+    for g in {i // 4 for i in filtered}:
+        assert len(set(trace.reward[4 * g: 4 * g + 4].tolist())) == 1
+    from sortedrl.validate import validate
+
+    result = validate(out, PROFILE)
+    sim = result["_timelines"][1]
+    assert sorted(i for f in sim.filters for i in f[1]) == filtered
+    assert sorted(i for t in sim.trains for i in t[3]) == trained
+    assert result["sim"]["generated_tokens"] == summary["generated_tokens"]
+
+
+def test_tail_batch_trace_holds_every_response_generated(tiny_model, tmp_path):
+    """tail_batch with responses < group size trains the first 2 of each prompt's 4 responses:
+    the run wrote no trace.jsonl (no group was trained whole) and still said it had. Now the
+    trace has the 4 of every prompt; a response stopped before it finished is an abort row at
+    the cap, and validate replays the run."""
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["run", "--model", tiny_model, "--out", str(out), "--policy", "tail_batch",
+                            "--set", "responses=2", "--steps", "2"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1] == f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl"
+    trace = read_trace(out / "trace.jsonl")
+    assert len(trace) == 2 * 8 * 4 and trace.meta.group_size == 4 and trace.meta.max_response_len == 64
+    tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    trained = sorted(i for t in tl.trains for i in t[3])
+    assert len(trained) == 2 * 16
+    last, tokens = {}, {}  # each sample's last attempt that generated: its span ends and tokens
+    for _t0, _t1, _e, i, a, _v, k, end in tl.rows("span"):
+        if a > last.get(i, (-1,))[0]:
+            last[i], tokens[i] = (a, []), 0
+        if a == last[i][0]:
+            last[i][1].append(end)
+            tokens[i] += k
+    partial = {(x["prompt_id"], x["sample"]): x for x in map(json.loads, (out / "trace.partial.jsonl").read_text().splitlines())}
+    rows = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()[1:]]
+    for i, row in enumerate(rows):
+        if i in trained:
+            assert row == partial[(row["prompt_id"], row["sample"])]
+        if i in last and "finish" in last[i][1]:
+            assert row["finish_reason"] in ("stop", "length") and row["response_len"] == tokens[i]
+        else:  # stopped unfinished (or never started): its length was never observed
+            assert {k: row[k] for k in ("response_len", "truncated", "reward", "finish_reason")} == {
+                "response_len": 64, "truncated": False, "reward": 0.0, "finish_reason": "abort"}
+    assert "abort" in trace.finish_reason.tolist()  # (the run did stop some responses)
+    v = runner.invoke(app, ["validate", str(out), "--profile", str(PROFILE), "--json"])
+    assert v.exit_code == 0, v.output
+    v = json.loads(v.stdout)
+    assert v["sim"]["samples_trained"] == v["real"]["samples_trained"] == 32
 
 
 def test_kill_and_resume_loses_and_duplicates_nothing(tiny_model, tmp_path):

@@ -124,6 +124,48 @@ def test_plot_report_and_perfetto_read_both_formats(tmp_path):
     assert "finished samples" in (tmp_path / "cmp" / "report.html").read_text()
 
 
+def test_readers_order_the_real_runners_jsonl_by_start_time(tmp_path, monkeypatch):
+    """The real runner appends each record when it is complete (crash-safe: flushed, and inside
+    a checkpoint's log offsets), so a span, written when it ends, follows records of things that
+    started while it ran: its file is not ordered by t. Both JSONL readers order every kind by t
+    (equal times keep their order), so readers see what a simulation's file gives them."""
+    from sortedrl.realrun.run import Appender
+
+    meta = json.loads((FIX / "run-sync" / "timeline.jsonl").read_text().splitlines()[0])
+    path = tmp_path / "timeline.jsonl"
+    path.write_text(json.dumps(meta) + "\n")
+    tl = Timeline({k: v for k, v in meta.items() if k != "kind"})
+    tl.sink = sink = Appender(path)
+    tl.admit(0.001, 0, [0, 1, 2])  # as a colocated run records them, in this order:
+    tl.add("prefill", 0.003, 0.010, 0, [0, 1, 2], 18, 0)
+    tl.add("span", 0.010, 0.018, 0, 1, 0, 0, 2, "finish")  # started at 0.010, written at 0.018
+    tl.admit(0.018, 0, [4])
+    tl.add("prefill", 0.018, 0.024, 0, [4], 6, 0)
+    tl.add("span", 0.024, 0.030, 0, 4, 0, 0, 1, "finish")
+    tl.add("span", 0.010, 0.031, 0, 0, 0, 0, 5, "abort")  # started before the records above
+    tl.abort(0.031, [0], False)
+    tl.add("span", 0.010, 0.035, 0, 2, 0, 0, 6, "finish")
+    tl.train(0.036, 0.050, 0, [1, 4, 2], 40)
+    sink.close()
+    starts = [json.loads(x)["t"] for x in path.read_text().splitlines()[1:]]
+    assert starts != sorted(starts)  # the file, as appended
+    for read in (read_timeline(path), Timeline.read_jsonl(path)):
+        assert read.rows("span") == [(0.010, 0.018, 0, 1, 0, 0, 2, "finish"),
+                                     (0.010, 0.031, 0, 0, 0, 0, 5, "abort"),
+                                     (0.010, 0.035, 0, 2, 0, 0, 6, "finish"),
+                                     (0.024, 0.030, 0, 4, 0, 0, 1, "finish")]
+        assert read.rows("admit") == tl.rows("admit") and read.rows("prefill") == tl.rows("prefill")
+        assert summarize(read) == summarize(tl)
+        assert read.records() == tl.records()  # every record, by start time
+    assert read_jsonl_fast(path) is not None  # (the fast reader, not its fallback)
+    assert Timeline.read_jsonl(path).spans == read.rows("span")  # its lists, ordered in place
+    monkeypatch.setattr(timeline_mod, "COMPACT_ROWS", 2)  # the reference reader's columns too
+    assert Timeline.read_jsonl(path).records() == tl.records()
+    assert Timeline.read_jsonl(path).rows("span") == read.rows("span")
+    ragged = Ragged.from_lists([[1, 2], [], [3], [4, 5, 6]])
+    assert ragged.take(np.array([3, 0, 2, 1])).tolist() == [[4, 5, 6], [1, 2], [3], []]
+
+
 def test_validate_reads_a_columnar_real_timeline(tmp_path):
     runs = {}
     for fmt in ("jsonl", "npz"):

@@ -103,7 +103,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summary, indent=2))
             return
         typer.echo(summary_text(summary, f"{policy} for real on {model}"))
-        typer.echo(f"wrote {out}/summary.json, timeline.jsonl, trace.jsonl, metrics.jsonl")
+        wrote = [name for name in ("summary.json", "timeline.jsonl", "trace.jsonl", "metrics.jsonl")
+                 if (out / name).is_file()]  # only what is there: never a file the run did not write
+        typer.echo(f"wrote {out}/{', '.join(wrote)}" + (f" and {perfetto}" if perfetto is not None else ""))
 
 
     @app.command(context_settings={"allow_extra_args": True})
@@ -211,7 +213,7 @@ def register(app: typer.Typer) -> None:
             "importing it runs that module's code")),
     ) -> None:
         """Replay a real run in the simulator and report the error per step."""
-        from sortedrl.validate import overlay_html, validate_writer
+        from sortedrl.validate import overlay_html, update_counts, validate_writer
         from sortedrl.validate import validate as run_validation
 
         profile = profile or rundir / "profile.json"
@@ -234,14 +236,18 @@ def register(app: typer.Typer) -> None:
         cols = [Col("update"), Col("real step s"), Col("sim step s"), Col("err %"),
                 Col("real rollout s", hide=2), Col("sim rollout s", hide=2), Col("real train s", hide=1),
                 Col("sim train s", hide=1), Col("real bubble %", hide=3), Col("sim bubble %", hide=3)]
-        rows = [[str(s["step"]), f"{s['real_step_s']:.3f}", f"{s['sim_step_s']:.3f}", f"{s['step_err_pct']:.1f}",
-                 f"{s['real_rollout_s']:.3f}", f"{s['sim_rollout_s']:.3f}", f"{s['real_train_s']:.3f}",
-                 f"{s['sim_train_s']:.3f}", f"{100 * s['real_bubble_ratio']:.1f}", f"{100 * s['sim_bubble_ratio']:.1f}"]
+        def num(v: float | None, spec: str, scale: float = 1.0) -> str:  # "-": not compared
+            return "-" if v is None else f"{scale * v:{spec}}"
+
+        rows = [[str(s["step"]), num(s["real_step_s"], ".3f"), num(s["sim_step_s"], ".3f"), num(s["step_err_pct"], ".1f"),
+                 num(s["real_rollout_s"], ".3f"), num(s["sim_rollout_s"], ".3f"), num(s["real_train_s"], ".3f"),
+                 num(s["sim_train_s"], ".3f"), num(s["real_bubble_ratio"], ".1f", 100), num(s["sim_bubble_ratio"], ".1f", 100)]
                 for s in result["steps"]]
-        errors = (f"step_time_mape {result['step_time_mape']:.2f}%, progress_time_mape "
-                  f"{result['progress_time_mape']:.2f}%, rollout_time_mape {result['rollout_time_mape']:.2f}%, "
-                  f"bubble_ratio_abs_err {100 * result['bubble_ratio_abs_err']:.2f} points, makespan error "
-                  f"{result['makespan_err_pct']:.2f}%")
+        pct = (lambda k: "-" if result[k] is None else f"{result[k]:.2f}%")  # noqa: E731
+        errors = (f"step_time_mape {pct('step_time_mape')}, progress_time_mape {pct('progress_time_mape')}, "
+                  f"rollout_time_mape {pct('rollout_time_mape')}, bubble_ratio_abs_err "
+                  f"{100 * result['bubble_ratio_abs_err']:.2f} points, makespan error {result['makespan_err_pct']:.2f}%")
         typer.echo(render(cols, rows, None if wide else terminal_width(),
-                          f"validate {result['policy']} ({rundir}) against {profile}", [errors]))
+                          f"validate {result['policy']} ({rundir}) against {profile}",
+                          [update_counts(result), errors]))
         typer.echo(f"wrote {written}" + (f" and {plot}" if plot else ""))

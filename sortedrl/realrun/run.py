@@ -2,8 +2,11 @@
 
 RUNDIR gets the same files a simulation writes, plus what a real run needs:
 - ``timeline.jsonl``: the simulator's schema, appended and flushed per record;
-- ``trace.jsonl``: the observed lengths (rows are appended to ``trace.partial.jsonl`` as samples
-  are trained; the final file is a canonical trace readable by ``simulate --trace``);
+- ``trace.jsonl``: what the run generated, one row per sample of its dataloader, trained or not
+  (filtered groups, responses beyond those kept, and ``abort`` rows for samples that never
+  finished: :mod:`sortedrl.realrun.run_trace`); trained samples' rows are appended to
+  ``trace.partial.jsonl`` as they are trained; the final file is a canonical trace readable by
+  ``simulate --trace``;
 - ``summary.json``: the same keys as a simulation (``lower_bound_s`` is 0: a real run has no cost
   model until it is calibrated);
 - ``metrics.jsonl``: per update, reward, loss and the vLLM-vs-trainer log-prob mismatch;
@@ -183,7 +186,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     timeline.meta["auto_params"] = auto_params(policy, cfg.max_num_seqs)  # one engine's slots
     summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _write_trace(out, cfg, task.name)
+    _write_trace(out, cfg, task.name, prompts, backend, timeline)
     return summary
 
 
@@ -306,28 +309,18 @@ def _ids(k: int):
 
 
 def _trace_row(i: int, n: int, cfg: RunConfig, prompts, backend) -> dict:
-    resp, reason = backend.kept[i], backend.reason[i]
-    return {"prompt_id": f"p{i // n:06d}", "sample": i % n, "prompt_len": len(prompts[i]),
-            "response_len": len(resp), "truncated": reason == "length", "step": (i // n) // cfg.prompts,
-            "reward": backend.reward[i], "finish_reason": reason,
-            **(backend.turn_row(i) if hasattr(backend, "turn_row") else {})}
+    """The trace row of sample ``i``, trained now (:mod:`sortedrl.realrun.run_trace`)."""
+    from sortedrl.realrun import run_trace
+
+    return run_trace.sample_row(i, n, cfg.prompts, prompts, backend)
 
 
-def _write_trace(out: Path, cfg: RunConfig, task: str) -> None:
-    from sortedrl.traces.io import write_trace
-    from sortedrl.traces.schema import Trace, TraceMeta
+def _write_trace(out: Path, cfg: RunConfig, task: str, prompts, backend, timeline: Timeline) -> None:
+    """``trace.jsonl``: every sample the run's dataloader held, as generated, not only the
+    trained ones (:mod:`sortedrl.realrun.run_trace`)."""
+    from sortedrl.realrun import run_trace
 
-    rows = [json.loads(line) for line in (out / "trace.partial.jsonl").read_text().splitlines()]
-    by_group: dict[str, list[dict]] = {}
-    for r in rows:
-        by_group.setdefault(r["prompt_id"], []).append(r)
-    rows = [r for g in by_group.values() if len(g) == cfg.group_size for r in g]  # whole groups
-    rows.sort(key=lambda r: (r["prompt_id"], r["sample"]))  # dataloader order, as simulate loads it
-    if not rows:
-        return
-    cols = {k: [r[k] for r in rows] for k in rows[0]}
-    meta = TraceMeta(cfg.max_tokens, cfg.group_size, f"sortedrl run: task {task}, policy {cfg.policy}")
-    write_trace(Trace.from_columns(cols, meta, where=str(out / "trace.jsonl")), out / "trace.jsonl")
+    run_trace.write_run_trace(out, cfg, task, prompts, backend, timeline)
 
 
 def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, train: tuple) -> None:

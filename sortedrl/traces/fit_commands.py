@@ -42,7 +42,9 @@ def fit_cmd(
             raise ConfigError(f"--out {out}: a trace model is a .json file")
         outs = Outputs("trace fit", force, inputs=[trace, drift_from])
         outs.file(out, "--out")
-        model = fit_trace(read_trace(trace), source=trace.name)
+        data = read_trace(trace)
+        unfinished = _unfinished_note(data)
+        model = fit_trace(data, source=trace.name)
         if drift_from is not None:
             model = dataclasses.replace(model, **drift_from_wandb(drift_from, metric))
         body = model.to_json(str(out))
@@ -50,6 +52,8 @@ def fit_cmd(
     except SortedRLError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(e.exit_code) from None
+    if unfinished:
+        typer.echo(unfinished, err=True)
     if as_json:
         typer.echo(body, nl=False)
         return
@@ -57,6 +61,20 @@ def fit_cmd(
     console.print(_params_table(model))
     console.print(_fit_table(model.fit))
     console.print(f"wrote {out}")
+
+
+def _unfinished_note(trace) -> str:
+    """A note when a real run's trace holds rows that never finished (``abort``): the fit takes
+    their length, the cap, as a response censored at the cap (docs/traces.md)."""
+    if trace.finish_reason is None:
+        return ""
+    n = int((trace.finish_reason == "abort").sum())
+    if not n:
+        return ""
+    return (f"note: {n} of {len(trace)} rows never finished (finish_reason abort): their lengths "
+            "were never observed and are written as the cap, so the fit counts them as reaching "
+            "it (the runaway share and the tail come out high); fit a run whose responses all "
+            "finished for the length distribution itself")
 
 
 def _params_table(model) -> Table:

@@ -4,6 +4,11 @@ The statistics are the ones that published RL-rollout numbers are quoted in (med
 truncated share, mean/cap; see ``docs/traces.md``), so a trace can be compared with the sources
 directly. ``p99_p50_not_truncated`` is taken over the samples that ended on their own, because
 with a few percent of samples at the cap the overall P99 is the cap itself.
+
+A real run's trace may hold rows whose response never finished (``finish_reason`` ``abort``:
+their length was never observed and is written as the cap, see docs/traces.md). The length
+statistics leave them out and ``unfinished`` counts them; ``count`` and the group counts keep
+every row.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import numpy as np
 from rich.console import Group
 from rich.table import Table
 
+from sortedrl.errors import TraceError
 from sortedrl.traces.schema import Trace
 
 PERCENTILES = (50, 75, 90, 95, 99)
@@ -22,9 +28,11 @@ MAX_STEP_ROWS = 20  # format_stats shows the first and last steps beyond this ma
 
 def trace_stats(trace: Trace) -> dict[str, Any]:
     """Return a JSON-serialisable dict of the trace's length statistics."""
-    r = trace.response_len
+    observed = observed_rows(trace)
+    r = trace.response_len[observed]
+    truncated = trace.truncated[observed]
     cap = trace.meta.max_response_len
-    finished = r[~trace.truncated]
+    finished = r[~truncated]
     pct = np.percentile(r, PERCENTILES)
     out: dict[str, Any] = {
         "source": trace.meta.source,
@@ -38,42 +46,63 @@ def trace_stats(trace: Trace) -> dict[str, Any]:
         "response_len_min": int(r.min()),
         "response_len_max": int(r.max()),
     }
+    if not observed.all():
+        out["unfinished"] = int((~observed).sum())
     for q, v in zip(PERCENTILES, pct, strict=True):
         out[f"response_len_p{q}"] = float(v)
     if finished.size:
         out["p99_p50_not_truncated"] = float(np.percentile(finished, 99) / np.median(finished))
     else:
         out["p99_p50_not_truncated"] = None
-    out["truncated_share"] = float(trace.truncated.mean())
+    out["truncated_share"] = float(truncated.mean())
     out["mean_over_cap"] = float(r.mean() / cap)
     out["prompt_len_mean"] = float(trace.prompt_len.mean())
     if trace.reward is not None:
         out["reward_mean"] = float(trace.reward.mean())
     if trace.turn_offsets is not None:
-        out.update(turn_stats(trace))
+        out.update(turn_stats(trace, observed))
     if trace.step is not None:
         steps, inverse, counts = np.unique(trace.step, return_inverse=True, return_counts=True)
-        sums = np.bincount(inverse.reshape(-1), weights=r.astype(np.float64))
+        inverse = inverse.reshape(-1)
+        seen = np.bincount(inverse, weights=observed, minlength=steps.size)
+        sums = np.bincount(inverse, weights=np.where(observed, trace.response_len, 0).astype(np.float64),
+                           minlength=steps.size)
         out["per_step"] = [
-            {"step": int(s), "samples": int(c), "mean_response_len": float(t / c)}
-            for s, c, t in zip(steps, counts, sums, strict=True)
+            {"step": int(s), "samples": int(c), "mean_response_len": float(t / k) if k else None}
+            for s, c, t, k in zip(steps, counts, sums, seen, strict=True)
         ]
     return out
 
 
-def turn_stats(trace: Trace) -> dict[str, Any]:
-    """Turns per trajectory and tool time, for a trace with turns (units in docs/traces.md)."""
-    turns = np.diff(trace.turn_offsets)
+def observed_rows(trace: Trace) -> np.ndarray:
+    """Whether each row's response length was observed: every row but the ``abort`` ones of a
+    real run's trace. Refuses a trace with no observed row."""
+    if trace.finish_reason is None:
+        return np.ones(len(trace), dtype=bool)
+    observed = trace.finish_reason != "abort"
+    if not observed.any():
+        raise TraceError(f"{trace.meta.source or 'the trace'}: every row is unfinished "
+                         "(finish_reason abort): no response length was observed")
+    return observed
+
+
+def turn_stats(trace: Trace, rows: np.ndarray | None = None) -> dict[str, Any]:
+    """Turns per trajectory and tool time, for a trace with turns (units in docs/traces.md),
+    over the rows ``rows`` selects (all by default)."""
+    all_turns = np.diff(trace.turn_offsets)
+    rows = np.ones(all_turns.size, dtype=bool) if rows is None else rows
+    turns = all_turns[rows]
+    mine = np.repeat(rows, all_turns)  # per turn: its row is selected
     called = np.ones(trace.turn_gen.size, dtype=bool)
     called[trace.turn_offsets[1:] - 1] = False  # no tool call after a trajectory's last turn
-    tool_s = trace.turn_tool_s[called]
-    per_row_tool_s = np.add.reduceat(trace.turn_tool_s, trace.turn_offsets[:-1])
+    tool_s = trace.turn_tool_s[called & mine]
+    per_row_tool_s = np.add.reduceat(trace.turn_tool_s, trace.turn_offsets[:-1])[rows]
     out: dict[str, Any] = {
         "turns_mean": float(turns.mean()),
         "turns_p50": float(np.percentile(turns, 50)),
         "turns_p99": float(np.percentile(turns, 99)),
         "turns_max": int(turns.max()),
-        "gen_tokens_per_turn_mean": float(trace.turn_gen.mean()),
+        "gen_tokens_per_turn_mean": float(trace.turn_gen[mine].mean()),
         "tool_calls": int(tool_s.size),
         "tool_s_per_trajectory_mean": float(per_row_tool_s.mean()),
     }
@@ -81,7 +110,7 @@ def turn_stats(trace: Trace) -> dict[str, Any]:
         p50, p99 = np.percentile(tool_s, [50, 99])
         out.update(tool_s_mean=float(tool_s.mean()), tool_s_p50=float(p50),
                    tool_s_p99=float(p99), tool_s_max=float(tool_s.max()),
-                   tool_tokens_per_call_mean=float(trace.turn_tool_tokens[called].mean()))
+                   tool_tokens_per_call_mean=float(trace.turn_tool_tokens[called & mine].mean()))
     return out
 
 
@@ -96,6 +125,7 @@ _LABELS = {
     "response_len_mean": "response len mean",
     "response_len_min": "response len min",
     "response_len_max": "response len max",
+    "unfinished": "unfinished (abort, left out)",
     **{f"response_len_p{q}": f"response len p{q}" for q in PERCENTILES},
     "p99_p50_not_truncated": "p99/p50 (not truncated)",
     "truncated_share": "truncated share",
@@ -154,7 +184,8 @@ def format_stats(stats: dict[str, Any]) -> Group:
                 steps.add_row("...", "...", "...")
             else:
                 steps.add_row(
-                    str(row["step"]), f"{row['samples']:,}", f"{row['mean_response_len']:,.1f}"
+                    str(row["step"]), f"{row['samples']:,}",
+                    _fmt("mean_response_len", row["mean_response_len"])
                 )
         parts.append(steps)
     return Group(*parts)
