@@ -98,6 +98,17 @@ def test_two_engine_actors_colocated_sortedrl(tiny_model, tmp_path):
     assert summary["samples_trained"] == 2 * 8 * 4 and summary["staleness_max"] == 0  # on-policy
     for t0, t1, *_ in tl.trains:  # no engine step overlaps an update
         assert not [s for s in tl.spans if s[0] < t1 and s[1] > t0 and s[6] > 0]
+    # the auto knobs as the simulator resolves them on the same cluster, both engines' 32 slots
+    # (they were resolved against one engine's 16: oversubscribe 2.0 where simulate says 1.0)
+    from sortedrl.policies.registry import make_policy
+    from sortedrl.sim.run import simulate
+    from sortedrl.traces.io import read_trace
+    from tests.conftest import tiny_cluster
+
+    trace = read_trace(tmp_path / "co" / "trace.jsonl")
+    sim = simulate(trace, make_policy("sortedrl", [], trace), tiny_cluster(engines=2, max_num_seqs=16))
+    assert summary["auto_params"] == sim.summary["auto_params"] == {
+        "group_prompts": 16, "oversubscribe": 1.0, "update_batch": 16}
 
 
 def test_disaggregated_async_survives_a_killed_engine_actor(tiny_model, tmp_path, monkeypatch):

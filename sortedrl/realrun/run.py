@@ -180,7 +180,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         if stats is not None:
             stats.update(backend.stats, step_log=backend.step_log)
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
-    timeline.meta["auto_params"] = auto_params(policy, cfg.max_num_seqs)  # one engine's slots
+    timeline.meta["auto_params"] = auto_params(policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_trace(out, cfg, task.name)
