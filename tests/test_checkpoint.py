@@ -25,6 +25,7 @@ from sortedrl.realrun.checkpoint import (
     policy_state,
     restore_policy,
 )
+from sortedrl.realrun.ray_backend import check_in_flight
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -234,3 +235,30 @@ def test_a_policy_state_cannot_replace_its_methods():
     saved["state"]["on_event"] = 1
     with pytest.raises(ConfigError, match="'on_event' is not a data attribute of the SyncPolicy"):
         restore_policy(make_policy("sync", [], trace), saved, "ckpt")
+
+
+# -- the segments a run on Ray had running at its checkpoint ------------------------------------
+
+SEGMENT = [1, 5, [7, 8, 9], [-0.5, -0.1, -2.0], [[0, 2, 1.0], [1, 1, 1.5]], 0.9, 2.0]
+
+
+@pytest.mark.parametrize("change", [
+    lambda s: s.__setitem__(0, 2),  # engine 2 of a run of two
+    lambda s: s.__setitem__(1, 6),  # a sample that was not admitted
+    lambda s: s.__setitem__(2, [7, 8]),  # fewer tokens than log-probs
+    lambda s: s[4].__setitem__(1, [1, 2, 1.5]),  # stretches of 4 tokens for 3
+    lambda s: s[4].__setitem__(0, [-1, 2, 1.0]),  # a negative version
+    lambda s: s.__setitem__(5, float("nan")),
+    lambda s: s.__setitem__(3, ["x", -0.1, -2.0]),
+    lambda s: s.pop(),
+])
+def test_a_segment_in_flight_not_as_the_run_wrote_it_is_one_error(change):
+    state = {"backend": {"in_flight": [list(SEGMENT)]}, "admitted": [4, 5]}
+    check_in_flight(state, "state.json", 2)  # as written: passes
+    segment = json.loads(json.dumps(SEGMENT))
+    change(segment)
+    with pytest.raises(ConfigError) as e:
+        check_in_flight({"backend": {"in_flight": [segment]}, "admitted": [4, 5]}, "state.json", 2)
+    assert str(e.value).startswith("state.json: field 'backend.in_flight': [")
+    assert str(e.value).endswith(" is not a segment [engine, sample, tokens, log-probs, stretches, "
+                                 "t0, t_end] of an admitted sample on one of the run's engines")

@@ -124,6 +124,12 @@ class EngineWorker:
             out.append((i, req.started, req.tokens, req.logprobs, stretches, req.t0))
         return out
 
+    def in_flight(self) -> list[tuple]:
+        """The running requests' segments so far, as :meth:`abort` returns them, the requests
+        left running (a checkpoint keeps them)."""
+        return [(r.sample, r.tokens, r.logprobs, [list(s) for s in self.stretches[r.sample]], r.t0)
+                for r in self.engine.requests.values() if r.started]
+
     def load_weights(self, weights: dict, version: int) -> float:
         """New weights between two steps; running requests continue under ``version``."""
         self.engine.load_weights(weights, version)

@@ -136,6 +136,10 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     if resume:
         state = ckpt_io.check_state(ckpt_io.read_state(ckpt), ckpt / ckpt_io.STATE,
                                     {name: out / name for name in LOGS}, len(prompts))
+        if cfg.on_ray:
+            from sortedrl.realrun.ray_backend import check_in_flight
+
+            check_in_flight(state, ckpt / ckpt_io.STATE, cfg.engines)
         ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:
@@ -348,7 +352,8 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
                          "reward": b.reward, "reason": b.reason, "rewards": b.rewards,
                          "segment": b.segment,
-                         **(b.turn_state() if hasattr(b, "turn_state") else {})},
+                         **(b.turn_state() if hasattr(b, "turn_state") else {}),
+                         **(b.flight_state() if hasattr(b, "flight_state") else {})},
              "admitted": [i for i, st in enumerate(s.state) if st == SampleState.ADMITTED],
              "clock": b.now()}
     backend.flush()  # the offsets below must be on disk
