@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections import deque
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,10 +21,15 @@ from sortedrl.realrun.checkpoint import (
     Attrs,
     assign,
     check_state,
+    check_tensor_files,
     decode,
     encode,
+    load_tensors,
+    load_trainer,
     policy_state,
     restore_policy,
+    save_tensors,
+    save_trainer,
 )
 from sortedrl.realrun.ray_backend import check_in_flight
 from sortedrl.sim.run import simulate
@@ -235,6 +241,76 @@ def test_a_policy_state_cannot_replace_its_methods():
     saved["state"]["on_event"] = 1
     with pytest.raises(ConfigError, match="'on_event' is not a data attribute of the SyncPolicy"):
         restore_policy(make_policy("sync", [], trace), saved, "ckpt")
+
+
+# -- the tensor files -------------------------------------------------------------------------
+
+
+def _trainer(out_features: int = 3):
+    """What load_trainer and save_trainer use of a trainer: a torch model and its optimizer,
+    one step taken (so that the optimizer has state to save)."""
+    torch = pytest.importorskip("torch", reason="the real runner's checkpoints need torch")
+    model = torch.nn.Linear(64, out_features)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 64)).sum().backward()
+    opt.step()
+    return SimpleNamespace(model=model, opt=opt)
+
+
+def _saved(tmp_path):
+    trainer = _trainer()
+    optimizer = save_trainer(tmp_path, trainer)
+    save_tensors(tmp_path / "engine.safetensors", trainer.model.state_dict())
+    check_tensor_files(tmp_path, optimizer)  # as the run wrote it: passes
+    return optimizer
+
+
+RESUME = "; the run cannot be resumed from it (--force without --resume starts it over)"
+
+
+def test_tensor_files_cut_short_missing_or_mismatched_are_one_error(tmp_path):
+    # a truncated model.safetensors was safetensors' traceback (exit 1) once the logs were cut
+    optimizer = _saved(tmp_path)
+    model = tmp_path / "model.safetensors"
+    whole = model.read_bytes()
+    model.write_bytes(whole[:-100])
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, optimizer)
+    assert str(e.value) == (f"{model}: not a readable checkpoint file (Error while deserializing "
+                            f"header: incomplete metadata, file not fully covered){RESUME}")
+    model.write_bytes(whole[:40])
+    with pytest.raises(ConfigError, match="invalid header length"):
+        load_tensors(model)
+    model.write_bytes(whole)
+    (tmp_path / "optimizer.safetensors").rename(tmp_path / "moved")
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, optimizer)
+    assert str(e.value) == f"{tmp_path / 'optimizer.safetensors'}: missing{RESUME}"
+    (tmp_path / "moved").rename(tmp_path / "optimizer.safetensors")
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, {**optimizer, "slots": {"0": ["exp_avg", "extra"]}})
+    assert str(e.value) == (f"{tmp_path / 'optimizer.safetensors'}: has no tensor '0.extra', "
+                            f"which {tmp_path / 'state.json'} names")
+    save_tensors(tmp_path / "engine.safetensors", _trainer(4).model.state_dict())
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, optimizer)
+    assert str(e.value) == (f"{tmp_path / 'engine.safetensors'}: not the weights of {model} "
+                            "(other tensor names or shapes)")
+
+
+def test_a_checkpoint_of_another_model_is_one_error(tmp_path):
+    optimizer = _saved(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        load_trainer(tmp_path, _trainer(4), optimizer)
+    assert str(e.value).startswith(
+        f"{tmp_path / 'model.safetensors'}: does not fit this run's model (Error(s) in loading "
+        "state_dict for Linear: size mismatch for weight: copying a param with shape "
+        "torch.Size([3, 64]) from checkpoint")
+    assert "\n" not in str(e.value)
+    trainer = _trainer()
+    load_trainer(tmp_path, trainer, optimizer)  # the same model's: loads
+    with pytest.raises(ConfigError, match=r"optimizer.safetensors: does not fit this run's model \('0.extra'\)"):
+        load_trainer(tmp_path, trainer, {**optimizer, "slots": {"0": ["extra"]}})
 
 
 # -- the segments a run on Ray had running at its checkpoint ------------------------------------

@@ -199,7 +199,10 @@ class RemoteTrainer:
     def load(self, directory: str, optimizer: dict) -> None:
         import ray
 
-        ray.get(self.actor.load.remote(directory, optimizer))
+        try:
+            ray.get(self.actor.load.remote(directory, optimizer))
+        except ConfigError as e:  # raised in the actor: its line, without the remote traceback
+            raise ConfigError(str(getattr(e, "cause", e))) from None
 
 
 def start_actors(n_engines: int, model_dir: str, max_num_seqs: int, max_model_len: int,
