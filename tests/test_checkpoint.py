@@ -1,5 +1,6 @@
 """Real-run checkpoints hold data, never code: the tagged JSON codec and every built-in policy's
-state round-trip exactly, and a policy whose state is not plain data gets one clear error.
+state round-trip exactly, and a policy whose state is not plain data gets one clear error; tensor
+files, and a Ray run's segments in flight, that are not as the run wrote them are one error line.
 (The kill-and-resume test in test_realrun.py runs the whole path with vLLM.)"""
 
 from __future__ import annotations

@@ -198,6 +198,9 @@ def test_resume_of_a_checkpoint_that_names_another_file_touches_nothing(tiny_mod
     (out / "checkpoint").mkdir(parents=True)
     for name in LOGS:
         (out / name).write_text("")
+    # a run's timeline starts with its meta record (a resume compares the settings in it)
+    (out / "timeline.jsonl").write_text(json.dumps({"kind": "meta", "backend": "vllm",
+                                                    "trace": "task:sort", "run": {}}) + "\n")
     write_state(out / "checkpoint", {
         "policy": {"params": params_dict(BUILTIN["sync"].Params()), "state": {}}, "optimizer": {"param_groups": [], "slots": {}},
         "public": {}, "settled": 0, "rollout_on": True, "engine_version": 0, "backend": {},
@@ -410,17 +413,29 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_force(tiny_m
     assert (out / "checkpoint" / "state.json").exists()
 
 
-def test_a_cut_checkpoint_is_one_error_and_touches_nothing(tiny_model, tmp_path):
-    """A checkpoint whose model.safetensors was cut short was safetensors' traceback and exit 1,
-    after the logs had been cut back to the checkpoint; one error line now, nothing touched."""
+def test_resume_keeps_the_runs_settings_and_a_cut_checkpoint_is_one_error(tiny_model, tmp_path):
+    """--resume took a changed --max-num-seqs, --lr or --seed (another seed draws other
+    prompts) while the timeline's meta kept the first values; a checkpoint whose
+    model.safetensors was cut short was safetensors' traceback and exit 1, after the logs had
+    been cut back. Both are one error line now, and nothing is touched."""
     out = tmp_path / "run"
     common = ["--policy", "sync", "--steps", "1"]
     r = run(tiny_model, out, *common)
     assert r.exit_code == 0, r.output
+    done = _files(out)
+    r = run(tiny_model, out, *common, "--resume", "--max-num-seqs", "16", "--lr", "0.5", "--seed", "3")
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: --resume: {out} was started with --lr 0.001 --max-num-seqs 32 --seed 0, not --lr "
+        "0.5 --max-num-seqs 16 --seed 3; a resumed run keeps its settings (give the same options, "
+        "or --force without --resume to start it over)\n")
+    r = run(tiny_model, out, *common, "--resume", "--task", "sort-long", "--kl", "0.1")
+    assert r.exit_code == 2 and r.stderr.startswith(
+        f"error: --resume: {out} was started with --task sort --kl 0.0, not --task sort-long --kl 0.1;")
     r = run(tiny_model, out, *common)
     assert r.exit_code == 2 and r.stderr == (
         f"error: --out {out}: holds a run (use --resume to continue it from its last checkpoint, "
         "or --force to start it over)\n")
+    assert _files(out) == done
 
     model = out / "checkpoint" / "model.safetensors"
     model.write_bytes(model.read_bytes()[:1000])

@@ -13,7 +13,8 @@ RUNDIR gets the same files a simulation writes, plus what a real run needs:
 weights, the controller's bookkeeping and the policy are reloaded, and every sample that was
 admitted is submitted again. Checkpoints hold data only (JSON and safetensors, no pickles:
 :mod:`sortedrl.realrun.checkpoint`), so resuming a run directory never runs code it carries. Work done after the checkpoint is lost and redone; no sample is lost
-or trained twice. ``--force`` starts a run directory over (:mod:`sortedrl.realrun.rundir`).
+or trained twice. A resumed run keeps the settings it started with, and ``--force`` starts a
+run directory over (:mod:`sortedrl.realrun.rundir`).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
-    check_config(cfg, out, resume, force)
+    check_config(cfg, out, resume, force, task.name)
 
     from transformers import AutoTokenizer
 
@@ -194,9 +195,10 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     return summary
 
 
-def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool) -> None:
-    """One error line for a run that cannot start: RUNDIR, sizes, device, sampling, engines."""
-    check_run_dir(cfg, out, resume, force)
+def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool, task: str) -> None:
+    """One error line for a run that cannot start: RUNDIR (and, resumed, the settings it started
+    with), sizes, device, sampling, engines."""
+    check_run_dir(cfg, out, resume, force, task)
     if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
         raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
     check_device(cfg)

@@ -5,7 +5,10 @@ survive a crash), so unlike the other commands it cannot build its outputs aside
 them into place at the end. Hence the rules here, all checked before any work:
 
 - a new run needs an empty (or new) RUNDIR;
-- ``--resume`` needs a checkpoint;
+- ``--resume`` needs a checkpoint, and the settings the run started with (the timeline's
+  ``meta.run``): a resumed run continues the same experiment, so an option given with another
+  value (``--max-num-seqs``, ``--lr``, ``--seed``, ...) is refused, naming both values, rather than
+  silently mixing two configurations in one timeline whose meta names only the first;
 - ``--force`` starts RUNDIR over. Because the old run is deleted when the new one starts (not
   replaced at the end), it deletes only what ``sortedrl run`` wrote: a directory whose
   timeline is a real run's. As with every command's ``--force``, never a directory that holds
@@ -26,14 +29,21 @@ from sortedrl.realrun import checkpoint as ckpt_io
 
 LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
 
+# settings a resumed run may change: where things are (a moved run, model or Ray cluster) and
+# how the engines start (warm-up, memory share). Two more are compared otherwise: the policy
+# knobs (--set) by the checkpoint (checkpoint.restore_policy), --dataset by the task's name
+MAY_CHANGE = frozenset({"model", "out", "ray", "warm_tokens", "gpu_memory_utilization", "sets",
+                        "dataset"})
+FLAGS = {"kl_coef": "--kl"}  # a setting's option, where it is not --setting-name
 
-def check_run_dir(cfg, out: Path, resume: bool, force: bool) -> None:
+
+def check_run_dir(cfg, out: Path, resume: bool, force: bool, task: str) -> None:
     """One error line for a RUNDIR that this run may not use; deletes nothing."""
     if resume and force:
         raise ConfigError("--resume and --force: give one (--resume continues RUNDIR from its "
                           "last checkpoint, --force deletes it and starts over)")
     if resume:
-        _check_resumable(out)
+        _check_resumable(cfg, out, task)
         return
     if not out.exists():
         return
@@ -97,7 +107,7 @@ def _has_checkpoint(out: Path) -> bool:
     return (out / "checkpoint" / ckpt_io.STATE).is_file()
 
 
-def _check_resumable(out: Path) -> None:
+def _check_resumable(cfg, out: Path, task: str) -> None:
     if not out.exists():
         raise ConfigError(f"--resume: {out} does not exist (run without --resume to start it)")
     if not _has_checkpoint(out):
@@ -105,3 +115,25 @@ def _check_resumable(out: Path) -> None:
                else "give the directory of a run")
         raise ConfigError(f"--resume: {out} has no checkpoint to resume from (a run writes one "
                           f"after each update); {how}")
+    head = _meta(out)
+    started = head.get("run") if head else None
+    if not isinstance(started, dict) or head.get("backend") != "vllm":
+        raise ConfigError(f"--resume: {out / 'timeline.jsonl'}: does not start with the meta "
+                          "record of a `sortedrl run` (its settings)")
+    was_task = str(head.get("trace", "")).removeprefix("task:")
+    started, given = {**started, "task": was_task}, {**vars(cfg), "task": task}
+    differ = [k for k in given if k not in MAY_CHANGE and k in started and started[k] != given[k]]
+    if differ:
+        was = " ".join(f"{_flag(k)} {_shown(started[k])}" for k in differ)
+        now = " ".join(f"{_flag(k)} {_shown(given[k])}" for k in differ)
+        raise ConfigError(f"--resume: {out} was started with {was}, not {now}; a resumed run "
+                          "keeps its settings (give the same options, or --force without "
+                          "--resume to start it over)")
+
+
+def _flag(setting: str) -> str:
+    return FLAGS.get(setting, "--" + setting.replace("_", "-"))
+
+
+def _shown(value: object) -> str:
+    return "none" if value is None else str(value)
