@@ -1,5 +1,6 @@
 """Real-run checkpoints hold data, never code: the tagged JSON codec and every built-in policy's
-state round-trip exactly, and a policy whose state is not plain data gets one clear error.
+state round-trip exactly, and a policy whose state is not plain data gets one clear error; tensor
+files, and a Ray run's segments in flight, that are not as the run wrote them are one error line.
 (The kill-and-resume test in test_realrun.py runs the whole path with vLLM.)"""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections import deque
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,11 +22,17 @@ from sortedrl.realrun.checkpoint import (
     Attrs,
     assign,
     check_state,
+    check_tensor_files,
     decode,
     encode,
+    load_tensors,
+    load_trainer,
     policy_state,
     restore_policy,
+    save_tensors,
+    save_trainer,
 )
+from sortedrl.realrun.ray_backend import check_in_flight
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -234,3 +242,100 @@ def test_a_policy_state_cannot_replace_its_methods():
     saved["state"]["on_event"] = 1
     with pytest.raises(ConfigError, match="'on_event' is not a data attribute of the SyncPolicy"):
         restore_policy(make_policy("sync", [], trace), saved, "ckpt")
+
+
+# -- the tensor files -------------------------------------------------------------------------
+
+
+def _trainer(out_features: int = 3):
+    """What load_trainer and save_trainer use of a trainer: a torch model and its optimizer,
+    one step taken (so that the optimizer has state to save)."""
+    torch = pytest.importorskip("torch", reason="the real runner's checkpoints need torch")
+    model = torch.nn.Linear(64, out_features)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 64)).sum().backward()
+    opt.step()
+    return SimpleNamespace(model=model, opt=opt)
+
+
+def _saved(tmp_path):
+    trainer = _trainer()
+    optimizer = save_trainer(tmp_path, trainer)
+    save_tensors(tmp_path / "engine.safetensors", trainer.model.state_dict())
+    check_tensor_files(tmp_path, optimizer)  # as the run wrote it: passes
+    return optimizer
+
+
+RESUME = "; the run cannot be resumed from it (--force without --resume starts it over)"
+
+
+def test_tensor_files_cut_short_missing_or_mismatched_are_one_error(tmp_path):
+    # a truncated model.safetensors was safetensors' traceback (exit 1) once the logs were cut
+    optimizer = _saved(tmp_path)
+    model = tmp_path / "model.safetensors"
+    whole = model.read_bytes()
+    model.write_bytes(whole[:-100])
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, optimizer)
+    assert str(e.value) == (f"{model}: not a readable checkpoint file (Error while deserializing "
+                            f"header: incomplete metadata, file not fully covered){RESUME}")
+    model.write_bytes(whole[:40])
+    with pytest.raises(ConfigError, match="invalid header length"):
+        load_tensors(model)
+    model.write_bytes(whole)
+    (tmp_path / "optimizer.safetensors").rename(tmp_path / "moved")
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, optimizer)
+    assert str(e.value) == f"{tmp_path / 'optimizer.safetensors'}: missing{RESUME}"
+    (tmp_path / "moved").rename(tmp_path / "optimizer.safetensors")
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, {**optimizer, "slots": {"0": ["exp_avg", "extra"]}})
+    assert str(e.value) == (f"{tmp_path / 'optimizer.safetensors'}: has no tensor '0.extra', "
+                            f"which {tmp_path / 'state.json'} names")
+    save_tensors(tmp_path / "engine.safetensors", _trainer(4).model.state_dict())
+    with pytest.raises(ConfigError) as e:
+        check_tensor_files(tmp_path, optimizer)
+    assert str(e.value) == (f"{tmp_path / 'engine.safetensors'}: not the weights of {model} "
+                            "(other tensor names or shapes)")
+
+
+def test_a_checkpoint_of_another_model_is_one_error(tmp_path):
+    optimizer = _saved(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        load_trainer(tmp_path, _trainer(4), optimizer)
+    assert str(e.value).startswith(
+        f"{tmp_path / 'model.safetensors'}: does not fit this run's model (Error(s) in loading "
+        "state_dict for Linear: size mismatch for weight: copying a param with shape "
+        "torch.Size([3, 64]) from checkpoint")
+    assert "\n" not in str(e.value)
+    trainer = _trainer()
+    load_trainer(tmp_path, trainer, optimizer)  # the same model's: loads
+    with pytest.raises(ConfigError, match=r"optimizer.safetensors: does not fit this run's model \('0.extra'\)"):
+        load_trainer(tmp_path, trainer, {**optimizer, "slots": {"0": ["extra"]}})
+
+
+# -- the segments a run on Ray had running at its checkpoint ------------------------------------
+
+SEGMENT = [1, 5, [7, 8, 9], [-0.5, -0.1, -2.0], [[0, 2, 1.0], [1, 1, 1.5]], 0.9, 2.0]
+
+
+@pytest.mark.parametrize("change", [
+    lambda s: s.__setitem__(0, 2),  # engine 2 of a run of two
+    lambda s: s.__setitem__(1, 6),  # a sample that was not admitted
+    lambda s: s.__setitem__(2, [7, 8]),  # fewer tokens than log-probs
+    lambda s: s[4].__setitem__(1, [1, 2, 1.5]),  # stretches of 4 tokens for 3
+    lambda s: s[4].__setitem__(0, [-1, 2, 1.0]),  # a negative version
+    lambda s: s.__setitem__(5, float("nan")),
+    lambda s: s.__setitem__(3, ["x", -0.1, -2.0]),
+    lambda s: s.pop(),
+])
+def test_a_segment_in_flight_not_as_the_run_wrote_it_is_one_error(change):
+    state = {"backend": {"in_flight": [list(SEGMENT)]}, "admitted": [4, 5]}
+    check_in_flight(state, "state.json", 2)  # as written: passes
+    segment = json.loads(json.dumps(SEGMENT))
+    change(segment)
+    with pytest.raises(ConfigError) as e:
+        check_in_flight({"backend": {"in_flight": [segment]}, "admitted": [4, 5]}, "state.json", 2)
+    assert str(e.value).startswith("state.json: field 'backend.in_flight': [")
+    assert str(e.value).endswith(" is not a segment [engine, sample, tokens, log-probs, stretches, "
+                                 "t0, t_end] of an admitted sample on one of the run's engines")

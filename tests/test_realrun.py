@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -254,6 +255,9 @@ def test_resume_of_a_checkpoint_that_names_another_file_touches_nothing(tiny_mod
     (out / "checkpoint").mkdir(parents=True)
     for name in LOGS:
         (out / name).write_text("")
+    # a run's timeline starts with its meta record (a resume compares the settings in it)
+    (out / "timeline.jsonl").write_text(json.dumps({"kind": "meta", "backend": "vllm",
+                                                    "trace": "task:sort", "run": {}}) + "\n")
     write_state(out / "checkpoint", {
         "policy": {"params": params_dict(BUILTIN["sync"].Params()), "state": {}}, "optimizer": {"param_groups": [], "slots": {}},
         "public": {}, "settled": 0, "rollout_on": True, "engine_version": 0, "backend": {},
@@ -404,3 +408,98 @@ def test_oracle_sorted_with_its_history_predictor_runs_for_real(tiny_model, tmp_
     summary = json.loads(r.stdout)
     assert summary["samples_trained"] == summary["samples_total"] == 2 * 8 * 4
     assert summary["staleness_max"] == 0 and summary["oracle"] is False
+
+
+# -- RUNDIR: a run stopped early, --force, --resume's settings and files ------------------------
+
+
+def _files(top) -> dict:
+    return {p: p.read_bytes() for p in top.rglob("*") if p.is_file()}
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_force(tiny_model, tmp_path):
+    """Killed before its first update, a run left a RUNDIR that a new run, --resume and --force
+    all refused (--force was ignored). Each refusal now says what to do, and --force starts the
+    run over; it deletes nothing that is not a run's, nor a directory that holds an input."""
+    out = tmp_path / "run"
+    common = ["--policy", "sync", "--steps", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "sortedrl.cli", "run", "--model", tiny_model,
+                             "--out", str(out), *common], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    timeline = out / "timeline.jsonl"
+    deadline = time.monotonic() + 900  # (only catches a hung child)
+    while (not (timeline.exists() and timeline.stat().st_size) and proc.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)  # its logs are started; vLLM has not started yet
+    proc.wait()
+    assert timeline.stat().st_size and not (out / "checkpoint").exists()
+    stopped = _files(out)
+
+    r = run(tiny_model, out, *common)
+    assert r.exit_code == 2 and r.stderr == (f"error: --out {out}: holds a run (it has no checkpoint "
+                                             "to resume from: use --force to start it over)\n")
+    r = run(tiny_model, out, *common, "--resume")
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: --resume: {out} has no checkpoint to resume from (a run writes one after each "
+        "update); start it over with --force (without --resume)\n")
+    r = run(tiny_model, out, *common, "--resume", "--force")
+    assert r.exit_code == 2 and r.stderr == (
+        "error: --resume and --force: give one (--resume continues RUNDIR from its last "
+        "checkpoint, --force deletes it and starts over)\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me\n")
+    r = run(tiny_model, mine, *common, "--force")
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: --out {mine}: exists, is not empty and does not hold a `sortedrl run` (no "
+        "timeline.jsonl of a real run); give another directory\n")
+    holding = tmp_path / "holding"
+    shutil.copytree(out, holding)
+    shutil.copytree(tiny_model, holding / "model")
+    r = runner.invoke(app, ["run", "--model", str(holding / "model"), "--out", str(holding),
+                            *common, "--force"])
+    assert r.exit_code == 2 and r.stderr == (f"error: --out {holding}: holds the input "
+                                             f"{holding / 'model'}; write the output elsewhere\n")
+    assert (mine / "notes.txt").read_text() == "keep me\n" and (holding / "model").is_dir()
+    assert _files(out) == stopped  # every refusal before anything was touched
+
+    r = run(tiny_model, out, *common, "--force")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["samples_trained"] == 8 * 4
+    assert (out / "checkpoint" / "state.json").exists()
+
+
+def test_resume_keeps_the_runs_settings_and_a_cut_checkpoint_is_one_error(tiny_model, tmp_path):
+    """--resume took a changed --max-num-seqs, --lr or --seed (another seed draws other
+    prompts) while the timeline's meta kept the first values; a checkpoint whose
+    model.safetensors was cut short was safetensors' traceback and exit 1, after the logs had
+    been cut back. Both are one error line now, and nothing is touched."""
+    out = tmp_path / "run"
+    common = ["--policy", "sync", "--steps", "1"]
+    r = run(tiny_model, out, *common)
+    assert r.exit_code == 0, r.output
+    done = _files(out)
+    r = run(tiny_model, out, *common, "--resume", "--max-num-seqs", "16", "--lr", "0.5", "--seed", "3")
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: --resume: {out} was started with --lr 0.001 --max-num-seqs 32 --seed 0, not --lr "
+        "0.5 --max-num-seqs 16 --seed 3; a resumed run keeps its settings (give the same options, "
+        "or --force without --resume to start it over)\n")
+    r = run(tiny_model, out, *common, "--resume", "--task", "sort-long", "--kl", "0.1")
+    assert r.exit_code == 2 and r.stderr.startswith(
+        f"error: --resume: {out} was started with --task sort --kl 0.0, not --task sort-long --kl 0.1;")
+    r = run(tiny_model, out, *common)
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: --out {out}: holds a run (use --resume to continue it from its last checkpoint, "
+        "or --force to start it over)\n")
+    assert _files(out) == done
+
+    model = out / "checkpoint" / "model.safetensors"
+    model.write_bytes(model.read_bytes()[:1000])
+    cut = _files(out)
+    r = run(tiny_model, out, *common, "--resume")
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: {model}: not a readable checkpoint file (Error while deserializing header: "
+        "invalid header length); the run cannot be resumed from it (--force without --resume "
+        "starts it over)\n")
+    assert _files(out) == cut  # the logs were not cut back

@@ -98,6 +98,17 @@ def test_two_engine_actors_colocated_sortedrl(tiny_model, tmp_path):
     assert summary["samples_trained"] == 2 * 8 * 4 and summary["staleness_max"] == 0  # on-policy
     for t0, t1, *_ in tl.trains:  # no engine step overlaps an update
         assert not [s for s in tl.spans if s[0] < t1 and s[1] > t0 and s[6] > 0]
+    # the auto knobs as the simulator resolves them on the same cluster, both engines' 32 slots
+    # (they were resolved against one engine's 16: oversubscribe 2.0 where simulate says 1.0)
+    from sortedrl.policies.registry import make_policy
+    from sortedrl.sim.run import simulate
+    from sortedrl.traces.io import read_trace
+    from tests.conftest import tiny_cluster
+
+    trace = read_trace(tmp_path / "co" / "trace.jsonl")
+    sim = simulate(trace, make_policy("sortedrl", [], trace), tiny_cluster(engines=2, max_num_seqs=16))
+    assert summary["auto_params"] == sim.summary["auto_params"] == {
+        "group_prompts": 16, "oversubscribe": 1.0, "update_batch": 16}
 
 
 def test_disaggregated_async_survives_a_killed_engine_actor(tiny_model, tmp_path, monkeypatch):
@@ -189,6 +200,70 @@ def test_one_step_off_survives_a_killed_trainer_actor(tiny_model, tmp_path, monk
     assert summary["staleness_max"] == 1  # one step off: the next step generates during the update
     overlapped = [t for t in tl.trains if any(s[0] < t[1] and s[1] > t[0] for s in tl.spans)]
     assert overlapped, "the engine never generated while the trainer trained"
+
+
+def test_a_resume_keeps_the_tokens_running_at_its_checkpoint(tiny_model, tmp_path, monkeypatch):
+    """async, disaggregated: the engine actor generates while the trainer actor updates, so the
+    checkpoint after an update is taken with segments running. The run is stopped right after
+    such a checkpoint and resumed. Every token made before the checkpoint is kept (it was
+    regenerated, and the engine time that made it had no span), each version stretch a span
+    ended ``resume``; each admitted sample's ``oldest`` is the version of its first kept token,
+    -1 with none (a resumed sample kept the version it had first started under while its
+    tokens were made again); every sample is trained once, with exact per-token versions."""
+    from sortedrl.policies.base import SampleState
+    from sortedrl.realrun import run as run_module
+    from sortedrl.realrun.ray_backend import RayBackend
+    from sortedrl.realrun.run import RunConfig, run_real
+
+    class Stopped(Exception):
+        """The run stopped right after a checkpoint (as by Ctrl-C or a crash)."""
+
+    running: dict[int, tuple] = {}  # sample -> (tokens kept before, tokens in flight)
+    real_checkpoint = run_module._checkpoint
+
+    def checkpoint_then_stop(ckpt, out, trainer, policy, controller, backend, train):
+        real_checkpoint(ckpt, out, trainer, policy, controller, backend, train)
+        for mirror in backend.mirrors:
+            for i, (started, count) in mirror.requests.items():
+                if started and count:
+                    running[i] = (len(backend.kept[i]), count)
+        if running:
+            raise Stopped
+
+    monkeypatch.setattr(run_module, "_checkpoint", checkpoint_then_stop)
+    out = tmp_path / "run"
+    cfg = RunConfig(model=tiny_model, policy="async", out=str(out), steps=2, sets=["eta=1"],
+                    engines=1, placement="disaggregated", max_num_seqs=16, warm_tokens=16)
+    with pytest.raises(Stopped):
+        run_real(cfg)
+    assert running, "no segment was running at any checkpoint"
+    monkeypatch.setattr(run_module, "_checkpoint", real_checkpoint)
+
+    resumed = {}
+    real_run = RayBackend.run
+
+    def look_then_run(self, controller):  # the restored state, before the resumed run acts
+        s = controller.s
+        admitted = [i for i in range(len(s.state)) if s.state[i] == SampleState.ADMITTED]
+        resumed.update(kept={i: len(self.kept[i]) for i in admitted},
+                       oldest={i: (s.oldest[i], self.kept_ver[i][0] if self.kept[i] else -1)
+                               for i in admitted})
+        return real_run(self, controller)
+
+    monkeypatch.setattr(RayBackend, "run", look_then_run)
+    summary = run_real(cfg, resume=True)
+
+    assert all(oldest == first for oldest, first in resumed["oldest"].values()), resumed["oldest"]
+    assert {i: resumed["kept"][i] for i in running} == {i: a + b for i, (a, b) in running.items()}
+    tl = check_versions(out)
+    kept_at_resume: dict[int, int] = {}
+    for row in tl.spans:
+        if row[7] == "resume":
+            kept_at_resume[row[3]] = kept_at_resume.get(row[3], 0) + row[6]
+    assert kept_at_resume == {i: count for i, (_, count) in running.items()}
+    trained = [i for t in tl.trains for i in t[3]]
+    assert sorted(trained) == list(range(2 * 8 * 4))  # each sample trained once, none lost
+    assert summary["samples_trained"] == 2 * 8 * 4
 
 
 @pytest.mark.parametrize(("args", "message"), [

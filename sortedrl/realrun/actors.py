@@ -124,6 +124,12 @@ class EngineWorker:
             out.append((i, req.started, req.tokens, req.logprobs, stretches, req.t0))
         return out
 
+    def in_flight(self) -> list[tuple]:
+        """The running requests' segments so far, as :meth:`abort` returns them, the requests
+        left running (a checkpoint keeps them)."""
+        return [(r.sample, r.tokens, r.logprobs, [list(s) for s in self.stretches[r.sample]], r.t0)
+                for r in self.engine.requests.values() if r.started]
+
     def load_weights(self, weights: dict, version: int) -> float:
         """New weights between two steps; running requests continue under ``version``."""
         self.engine.load_weights(weights, version)
@@ -193,7 +199,10 @@ class RemoteTrainer:
     def load(self, directory: str, optimizer: dict) -> None:
         import ray
 
-        ray.get(self.actor.load.remote(directory, optimizer))
+        try:
+            ray.get(self.actor.load.remote(directory, optimizer))
+        except ConfigError as e:  # raised in the actor: its line, without the remote traceback
+            raise ConfigError(str(getattr(e, "cause", e))) from None
 
 
 def start_actors(n_engines: int, model_dir: str, max_num_seqs: int, max_model_len: int,

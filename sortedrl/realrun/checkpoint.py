@@ -314,9 +314,54 @@ def save_tensors(path: Path, tensors: dict) -> None:
 
 
 def load_tensors(path: Path) -> dict:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    return load_file(str(path))
+    if not path.is_file():
+        raise ConfigError(_unreadable(path, None))
+    try:
+        return load_file(str(path))
+    except (OSError, SafetensorError) as e:
+        raise ConfigError(_unreadable(path, e)) from None
+
+
+TENSORS = ("model.safetensors", "optimizer.safetensors")  # and engine.safetensors once synced
+
+
+def check_tensor_files(directory: Path, optimizer: dict) -> None:
+    """Refuse a checkpoint whose tensor files are missing, cut short or not safetensors, before
+    a resume touches anything: each file's header is read and checked against the file's size
+    (safetensors does that). The engine's weights must have the model's names and shapes, and
+    the optimizer file every slot the checkpoint's state names."""
+    shapes = {name: _shapes(directory / name) for name in TENSORS}
+    if (directory / "engine.safetensors").exists():
+        engine = _shapes(directory / "engine.safetensors")
+        if engine != shapes["model.safetensors"]:
+            raise ConfigError(f"{directory / 'engine.safetensors'}: not the weights of "
+                              f"{directory / 'model.safetensors'} (other tensor names or shapes)")
+    for p, names in optimizer["slots"].items():
+        for name in names:
+            if f"{p}.{name}" not in shapes["optimizer.safetensors"]:
+                raise ConfigError(f"{directory / 'optimizer.safetensors'}: has no tensor "
+                                  f"{short_repr(f'{p}.{name}', SHOWN)}, which {directory / STATE} "
+                                  "names")
+
+
+def _shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        raise ConfigError(_unreadable(path, None))
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    except (OSError, SafetensorError) as e:
+        raise ConfigError(_unreadable(path, e)) from None
+
+
+def _unreadable(path: Path, e: Exception | None) -> str:
+    what = "missing" if e is None else f"not a readable checkpoint file ({e})"
+    return f"{path}: {what}; the run cannot be resumed from it (--force without --resume starts it over)"
 
 
 def save_trainer(directory: Path, trainer) -> dict:
@@ -329,8 +374,17 @@ def save_trainer(directory: Path, trainer) -> dict:
 
 
 def load_trainer(directory: Path, trainer, optimizer: dict) -> None:
-    trainer.model.load_state_dict(load_tensors(directory / "model.safetensors"))
-    flat = load_tensors(directory / "optimizer.safetensors")
-    state = {int(p): {name: flat[f"{p}.{name}"] for name in names}
-             for p, names in optimizer["slots"].items()}
-    trainer.opt.load_state_dict({"state": state, "param_groups": optimizer["param_groups"]})
+    """Give the trainer the checkpoint's weights and optimizer state; tensors that do not fit
+    this run's model (another --model, a file from another run) are one error."""
+    path = directory / "model.safetensors"
+    try:
+        trainer.model.load_state_dict(load_tensors(path))
+        path = directory / "optimizer.safetensors"
+        flat = load_tensors(path)
+        state = {int(p): {name: flat[f"{p}.{name}"] for name in names}
+                 for p, names in optimizer["slots"].items()}
+        trainer.opt.load_state_dict({"state": state, "param_groups": optimizer["param_groups"]})
+    except (KeyError, ValueError, TypeError, RuntimeError) as e:
+        why = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+        why = why if len(why) <= SHOWN else why[:SHOWN] + "..."
+        raise ConfigError(f"{path}: does not fit this run's model ({why})") from None

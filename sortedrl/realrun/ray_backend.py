@@ -16,6 +16,13 @@ finished, then hands the events to the controller.
 Per-token versions come from the engine actors (:mod:`sortedrl.realrun.actors`): each segment
 comes back as stretches of one version, and each stretch is one ``span`` in the timeline (ended
 ``sync`` when a push cut it, as the simulator does), so staleness is exact per token.
+
+A checkpoint on a disaggregated cluster is taken while the engines generate (the local backend's,
+colocated, only once they are empty): it also keeps the tokens of every segment running then
+(:meth:`RayBackend.flight_state`). A resumed run keeps them as the sample's tokens, each stretch a
+span ended ``resume`` at the checkpoint, and the sample goes back to its engine from there, as
+after a pause; so no token made before the checkpoint is lost or left out of the timeline, and
+each sample's ``oldest`` is the version of a token it keeps.
 """
 
 from __future__ import annotations
@@ -23,8 +30,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
+from sortedrl.limits import short_repr
 from sortedrl.policies.base import Event, EventKind
 from sortedrl.realrun.backend import RealBackend
+from sortedrl.realrun.checkpoint import SHOWN, _count, _ids
 from sortedrl.realrun.trainer import Rollout
 
 
@@ -67,6 +78,7 @@ class RayBackend(RealBackend):
         self.pending: list[list[tuple]] = [[] for _ in engines]  # admissions for the next step
         self.training: tuple | None = None  # (future, samples, version, t0, tokens, batch)
         self.pushes: list[tuple[int, float]] = []  # (version, monotonic time each engine got it)
+        self.in_flight: list[list] = []  # resumed: the segments running at the checkpoint
         self._weights_ref = None
         # per round, for calibration: the driver's wall time, and the slowest engine's own step
         # time (the rest is the round's cost of being on Ray: calls, results, bookkeeping)
@@ -244,9 +256,32 @@ class RayBackend(RealBackend):
         self.synced = weights
         self._push(self._weights_ref, version)
 
+    def flight_state(self) -> dict:
+        """What a checkpoint keeps beyond the local backend's: each segment running on an
+        engine, ``[engine, sample, tokens, log-probs, stretches, t0, t_end]``, times on the
+        run's clock (stretches ``[version, tokens, start]``)."""
+        segments, now = [], self.now()
+        for k, worker in enumerate(self.workers):
+            if not self.mirrors[k].running():
+                continue
+            for i, tokens, logprobs, stretches, t0 in self.ray.get(worker.in_flight.remote()):
+                segments.append([k, i, tokens, logprobs,
+                                 [[v, c, start - self.t0] for v, c, start in stretches], t0 - self.t0, now])
+        return {"in_flight": segments}
+
     def readmit(self, samples: list[int]) -> None:
+        """Resume: the segments running at the checkpoint are kept, then every admitted sample
+        goes back to its engine from its kept tokens (one with none gets its ``oldest`` when its
+        first token is made again, as on the local backend)."""
+        for k, i, tokens, logprobs, stretches, t0, t_end in self.in_flight:
+            shifted = [(v, c, start + self.t0) for v, c, start in stretches]
+            self._keep_stretches(k, i, tokens, logprobs, shifted, t0 + self.t0, t_end, "resume")
+            self.ctl.sample_preempted(i, len(self.kept[i]))
+        self.in_flight = []
         by_engine: dict[int, list[int]] = {}
         for i in samples:
+            if not self.kept[i]:
+                self.ctl.s.oldest[i] = -1
             by_engine.setdefault(max(0, self.ctl.s.engine_of[i]), []).append(i)
         for k, chunk in sorted(by_engine.items()):
             self.admit(k, chunk, [len(self.kept[i]) for i in chunk])
@@ -254,3 +289,31 @@ class RayBackend(RealBackend):
     def close(self) -> None:
         for actor in [*self.workers, self.trainer_actor]:
             self.ray.kill(actor)
+
+
+def check_in_flight(state: dict, where, engines: int) -> None:
+    """One error line for a checkpoint's ``backend.in_flight`` that is not as
+    :meth:`RayBackend.flight_state` wrote it: each segment on one of the run's engines, of an
+    admitted sample, its stretches adding up to its tokens."""
+    segments = state["backend"].get("in_flight", [])
+    admitted = set(state["admitted"])
+
+    def fits(seg) -> bool:
+        if not (isinstance(seg, list) and len(seg) == 7):
+            return False
+        k, i, tokens, logprobs, stretches, t0, t_end = seg
+        return (_count(k) and k < engines and _count(i) and i in admitted and _ids(tokens)
+                and isinstance(logprobs, list) and len(logprobs) == len(tokens)
+                and all(map(finite, logprobs)) and isinstance(stretches, list) and bool(stretches)
+                and all(isinstance(x, list) and len(x) == 3 and _count(x[0]) and _count(x[1])
+                        and finite(x[2]) for x in stretches)
+                and sum(x[1] for x in stretches) == len(tokens) and finite(t0) and finite(t_end))
+
+    if not isinstance(segments, list):
+        raise ConfigError(f"{where}: field 'backend.in_flight': expected a list, got "
+                          f"{short_repr(segments, SHOWN)}")
+    for seg in segments:
+        if not fits(seg):
+            raise ConfigError(f"{where}: field 'backend.in_flight': {short_repr(seg, SHOWN)} is not "
+                              "a segment [engine, sample, tokens, log-probs, stretches, t0, t_end] "
+                              "of an admitted sample on one of the run's engines")

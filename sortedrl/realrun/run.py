@@ -16,7 +16,8 @@ RUNDIR gets the same files a simulation writes, plus what a real run needs:
 weights, the controller's bookkeeping and the policy are reloaded, and every sample that was
 admitted is submitted again. Checkpoints hold data only (JSON and safetensors, no pickles:
 :mod:`sortedrl.realrun.checkpoint`), so resuming a run directory never runs code it carries. Work done after the checkpoint is lost and redone; no sample is lost
-or trained twice.
+or trained twice. A resumed run keeps the settings it started with, and ``--force`` starts a
+run directory over (:mod:`sortedrl.realrun.rundir`).
 """
 
 from __future__ import annotations
@@ -37,10 +38,9 @@ from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.realrun import agent
 from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir
+from sortedrl.realrun.rundir import LOGS, check_run_dir, start_over
 from sortedrl.realrun.task import get_task
 from sortedrl.timeline import Timeline, record_line
-
-LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
 
 
 @dataclass
@@ -105,10 +105,11 @@ class Appender:
         self.f.close()
 
 
-def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | None = None) -> dict:
-    """Run, or resume, a real GRPO run; returns its summary. ``stats`` (for calibration)
-    receives the backend's host-overhead counters and, under ``steps``, every engine step's
-    shape and time."""
+def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | None = None,
+             force: bool = False) -> dict:
+    """Run, or resume, a real GRPO run; returns its summary. ``force``: start over in a RUNDIR
+    that holds a run (:mod:`sortedrl.realrun.rundir`). ``stats`` (for calibration) receives the
+    backend's host-overhead counters and, under ``steps``, every engine step's shape and time."""
     turns = agent.turn_config(cfg)  # checked first: a bad tool setting writes nothing
     model_dir = check_model_dir(cfg.model)
     task = get_task(cfg.task, cfg.dataset, cfg.reward)
@@ -116,7 +117,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
-    check_config(cfg, out, resume)
+    check_config(cfg, out, resume, force, task.name)
 
     from transformers import AutoTokenizer
 
@@ -134,11 +135,18 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
 
         connect(cfg.ray, num_cpus=os.cpu_count())
 
+    if force:  # every check passed: the previous run goes now
+        start_over(out)
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:
         state = ckpt_io.check_state(ckpt_io.read_state(ckpt), ckpt / ckpt_io.STATE,
                                     {name: out / name for name in LOGS}, len(prompts))
+        ckpt_io.check_tensor_files(ckpt, state["optimizer"])
+        if cfg.on_ray:
+            from sortedrl.realrun.ray_backend import check_in_flight
+
+            check_in_flight(state, ckpt / ckpt_io.STATE, cfg.engines)
         ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:
@@ -183,19 +191,17 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         if stats is not None:
             stats.update(backend.stats, step_log=backend.step_log)
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
-    timeline.meta["auto_params"] = auto_params(policy, cfg.max_num_seqs)  # one engine's slots
+    timeline.meta["auto_params"] = auto_params(policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _write_trace(out, cfg, task.name, prompts, backend, timeline)
     return summary
 
 
-def check_config(cfg: RunConfig, out: Path, resume: bool) -> None:
-    """One error line for a run that cannot start: RUNDIR, sizes, device, sampling, engines."""
-    if resume and not (out / "checkpoint" / ckpt_io.STATE).exists():
-        raise ConfigError(f"--resume: {out} has no checkpoint to resume from")
-    if not resume and out.exists() and any(out.iterdir()):
-        raise ConfigError(f"--out {out}: exists and is not empty (use --resume to continue it)")
+def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool, task: str) -> None:
+    """One error line for a run that cannot start: RUNDIR (and, resumed, the settings it started
+    with), sizes, device, sampling, engines."""
+    check_run_dir(cfg, out, resume, force, task)
     if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
         raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
     check_device(cfg)
@@ -341,7 +347,8 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
                          "reward": b.reward, "reason": b.reason, "rewards": b.rewards,
                          "segment": b.segment,
-                         **(b.turn_state() if hasattr(b, "turn_state") else {})},
+                         **(b.turn_state() if hasattr(b, "turn_state") else {}),
+                         **(b.flight_state() if hasattr(b, "flight_state") else {})},
              "admitted": [i for i, st in enumerate(s.state) if st == SampleState.ADMITTED],
              "clock": b.now()}
     backend.flush()  # the offsets below must be on disk

@@ -1,0 +1,139 @@
+"""RUNDIR of ``sortedrl run``: what a new run, ``--resume`` and ``--force`` accept.
+
+A real run writes into RUNDIR as it goes (its logs are flushed every engine step, so that they
+survive a crash), so unlike the other commands it cannot build its outputs aside and rename
+them into place at the end. Hence the rules here, all checked before any work:
+
+- a new run needs an empty (or new) RUNDIR;
+- ``--resume`` needs a checkpoint, and the settings the run started with (the timeline's
+  ``meta.run``): a resumed run continues the same experiment, so an option given with another
+  value (``--max-num-seqs``, ``--lr``, ``--seed``, ...) is refused, naming both values, rather than
+  silently mixing two configurations in one timeline whose meta names only the first;
+- ``--force`` starts RUNDIR over. Because the old run is deleted when the new one starts (not
+  replaced at the end), it deletes only what ``sortedrl run`` wrote: a directory whose
+  timeline is a real run's. As with every command's ``--force``, never a directory that holds
+  an input (``--model``, ``--dataset``) or the current directory, nor one whose files this user
+  cannot remove. Nothing is deleted until every other check of the run has passed
+  (:func:`start_over`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from sortedrl.errors import ConfigError
+from sortedrl.outputs import Outputs
+from sortedrl.realrun import checkpoint as ckpt_io
+
+LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
+
+# settings a resumed run may change: where things are (a moved run, model or Ray cluster) and
+# how the engines start (warm-up, memory share). Two more are compared otherwise: the policy
+# knobs (--set) by the checkpoint (checkpoint.restore_policy), --dataset by the task's name
+MAY_CHANGE = frozenset({"model", "out", "ray", "warm_tokens", "gpu_memory_utilization", "sets",
+                        "dataset"})
+FLAGS = {"kl_coef": "--kl"}  # a setting's option, where it is not --setting-name
+
+
+def check_run_dir(cfg, out: Path, resume: bool, force: bool, task: str) -> None:
+    """One error line for a RUNDIR that this run may not use; deletes nothing."""
+    if resume and force:
+        raise ConfigError("--resume and --force: give one (--resume continues RUNDIR from its "
+                          "last checkpoint, --force deletes it and starts over)")
+    if resume:
+        _check_resumable(cfg, out, task)
+        return
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory")
+    if not any(out.iterdir()):
+        return
+    if not is_run_dir(out):
+        raise ConfigError(f"--out {out}: exists, is not empty and does not hold a `sortedrl run` "
+                          "(no timeline.jsonl of a real run); give another directory")
+    if not force:
+        how = ("use --resume to continue it from its last checkpoint, or --force to start it "
+               "over" if _has_checkpoint(out) else "it has no checkpoint to resume from: use "
+               "--force to start it over")
+        raise ConfigError(f"--out {out}: holds a run ({how})")
+    # the checks every command's --force makes: not the current directory, no input inside,
+    # every file removable
+    inputs = [Path(p) for p in (cfg.model, cfg.dataset) if p]
+    Outputs("run", True, inputs=inputs).run_dir(out, out)
+
+
+def start_over(out: Path) -> None:
+    """--force, once every check has passed: remove what the previous run wrote in RUNDIR."""
+    if not out.is_dir() or not any(out.iterdir()) or not is_run_dir(out):
+        return
+    for p in out.iterdir():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def is_run_dir(out: Path) -> bool:
+    """Whether ``out`` holds what ``sortedrl run`` writes: a timeline that starts with a real
+    run's meta record (or, for a run stopped before it wrote that record, only its empty logs)."""
+    head = _meta(out)
+    if head is None:
+        return False
+    if head == {}:
+        return all(p.name in LOGS and p.is_file() and not p.stat().st_size for p in out.iterdir())
+    return head.get("kind") == "meta" and head.get("backend") == "vllm"
+
+
+def _meta(out: Path) -> dict | None:
+    """The timeline's first record; {} for an empty timeline, None for none or not JSON."""
+    try:
+        with open(out / "timeline.jsonl") as f:
+            first = f.readline(1 << 20)
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not first.strip():
+        return {}
+    try:
+        head = json.loads(first)
+    except (ValueError, RecursionError):
+        return None
+    return head if isinstance(head, dict) else None
+
+
+def _has_checkpoint(out: Path) -> bool:
+    return (out / "checkpoint" / ckpt_io.STATE).is_file()
+
+
+def _check_resumable(cfg, out: Path, task: str) -> None:
+    if not out.exists():
+        raise ConfigError(f"--resume: {out} does not exist (run without --resume to start it)")
+    if not _has_checkpoint(out):
+        how = ("start it over with --force (without --resume)" if out.is_dir() and is_run_dir(out)
+               else "give the directory of a run")
+        raise ConfigError(f"--resume: {out} has no checkpoint to resume from (a run writes one "
+                          f"after each update); {how}")
+    head = _meta(out)
+    started = head.get("run") if head else None
+    if not isinstance(started, dict) or head.get("backend") != "vllm":
+        raise ConfigError(f"--resume: {out / 'timeline.jsonl'}: does not start with the meta "
+                          "record of a `sortedrl run` (its settings)")
+    was_task = str(head.get("trace", "")).removeprefix("task:")
+    started, given = {**started, "task": was_task}, {**vars(cfg), "task": task}
+    differ = [k for k in given if k not in MAY_CHANGE and k in started and started[k] != given[k]]
+    if differ:
+        was = " ".join(f"{_flag(k)} {_shown(started[k])}" for k in differ)
+        now = " ".join(f"{_flag(k)} {_shown(given[k])}" for k in differ)
+        raise ConfigError(f"--resume: {out} was started with {was}, not {now}; a resumed run "
+                          "keeps its settings (give the same options, or --force without "
+                          "--resume to start it over)")
+
+
+def _flag(setting: str) -> str:
+    return FLAGS.get(setting, "--" + setting.replace("_", "-"))
+
+
+def _shown(value: object) -> str:
+    return "none" if value is None else str(value)
