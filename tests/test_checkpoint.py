@@ -28,6 +28,7 @@ from sortedrl.realrun.checkpoint import (
     load_tensors,
     load_trainer,
     policy_state,
+    read_state,
     restore_policy,
     save_tensors,
     save_trainer,
@@ -339,3 +340,52 @@ def test_a_segment_in_flight_not_as_the_run_wrote_it_is_one_error(change):
     assert str(e.value).startswith("state.json: field 'backend.in_flight': [")
     assert str(e.value).endswith(" is not a segment [engine, sample, tokens, log-probs, stretches, "
                                  "t0, t_end] of an admitted sample on one of the run's engines")
+
+
+# -- the checkpoint swap (sortedrl/realrun/rundir.py) ---------------------------------------------
+
+
+def _ckpt(d, update: int) -> None:
+    from sortedrl.realrun.checkpoint import write_state
+
+    d.mkdir()
+    (d / "model.safetensors").write_text(f"weights after update {update}")
+    write_state(d, {"update": update})
+
+
+@pytest.mark.parametrize("left, resumed", [
+    ({"checkpoint": 2}, 2),
+    ({"checkpoint": 1, "checkpoint.tmp": None}, 1),  # killed while writing the new one
+    ({"checkpoint.prev": 1, "checkpoint.tmp": 2}, 2),  # killed between the two renames
+    ({"checkpoint.prev": 1, "checkpoint": 2}, 2),  # killed before the old one was removed
+    ({"checkpoint.prev": 1, "checkpoint.tmp": None}, 1),  # the new one's state never written
+    ({"checkpoint.tmp": None}, None),
+])
+def test_a_kill_anywhere_in_the_checkpoint_swap_leaves_one_to_resume(tmp_path, left, resumed):
+    from sortedrl.realrun.rundir import latest_checkpoint, recover_checkpoint
+
+    for name, update in left.items():
+        if update is None:  # a directory whose state.json was never written
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "model.safetensors").write_text("half")
+        else:
+            _ckpt(tmp_path / name, update)
+    if resumed is None:
+        assert latest_checkpoint(tmp_path) is None
+    else:
+        recover_checkpoint(tmp_path)
+        assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint"
+        assert read_state(tmp_path / "checkpoint") == {"update": resumed}
+        weights = (tmp_path / "checkpoint" / "model.safetensors").read_text()
+        assert weights == f"weights after update {resumed}"  # the files of that checkpoint
+
+
+def test_committing_a_checkpoint_replaces_the_last_one_and_leaves_nothing_aside(tmp_path):
+    from sortedrl.realrun.rundir import commit_checkpoint
+
+    _ckpt(tmp_path / "checkpoint.tmp", 1)
+    commit_checkpoint(tmp_path)
+    _ckpt(tmp_path / "checkpoint.tmp", 2)
+    commit_checkpoint(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+    assert read_state(tmp_path / "checkpoint") == {"update": 2}

@@ -223,6 +223,9 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tiny_model, tmp_path):
     assert {"model.safetensors", "optimizer.safetensors", "state.json"} <= files
     assert files <= {"engine.safetensors", "model.safetensors", "optimizer.safetensors", "state.json"}
     killed_at = len(Timeline.read_jsonl(out / "timeline.jsonl").trains)
+    # killed between the two renames that swap a new checkpoint in (rundir.commit_checkpoint):
+    # the complete one is left as checkpoint.tmp, and the resume takes it
+    os.replace(out / "checkpoint", out / "checkpoint.tmp")
 
     r = run(tiny_model, out, "--policy", "sortedrl", "--set", "mode=partial", "--set", "update_batch=8",
             "--steps", "12", "--warm-tokens", "64", "--resume")

@@ -38,7 +38,14 @@ from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.realrun import agent
 from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir
-from sortedrl.realrun.rundir import LOGS, check_run_dir, start_over
+from sortedrl.realrun.rundir import (
+    LOGS,
+    PENDING,
+    check_run_dir,
+    commit_checkpoint,
+    recover_checkpoint,
+    start_over,
+)
 from sortedrl.realrun.task import get_task
 from sortedrl.timeline import Timeline, record_line
 
@@ -140,6 +147,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:
+        recover_checkpoint(out)  # a run killed while it swapped a checkpoint in
         state = ckpt_io.check_state(ckpt_io.read_state(ckpt), ckpt / ckpt_io.STATE,
                                     {name: out / name for name in LOGS}, len(prompts))
         ckpt_io.check_tensor_files(ckpt, state["optimizer"])
@@ -333,7 +341,7 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     """Everything needed to continue after this update. The update's own ``train`` record is
     stored here rather than in the logs' offsets: it is written once the checkpoint is done, so
     that its duration includes the checkpoint."""
-    tmp = ckpt.with_name("checkpoint.tmp")
+    tmp = out / PENDING
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     optimizer = trainer.save(str(tmp)) if hasattr(trainer, "actor") else ckpt_io.save_trainer(tmp, trainer)
@@ -354,9 +362,8 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     backend.flush()  # the offsets below must be on disk
     state["offsets"] = {name: os.path.getsize(out / name) for name in LOGS}
     state["train"] = (*train, backend.now())
-    ckpt_io.write_state(tmp, state)
-    shutil.rmtree(ckpt, ignore_errors=True)
-    os.replace(tmp, ckpt)
+    ckpt_io.write_state(tmp, state)  # last: a checkpoint counts once its state reads back
+    commit_checkpoint(out)
 
 
 def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> None:

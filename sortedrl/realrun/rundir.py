@@ -15,11 +15,18 @@ them into place at the end. Hence the rules here, all checked before any work:
   an input (``--model``, ``--dataset``) or the current directory, nor one whose files this user
   cannot remove. Nothing is deleted until every other check of the run has passed
   (:func:`start_over`).
+
+A checkpoint is written aside (``checkpoint.tmp``, its ``state.json`` last) and then swapped in
+by renames (:func:`commit_checkpoint`), so a run killed at any moment leaves one complete
+checkpoint: ``checkpoint``, or, killed inside the swap, ``checkpoint.tmp`` or
+``checkpoint.prev``. ``--resume`` takes the first of them whose state reads back and renames it
+to ``checkpoint`` (:func:`recover_checkpoint`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -28,6 +35,7 @@ from sortedrl.outputs import Outputs
 from sortedrl.realrun import checkpoint as ckpt_io
 
 LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
+CHECKPOINT, PENDING, PREVIOUS = "checkpoint", "checkpoint.tmp", "checkpoint.prev"
 
 # settings a resumed run may change: where things are (a moved run, model or Ray cluster) and
 # how the engines start (warm-up, memory share). Two more are compared otherwise: the policy
@@ -104,7 +112,41 @@ def _meta(out: Path) -> dict | None:
 
 
 def _has_checkpoint(out: Path) -> bool:
-    return (out / "checkpoint" / ckpt_io.STATE).is_file()
+    return latest_checkpoint(out) is not None
+
+
+def commit_checkpoint(out: Path) -> None:
+    """Swap the checkpoint written in ``out/checkpoint.tmp`` in for the last one, by renames:
+    at every moment one of the three directories holds a complete checkpoint."""
+    ckpt, pending, previous = out / CHECKPOINT, out / PENDING, out / PREVIOUS
+    shutil.rmtree(previous, ignore_errors=True)
+    if ckpt.exists():
+        os.replace(ckpt, previous)
+    os.replace(pending, ckpt)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The directory of the run's last complete checkpoint: ``checkpoint``, else (a run killed
+    while it swapped a new one in) ``checkpoint.tmp``, then ``checkpoint.prev``; one counts when
+    its state reads back (``state.json`` is written last). None: no checkpoint."""
+    for name in (CHECKPOINT, PENDING, PREVIOUS):
+        try:
+            ckpt_io.read_state(out / name)
+        except ConfigError:
+            continue
+        return out / name
+    return None
+
+
+def recover_checkpoint(out: Path) -> None:
+    """Before a resume: rename the last complete checkpoint to ``checkpoint`` when a kill left
+    it as ``checkpoint.tmp`` or ``checkpoint.prev`` (an unreadable ``checkpoint`` goes)."""
+    found = latest_checkpoint(out)
+    if found is None or found.name == CHECKPOINT:
+        return
+    shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
+    os.replace(found, out / CHECKPOINT)
 
 
 def _check_resumable(cfg, out: Path, task: str) -> None:
