@@ -83,7 +83,7 @@ def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
     assert summary["samples_trained"] == 8
 
     trace = read_trace(out / "trace.jsonl")
-    assert trace.has_turns and len(trace) == 8
+    assert trace.has_turns and len(trace) == 16
     turns = trace.turns_per_row()
     assert set(turns.tolist()) <= {1, 2} and (turns == 2).any()
     first = trace.turn_offsets[:-1]
@@ -120,22 +120,24 @@ def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
 
 
 def test_tail_batch_trace_keeps_the_trajectories_it_stopped_with_their_turns(model, tmp_path) -> None:
-    """tail_batch keeps the first response of each pair: the trace holds both, and a trajectory
-    stopped before it finished keeps the turns it had, its last running on to the cap."""
+    """tail_batch keeps the first response of each group of 4: the trace holds all of them, and
+    a trajectory stopped before it finished keeps the turns it had, its last running on to the
+    cap. (Groups of 4 and 3 turns: the members' lengths differ, so some are stopped; with pairs,
+    both members of a pair often end in the same step and none is.)"""
     out = tmp_path / "run"
     r = runner.invoke(app, [
         "run", "--model", model, "--out", str(out), "--json", "--policy", "tail_batch", "--set",
-        "responses=1", "--steps", "1", "--prompts", "4", "--group-size", "2", "--max-tokens", "24",
-        "--task", "sort-tool", "--max-turns", "2", "--turn-tokens", "3", "--tool-latency", "0.05",
+        "responses=1", "--steps", "1", "--prompts", "4", "--group-size", "4", "--max-tokens", "32",
+        "--task", "sort-tool", "--max-turns", "3", "--turn-tokens", "3", "--tool-latency", "0.05",
         "--tool-pool", "2"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["samples_trained"] == 4
     trace = read_trace(out / "trace.jsonl")
-    assert trace.has_turns and len(trace) == 8
+    assert trace.has_turns and len(trace) == 16
     tl = Timeline.read_jsonl(out / "timeline.jsonl")
     finished = {s[3] for s in tl.spans if s[7] == "finish"}  # (one attempt each: no regeneration)
     first = trace.turn_offsets[:-1]
-    for i in range(8):
+    for i in range(16):
         turns = slice(trace.turn_offsets[i], trace.turn_offsets[i + 1])
         gen, tool_s = trace.turn_gen[turns].tolist(), trace.turn_tool_s[turns].tolist()
         spans = [s for s in tl.spans if s[3] == i]
@@ -143,9 +145,9 @@ def test_tail_batch_trace_keeps_the_trajectories_it_stopped_with_their_turns(mod
             assert trace.finish_reason[i] in ("stop", "length")
             assert gen == [s[6] for s in spans]  # one span a turn, none stopped
         else:
-            assert (trace.finish_reason[i], trace.response_len[i], trace.reward[i]) == ("abort", 24, 0.0)
+            assert (trace.finish_reason[i], trace.response_len[i], trace.reward[i]) == ("abort", 32, 0.0)
             done = [s[6] for s in spans if s[7] == "tool"]  # the turns it had ended
-            assert gen == [*done, 24 - sum(done)] and tool_s == [0.05] * len(done) + [0.0]
+            assert gen == [*done, 32 - sum(done)] and tool_s == [0.05] * len(done) + [0.0]
     assert (trace.finish_reason == "abort").any()
     assert (np.add.reduceat(trace.turn_gen, first) == trace.response_len).all()
 
