@@ -27,7 +27,7 @@ MODEL_FIXED = ("a0", "c1", "p2", "pn", "prefill_in_step", "step_table")  # set b
 
 
 def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
-                  samples_per_step: int | None = None) -> dict:
+                  samples_per_step: int | None = None, updates_per_row: int | None = None) -> dict:
     """The profile JSON: every input is read and fitted before anything is written."""
     _check_inputs(bench, metrics)
     cluster = load_cluster(cluster_spec)
@@ -50,13 +50,13 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
         if models:
             base["model"] = ", ".join(models)
     if metrics is not None:
-        trainer = fit_metrics(read_metrics(metrics), str(metrics), samples_per_step)
-        # the fitted form is train_fix + train_per_token·tokens: its per-token term holds the
-        # attention pairs too, so the preset's pair term would count them twice
-        costs = dataclasses.replace(costs, train_per_pair=0.0,
-                                    **{k: v["value"] for k, v in trainer["terms"].items()})
-        fit["trainer"] = {**trainer, "fixed_by_model": ["train_per_pair"]}
-        measured |= set(trainer["terms"]) | {"train_per_pair"}
+        trainer = fit_metrics(read_metrics(metrics), str(metrics), samples_per_step, updates_per_row)
+        fixed, notes = _trainer_form(trainer, cluster, costs)
+        costs = dataclasses.replace(costs, **fixed, **{k: v["value"] for k, v in trainer["terms"].items()})
+        fit["trainer"] = {**trainer, "fixed_by_model": list(fixed)}
+        if notes:
+            fit["trainer"]["notes"] = [*trainer.get("notes", []), *notes]
+        measured |= set(trainer["terms"]) | set(fixed)
     names = [f.name for f in dataclasses.fields(CostModel)]
     fit["from_preset"] = [n for n in names if n not in measured]
     base.update(costs=_costs_json(costs), fit=fit, measured_terms=sorted(measured),
@@ -64,6 +64,28 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     # what --cluster would refuse is not written (durations of a few ns fitted t_fix = 0)
     profile_cluster(json.loads(json.dumps(base)), "the fitted profile (not written)", "check")
     return base
+
+
+def _trainer_form(trainer: dict, cluster: Cluster, base: CostModel) -> tuple[dict, list[str]]:
+    """The cost terms the metrics fit's form sets (``fit.trainer.fixed_by_model``). It is
+    ``train_fix + train_per_token·tokens`` with the tokens unpadded (verl's
+    ``perf/total_num_tokens`` sums the attention mask; OpenRLHF's ``total_length`` is a sample's
+    own): its per-token term holds the attention pairs, so the base's pair term, or its padding
+    to the longest sequence (``train_padded``, ``train_micro_pairs``), would count them again
+    (a 1,024-sample batch took 267.9 s in the simulator for 75.0 s fitted). verl's colocated
+    ``timing_s/update_weights`` resumes the rollout's weights and KV cache before the sync
+    (engine_workers.py ``update_weights``): the fitted sync holds the onload. Returns the terms,
+    and a note for each that a base gave otherwise (``profile show`` prints them)."""
+    fixed = {"train_per_pair": 0.0, "train_padded": False, "train_micro_pairs": 0.0}
+    notes = []
+    if base.train_padded or base.train_micro_pairs:
+        notes.append(f"train_padded {str(base.train_padded).lower()} and train_micro_pairs "
+                     f"{base.train_micro_pairs:g} of the base set to false and 0: the fitted tokens are unpadded")
+    if trainer["columns"].get("sync") == "timing_s/update_weights" and cluster.placement == "colocated":
+        fixed["onload_s"] = 0.0
+        notes.append(f"onload_s 0 (the base's {base.onload_s:.4g} s): verl's colocated timing_s/update_weights "
+                     "resumes the rollout's weights and KV cache before the sync")
+    return fixed, notes
 
 
 def _check_inputs(bench: list[Path], metrics: Path | None) -> None:

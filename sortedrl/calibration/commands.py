@@ -18,6 +18,7 @@ from sortedrl.calibration.show import (
     merged_note,
     one_level_note,
     render,
+    trainer_notes,
 )
 from sortedrl.cli_common import print_notes, user_errors
 from sortedrl.errors import ConfigError
@@ -35,7 +36,8 @@ def check_profile_name(out: Path) -> None:
 
 
 def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
-                       samples_per_step: int | None = None, force: bool = False) -> None:
+                       samples_per_step: int | None = None, force: bool = False,
+                       updates_per_row: int | None = None) -> None:
     """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
     check_profile_name(out)
     if cluster is None:
@@ -43,10 +45,13 @@ def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | N
                           "the profile keeps, e.g. --cluster h100-llama3.1-8b")
     if samples_per_step is not None and samples_per_step < 1:
         raise ConfigError(f"--samples-per-step: must be >= 1, got {samples_per_step}")
+    if updates_per_row is not None and (updates_per_row < 1 or metrics is None):
+        raise ConfigError(f"--updates-per-row: must be >= 1, got {updates_per_row}" if updates_per_row < 1
+                          else "--updates-per-row: only with --from-metrics (the updates a logged row holds)")
     inputs = [*bench, metrics, Path(cluster) if cluster.endswith(".json") else None]
     outs = Outputs("calibrate", force, inputs=inputs)
     outs.file(out, "--out")
-    profile = build_profile(list(bench), metrics, cluster, samples_per_step)
+    profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row)
     outs.write({out: write_json(profile, out)})
     print_notes(outs)
     typer.echo(f"wrote {out}")
@@ -78,9 +83,12 @@ def _summary(profile: dict) -> list[str]:
             out.append(f"  {wide}")
     tr = fit.get("trainer")
     if tr:
-        out.append(f"  trainer terms from {tr.get('steps')} steps; update time MAPE "
+        k = tr.get("updates_per_row", 1)
+        rows = f"{tr.get('steps')} steps" if k == 1 else f"{tr.get('steps')} rows of up to {k} updates"
+        out.append(f"  trainer terms from {rows}; update time MAPE "
                    f"{tr.get('update_mape_pct', float('nan')):.1f}%"
-                   + ("" if "sync_s" in (tr.get("terms") or {}) else "; sync_s from the preset (no sync column)"))
+                   + ("" if "sync_s" in (tr.get("terms") or {}) else "; sync_s from the preset (no sync column read)"))
+        out += [f"  {line}" for line in trainer_notes(tr)]
     return out
 
 

@@ -1,16 +1,21 @@
 """``calibrate --from-metrics``: fit the trainer and sync terms to an RL framework's step metrics.
 
-A step's update time ``train_fix + train_per_token · tokens`` (the simulator's
-:meth:`CostModel.train`, whose tokens are prompt + response of every trained sample and which
-includes the extra forward passes for old and reference log-probs) is fitted by linear least
-squares over the logged steps; ``sync_s`` is the median weight sync. Metric names map to roles
-through :data:`ROLES`, the one table docs/calibration.md documents. Accepted files:
+A row of the file (one logged step) holds ``n`` updates: 1, or ``--updates-per-row`` (verl's
+fully-async trainer logs one row per weight sync, each time the sum of the updates since the last:
+:mod:`sortedrl.calibration.metrics_layouts`). The row's update time
+``n·train_fix + train_per_token·tokens`` (the simulator's :meth:`CostModel.train` per update,
+whose tokens are prompt + response of every trained sample and which includes the extra forward
+passes for old and reference log-probs) is fitted by linear least squares over the rows;
+``sync_s`` is the median weight sync, from a column that holds the sync alone
+(:func:`~sortedrl.calibration.metrics_layouts.sync_column`). Metric names map to roles through
+:data:`ROLES`, the one table docs/calibration.md documents; a name may carry OpenRLHF's ``train/``
+prefix (its W&B and TensorBoard loggers put it before every key). Accepted files:
 - verl's file logger (``VERL_FILE_LOGGER_PATH``): JSON lines ``{"step": N, "data": {...}}``,
   or flat lines ``{"step": N, "metric": value, ...}``;
 - a CSV with one column per metric (``step`` or ``Step`` plus metric names);
-- a W&B "export CSV": columns ``Step`` and ``<run> - <metric>`` (split at the last `` - ``: a
-  run name may hold one, a metric name never does); the ``__MIN``/``__MAX`` columns are the
-  plot's downsampling buckets and are ignored.
+- a W&B "export CSV": columns ``Step`` (or ``train/global_step``, OpenRLHF's x-axis) and
+  ``<run> - <metric>`` (split at the last `` - ``: a run name may hold one, a metric name never
+  does); the ``__MIN``/``__MAX`` columns are the plot's downsampling buckets and are ignored.
 A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines, a metric of
 :data:`ROLES` whose value is text, a bool or a container is an error; other keys' are ignored.
 """
@@ -25,23 +30,36 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl import jsonio
+from sortedrl.calibration.metrics_layouts import (
+    PREFIX,
+    STEP_METRIC,
+    named,
+    row_updates,
+    sync_column,
+    updates_per_row,
+)
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 
-# role -> metric names, verl first, then OpenRLHF. Update time is the sum of the roles marked
-# "update" that are present; tokens come from total tokens, or from mean lengths x samples/step.
+# role -> metric names, verl first, then OpenRLHF (each also read with OpenRLHF's "train/" prefix).
+# Update time is the sum of the roles marked "update" that are present; tokens come from total
+# tokens, or from mean lengths x samples per update.
 ROLES: dict[str, tuple[str, ...]] = {
     "update": ("timing_s/update_actor", "timing/ppo_train"),
     "old_log_prob": ("timing_s/old_log_prob",),
     "ref": ("timing_s/ref",),
     "experience": ("timing/make_experience",),  # OpenRLHF: the forward passes before training
-    "sync": ("timing_s/update_weights", "timing_s/sync_weights", "timing/broadcast"),
+    # verl's trainer from v0.7.1 (ray_trainer.py: colocated, with the rollout's wake-up), verl's
+    # one-step-off trainer (one_step_off_policy/ray_trainer.py), OpenRLHF (ppo_trainer.py);
+    # verl v0.7.0 and earlier log none (the sync is inside timing_s/gen)
+    "sync": ("timing_s/update_weights", "timing_s/sync_rollout_weights", "timing/broadcast"),
     "tokens": ("perf/total_num_tokens",),
+    "total_mean": ("total_length",),  # OpenRLHF: prompt + response, the mean of a trained sample
     "prompt_mean": ("prompt_length/mean",),
     "response_mean": ("response_length/mean",),
 }
 UPDATE_PARTS = ("update", "old_log_prob", "ref", "experience")
-KNOWN = frozenset(name for names in ROLES.values() for name in names)
+KNOWN = frozenset(p + name for names in ROLES.values() for name in names for p in ("", PREFIX))
 
 
 def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
@@ -92,16 +110,15 @@ def _read_csv(text: str, where: str) -> dict[str, dict[int, float]]:
     if not rows:
         raise ConfigError(f"{where}: empty CSV")
     header = rows[0]
-    lower = [h.strip().lower() for h in header]
-    if "step" not in lower:
-        raise ConfigError(f"{where}: no 'Step' column (columns found: {_listing(header)})")
-    step_col = lower.index("step")
+    step_col, optional = _step_column(header, where)
     names = _csv_names(header, step_col, where)
     out: dict[str, dict[int, float]] = {}
     for n, row in enumerate(rows[1:], 2):
         if not any(c.strip() for c in row):
             continue
         cell = row[step_col] if step_col < len(row) else ""
+        if optional and not cell.strip():
+            continue  # a W&B row that did not log train/global_step (its sample table, say)
         step = _step(cell)
         if step is None:
             raise ConfigError(f"{where}: row {n}: column {header[step_col]!r}: expected a whole "
@@ -118,6 +135,18 @@ def _read_csv(text: str, where: str) -> dict[str, dict[int, float]]:
             if math.isfinite(value):  # NaN or inf: not logged, as the JSONL reader skips them
                 out.setdefault(name, {})[step] = value
     return out
+
+
+def _step_column(header: list[str], where: str) -> tuple[int, bool]:
+    """The step column: ``step`` / ``Step``, else OpenRLHF's W&B x-axis ``train/global_step``
+    (a metric column, empty in rows that did not log it: True)."""
+    lower = [h.strip().lower() for h in header]
+    if "step" in lower:
+        return lower.index("step"), False
+    for i, h in enumerate(header):
+        if h.rpartition(" - ")[2].strip() == STEP_METRIC:
+            return i, True
+    raise ConfigError(f"{where}: no 'Step' (or '{STEP_METRIC}') column (columns found: {_listing(header)})")
 
 
 def _csv_names(header: list[str], step_col: int, where: str) -> dict[int, str]:
@@ -156,53 +185,63 @@ def _listing(items: list[str], most: int = 12) -> str:
 
 def _column(metrics: dict, role: str) -> tuple[str, dict[int, float]] | None:
     for name in ROLES[role]:
-        if name in metrics:
-            return name, metrics[name]
+        found = named(metrics, name)
+        if found is not None:
+            return found
     return None
 
 
-def fit_metrics(metrics: dict[str, dict[int, float]], where: str,
-                samples_per_step: int | None = None) -> dict:
-    """Fit ``train_fix``, ``train_per_token`` and ``sync_s``; says which columns it used."""
+def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_step: int | None = None,
+                updates: int | None = None) -> dict:
+    """Fit ``train_fix``, ``train_per_token`` and ``sync_s``; says which columns it used.
+    ``samples_per_step``: samples trained per update; ``updates``: ``--updates-per-row``."""
     parts = {r: c for r in UPDATE_PARTS if (c := _column(metrics, r))}
     if "update" not in parts:
         raise ConfigError(f"{where}: no update time: needs one of {', '.join(ROLES['update'])} "
                           f"(columns found: {_listing(sorted(metrics))})")
-    tokens, token_source = _tokens(metrics, where, samples_per_step)
-    sync = _column(metrics, "sync")
+    k = updates_per_row(metrics, where, updates)
+    tokens, token_source, per_update = _tokens(metrics, where, samples_per_step)
+    sync, notes, upper = sync_column(metrics, _column(metrics, "sync"))
     for name, column in [*parts.values(), (token_source, tokens), *([sync] if sync else [])]:
         _check_range(where, name, column)
-    steps = sorted(set(tokens).intersection(*(set(c[1]) for c in parts.values())))
+    n = row_updates(metrics, where, sorted(set(tokens).intersection(*(set(c[1]) for c in parts.values()))), k)
+    steps = sorted(n)
     if len(steps) < 2:
         raise ConfigError(f"{where}: {len(steps)} step(s) log both the update time and the tokens: "
                           "the fit needs at least 2")
-    T = np.array([tokens[s] for s in steps])
+    N = np.array([float(n[s]) for s in steps])
+    T = np.array([tokens[s] for s in steps]) * (N if per_update else 1.0)
     t = np.array([sum(c[1][s] for c in parts.values()) for s in steps])
     if not t.all():  # the fit weighs each step by 1 / its time
         step = steps[int(np.flatnonzero(t == 0)[0])]
         raise ConfigError(f"{where}: the update at step {step} took 0 s: a step that logs an "
                           "update time must have trained")
-    if np.ptp(T) <= 0:
-        raise ConfigError(f"{where}: every step trained {T[0]:g} tokens: the per-token and fixed update "
-                          "times cannot be told apart")
+    if np.ptp(T / N) <= 0:
+        raise ConfigError(f"{where}: every update trained {T[0] / N[0]:g} tokens: the per-token and fixed "
+                          "update times cannot be told apart")
     from scipy.optimize import lsq_linear
 
-    X = np.column_stack([np.ones_like(T), T])
+    X = np.column_stack([N, T])  # a row of n updates: n fixed times, and the tokens of all n
     w = 1.0 / np.maximum(t, 1e-12)
-    scale = np.array([1.0, T.max()])
+    scale = np.array([N.max(), T.max()])
     x = lsq_linear((X / scale) * w[:, None], t * w, bounds=(0.0, np.inf)).x / scale
     pred = X @ x
-    fit = {"source": "metrics", "file": where, "steps": len(steps),
+    fit = {"source": "metrics", "file": where, "steps": len(steps), "updates_per_row": k,
+           "updates": int(N.sum()),
            "columns": {"update": [c[0] for c in parts.values()], "tokens": token_source},
            "terms": {"train_fix": {"value": float(x[0]), "unit": "s/update"},
                      "train_per_token": {"value": float(x[1]), "unit": "s/token"}},
            "update_mape_pct": float(100.0 * np.mean(np.abs(pred - t) / t)),
-           "update_s_mean": float(t.mean()), "tokens_mean": float(T.mean())}
+           "update_s_mean": float((t / N).mean()), "tokens_mean": float((T / N).mean())}
     if sync is not None and sync[1]:
         vals = np.array(sorted(sync[1].values()))
         fit["terms"]["sync_s"] = {"value": float(np.median(vals)), "unit": "s/sync"}
         fit["columns"]["sync"] = sync[0]
         fit["sync_spread_s"] = float(vals[-1] - vals[0])
+        if upper:
+            fit["sync_upper_bound"] = True
+    if notes:
+        fit["notes"] = notes
     return fit
 
 
@@ -218,15 +257,21 @@ def _check_range(where: str, name: str, column: dict[int, float]) -> None:
                               f"{MAX_METRIC:g}")
 
 
-def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[dict[int, float], str]:
+def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[dict[int, float], str, bool]:
+    """Tokens a row trained (False), or an update trained (True: mean lengths x samples)."""
     total = _column(metrics, "tokens")
     if total is not None:
-        return total[1], total[0]
+        return total[1], total[0], False
+    whole = _column(metrics, "total_mean")
     prompt, resp = _column(metrics, "prompt_mean"), _column(metrics, "response_mean")
-    if prompt is None or resp is None or samples_per_step is None:
+    if samples_per_step is not None and whole is not None:
+        return ({s: samples_per_step * v for s, v in whole[1].items()},
+                f"{samples_per_step} x {whole[0]}", True)
+    if samples_per_step is None or prompt is None or resp is None:
         raise ConfigError(
-            f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or {ROLES['prompt_mean'][0]} and "
-            f"{ROLES['response_mean'][0]} with --samples-per-step (columns found: {_listing(sorted(metrics))})")
+            f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or {ROLES['total_mean'][0]} "
+            f"(OpenRLHF) or {ROLES['prompt_mean'][0]} and {ROLES['response_mean'][0]} with --samples-per-step "
+            f"(columns found: {_listing(sorted(metrics))})")
     steps = set(prompt[1]) & set(resp[1])
     return ({s: samples_per_step * (prompt[1][s] + resp[1][s]) for s in steps},
-            f"{samples_per_step} x ({prompt[0]} + {resp[0]})")
+            f"{samples_per_step} x ({prompt[0]} + {resp[0]})", True)

