@@ -105,23 +105,40 @@ def test_a_trace_models_run_refuses_what_it_cannot_use(tmp_path, args, line) -> 
         assert not (tmp_path / "run").exists()
 
 
+# --drift-from solves each step for the log-mean and runaway share under the model's cap and
+# spread (tests/test_trace_drift_upstream.py). With no lognormal mass near the cap two cases are
+# exact by hand: a cap far above every length and no runaway share (the log-mean moves as
+# log(mean)), and a spread of zero (the lengths below the cap are exp(mu_t) itself, the rest at
+# the cap runaways, so mu_t = log((mean - clip * cap) / (1 - clip)) and the runaway share is the
+# clip ratio). Before, drift was the slope of log(mean) and runaway_drift that of the clip ratio
+# whatever the cap: these tests asserted that, which holds only in such cases.
+FAR_CAP = dataclasses.replace(BASE, max_response_len=2**31 - 1, runaway_share=0.0)
+NO_SPREAD = dataclasses.replace(BASE, sigma_between=0.0, sigma_within=0.0)
+
+
 def test_drift_from_wandb_export(tmp_path) -> None:
     csv = tmp_path / "wandb.csv"
     lines = ['"Step","my-run-7 - response_length/mean","my-run-7 - response_length/mean__MIN",'
              '"my-run-7 - response_length/mean__MAX","my-run-7 - response_length/clip_ratio"']
-    for step in range(0, 50, 10):
-        mean = 1000 * np.exp(0.002 * step)
-        lines.append(f"{step},{mean},{mean / 2},{mean * 2},{0.01 + 0.0001 * step}")
+    steps = np.arange(0, 50, 10)
+    means, clips = 1000 * np.exp(0.002 * steps), 0.01 + 0.0001 * steps
+    for step, mean, clip in zip(steps, means, clips, strict=True):
+        lines.append(f"{step},{float(mean)!r},{mean / 2},{mean * 2},{float(clip)!r}")
     csv.write_text("\n".join(lines) + "\n")
-    drifts = drift_from_wandb(csv)
-    assert drifts["drift"] == pytest.approx(0.002, abs=1e-9)
-    assert drifts["runaway_drift"] == pytest.approx(0.0001, abs=1e-9)
+    drifts = drift_from_wandb(csv, NO_SPREAD)
+    below = np.log((means - clips * BASE.max_response_len) / (1 - clips))
+    assert drifts["drift"] == pytest.approx(np.polyfit(steps, below, 1)[0], rel=1e-9)
+    assert drifts["runaway_drift"] == pytest.approx(0.0001, rel=1e-9)
     assert "max_drift" not in drifts
-    write_trace(generate(BASE, steps=1, seed=0), tmp_path / "t.jsonl")
+    trace = generate(BASE, steps=1, seed=0)
+    write_trace(trace, tmp_path / "t.jsonl")
     r = run(["trace", "fit", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "m.json"),
              "--drift-from", str(csv), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["drift"] == pytest.approx(0.002, abs=1e-9)
+    # the CLI solves the steps under the model fitted to the trace (cap 8192, its spread and share)
+    fitted = drift_from_wandb(csv, fit_trace(trace, source="t.jsonl"))
+    assert json.loads(r.stdout)["drift"] == fitted["drift"]
+    assert json.loads(r.stdout)["runaway_drift"] == fitted["runaway_drift"]
 
 
 def test_wandb_export_without_length_column(tmp_path) -> None:
@@ -201,12 +218,13 @@ def test_a_non_finite_wandb_cell_is_not_logged_and_a_non_finite_step_is_an_error
     # trace fit wrote "drift": NaN for a cell of inf, a model its own simulate then refused
     csv = tmp_path / "w.csv"
     csv.write_text('"Step","r - response_length/mean"\n1,900\n2,inf\n3,nan\n4,1000\n')
-    assert drift_from_wandb(csv)["drift"] == pytest.approx(math.log(1000 / 900) / 3, rel=1e-12)
+    assert drift_from_wandb(csv, FAR_CAP)["drift"] == pytest.approx(math.log(1000 / 900) / 3,
+                                                                    rel=1e-12)
     csv.write_text('"Step","r - response_length/mean"\n1,900\nnan,950\n3,1000\n')
     with pytest.raises(TraceError,
                        match=r"w.csv: line 3: column 'Step': 'nan' is not a finite number$"):
-        drift_from_wandb(csv)
+        drift_from_wandb(csv, FAR_CAP)
     csv.write_text('"Step","r - response_length/mean"\n1,900\nx,950\n3,1000\n')
     with pytest.raises(TraceError) as e:  # it blamed the length column's '950'
-        drift_from_wandb(csv)
+        drift_from_wandb(csv, FAR_CAP)
     assert str(e.value) == f"{csv}: line 3: column 'Step': 'x' is not a number"

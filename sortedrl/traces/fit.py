@@ -15,8 +15,9 @@ sizes of one RL step (thousands of responses):
   sample at the cap whose median is far below it; the prompt effect's spread is what remains of
   the total (``sigma_between**2 = total**2 - sigma_within**2``);
 * pass rates: a beta-binomial method of moments on the per-group pass counts (reward > 0);
-* drift from a W&B export (:func:`drift_from_wandb`): the slope of log(mean length) per step, of
-  log(max) and of the clip ratio, when those columns are present.
+* drift from a W&B export (``--drift-from``, :mod:`sortedrl.traces.wandb_drift`): per step, the
+  log-mean and the runaway share that give the logged mean and share at the cap under this
+  model's cap and spread, and their slopes per step.
 
 Goodness of fit compares the data's response lengths with a large draw from the model over the
 same steps: quantiles side by side and the two-sample Kolmogorov-Smirnov statistic.
@@ -24,16 +25,15 @@ same steps: quantiles side by side and the two-sample Kolmogorov-Smirnov statist
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
-from pathlib import Path
 
 import numpy as np
 
 from sortedrl.errors import TraceError
 from sortedrl.traces.model import TraceModel, check_model, generate
 from sortedrl.traces.schema import Trace
+from sortedrl.traces.wandb_drift import SIBLINGS, drift_from_wandb  # noqa: F401  (re-exported)
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 REPLICAS = 20  # model draws per data sample in the goodness-of-fit comparison
@@ -165,84 +165,3 @@ def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
     gap = np.searchsorted(a, points, side="right") / a.size \
         - np.searchsorted(b, points, side="right") / b.size
     return float(np.abs(gap).max())
-
-
-# -- W&B export --------------------------------------------------------------------------------------
-
-SIBLINGS = {  # mean metric -> (max metric, clip-ratio metric), as the frameworks name them
-    "response_length/mean": ("response_length/max", "response_length/clip_ratio"),
-    "completions/mean_length": ("completions/max_length", "completions/clipped_ratio"),
-    "rollout/response_len/mean": ("rollout/response_len/max", "rollout/truncated_ratio"),
-}
-
-
-def drift_from_wandb(path: str | Path, metric: str = "response_length/mean") -> dict:
-    """Per-step drifts from a W&B "export CSV": columns ``Step`` and ``<run> - <metric>``.
-
-    Returns ``drift`` (log mean per step) and, when their columns are present, ``max_drift``
-    (log max per step) and ``runaway_drift`` (clip ratio per step). ``__MIN``/``__MAX`` columns
-    are W&B's plot-downsampling buckets and are ignored."""
-    p = Path(path)
-    try:
-        with open(p, encoding="utf-8-sig", newline="") as f:
-            rows = list(csv.reader(f))
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
-    except (UnicodeDecodeError, csv.Error) as e:
-        raise TraceError(f"{p}: not a CSV export: {e}") from None
-    except OSError as e:  # a directory, a file we may not read
-        raise TraceError(f"{p}: cannot read it ({e.strerror or e})") from None
-    if not rows:
-        raise TraceError(f"{p}: empty file")
-    header = [h.strip() for h in rows[0]]
-    if "Step" not in header:
-        raise TraceError(f"{p}: no 'Step' column; found: {', '.join(header)}")
-    mean_col = _column(header, metric)
-    if mean_col is None:
-        raise TraceError(f"{p}: no length column '<run> - {metric}'; found: {', '.join(header)}")
-    max_name, clip_name = SIBLINGS.get(metric, (None, None))
-    out = {"drift": _slope(p, rows, header, mean_col, log=True)}
-    for key, name, log in (("max_drift", max_name, True), ("runaway_drift", clip_name, False)):
-        col = _column(header, name) if name else None
-        if col is not None:
-            out[key] = _slope(p, rows, header, col, log=log)
-    return out
-
-
-def _column(header: list[str], metric: str) -> int | None:
-    matches = [i for i, h in enumerate(header) if h.endswith(f" - {metric}")]
-    return matches[0] if matches else None
-
-
-def _number(p: Path, lineno: int, column: str, text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise TraceError(f"{p}: line {lineno}: column '{column}': {text!r} is not a number") from None
-
-
-def _slope(p: Path, rows: list[list[str]], header: list[str], col: int, log: bool) -> float:
-    step_col = header.index("Step")
-    t, y = [], []
-    for lineno, row in enumerate(rows[1:], 2):
-        if len(row) <= max(col, step_col) or not row[col].strip():
-            continue
-        step, value = _number(p, lineno, "Step", row[step_col]), _number(p, lineno, header[col], row[col])
-        if not math.isfinite(step):
-            raise TraceError(f"{p}: line {lineno}: column 'Step': {row[step_col]!r} is not a "
-                             "finite number")
-        if not math.isfinite(value):  # NaN or inf: not logged at this step (as calibrate reads it)
-            continue
-        if log and value <= 0:
-            raise TraceError(f"{p}: line {lineno}: column '{header[col]}': {value} is not a "
-                             f"positive length")
-        t.append(step)
-        y.append(math.log(value) if log else value)
-    if len(set(t)) < 2:
-        raise TraceError(f"{p}: column '{header[col]}' has values at fewer than two steps")
-    with np.errstate(all="ignore"):
-        slope = float(np.polyfit(np.array(t), np.array(y), 1)[0])
-    if not math.isfinite(slope):
-        raise TraceError(f"{p}: column '{header[col]}': no finite slope per step (steps "
-                         f"{min(t):g} to {max(t):g})")
-    return slope

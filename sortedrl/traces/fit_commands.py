@@ -1,6 +1,7 @@
 """``sortedrl trace fit``: fit the length model to a trace, print how well it fits, save it.
 
-Thin over :mod:`sortedrl.traces.fit`; registered on the ``trace`` command group. The model file
+Thin over :mod:`sortedrl.traces.fit` and :mod:`sortedrl.traces.wandb_drift` (``--drift-from``,
+whose notes go to stderr); registered on the ``trace`` command group. The model file
 is written atomically and never over an input.
 """
 
@@ -26,16 +27,22 @@ def fit_cmd(
     out: Annotated[Path, typer.Option(help="Output model (.json).")],
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file.")] = False,
     drift_from: Annotated[Path | None, typer.Option(
-        help="W&B export CSV of a longer run: fit the per-step drift of the mean from it.")] = None,
+        help="W&B export CSV of a longer run: fit the per-step drift of the length and of the "
+             "runaway share from it.")] = None,
     metric: Annotated[str, typer.Option(
-        help="The length metric in --drift-from (its max and clip-ratio siblings are read too "
-             "when present).")] = "response_length/mean",
+        help="The mean length metric in --drift-from (verl's response_length/mean, TRL's "
+             "train/completions/mean_length, slime's rollout/response_len/mean); its max and "
+             "clip-ratio siblings are read too.")] = "response_length/mean",
+    step_column: Annotated[str | None, typer.Option(
+        help="The training step's column in --drift-from (default: train/global_step, "
+             "rollout/step or Step, the first present).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the model as JSON.")] = False,
 ) -> None:
     """Fit the hierarchical length model to a trace; report quantiles and the KS statistic."""
     from sortedrl.outputs import Outputs, write_text
-    from sortedrl.traces.fit import drift_from_wandb, fit_trace
+    from sortedrl.traces.fit import fit_trace
     from sortedrl.traces.io import read_trace
+    from sortedrl.traces.wandb_drift import read_wandb_drift
 
     try:
         if out.suffix.lower() != ".json":
@@ -43,17 +50,19 @@ def fit_cmd(
         outs = Outputs("trace fit", force, inputs=[trace, drift_from])
         outs.file(out, "--out")
         data = read_trace(trace)
-        unfinished = _unfinished_note(data)
+        notes = [note for note in [_unfinished_note(data)] if note]
         model = fit_trace(data, source=trace.name)
         if drift_from is not None:
-            model = dataclasses.replace(model, **drift_from_wandb(drift_from, metric))
+            drift = read_wandb_drift(drift_from, model, metric, step_column)
+            model = dataclasses.replace(model, **drift.fields)
+            notes += drift.notes
         body = model.to_json(str(out))
         outs.write({out: write_text(body)})
     except SortedRLError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(e.exit_code) from None
-    if unfinished:
-        typer.echo(unfinished, err=True)
+    for note in notes:
+        typer.echo(note, err=True)
     if as_json:
         typer.echo(body, nl=False)
         return

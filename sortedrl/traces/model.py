@@ -52,7 +52,7 @@ class TraceModel:
     prompt_sigma: float
     prompt_min: int
     prompt_max: int
-    runaway_drift: float = 0.0  # change of runaway_share per step (from a W&B clip_ratio)
+    runaway_drift: float = 0.0  # change of runaway_share per step (trace fit --drift-from)
     max_drift: float = 0.0  # log change of the per-step max per step (W&B; reported only)
     pass_alpha: float | None = None  # Beta pass-rate prior; None: the trace had no reward
     pass_beta: float | None = None
