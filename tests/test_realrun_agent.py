@@ -83,7 +83,7 @@ def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
     assert summary["samples_trained"] == 8
 
     trace = read_trace(out / "trace.jsonl")
-    assert trace.has_turns and len(trace) == 16
+    assert trace.has_turns and len(trace) == 8
     turns = trace.turns_per_row()
     assert set(turns.tolist()) <= {1, 2} and (turns == 2).any()
     first = trace.turn_offsets[:-1]
