@@ -1,10 +1,11 @@
 """The GRPO trainer: plain torch, one update per ``Train`` action.
 
 Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md §C):
-- advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` over the group's *trained*
-  attempts: those in this update plus those trained in earlier ones (a policy may spread a group
-  over updates). A dropped attempt (aborted and regenerated) or a discarded or filtered sample
-  never enters a baseline (:class:`GroupRewards`);
+- advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` with the sample std (n - 1),
+  over the group's *trained* attempts: those in this update plus those trained in earlier ones
+  (a policy may spread a group over updates). A dropped attempt (aborted and regenerated) or a discarded or filtered sample
+  never enters a baseline (:class:`GroupRewards`); with group size 1, verl's convention: mean 0,
+  std 1, so the advantage is the reward;
 - the loss is the token-level clipped surrogate with DAPO normalisation (summed over tokens,
   divided by the batch's response tokens); the batch runs in micro-batches of similar length
   whose attention matrices stay under a bound (:func:`micro_batches`), gradients summed;
@@ -24,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 MAX_PAIRS = 2**21  # padded (query, key) pairs per micro-batch: bounds the attention memory
+EPS = 1e-4  # added to a group's reward std
 
 
 def micro_batches(batch: list, max_pairs: int = MAX_PAIRS) -> list[list[int]]:
@@ -52,18 +54,29 @@ def trained_tokens(r: Rollout) -> int:
     return len(r.response) if r.mask is None else sum(r.mask)
 
 
-def group_advantages(batch: list[Rollout], trained_before: dict[int, list[float]]) -> list[float]:
-    """GRPO advantages of ``batch``. Group g's baseline is ``trained_before[g]`` (rewards of its
-    attempts trained in earlier updates) plus the rewards of its members in this batch."""
+def group_advantages(batch: list[Rollout], trained_before: dict[int, list[float]],
+                     group_size: int) -> list[float]:
+    """GRPO advantages of ``batch``: ``(r - mean) / (std + EPS)`` with the sample std (n - 1, as
+    ``torch.std`` in TRL, verl, slime and AReaL). Group g's baseline is ``trained_before[g]``
+    (rewards of its attempts trained in earlier updates) plus the rewards of its members in this
+    batch. With ``group_size`` 1 a group's mean is 0 and its std 1 (verl's convention): the
+    advantage is the reward over ``1 + EPS``. The lone trained member of a larger group (the
+    first of a group split over updates) has no baseline yet and gets 0."""
     rewards: dict[int, list[float]] = {}
     for r in batch:
         rewards.setdefault(r.group, list(trained_before.get(r.group, ()))).append(r.reward)
     out = []
     for r in batch:
         rs = rewards[r.group]
-        mean = sum(rs) / len(rs)
-        std = math.sqrt(sum((x - mean) ** 2 for x in rs) / len(rs))
-        out.append((r.reward - mean) / (std + 1e-4))
+        n = len(rs)
+        if group_size == 1:
+            mean, std = 0.0, 1.0
+        elif n == 1:
+            mean, std = r.reward, 0.0
+        else:
+            mean = sum(rs) / n
+            std = math.sqrt(sum((x - mean) ** 2 for x in rs) / (n - 1))
+        out.append((r.reward - mean) / (std + EPS))
     return out
 
 
@@ -88,7 +101,7 @@ class GroupRewards:
         for r in batch:
             if self.current.get(r.sample) != r.reward:
                 raise ValueError(f"sample {r.sample}: trained reward differs from its last attempt's")
-        out = group_advantages(batch, self.trained)
+        out = group_advantages(batch, self.trained, self.group_size)
         for r in batch:
             self.trained.setdefault(r.group, []).append(r.reward)
         return out
