@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 MAX_PAIRS = 2**21  # padded (query, key) pairs per micro-batch: bounds the attention memory
 EPS = 1e-4  # added to a group's reward std
+MAX_LOG_RATIO = 20.0  # the log importance ratio is clamped to +-this before exp, as in verl
 
 
 def micro_batches(batch: list, max_pairs: int = MAX_PAIRS) -> list[list[int]]:
@@ -194,9 +195,11 @@ class GRPOTrainer:
             behaviour[k, start: start + n] = torch.tensor(r.behaviour, device=self.device)
             stale[k, start: start + n] = torch.tensor([v < version for v in r.versions], device=self.device)
             adv[k, start: start + n] = advantages[k]
-        ratio = torch.exp(logp - behaviour)
+        ratio = torch.exp(torch.clamp(logp - behaviour, -MAX_LOG_RATIO, MAX_LOG_RATIO))
         ratio = torch.where(stale, torch.clamp(ratio, max=self.is_cap), ratio)
-        surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv)
+        unclipped = ratio * adv
+        clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv
+        surrogate = torch.minimum(unclipped, clipped)
         loss = -(surrogate * mask).sum() / total
         if self.ref is not None:
             with torch.no_grad():
@@ -212,7 +215,9 @@ class GRPOTrainer:
         sums["mismatch"] += float(diff.abs().sum())
         sums["mismatch_signed"] += float((-diff).sum())
         sums["fresh"] += float(fresh.sum())
-        sums["clipped"] += float((((ratio.detach() - 1).abs() > self.clip).float() * mask).sum())
+        # verl's pg_clipfrac: tokens whose clipped branch won the min, so the clip removed their
+        # gradient (A > 0 and ratio > 1 + clip, or A < 0 and ratio < 1 - clip)
+        sums["clipped"] += float(((clipped < unclipped).detach().float() * mask).sum())
         sums["stale"] += float((stale.float() * mask).sum())
 
     def state_dict(self) -> dict:
