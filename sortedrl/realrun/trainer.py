@@ -10,8 +10,14 @@ Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md 
   divided by the batch's response tokens); the batch runs in micro-batches of similar length
   whose attention matrices stay under a bound (:func:`micro_batches`), gradients summed;
 - the "old" log-probs are vLLM's behaviour log-probs, kept per token with the policy version that
-  sampled it; tokens from an older version get a truncated importance ratio, ``min(ratio,
-  is_cap)``, so stale data cannot blow the update up;
+  sampled it: every token, stale or not, is PPO-clipped against them, as verl's bypass mode does
+  (not AReaL's decoupled objective, which clips against a recomputed proximal policy). Tokens
+  from an older version get ``min(ratio, is_cap)`` inside the graph, which *masks* a token beyond
+  the cap (zero gradient) rather than truncating its weight, so stale data cannot blow the update
+  up but policies with more stale tokens lose more gradient. The log-ratio is clamped to +-20
+  before exp (verl). A group split over updates is baselined on its members trained so far, and
+  each update is one AdamW step whatever its size: docs/policies.md, "What the real runner's
+  update is, and is not";
 - an optional k3 KL to the initial weights (``kl_coef``);
 - temperature is applied to the trainer's logits exactly as vLLM applies it when sampling, and
   the mismatch between vLLM's and the trainer's log-probs of on-policy tokens is logged every
