@@ -19,6 +19,8 @@ Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md 
   each update is one AdamW step whatever its size: docs/policies.md, "What the real runner's
   update is, and is not";
 - an optional k3 KL to the initial weights (``kl_coef``);
+- the weights and AdamW stay in fp32; ``dtype="bfloat16"`` runs the forward under autocast and
+  pushes bf16 weights to the engine (mixed precision, as verl and TRL train);
 - temperature is applied to the trainer's logits exactly as vLLM applies it when sampling, and
   the mismatch between vLLM's and the trainer's log-probs of on-policy tokens is logged every
   update (it should be ~0 in fp32).
@@ -124,8 +126,12 @@ class GRPOTrainer:
         torch.manual_seed(seed)
         self.torch = torch
         self.device = torch.device(device)
+        # fp32 master weights whatever ``dtype``: AdamW on bf16 weights rounds away every step
+        # below half a bf16 ulp of the weight; ``dtype`` is the forward's (autocast) and the
+        # weights' pushed to the engine
+        self.dtype = getattr(torch, dtype)
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=getattr(torch, dtype)).to(self.device)
+            model_dir, dtype=torch.float32).to(self.device)
         self.model.train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.ref = copy.deepcopy(self.model).eval() if kl_coef > 0 else None
@@ -152,8 +158,10 @@ class GRPOTrainer:
         for k, s in enumerate(seqs):
             ids[k, : len(s)] = torch.tensor(s, device=self.device)
             attn[k, : len(s)] = 1
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1] / self.temperature
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        logits = logits.float() / self.temperature
+        logp = torch.log_softmax(logits, dim=-1)
         target = ids[:, 1:]
         picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
         mask = torch.zeros_like(picked)
@@ -227,7 +235,9 @@ class GRPOTrainer:
         sums["stale"] += float((stale.float() * mask).sum())
 
     def state_dict(self) -> dict:
-        return self.model.state_dict()
+        """The weights for the engine, in the run's dtype (the fp32 master weights, cast)."""
+        return {k: v.to(self.dtype) if v.is_floating_point() else v
+                for k, v in self.model.state_dict().items()}
 
     def save(self, path: str) -> None:
         self.torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict()}, path)
