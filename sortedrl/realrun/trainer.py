@@ -3,9 +3,9 @@
 Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md §C):
 - advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` with the sample std (n - 1),
   over the group's *trained* attempts: those in this update plus those trained in earlier ones
-  (a policy may spread a group over updates). A dropped attempt (aborted and regenerated) or a discarded or filtered sample
-  never enters a baseline (:class:`GroupRewards`); with group size 1, verl's convention: mean 0,
-  std 1, so the advantage is the reward;
+  (a policy may spread a group over updates). A dropped attempt (aborted and regenerated) or a
+  discarded or filtered sample never enters a baseline (:class:`GroupRewards`); with group size
+  1, verl's convention: mean 0, std 1, so the advantage is the reward;
 - the loss is the token-level clipped surrogate with DAPO normalisation (summed over tokens,
   divided by the batch's response tokens); the batch runs in micro-batches of similar length
   whose attention matrices stay under a bound (:func:`micro_batches`), gradients summed;
