@@ -86,22 +86,43 @@ def test_real_runner_advantage_ignores_a_dropped_attempt():
     book.finished(2, 0.0)
     book.finished(3, 1.0)  # never trained (discarded): not in any baseline
     adv = book.advantages([_rollout(0, 1.0), _rollout(1, 0.0), _rollout(2, 0.0)])
-    # baseline over the trained rewards [1, 0, 0]: mean 1/3, std sqrt(2)/3
-    std = np.sqrt(2) / 3
+    # baseline over the trained rewards [1, 0, 0]: mean 1/3, sample std sqrt((4/9 + 2/9) / 2)
+    std = 1 / np.sqrt(3)
     assert adv == pytest.approx([(2 / 3) / (std + 1e-4), (-1 / 3) / (std + 1e-4),
-                                 (-1 / 3) / (std + 1e-4)])
+                                 (-1 / 3) / (std + 1e-4)], rel=1e-12)
 
 
 def test_real_runner_split_group_uses_earlier_trained_rewards():
     book = GroupRewards(group_size=4)
     for i, r in enumerate([1.0, 0.0, 1.0, 1.0]):
         book.finished(i, r)
-    assert book.advantages([_rollout(0, 1.0)]) == [0.0]  # a lone member teaches nothing
+    assert book.advantages([_rollout(0, 1.0)]) == [0.0]  # a lone member has no baseline yet
     adv = book.advantages([_rollout(1, 0.0), _rollout(2, 1.0)])
-    mean, std = 2 / 3, np.sqrt(2) / 3  # trained rewards [1, 0, 1]
-    assert adv == pytest.approx([(0 - mean) / (std + 1e-4), (1 - mean) / (std + 1e-4)])
+    mean, std = 2 / 3, 1 / np.sqrt(3)  # trained rewards [1, 0, 1], sample std (n - 1)
+    assert adv == pytest.approx([(0 - mean) / (std + 1e-4), (1 - mean) / (std + 1e-4)], rel=1e-12)
     with pytest.raises(ValueError, match="sample 3"):
         book.advantages([_rollout(3, 0.0)])  # not the reward its last attempt got
+
+
+def test_real_runner_advantages_use_the_sample_std():
+    # TRL, verl, slime and AReaL divide by n - 1 (torch.std): [1, 1, 0, 0] has std sqrt(1/3)
+    book = GroupRewards(group_size=4)
+    for i, r in enumerate([1.0, 1.0, 0.0, 0.0]):
+        book.finished(i, r)
+    adv = book.advantages([_rollout(i, r) for i, r in enumerate([1.0, 1.0, 0.0, 0.0])])
+    a = 0.5 / (np.sqrt(1 / 3) + 1e-4)
+    assert a == pytest.approx(0.86588, abs=1e-5)
+    assert adv == pytest.approx([a, a, -a, -a], rel=1e-12)
+
+
+def test_real_runner_group_of_one_is_trained_on_its_raw_reward():
+    # verl's convention for a one-sample group (mean 0, std 1): with --group-size 1 the
+    # advantage is the reward, not 0 (which would train nothing)
+    book = GroupRewards(group_size=1)
+    for i, r in enumerate([1.0, 0.0, 0.5]):
+        book.finished(i, r)
+    adv = book.advantages([_rollout(i, r, n=1) for i, r in enumerate([1.0, 0.0, 0.5])])
+    assert adv == [1.0 / (1 + 1e-4), 0.0, 0.5 / (1 + 1e-4)]
 
 
 def test_sortedrl_defaults_keep_its_behaviour_on_a_large_cluster():

@@ -11,8 +11,10 @@ Admission is AReaL's staleness rule: the N-th sample may be submitted only while
 floor((N - 1) / B) <= v + eta, i.e. ``capacity = min(max_concurrent - running,
 (eta + v + 1) * B - (accepted + running))``, where ``accepted`` counts samples finished so far.
 That rule bounds staleness at submission only; with interruptible generation a long response
-outlives it and is trained anyway (AReaL's decoupled PPO objective is built for that, and verl's
-fully-async trainer does the same), so a trained token may be more than eta versions old. Set
+outlives it and is trained anyway, as AReaL and verl's fully-async trainer do, so a trained token
+may be more than eta versions old. (AReaL trains such tokens with its decoupled PPO objective;
+the real runner does not: it clips against vLLM's behaviour log-probs and masks stale tokens
+beyond ``is_cap``, see docs/policies.md, "What the real runner's update is, and is not".) Set
 ``drop_stale`` to also bound it on tokens: after each sync, responses whose oldest token is more
 than eta versions behind are dropped and regenerated, and none is ever trained. Set
 ``recompute_on_sync`` to discard the KV cache at every weight switch and re-prefill, as AReaL and

@@ -1,17 +1,26 @@
 """The GRPO trainer: plain torch, one update per ``Train`` action.
 
 Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md §C):
-- advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` over the group's *trained*
-  attempts: those in this update plus those trained in earlier ones (a policy may spread a group
-  over updates). A dropped attempt (aborted and regenerated) or a discarded or filtered sample
-  never enters a baseline (:class:`GroupRewards`);
+- advantages are group-normalised, ``(r - mean) / (std + 1e-4)`` with the sample std (n - 1),
+  over the group's *trained* attempts: those in this update plus those trained in earlier ones
+  (a policy may spread a group over updates). A dropped attempt (aborted and regenerated) or a
+  discarded or filtered sample never enters a baseline (:class:`GroupRewards`); with group size
+  1, verl's convention: mean 0, std 1, so the advantage is the reward;
 - the loss is the token-level clipped surrogate with DAPO normalisation (summed over tokens,
   divided by the batch's response tokens); the batch runs in micro-batches of similar length
   whose attention matrices stay under a bound (:func:`micro_batches`), gradients summed;
 - the "old" log-probs are vLLM's behaviour log-probs, kept per token with the policy version that
-  sampled it; tokens from an older version get a truncated importance ratio, ``min(ratio,
-  is_cap)``, so stale data cannot blow the update up;
+  sampled it: every token, stale or not, is PPO-clipped against them, as verl's bypass mode does
+  (not AReaL's decoupled objective, which clips against a recomputed proximal policy). Tokens
+  from an older version get ``min(ratio, is_cap)`` inside the graph, which *masks* a token beyond
+  the cap (zero gradient) rather than truncating its weight, so stale data cannot blow the update
+  up but policies with more stale tokens lose more gradient. The log-ratio is clamped to +-20
+  before exp (verl). A group split over updates is baselined on its members trained so far, and
+  each update is one AdamW step whatever its size: docs/policies.md, "What the real runner's
+  update is, and is not";
 - an optional k3 KL to the initial weights (``kl_coef``);
+- the weights and AdamW stay in fp32; ``dtype="bfloat16"`` runs the forward under autocast and
+  pushes bf16 weights to the engine (mixed precision, as verl and TRL train);
 - temperature is applied to the trainer's logits exactly as vLLM applies it when sampling, and
   the mismatch between vLLM's and the trainer's log-probs of on-policy tokens is logged every
   update (it should be ~0 in fp32).
@@ -24,6 +33,8 @@ import math
 from dataclasses import dataclass
 
 MAX_PAIRS = 2**21  # padded (query, key) pairs per micro-batch: bounds the attention memory
+EPS = 1e-4  # added to a group's reward std
+MAX_LOG_RATIO = 20.0  # the log importance ratio is clamped to +-this before exp, as in verl
 
 
 def micro_batches(batch: list, max_pairs: int = MAX_PAIRS) -> list[list[int]]:
@@ -52,18 +63,29 @@ def trained_tokens(r: Rollout) -> int:
     return len(r.response) if r.mask is None else sum(r.mask)
 
 
-def group_advantages(batch: list[Rollout], trained_before: dict[int, list[float]]) -> list[float]:
-    """GRPO advantages of ``batch``. Group g's baseline is ``trained_before[g]`` (rewards of its
-    attempts trained in earlier updates) plus the rewards of its members in this batch."""
+def group_advantages(batch: list[Rollout], trained_before: dict[int, list[float]],
+                     group_size: int) -> list[float]:
+    """GRPO advantages of ``batch``: ``(r - mean) / (std + EPS)`` with the sample std (n - 1, as
+    ``torch.std`` in TRL, verl, slime and AReaL). Group g's baseline is ``trained_before[g]``
+    (rewards of its attempts trained in earlier updates) plus the rewards of its members in this
+    batch. With ``group_size`` 1 a group's mean is 0 and its std 1 (verl's convention): the
+    advantage is the reward over ``1 + EPS``. The lone trained member of a larger group (the
+    first of a group split over updates) has no baseline yet and gets 0."""
     rewards: dict[int, list[float]] = {}
     for r in batch:
         rewards.setdefault(r.group, list(trained_before.get(r.group, ()))).append(r.reward)
     out = []
     for r in batch:
         rs = rewards[r.group]
-        mean = sum(rs) / len(rs)
-        std = math.sqrt(sum((x - mean) ** 2 for x in rs) / len(rs))
-        out.append((r.reward - mean) / (std + 1e-4))
+        n = len(rs)
+        if group_size == 1:
+            mean, std = 0.0, 1.0
+        elif n == 1:
+            mean, std = r.reward, 0.0
+        else:
+            mean = sum(rs) / n
+            std = math.sqrt(sum((x - mean) ** 2 for x in rs) / (n - 1))
+        out.append((r.reward - mean) / (std + EPS))
     return out
 
 
@@ -88,7 +110,7 @@ class GroupRewards:
         for r in batch:
             if self.current.get(r.sample) != r.reward:
                 raise ValueError(f"sample {r.sample}: trained reward differs from its last attempt's")
-        out = group_advantages(batch, self.trained)
+        out = group_advantages(batch, self.trained, self.group_size)
         for r in batch:
             self.trained.setdefault(r.group, []).append(r.reward)
         return out
@@ -104,8 +126,12 @@ class GRPOTrainer:
         torch.manual_seed(seed)
         self.torch = torch
         self.device = torch.device(device)
+        # fp32 master weights whatever ``dtype``: AdamW on bf16 weights rounds away every step
+        # below half a bf16 ulp of the weight; ``dtype`` is the forward's (autocast) and the
+        # weights' pushed to the engine
+        self.dtype = getattr(torch, dtype)
         self.model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=getattr(torch, dtype)).to(self.device)
+            model_dir, dtype=torch.float32).to(self.device)
         self.model.train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.ref = copy.deepcopy(self.model).eval() if kl_coef > 0 else None
@@ -132,8 +158,10 @@ class GRPOTrainer:
         for k, s in enumerate(seqs):
             ids[k, : len(s)] = torch.tensor(s, device=self.device)
             attn[k, : len(s)] = 1
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1] / self.temperature
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        logits = logits.float() / self.temperature
+        logp = torch.log_softmax(logits, dim=-1)
         target = ids[:, 1:]
         picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
         mask = torch.zeros_like(picked)
@@ -181,9 +209,11 @@ class GRPOTrainer:
             behaviour[k, start: start + n] = torch.tensor(r.behaviour, device=self.device)
             stale[k, start: start + n] = torch.tensor([v < version for v in r.versions], device=self.device)
             adv[k, start: start + n] = advantages[k]
-        ratio = torch.exp(logp - behaviour)
+        ratio = torch.exp(torch.clamp(logp - behaviour, -MAX_LOG_RATIO, MAX_LOG_RATIO))
         ratio = torch.where(stale, torch.clamp(ratio, max=self.is_cap), ratio)
-        surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv)
+        unclipped = ratio * adv
+        clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv
+        surrogate = torch.minimum(unclipped, clipped)
         loss = -(surrogate * mask).sum() / total
         if self.ref is not None:
             with torch.no_grad():
@@ -199,11 +229,15 @@ class GRPOTrainer:
         sums["mismatch"] += float(diff.abs().sum())
         sums["mismatch_signed"] += float((-diff).sum())
         sums["fresh"] += float(fresh.sum())
-        sums["clipped"] += float((((ratio.detach() - 1).abs() > self.clip).float() * mask).sum())
+        # verl's pg_clipfrac: tokens whose clipped branch won the min, so the clip removed their
+        # gradient (A > 0 and ratio > 1 + clip, or A < 0 and ratio < 1 - clip)
+        sums["clipped"] += float(((clipped < unclipped).detach().float() * mask).sum())
         sums["stale"] += float((stale.float() * mask).sum())
 
     def state_dict(self) -> dict:
-        return self.model.state_dict()
+        """The weights for the engine, in the run's dtype (the fp32 master weights, cast)."""
+        return {k: v.to(self.dtype) if v.is_floating_point() else v
+                for k, v in self.model.state_dict().items()}
 
     def save(self, path: str) -> None:
         self.torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict()}, path)

@@ -1,0 +1,53 @@
+"""The real runner's GRPO loss on hand-set log-probs (no model): the log-ratio clamp and the
+clip fraction, checked against verl's ``compute_policy_loss`` (core_algos.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the real runner's trainer needs the [cpu] extra")
+
+from sortedrl.realrun.trainer import GRPOTrainer, Rollout  # noqa: E402
+
+
+def _trainer(logps: list[float]):
+    """A GRPOTrainer whose policy log-prob of sample i's one response token is ``logps[i]`` (a
+    leaf tensor, so the update's gradient is visible) and whose optimizer steps nothing."""
+    leaf = torch.tensor([[x] for x in logps], requires_grad=True)
+    t = object.__new__(GRPOTrainer)
+    t.torch, t.device, t.max_pairs = torch, torch.device("cpu"), 2**21
+    t.clip, t.is_cap, t.kl_coef, t.ref = 0.2, 2.0, 0.0, None
+    t.opt = torch.optim.SGD([leaf], lr=0.0)
+    t._logps = lambda model, batch: (leaf[[r.sample for r in batch]],
+                                     torch.ones((len(batch), 1)))
+    t.model = None
+    return t, leaf
+
+
+def _batch(behaviour: list[float], version: int = 0) -> list[Rollout]:
+    return [Rollout(i, i, [1], [5], [b], [version], 0.0) for i, b in enumerate(behaviour)]
+
+
+def test_clip_fraction_counts_only_tokens_the_clip_removed():
+    # verl's pg_clipfrac: ratio 1.3 with A > 0 and 0.7 with A < 0 are clipped (no gradient);
+    # 1.3 with A < 0 and 0.7 with A > 0 are outside the band but keep theirs
+    ratios, advs = [1.3, 1.3, 0.7, 0.7], [1.0, -1.0, 1.0, -1.0]
+    t, leaf = _trainer([-2.0 + math.log(r) for r in ratios])
+    m = t.update(_batch([-2.0] * 4), advs, 0)
+    assert m["clip_fraction"] == 0.5
+    assert [g == 0 for g in leaf.grad.flatten().tolist()] == [True, False, False, True]
+    # loss: -(1.2 - 1.3 + 0.7 - 0.8) / 4
+    assert m["loss"] == pytest.approx(0.05, rel=1e-6)
+
+
+def test_log_ratio_is_clamped_before_exp():
+    # behaviour log-prob -102 against the trainer's -2: exp(100) overflows float32 to inf and the
+    # loss with it; verl clamps the log-ratio to [-20, 20]
+    t, leaf = _trainer([-2.0, -2.0])
+    m = t.update(_batch([-102.0, -2.0]), [-1.0, 1.0], 0)
+    ratio = float(torch.exp(torch.tensor(20.0)))  # exp(20) in float32
+    assert m["loss"] == pytest.approx((ratio - 1.0) / 2, rel=1e-6)
+    assert leaf.grad.flatten().tolist() == [0.0, -0.5]  # the clamped token carries no gradient
+    assert m["clip_fraction"] == 0.0  # A < 0 with a large ratio: the min kept the unclipped term
