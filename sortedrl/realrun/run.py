@@ -35,7 +35,7 @@ from sortedrl.policies.auto import auto_params
 from sortedrl.policies.base import SampleState, params_dict
 from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
-from sortedrl.realrun import agent
+from sortedrl.realrun import agent, run_trace
 from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir
 from sortedrl.realrun.rundir import (
@@ -176,7 +176,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
         logs["metrics.jsonl"].write({"update": timeline.count("train"), **metrics})
         for i in samples:
-            logs["trace.partial.jsonl"].write(_trace_row(i, n, cfg, prompts, backend))
+            row = run_trace.sample_row(i, n, cfg.prompts, prompts, backend)
+            logs["trace.partial.jsonl"].write(row)
         if progress is not None:
             generated = int(timeline.columns("span")["tokens"].sum())
             progress(len(samples), f"{cfg.policy}: update {timeline.count('train') + 1}, {generated:,} tokens")
@@ -202,7 +203,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     timeline.meta["auto_params"] = auto_params(policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _write_trace(out, cfg, task.name, prompts, backend, timeline)
+    run_trace.write_run_trace(out, cfg, task.name, prompts, backend, timeline)  # every sample generated
     return summary
 
 
@@ -320,21 +321,6 @@ def _ids(k: int):
     import numpy as np
 
     return np.array([f"p{g:06d}" for g in range(k)])
-
-
-def _trace_row(i: int, n: int, cfg: RunConfig, prompts, backend) -> dict:
-    """The trace row of sample ``i``, trained now (:mod:`sortedrl.realrun.run_trace`)."""
-    from sortedrl.realrun import run_trace
-
-    return run_trace.sample_row(i, n, cfg.prompts, prompts, backend)
-
-
-def _write_trace(out: Path, cfg: RunConfig, task: str, prompts, backend, timeline: Timeline) -> None:
-    """``trace.jsonl``: every sample the run's dataloader held, as generated, not only the
-    trained ones (:mod:`sortedrl.realrun.run_trace`)."""
-    from sortedrl.realrun import run_trace
-
-    run_trace.write_run_trace(out, cfg, task, prompts, backend, timeline)
 
 
 def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, train: tuple) -> None:
