@@ -6,6 +6,7 @@ files, and a Ray run's segments in flight, that are not as the run wrote them ar
 from __future__ import annotations
 
 import json
+import os
 from array import array
 from collections import deque
 from types import SimpleNamespace
@@ -388,4 +389,28 @@ def test_committing_a_checkpoint_replaces_the_last_one_and_leaves_nothing_aside(
     _ckpt(tmp_path / "checkpoint.tmp", 2)
     commit_checkpoint(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+    assert read_state(tmp_path / "checkpoint") == {"update": 2}
+
+
+def test_a_checkpoint_is_on_the_disk_before_it_is_swapped_in(tmp_path, monkeypatch):
+    """Every file of the new checkpoint and its directory are fsynced before the first rename,
+    and the run directory (the renames) after the last: a power loss, not only a kill, leaves a
+    complete checkpoint."""
+    from sortedrl.realrun import rundir
+
+    _ckpt(tmp_path / "checkpoint", 1)
+    _ckpt(tmp_path / "checkpoint.tmp", 2)
+    files = sorted(str(p) for p in (tmp_path / "checkpoint.tmp").iterdir())
+    assert files  # (the checkpoint's state and weights)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1])
+    rundir.commit_checkpoint(tmp_path)
+    first_rename = next(k for k, e in enumerate(events) if e[0] == "replace")
+    synced_before = {path for kind, path in events[:first_rename] if kind == "fsync"}
+    assert synced_before == set(files) | {str(tmp_path / "checkpoint.tmp")}
+    last_rename = max(k for k, e in enumerate(events) if e[0] == "replace")
+    assert ("fsync", str(tmp_path)) in events[last_rename:]
     assert read_state(tmp_path / "checkpoint") == {"update": 2}

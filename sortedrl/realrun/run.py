@@ -45,6 +45,7 @@ from sortedrl.realrun.rundir import (
     commit_checkpoint,
     recover_checkpoint,
     start_over,
+    sync_to_disk,
 )
 from sortedrl.realrun.task import get_task
 from sortedrl.timeline import Timeline, record_line
@@ -346,6 +347,8 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
              "admitted": [i for i, st in enumerate(s.state) if st == SampleState.ADMITTED],
              "clock": b.now()}
     backend.flush()  # the offsets below must be on disk
+    for name in LOGS:
+        sync_to_disk(out / name)
     state["offsets"] = {name: os.path.getsize(out / name) for name in LOGS}
     state["train"] = (*train, backend.now())
     ckpt_io.write_state(tmp, state)  # last: a checkpoint counts once its state reads back

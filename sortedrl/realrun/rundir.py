@@ -20,7 +20,9 @@ A checkpoint is written aside (``checkpoint.tmp``, its ``state.json`` last) and 
 by renames (:func:`commit_checkpoint`), so a run killed at any moment leaves one complete
 checkpoint: ``checkpoint``, or, killed inside the swap, ``checkpoint.tmp`` or
 ``checkpoint.prev``. ``--resume`` takes the first of them whose state reads back and renames it
-to ``checkpoint`` (:func:`recover_checkpoint`).
+to ``checkpoint`` (:func:`recover_checkpoint`). The new checkpoint's files, and the logs up to the
+offsets it records, are on the disk (fsync) before the swap, and the swap's renames after it: a
+machine that loses power, not only a killed process, also leaves a complete checkpoint.
 """
 
 from __future__ import annotations
@@ -119,11 +121,25 @@ def commit_checkpoint(out: Path) -> None:
     """Swap the checkpoint written in ``out/checkpoint.tmp`` in for the last one, by renames:
     at every moment one of the three directories holds a complete checkpoint."""
     ckpt, pending, previous = out / CHECKPOINT, out / PENDING, out / PREVIOUS
+    for path in sorted(pending.rglob("*")):  # the renames below must not outrun the data
+        if path.is_file():
+            sync_to_disk(path)
+    sync_to_disk(pending)
     shutil.rmtree(previous, ignore_errors=True)
     if ckpt.exists():
         os.replace(ckpt, previous)
     os.replace(pending, ckpt)
+    sync_to_disk(out)  # the renames themselves
     shutil.rmtree(previous, ignore_errors=True)
+
+
+def sync_to_disk(path: Path) -> None:
+    """fsync a file or a directory (a directory's entries: the renames and new names in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def latest_checkpoint(out: Path) -> Path | None:
