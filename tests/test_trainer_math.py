@@ -51,3 +51,19 @@ def test_log_ratio_is_clamped_before_exp():
     assert m["loss"] == pytest.approx((ratio - 1.0) / 2, rel=1e-6)
     assert leaf.grad.flatten().tolist() == [0.0, -0.5]  # the clamped token carries no gradient
     assert m["clip_fraction"] == 0.0  # A < 0 with a large ratio: the min kept the unclipped term
+
+
+def test_capped_tokens_counts_the_stale_tokens_the_is_cap_masked():
+    # stale tokens (sampled by version 0, trained at version 1) with ratios 3.0 and 1.5 against
+    # is_cap 2.0: the first is capped (no gradient), the second is not; A < 0 so the PPO clip
+    # keeps the unclipped (capped) term of both
+    t, leaf = _trainer([-2.0 + math.log(3.0), -2.0 + math.log(1.5)])
+    m = t.update(_batch([-2.0, -2.0]), [-1.0, -1.0], 1)
+    assert m["stale_tokens"] == 2
+    assert m["capped_tokens"] == 1
+    assert [g == 0 for g in leaf.grad.flatten().tolist()] == [True, False]
+    # the same tokens fresh (trained at the version that sampled them): nothing is capped
+    t, leaf = _trainer([-2.0 + math.log(3.0), -2.0 + math.log(1.5)])
+    m = t.update(_batch([-2.0, -2.0]), [-1.0, -1.0], 0)
+    assert (m["stale_tokens"], m["capped_tokens"]) == (0, 0)
+    assert [g == 0 for g in leaf.grad.flatten().tolist()] == [False, False]

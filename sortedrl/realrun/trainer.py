@@ -177,7 +177,7 @@ class GRPOTrainer:
         similar length (:func:`micro_batches`) whose gradients add up to the whole batch's."""
         total = max(1, sum(map(trained_tokens, batch)))
         sums = dict.fromkeys(("loss", "kl", "mismatch", "mismatch_signed", "fresh", "clipped",
-                              "stale"), 0.0)
+                              "stale", "capped"), 0.0)
         self.opt.zero_grad()
         for part in micro_batches(batch, self.max_pairs):
             self._accumulate([batch[k] for k in part], [advantages[k] for k in part], version,
@@ -191,6 +191,7 @@ class GRPOTrainer:
             "mismatch_kl": sums["mismatch_signed"] / fresh,  # E[vLLM - trainer] on fresh tokens
             "clip_fraction": sums["clipped"] / total,
             "stale_tokens": int(sums["stale"]),
+            "capped_tokens": int(sums["capped"]),  # stale tokens beyond is_cap: no gradient
             "tokens": int(sum(map(trained_tokens, batch)) or 1),
         }
 
@@ -209,8 +210,9 @@ class GRPOTrainer:
             behaviour[k, start: start + n] = torch.tensor(r.behaviour, device=self.device)
             stale[k, start: start + n] = torch.tensor([v < version for v in r.versions], device=self.device)
             adv[k, start: start + n] = advantages[k]
-        ratio = torch.exp(torch.clamp(logp - behaviour, -MAX_LOG_RATIO, MAX_LOG_RATIO))
-        ratio = torch.where(stale, torch.clamp(ratio, max=self.is_cap), ratio)
+        raw = torch.exp(torch.clamp(logp - behaviour, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+        capped = stale & (raw.detach() > self.is_cap)  # the clamp below gives these no gradient
+        ratio = torch.where(stale, torch.clamp(raw, max=self.is_cap), raw)
         unclipped = ratio * adv
         clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv
         surrogate = torch.minimum(unclipped, clipped)
@@ -233,6 +235,7 @@ class GRPOTrainer:
         # gradient (A > 0 and ratio > 1 + clip, or A < 0 and ratio < 1 - clip)
         sums["clipped"] += float(((clipped < unclipped).detach().float() * mask).sum())
         sums["stale"] += float((stale.float() * mask).sum())
+        sums["capped"] += float((capped.float() * mask).sum())
 
     def state_dict(self) -> dict:
         """The weights for the engine, in the run's dtype (the fp32 master weights, cast)."""
