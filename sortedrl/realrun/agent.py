@@ -124,7 +124,7 @@ class _AgentEngineState(RealEngineState):
     def tokens(self, sample: int, now: float) -> int | None:
         rid = self._engine.by_sample.get(sample)
         live = self._engine.requests[rid].count if rid is not None else 0
-        return self._backend._generated(sample) + live
+        return self._backend.generated_tokens(sample) + live
 
 
 class AgentBackend(RealBackend):
@@ -150,7 +150,7 @@ class AgentBackend(RealBackend):
     # -- hooks of RealBackend ------------------------------------------------------------------
 
     def _budget(self, i: int) -> int:
-        left = self.max_tokens - self._generated(i)
+        left = self.max_tokens - self.generated_tokens(i)
         if len(self.turns[i]) < self.turns_cfg.max_turns:
             cap = self.turns_cfg.turn_tokens - self.turns[i][-1][0]
             if cap < left:
@@ -159,7 +159,8 @@ class AgentBackend(RealBackend):
         self.turn_limited[i] = False
         return left
 
-    def _generated(self, i: int) -> int:
+    def generated_tokens(self, i: int) -> int:
+        """Tokens the model generated in sample ``i``'s kept response (tool output excluded)."""
         return sum(t[0] for t in self.turns[i])
 
     def _keep(self, i: int, tokens: list[int], logprobs: list[float]) -> None:
@@ -212,7 +213,7 @@ class AgentBackend(RealBackend):
     def turn_row(self, i: int) -> dict:
         """The trace fields of a finished trajectory: its turns, and generated tokens only."""
         turns = self.turns[i]
-        return {"response_len": self._generated(i), "turn_gen": [t[0] for t in turns],
+        return {"response_len": self.generated_tokens(i), "turn_gen": [t[0] for t in turns],
                 "turn_tool_s": [t[1] for t in turns], "turn_tool_tokens": [t[2] for t in turns]}
 
     # -- turns -----------------------------------------------------------------------------------

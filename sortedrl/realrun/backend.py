@@ -155,7 +155,8 @@ class RealBackend(Backend):
     def _budget(self, i: int) -> int:
         return self.max_tokens - len(self.kept[i])
 
-    def _generated(self, i: int) -> int:
+    def generated_tokens(self, i: int) -> int:
+        """Tokens the model generated in sample ``i``'s kept response (tool output excluded)."""
         return len(self.kept[i])
 
     def _rollout(self, i: int) -> Rollout:
@@ -205,7 +206,7 @@ class RealBackend(Backend):
             i = f.sample
             self._keep(i, f.tokens, f.logprobs)
             response = self.kept[i]
-            lengths[i] = self._generated(i)
+            lengths[i] = self.generated_tokens(i)
             self.reason[i] = f.reason
             self.reward[i] = self.grade(i, response, f.reason)
             self.rewards.finished(i, self.reward[i])

@@ -91,7 +91,7 @@ def other_row(i: int, n: int, prompts_per_step: int, prompts, backend, tl: Timel
     """The row of sample ``i``, which was not trained (see the module docstring)."""
     last, tokens, finished = (f[i] for f in facts)
     multi_turn = hasattr(backend, "turn_row")
-    held = last >= 0 and backend._generated(i) == tokens  # the backend still holds that attempt
+    held = last >= 0 and backend.generated_tokens(i) == tokens  # the backend still holds that attempt
     if finished and held:
         return sample_row(i, n, prompts_per_step, prompts, backend)
     row = {"prompt_id": f"p{i // n:06d}", "sample": i % n, "prompt_len": len(prompts[i]),
