@@ -237,7 +237,7 @@ class RealBackend(Backend):
         tokens = sum(len(r.prompt) + len(r.response) for r in batch)
         metrics.update(version=version, samples=len(samples),
                        reward_mean=sum(r.reward for r in batch) / len(batch),
-                       response_len_mean=sum(map(self._generated, samples)) / len(batch),
+                       response_len_mean=sum(map(self.generated_tokens, samples)) / len(batch),
                        train_s=self.now() - t0)
         if self.on_update is not None:  # logs and the checkpoint are part of the update's time
             self.on_update(metrics, samples, (t0, version, list(samples), tokens))
