@@ -138,7 +138,7 @@ def test_a_run_name_holding_a_dash_keeps_its_metric_names(tmp_path):
     two.write_text('"Step","a - b - timing/ppo_train","a - c - timing/ppo_train"\n1,2,3\n')
     line = _one_error(["calibrate", "--from-metrics", str(two), "--cluster", "h100-llama3.1-8b",
                        "--out", str(tmp_path / "p.json")])
-    assert line == f"error: {two}: columns of 2 runs (a - b, a - c): export one run"
+    assert line == f"error: {two}: 2 runs in this W&B export (a - b, a - c): choose one with --run"
 
 
 # -- loss masks: an entry that is not 0 or 1 --------------------------------------------------

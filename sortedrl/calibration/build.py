@@ -27,8 +27,10 @@ MODEL_FIXED = ("a0", "c1", "p2", "pn", "prefill_in_step", "step_table")  # set b
 
 
 def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
-                  samples_per_step: int | None = None, updates_per_row: int | None = None) -> dict:
-    """The profile JSON: every input is read and fitted before anything is written."""
+                  samples_per_step: int | None = None, updates_per_row: int | None = None,
+                  run: str | None = None) -> dict:
+    """The profile JSON: every input is read and fitted before anything is written. ``run``:
+    the run to read of a W&B export of several (``--run``)."""
     _check_inputs(bench, metrics)
     cluster = load_cluster(cluster_spec)
     base = _base_profile(cluster_spec, cluster)
@@ -50,7 +52,7 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
         if models:
             base["model"] = ", ".join(models)
     if metrics is not None:
-        trainer = fit_metrics(read_metrics(metrics), str(metrics), samples_per_step, updates_per_row)
+        trainer = fit_metrics(read_metrics(metrics, run), str(metrics), samples_per_step, updates_per_row)
         fixed, notes = _trainer_form(trainer, cluster, costs)
         costs = dataclasses.replace(costs, **fixed, **{k: v["value"] for k, v in trainer["terms"].items()})
         fit["trainer"] = {**trainer, "fixed_by_model": list(fixed)}

@@ -28,6 +28,9 @@ profile_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Inspect calibrated profiles.")
 
 
+RUN_ONLY_WITH_METRICS = "--run: only with --from-metrics (the run of a W&B export to read)"
+
+
 def check_profile_name(out: Path) -> None:
     """Every calibrate writes a profile that ``--cluster`` reads back, which it tells from a
     preset's name by the ``.json`` ending (case-sensitive, as :func:`load_cluster`)."""
@@ -37,7 +40,7 @@ def check_profile_name(out: Path) -> None:
 
 def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
                        samples_per_step: int | None = None, force: bool = False,
-                       updates_per_row: int | None = None) -> None:
+                       updates_per_row: int | None = None, run: str | None = None) -> None:
     """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
     check_profile_name(out)
     if cluster is None:
@@ -48,10 +51,12 @@ def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | N
     if updates_per_row is not None and (updates_per_row < 1 or metrics is None):
         raise ConfigError(f"--updates-per-row: must be >= 1, got {updates_per_row}" if updates_per_row < 1
                           else "--updates-per-row: only with --from-metrics (the updates a logged row holds)")
+    if run is not None and metrics is None:
+        raise ConfigError(RUN_ONLY_WITH_METRICS)
     inputs = [*bench, metrics, Path(cluster) if cluster.endswith(".json") else None]
     outs = Outputs("calibrate", force, inputs=inputs)
     outs.file(out, "--out")
-    profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row)
+    profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row, run)
     outs.write({out: write_json(profile, out)})
     print_notes(outs)
     typer.echo(f"wrote {out}")

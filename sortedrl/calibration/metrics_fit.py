@@ -16,6 +16,7 @@ prefix (its W&B and TensorBoard loggers put it before every key). Accepted files
 - a W&B "export CSV": columns ``Step`` (or ``train/global_step``, OpenRLHF's x-axis) and
   ``<run> - <metric>`` (split at the last `` - ``: a run name may hold one, a metric name never
   does); the ``__MIN``/``__MAX`` columns are the plot's downsampling buckets and are ignored.
+  An export of several runs is read with ``--run`` naming one (:mod:`sortedrl.wandb_runs`).
 A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines, a metric of
 :data:`ROLES` whose value is text, a bool or a container is an error; other keys' are ignored.
 """
@@ -40,6 +41,7 @@ from sortedrl.calibration.metrics_layouts import (
 )
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
+from sortedrl.wandb_runs import only_run, present
 
 # role -> metric names, verl first, then OpenRLHF (each also read with OpenRLHF's "train/" prefix).
 # Update time is the sum of the roles marked "update" that are present; tokens come from total
@@ -62,8 +64,9 @@ UPDATE_PARTS = ("update", "old_log_prob", "ref", "experience")
 KNOWN = frozenset(p + name for names in ROLES.values() for name in names for p in ("", PREFIX))
 
 
-def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
-    """Metric name -> {step: value} from a JSONL or CSV metrics file."""
+def read_metrics(path: str | Path, run: str | None = None) -> dict[str, dict[int, float]]:
+    """Metric name -> {step: value} from a JSONL or CSV metrics file; ``run``: the run to read
+    of a W&B export (``--run``)."""
     where = str(path)
     p = Path(path)
     try:
@@ -74,7 +77,10 @@ def read_metrics(path: str | Path) -> dict[str, dict[int, float]]:
         raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
     text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
     if p.suffix.lower() == ".csv":
-        return _read_csv(text, where)
+        return _read_csv(text, where, run)
+    if p.suffix.lower() in (".jsonl", ".json") and run is not None:
+        raise ConfigError(f"--run {run}: {where} is JSON lines (verl / OpenRLHF): --run applies to "
+                          "W&B export CSVs only")
     if p.suffix.lower() in (".jsonl", ".json"):
         return _read_jsonl(text, where)
     raise ConfigError(f"{where}: unknown metrics format {p.suffix!r} (known: .jsonl, .csv)")
@@ -105,13 +111,13 @@ def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
     return out
 
 
-def _read_csv(text: str, where: str) -> dict[str, dict[int, float]]:
+def _read_csv(text: str, where: str, run: str | None) -> dict[str, dict[int, float]]:
     rows = list(csv.reader(text.splitlines()))
     if not rows:
         raise ConfigError(f"{where}: empty CSV")
-    header = rows[0]
+    header = only_run(rows[0], run, where, ConfigError)  # other runs' columns: blank
     step_col, optional = _step_column(header, where)
-    names = _csv_names(header, step_col, where)
+    names = _csv_names(header, step_col)
     out: dict[str, dict[int, float]] = {}
     for n, row in enumerate(rows[1:], 2):
         if not any(c.strip() for c in row):
@@ -146,23 +152,18 @@ def _step_column(header: list[str], where: str) -> tuple[int, bool]:
     for i, h in enumerate(header):
         if h.rpartition(" - ")[2].strip() == STEP_METRIC:
             return i, True
-    raise ConfigError(f"{where}: no 'Step' (or '{STEP_METRIC}') column (columns found: {_listing(header)})")
+    raise ConfigError(f"{where}: no 'Step' (or '{STEP_METRIC}') column (columns found: {_listing(present(header))})")
 
 
-def _csv_names(header: list[str], step_col: int, where: str) -> dict[int, str]:
-    """Column index -> metric name; W&B's ``<run> - <metric>`` loses its run prefix."""
-    names, runs = {}, set()
+def _csv_names(header: list[str], step_col: int) -> dict[int, str]:
+    """Column index -> metric name; W&B's ``<run> - <metric>`` loses its run prefix (the header
+    holds one run's: :func:`~sortedrl.wandb_runs.only_run` blanked the others')."""
+    names = {}
     for i, h in enumerate(header):
-        if i == step_col or h.endswith(("__MIN", "__MAX")) or h.strip().lower().startswith("_"):
+        if (i == step_col or not h or h.endswith(("__MIN", "__MAX"))
+                or h.strip().lower().startswith("_")):
             continue
-        run, sep, metric = h.rpartition(" - ")  # a run name may hold " - "; a metric never
-        if sep:
-            runs.add(run)
-            names[i] = metric.strip()
-        else:
-            names[i] = h.strip()
-    if len(runs) > 1:
-        raise ConfigError(f"{where}: columns of {len(runs)} runs ({_listing(sorted(runs))}): export one run")
+        names[i] = h.rpartition(" - ")[2].strip()  # a run name may hold " - "; a metric never
     return names
 
 

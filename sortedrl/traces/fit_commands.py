@@ -36,6 +36,8 @@ def fit_cmd(
     step_column: Annotated[str | None, typer.Option(
         help="The training step's column in --drift-from (default: train/global_step, "
              "rollout/step or Step, the first present).")] = None,
+    wandb_run: Annotated[str | None, typer.Option(
+        "--run", help="Which W&B run of a multi-run --drift-from export to read.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the model as JSON.")] = False,
 ) -> None:
     """Fit the hierarchical length model to a trace; report quantiles and the KS statistic."""
@@ -47,13 +49,15 @@ def fit_cmd(
     try:
         if out.suffix.lower() != ".json":
             raise ConfigError(f"--out {out}: a trace model is a .json file")
+        if wandb_run is not None and drift_from is None:
+            raise ConfigError("--run: only with --drift-from (the run of a W&B export to read)")
         outs = Outputs("trace fit", force, inputs=[trace, drift_from])
         outs.file(out, "--out")
         data = read_trace(trace)
         notes = [note for note in [_unfinished_note(data)] if note]
         model = fit_trace(data, source=trace.name)
         if drift_from is not None:
-            drift = read_wandb_drift(drift_from, model, metric, step_column)
+            drift = read_wandb_drift(drift_from, model, metric, step_column, wandb_run)
             model = dataclasses.replace(model, **drift.fields)
             notes += drift.notes
         body = model.to_json(str(out))

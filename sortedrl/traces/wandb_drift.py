@@ -25,7 +25,8 @@ with the drift, and the cap holds the mean back.
 
 The step column is ``Step`` (W&B's ``_step``: the training step for verl, which logs with
 ``step=``), ``train/global_step`` (HF transformers' WandbCallback, so TRL) or ``rollout/step``
-(slime): TRL and slime log without ``step=``, so their ``_step`` counts log calls.
+(slime): TRL and slime log without ``step=``, so their ``_step`` counts log calls. An export of
+several runs is read with ``--run`` naming one (:mod:`sortedrl.wandb_runs`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from sortedrl.errors import TraceError
+from sortedrl.wandb_runs import only_run, present
 
 SIBLINGS = {  # mean metric -> (max metric, clip-ratio metric), as the frameworks name them
     "response_length/mean": ("response_length/max", "response_length/clip_ratio"),  # verl
@@ -63,22 +65,23 @@ class WandbDrift:
 
 
 def drift_from_wandb(path: str | Path, model, metric: str = "response_length/mean",
-                     step_column: str | None = None) -> dict[str, float]:
+                     step_column: str | None = None, run: str | None = None) -> dict[str, float]:
     """The fields (``drift`` and, when their columns are present, ``runaway_drift`` and
     ``max_drift``) that ``path`` sets on ``model``, a fitted :class:`TraceModel`."""
-    return read_wandb_drift(path, model, metric, step_column).fields
+    return read_wandb_drift(path, model, metric, step_column, run).fields
 
 
 def read_wandb_drift(path: str | Path, model, metric: str = "response_length/mean",
-                     step_column: str | None = None) -> WandbDrift:
-    """Read the export, solve each step for ``mu_t`` and ``r_t``, and fit their slopes."""
+                     step_column: str | None = None, run: str | None = None) -> WandbDrift:
+    """Read the export, solve each step for ``mu_t`` and ``r_t``, and fit their slopes.
+    ``run``: the run to read of an export of several (``--run``)."""
     p = Path(path)
     rows = _rows(p)
-    header = [h.strip() for h in rows[0]]
+    header = only_run([h.strip() for h in rows[0]], run, str(p), TraceError)  # others': blank
     step_col, step_name = _step_column(p, header, step_column)
     mean_col = _column(header, metric)
     if mean_col is None:
-        raise TraceError(f"{p}: no length column '<run> - {metric}'; found: {', '.join(header)}"
+        raise TraceError(f"{p}: no length column '<run> - {metric}'; found: {', '.join(present(header))}"
                          + _hint(header, metric))
     family = _family(metric)
     notes: list[str] = []
@@ -171,7 +174,7 @@ def _step_column(p: Path, header: list[str], wanted: str | None) -> tuple[int, s
             raise TraceError(f"{p}: --step-column _step: {why}; name the training step's column")
         col = _named(header, wanted.strip())
         if col is None:
-            raise TraceError(f"{p}: no step column '{wanted}'; found: {', '.join(header)}")
+            raise TraceError(f"{p}: no step column '{wanted}'; found: {', '.join(present(header))}")
         return col, wanted.strip()
     for name in STEP_COLUMNS:
         col = _named(header, name)
@@ -182,7 +185,7 @@ def _step_column(p: Path, header: list[str], wanted: str | None) -> tuple[int, s
                          "train/global_step (TRL) or rollout/step (slime), or name the column "
                          "with --step-column")
     raise TraceError(f"{p}: no step column ({', '.join(STEP_COLUMNS)}, or one named with "
-                     f"--step-column); found: {', '.join(header)}")
+                     f"--step-column); found: {', '.join(present(header))}")
 
 
 def _column(header: list[str], metric: str) -> int | None:
