@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
+from sortedrl.calibration.metrics_layouts import onload_in_sync
 from sortedrl.calibration.show import check_records, render
 from sortedrl.calibration.vllm_bench import check_enough, fit_bench
 from sortedrl.errors import ConfigError
@@ -76,17 +77,19 @@ def _trainer_form(trainer: dict, cluster: Cluster, base: CostModel) -> tuple[dic
     to the longest sequence (``train_padded``, ``train_micro_pairs``), would count them again
     (a 1,024-sample batch took 267.9 s in the simulator for 75.0 s fitted). verl's colocated
     ``timing_s/update_weights`` resumes the rollout's weights and KV cache before the sync
-    (engine_workers.py ``update_weights``): the fitted sync holds the onload. Returns the terms,
+    (engine_workers.py ``update_weights``), OpenRLHF's colocated ``timing/broadcast`` wakes its
+    weights up (ppo_trainer.py ``broadcast_to_vllm``): the fitted sync holds the onload
+    (:func:`~sortedrl.calibration.metrics_layouts.onload_in_sync`). Returns the terms,
     and a note for each that a base gave otherwise (``profile show`` prints them)."""
     fixed = {"train_per_pair": 0.0, "train_padded": False, "train_micro_pairs": 0.0}
     notes = []
     if base.train_padded or base.train_micro_pairs:
         notes.append(f"train_padded {str(base.train_padded).lower()} and train_micro_pairs "
                      f"{base.train_micro_pairs:g} of the base set to false and 0: the fitted tokens are unpadded")
-    if trainer["columns"].get("sync") == "timing_s/update_weights" and cluster.placement == "colocated":
+    held = onload_in_sync(trainer["columns"].get("sync"))
+    if held is not None and cluster.placement == "colocated":
         fixed["onload_s"] = 0.0
-        notes.append(f"onload_s 0 (the base's {base.onload_s:.4g} s): verl's colocated timing_s/update_weights "
-                     "resumes the rollout's weights and KV cache before the sync")
+        notes.append(f"onload_s 0 (the base's {base.onload_s:.4g} s): {held[1]}")
     return fixed, notes
 
 

@@ -19,6 +19,13 @@ Read off the upstream code that logs the metrics (each rule names its file):
   the sum of its ``timing/*`` phases, the async one its loop's wall time (the generation
   overlaps). Without it (OpenRLHF before 2026-03-23 in async mode), the broadcast is kept as
   an upper bound and said so.
+- A colocated sync that wakes the rollout up first also times the simulator's ``onload_s``
+  (:func:`onload_in_sync`): verl's ``timing_s/update_weights`` (``engine_workers.py``
+  ``update_weights``: weights and KV cache), and OpenRLHF's ``timing/broadcast`` since it is
+  logged (2026-03-19): with ``--vllm.enable_sleep`` (colocated only) ``broadcast_to_vllm``
+  (``ppo_trainer.py``) calls ``wake_up`` with ``tags=["weights"]`` before broadcasting, the
+  weights' move back from host memory; the KV cache's wake-up and the sleep are in
+  ``timing/generation`` (``samples_generator.py`` ``generate_samples``).
 """
 
 from __future__ import annotations
@@ -105,6 +112,21 @@ def sync_column(metrics: dict, found: tuple[str, dict[int, float]] | None
                        "for the generation in flight, and this file (no timing/step_total) does not say "
                        "which trainer logged it"], True
     return found, [], False
+
+
+def onload_in_sync(column: str | None) -> tuple[str, str] | None:
+    """For a fitted sync column that, on a colocated cluster, also times the rollout's onload
+    (its wake-up from vLLM sleep): what ``profile show`` says holds ``onload_s``, and why (the
+    note's words); None for a sync timed alone."""
+    if column == "timing_s/update_weights":
+        return ("verl's colocated update_weights",
+                "verl's colocated timing_s/update_weights resumes the rollout's weights and KV cache before "
+                "the sync")
+    if column is not None and column.removeprefix(PREFIX) == "timing/broadcast":
+        return ("OpenRLHF's colocated broadcast",
+                f"OpenRLHF's colocated {column} wakes the rollout's weights up (vLLM sleep mode, "
+                "wake_up of the weights) before the sync")
+    return None
 
 
 def openrlhf_trainer(metrics: dict) -> str | None:

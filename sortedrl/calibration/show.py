@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from sortedrl import jsonio
+from sortedrl.calibration.metrics_layouts import onload_in_sync
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
@@ -138,10 +139,21 @@ def _terms(raw: dict) -> list[str]:
             src = "set by the vllm-bench model"
         elif name in (fit.get("trainer") or {}).get("fixed_by_model", ()):
             src = TRAINER_FIXED.get(name, "set by the metrics fit's form")
+            held = onload_in_sync(_sync_column(fit)) if name == "onload_s" else None
+            if held is not None:
+                src = f"0: the fitted sync ({held[0]}) holds it"
         else:
             src = "measured"
         out.append(f"  {name:<16} {_fmt(value):>12}  {UNITS.get(name, ''):<22} {src}")
     return out
+
+
+def _sync_column(fit: dict) -> str | None:
+    """``fit.trainer.columns.sync``, or None where a hand edit left something else."""
+    tr = fit.get("trainer")
+    cols = tr.get("columns") if isinstance(tr, dict) else None
+    col = cols.get("sync") if isinstance(cols, dict) else None
+    return col if isinstance(col, str) else None
 
 
 def _engine_fit(eng: dict | None) -> list[str]:
