@@ -27,15 +27,26 @@ its tool calls. 0s before the first 1 are tokens the model generated: a partial 
 ``--mask-offpolicy-in-partial-rollout`` (``slime/rollout/sglang_rollout.py``) masks the part
 generated in an earlier rollout, so they count in the first turn (the whole
 ``response_length`` of a one-turn sample).
+
+One rollout may be written as several samples (slime's agent path, ``slime/agent/trajectory.py``:
+one per branch of the session's message tree, and a new one at each fork; other custom generate
+functions alike). slime links them by the sample's own ``rollout_id`` (not the file's), shared by
+every sample of one rollout: the samples of one group sharing a non-null one are folded into one
+row (:func:`add_trajectories`), so the group keeps n_samples_per_prompt rows. A null one is a
+rollout of its own, as slime reads it. Samples sharing an ``index`` with no ``rollout_id`` are not
+linked by anything slime defines: they stay separate rows, and a note says why their group is
+dropped.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from sortedrl.errors import TraceError
+from sortedrl.limits import INT64_MAX
 from sortedrl.traces.importers._common import (
     Rows,
     check_layout,
@@ -47,6 +58,25 @@ from sortedrl.traces.importers._common import (
 )
 
 REQUIRED = ("group_index", "index", "response_length", "reward", "status")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One dumped ``Sample``: one LLM call, or several (its ``loss_mask``), of a trajectory."""
+
+    where: str
+    key: str  # the group: rollout and group_index
+    name: str
+    step: int
+    prompt: int
+    response: int
+    tokens: list | None
+    mask: list | None
+    tool_s: float | None
+    reward: float | None
+    truncated: bool | None
+    link: int | None  # the per-sample rollout_id: one trajectory's samples share it
+    index: object
 
 
 def load_pt(path: Path) -> object:
@@ -96,37 +126,46 @@ def read_slime(path: Path) -> tuple[Rows, int]:
     if len(train) < len(files):
         rows.notes.append(f"skipped {len(files) - len(train)} evaluation rollout file(s) "
                           f"(eval_*.pt: slime's eval dumps, not training samples)")
+    calls: list[Call] = []
     for f in train:
-        data = load_pt(f)
-        if not isinstance(data, dict):
-            raise TraceError(f"{f}: not a slime dump: expected a dict with 'rollout_id' and "
-                             f"'samples', found a {type(data).__name__}")
-        check_layout(str(f), "slime debug rollout", data, ("rollout_id", "samples"))
-        step = whole_number(str(f), "rollout_id", data["rollout_id"])
-        if not isinstance(data["samples"], list):
-            raise TraceError(f"{f}: field 'samples': expected a list, found a "
-                             f"{type(data['samples']).__name__}")
-        for i, sample in enumerate(data["samples"]):
-            where = f"{f}: sample {i}"
-            if not isinstance(sample, dict):
-                raise TraceError(f"{where}: expected a dict, found a {type(sample).__name__}")
-            check_layout(where, "slime debug rollout", sample, REQUIRED)
-            response = whole_number(where, "response_length", sample["response_length"])
-            tokens = sample.get("tokens")
-            prompt = len(tokens) - response if isinstance(tokens, list) else 1
-            group = whole_number(where, "group_index", sample["group_index"])
-            text = sample.get("prompt")
-            if text is not None and not isinstance(text, (str, list, dict)):
-                raise TraceError(f"{where}: field 'prompt': expected text or chat messages, found "
-                                 f"a {type(text).__name__}")
-            key = f"rollout:{step}:group:{group}"
-            name = f"prompt:{json.dumps(text, sort_keys=True)}" if text else key
-            turns = _turns(where, sample, response)
-            if turns is not None:
-                response = sum(turns[0])
-            rows.add(key, step, prompt, response, _reward(where, sample["reward"]),
-                     stopped_at_cap=_truncated(sample), turns=turns, name=name)
+        calls.extend(_read_file(f))
+    add_trajectories(rows, calls)
     return rows, len(train)
+
+
+def _read_file(f: Path) -> list[Call]:
+    data = load_pt(f)
+    if not isinstance(data, dict):
+        raise TraceError(f"{f}: not a slime dump: expected a dict with 'rollout_id' and "
+                         f"'samples', found a {type(data).__name__}")
+    check_layout(str(f), "slime debug rollout", data, ("rollout_id", "samples"))
+    step = whole_number(str(f), "rollout_id", data["rollout_id"])
+    if not isinstance(data["samples"], list):
+        raise TraceError(f"{f}: field 'samples': expected a list, found a "
+                         f"{type(data['samples']).__name__}")
+    return [_read_sample(f"{f}: sample {i}", step, sample)
+            for i, sample in enumerate(data["samples"])]
+
+
+def _read_sample(where: str, step: int, sample: object) -> Call:
+    if not isinstance(sample, dict):
+        raise TraceError(f"{where}: expected a dict, found a {type(sample).__name__}")
+    check_layout(where, "slime debug rollout", sample, REQUIRED)
+    response = whole_number(where, "response_length", sample["response_length"])
+    tokens = sample.get("tokens")
+    prompt = len(tokens) - response if isinstance(tokens, list) else 1
+    group = whole_number(where, "group_index", sample["group_index"])
+    text = sample.get("prompt")
+    if text is not None and not isinstance(text, (str, list, dict)):
+        raise TraceError(f"{where}: field 'prompt': expected text or chat messages, found "
+                         f"a {type(text).__name__}")
+    key = f"rollout:{step}:group:{group}"
+    name = f"prompt:{json.dumps(text, sort_keys=True)}" if text else key
+    return Call(where=where, key=key, name=name, step=step, prompt=prompt, response=response,
+                tokens=tokens if isinstance(tokens, list) else None,
+                mask=_mask(where, sample, response), tool_s=_tool_seconds(where, sample),
+                reward=_reward(where, sample["reward"]), truncated=_truncated(sample),
+                link=trajectory_link(where, sample), index=sample["index"])
 
 
 def _truncated(sample: dict) -> bool | None:
@@ -144,9 +183,8 @@ def _truncated(sample: dict) -> bool | None:
     return None
 
 
-def _turns(where: str, sample: dict, response: int):
-    """The sample's turns from its ``loss_mask``, or None for a single-turn sample whose every
-    token is generated (0s before the first 1 included)."""
+def _mask(where: str, sample: dict, response: int) -> list | None:
+    """The sample's ``loss_mask`` as a checked list of 0/1 (None when the dump has none)."""
     mask = sample.get("loss_mask")
     if mask is None:
         return None
@@ -155,18 +193,149 @@ def _turns(where: str, sample: dict, response: int):
     if isinstance(mask, list) and len(mask) != response:
         raise TraceError(f"{where}: field 'loss_mask': {len(mask)} entries, but response_length "
                          f"is {response}")
-    if 0 not in check_mask(where, "loss_mask", mask):  # every token generated: one turn
-        return None
+    return check_mask(where, "loss_mask", mask)
+
+
+def _tool_seconds(where: str, sample: dict) -> float | None:
     tool_s = number_or_none(where, "non_generation_time", sample.get("non_generation_time"))
     if tool_s is not None and tool_s < 0:
         raise TraceError(f"{where}: field 'non_generation_time': {tool_s} is negative")
-    turns = turns_from_mask(where, "loss_mask", mask, tool_s, leading_generated=True)
-    if len(turns[0]) == 1 and turns[0][0] == response:  # 0s only before the first 1
-        return None
-    return turns
+    return tool_s
 
 
 def _reward(where: str, value: object) -> float | None:
     if isinstance(value, dict):  # a reward dict: slime reads the --reward-key entry of it
         return None
     return number_or_none(where, "reward", value)
+
+
+# -- trajectories of several samples ---------------------------------------------------------------
+
+
+def trajectory_link(where: str, sample: dict) -> int | None:
+    """The sample's own ``rollout_id`` (not the file's): slime sets one value on every Sample
+    split out of one rollout execution (``validate_rollout_id_annotated``); None: its own."""
+    link = sample.get("rollout_id", sample.get("group_id"))  # group_id: slime's #1984 name
+    if link is None:
+        return None
+    return whole_number(where, "rollout_id", link, minimum=-INT64_MAX)
+
+
+def add_trajectories(rows: Rows, calls: list[Call]) -> None:
+    """One row per trajectory: a sample alone, or the samples of one group sharing a link,
+    folded in file order (:func:`_fold`)."""
+    trajectories: dict[tuple, list[Call]] = {}
+    for i, c in enumerate(calls):
+        own = ("sample", i) if c.link is None else ("link", c.link)
+        trajectories.setdefault((c.step, c.key, own), []).append(c)
+    resent = differ = 0
+    for traj in trajectories.values():
+        if len(traj) == 1:
+            c = traj[0]
+            turns = _turns(c, folded=False)
+            response = c.response if turns is None else sum(turns[0])
+            rows.add(c.key, c.step, c.prompt, response, c.reward,
+                     stopped_at_cap=c.truncated, turns=turns, name=c.name)
+            continue
+        turns, unknown = _fold(traj)
+        reward, mixed = _trajectory_reward(traj)
+        resent += unknown
+        differ += mixed
+        rows.add(traj[0].key, traj[0].step, traj[0].prompt, sum(turns[0]), reward,
+                 stopped_at_cap=traj[-1].truncated, turns=turns, name=traj[0].name)
+    _notes(rows, calls, trajectories, resent, differ)
+
+
+def _fold(traj: list[Call]) -> tuple[tuple[list[int], list[float], list[int]], int]:
+    """The trajectory's turns: each sample's, in order; between two samples, the context the
+    next one adds after the previous one's last generated token, when its tokens extend them
+    (else unknown: 0, and counted)."""
+    gen: list[int] = []
+    secs: list[float] = []
+    tools: list[int] = []
+    unknown = 0
+    for k, c in enumerate(traj):
+        if k:
+            between = _context_between(traj[k - 1], c)
+            unknown += between is None
+            tools[-1] = between or 0
+        g, s, t = _turns(c, folded=True)
+        gen += g
+        secs += s
+        tools += t
+    return (gen, secs, tools), unknown
+
+
+def _context_between(prev: Call, cur: Call) -> int | None:
+    """Tokens between ``prev``'s last generated token and ``cur``'s first, when ``cur``'s
+    tokens start with ``prev``'s up to there; None when they do not (a fork or branch re-sends
+    its context, re-tokenized or cut: nothing says which of its tokens are new)."""
+    end = prev.prompt + _span(prev)[1]
+    start = cur.prompt + _span(cur)[0]
+    if prev.tokens is None or cur.tokens is None or start < end:
+        return None
+    return start - end if cur.tokens[:end] == prev.tokens[:end] else None
+
+
+def _span(c: Call) -> tuple[int, int]:
+    """Where the sample's generated tokens start and end in its response: 0s of its mask
+    before the first 1 and after the last are context."""
+    if c.mask is None or 1 not in c.mask:
+        return 0, c.response
+    return c.mask.index(1), len(c.mask) - c.mask[::-1].index(1)
+
+
+def _turns(c: Call, folded: bool):
+    """The sample's turns from its ``loss_mask``. Alone (``folded`` false), None for a
+    single-turn sample whose every token is generated (0s before the first 1 included: a
+    partial rollout's resumed tokens). In a trajectory of several samples, always its turns,
+    and 0s before the first 1 are context: a turn shared with a sibling branch, re-emitted
+    untrained (``slime/agent/trajectory.py``)."""
+    if c.mask is None or 0 not in c.mask:
+        return ([c.response], [0.0], [0]) if folded else None
+    leading = not folded or 1 not in c.mask
+    turns = turns_from_mask(c.where, "loss_mask", c.mask, c.tool_s, leading_generated=leading)
+    if not folded and len(turns[0]) == 1 and turns[0][0] == c.response:
+        return None  # 0s only before the first 1
+    return turns
+
+
+def _trajectory_reward(traj: list[Call]) -> tuple[float | None, bool]:
+    """The trajectory's reward: the one its samples share (slime's agent path gives each the
+    whole reward); their mean, flagged, when they differ; None when one has none."""
+    rewards = [c.reward for c in traj]
+    if any(r is None for r in rewards):
+        return None, False
+    if len(set(rewards)) == 1:
+        return rewards[0], False
+    return sum(rewards) / len(rewards), True
+
+
+def _notes(rows: Rows, calls: list[Call], trajectories: dict, resent: int, differ: int) -> None:
+    folded = [t for t in trajectories.values() if len(t) > 1]
+    if folded:
+        rows.notes.append(
+            f"folded {sum(len(t) for t in folded)} samples into {len(folded)} trajectories "
+            f"(samples of one group sharing a per-sample rollout_id: one rollout split into "
+            f"several Samples), one row each, the samples' turns in file order")
+    if resent:
+        rows.notes.append(
+            f"{resent} sample(s) of a folded trajectory do not extend the previous sample's "
+            f"tokens (a fork or branch re-sends its context): the tool-output tokens before "
+            f"them are unknown, counted 0")
+    if differ:
+        rows.notes.append(f"{differ} folded trajectory(ies) whose samples' rewards differ: "
+                          f"reward is their mean")
+    seen: dict[tuple, int] = {}
+    for c in calls:
+        if c.link is None:
+            k = (c.step, c.key, repr(c.index))
+            seen[k] = seen.get(k, 0) + 1
+    shared = {(s, key) for (s, key, _), n in seen.items() if n > 1}
+    if shared:
+        rows.notes.append(
+            f"{len(shared)} group(s) hold several samples with one 'index' but no per-sample "
+            f"'rollout_id' linking them: each is read as its own trajectory, so such a group "
+            f"is larger than the others and dropped; slime links the Samples of one rollout "
+            f"by Sample.rollout_id (set it on each Sample a custom generate returns for one "
+            f"rollout) and the dump keeps it")
