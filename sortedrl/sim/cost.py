@@ -16,9 +16,10 @@ term is linear in the step index and the sum of ``k`` steps is a piecewise quadr
 :meth:`CostModel.decode_time` evaluates it and :meth:`CostModel.decode_steps_within` inverts it.
 
 Deliberate simplifications, each to be absorbed by calibration: paged-block rounding of the KV
-cache is ignored (block size 1), prefill is an engine-wide stall (either its own pass, or, with
-``prefill_in_step``, extra time of the next decode step, as vLLM V1 batches it) and never
-chunked. An update costs a time per token (6·P FLOPs for forward + backward, 2·P per extra
+cache is ignored (block size 1); a prefill is either an engine-wide stall (its own pass, or, with
+``prefill_in_step``, extra time of the next decode step, as vLLM V1 batches it) or, with chunked
+prefill (the engine's ``chunk_budget``), chunks carried by mixed decode steps
+(:meth:`CostModel.prefill` and the engine's ``_admit_chunked``). An update costs a time per token (6·P FLOPs for forward + backward, 2·P per extra
 forward) plus a time per causal attention pair of each sample (its length squared over two),
 plus a fixed time; in colocated placement the engines' offload and onload around it are their own
 terms (``offload_s``, ``onload_s``).
