@@ -21,9 +21,8 @@ from sortedrl.calibration.vllm_bench import check_enough, fit_bench
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.sim.cost import CostModel
-from sortedrl.sim.profile import FORMAT, is_profile, profile_cluster
+from sortedrl.sim.profile import FORMAT, cluster_record, is_profile, profile_cluster
 
-SHAPE = ("gpu", "model", "gpus", "tp", "placement", "train_gpus")
 MODEL_FIXED = ("a0", "c1", "p2", "pn", "prefill_in_step", "step_table")  # set by the vllm-bench model
 
 
@@ -124,7 +123,10 @@ def _distinct(bench: list[Path]) -> list[bytes]:
 
 
 def _base_profile(spec: str, cluster: Cluster) -> dict:
-    """An earlier profile given as --cluster is kept and extended; a preset starts a new one."""
+    """An earlier profile given as --cluster is kept and extended (its ``cluster`` settings with
+    it); a preset or cluster file starts a new one, which keeps every setting of that base but its
+    costs (:data:`~sortedrl.sim.profile.CLUSTER_FIELDS`: a profile of unchanged costs simulates as
+    the base does)."""
     if spec.endswith(".json"):
         raw = json.loads(Path(spec).read_text(encoding="utf-8"))
         if is_profile(raw):
@@ -136,7 +138,7 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
             "device": f"{cluster.gpus} x {cluster.gpu} (shape of {cluster.name})",
             "model": cluster.model, "engine": "none measured (the preset's cost model)", "engine_version": "",
             "engine_config": {"max_num_seqs": cluster.max_num_seqs, "kv_budget_tokens": cluster.kv_budget},
-            "cluster": {"preset": cluster.name, **{k: getattr(cluster, k) for k in SHAPE}}}
+            "cluster": cluster_record(cluster)}
 
 
 def _check_base(raw: dict, spec: str) -> None:

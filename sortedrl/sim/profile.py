@@ -8,7 +8,8 @@ predictors drift as engines change: vidur #60, #72), every fitted term with its 
 and the fit's error per kind of measurement. ``--cluster PROFILE.json`` loads one wherever a
 preset is accepted. A profile fitted from measurements taken elsewhere (``calibrate
 --from-vllm-bench``, ``--from-metrics``, :mod:`sortedrl.calibration`) also records the preset
-whose shape it keeps (``cluster``) and which terms were measured (``measured_terms``). The
+whose shape and settings it keeps (``cluster``: every field of the base cluster but its name
+and costs, :data:`CLUSTER_FIELDS`) and which terms were measured (``measured_terms``). The
 ``costs`` object of a cluster file, a profile's or a user's, is checked here too (:func:`parse_costs`).
 """
 
@@ -29,6 +30,21 @@ from sortedrl.sim.cost import MIN_STEP_S, CostModel
 
 FORMAT = 1
 TRAIN_TERMS = ("train_fix", "train_per_token")
+# What a profile fitted on a base cluster (``calibrate --from-metrics/--from-vllm-bench
+# --cluster BASE``) keeps of it in its ``cluster`` object: every field of the base but its name,
+# its costs (the profile's own ``costs``) and max_num_seqs and kv_budget_tokens (``engine_config``).
+# The shape first (all that profiles written before kept: the rest then fell back to the Cluster
+# defaults, kv_watermark to 0, and a preset's chunked prefill went off: +0.61% rollout time on
+# h100-llama3.1-8b-2gpu-disagg). The engine settings (chunked_prefill, prefix_caching,
+# max_num_batched_tokens, kv_watermark, sleep, tool_pool, tool_holds_slot) drive the simulated
+# engines; the trainer and link settings (train_fix, sync_fix, trainer_offload, host_gbs,
+# gpus_per_node, net_gbps) scale the trainer and sync terms to a disaggregated split
+# (compare.split_costs); the rest (decode_model, mbu, mfu, t_fix, ep, gpu_mem_util, ...) only
+# derive a preset's costs, price nothing beside explicit ones, and are kept so the cluster reads
+# back whole.
+SHAPE = ("gpu", "model", "gpus", "tp", "placement", "train_gpus")
+CLUSTER_FIELDS = SHAPE + tuple(f.name for f in dataclasses.fields(Cluster)
+                               if f.name not in (*SHAPE, "name", "costs", "max_num_seqs", "kv_budget_tokens"))
 
 
 # -- fitting ---------------------------------------------------------------------------------------
@@ -153,25 +169,38 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
         seqs, kv = int(ec["max_num_seqs"]), int(ec["kv_budget_tokens"])
     except (KeyError, TypeError, ValueError, OverflowError):  # (int(inf): OverflowError)
         raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens") from None
-    return Cluster(name=name, max_num_seqs=seqs, kv_budget_tokens=kv, kv_watermark=0.0,
-                   costs=CostModel(**vals), **_shape(raw, where)).validate(where)
+    settings = {"kv_watermark": 0.0, **_shape(raw, where)}  # (0 where the profile does not say)
+    return Cluster(name=name, max_num_seqs=seqs, kv_budget_tokens=kv,
+                   costs=CostModel(**vals), **settings).validate(where)
+
+
+def cluster_record(cluster: Cluster) -> dict:
+    """A profile's ``cluster`` object: the base cluster it was fitted on, by name (``preset``),
+    and each of its :data:`CLUSTER_FIELDS`, from which :func:`profile_cluster` rebuilds it."""
+    return {"preset": cluster.name, **{k: getattr(cluster, k) for k in CLUSTER_FIELDS}}
 
 
 def _shape(raw: dict, where: str) -> dict:
-    """The cluster's shape: the preset's a profile was fitted on (``cluster``), else one engine
-    on one device (a profile measured by ``calibrate --model``)."""
+    """The cluster's shape and settings: the base's a profile was fitted on (``cluster``), else
+    one engine on one device (a profile measured by ``calibrate --model``: its KV budget is the
+    measured engine's own, num_gpu_blocks x block_size, read with no watermark). A field the
+    profile does not hold (one written before it kept the base's settings) is the Cluster
+    default, but kv_watermark 0: such a profile reads as it always did."""
     shape = raw.get("cluster")
     if shape is None:
         return {"gpus": 1, "tp": 1, "placement": "colocated"}
     if not isinstance(shape, dict):
-        raise ConfigError(f"{where}: field 'cluster': expected an object (gpu, model, gpus, tp, placement)")
+        raise ConfigError(f"{where}: field 'cluster': expected an object (gpu, model, gpus, tp, placement, ...)")
     out = {}
-    for key, kind in (("gpu", str), ("model", str), ("gpus", int), ("tp", int), ("placement", str),
-                      ("train_gpus", int)):
-        if key in shape:
-            if type(shape[key]) is not kind:
-                raise ConfigError(f"{where}: field 'cluster.{key}': expected {kind.__name__}, got {shape[key]!r}")
-            out[key] = shape[key]
+    for key in CLUSTER_FIELDS:
+        if key not in shape:
+            continue
+        v, kind = shape[key], type(getattr(Cluster, key))  # (the field's default)
+        if kind is float and type(v) is int:
+            v = float(v)
+        if type(v) is not kind:
+            raise ConfigError(f"{where}: field 'cluster.{key}': expected {kind.__name__}, got {v!r}")
+        out[key] = v
     return out
 
 
