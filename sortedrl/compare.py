@@ -82,16 +82,50 @@ TRAINER_TERMS = ("train_fix", "train_per_token", "train_per_pair", "sync_s")
 
 def split_costs(cluster: Cluster, split: Cluster) -> CostModel:
     """Explicit costs (a cluster file's, a calibrated profile's) on the disaggregated split of
-    their GPUs. An engine keeps its terms (same GPUs, same tp); each trainer and sync term is
-    scaled by how the preset's own term changes from the cluster to its split (fewer trainer
-    GPUs, the optimizer state offloaded if it no longer fits, the sync to another process's
-    engines), since the given terms were measured on, or written for, the cluster as given."""
+    their GPUs. An engine keeps its terms (same GPUs, same tp). Each trainer and sync term
+    follows how the preset's own term changes from the cluster (``was``) to its split
+    (``now``), since the given terms were measured on, or written for, the cluster as given:
+
+    - ``train_per_token``, ``train_per_pair``: scaled by ``now / was`` (the trainer's FLOPs,
+      fewer GPUs);
+    - ``train_fix``: ``given + (now - was)``. The preset's ``train_fix`` is the cluster's
+      ``train_fix`` field, the same on both, plus the optimizer state's move to and from host
+      memory when the trainer cannot hold it (``Cluster.optimizer_move_s``, 2·12·P / trainer
+      GPUs / host bandwidth), an additive time per update that depends on the trainer's GPUs
+      alone. A ratio (4.01 on h100-llama3.1-8b-2gpu) kept a fitted 0 at 0, where the split
+      takes 4.01 s, and made a measured 2 s 8.02 s, where it takes 5.01 s; the difference adds
+      the move the split does and the cluster did not. Never below 0;
+    - ``sync_s``: scaled by ``now / was``, except on a profile whose sync holds the rollout's
+      onload: a colocated sync column that wakes the rollout up first (verl's
+      ``timing_s/update_weights``, OpenRLHF's colocated ``timing/broadcast``) is fitted with
+      ``onload_s`` set to 0 (``calibrate --from-metrics``, :func:`~sortedrl.calibration.build.
+      _trainer_form`), so its ``sync_s`` is the preset's sync + onload measured together. The
+      split has no onload, so that ``sync_s`` is scaled by ``now.sync_s / (was.sync_s +
+      was.onload_s)``: the measured sum is taken to be off the preset's sum by one factor,
+      which maps the preset's own sum to exactly the split's sync and never goes below 0 (a
+      subtraction of the preset's onload could, where the measured sum is less). Such a profile
+      is told by its costs alone (a cluster does not carry the profile's ``fit``): colocated,
+      ``onload_s`` 0 where the preset's is not, and ``offload_s`` not 0 (the fit keeps the
+      base's offload; costs that price no sleep at all set both to 0).
+
+    Costs equal to the preset's own map to exactly the split preset's terms."""
     given = cluster.costs
     was = dataclasses.replace(cluster, costs=None).cost()
     now = dataclasses.replace(split, costs=None).cost()
-    scaled = {name: getattr(given, name) * (getattr(now, name) / getattr(was, name))
-              for name in TRAINER_TERMS if getattr(was, name) > 0}
+    # (written so that a term equal to the preset's gives the split's to the last bit)
+    scaled = {name: getattr(now, name) * (getattr(given, name) / getattr(was, name))
+              for name in ("train_per_token", "train_per_pair") if getattr(was, name) > 0}
+    scaled["train_fix"] = max(0.0, (given.train_fix - was.train_fix) + now.train_fix)
+    sync_was = was.sync_s + (was.onload_s if _sync_holds_onload(cluster, given, was) else 0.0)
+    if sync_was > 0:
+        scaled["sync_s"] = now.sync_s * (given.sync_s / sync_was)
     return dataclasses.replace(given, **scaled)
+
+
+def _sync_holds_onload(cluster: Cluster, given: CostModel, preset_costs: CostModel) -> bool:
+    """Whether ``given.sync_s`` holds the rollout's onload: see :func:`split_costs`."""
+    return (cluster.placement == "colocated" and given.onload_s == 0 and preset_costs.onload_s > 0
+            and given.offload_s > 0)
 
 
 def placement_note(policy: str, placements: tuple[str, ...] | None, cluster: Cluster) -> str | None:

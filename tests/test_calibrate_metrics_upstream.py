@@ -352,8 +352,8 @@ def test_openrlhf_wandb_export_with_train_prefix_and_total_length(tmp_path):
     assert tr["columns"] == {"update": ["train/timing/ppo_train", "train/timing/make_experience"],
                              "tokens": f"{OR_SAMPLES} x train/total_length", "sync": "train/timing/broadcast"}
     # the synchronous trainer: a pure sync (on this colocated preset with the weights' wake-up in it,
-    # whose note tests/test_openrlhf_colocated.py checks)
-    assert [n for n in tr.get("notes", []) if not n.startswith("onload_s 0 ")] == []
+    # whose note tests/test_openrlhf_colocated.py checks; the pair term's: tests/test_trainer_fit_roundtrip.py)
+    assert [n for n in tr.get("notes", []) if not n.startswith(("onload_s 0 ", "train_per_pair 0 "))] == []
     assert "sync_upper_bound" not in tr
 
 

@@ -69,7 +69,9 @@ def test_colocated_broadcast_holds_the_onload(tmp_path):
     assert "onload_s" in tr["fixed_by_model"]
     note = (f"onload_s 0 (the base's {base.onload_s:.4g} s): OpenRLHF's colocated train/timing/broadcast wakes "
             "the rollout's weights up (vLLM sleep mode, wake_up of the weights) before the sync")
-    assert tr["notes"] == [note]
+    pair = (f"train_per_pair 0 (the base's {base.train_per_pair:.3g} s/attention pair): the metrics give no "
+            "per-sample lengths, so the attention pairs are fitted into train_per_token")
+    assert tr["notes"] == [pair, note]
     shown = _show(out)
     assert f"  {note}" in shown and f"  {note}" in lines
     assert next(x for x in shown if x.startswith("  onload_s ")).endswith(
@@ -82,5 +84,6 @@ def test_a_disaggregated_cluster_keeps_its_onload(tmp_path):
     cluster.write_text(json.dumps({"preset": PRESET, "placement": "disaggregated", "train_gpus": 4}))
     out, _ = _calibrate(tmp_path, str(cluster))
     tr = json.loads(out.read_text())["fit"]["trainer"]
-    assert "onload_s" not in tr["fixed_by_model"] and "notes" not in tr
+    assert "onload_s" not in tr["fixed_by_model"]
+    assert [n for n in tr.get("notes", []) if not n.startswith("train_per_pair 0 ")] == []
     assert load_cluster(str(out)).cost().sync_s == pytest.approx(SYNC)

@@ -79,9 +79,16 @@ def _trainer_form(trainer: dict, cluster: Cluster, base: CostModel) -> tuple[dic
     (engine_workers.py ``update_weights``), OpenRLHF's colocated ``timing/broadcast`` wakes its
     weights up (ppo_trainer.py ``broadcast_to_vllm``): the fitted sync holds the onload
     (:func:`~sortedrl.calibration.metrics_layouts.onload_in_sync`). Returns the terms,
-    and a note for each that a base gave otherwise (``profile show`` prints them)."""
+    and a note for each that a base gave otherwise (``profile show`` prints them). The pairs
+    cannot be fitted apart: verl logs only the lengths' mean, max and min, and Σ L(L+1)/2 over a
+    step's samples is not a function of them; with a base that prices them the fitted
+    per-token term comes back high (+10% on h100-llama3.1-8b-2gpu, the audit's run) and
+    ``train_fix`` at its bound 0 (:func:`~sortedrl.calibration.metrics_fit.fix_at_bound_note`)."""
     fixed = {"train_per_pair": 0.0, "train_padded": False, "train_micro_pairs": 0.0}
     notes = []
+    if base.train_per_pair:
+        notes.append(f"train_per_pair 0 (the base's {base.train_per_pair:.3g} s/attention pair): the metrics give no "
+                     "per-sample lengths, so the attention pairs are fitted into train_per_token")
     if base.train_padded or base.train_micro_pairs:
         notes.append(f"train_padded {str(base.train_padded).lower()} and train_micro_pairs "
                      f"{base.train_micro_pairs:g} of the base set to false and 0: the fitted tokens are unpadded")

@@ -24,6 +24,13 @@ the same prompt text within one step, and a prompt drawn twice in one step makes
 2 x n that the common step splits in file order (verl reorders the batch for balance before the
 dump, so which draw a sample belongs to is not known; the lengths are the same).
 
+Order. verl dumps after ``_balance_batch`` (``ray_trainer.py`` ``fit``: balance, train, then
+``_log_rollout_data``), so a step's file order is the balance order, not the order verl
+dispatched the prompts in. The simulator places samples on engines by file order
+(``policies/placement.py``), where verl routed each request to the least-loaded server: a
+replay's placement differs from the run's (the audit measured +1.9% makespan on one case; one
+case, not a bound). docs/traces.md says the same.
+
 Multi-turn (agent-loop) samples: verl marks model tokens 1 and tool tokens 0 in ``response_mask``.
 When a record carries it (a reward function's extra info is dumped per sample), its runs give the
 turns and the response length is the generated tokens only; the dump has no per-call tool
