@@ -17,6 +17,7 @@ from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
 from sortedrl.calibration.metrics_layouts import onload_in_sync
 from sortedrl.calibration.show import check_records, render
+from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.calibration.vllm_bench import check_enough, fit_bench
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster, load_cluster
@@ -28,9 +29,10 @@ MODEL_FIXED = ("a0", "c1", "p2", "pn", "prefill_in_step", "step_table")  # set b
 
 def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
                   samples_per_step: int | None = None, updates_per_row: int | None = None,
-                  run: str | None = None) -> dict:
+                  run: str | None = None, trace: Path | None = None) -> dict:
     """The profile JSON: every input is read and fitted before anything is written. ``run``:
-    the run to read of a W&B export of several (``--run``)."""
+    the run to read of a W&B export of several (``--run``); ``trace``: the length trace of the
+    metrics' run (``--trace``), whose per-step samples fit ``train_per_pair`` too."""
     _check_inputs(bench, metrics)
     cluster = load_cluster(cluster_spec)
     base = _base_profile(cluster_spec, cluster)
@@ -52,7 +54,8 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
         if models:
             base["model"] = ", ".join(models)
     if metrics is not None:
-        trainer = fit_metrics(read_metrics(metrics, run), str(metrics), samples_per_step, updates_per_row)
+        steps = TraceSteps(trace, costs) if trace is not None else None
+        trainer = fit_metrics(read_metrics(metrics, run), str(metrics), samples_per_step, updates_per_row, steps)
         fixed, notes = _trainer_form(trainer, cluster, costs)
         costs = dataclasses.replace(costs, **fixed, **{k: v["value"] for k, v in trainer["terms"].items()})
         fit["trainer"] = {**trainer, "fixed_by_model": list(fixed)}
@@ -62,7 +65,8 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     names = [f.name for f in dataclasses.fields(CostModel)]
     fit["from_preset"] = [n for n in names if n not in measured]
     base.update(costs=_costs_json(costs), fit=fit, measured_terms=sorted(measured),
-                sources=[*base.get("sources", []), *map(str, bench), *([str(metrics)] if metrics else [])])
+                sources=[*base.get("sources", []), *map(str, bench), *([str(metrics)] if metrics else []),
+                         *([str(trace)] if trace is not None and metrics else [])])
     # what --cluster would refuse is not written (durations of a few ns fitted t_fix = 0)
     profile_cluster(json.loads(json.dumps(base)), "the fitted profile (not written)", "check")
     return base
@@ -83,7 +87,22 @@ def _trainer_form(trainer: dict, cluster: Cluster, base: CostModel) -> tuple[dic
     cannot be fitted apart: verl logs only the lengths' mean, max and min, and Σ L(L+1)/2 over a
     step's samples is not a function of them; with a base that prices them the fitted
     per-token term comes back high (+10% on h100-llama3.1-8b-2gpu, the audit's run) and
-    ``train_fix`` at its bound 0 (:func:`~sortedrl.calibration.metrics_fit.fix_at_bound_note`)."""
+    ``train_fix`` at its bound 0 (:func:`~sortedrl.calibration.metrics_fit.fix_at_bound_note`).
+    With ``--trace`` (``fit.trainer.trace``) the pairs are fitted and the tokens and pairs were
+    counted under the base's padding and micro-batches, which the profile keeps: none is set."""
+    if "trace" in trainer:
+        fixed, notes = {}, []
+    else:
+        fixed, notes = _metrics_only_form(base)
+    held = onload_in_sync(trainer["columns"].get("sync"))
+    if held is not None and cluster.placement == "colocated":
+        fixed["onload_s"] = 0.0
+        notes.append(f"onload_s 0 (the base's {base.onload_s:.4g} s): {held[1]}")
+    return fixed, notes
+
+
+def _metrics_only_form(base: CostModel) -> tuple[dict, list[str]]:
+    """The pair and padding terms a fit of the metrics alone sets, and a note for each a base gave."""
     fixed = {"train_per_pair": 0.0, "train_padded": False, "train_micro_pairs": 0.0}
     notes = []
     if base.train_per_pair:
@@ -92,10 +111,6 @@ def _trainer_form(trainer: dict, cluster: Cluster, base: CostModel) -> tuple[dic
     if base.train_padded or base.train_micro_pairs:
         notes.append(f"train_padded {str(base.train_padded).lower()} and train_micro_pairs "
                      f"{base.train_micro_pairs:g} of the base set to false and 0: the fitted tokens are unpadded")
-    held = onload_in_sync(trainer["columns"].get("sync"))
-    if held is not None and cluster.placement == "colocated":
-        fixed["onload_s"] = 0.0
-        notes.append(f"onload_s 0 (the base's {base.onload_s:.4g} s): {held[1]}")
     return fixed, notes
 
 

@@ -29,6 +29,7 @@ profile_app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 
 RUN_ONLY_WITH_METRICS = "--run: only with --from-metrics (the run of a W&B export to read)"
+TRACE_ONLY_WITH_METRICS = "--trace: only with --from-metrics (the length trace of the run the metrics logged)"
 
 
 def check_profile_name(out: Path) -> None:
@@ -40,7 +41,8 @@ def check_profile_name(out: Path) -> None:
 
 def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
                        samples_per_step: int | None = None, force: bool = False,
-                       updates_per_row: int | None = None, run: str | None = None) -> None:
+                       updates_per_row: int | None = None, run: str | None = None,
+                       trace: Path | None = None) -> None:
     """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
     check_profile_name(out)
     if cluster is None:
@@ -53,10 +55,12 @@ def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | N
                           else "--updates-per-row: only with --from-metrics (the updates a logged row holds)")
     if run is not None and metrics is None:
         raise ConfigError(RUN_ONLY_WITH_METRICS)
-    inputs = [*bench, metrics, Path(cluster) if cluster.endswith(".json") else None]
+    if trace is not None and metrics is None:
+        raise ConfigError(TRACE_ONLY_WITH_METRICS)
+    inputs = [*bench, metrics, trace, Path(cluster) if cluster.endswith(".json") else None]
     outs = Outputs("calibrate", force, inputs=inputs)
     outs.file(out, "--out")
-    profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row, run)
+    profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row, run, trace)
     outs.write({out: write_json(profile, out)})
     print_notes(outs)
     typer.echo(f"wrote {out}")

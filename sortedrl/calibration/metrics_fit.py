@@ -7,7 +7,10 @@ fully-async trainer logs one row per weight sync, each time the sum of the updat
 whose tokens are prompt + response of every trained sample and which includes the extra forward
 passes for old and reference log-probs) is fitted by linear least squares over the rows;
 ``sync_s`` is the median weight sync, from a column that holds the sync alone
-(:func:`~sortedrl.calibration.metrics_layouts.sync_column`). Metric names map to roles through
+(:func:`~sortedrl.calibration.metrics_layouts.sync_column`). With the run's length trace
+(``--trace``) each row's tokens and attention pairs come from its samples and
+``n·train_fix + train_per_token·tokens + train_per_pair·pairs`` is fitted
+(:mod:`~sortedrl.calibration.trace_pairs`). Metric names map to roles through
 :data:`ROLES`, the one table docs/calibration.md documents; a name may carry OpenRLHF's ``train/``
 prefix (its W&B and TensorBoard loggers put it before every key). Accepted files:
 - verl's file logger (``VERL_FILE_LOGGER_PATH``): JSON lines ``{"step": N, "data": {...}}``,
@@ -39,6 +42,7 @@ from sortedrl.calibration.metrics_layouts import (
     sync_column,
     updates_per_row,
 )
+from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.wandb_runs import only_run, present
@@ -193,14 +197,18 @@ def _column(metrics: dict, role: str) -> tuple[str, dict[int, float]] | None:
 
 
 def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_step: int | None = None,
-                updates: int | None = None) -> dict:
+                updates: int | None = None, trace: TraceSteps | None = None) -> dict:
     """Fit ``train_fix``, ``train_per_token`` and ``sync_s``; says which columns it used.
-    ``samples_per_step``: samples trained per update; ``updates``: ``--updates-per-row``."""
+    ``samples_per_step``: samples trained per update; ``updates``: ``--updates-per-row``;
+    ``trace``: the run's length trace (``--trace``), which gives each row's tokens and attention
+    pairs, so ``train_per_pair`` is fitted too (:mod:`~sortedrl.calibration.trace_pairs`)."""
     parts = {r: c for r in UPDATE_PARTS if (c := _column(metrics, r))}
     if "update" not in parts:
         raise ConfigError(f"{where}: no update time: needs one of {', '.join(ROLES['update'])} "
                           f"(columns found: {_listing(sorted(metrics))})")
     k = updates_per_row(metrics, where, updates)
+    if trace is not None:
+        return _fit_with_trace(metrics, where, samples_per_step, k, parts, trace)
     tokens, token_source, per_update = _tokens(metrics, where, samples_per_step)
     sync, notes, upper = sync_column(metrics, _column(metrics, "sync"))
     for name, column in [*parts.values(), (token_source, tokens), *([sync] if sync else [])]:
@@ -212,28 +220,84 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
                           "the fit needs at least 2")
     N = np.array([float(n[s]) for s in steps])
     T = np.array([tokens[s] for s in steps]) * (N if per_update else 1.0)
+    t = _update_times(where, parts, steps)
+    if np.ptp(T / N) <= 0:
+        raise ConfigError(f"{where}: every update trained {T[0] / N[0]:g} tokens: the per-token and fixed "
+                          "update times cannot be told apart")
+    X = np.column_stack([N, T])  # a row of n updates: n fixed times, and the tokens of all n
+    fit = _fit_record(where, k, steps, X, t, parts, {"tokens": token_source})
+    return _with_sync(fit, sync, notes, upper, pairs_fitted=False)
+
+
+def _fit_with_trace(metrics: dict, where: str, samples_per_step: int | None, k: int, parts: dict,
+                    trace: TraceSteps) -> dict:
+    """The fit of [updates, tokens, pairs] a row, the tokens and pairs from the trace; the
+    metrics' own tokens (when logged) only checked against the trace's."""
+    logged = _logged_tokens(metrics, where, samples_per_step)
+    sync, notes, upper = sync_column(metrics, _column(metrics, "sync"))
+    for name, column in [*parts.values(), *([logged[:2]] if logged else []), *([sync] if sync else [])]:
+        _check_range(where, name, column)
+    n = row_updates(metrics, where, sorted(set.intersection(*(set(c[1]) for c in parts.values()))), k)
+    row_tokens = None if logged is None else (logged[0], {s: v * (n[s] if logged[2] else 1)
+                                                          for s, v in logged[1].items() if s in n})
+    steps, X, trace_notes = trace.design(metrics, where, n, k, row_tokens)
+    t = _update_times(where, parts, steps)
+    if np.linalg.matrix_rank(X / X.max(axis=0)) < X.shape[1]:
+        raise ConfigError(f"--trace {trace.where}: the matched steps' updates, tokens and attention pairs are "
+                          "proportional: the fixed, per-token and per-pair times cannot be told apart")
+    columns = {"tokens": f"trace {trace.where} (prompt + response of each step's samples)",
+               "pairs": f"trace {trace.where} (sum of L(L+1)/2 over each step's samples)"}
+    if logged is not None:
+        columns["tokens_checked"] = logged[0]
+    fit = _fit_record(where, k, steps, X, t, parts, columns)
+    fit["trace"] = trace.where
+    return _with_sync(fit, sync, [*notes, *trace_notes], upper, pairs_fitted=True)
+
+
+def _logged_tokens(metrics: dict, where: str, samples_per_step: int | None
+                   ) -> tuple[str, dict[int, float], bool] | None:
+    """The metrics' tokens (name, step -> tokens, per update?) as :func:`_tokens` reads them;
+    None when the file has none (with ``--trace`` they are not needed)."""
+    try:
+        tokens, source, per_update = _tokens(metrics, where, samples_per_step)
+    except ConfigError:
+        return None
+    return source, tokens, per_update
+
+
+def _update_times(where: str, parts: dict, steps: list[int]) -> np.ndarray:
     t = np.array([sum(c[1][s] for c in parts.values()) for s in steps])
     if not t.all():  # the fit weighs each step by 1 / its time
         step = steps[int(np.flatnonzero(t == 0)[0])]
         raise ConfigError(f"{where}: the update at step {step} took 0 s: a step that logs an "
                           "update time must have trained")
-    if np.ptp(T / N) <= 0:
-        raise ConfigError(f"{where}: every update trained {T[0] / N[0]:g} tokens: the per-token and fixed "
-                          "update times cannot be told apart")
+    return t
+
+
+TERM_UNITS = (("train_fix", "s/update"), ("train_per_token", "s/token"), ("train_per_pair", "s/pair"))
+
+
+def _fit_record(where: str, k: int, steps: list[int], X: np.ndarray, t: np.ndarray, parts: dict,
+                columns: dict) -> dict:
+    """Non-negative least squares of the update times ``t`` on the columns of ``X`` (updates,
+    tokens[, pairs] a row), each row weighed by 1 / its time."""
     from scipy.optimize import lsq_linear
 
-    X = np.column_stack([N, T])  # a row of n updates: n fixed times, and the tokens of all n
     w = 1.0 / np.maximum(t, 1e-12)
-    scale = np.array([N.max(), T.max()])
+    scale = X.max(axis=0)
     x = lsq_linear((X / scale) * w[:, None], t * w, bounds=(0.0, np.inf)).x / scale
     pred = X @ x
-    fit = {"source": "metrics", "file": where, "steps": len(steps), "updates_per_row": k,
-           "updates": int(N.sum()),
-           "columns": {"update": [c[0] for c in parts.values()], "tokens": token_source},
-           "terms": {"train_fix": {"value": float(x[0]), "unit": "s/update"},
-                     "train_per_token": {"value": float(x[1]), "unit": "s/token"}},
-           "update_mape_pct": float(100.0 * np.mean(np.abs(pred - t) / t)),
-           "update_s_mean": float((t / N).mean()), "tokens_mean": float((T / N).mean())}
+    N, T = X[:, 0], X[:, 1]
+    return {"source": "metrics", "file": where, "steps": len(steps), "updates_per_row": k,
+            "updates": int(N.sum()),
+            "columns": {"update": [c[0] for c in parts.values()], **columns},
+            "terms": {name: {"value": float(v), "unit": unit} for (name, unit), v in zip(TERM_UNITS[:len(x)], x, strict=True)},
+            "update_mape_pct": float(100.0 * np.mean(np.abs(pred - t) / t)),
+            "update_s_mean": float((t / N).mean()), "tokens_mean": float((T / N).mean())}
+
+
+def _with_sync(fit: dict, sync: tuple | None, notes: list[str], upper: bool, pairs_fitted: bool) -> dict:
+    """``fit`` with the median sync (when a sync column was read) and the notes."""
     if sync is not None and sync[1]:
         vals = np.array(sorted(sync[1].values()))
         fit["terms"]["sync_s"] = {"value": float(np.median(vals)), "unit": "s/sync"}
@@ -241,8 +305,9 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
         fit["sync_spread_s"] = float(vals[-1] - vals[0])
         if upper:
             fit["sync_upper_bound"] = True
-    if x[0] <= AT_BOUND * fit["update_s_mean"]:
-        notes = [*notes, fix_at_bound_note(float(x[0]))]
+    fix = fit["terms"]["train_fix"]["value"]
+    if fix <= AT_BOUND * fit["update_s_mean"]:
+        notes = [*notes, fix_at_bound_note(fix, pairs_fitted)]
     if notes:
         fit["notes"] = notes
     return fit
@@ -251,11 +316,14 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
 AT_BOUND = 1e-6  # a fitted train_fix under this share of the mean update time: at its bound 0
 
 
-def fix_at_bound_note(value: float) -> str:
+def fix_at_bound_note(value: float, pairs_fitted: bool = False) -> str:
     """The note for a ``train_fix`` fitted at (or within :data:`AT_BOUND` of) its bound 0: the
     per-token term took the fixed time. In the audit's colocated h100-llama3.1-8b-2gpu run
     (train_fix 1 s, attention pairs priced) the fit gave 1.8e-9 s and a per-token term 10% high,
-    at a 1.3% update MAPE."""
+    at a 1.3% update MAPE. With ``--trace`` (``pairs_fitted``) the pairs have their own term."""
+    if pairs_fitted:
+        return (f"train_fix {value:.3g} s is at its bound 0: the fixed time per update is not separable "
+                "from these steps; a constant share of the per-token or per-pair time took it")
     return (f"train_fix {value:.3g} s is at its bound 0: the fixed time per update is not separable "
             "from these metrics; the attention pairs (not in the metrics, so fitted into "
             "train_per_token) or a constant share of the per-token time took it, and train_per_token "

