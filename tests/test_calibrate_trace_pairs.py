@@ -147,15 +147,16 @@ def test_trace_without_from_metrics_is_an_error(tmp_path):
     assert not out.exists()
 
 
-def test_a_row_of_k_updates_sums_k_trace_steps(tmp_path):
-    # --updates-per-row 2: row r holds the updates (trace steps) 2r - 1 and 2r
+def test_a_fully_async_row_of_k_updates_sums_k_trace_steps(tmp_path):
+    # verl's fully-async trainer (told by its keys), --updates-per-row 2: row r holds the
+    # updates (trace steps) 2r - 1 and 2r
     trace = _trace(tmp_path / "t.jsonl", range(1, 11))
     single = [json.loads(x) for x in _metrics(tmp_path / "one.jsonl", trace).read_text().splitlines()]
     rows = []
     for r in range(1, 6):
         a, b = single[2 * r - 2]["data"], single[2 * r - 1]["data"]
         rows.append({"step": r, "data": {k: a[k] + b[k] for k in a if k != "timing_s/update_weights"}
-                     | {"timing_s/update_weights": a["timing_s/update_weights"]}})
+                     | {"timing_s/update_weights": a["timing_s/update_weights"], "trainer/idle_ratio": 0.1}})
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     r, out = _calibrate(tmp_path, "--trace", str(trace), "--updates-per-row", "2")
     assert r.exit_code == 0, r.output
@@ -164,3 +165,23 @@ def test_a_row_of_k_updates_sums_k_trace_steps(tmp_path):
         assert got[term] == pytest.approx(getattr(own, term), rel=1e-6), term
     assert not any(n.startswith(("the trace's tokens", "--trace"))
                    for n in json.loads(out.read_text())["fit"]["trainer"].get("notes", []))
+
+
+def test_a_synchronous_row_of_k_minibatches_is_one_trace_step(tmp_path):
+    # verl's synchronous trainer with 2 mini-batches a step: one row and one trace step a step,
+    # two optimizer steps (two fixed times) in the row; --updates-per-row 2 counts them, and row
+    # N is still the trace's step N (before: steps 2N - 1 and 2N, half the rows left out and the
+    # terms wrong)
+    trace = _trace(tmp_path / "t.jsonl", range(1, 9))
+    own = preset(PRESET).cost()
+    rows = [json.loads(x) for x in _metrics(tmp_path / "one.jsonl", trace).read_text().splitlines()]
+    for row in rows:
+        row["data"]["timing_s/update_actor"] += own.train_fix  # the second mini-batch's fixed time
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    r, out = _calibrate(tmp_path, "--trace", str(trace), "--updates-per-row", "2")
+    assert r.exit_code == 0, r.output
+    got = _terms(out)
+    for term in TERMS:
+        assert got[term] == pytest.approx(getattr(own, term), rel=1e-6), term
+    notes = json.loads(out.read_text())["fit"]["trainer"].get("notes", [])
+    assert not any(n.startswith(("the trace's tokens", "--trace")) for n in notes), notes

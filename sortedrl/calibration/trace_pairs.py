@@ -8,11 +8,12 @@ the simulator's trainer counts them), and a step's update costs what :meth:`Cost
 and :meth:`CostModel.train_pairs` give for the step's samples under the base cluster's settings
 (padding, micro-batches).
 
-Steps match by number: a metrics row of ``n`` updates covers the trace steps ``u - n + 1 .. u``,
-``u`` its last update: the row's ``training/global_step`` (verl's fully-async trainer), else its
-step times ``--updates-per-row`` (1 by default: the row's own step; verl logs steps from 1 and its
-dump importer keeps verl's numbers). Rows whose steps are all in the trace are fitted; the others,
-and the trace steps no such row covers, are left out with a note.
+Steps match by number (verl logs steps from 1 and its dump importer keeps verl's numbers): a row
+of verl's synchronous trainer is the trace's step of its number, also with ``--updates-per-row K``
+(its K mini-batches are K updates of that one step); a row of a fully-async file (told by its keys)
+sums ``n`` updates, the trace steps ``u - n + 1 .. u``, ``u`` its last update: the row's
+``training/global_step``, else its step times K. Rows whose steps are all in the trace are fitted;
+the others, and the trace steps no such row covers, are left out with a note.
 """
 
 from __future__ import annotations
@@ -50,8 +51,7 @@ class TraceSteps:
                logged: tuple[str, dict[int, float]] | None) -> tuple[list[int], np.ndarray, list[str]]:
         """The rows fitted, their [updates, tokens, pairs] and the notes: ``updates`` maps a
         metrics row to its updates; ``logged``: the metrics' tokens of a row, to compare."""
-        spans = {s: range(last - updates[s] + 1, last + 1)
-                 for s in updates for last in [_last_update(metrics, s, k)]}
+        spans = {s: _covered_steps(metrics, s, updates[s], k) for s in updates}
         rows = [s for s in sorted(spans) if all(u in self.counts for u in spans[s])]
         if len(rows) < len(TERMS) + 1:
             raise ConfigError(f"--trace {self.where}: {len(rows)} of the {len(spans)} metrics rows match the "
@@ -93,12 +93,17 @@ def _trained_lengths(trace: Trace) -> np.ndarray:
     return lengths
 
 
-def _last_update(metrics: dict, step: int, k: int) -> int:
-    """A row's last update: its ``training/global_step`` in a fully-async file, else step x k."""
+def _covered_steps(metrics: dict, step: int, updates: int, k: int) -> range:
+    """The trace steps a metrics row trained. In a fully-async file a row sums ``updates``
+    updates, each a trace step, up to its last: its ``training/global_step``, else its step x
+    ``k``. Elsewhere a row is one step of the trace, whatever ``--updates-per-row`` says: verl's
+    synchronous trainer logs a step per row and dumps it as one trace step, and K counts its
+    mini-batches (the optimizer steps of the row), not steps."""
+    if not async_marks(metrics):
+        return range(step, step + 1)
     gs = metrics.get(GLOBAL_STEP)
-    if async_marks(metrics) and gs and step in gs:
-        return int(gs[step])
-    return step * k
+    last = int(gs[step]) if gs and step in gs else step * k
+    return range(last - updates + 1, last + 1)
 
 
 def _span(steps) -> str:

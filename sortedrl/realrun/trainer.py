@@ -191,7 +191,7 @@ class GRPOTrainer:
             "mismatch_kl": sums["mismatch_signed"] / fresh,  # E[vLLM - trainer] on fresh tokens
             "clip_fraction": sums["clipped"] / total,
             "stale_tokens": int(sums["stale"]),
-            "capped_tokens": int(sums["capped"]),  # stale tokens beyond is_cap: no gradient
+            "capped_tokens": int(sums["capped"]),  # stale tokens beyond is_cap: no policy gradient
             "tokens": int(sum(map(trained_tokens, batch)) or 1),
         }
 
@@ -211,7 +211,7 @@ class GRPOTrainer:
             stale[k, start: start + n] = torch.tensor([v < version for v in r.versions], device=self.device)
             adv[k, start: start + n] = advantages[k]
         raw = torch.exp(torch.clamp(logp - behaviour, -MAX_LOG_RATIO, MAX_LOG_RATIO))
-        capped = stale & (raw.detach() > self.is_cap)  # the clamp below gives these no gradient
+        capped = stale & (raw.detach() > self.is_cap)  # the clamp gives these no policy gradient
         ratio = torch.where(stale, torch.clamp(raw, max=self.is_cap), raw)
         unclipped = ratio * adv
         clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv
