@@ -177,3 +177,20 @@ def test_a_rollout_id_that_is_no_integer_is_one_error(tmp_path) -> None:
     samples = [_sample(0, 0, _ids(0, 15), 5, [1] * 5, rollout_id="r0")]
     with pytest.raises(TraceError, match=r"sample 0: field 'rollout_id': 'r0' is not an integer"):
         import_framework("slime", _pt(tmp_path / "0.pt", 0, samples))
+
+
+def test_a_folded_sample_with_no_trained_token_adds_no_turn(tmp_path) -> None:
+    # the second sample of rollout 7 re-emits the first turn untrained, then a tool tail and an
+    # untrained output: nothing of it was generated for this trajectory (was: 33 generated
+    # tokens, and the sample counted as one that does not extend the first)
+    p, o1 = _ids(0, 10), _ids(100, 20)
+    first = _chain([(p, o1)])
+    second = _chain([(p, o1), (p + o1 + _ids(200, 5), _ids(300, 8))], trained=[False, False])
+    assert 1 not in second[2]
+    samples = [_sample(0, 7, *first, rollout_id=7), _sample(0, 7, *second, rollout_id=7),
+               _plain(0, 8, rlen=40)]
+    trace, report = import_framework("slime", _pt(tmp_path / "0.pt", 0, samples))
+    assert trace.turn_gen.tolist() == [20, 40]
+    assert trace.response_len.tolist() == [20, 40]
+    assert not any("do not extend" in n for n in report.notes)
+    assert any(n.startswith("folded 2 samples into 1 trajectories") for n in report.notes)

@@ -249,7 +249,10 @@ def add_trajectories(rows: Rows, calls: list[Call]) -> None:
 def _fold(traj: list[Call]) -> tuple[tuple[list[int], list[float], list[int]], int]:
     """The trajectory's turns: each sample's, in order; between two samples, the context the
     next one adds after the previous one's last generated token, when its tokens extend them
-    (else unknown: 0, and counted)."""
+    (else unknown: 0, and counted). A sample with no trained token (a branch re-emitting turns
+    another sample trained, and context) adds no turn: its tokens are context, and the next
+    sample is compared with the one before it."""
+    traj = [c for c in traj if c.mask is None or 1 in c.mask] or traj
     gen: list[int] = []
     secs: list[float] = []
     tools: list[int] = []
