@@ -21,6 +21,11 @@ def run_of(column: str) -> str | None:
     return run.strip() if sep else None
 
 
+def metric_of(column: str) -> str:
+    """The metric of a ``<run> - <metric>`` column; a column of no run is its own name."""
+    return column.rpartition(" - ")[2].strip()
+
+
 def export_runs(header: list[str]) -> list[str]:
     """The runs with columns in ``header``, in the order the export first names them."""
     return list(dict.fromkeys(run for h in header if (run := run_of(h)) is not None))

@@ -45,7 +45,7 @@ from sortedrl.calibration.metrics_layouts import (
 from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
-from sortedrl.wandb_runs import only_run, present
+from sortedrl.wandb_runs import metric_of, only_run, present
 
 # role -> metric names, verl first, then OpenRLHF (each also read with OpenRLHF's "train/" prefix).
 # Update time is the sum of the roles marked "update" that are present; tokens come from total
@@ -154,7 +154,7 @@ def _step_column(header: list[str], where: str) -> tuple[int, bool]:
     if "step" in lower:
         return lower.index("step"), False
     for i, h in enumerate(header):
-        if h.rpartition(" - ")[2].strip() == STEP_METRIC:
+        if metric_of(h) == STEP_METRIC:
             return i, True
     raise ConfigError(f"{where}: no 'Step' (or '{STEP_METRIC}') column (columns found: {_listing(present(header))})")
 
@@ -167,7 +167,7 @@ def _csv_names(header: list[str], step_col: int) -> dict[int, str]:
         if (i == step_col or not h or h.endswith(("__MIN", "__MAX"))
                 or h.strip().lower().startswith("_")):
             continue
-        names[i] = h.rpartition(" - ")[2].strip()  # a run name may hold " - "; a metric never
+        names[i] = metric_of(h)
     return names
 
 

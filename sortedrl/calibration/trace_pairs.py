@@ -41,11 +41,13 @@ class TraceSteps:
         if trace.step is None:
             raise ConfigError(f"--trace {self.where}: the trace has no 'step' column: the fit matches its "
                               "samples to the metrics' steps by it")
-        lengths = _trained_lengths(trace)
+        order = np.argsort(trace.step, kind="stable")  # each step's samples, in trace order
+        steps, starts = np.unique(trace.step[order], return_index=True)
+        groups = np.split(_trained_lengths(trace)[order], starts[1:])
         self.counts: dict[int, tuple[int, int, int]] = {}
-        for step in np.unique(trace.step):
-            ls = lengths[trace.step == step].tolist()
-            self.counts[int(step)] = (costs.train_tokens(ls), costs.train_pairs(ls), sum(ls))
+        for step, group in zip(steps.tolist(), groups, strict=True):
+            ls = group.tolist()
+            self.counts[step] = (costs.train_tokens(ls), costs.train_pairs(ls), sum(ls))
 
     def design(self, metrics: dict, where: str, updates: dict[int, int], k: int,
                logged: tuple[str, dict[int, float]] | None) -> tuple[list[int], np.ndarray, list[str]]:
