@@ -4,7 +4,12 @@ Runs ``sortedrl run`` (sync policy) for ``--steps`` steps on a fresh tiny model,
 reward per update, its average over the first and last fifths, and greedy exact-match accuracy
 on 256 held-out problems before and after training. Prints figures, asserts nothing.
 
+``--objective decoupled`` trains stale tokens with AReaL's decoupled loss (``sortedrl run
+--objective``); ``--set key=value`` passes a policy knob (repeatable). The last line sums the
+updates' stale, capped and clipped tokens.
+
 Run: python bench/learning.py [--steps 100] [--prompts 16] [--group-size 8] [--lr 1e-3]
+     [--policy sync] [--set key=value ...] [--objective bypass|decoupled] [--is-cap 2]
 """
 
 from __future__ import annotations
@@ -43,10 +48,14 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup-steps", type=int, default=150)
     ap.add_argument("--policy", default="sync")
+    ap.add_argument("--set", action="append", default=[], dest="sets")
+    ap.add_argument("--objective", default="bypass", choices=("bypass", "decoupled"))
+    ap.add_argument("--is-cap", type=float, default=2.0)
     args = ap.parse_args()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from sortedrl.realrun.checkpoint import load_tensors
     from sortedrl.realrun.model import init_model
     from sortedrl.realrun.run import RunConfig, run_real
     from sortedrl.realrun.task import SortTask
@@ -58,18 +67,23 @@ def main() -> None:
     before = accuracy(AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32), tok, held_out)
     t0 = time.perf_counter()
     run_real(RunConfig(model=str(model), policy=args.policy, out=str(work / "run"), steps=args.steps,
-                       prompts=args.prompts, group_size=args.group_size, lr=args.lr))
+                       prompts=args.prompts, group_size=args.group_size, lr=args.lr,
+                       sets=args.sets, objective=args.objective, is_cap=args.is_cap))
     wall = time.perf_counter() - t0
     rows = [json.loads(x) for x in (work / "run" / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward_mean"] for r in rows]
     k = max(1, len(rewards) // 5)
     trained = AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32)
-    trained.load_state_dict(torch.load(work / "run" / "checkpoint" / "trainer.pt", weights_only=True)["model"])
+    trained.load_state_dict(load_tensors(work / "run" / "checkpoint" / "model.safetensors"))
     after = accuracy(trained, tok, held_out)
     print(f"{args.steps} steps x {args.prompts} prompts x {args.group_size} in {wall:.0f} s")
     print("reward per update:", " ".join(f"{r:.2f}" for r in rewards))
     print(f"mean reward: first {k} updates {sum(rewards[:k]) / k:.3f}, last {k} {sum(rewards[-k:]) / k:.3f}")
     print(f"held-out greedy exact match: before {before:.3f}, after {after:.3f}")
+    total = sum(r["tokens"] for r in rows)
+    clipped = sum(r["clip_fraction"] * r["tokens"] for r in rows)
+    print(f"{args.objective}: trained tokens {total:,}, stale {sum(r['stale_tokens'] for r in rows):,}, "
+          f"capped {sum(r['capped_tokens'] for r in rows):,}, clipped {clipped:,.0f}")
 
 
 if __name__ == "__main__":

@@ -331,10 +331,30 @@ def test_vllm_and_trainer_log_probs_agree_at_temperature_below_one(tiny_model, t
     assert metrics and max(m["logprob_mismatch"] for m in metrics) < 1e-5
 
 
+def test_decoupled_objective_trains_stale_tokens_without_clipping(tiny_model, tmp_path):
+    """--objective decoupled (AReaL's loss, the proximal policy the trained weights): partial
+    rollout carries tokens over updates, so updates train stale tokens; the ratio to the
+    proximal policy is 1, so no token is clipped; the run records the objective and its cap."""
+    out = tmp_path / "dec"
+    r = run(tiny_model, out, "--policy", "sortedrl", "--set", "mode=partial", "--set",
+            "update_batch=8", "--steps", "2", "--objective", "decoupled", "--is-cap", "3")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["samples_trained"] == 2 * 8 * 4
+    meta = Timeline.read_jsonl(out / "timeline.jsonl").meta["run"]
+    assert (meta["objective"], meta["is_cap"]) == ("decoupled", 3.0)
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["clip_fraction"] for m in metrics] == [0.0] * len(metrics)
+    assert sum(m["stale_tokens"] for m in metrics) > 0
+    assert all(0 <= m["capped_tokens"] <= m["tokens"] for m in metrics)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--temperature", "0"], "--temperature: must be a number > 0, got 0.0"),
     (["--device", "tpu"], "--device: unknown device 'tpu' (known: cpu, cuda)"),
     (["--dtype", "float16"], "--dtype: unknown dtype 'float16' (known: float32, bfloat16)"),
+    (["--objective", "tis"], "--objective tis: expected one of bypass, decoupled"),
+    (["--is-cap", "1"], "--is-cap: must be a number > 1, got 1.0"),
+    (["--is-cap", "nan"], "--is-cap nan: must be a finite number"),
     (["--device", "cuda"], "--device cuda: torch sees no CUDA device here"),
     (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
     (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, sort-tool, or module:factory)"),

@@ -1,5 +1,6 @@
 """The real runner's GRPO loss on hand-set log-probs (no model): the log-ratio clamp and the
-clip fraction, checked against verl's ``compute_policy_loss`` (core_algos.py)."""
+clip fraction, checked against verl's ``compute_policy_loss`` (core_algos.py), and the decoupled
+objective against AReaL's ``ppo_actor_loss_fn`` with the proximal policy the trained weights."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ torch = pytest.importorskip("torch", reason="the real runner's trainer needs the
 from sortedrl.realrun.trainer import GRPOTrainer, Rollout  # noqa: E402
 
 
-def _trainer(logps: list[float]):
+def _trainer(logps: list[float], objective: str = "bypass"):
     """A GRPOTrainer whose policy log-prob of sample i's one response token is ``logps[i]`` (a
     leaf tensor, so the update's gradient is visible) and whose optimizer steps nothing."""
     leaf = torch.tensor([[x] for x in logps], requires_grad=True)
     t = object.__new__(GRPOTrainer)
     t.torch, t.device, t.max_pairs = torch, torch.device("cpu"), 2**21
-    t.clip, t.is_cap, t.kl_coef, t.ref = 0.2, 2.0, 0.0, None
+    t.clip, t.is_cap, t.kl_coef, t.ref, t.objective = 0.2, 2.0, 0.0, None, objective
     t.opt = torch.optim.SGD([leaf], lr=0.0)
     t._logps = lambda model, batch: (leaf[[r.sample for r in batch]],
                                      torch.ones((len(batch), 1)))
@@ -67,3 +68,31 @@ def test_capped_tokens_counts_the_stale_tokens_the_is_cap_masked():
     m = t.update(_batch([-2.0, -2.0]), [-1.0, -1.0], 0)
     assert (m["stale_tokens"], m["capped_tokens"]) == (0, 0)
     assert [g == 0 for g in leaf.grad.flatten().tolist()] == [False, False]
+
+
+def test_decoupled_weights_each_token_by_its_ratio_and_never_clips():
+    # AReaL's decoupled loss, proximal = the trained weights: ratio to the proximal policy 1 (the
+    # clip never binds), each token's gradient -w * A / tokens with w = exp(trainer - vLLM).
+    # The same tokens under bypass lose the gradient of the two the clip removes (test above).
+    ratios, advs = [1.3, 1.3, 0.7, 0.7], [1.0, -1.0, 1.0, -1.0]
+    t, leaf = _trainer([-2.0 + math.log(r) for r in ratios], "decoupled")
+    m = t.update(_batch([-2.0] * 4, version=0), advs, 1)  # stale: sampled by version 0
+    assert m["clip_fraction"] == 0.0
+    assert m["stale_tokens"] == 4 and m["capped_tokens"] == 0
+    assert leaf.grad.flatten().tolist() == pytest.approx([-1.3 / 4, 1.3 / 4, -0.7 / 4, 0.7 / 4], rel=1e-6)
+    assert m["loss"] == pytest.approx(-(1.3 - 1.3 + 0.7 - 0.7) / 4, abs=1e-7)
+
+
+def test_decoupled_masks_every_token_whose_weight_exceeds_is_cap():
+    # AReaL filters tokens with behav_imp_weight > behav_imp_weight_cap, stale or not: weight 3.0
+    # against is_cap 2.0 gets no gradient; 1.5 gets -1.5 * A / 2
+    for version in (0, 1):
+        t, leaf = _trainer([-2.0 + math.log(3.0), -2.0 + math.log(1.5)], "decoupled")
+        m = t.update(_batch([-2.0, -2.0]), [-1.0, -1.0], version)
+        assert m["capped_tokens"] == 1
+        assert leaf.grad.flatten().tolist() == pytest.approx([0.0, 1.5 / 2], rel=1e-6)
+
+
+def test_objective_is_checked_before_the_model_loads():
+    with pytest.raises(ValueError, match="objective 'tis': expected one of bypass, decoupled"):
+        GRPOTrainer("/nonexistent", objective="tis")

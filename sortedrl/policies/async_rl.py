@@ -13,8 +13,9 @@ floor((N - 1) / B) <= v + eta, i.e. ``capacity = min(max_concurrent - running,
 That rule bounds staleness at submission only; with interruptible generation a long response
 outlives it and is trained anyway, as AReaL and verl's fully-async trainer do, so a trained token
 may be more than eta versions old. (AReaL trains such tokens with its decoupled PPO objective;
-the real runner does not: it clips against vLLM's behaviour log-probs and masks stale tokens
-beyond ``is_cap``, see docs/policies.md, "What the real runner's update is, and is not".) Set
+the real runner does so under ``--objective decoupled``, and by default clips against vLLM's
+behaviour log-probs and masks stale tokens beyond ``is_cap``: docs/policies.md, "What the real
+runner's update is, and is not".) Set
 ``drop_stale`` to also bound it on tokens: after each sync, responses whose oldest token is more
 than eta versions behind are dropped and regenerated, and none is ever trained. Set
 ``recompute_on_sync`` to discard the KV cache at every weight switch and re-prefill, as AReaL and

@@ -62,6 +62,8 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option("float32", "--dtype", help="engine and trainer dtype: float32 or bfloat16"),
         gpu_memory_utilization: float = typer.Option(0.5, "--gpu-memory-utilization", help="cuda: vLLM's share of the GPU (the colocated trainer uses the rest)"),
         kl_coef: float = typer.Option(0.0, "--kl", help="KL coefficient to the initial weights"),
+        objective: str = typer.Option("bypass", "--objective", help="how stale tokens are trained: bypass (PPO-clipped against vLLM's log-probs, verl's bypass mode) or decoupled (AReaL's decoupled PPO loss); docs/policies.md"),
+        is_cap: float = typer.Option(2.0, "--is-cap", help="importance weight above which a token is masked (bypass: stale tokens' ratio; decoupled: AReaL's behav_imp_weight_cap); > 1"),
         max_num_seqs: int = typer.Option(32, "--max-num-seqs", help="vLLM max_num_seqs"),
         seed: int = typer.Option(0, "--seed", help="seed"),
         warm_tokens: int = typer.Option(0, "--warm-tokens", help="engine warm-up: every step size up to this many tokens (0: 32 per slot, at most 1,024; calibrate with the same)"),
@@ -86,7 +88,8 @@ def register(app: typer.Typer) -> None:
         cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),
                         task=task, dataset=str(dataset) if dataset else None, reward=reward, prompts=prompts, group_size=group_size, max_tokens=max_tokens, lr=lr, temperature=temperature, device=device, dtype=dtype,
                         gpu_memory_utilization=gpu_memory_utilization,
-                        kl_coef=kl_coef, max_num_seqs=max_num_seqs, seed=seed,
+                        kl_coef=kl_coef, objective=objective, is_cap=is_cap,
+                        max_num_seqs=max_num_seqs, seed=seed,
                         engines=engines, placement=placement, ray=ray_address, warm_tokens=warm_tokens,
                         max_turns=max_turns, turn_tokens=turn_tokens, tool_latency=tool_latency,
                         tool_pool=tool_pool)

@@ -48,6 +48,7 @@ from sortedrl.realrun.rundir import (
     sync_to_disk,
 )
 from sortedrl.realrun.task import get_task
+from sortedrl.realrun.trainer import OBJECTIVES
 from sortedrl.timeline import Timeline, record_line
 
 
@@ -67,6 +68,8 @@ class RunConfig:
     temperature: float = 1.0
     lr: float = 1e-3
     kl_coef: float = 0.0
+    objective: str = "bypass"  # how stale tokens are trained: bypass or decoupled (trainer.py)
+    is_cap: float = 2.0  # the importance weight above which a token is masked (trainer.py)
     max_num_seqs: int = 32
     seed: int = 0
     device: str = "cpu"  # cpu, or cuda (vLLM for GPUs, the [gpu] extra)
@@ -217,6 +220,10 @@ def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool, task: str
     check_device(cfg)
     if not 0.0 < cfg.temperature < float("inf"):
         raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
+    if cfg.objective not in OBJECTIVES:
+        raise ConfigError(f"--objective {cfg.objective}: expected one of {', '.join(OBJECTIVES)}")
+    if not 1.0 < cfg.is_cap < float("inf"):
+        raise ConfigError(f"--is-cap: must be a number > 1, got {cfg.is_cap}")
     if cfg.warm_tokens < 0:
         raise ConfigError(f"--warm-tokens {cfg.warm_tokens}: must be >= 0")
     if cfg.engines < 1:
@@ -260,7 +267,8 @@ def _start_backend(cfg: RunConfig, model_dir: Path, common: dict, tools: tuple |
     if tools is not None:  # the context also holds the tool outputs
         max_model_len += agent.TOOL_TOKENS_MAX * cfg.max_turns
     trainer_kwargs = dict(lr=cfg.lr, kl_coef=cfg.kl_coef, temperature=cfg.temperature, seed=cfg.seed,
-                          device=cfg.device, dtype=cfg.dtype)
+                          device=cfg.device, dtype=cfg.dtype, objective=cfg.objective,
+                          is_cap=cfg.is_cap)
     engine_kwargs = dict(seed=cfg.seed, dtype=cfg.dtype, device=cfg.device, warm_tokens=cfg.warm_tokens,
                          gpu_memory_utilization=cfg.gpu_memory_utilization)
     if cfg.on_ray:

@@ -10,12 +10,16 @@ Deliberate choices (after TRL's GRPOTrainer and the reference notes, anchors.md 
   divided by the batch's response tokens); the batch runs in micro-batches of similar length
   whose attention matrices stay under a bound (:func:`micro_batches`), gradients summed;
 - the "old" log-probs are vLLM's behaviour log-probs, kept per token with the policy version that
-  sampled it: every token, stale or not, is PPO-clipped against them, as verl's bypass mode does
-  (not AReaL's decoupled objective, which clips against a recomputed proximal policy). Tokens
-  from an older version get ``min(ratio, is_cap)`` inside the graph, which *masks* a token beyond
-  the cap (zero gradient) rather than truncating its weight, so stale data cannot blow the update
-  up but policies with more stale tokens lose more gradient. The log-ratio is clamped to +-20
-  before exp (verl). A group split over updates is baselined on its members trained so far, and
+  sampled it. ``objective="bypass"`` (the default): every token, stale or not, is PPO-clipped
+  against them, as verl's bypass mode does. Tokens from an older version get ``min(ratio,
+  is_cap)`` inside the graph, which *masks* a token beyond the cap (zero gradient) rather than
+  truncating its weight, so stale data cannot blow the update up but policies with more stale
+  tokens lose more gradient (and the clip removes the gradient of a stale token whose ratio
+  drifted past 1 + clip with A > 0). ``objective="decoupled"``: AReaL's decoupled PPO loss,
+  clipped against the proximal policy (the weights being trained) and weighted by proximal /
+  behaviour, a weight above ``is_cap`` masking the token (:meth:`GRPOTrainer._decoupled`). The
+  log-ratio is clamped to +-20 before exp (verl). A group split over updates is baselined on
+  its members trained so far, and
   each update is one AdamW step whatever its size: docs/policies.md, "What the real runner's
   update is, and is not";
 - an optional k3 KL to the initial weights (``kl_coef``);
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 MAX_PAIRS = 2**21  # padded (query, key) pairs per micro-batch: bounds the attention memory
 EPS = 1e-4  # added to a group's reward std
 MAX_LOG_RATIO = 20.0  # the log importance ratio is clamped to +-this before exp, as in verl
+OBJECTIVES = ("bypass", "decoupled")  # how stale tokens are trained (module docstring)
 
 
 def micro_batches(batch: list, max_pairs: int = MAX_PAIRS) -> list[list[int]]:
@@ -119,7 +124,10 @@ class GroupRewards:
 class GRPOTrainer:
     def __init__(self, model_dir: str, lr: float = 1e-3, clip: float = 0.2, kl_coef: float = 0.0,
                  temperature: float = 1.0, is_cap: float = 2.0, seed: int = 0,
-                 device: str = "cpu", dtype: str = "float32", max_pairs: int = MAX_PAIRS) -> None:
+                 device: str = "cpu", dtype: str = "float32", max_pairs: int = MAX_PAIRS,
+                 objective: str = "bypass") -> None:
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -136,7 +144,7 @@ class GRPOTrainer:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.ref = copy.deepcopy(self.model).eval() if kl_coef > 0 else None
         self.clip, self.kl_coef, self.temperature, self.is_cap = clip, kl_coef, temperature, is_cap
-        self.max_pairs = max_pairs
+        self.max_pairs, self.objective = max_pairs, objective
         self.pad = self.model.config.pad_token_id or 0
         self._warm_up()
 
@@ -191,7 +199,7 @@ class GRPOTrainer:
             "mismatch_kl": sums["mismatch_signed"] / fresh,  # E[vLLM - trainer] on fresh tokens
             "clip_fraction": sums["clipped"] / total,
             "stale_tokens": int(sums["stale"]),
-            "capped_tokens": int(sums["capped"]),  # stale tokens beyond is_cap: no policy gradient
+            "capped_tokens": int(sums["capped"]),  # tokens beyond is_cap: no policy gradient
             "tokens": int(sum(map(trained_tokens, batch)) or 1),
         }
 
@@ -211,11 +219,14 @@ class GRPOTrainer:
             stale[k, start: start + n] = torch.tensor([v < version for v in r.versions], device=self.device)
             adv[k, start: start + n] = advantages[k]
         raw = torch.exp(torch.clamp(logp - behaviour, -MAX_LOG_RATIO, MAX_LOG_RATIO))
-        capped = stale & (raw.detach() > self.is_cap)  # the clamp gives these no policy gradient
-        ratio = torch.where(stale, torch.clamp(raw, max=self.is_cap), raw)
-        unclipped = ratio * adv
-        clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv
-        surrogate = torch.minimum(unclipped, clipped)
+        if self.objective == "decoupled":
+            surrogate, unclipped, clipped, capped = self._decoupled(logp, raw, adv, mask)
+        else:
+            capped = stale & (raw.detach() > self.is_cap)  # the clamp gives these no policy gradient
+            ratio = torch.where(stale, torch.clamp(raw, max=self.is_cap), raw)
+            unclipped = ratio * adv
+            clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv
+            surrogate = torch.minimum(unclipped, clipped)
         loss = -(surrogate * mask).sum() / total
         if self.ref is not None:
             with torch.no_grad():
@@ -236,6 +247,23 @@ class GRPOTrainer:
         sums["clipped"] += float(((clipped < unclipped).detach().float() * mask).sum())
         sums["stale"] += float((stale.float() * mask).sum())
         sums["capped"] += float((capped.float() * mask).sum())
+
+    def _decoupled(self, logp, raw, adv, mask):
+        """AReaL's decoupled PPO loss (``use_decoupled_loss``, ``behav_imp_weight_cap``): the
+        ratio is taken against the proximal policy and PPO-clipped, and each token is weighted by
+        proximal / behaviour, a weight above ``is_cap`` masking the token (AReaL filters them).
+        One optimizer step per update makes the proximal policy the weights being trained, so
+        its log-probs are this forward's, detached (AReaL's recompute, without a second pass):
+        the ratio is 1, the clip never binds, and the gradient is weight x advantage x the
+        log-prob's gradient. Returns (surrogate, unclipped, clipped, capped)."""
+        torch = self.torch
+        weight = raw.detach()  # exp(proximal - behaviour), the log clamped to +-20
+        capped = (weight > self.is_cap) & (mask > 0)
+        weight = torch.where(capped, torch.zeros_like(weight), weight)
+        ratio = torch.exp(logp - logp.detach())
+        unclipped = ratio * adv
+        clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * adv
+        return torch.minimum(unclipped, clipped) * weight, unclipped, clipped, capped
 
     def state_dict(self) -> dict:
         """The weights for the engine, in the run's dtype (the fp32 master weights, cast)."""
