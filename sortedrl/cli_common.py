@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import pathlib
 import re
 import signal
 import sys
@@ -150,7 +151,7 @@ def user_errors(fn: Callable) -> Callable:
                 raise
             message, code = f"`{_command_path(fn)}` needs {top}, which is not installed: {EXTRAS[top]}", 2
         except OSError as e:
-            message, code = f"{e.filename or 'output'}: {e.strerror or e}", 2
+            message, code = os_error_line(e), 2
         except MemoryError:
             message, code = ("out of memory: the run needs more than this machine has (give fewer "
                              "samples: --prompts, --steps, a smaller trace)"), 2
@@ -161,6 +162,24 @@ def user_errors(fn: Callable) -> Callable:
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)
     return wrapper
+
+
+# pathlib's reads and writes, by what their failure is called
+_PATH_IO = {"read_text": "read", "read_bytes": "read", "write_text": "write", "write_bytes": "write"}
+
+
+def os_error_line(e: OSError) -> str:
+    """An OS error, naming its file. One that failed after the file was opened (a read of
+    ``/proc/self/mem``) carries no file name: a pathlib read or write names its path then."""
+    if e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    tb, named = e.__traceback__, None
+    while tb is not None:  # (the innermost pathlib call is the one that failed)
+        code = tb.tb_frame.f_code
+        if code.co_name in _PATH_IO and code.co_filename == pathlib.__file__:
+            named = f"{tb.tb_frame.f_locals.get('self')}: cannot {_PATH_IO[code.co_name]} it"
+        tb = tb.tb_next
+    return f"output: {e.strerror or e}" if named is None else f"{named} ({e.strerror or e})"
 
 
 def _command_path(fn) -> str:

@@ -96,7 +96,7 @@ class Outputs:
 
     def __init__(self, command: str, force: bool = False, inputs: Iterable[Path | None] = ()) -> None:
         self.command, self.force = command, force
-        self.inputs = [Path(p).resolve() for p in inputs if p is not None]
+        self.inputs = {Path(p).resolve(): Path(p) for p in inputs if p is not None}  # (as given)
         self.targets: dict[Path, _Target] = {}
         self.notes: list[str] = []
         self.identity: dict = {}
@@ -110,13 +110,12 @@ class Outputs:
         out = Path(path if given else default)
         self.identity = {"command": self.command, **(identity or {})}
         self._check_place(out, option)
-        if Path.cwd().is_relative_to(out.resolve()):
+        real = _abs(out)
+        if Path.cwd().is_relative_to(real.resolve()):
             raise OutputError(f"{option} {out}: is the current directory or holds it; give a new directory")
-        if out.exists():
+        if real.exists():
             self._check_replace_dir(out, option, given)
-        for p in self.inputs:
-            if p.is_relative_to(out.resolve()):
-                raise OutputError(f"{option} {out}: holds the input {p}; write the output elsewhere")
+        self._check_inputs(out, option, is_dir=True)
         return self._add(out, option, is_dir=True)
 
     def file(self, path: Path | None, option: str, default: Path | None = None) -> Path | None:
@@ -127,20 +126,23 @@ class Outputs:
             return None
         out = Path(path if path is not None else default)
         self._check_place(out, option)
-        if out.is_dir():
+        real = _abs(out)
+        if real.is_dir():
             raise OutputError(f"{option} {out}: is a directory, not a file")
-        if out.exists() or out.is_symlink():
-            if any(out.resolve() == p for p in self.inputs):
-                raise OutputError(f"{option} {out}: is an input of this command; write the output elsewhere")
+        self._check_inputs(out, option, is_dir=False)
+        if real.exists() or real.is_symlink():
             if path is not None and not self.force:
                 raise OutputError(f"{option} {out}: exists (add --force to overwrite it)")
             self.notes.append(f"note: replacing {out}")
         return self._add(out, option, is_dir=False)
 
     def place(self, path: Path, option: str) -> Path:
-        """Check only that ``path`` can be created (for outputs written as they go)."""
+        """Check only that the directory ``path`` can be created, and declare it (so that no
+        other output may overlap it), for outputs written as they go. Returns the path to write,
+        normalised as it was checked (``a/../b`` is ``b``, whether or not ``a`` exists)."""
         self._check_place(Path(path), option)
-        return Path(path)
+        self._add(Path(path), option, is_dir=True)
+        return Path(os.path.normpath(path))
 
     @contextlib.contextmanager
     def scratch(self, path: Path):
@@ -167,10 +169,23 @@ class Outputs:
                 with contextlib.suppress(OSError):  # (the error in flight, if any, is the one
                     _remove(tmp)  # to report)
 
+    def _check_inputs(self, out: Path, option: str, is_dir: bool) -> None:
+        """No output may be an input, hold one, or lie inside an input directory (a framework's
+        dump directory, a model directory: the next read of it would take the output in)."""
+        real = _abs(out).resolve()
+        for p, name in self.inputs.items():
+            if real == p and not is_dir:
+                raise OutputError(f"{option} {out}: is an input of this command; write the output elsewhere")
+            if is_dir and p.is_relative_to(real):
+                raise OutputError(f"{option} {out}: holds the input {p}; write the output elsewhere")
+            if real.is_relative_to(p) and p.is_dir():
+                raise OutputError(f"{option} {out}: is inside the input directory {name}; "
+                                  "write the output elsewhere")
+
     def _add(self, out: Path, option: str, is_dir: bool) -> Path:
-        key = Path(os.path.abspath(out))
+        key = _abs(out)
         for other in self.targets.values():
-            mine = Path(os.path.abspath(other.path))
+            mine = _abs(other.path)
             if key == mine or key.is_relative_to(mine) or mine.is_relative_to(key):
                 raise OutputError(f"{option} {out}: overlaps {other.option} {other.path}; give separate paths")
         self.targets[key] = _Target(out, option, is_dir)
@@ -191,14 +206,15 @@ class Outputs:
             raise OutputError(f"{option} {out}: {parent} {why}")
 
     def _check_replace_dir(self, out: Path, option: str, given: bool) -> None:
-        if not out.is_dir():
+        real = Path(os.path.normpath(out))  # (as checked; relative as given, for the messages)
+        if not real.is_dir():
             raise OutputError(f"{option} {out}: exists and is not a directory")
-        if not any(out.iterdir()):
+        if not any(real.iterdir()):
             return
         if self.force:
             note = f"note: replacing {out} (--force)"
         else:
-            previous = read_marker(out)
+            previous = read_marker(real)
             if previous.get("command") != self.command:
                 what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
                 raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "
@@ -207,7 +223,7 @@ class Outputs:
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; give "
                                   f"--out DIR to keep both, or --force to replace it")
             note = f"note: replacing the previous `sortedrl {self.command}` run in {out}"
-        locked = _write_protected(out)  # replacing it removes every file in it
+        locked = _write_protected(real)  # replacing it removes every file in it
         if locked is not None:
             raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "
                               f"(its files cannot be removed)")
@@ -231,11 +247,12 @@ class Outputs:
         target: _Target | None = None
         try:
             for path, what in contents.items():
-                target = self.targets.get(Path(os.path.abspath(path)))
+                dest = _abs(path)  # (as checked: `a/../b` is `b`, whether or not `a` exists)
+                target = self.targets.get(dest)
                 if target is None:
                     raise AssertionError(f"{path} was not declared")
-                made_dirs += _make_parents(Path(path))
-                staged.append((Path(path), self._stage(Path(path), what)))
+                _make_parents(dest, made_dirs)
+                staged.append((dest, self._stage(dest, what)))
             target = None
             _commit(staged)
         except BaseException as e:
@@ -251,7 +268,7 @@ class Outputs:
 
     def _stage(self, path: Path, what: Writer | dict[str, Writer]) -> Path:
         """Build one output beside its target; on a failure remove what was built."""
-        is_dir = self.targets[Path(os.path.abspath(path))].is_dir
+        is_dir = self.targets[path].is_dir
         if is_dir:
             tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-")).absolute()
         else:
@@ -265,7 +282,7 @@ class Outputs:
                     dest = tmp / name
                     if not Path(os.path.abspath(dest)).is_relative_to(tmp):
                         raise AssertionError(f"{name} escapes {path}")
-                    _make_parents(dest)
+                    _make_parents(dest, [])
                     self._tick()
                     write(dest)
                 (tmp / MARKER).write_text(json.dumps(self.identity, sort_keys=True) + "\n")
@@ -331,8 +348,9 @@ def _write_protected(top: Path) -> str | None:
     return unreadable[0] if unreadable else None
 
 
-def _make_parents(path: Path) -> list[Path]:
-    """Create the missing parents of ``path`` with the user's umask; returns those created."""
+def _make_parents(path: Path, made: list[Path]) -> None:
+    """Create the missing parents of ``path`` with the user's umask, adding each to ``made`` as
+    it is made (so that a failure part way leaves none that a caller does not know of)."""
     missing = []
     parent = path.parent
     while not parent.exists():
@@ -340,7 +358,12 @@ def _make_parents(path: Path) -> list[Path]:
         parent = parent.parent
     for d in reversed(missing):
         d.mkdir()
-    return list(reversed(missing))
+        made.append(d)
+
+
+def _abs(path: Path | str) -> Path:
+    """``path`` absolute, ``..`` taken off as a shell's ``cd`` does: what is checked and written."""
+    return Path(os.path.abspath(path))
 
 
 _temp_scratches: set[Path] = set()  # this process's temp_scratch directories now in use

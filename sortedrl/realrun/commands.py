@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="seed"),
     ) -> None:
         """A tiny Qwen2 model with a locally trained tokenizer, warm-started on its task (--warmup-steps); no downloads."""
-        Outputs("model init", inputs=[dataset] if dataset else []).place(out, "--out")
+        out = Outputs("model init", inputs=[dataset] if dataset else []).place(out, "--out")
         from sortedrl.realrun.model import init_model
 
         path = init_model(out, task=task, dataset=str(dataset) if dataset else None, hidden=hidden, layers=layers, warmup_steps=warmup_steps, seed=seed)
@@ -81,8 +81,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
         outs = Outputs("run", force, inputs=[model] + ([dataset] if dataset else []))
-        outs.place(out, "--out")
+        out = outs.place(out, "--out")
         perfetto = outs.file(perfetto, "--perfetto")
+        if perfetto is not None:
+            with outs.scratch(perfetto):  # where no file can be made (/proc/x): an error now, not after the run
+                pass
         from sortedrl.realrun.run import RunConfig, run_real
 
         cfg = RunConfig(model=str(model), policy=policy, out=str(out), steps=steps, sets=list(sets),

@@ -84,7 +84,8 @@ def import_cmd(
         if value is not None and framework != "areal":
             raise ConfigError(f"{flag}: only for --from areal (it stands in for the token counts "
                               "AReaL does not log); remove it")
-    outs = _output(out, force, [file] if file.is_file() else [p for p in file.rglob("*") if p.is_file()])
+    # a dump directory is an input as a whole: an --out inside it would be read by the next import
+    outs = _output(out, force, [file] if file.is_file() else [file, *(p for p in file.rglob("*") if p.is_file())])
     if framework is not None:
         _import_framework(framework, file, out, outs, dict(
             tokenizer=tokenizer, max_response_len=max_response_len, source=source,
