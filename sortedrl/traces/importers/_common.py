@@ -185,6 +185,18 @@ def whole_number(where: str, name: str, value: object, minimum: int = 0) -> int:
     return int(value)
 
 
+def check_text(where: str, name: str, value: object) -> object:
+    """``value`` itself unless it is text that UTF-8 cannot encode (a lone surrogate, as the
+    JSON escape ``\\ud800`` reads): then one error line naming the field."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise TraceError(f"{where}: field '{name}': not valid Unicode text (a lone surrogate, "
+                             f"{value[e.start]!r}, at character {e.start})") from None
+    return value
+
+
 def number_or_none(where: str, name: str, value: object) -> float | None:
     if value is None:
         return None
@@ -232,7 +244,9 @@ class TokenCounter:
 
 
 def prompt_name(key: str) -> str:
-    return "p" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+    # surrogatepass: a key from a directory name that is not UTF-8 (decoded with
+    # surrogateescape) still hashes, and the same name to the same id
+    return "p" + hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def group_size_of(sizes: Counter) -> int:

@@ -49,6 +49,7 @@ from sortedrl.limits import short_repr
 from sortedrl.traces.importers._common import (
     Rows,
     check_layout,
+    check_text,
     covered_seconds,
     dump_files,
     read_jsonl,
@@ -72,6 +73,9 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
         for lineno, obj in read_jsonl(f):
             where = f"{f}: line {lineno}"
             check_layout(where, "AReaL session tracer", obj, REQUIRED)
+            if not isinstance(obj["status"], str):
+                raise TraceError(f"{where}: field 'status': expected a string such as "
+                                 f"'accepted', got {short_repr(obj['status'])}")
             if obj["status"] not in KEPT:
                 skipped += 1
                 continue
@@ -87,7 +91,8 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
                 p_len, default_prompt = prompt_len or 1, default_prompt + 1
             start, end = _session_span(where, obj, span)
             turns = (gen, tool_s, tool_tok) if len(gen) > 1 else None
-            key = f"areal:{obj.get('rank', 0)}:{obj['task_id']}"
+            rank = check_text(where, "rank", obj.get("rank", 0))
+            key = f"areal:{rank}:{check_text(where, 'task_id', obj['task_id'])}"
             sessions.setdefault(key, []).append((start, end, p_len, gen, turns))
     reused = 0
     for key, members in sessions.items():

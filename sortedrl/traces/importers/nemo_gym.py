@@ -55,6 +55,7 @@ from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.traces.importers._common import (
     Rows,
+    check_text,
     covered_seconds,
     number_or_none,
     read_jsonl,
@@ -234,7 +235,7 @@ def _records(path: Path):
 
 def _instance(where: str, obj: dict, dirname: str | None) -> str:
     if obj.get("instance_id") is not None:
-        return str(obj["instance_id"])
+        return str(check_text(where, "instance_id", obj["instance_id"]))
     if dirname is not None and dirname.count("_") >= 2:
         return dirname.rsplit("_", 2)[0]  # <instance_id>_<timestamp_ms>_<hash>
     raise TraceError(f"{where}: field 'instance_id': missing (and no rollout directory named "

@@ -154,18 +154,31 @@ def _read_sample(where: str, step: int, sample: object) -> Call:
     response = whole_number(where, "response_length", sample["response_length"])
     tokens = sample.get("tokens")
     prompt = len(tokens) - response if isinstance(tokens, list) else 1
+    if prompt < 0:
+        raise TraceError(f"{where}: field 'tokens': {len(tokens)} tokens, fewer than "
+                         f"response_length {response} (tokens hold the prompt and the response)")
     group = whole_number(where, "group_index", sample["group_index"])
     text = sample.get("prompt")
     if text is not None and not isinstance(text, (str, list, dict)):
         raise TraceError(f"{where}: field 'prompt': expected text or chat messages, found "
                          f"a {type(text).__name__}")
     key = f"rollout:{step}:group:{group}"
-    name = f"prompt:{json.dumps(text, sort_keys=True)}" if text else key
+    name = f"prompt:{_prompt_text(where, text)}" if text else key
     return Call(where=where, key=key, name=name, step=step, prompt=prompt, response=response,
                 tokens=tokens if isinstance(tokens, list) else None,
                 mask=_mask(where, sample, response), tool_s=_tool_seconds(where, sample),
                 reward=_reward(where, sample["reward"]), truncated=_truncated(sample),
                 link=trajectory_link(where, sample), index=sample["index"])
+
+
+def _prompt_text(where: str, text: str | list | dict) -> str:
+    """The prompt as JSON (it names the prompt id); one error line for a prompt JSON cannot
+    write (bytes, a tensor, keys of mixed types): slime's is text or a list of chat messages."""
+    try:
+        return json.dumps(text, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise TraceError(f"{where}: field 'prompt': expected text or chat messages, found a "
+                         f"{type(text).__name__} holding what JSON cannot write ({e})") from None
 
 
 def _truncated(sample: dict) -> bool | None:

@@ -13,9 +13,11 @@ one step is split by the common step, :func:`._common.form_groups`).
 
 Reward: TRL's is ``nansum(rewards_per_func * reward_weights)``; the weights are not in the log
 and the ``log_extra`` columns look like reward columns. ``--reward-columns NAME=WEIGHT,...``
-names them (a name alone weighs 1); without it a table with exactly one numeric column besides
-``step`` and ``advantage`` takes that column, one with several is an error listing them. A row
-every named column has NaN for (no reward function scored it) has no reward.
+names them (a name alone weighs 1); without it a table with exactly one numeric column (one
+holding a number in some row) besides ``step`` and ``advantage`` takes that column, one with
+several is an error listing them. A row every named column has NaN for (no reward function
+scored it) has no reward; a reward column's cell that is neither a number nor NaN or null is an
+error naming its row and column.
 
 The log is written at every logging step from the last generation batch, so with
 ``num_iterations`` or ``steps_per_generation`` above 1 a table repeats the previous one under a
@@ -34,6 +36,7 @@ from sortedrl.traces.importers._common import (
     Rows,
     TokenCounter,
     check_layout,
+    check_text,
     dump_files,
     read_jsonl,
     whole_number,
@@ -74,6 +77,7 @@ def _table_json(f: Path, text: str) -> list[tuple[str, dict]] | None:
     cols = table["columns"]
     if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
         raise TraceError(f"{f}: field 'columns': expected a list of column names")
+    _no_duplicate(f, cols)
     if not isinstance(table["data"], list):
         raise TraceError(f"{f}: field 'data': expected a list of rows")
     out = []
@@ -84,11 +88,21 @@ def _table_json(f: Path, text: str) -> list[tuple[str, dict]] | None:
     return out
 
 
+def _no_duplicate(f: Path, columns: list[str]) -> None:
+    """One error line for a column name given twice (a row read as a dict keeps one of them)."""
+    seen: set[str] = set()
+    for name in columns:
+        if name in seen:
+            raise TraceError(f"{f}: column {name!r} appears twice (rename one of them)")
+        seen.add(name)
+
+
 def _parquet(f: Path) -> list[tuple[str, dict]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
+        _no_duplicate(f, pq.read_schema(f).names)
         rows = pq.read_table(f).to_pylist()
     except (pa.ArrowException, OSError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -120,6 +134,7 @@ def _tables(files: list[Path]) -> list[tuple[int, list[tuple[str, dict]]]]:
             for name in ("prompt", "completion"):
                 if not isinstance(obj[name], str):
                     raise TraceError(f"{where}: field '{name}': expected text")
+                check_text(where, name, obj[name])
             step = whole_number(where, "step", obj["step"])
             if step != last:
                 tables.append((step, []))
@@ -144,9 +159,10 @@ def _reward_weights(path: Path, records: list[tuple[str, dict]],
     columns: dict[str, None] = {}
     for _, obj in records:
         columns.update(dict.fromkeys(obj))
+    # a column with a number in it is numeric, whatever its other cells: a stray text cell in
+    # the reward column is then an error naming its row (:func:`_reward`), not a lost reward
     numeric = [c for c in columns if c not in NOT_REWARD
-               and any(_is_number(obj.get(c)) for _, obj in records)
-               and all(obj.get(c) is None or _is_number(obj.get(c)) for _, obj in records)]
+               and any(_is_number(obj.get(c)) for _, obj in records)]
     if spec is not None:
         weights = parse_reward_columns(spec)
         for name in weights:

@@ -51,6 +51,7 @@ from sortedrl.traces.importers._common import (
     TokenCounter,
     Turns,
     check_layout,
+    check_text,
     dump_files,
     number_or_none,
     read_jsonl,
@@ -73,6 +74,11 @@ def read_verl(path: Path, tokenizer: Path | None) -> tuple[Rows, int]:
                 if not isinstance(obj[name], str):
                     raise TraceError(f"{where}: field '{name}': expected text, got "
                                      f"{type(obj[name]).__name__}")
+                check_text(where, name, obj[name])
+            uid = check_text(where, "uid", obj.get("uid"))
+            if uid is not None and (isinstance(uid, bool) or not isinstance(uid, (str, int))):
+                raise TraceError(f"{where}: field 'uid': expected a string, got "
+                                 f"{type(uid).__name__}")
             records.append((where, obj))
     counter = TokenCounter(tokenizer, "verl", "'input', 'output'")
     prompt_tokens = counter.count([obj["input"] for _, obj in records])
