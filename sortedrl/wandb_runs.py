@@ -12,6 +12,8 @@ with no way to choose a run.
 
 from __future__ import annotations
 
+import math
+
 from sortedrl.errors import SortedRLError
 
 
@@ -53,3 +55,13 @@ def only_run(header: list[str], run: str | None, where: str,
 def present(header: list[str]) -> list[str]:
     """The columns of ``header`` that :func:`only_run` did not blank."""
     return [h for h in header if h]
+
+
+MAX_STEP = 2**53  # a step at or past this is no longer a float's whole number (1e308 was read)
+
+
+def step_number(value: float) -> int | None:
+    """A logged step as an int: a whole number from 0 to below :data:`MAX_STEP` (W&B may write
+    ``6.0``); None otherwise."""
+    return int(value) if math.isfinite(value) and value == int(value) and 0 <= value < MAX_STEP else None
+

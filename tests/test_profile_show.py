@@ -113,5 +113,4 @@ def test_an_infinite_kv_budget_is_one_error_line(tmp_path):
                             "--cluster", str(bad), "--policy", "sync",
                             "--out", str(tmp_path / "run")])
     assert r.exit_code == 2 and not (tmp_path / "run").exists()
-    assert r.output == (f"error: {bad}: field 'engine_config': needs integer max_num_seqs and "
-                        "kv_budget_tokens\n")
+    assert r.output == f"error: {bad}: field 'engine_config.kv_budget_tokens': expected int, got inf\n"

@@ -35,6 +35,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.calibration.metrics_layouts import (
+    GLOBAL_STEP,
     PREFIX,
     STEP_METRIC,
     named,
@@ -45,7 +46,8 @@ from sortedrl.calibration.metrics_layouts import (
 from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
-from sortedrl.wandb_runs import metric_of, only_run, present
+from sortedrl.limits import short_repr
+from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, step_number
 
 # role -> metric names, verl first, then OpenRLHF (each also read with OpenRLHF's "train/" prefix).
 # Update time is the sum of the roles marked "update" that are present; tokens come from total
@@ -65,7 +67,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "response_mean": ("response_length/mean",),
 }
 UPDATE_PARTS = ("update", "old_log_prob", "ref", "experience")
-KNOWN = frozenset(p + name for names in ROLES.values() for name in names for p in ("", PREFIX))
+KNOWN = frozenset(p + name for names in ROLES.values() for name in names for p in ("", PREFIX)) | {GLOBAL_STEP}
 
 
 def read_metrics(path: str | Path, run: str | None = None) -> dict[str, dict[int, float]]:
@@ -92,6 +94,7 @@ def read_metrics(path: str | Path, run: str | None = None) -> dict[str, dict[int
 
 def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
+    first: dict[int, int] = {}  # step -> the line that logged it first
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -101,12 +104,17 @@ def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
             raise ConfigError(f"{where}: line {n}: not valid JSON ({e.msg})") from None
         if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec["step"], bool):
             raise ConfigError(f"{where}: line {n}: expected an object with an integer 'step'")
+        step = rec["step"]
+        if not 0 <= step < MAX_STEP:
+            raise ConfigError(f"{where}: line {n}: field 'step': {short_repr(step)} is not a step number "
+                              "(a whole number from 0 to below 2**53)")
         data = rec.get("data", rec)
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: line {n}: field 'data': expected an object of metrics")
+        first.setdefault(step, n)
         for key, v in data.items():
             if finite(v):
-                out.setdefault(key, {})[rec["step"]] = float(v)
+                _store(out, key, step, float(v), f"{where}: line {n}: metric {key!r}", f"line {first[step]}")
             elif key in KNOWN and v is not None and (isinstance(v, bool)
                                                      or not isinstance(v, (int, float))):
                 shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
@@ -120,21 +128,20 @@ def _read_csv(text: str, where: str, run: str | None) -> dict[str, dict[int, flo
     if not rows:
         raise ConfigError(f"{where}: empty CSV")
     header = only_run(rows[0], run, where, ConfigError)  # other runs' columns: blank
-    step_col, optional = _step_column(header, where)
-    names = _csv_names(header, step_col)
+    step_cols, optional = _step_columns(header, where)
+    names = _csv_names(header, step_cols, where)
     out: dict[str, dict[int, float]] = {}
+    first: dict[int, int] = {}  # step -> the row that logged it first
     for n, row in enumerate(rows[1:], 2):
         if not any(c.strip() for c in row):
             continue
-        cell = row[step_col] if step_col < len(row) else ""
-        if optional and not cell.strip():
-            continue  # a W&B row that did not log train/global_step (its sample table, say)
-        step = _step(cell)
+        if len(row) != len(header):  # a row cut at a comma (or one with a comma too many)
+            raise ConfigError(f"{where}: row {n}: {len(row)} cells, but the header has {len(header)} columns")
+        step = _row_step(header, row, step_cols, optional, f"{where}: row {n}")
         if step is None:
-            raise ConfigError(f"{where}: row {n}: column {header[step_col]!r}: expected a whole "
-                              f"step number, got {cell!r}")
+            continue  # a W&B row that did not log train/global_step (its sample table, say)
         for col, name in names.items():
-            cell = row[col].strip() if col < len(row) else ""
+            cell = row[col].strip()
             if not cell:
                 continue  # W&B leaves a cell empty where a metric was not logged
             try:
@@ -143,41 +150,73 @@ def _read_csv(text: str, where: str, run: str | None) -> dict[str, dict[int, flo
                 raise ConfigError(f"{where}: row {n}: column {header[col]!r}: expected a number, "
                                   f"got {cell!r}") from None
             if math.isfinite(value):  # NaN or inf: not logged, as the JSONL reader skips them
-                out.setdefault(name, {})[step] = value
+                _store(out, name, step, value, f"{where}: row {n}: column {header[col]!r}",
+                       f"row {first.setdefault(step, n)}")
     return out
 
 
-def _step_column(header: list[str], where: str) -> tuple[int, bool]:
-    """The step column: ``step`` / ``Step``, else OpenRLHF's W&B x-axis ``train/global_step``
-    (a metric column, empty in rows that did not log it: True)."""
-    lower = [h.strip().lower() for h in header]
-    if "step" in lower:
-        return lower.index("step"), False
-    for i, h in enumerate(header):
-        if metric_of(h) == STEP_METRIC:
-            return i, True
+def _store(out: dict[str, dict[int, float]], name: str, step: int, value: float, at: str, before: str) -> None:
+    """``value`` of metric ``name`` at ``step``; a step logged again (on two lines or rows) must
+    say the same (``at``: where this value is; ``before``: the line or row that logged the step
+    first)."""
+    if name == GLOBAL_STEP and step_number(value) is None:
+        raise ConfigError(f"{at}: expected a whole number of updates, got {value:g}")
+    old = out.setdefault(name, {}).setdefault(step, value)
+    if old != value:
+        raise ConfigError(f"{at}: step {step} logged again ({before} logged it first) with {value:g}, "
+                          f"not {old:g}: which to fit is unclear")
+
+
+def _row_step(header: list[str], row: list[str], cols: list[int], optional: bool, at: str) -> int | None:
+    """The row's step, the same in every step column; None for a row of an ``optional`` step
+    column that did not log it."""
+    steps = {}
+    for col in cols:
+        cell = row[col]
+        if optional and not cell.strip():
+            continue
+        try:  # W&B may write 6.0; a whole number from 0 to below 2**53 (MAX_STEP)
+            steps[col] = step_number(float(cell))
+        except ValueError:
+            steps[col] = None
+        if steps[col] is None:
+            raise ConfigError(f"{at}: column {header[col]!r}: expected a whole step number, got {cell!r}")
+    if len(set(steps.values())) > 1:
+        (a, x), *others = steps.items()
+        b, y = next((c, s) for c, s in others if s != x)
+        raise ConfigError(f"{at}: columns {header[a]!r} and {header[b]!r} give steps {x} and {y}: "
+                          "which to read is unclear")
+    return next(iter(steps.values()), None)
+
+
+def _step_columns(header: list[str], where: str) -> tuple[list[int], bool]:
+    """The step columns: ``step`` / ``Step``, else OpenRLHF's W&B x-axis ``train/global_step``
+    (a metric column, empty in rows that did not log it: True); several (``Step`` and ``step``)
+    must agree in every row."""
+    cols = [i for i, h in enumerate(header) if h.strip().lower() == "step"]
+    if cols:
+        return cols, False
+    cols = [i for i, h in enumerate(header) if h and metric_of(h) == STEP_METRIC]
+    if cols:
+        return cols, True
     raise ConfigError(f"{where}: no 'Step' (or '{STEP_METRIC}') column (columns found: {_listing(present(header))})")
 
 
-def _csv_names(header: list[str], step_col: int) -> dict[int, str]:
+def _csv_names(header: list[str], step_cols: list[int], where: str) -> dict[int, str]:
     """Column index -> metric name; W&B's ``<run> - <metric>`` loses its run prefix (the header
-    holds one run's: :func:`~sortedrl.wandb_runs.only_run` blanked the others')."""
-    names = {}
+    holds one run's: :func:`~sortedrl.wandb_runs.only_run` blanked the others'). Two columns of
+    one metric (two runs of one name, say) are an error: which one to fit is unclear."""
+    names: dict[int, str] = {}
     for i, h in enumerate(header):
-        if (i == step_col or not h or h.endswith(("__MIN", "__MAX"))
+        if (i in step_cols or not h or h.endswith(("__MIN", "__MAX"))
                 or h.strip().lower().startswith("_")):
             continue
+        same = [j for j, name in names.items() if name == metric_of(h)]
+        if same:
+            raise ConfigError(f"{where}: columns {same[0] + 1} ({header[same[0]]!r}) and {i + 1} ({h!r}) both "
+                              f"hold metric {metric_of(h)!r}: which to fit is unclear")
         names[i] = metric_of(h)
     return names
-
-
-def _step(cell: str) -> int | None:
-    """A CSV step cell as an int (W&B may write ``6.0``); None unless a finite whole number."""
-    try:
-        value = float(cell)
-    except ValueError:
-        return None
-    return int(value) if math.isfinite(value) and value == int(value) else None
 
 
 def _listing(items: list[str], most: int = 12) -> str:

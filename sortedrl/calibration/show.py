@@ -18,7 +18,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cost import CostModel
-from sortedrl.sim.profile import is_profile, parse_costs
+from sortedrl.sim.profile import check_format, is_profile, parse_costs
 
 UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/sequence/step",
          "s1": "s/sequence/step", "p1": "s/prompt token", "p2": "s/attention pair",
@@ -50,6 +50,7 @@ def load_profile(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid JSON ({e})") from None
     if not is_profile(raw):
         raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
+    check_format(raw, str(path))  # as --cluster refuses it: "(format 999)" was printed
     if not isinstance(raw.get("costs"), dict):
         raise ConfigError(f"{path}: field 'costs': missing or not an object")
     parse_costs(raw["costs"], str(path))  # each term as --cluster reads it: a NaN or negative one is refused
@@ -64,6 +65,8 @@ def check_records(raw: dict, where: str) -> None:
     fit = raw.get("fit")
     if fit is not None and not isinstance(fit, dict):
         raise ConfigError(f"{where}: field 'fit': expected an object, got {short_repr(fit)}")
+    if fit is not None:
+        check_trainer_fit(fit.get("trainer"), where)
     for key in ("sources", "measured_terms"):
         v = raw.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
@@ -72,6 +75,37 @@ def check_records(raw: dict, where: str) -> None:
     unknown = [t for t in raw.get("measured_terms", []) if t not in names]
     if unknown:
         raise ConfigError(f"{where}: field 'measured_terms': not a cost term: {', '.join(map(repr, unknown))}")
+
+
+def check_trainer_fit(tr: object, where: str) -> None:
+    """``fit.trainer`` as :func:`~sortedrl.calibration.metrics_fit.fit_metrics` writes it: a
+    hand edit of a wrong type (steps "x", a term NaN, updates_per_row 0) is one error naming
+    its field, not printed as if fitted. ``updates_per_row`` and ``updates``: not in profiles
+    written before them."""
+    if not tr or not isinstance(tr, dict):  # (not an object: render says so, as it always did)
+        return
+
+    def bad(key: str, want: str, v: object) -> ConfigError:
+        return ConfigError(f"{where}: field 'fit.trainer.{key}': expected {want}, got {short_repr(v)}")
+
+    if not isinstance(tr.get("file"), str):
+        raise bad("file", "a file name", tr.get("file"))
+    for key in ("steps", "updates_per_row", "updates"):
+        if (key == "steps" or key in tr) and (type(tr.get(key)) is not int or tr[key] < 1):
+            raise bad(key, "a whole number >= 1", tr.get(key))
+    for key in ("update_mape_pct", "update_s_mean", "tokens_mean", "sync_spread_s"):
+        if (key != "sync_spread_s" or key in tr) and not (finite(tr.get(key)) and tr[key] >= 0):
+            raise bad(key, "a number >= 0", tr.get(key))
+    terms, cols = tr.get("terms"), tr.get("columns")
+    if not isinstance(terms, dict) or not terms:
+        raise bad("terms", "an object of fitted terms", terms)
+    for name, term in terms.items():
+        v = term.get("value") if isinstance(term, dict) else None
+        if not (finite(v) and v >= 0):
+            raise bad(f"terms.{name}.value", "a number >= 0", v)
+    if not isinstance(cols, dict) or not isinstance(cols.get("update"), list) or not all(
+            isinstance(c, str) for c in cols["update"]):
+        raise bad("columns", "an object naming the columns read", cols)
 
 
 def render(raw: dict, path: str) -> list[str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import ConfigError
+from sortedrl.limits import short_repr
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cost import MIN_STEP_S, CostModel
 
@@ -132,8 +133,7 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
     for key in ("device", "model", "engine", "engine_version", "costs", "engine_config"):
         if key not in raw:
             raise ConfigError(f"{where}: field {key!r}: missing (not a profile from sortedrl calibrate?)")
-    if raw["sortedrl_profile"] != FORMAT:
-        raise ConfigError(f"{where}: field 'sortedrl_profile': format {raw['sortedrl_profile']!r} is not {FORMAT}")
+    check_format(raw, where)
     costs = raw["costs"]
     if not isinstance(costs, dict):
         raise ConfigError(f"{where}: field 'costs': expected an object of fitted terms")
@@ -154,7 +154,7 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{f.name}': expected a number >= 0, got {v!r}")
-        vals[f.name] = float(v)
+        vals[f.name] = _count(f.name, v, where) if f.name in _INT_COSTS else float(v)
     for term in ("engine_contention", "train_contention", "peer_step_factor",  # a shared host slows,
                  "engine_contention_one", "train_contention_one"):  # never speeds up (0: not measured)
         if vals.get(term, 1.0) < 1.0 and not (term.endswith("_one") and vals[term] == 0.0):
@@ -165,10 +165,12 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(sorted(extra))}")
     _check_step_time(vals, where)
     ec = raw["engine_config"]
-    try:
-        seqs, kv = int(ec["max_num_seqs"]), int(ec["kv_budget_tokens"])
-    except (KeyError, TypeError, ValueError, OverflowError):  # (int(inf): OverflowError)
-        raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens") from None
+    if not isinstance(ec, dict) or not {"max_num_seqs", "kv_budget_tokens"} <= set(ec):
+        raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens")
+    for key in ("max_num_seqs", "kv_budget_tokens"):  # (true read as 1, 2.9 as 2 and "256" as 256)
+        if type(ec[key]) is not int:
+            raise ConfigError(f"{where}: field 'engine_config.{key}': expected int, got {short_repr(ec[key])}")
+    seqs, kv = ec["max_num_seqs"], ec["kv_budget_tokens"]
     settings = {"kv_watermark": 0.0, **_shape(raw, where)}  # (0 where the profile does not say)
     return Cluster(name=name, max_num_seqs=seqs, kv_budget_tokens=kv,
                    costs=CostModel(**vals), **settings).validate(where)
@@ -191,6 +193,9 @@ def _shape(raw: dict, where: str) -> dict:
         return {"gpus": 1, "tp": 1, "placement": "colocated"}
     if not isinstance(shape, dict):
         raise ConfigError(f"{where}: field 'cluster': expected an object (gpu, model, gpus, tp, placement, ...)")
+    extra = sorted(set(shape) - {"preset", *CLUSTER_FIELDS})
+    if extra:  # (a typo such as gpu_mem_utl left the default in place)
+        raise ConfigError(f"{where}: field 'cluster': unknown {', '.join(extra)}")
     out = {}
     for key in CLUSTER_FIELDS:
         if key not in shape:
@@ -199,7 +204,7 @@ def _shape(raw: dict, where: str) -> dict:
         if kind is float and type(v) is int:
             v = float(v)
         if type(v) is not kind:
-            raise ConfigError(f"{where}: field 'cluster.{key}': expected {kind.__name__}, got {v!r}")
+            raise ConfigError(f"{where}: field 'cluster.{key}': expected {kind.__name__}, got {short_repr(v)}")
         out[key] = v
     return out
 
@@ -215,6 +220,20 @@ def _table(v: object, where: str) -> tuple[float, ...] | None:
 
 
 _INT_COSTS = ("experts", "experts_per_token", "expert_shards")
+
+
+def _count(name: str, v: int | float, where: str) -> int:
+    """A count of ``costs`` (a number >= 0 already): whole (2.5 experts was read as 2)."""
+    if v != int(v):
+        raise ConfigError(f"{where}: field 'costs.{name}': expected a whole number, got {v!r}")
+    return int(v)
+
+
+def check_format(raw: dict, where: str) -> None:
+    """A profile of the one format this version reads (``--cluster`` and ``profile show``)."""
+    if raw.get("sortedrl_profile") != FORMAT or isinstance(raw.get("sortedrl_profile"), bool):
+        raise ConfigError(f"{where}: field 'sortedrl_profile': format {short_repr(raw.get('sortedrl_profile'))} "
+                          f"is not {FORMAT}")
 
 
 def _check_step_time(vals: dict, where: str) -> None:
@@ -252,6 +271,6 @@ def parse_costs(raw: object, where: str) -> CostModel:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ConfigError(f"{where}: field 'costs.{n}': expected a finite number >= 0, got {v!r}")
-        vals[n] = int(v) if n in _INT_COSTS else float(v)
+        vals[n] = _count(n, v, where) if n in _INT_COSTS else float(v)
     _check_step_time(vals, where)
     return CostModel(**vals)

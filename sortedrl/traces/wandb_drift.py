@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from sortedrl.errors import TraceError
-from sortedrl.wandb_runs import only_run, present
+from sortedrl.wandb_runs import only_run, present, step_number
 
 SIBLINGS = {  # mean metric -> (max metric, clip-ratio metric), as the frameworks name them
     "response_length/mean": ("response_length/max", "response_length/clip_ratio"),  # verl
@@ -79,7 +80,7 @@ def read_wandb_drift(path: str | Path, model, metric: str = "response_length/mea
     rows = _rows(p)
     header = only_run([h.strip() for h in rows[0]], run, str(p), TraceError)  # others': blank
     step_col, step_name = _step_column(p, header, step_column)
-    mean_col = _column(header, metric)
+    mean_col = _column(header, metric, p)
     if mean_col is None:
         raise TraceError(f"{p}: no length column '<run> - {metric}'; found: {', '.join(present(header))}"
                          + _hint(header, metric))
@@ -91,8 +92,8 @@ def read_wandb_drift(path: str | Path, model, metric: str = "response_length/mea
                      "train/global_step (TRL) or rollout/step (slime)")
     max_name, clip_name = (None, None) if family is None else (
         family[0] + SIBLINGS[family[1]][0], family[0] + SIBLINGS[family[1]][1])
-    max_col = _column(header, max_name) if max_name else None
-    clip_col = _column(header, clip_name) if clip_name else None
+    max_col = _column(header, max_name, p) if max_name else None
+    clip_col = _column(header, clip_name, p) if clip_name else None
     share = f"{model.runaway_share:.4g}"
     if family is None:
         notes.append(f"note: {p}: '{metric}' is no metric of verl, TRL or slime, so its max and "
@@ -158,12 +159,19 @@ def _rows(p: Path) -> list[list[str]]:
     return rows
 
 
-def _named(header: list[str], name: str) -> int | None:
+def _named(header: list[str], name: str, p: Path) -> int | None:
     """The column ``name`` (an x-axis, as W&B heads it) or ``<run> - name`` (a plotted series)."""
-    for i, h in enumerate(header):
-        if h == name or h.endswith(f" - {name}"):
-            return i
-    return None
+    return _one(p, [i for i, h in enumerate(header) if h == name or h.endswith(f" - {name}")], header)
+
+
+def _one(p: Path, matches: list[int], header: list[str]) -> int | None:
+    """The one column of ``matches``; two (two runs of one name, say) are an error: which one
+    to read is unclear."""
+    if len(matches) > 1:
+        a, b = matches[:2]
+        raise TraceError(f"{p}: columns {a + 1} ('{header[a]}') and {b + 1} ('{header[b]}') hold one "
+                         "metric: which to read is unclear")
+    return matches[0] if matches else None
 
 
 def _step_column(p: Path, header: list[str], wanted: str | None) -> tuple[int, str]:
@@ -172,15 +180,15 @@ def _step_column(p: Path, header: list[str], wanted: str | None) -> tuple[int, s
     if wanted is not None:
         if wanted.strip() == LOG_CALL_STEP:
             raise TraceError(f"{p}: --step-column _step: {why}; name the training step's column")
-        col = _named(header, wanted.strip())
+        col = _named(header, wanted.strip(), p)
         if col is None:
             raise TraceError(f"{p}: no step column '{wanted}'; found: {', '.join(present(header))}")
         return col, wanted.strip()
     for name in STEP_COLUMNS:
-        col = _named(header, name)
+        col = _named(header, name, p)
         if col is not None:
             return col, name
-    if _named(header, LOG_CALL_STEP) is not None:
+    if _named(header, LOG_CALL_STEP, p) is not None:
         raise TraceError(f"{p}: the only step column is '_step', and {why}: export against "
                          "train/global_step (TRL) or rollout/step (slime), or name the column "
                          "with --step-column")
@@ -188,11 +196,11 @@ def _step_column(p: Path, header: list[str], wanted: str | None) -> tuple[int, s
                      f"--step-column); found: {', '.join(present(header))}")
 
 
-def _column(header: list[str], metric: str) -> int | None:
+def _column(header: list[str], metric: str, p: Path | None = None) -> int | None:
     """``<run> - metric``; its ``__MIN``/``__MAX`` (a grouped export's group min and max) are
-    other columns and stay unread."""
+    other columns and stay unread. With ``p``, two such columns are an error (:func:`_one`)."""
     matches = [i for i, h in enumerate(header) if h.endswith(f" - {metric}")]
-    return matches[0] if matches else None
+    return _one(p, matches, header) if p is not None else (matches[0] if matches else None)
 
 
 def _family(metric: str) -> tuple[str, str] | None:
@@ -219,18 +227,37 @@ def _number(p: Path, lineno: int, column: str, text: str) -> float:
 def _series(p: Path, rows: list[list[str]], header: list[str], step_col: int, step_name: str,
             cols: list[int]) -> list[tuple[int, float, tuple[float, ...]]]:
     """(line, step, values) of the rows where every column in ``cols`` holds a finite number
-    (an empty, NaN or inf cell: not logged at that step, as calibrate reads it)."""
-    series = []
+    (an empty, NaN or inf cell: not logged at that step, as calibrate reads it). A row of
+    another length than the header (cut at a comma) is an error, and so is a step logged again
+    with other values (the same ones again are read once)."""
+    series, first = [], {}
     for lineno, row in enumerate(rows[1:], 2):
-        if len(row) <= max(*cols, step_col) or any(not row[c].strip() for c in cols):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise TraceError(f"{p}: line {lineno}: {len(row)} cells, but the header has {len(header)} columns")
+        if any(not row[c].strip() for c in cols):
             continue
         vals = tuple(_number(p, lineno, header[c], row[c]) for c in cols)
-        step = _number(p, lineno, step_name, row[step_col])
-        if not math.isfinite(step):
+        value = _number(p, lineno, step_name, row[step_col])
+        if not math.isfinite(value):
             raise TraceError(f"{p}: line {lineno}: column '{step_name}': {row[step_col]!r} is not "
                              "a finite number")
-        if all(math.isfinite(v) for v in vals):
-            series.append((lineno, step, vals))
+        step = step_number(value)
+        if step is None:
+            raise TraceError(f"{p}: line {lineno}: column '{step_name}': {row[step_col]!r} is not a "
+                             "step number (a whole number from 0 to below 2**53)")
+        if not all(math.isfinite(v) for v in vals):
+            continue
+        if step in first:
+            at, old = first[step]
+            if old != vals:
+                c = cols[next(i for i, (a, b) in enumerate(zip(old, vals, strict=True)) if a != b)]
+                raise TraceError(f"{p}: line {lineno}: column '{header[c]}': step {step} logged again "
+                                 f"(line {at} logged it first) with other values: which to fit is unclear")
+            continue
+        first[step] = (lineno, vals)
+        series.append((lineno, step, vals))
     return series
 
 
@@ -292,8 +319,10 @@ def _mu_from_mean(p: Path, lineno: int, column: str, mean: float, runaway: float
 def _slope(p: Path, t: list[float], y: list[float], column: str) -> float:
     if len(set(t)) < 2:
         raise TraceError(f"{p}: column '{column}' has values at fewer than two steps")
-    with np.errstate(all="ignore"):
-        slope = float(np.polyfit(np.array(t), np.array(y), 1)[0])
+    x = np.array(t, dtype=float)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (centred steps keep it conditioned; no warning reaches stderr)
+        slope = float(np.polyfit(x - x.mean(), np.array(y), 1)[0])
     if not math.isfinite(slope):
         raise TraceError(f"{p}: column '{column}': no finite slope per step (steps "
                          f"{min(t):g} to {max(t):g})")

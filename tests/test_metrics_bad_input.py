@@ -1,0 +1,253 @@
+"""Bad input to ``calibrate --from-metrics``, ``trace fit --drift-from``, ``--cluster PROFILE``
+and ``profile show`` that an audit found read silently: a metric or a step logged twice with two
+values, rows cut at a comma, steps that are no step numbers, a ``training/global_step`` of the
+wrong type, a profile's counts and settings coerced, and hand-edited fit records printed as if
+fitted. Each is one error line naming the file and the field, row or column, exit 2, nothing
+written."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
+from sortedrl.cli import app
+from sortedrl.errors import ConfigError, TraceError
+from sortedrl.sim.cluster import load_cluster
+from sortedrl.traces import write_trace
+from sortedrl.traces.model import TraceModel, generate
+from sortedrl.traces.wandb_drift import drift_from_wandb
+
+FIX = Path(__file__).parent / "fixtures"
+VERL = FIX / "metrics" / "verl_metrics.jsonl"
+WANDB = FIX / "metrics" / "wandb_openrlhf.csv"
+RUN = "openrlhf-qwen2.5-7b-grpo"
+runner = CliRunner()
+MODEL = TraceModel(max_response_len=8192, group_size=8, prompts_per_step=64, mu0=math.log(1500),
+                   sigma_between=0.6, sigma_within=0.5, drift=0.004, runaway_share=0.01,
+                   prompt_median=200.0, prompt_sigma=0.3, prompt_min=20, prompt_max=1000)
+
+
+def calibrate_error(tmp_path: Path, metrics: Path, *extra: str) -> str:
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(metrics), "--cluster", "h100-llama3.1-8b",
+                            "--samples-per-step", "256", *extra, "--out", str(out)])
+    assert r.exit_code == 2 and not out.exists() and "Traceback" not in r.output, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {metrics}: "), r.output
+    return lines[0].removeprefix(f"error: {metrics}: ")
+
+
+def csv_lines() -> list[str]:
+    return WANDB.read_text().splitlines()
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# -- calibrate --from-metrics -----------------------------------------------------------------------
+
+
+def test_a_metric_in_two_columns_is_one_error_naming_both(tmp_path):
+    lines = csv_lines()
+    lines[0] += f',"{RUN} - timing/ppo_train"'
+    lines[1:] = [x + ",99" for x in lines[1:]]
+    bad = write(tmp_path / "m.csv", lines)
+    assert calibrate_error(tmp_path, bad) == (
+        f"columns 2 ('{RUN} - timing/ppo_train') and 14 ('{RUN} - timing/ppo_train') both hold metric "
+        "'timing/ppo_train': which to fit is unclear")
+
+
+def test_a_step_logged_again_with_another_value_is_an_error(tmp_path):
+    lines = VERL.read_text().splitlines()
+    again = lines[2].replace('"timing_s/update_actor": 10.45', '"timing_s/update_actor": 20.45')
+    bad = write(tmp_path / "m.jsonl", [*lines, again])
+    assert calibrate_error(tmp_path, bad) == (
+        "line 9: metric 'timing_s/update_actor': step 3 logged again (line 3 logged it first) with 20.45, "
+        "not 10.45: which to fit is unclear")
+    rows = csv_lines()
+    bad = write(tmp_path / "m.csv", [*rows, rows[2].replace("2,12.5536,", "2,19.5,", 1)])
+    assert calibrate_error(tmp_path, bad) == (
+        f"row 8: column '{RUN} - timing/ppo_train': step 2 logged again (row 3 logged it first) with 19.5, "
+        "not 12.5536: which to fit is unclear")
+
+
+def test_a_step_logged_again_with_the_same_values_is_read_once(tmp_path):
+    lines = VERL.read_text().splitlines()
+    again = write(tmp_path / "m.jsonl", [*lines, lines[2]])
+    assert read_metrics(again) == read_metrics(VERL)
+    assert fit_metrics(read_metrics(again), str(again))["steps"] == 8
+
+
+def test_two_step_columns_that_disagree_are_an_error(tmp_path):
+    lines = csv_lines()
+    lines[0] = '"Step","step",' + lines[0].split(",", 1)[1]
+    lines[1:] = [f"{x.split(',')[0]},{x.split(',')[0]},{x.split(',', 1)[1]}" for x in lines[1:]]
+    same = write(tmp_path / "same.csv", lines)
+    assert fit_metrics(read_metrics(same), str(same), samples_per_step=256)["steps"] == 5
+    lines[3] = "3,13," + lines[3].split(",", 2)[2]
+    bad = write(tmp_path / "m.csv", lines)
+    assert calibrate_error(tmp_path, bad) == ("row 4: columns 'Step' and 'step' give steps 3 and 13: which "
+                                              "to read is unclear")
+
+
+@pytest.mark.parametrize("cut", [lambda x: ",".join(x.split(",")[:3]), lambda x: x + ",1"])
+def test_a_row_of_another_length_than_the_header_is_an_error(tmp_path, cut):
+    lines = csv_lines()
+    lines[3] = cut(lines[3])
+    bad = write(tmp_path / "m.csv", lines)
+    cells = len(lines[3].split(","))
+    assert calibrate_error(tmp_path, bad) == f"row 4: {cells} cells, but the header has 13 columns"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('"x"', "expected a number, got 'x'"), ("true", "expected a number, got True"),
+    ("2.5", "expected a whole number of updates, got 2.5"),
+    ("-2", "expected a whole number of updates, got -2")])
+def test_a_global_step_of_the_wrong_type_is_an_error(tmp_path, value, message):
+    lines = [json.dumps({"step": s, "data": {"fully_async/count": 1, "training/global_step": 2 * s,
+                                             "timing_s/update_actor": 3.0 + s, "perf/total_num_tokens": 1000 * s}})
+             for s in range(1, 5)]
+    lines[1] = lines[1].replace('"training/global_step": 4', f'"training/global_step": {value}')
+    bad = write(tmp_path / "m.jsonl", lines)
+    assert calibrate_error(tmp_path, bad, "--updates-per-row", "2") == (
+        f"line 2: metric 'training/global_step': {message}")
+
+
+@pytest.mark.parametrize("step", ["-1", "9007199254740992"])
+def test_a_step_out_of_range_is_an_error(tmp_path, step):
+    lines = VERL.read_text().splitlines()
+    lines[0] = lines[0].replace('"step": 1,', f'"step": {step},')
+    bad = write(tmp_path / "m.jsonl", lines)
+    assert calibrate_error(tmp_path, bad) == (f"line 1: field 'step': {step} is not a step number (a whole "
+                                              "number from 0 to below 2**53)")
+    rows = csv_lines()
+    rows[1] = step + rows[1][1:]
+    bad = write(tmp_path / "m.csv", rows)
+    assert calibrate_error(tmp_path, bad) == f"row 2: column 'Step': expected a whole step number, got '{step}'"
+
+
+# -- trace fit --drift-from -------------------------------------------------------------------------
+
+HEAD = '"Step","r - response_length/mean"'
+
+
+def drift_error(tmp_path: Path, lines: list[str]) -> str:
+    csv = write(tmp_path / "w.csv", lines)
+    trace, out = tmp_path / "t.jsonl", tmp_path / "m.json"
+    write_trace(generate(MODEL, 1, seed=0, prompts=64), trace)
+    r = runner.invoke(app, ["trace", "fit", str(trace), "--out", str(out), "--drift-from", str(csv)])
+    assert r.exit_code == 2 and not out.exists() and "Traceback" not in r.output, r.output
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {csv}: "), r.stderr
+    return r.stderr.strip().removeprefix(f"error: {csv}: ")
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    ([f'{HEAD},"r - response_length/mean"', "1,1000,2000", "2,1010,2000"],
+     "columns 2 ('r - response_length/mean') and 3 ('r - response_length/mean') hold one metric: which "
+     "to read is unclear"),
+    ([HEAD, "1,1000", "2,1010", "3,1020", "3,1500"],
+     "line 5: column 'r - response_length/mean': step 3 logged again (line 4 logged it first) with other "
+     "values: which to fit is unclear"),
+    ([HEAD, "1,1000", "2,1010", "3", "4,1030"], "line 4: 1 cells, but the header has 2 columns"),
+    ([HEAD, "1,1000", "2,1010,7", "4,1030"], "line 3: 3 cells, but the header has 2 columns"),
+    ([HEAD, "1,1000", "2,1010", "1e308,1020"],
+     "line 4: column 'Step': '1e308' is not a step number (a whole number from 0 to below 2**53)"),
+    ([HEAD, "1,1000", "-1,1010", "3,1020"],
+     "line 3: column 'Step': '-1' is not a step number (a whole number from 0 to below 2**53)"),
+    ([HEAD, "1,1000", "2.5,1010", "3,1020"],
+     "line 3: column 'Step': '2.5' is not a step number (a whole number from 0 to below 2**53)"),
+])
+def test_a_drift_export_it_cannot_read_is_one_error_line(tmp_path, lines, message):
+    assert drift_error(tmp_path, lines) == message
+
+
+def test_a_step_logged_again_with_the_same_value_is_read_once(tmp_path):
+    once = drift_from_wandb(write(tmp_path / "a.csv", [HEAD, "1,1000", "2,1010", "3,1030"]), MODEL)
+    twice = drift_from_wandb(write(tmp_path / "b.csv", [HEAD, "1,1000", "2,1010", "2,1010", "3,1030"]), MODEL)
+    assert twice == once
+
+
+def test_large_steps_fit_without_a_numpy_warning(tmp_path):
+    # steps near 2**53 made np.polyfit warn "Polyfit may be poorly conditioned" on stderr
+    base = 2**52
+    csv = write(tmp_path / "w.csv", [HEAD, *(f"{base + s},{1000 * math.exp(0.004 * s):.6f}" for s in range(4))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        drift = drift_from_wandb(csv, MODEL)["drift"]
+    small = drift_from_wandb(write(tmp_path / "s.csv", [HEAD, *(f"{s},{1000 * math.exp(0.004 * s):.6f}"
+                                                                  for s in range(4))]), MODEL)["drift"]
+    assert drift == pytest.approx(small, rel=1e-9)
+    with pytest.raises(TraceError):
+        drift_from_wandb(write(tmp_path / "x.csv", [HEAD, "1,1000", "2,1010", "1e308,1020"]), MODEL)
+
+
+# -- --cluster PROFILE and profile show -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("p") / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(VERL), "--cluster", "h100-llama3.1-8b",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda p: p["engine_config"].update(max_num_seqs=True), "field 'engine_config.max_num_seqs': expected int, got True"),
+    (lambda p: p["engine_config"].update(max_num_seqs=2.9), "field 'engine_config.max_num_seqs': expected int, got 2.9"),
+    (lambda p: p["engine_config"].update(max_num_seqs="256"),
+     "field 'engine_config.max_num_seqs': expected int, got '256'"),
+    (lambda p: p["cluster"].update(gpu_mem_utl=0.8), "field 'cluster': unknown gpu_mem_utl"),
+    (lambda p: p["cluster"].update(chunked_prefill="yes"), "field 'cluster.chunked_prefill': expected bool, got 'yes'"),
+    (lambda p: p["costs"].update(experts=2.5), "field 'costs.experts': expected a whole number, got 2.5"),
+])
+def test_a_profile_as_cluster_coerces_nothing(tmp_path, profile, edit, message):
+    raw = json.loads(json.dumps(profile))
+    edit(raw)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as e:
+        load_cluster(str(bad))
+    assert str(e.value) == f"{bad}: {message}"
+
+
+def test_a_cluster_file_count_with_a_fraction_is_an_error(tmp_path):
+    bad = tmp_path / "c.json"
+    costs = json.loads((FIX / "cpu-profile.json").read_text())["costs"]
+    bad.write_text(json.dumps({"preset": "h100-llama3.1-8b", "costs": {**costs, "experts": 2.5}}))
+    with pytest.raises(ConfigError) as e:
+        load_cluster(str(bad))
+    assert str(e.value) == f"{bad}: field 'costs.experts': expected a whole number, got 2.5"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda p: p.update(sortedrl_profile=999), "field 'sortedrl_profile': format 999 is not 1"),
+    (lambda p: p["fit"]["trainer"].update(steps="x"), "field 'fit.trainer.steps': expected a whole number >= 1, got 'x'"),
+    (lambda p: p["fit"]["trainer"].update(updates_per_row=0),
+     "field 'fit.trainer.updates_per_row': expected a whole number >= 1, got 0"),
+    (lambda p: p["fit"]["trainer"].update(file=1), "field 'fit.trainer.file': expected a file name, got 1"),
+    (lambda p: p["fit"]["trainer"]["terms"]["train_fix"].update(value="x"),
+     "field 'fit.trainer.terms.train_fix.value': expected a number >= 0, got 'x'"),
+    (lambda p: p["fit"]["trainer"]["terms"]["train_fix"].update(value=float("nan")),
+     "field 'fit.trainer.terms.train_fix.value': expected a number >= 0, got nan"),
+    (lambda p: p["fit"]["trainer"].update(update_mape_pct=-1),
+     "field 'fit.trainer.update_mape_pct': expected a number >= 0, got -1"),
+    (lambda p: p["fit"]["trainer"].update(columns={"update": "x"}),
+     "field 'fit.trainer.columns': expected an object naming the columns read, got {'update': 'x'}"),
+])
+def test_profile_show_refuses_what_was_not_fitted(tmp_path, profile, edit, message):
+    raw = json.loads(json.dumps(profile))
+    edit(raw)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(raw))
+    r = runner.invoke(app, ["profile", "show", str(bad)])
+    assert (r.exit_code, r.output) == (2, f"error: {bad}: {message}\n")
