@@ -226,7 +226,7 @@ def compare(
         return
     title = f"{len(specs)} policies on {tr.name} ({len(tr):,} samples), cluster {cl.name}"
     splits = [gpu_split(r.timeline.meta) for _, r in results]
-    typer.echo(wide_text(summaries, title) if wide
+    typer.echo(wide_text(summaries, title, terminal_width()) if wide
                else compare_text(summaries, splits, cl, title, terminal_width()))
     typer.echo(f"wrote {run_dir}/compare.json and one directory per policy")
 

@@ -285,15 +285,21 @@ def compare_text(summaries: list[dict], splits: list[str], cluster: Cluster, tit
     return render(cols, rows, width, title, compare_notes(summaries, splits, cluster))
 
 
-def wide_text(summaries: list[dict], title: str) -> str:
-    """Every field of every summary, a metric per row (``compare --wide``)."""
+def wide_text(summaries: list[dict], title: str, width: int | None = None) -> str:
+    """Every field of every summary (``compare --wide``): the numbers a metric per row, each
+    policy a column; the text fields (policy, trace, cluster, regen, knobs), whose length would
+    set every column's width, one line per policy below the table, wrapped at ``width``."""
     from sortedrl.policies.auto import knob_text
 
     keys = [k for k in summaries[0] if k not in ("label", "auto_params")]
-    rows = []
-    for key in keys:
-        if key == "params":
-            rows.append((key, [knob_text(s["params"], s.get("auto_params", {})) for s in summaries], ""))
-            continue
-        rows.append((key, [cell(s.get(key, "")).replace("\n", ", ") for s in summaries], UNITS.get(key, "")))
-    return key_value_table(rows, [s["label"] + (" *" if s.get("oracle") else "") for s in summaries], title)
+    text = [k for k in keys if k != "params" and any(isinstance(s.get(k), str) for s in summaries)]
+    text.append("params")  # the longest, last
+    heads = [s["label"] + (" *" if s.get("oracle") else "") for s in summaries]
+    rows = [(key, [cell(s.get(key, "")).replace("\n", ", ") for s in summaries], UNITS.get(key, ""))
+            for key in keys if key not in text]
+    notes = []
+    for s in summaries:
+        fields = [f"{k} {knob_text(s['params'], s.get('auto_params', {}))}" if k == "params"
+                  else f"{k} {s.get(k, '')}" for k in text]
+        notes.append(f"{s['label']}: " + "; ".join(fields))
+    return key_value_table(rows, heads, title, notes, width)

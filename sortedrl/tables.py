@@ -39,9 +39,11 @@ def terminal_width(default: int = 100) -> int:
 
 
 def render(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int | None, title: str = "",
-           notes: Sequence[str] = (), footer: str = METRICS_LINE) -> str:
+           notes: Sequence[str] = (), footer: str = METRICS_LINE, text_width: int | None = None) -> str:
     """The table as text, at most ``width`` characters a line where its shown columns allow
-    (``None``: no limit). ``notes`` are printed under the table, wrapped, before the footer."""
+    (``None``: no limit). ``notes`` are printed under the table, wrapped, before the footer; the
+    title, notes and footer wrap at ``text_width`` when given, else at ``width``."""
+    wrap_at = width if text_width is None else text_width
     widths = [max([len(c.title), len(c.unit)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     shown = list(range(len(cols)))
     hidden: list[str] = []
@@ -52,24 +54,28 @@ def render(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int | None
         gone = max(droppable, key=lambda i: (cols[i].hide, i))
         shown.remove(gone)
         hidden.insert(0, cols[gone].title + (f" {cols[gone].unit}" if cols[gone].unit else ""))
-    lines = _wrap(title, width)
+    lines = _wrap(title, wrap_at)
     lines.append(_line([cols[i].title for i in shown], cols, widths, shown))
     if any(cols[i].unit for i in shown):
         lines.append(_line([cols[i].unit for i in shown], cols, widths, shown))
     lines.append("-" * _total(widths, shown))
     lines += [_line([r[i] for i in shown], cols, widths, shown) for r in rows]
     for note in notes:
-        lines += _wrap(note, width, indent="  ")
+        lines += _wrap(note, wrap_at, indent="  ")
     if hidden:
         lines += _wrap(f"hidden to fit {width} columns: {', '.join(hidden)} (--wide shows them)", width)
-    lines += _wrap(footer, width)
+    lines += _wrap(footer, wrap_at)
     return "\n".join(lines)
 
 
-def key_value_table(rows: Sequence[tuple[str, Sequence[str], str]], heads: Sequence[str], title: str) -> str:
-    """A metric-per-row table (``--wide``): every field, each policy a column, never cut."""
+def key_value_table(rows: Sequence[tuple[str, Sequence[str], str]], heads: Sequence[str], title: str,
+                    notes: Sequence[str] = (), width: int | None = None) -> str:
+    """A metric-per-row table (``--wide``): every field, each policy a column, never cut (and
+    never narrowed: its lines are as long as its columns need). ``notes`` (text too long for a
+    column) follow it, wrapped at ``width``."""
     cols = [Col("metric", left=True), *(Col(h) for h in heads), Col("unit", left=True)]
-    return render(cols, [[k, *vals, unit] for k, vals, unit in rows], None, title)
+    return render(cols, [[k, *vals, unit] for k, vals, unit in rows], None, title, notes,
+                  text_width=width)
 
 
 def cell(value: object) -> str:

@@ -73,8 +73,14 @@ def test_wide_prints_every_field_uncut(tmp_path):
     rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines() if line.split()}
     summaries = json.loads((tmp_path / "w" / "compare.json").read_text())
     assert rows["updates"][:2] == [str(s["updates"]) for s in summaries]
-    assert rows["cluster"][:2] == ["h100-llama3.1-8b-2gpu"] * 2
-    assert "update_batch=256 (auto)," in r.stdout
+    # the text fields follow the table, one line per policy, so that the numbers' columns are
+    # as wide as the numbers (the knobs' row made every column ~80 characters wide)
+    text = " ".join(r.stdout.split())
+    assert ("sync: policy sync; trace logic-8k; cluster h100-llama3.1-8b-2gpu; "
+            "regen resample; params rollout_batch=") in text
+    assert "on: policy sortedrl; trace " in text and "update_batch=256 (auto)," in text
+    table = r.stdout.split("\nsync: ")[0].splitlines()
+    assert max(map(len, table[1:])) < 80, table
 
 
 def test_auto_knobs_are_shown_as_used(seven):
