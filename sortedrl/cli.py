@@ -139,7 +139,7 @@ def simulate(
         progress.phase(f"reading {trace or synthetic}")
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
         pol = make_policy(policy, sets, tr)
-        progress.phase(f"simulating {pol.name} (samples finished)", total=len(tr))
+        progress.phase(f"simulating {pol.name}", total=len(tr))
         with outs.scratch(run_dir) as spill:  # a long run's timeline waits there, not in memory
             result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed,
                                     progress=progress, regen=regen, spill_dir=spill)

@@ -11,25 +11,35 @@ thread starts the display only once the command has run that long, so a phase th
 calls (reading a trace) still shows. The display is transient, on stderr, and only on a terminal.
 
 A simulation is watched rather than told: :meth:`Phases.watch` hands the bar the run's timeline,
-and a thread polls it twice a second for samples finished and simulated time, so the simulator's
-hot path makes no progress calls at all (only a display that is shown is polled).
+and a thread polls it twice a second for the samples generated so far (rollouts that finished,
+at most the trace's samples) and the simulated time, so the simulator's hot path makes no
+progress calls at all (only a display that is shown is polled). The count is of generation, not
+training: a policy that generates ahead (``sortedrl``) reaches it while its last updates remain.
+
+The display fits an 80-column terminal without cutting a figure: the phase's name is a line of
+its own (wrapped, never cut), and under it the spinner, a bar that narrows first, the count with
+its unit, and the elapsed and remaining times.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Protocol
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
+from rich.text import Text
 
 
 class Watched(Protocol):
@@ -39,6 +49,39 @@ class Watched(Protocol):
 
 
 POLL_S = 0.5
+GENERATED = "samples generated"  # what a watched run's count is
+
+
+class CountColumn(ProgressColumn):
+    """``1,234/2,048 samples generated``: done of total, with the unit the phase set (none:
+    the phase's name says what it counts)."""
+
+    def render(self, task: Task) -> Text:
+        total = "?" if task.total is None else f"{int(task.total):,}"
+        unit = task.fields.get("unit", "")
+        return Text(f"{int(task.completed):,}/{total}" + (f" {unit}" if unit else ""))
+
+
+class PhaseBar(Progress):
+    """Each phase's name on a line of its own, never cut (rich's one-row layout cut the counts
+    and times to "..." on an 80-column terminal), and under it its bar, count and times."""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        for task in self.tasks:
+            if task.visible:
+                yield Text(task.description, overflow="fold")
+                yield self.make_tasks_table([task])
+
+
+def phase_bar(console: Console) -> PhaseBar:
+    def whole() -> Column:
+        return Column(no_wrap=True)
+
+    return PhaseBar(SpinnerColumn(table_column=whole()),
+                    BarColumn(bar_width=20, table_column=Column(no_wrap=False)),  # narrows first
+                    CountColumn(table_column=whole()), TextColumn("elapsed", table_column=whole()),
+                    TimeElapsedColumn(table_column=whole()), TextColumn("left", table_column=whole()),
+                    TimeRemainingColumn(table_column=whole()), console=console, transient=True)
 
 
 class Phases:
@@ -46,10 +89,7 @@ class Phases:
     (``note`` relabels it, as a backend does when it moves to summarising)."""
 
     def __init__(self, console: Console | None = None, delay: float = 1.0) -> None:
-        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                            MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
-                            TextColumn("left"), TimeRemainingColumn(),
-                            console=console or Console(stderr=True), transient=True)
+        self.bar = phase_bar(console or Console(stderr=True))
         self.task = None
         self.watched: tuple[Watched, str, int, int] | None = None  # run, label, seen, cap
         self.lock = threading.Lock()
@@ -77,13 +117,15 @@ class Phases:
         self.bar.update(self.task, advance=advance, **({"description": note} if note else {}))
 
     def watch(self, run: Watched, samples: int) -> None:
-        """Count the current phase in ``run``'s finished samples (at most ``samples``) and show
+        """Count the current phase in ``run``'s generated samples (at most ``samples``) and show
         its simulated time, until :meth:`unwatch` (or the next phase, a note, the end)."""
         if self.task is None:
             self.phase("simulating")
         with self.lock:
             label = self.bar.tasks[-1].description if self.bar.tasks else "simulating"
             self.watched = (run, label, 0, samples)
+            if self.task is not None:
+                self.bar.update(self.task, unit=GENERATED)
         threading.Thread(target=self._poll_loop, args=(run,), daemon=True).start()
 
     def unwatch(self) -> None:
