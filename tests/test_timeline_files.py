@@ -329,7 +329,7 @@ def test_a_huge_samples_total_sizes_nothing(tmp_path):
 
 
 def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
-    """A long simulate on a terminal shows samples finished and simulated time; Ctrl-C then
+    """A long simulate on a terminal shows samples generated and simulated time; Ctrl-C then
     stops it with one line and exit 130, leaving no run directory and no temp files."""
     out = tmp_path / "run"
     master, slave = pty.openpty()
@@ -353,7 +353,7 @@ def test_ctrl_c_exits_130_and_leaves_no_run_directory(tmp_path):
                 and time.monotonic() < deadline:
             if select.select([master], [], [], 1.0)[0]:
                 shown += os.read(master, 65536)
-        assert b"samples finished" in shown and len(set(re.findall(rb"([\d,]+) s simulated", shown))) >= 2, \
+        assert b"samples generated" in shown and len(set(re.findall(rb"([\d,]+) s simulated", shown))) >= 2, \
             shown[-2000:]
         proc.send_signal(signal.SIGINT)
         # Keep reading the terminal until the child exits, as a terminal does: a pty that nobody
