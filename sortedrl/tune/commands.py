@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
         outs.write({run_dir: {"tune.json": write_json(result, run_dir / "tune.json")}})
         print_notes(outs)
         notes = fit_warnings(tr, cl, synthetic is not None)
-        notes += [placement_note(s.policy, policy_class(s.policy).placements, cl) for s in spaces]
+        notes += [split_note(s.policy, result["trials"], cl) for s in spaces]
         for note in filter(None, notes):
             typer.echo(note, err=True)
         if as_json:
@@ -115,6 +115,35 @@ def register(app: typer.Typer) -> None:
             return
         typer.echo(tune_text(result, cl, None if wide else terminal_width()))
         typer.echo(f"wrote {run_dir}/tune.json ({len(result['trials'])} trials, {result['search']})")
+
+
+def split_note(policy: str, trials: list[dict], cluster: Cluster) -> str | None:
+    """:func:`~sortedrl.compare.placement_note`, said of the clusters ``policy``'s trials ran on:
+    with ``--param cluster.*`` each trial's shape has its own split (not the given cluster's)."""
+    from sortedrl.tune.space import as_sets, split_cluster
+
+    placements = policy_class(policy).placements
+    shapes = [split_cluster(as_sets(t["params"]))[0] for t in trials if t["policy"] == policy]
+    if not any(shapes):
+        return placement_note(policy, placements, cluster)
+    moved = {}
+    for shape in shapes:
+        shaped = dataclasses.replace(cluster, **shape)
+        used = cluster_for(placements, shaped)
+        if used is not shaped:
+            moved[(used.gpus, used.rollout_gpus)] = f"{used.rollout_gpus}+{used.trainer_gpus} of {used.gpus}"
+    if not moved:
+        return None
+    return (f"note: {policy} needs separate rollout and training GPUs, so each of its trials on a "
+            "colocated shape runs on the disaggregated split of that trial's GPUs (roll out + train): "
+            + ", ".join(moved[k] for k in sorted(moved))
+            + ("; the given trainer and sync terms are scaled to the split as the preset's are"
+               if cluster.costs is not None else ""))
+
+
+def human(params: dict) -> dict:
+    """Knob values for a reader: floats to 4 significant digits (tune.json keeps them whole)."""
+    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in params.items()}
 
 
 def infeasible_message(result: dict) -> str:
@@ -126,7 +155,7 @@ def infeasible_message(result: dict) -> str:
         return f"no trial could run ({len(skipped)} skipped); the first: {skipped[0]['reason']}"
     closest = min(trials, key=lambda t: (t["summary"]["staleness_max"], -t["summary"]["tokens_per_s"], t["id"]))
     s = closest["summary"]
-    params = ", ".join(f"{k}={v}" for k, v in closest["params"].items()) or "defaults"
+    params = ", ".join(f"{k}={v}" for k, v in human(closest["params"]).items()) or "defaults"
     return (f"no trial of {len(trials)} meets --max-staleness {result['max_staleness']}; the closest is "
             f"trial {closest['id']}: {closest['policy']} ({params}) with staleness_max "
             f"{s['staleness_max']} at {s['tokens_per_s']:,.0f} tok/s; raise the bound or add a policy "
@@ -175,7 +204,8 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
                    f"({len(trials)} trials, {result['search']})", notes, footer="")
     front = [trials[i] for i in result["pareto"]]  # (feasible trials only)
     shown = {t["id"]: t for t in best + front}
-    knobs = [f"trial {i} {t['policy']}: " + knob_text(t["summary"]["params"], t["summary"].get("auto_params", {}))
+    knobs = [f"trial {i} {t['policy']}: " + knob_text(human(t["summary"]["params"]),
+                                                       human(t["summary"].get("auto_params", {})))
              for i, t in sorted(shown.items())]
     what = "learnable" if learnable else "useful"
     second = render(cols, rows(front), width,

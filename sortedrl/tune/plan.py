@@ -22,7 +22,7 @@ def plan_text(result: dict, width: int | None) -> str:
         rows.append(["knee" if i == plan["knee"] else "", t["policy"], str(i), shape,
                      f"{s['makespan_s']:,.1f}", f"{s['gpu_hours']:,.3f}", f"{s['staleness_mean']:.2f}"])
     n = len(result.get("skipped", []))
-    notes = [f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')"]
+    notes = [f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')"] if n else []
     if plan["knee"] is None:
         notes.append("no knee: no shape on the front beats the straight line from the fastest to "
                      "the cheapest (each step trades wall-clock for GPU-hours at the same rate or "
