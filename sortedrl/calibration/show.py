@@ -29,7 +29,10 @@ UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/se
          "train_micro_pairs": "pairs/micro-batch", "engine_contention": "x step while training",
          "train_contention": "x update beside rollout",
          "engine_contention_one": "x step while training, one engine busy",
-         "train_contention_one": "x update beside one busy engine"}
+         "train_contention_one": "x update beside one busy engine",
+         "expert_read": "s/expert read", "experts": "experts/layer", "experts_per_token": "experts/token",
+         "expert_shards": "shards/engine", "peer_step_factor": "x step, every engine busy",
+         "step_overhead_s": "s/step, every engine busy", "step_overhead_one_s": "s/step, one engine busy"}
 
 
 # why the metrics fit set a term (fit.trainer.fixed_by_model; build._trainer_form)
@@ -154,6 +157,22 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
+# The most of a term's unit one step, request or update can hold (far past any run): a fitted
+# term whose time at that count stays under NEGLIGIBLE_S sits at the fit's bound 0 (the
+# bounded least squares stops at a float's dust there, 4e-27 s/KV token, not at 0).
+MOST = {"a1": 1e8, "p1": 1e8, "c1": 1e5, "s1": 1e5, "p2": 1e13, "train_per_pair": 1e13,
+        "train_per_token": 1e9}
+NEGLIGIBLE_S = 1e-9
+
+
+def at_bound(name: str, value: object) -> bool:
+    """Whether a measured term's value is its bound 0 in all but float dust: at :data:`MOST` of
+    its unit (1 of a plain seconds term) it adds under :data:`NEGLIGIBLE_S`."""
+    if name not in MOST and not UNITS.get(name, "").startswith("s/") or name == "step_table":
+        return False
+    return isinstance(value, float) and 0 < value * MOST.get(name, 1.0) < NEGLIGIBLE_S
+
+
 def _terms(raw: dict) -> list[str]:
     fit = raw.get("fit") or {}
     stderr = {}
@@ -161,7 +180,7 @@ def _terms(raw: dict) -> list[str]:
         for k, t in ((fit.get(part) or {}).get("terms") or {}).items():
             stderr[k] = (part, t.get("stderr"))
     assumed = set(fit.get("from_preset", []))
-    out = ["", "cost terms:", f"  {'term':<16} {'value':>12}  {'unit':<22} from"]
+    rows = []
     for name, value in raw["costs"].items():
         if name in assumed:
             src = "preset (not measured)"
@@ -178,8 +197,16 @@ def _terms(raw: dict) -> list[str]:
                 src = f"0: the fitted sync ({held[0]}) holds it"
         else:
             src = "measured"
-        out.append(f"  {name:<16} {_fmt(value):>12}  {UNITS.get(name, ''):<22} {src}")
-    return out
+        shown = _fmt(value)
+        if isinstance(value, list) and value:  # (step_table) the range; the count goes last
+            shown, src = f"{_fmt(min(value))}..{_fmt(max(value))}", f"{src} ({len(value)} values)"
+        if name not in assumed and at_bound(name, value):
+            shown, src = "0", f"{src}: at its bound 0 (fitted {_fmt(value)})"
+        rows.append((name, shown, UNITS.get(name, ""), src))
+    heads = ("term", "value", "unit", "from")
+    w = [max(len(r[i]) for r in [heads, *rows]) for i in range(3)]
+    return ["", "cost terms:", *(f"  {a:<{w[0]}}  {b:>{w[1]}}  {c:<{w[2]}}  {d}".rstrip()
+                                 for a, b, c, d in [heads, *rows])]
 
 
 def _sync_column(fit: dict) -> str | None:
