@@ -7,6 +7,7 @@ Thin over :mod:`sortedrl.forecast`; the report is a self-contained plotly page l
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -99,7 +100,7 @@ def forecast(
         typer.echo(text)
         return
     typer.echo(forecast_text(results, f"forecast of {trace.name}",
-                             None if wide else terminal_width()))
+                             None if wide else terminal_width(), priced=gpu_hour_price > 0))
     if report is not None:
         typer.echo(f"wrote {report}")
 
@@ -110,9 +111,10 @@ FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Co
                  Col("rollout/train/sync/offload/idle", "% of wall", hide=2)]
 
 
-def forecast_text(results: list[dict], title: str, width: int | None) -> str:
+def forecast_text(results: list[dict], title: str, width: int | None, priced: bool = False) -> str:
     """The terminal view: wall-clock with its interval, GPU-hours, cost, step times and the
-    shares of wall-clock per activity (all keys are in --json)."""
+    shares of wall-clock per activity (all keys are in --json). ``priced`` (``--gpu-hour-price``
+    given): the cost column is never hidden to fit, other columns go first."""
     rows = []
     for r in results:
         shares = "/".join(f"{100 * r[k] / r['wall_s']:.0f}" if r["wall_s"] else "0"
@@ -124,7 +126,8 @@ def forecast_text(results: list[dict], title: str, width: int | None) -> str:
     seeds = results[0]["seeds"] if results else 0
     notes = [f"wall: mean of {seeds} simulated run(s); low-high: their range (docs/metrics.md, "
              "Forecast)"]
-    return render(FORECAST_COLS, rows, width, title, notes)
+    cols = [dataclasses.replace(c, hide=0) if priced and c.title == "cost" else c for c in FORECAST_COLS]
+    return render(cols, rows, width, title, notes)
 
 
 def report_html(results: list[dict], source: str) -> str:

@@ -122,3 +122,23 @@ def test_trace_model_needs_steps(model_file) -> None:
     r = run(["forecast", "--trace-model", str(model_file), "--policy", "sync"])
     assert r.exit_code == 2
     assert r.output == "error: --trace-model needs --steps N >= 1: the length of the run to forecast\n"
+
+
+def test_the_cost_asked_for_is_shown_at_80_columns(model_file) -> None:
+    """At 80 columns `--gpu-hour-price` computed a cost the table then hid (the cost column went
+    first to fit); a priced forecast keeps it and hides the other columns."""
+    args = ["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync",
+            "--policy", "one_step_off", "--cluster", "h100-llama3.1-8b", "--cluster",
+            "h100-llama3.1-8b-16gpu", "--seeds", "1"]
+    priced = CliRunner().invoke(app, [*args, "--gpu-hour-price", "2.5"], env={"COLUMNS": "80"})
+    assert priced.exit_code == 0, priced.output
+    lines = priced.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, lines
+    assert lines[1].split() == ["policy", "cluster", "wall", "GPU-h", "cost", "step", "p50/p90/max"], lines[1]
+    assert lines[2].split() == ["h", "$", "s"]
+    out = json.loads(CliRunner().invoke(app, [*args, "--gpu-hour-price", "2.5", "--json"]).stdout)
+    assert [line.split()[4] for line in lines[4:8]] == [f"{o['cost']:,.2f}" for o in out]
+    hidden = next(x for x in lines if x.startswith("hidden to fit 80 columns: "))
+    assert "cost" not in hidden
+    free = CliRunner().invoke(app, args, env={"COLUMNS": "80"})  # no price: cost hides first, as before
+    assert "cost" not in free.stdout.splitlines()[1]
