@@ -292,3 +292,30 @@ def test_an_output_that_is_a_directory_is_an_error(small, tmp_path):
     assert r.exit_code == 2
     assert r.stderr.strip() == f"error: --out {tmp_path}: is a directory, not a file"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_headline_table_one_precision_a_column_and_no_empty_timeline_column(compare_dir, tmp_path):
+    """report.html printed makespans as 718.916 beside 1,062.4 (precision by size), and a
+    timeline column that was '-' on every row (no run had a timeline.html)."""
+    out, summaries, _ = compare_dir
+    root = tmp_path / "cmp"
+    shutil.copytree(out, root)
+
+    def body(text: str) -> tuple[list[str], list[list[str]]]:
+        table = text[text.index('id="summary"'):]
+        heads = re.findall(r"<th>(.*?)</th>", table)
+        rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr><td.*?</tr>", table)]
+        return heads, rows
+
+    heads, rows = body(report_page(root))
+    assert heads == ["policy", "oracle", "cluster", "makespan (s)", "bubble ratio", "useful tokens/s",
+                     "staleness mean", "staleness max", "wasted tokens", "efficiency"]
+    for s, row in zip(summaries, rows, strict=True):
+        assert row[3:] == [f"{s['makespan_s']:,.1f}", f"{s['bubble_ratio']:.1%}", f"{s['tokens_per_s']:,.0f}",
+                           f"{s['staleness_mean']:.2f}", f"{s['staleness_max']:,}",
+                           f"{s['wasted_tokens']:,}", f"{s['efficiency']:.4f}"]
+    (root / "sync" / "timeline.html").write_text("<html></html>")
+    heads, rows = body(report_page(root))
+    assert heads[-1] == "timeline"
+    assert rows[0][-1] == '<a href="sync/timeline.html">timeline</a>'
+    assert [row[-1] for row in rows[1:]] == ["-"] * (len(rows) - 1)

@@ -58,13 +58,20 @@ class Link:
     href: str
 
 
-def table(columns: Sequence[str], rows: Sequence[Sequence[object]], table_id: str) -> str:
-    """An HTML table; numbers are right-aligned, text cells left-aligned, :class:`Link` links."""
+def table(columns: Sequence[str], rows: Sequence[Sequence[object]], table_id: str,
+          formats: Sequence[str | None] | None = None) -> str:
+    """An HTML table; numbers are right-aligned, text cells left-aligned, :class:`Link` links.
+    ``formats``: a format spec per column for its numbers (one precision down a column; None:
+    the default by size)."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for row in rows:
         cells = []
-        for v in row:
+        for i, v in enumerate(row):
+            spec = formats[i] if formats is not None else None
+            if spec is not None and isinstance(v, int | float) and not isinstance(v, bool):
+                cells.append(f"<td>{html.escape(format(v, spec))}</td>")
+                continue
             if isinstance(v, Link):
                 cells.append(f'<td class="text"><a href="{html.escape(v.href, quote=True)}">'
                              f"{html.escape(v.text)}</a></td>")
