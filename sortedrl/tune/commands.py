@@ -141,11 +141,6 @@ def split_note(policy: str, trials: list[dict], cluster: Cluster) -> str | None:
                if cluster.costs is not None else ""))
 
 
-def human(params: dict) -> dict:
-    """Knob values for a reader: floats to 4 significant digits (tune.json keeps them whole)."""
-    return {k: float(f"{v:.4g}") if isinstance(v, float) else v for k, v in params.items()}
-
-
 def infeasible_message(result: dict) -> str:
     """No trial met --max-staleness: name the one that came closest (or, when every trial was
     skipped, the first one's reason)."""
@@ -155,7 +150,7 @@ def infeasible_message(result: dict) -> str:
         return f"no trial could run ({len(skipped)} skipped); the first: {skipped[0]['reason']}"
     closest = min(trials, key=lambda t: (t["summary"]["staleness_max"], -t["summary"]["tokens_per_s"], t["id"]))
     s = closest["summary"]
-    params = ", ".join(f"{k}={v}" for k, v in human(closest["params"]).items()) or "defaults"
+    params = ", ".join(f"{k}={v}" for k, v in closest["params"].items()) or "defaults"
     return (f"no trial of {len(trials)} meets --max-staleness {result['max_staleness']}; the closest is "
             f"trial {closest['id']}: {closest['policy']} ({params}) with staleness_max "
             f"{s['staleness_max']} at {s['tokens_per_s']:,.0f} tok/s; raise the bound or add a policy "
@@ -204,8 +199,7 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
                    f"({len(trials)} trials, {result['search']})", notes, footer="")
     front = [trials[i] for i in result["pareto"]]  # (feasible trials only)
     shown = {t["id"]: t for t in best + front}
-    knobs = [f"trial {i} {t['policy']}: " + knob_text(human(t["summary"]["params"]),
-                                                       human(t["summary"].get("auto_params", {})))
+    knobs = [f"trial {i} {t['policy']}: " + knob_text(t["summary"]["params"], t["summary"].get("auto_params", {}))
              for i, t in sorted(shown.items())]
     what = "learnable" if learnable else "useful"
     second = render(cols, rows(front), width,
