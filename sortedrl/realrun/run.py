@@ -42,6 +42,7 @@ from sortedrl.realrun.model import MODEL_CARD, check_model_dir, load_tokenizer
 from sortedrl.realrun.rundir import (
     LOGS,
     PENDING,
+    check_not_complete,
     check_run_dir,
     commit_checkpoint,
     recover_checkpoint,
@@ -164,6 +165,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
             from sortedrl.realrun.ray_backend import check_in_flight
 
             check_in_flight(state, ckpt / ckpt_io.STATE, cfg.engines)
+        check_not_complete(out, state, cfg.steps)
         ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:

@@ -199,21 +199,18 @@ def _check_resumable(cfg, out: Path, task: str) -> None:
         raise ConfigError(f"--resume: {out} was started with {was}, not {now}; a resumed run "
                           "keeps its settings (give the same options, or --force without "
                           "--resume to start it over)")
-    if _complete(out):
-        steps = started.get("steps")
+
+
+def check_not_complete(out: Path, state: dict, steps: int) -> None:
+    """--resume of a run that finished (its checkpoint, read back and checked, has every sample
+    trained or discarded, and the files written at the end are there): one error line, before
+    any file is touched or an engine starts."""
+    if not ((out / "summary.json").is_file() and (out / "trace.jsonl").is_file()):
+        return
+    samples = state["public"].get("state")
+    if isinstance(samples, bytearray) and all(s in (SampleState.TRAINED, SampleState.DISCARDED) for s in samples):
         raise ConfigError(f"--resume: {out}: the run is complete ({steps} of {steps} steps); "
                           "nothing to resume")
-
-
-def _complete(out: Path) -> bool:
-    """Whether the run finished: its last checkpoint has every sample trained or discarded, and
-    the files written at the end (summary.json, trace.jsonl) are there."""
-    if not ((out / "summary.json").is_file() and (out / "trace.jsonl").is_file()):
-        return False
-    state = ckpt_io.read_state(latest_checkpoint(out))
-    samples = state.get("public", {}).get("state") if isinstance(state, dict) else None
-    return isinstance(samples, bytearray) and all(
-        s in (SampleState.TRAINED, SampleState.DISCARDED) for s in samples)
 
 
 def _flag(setting: str) -> str:
