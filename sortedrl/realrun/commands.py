@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         turn_tokens: int = typer.Option(8, "--turn-tokens", help="multi-turn tasks: per-turn token cap (a tool call follows)"),
         tool_latency: float = typer.Option(0.05, "--tool-latency", help="multi-turn tasks: seconds the tool server takes per call"),
         tool_pool: int = typer.Option(8, "--tool-pool", help="multi-turn tasks: tool calls the server runs at once"),
-        resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint (with the settings it started with)"),
+        resume: bool = typer.Option(False, "--resume", help="continue RUNDIR from its last checkpoint (with the settings it started with); a run that completed is one error line (exit 2), and nothing is touched"),
         perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
         force: bool = typer.Option(False, "--force", help="delete the run in RUNDIR and start over (only a `sortedrl run` directory); replace an existing --perfetto file"),
         as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),

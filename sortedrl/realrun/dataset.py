@@ -80,7 +80,7 @@ class DatasetTask:
         self.path = Path(path)
         self.name = f"dataset:{self.path.name}"
         self.grade = get_reward(reward)
-        self.rows = read_rows(self.path)
+        self.line_numbers, self.rows = read_rows(self.path)
 
     def problems(self, n: int, seed: int) -> list[Problem]:
         rng = np.random.default_rng(seed)
@@ -96,17 +96,36 @@ class DatasetTask:
         return value
 
     def corpus(self, n: int, seed: int) -> list[str]:
-        return [f"{p.prompt} {p.answer}" for p in self.problems(n, seed)]
+        """At least ``n`` lines, every row among them: a tokenizer trained on them covers the file."""
+        return [f"{p.prompt} {p.answer}" for p in self.problems(max(n, len(self.rows)), seed)]
+
+    def check_tokens(self, tok, model: str) -> None:
+        """One error line, naming the first row, when the tokenizer of ``model`` turns a prompt
+        or answer into its unknown token: a run would train on ``<unk>`` and grade nothing right."""
+        unk = tok.unk_token_id
+        if unk is None:  # (a byte-level tokenizer: every text has tokens)
+            return
+        ids = {field: tok([getattr(p, field) for p in self.rows], add_special_tokens=False)["input_ids"]
+               for field in ("prompt", "answer")}
+        for j, k in enumerate(self.line_numbers):
+            for field in ("prompt", "answer"):
+                if unk in ids[field][j]:
+                    raise ConfigError(
+                        f"{self.path}: row {k}: the tokenizer of --model {model} does not know every "
+                        f"word of its {field} (they would become {tok.unk_token}); make the model with "
+                        f"`sortedrl model init --dataset {self.path}`, or give a model whose "
+                        "tokenizer covers the data")
 
 
-def read_rows(path: Path) -> list[Problem]:
+def read_rows(path: Path) -> tuple[list[int], list[Problem]]:
+    """The file's rows, and the line number of each."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         raise ConfigError(f"--dataset {path}: file not found") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--dataset {path}: cannot read ({e})") from None
-    rows = []
+    rows, numbers = [], []
     for k, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -120,6 +139,7 @@ def read_rows(path: Path) -> list[Problem]:
             if not isinstance(row.get(field), str):
                 raise ConfigError(f"{path}: row {k}: field {field!r} missing or not a string")
         rows.append(Problem(row["prompt"], row["answer"]))
+        numbers.append(k)
     if not rows:
         raise ConfigError(f"--dataset {path}: no rows")
-    return rows
+    return numbers, rows

@@ -15,7 +15,21 @@ code runs CUDA vLLM. Imports of vLLM happen only when an engine is built.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
+
+
+def import_vllm(kv_cache_gib: int = 1) -> None:
+    """Import vLLM with the runner's settings (a missing vLLM fails here, before any work).
+    vLLM logs at ERROR unless the user set ``VLLM_LOGGING_LEVEL``: its warnings (a
+    "Failed to load weights" per weight push, hints about CPU libraries) are noise in a run that
+    works, and a new user takes them for failures."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays ours
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: direct worker access
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")  # its own deprecations
+    import vllm  # noqa: F401
 
 
 @dataclass
@@ -59,10 +73,7 @@ class VllmEngine:
     def __init__(self, model_dir: str, max_num_seqs: int, max_model_len: int, seed: int = 0,
                  kv_cache_gib: int = 1, warm_tokens: int = 0, dtype: str = "float32",
                  device: str = "cpu", gpu_memory_utilization: float = 0.5) -> None:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
-        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout stays ours
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: direct worker access
+        import_vllm(kv_cache_gib)
         from vllm import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 

@@ -198,10 +198,9 @@ def check_model_dir(path: str | Path) -> Path:
         jsonio.loads((p / "config.json").read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(f"--model {p}/config.json: line {e.lineno}: not valid JSON ({e.msg})") from None
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
-    for name, load in (("config.json", AutoConfig.from_pretrained),
-                       ("tokenizer.json", AutoTokenizer.from_pretrained)):
+    for name, load in (("config.json", AutoConfig.from_pretrained), ("tokenizer.json", load_tokenizer)):
         try:
             load(str(p))
         except Exception as e:  # transformers' own checks (a field of the wrong type, ...)
@@ -209,3 +208,15 @@ def check_model_dir(path: str | Path) -> Path:
             raise ConfigError(f"--model {p}/{name}: transformers cannot load it "
                               f"({type(e).__name__}: {said})") from None
     return p
+
+
+def load_tokenizer(model_dir: str | Path):
+    """The model's tokenizer. A model of ``model init`` gets the one it was built with (its
+    ``tokenizer.json``): transformers' ``AutoTokenizer`` takes it for a Qwen2 BPE tokenizer, which
+    splits words into characters and drops every word it cannot spell (``sort 3 1 =`` became
+    ``3 1 =``), where the model's own maps an unknown word to ``<unk>``."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if (Path(model_dir) / MODEL_CARD).exists():
+        return PreTrainedTokenizerFast.from_pretrained(str(model_dir))
+    return AutoTokenizer.from_pretrained(str(model_dir))

