@@ -84,15 +84,13 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    from transformers import AutoTokenizer
-
     from sortedrl.realrun.engine import VllmEngine
-    from sortedrl.realrun.model import init_model
+    from sortedrl.realrun.model import init_model, load_tokenizer
     from sortedrl.realrun.run import grader
     from sortedrl.realrun.task import SortTask
 
     model = args.model or str(init_model(tempfile.mkdtemp() + "/tiny", warmup_steps=300))
-    tok = AutoTokenizer.from_pretrained(model)
+    tok = load_tokenizer(model)
     n = args.group_size
     problems = SortTask().problems(args.prompts, 0)
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]

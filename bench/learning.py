@@ -53,16 +53,16 @@ def main() -> None:
     ap.add_argument("--is-cap", type=float, default=2.0)
     args = ap.parse_args()
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from sortedrl.realrun.checkpoint import load_tensors
-    from sortedrl.realrun.model import init_model
+    from sortedrl.realrun.model import init_model, load_tokenizer
     from sortedrl.realrun.run import RunConfig, run_real
     from sortedrl.realrun.task import SortTask
 
     work = Path(tempfile.mkdtemp())
     model = init_model(work / "tiny", warmup_steps=args.warmup_steps)
-    tok = AutoTokenizer.from_pretrained(str(model))
+    tok = load_tokenizer(str(model))
     held_out = SortTask().problems(256, 12345)
     before = accuracy(AutoModelForCausalLM.from_pretrained(str(model), dtype=torch.float32), tok, held_out)
     t0 = time.perf_counter()

@@ -42,11 +42,12 @@ def run(tiny_model, out, *args):
 
 def test_adapter_adds_steps_aborts_resumes_and_pushes_weights(tiny_model):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from sortedrl.realrun.engine import VllmEngine
+    from sortedrl.realrun.model import load_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok = load_tokenizer(tiny_model)
     prompt = tok("sort 9 8 7 6 5 4 3 2 1 =")["input_ids"]
     eng = VllmEngine(tiny_model, max_num_seqs=8, max_model_len=128, seed=0)
     clock = time.monotonic
@@ -278,12 +279,11 @@ def test_resume_of_a_checkpoint_that_names_another_file_touches_nothing(tiny_mod
 def test_grader_reads_the_tiny_models_words(tiny_model):
     """The tiny tokenizer has no spaces: ``decode`` would give '1379', which never equals the
     answer '1 3 7 9' (every reward was 0 until the grader joined the words)."""
-    from transformers import AutoTokenizer
-
+    from sortedrl.realrun.model import load_tokenizer
     from sortedrl.realrun.run import grader
     from sortedrl.realrun.task import Problem, SortTask
 
-    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok = load_tokenizer(tiny_model)
     ids = tok("1 3 7 9", add_special_tokens=False)["input_ids"]
     grade = grader(SortTask(), [Problem("sort 7 3 9 1 =", "1 3 7 9")], tok, 1, words=True)
     assert grade(0, ids + [tok.eos_token_id], "stop") == 1.0
