@@ -175,9 +175,9 @@ def os_error_line(e: OSError) -> str:
         return f"{e.filename}: {e.strerror or e}"
     tb, named = e.__traceback__, None
     while tb is not None:  # (the innermost pathlib call is the one that failed)
-        code = tb.tb_frame.f_code
-        if code.co_name in _PATH_IO and code.co_filename == pathlib.__file__:
-            named = f"{tb.tb_frame.f_locals.get('self')}: cannot {_PATH_IO[code.co_name]} it"
+        name, me = tb.tb_frame.f_code.co_name, tb.tb_frame.f_locals.get("self")
+        if name in _PATH_IO and isinstance(me, pathlib.PurePath):  # (pathlib's module moved in 3.13)
+            named = f"{me}: cannot {_PATH_IO[name]} it"
         tb = tb.tb_next
     return f"output: {e.strerror or e}" if named is None else f"{named} ({e.strerror or e})"
 

@@ -94,9 +94,12 @@ class Outputs:
     """The outputs of one command. Declare each with :meth:`run_dir` or :meth:`file` before any
     work (they are checked there), then write them all with :meth:`write`."""
 
-    def __init__(self, command: str, force: bool = False, inputs: Iterable[Path | None] = ()) -> None:
+    def __init__(self, command: str, force: bool = False, inputs: Iterable[Path | None] = (),
+                 scanned: Iterable[Path] = ()) -> None:
         self.command, self.force = command, force
         self.inputs = {Path(p).resolve(): Path(p) for p in inputs if p is not None}  # (as given)
+        # directories read as a whole (a framework's dump): no output may lie inside one
+        self.scanned = {Path(p).resolve(): Path(p) for p in scanned}
         self.targets: dict[Path, _Target] = {}
         self.notes: list[str] = []
         self.identity: dict = {}
@@ -141,6 +144,7 @@ class Outputs:
         other output may overlap it), for outputs written as they go. Returns the path to write,
         normalised as it was checked (``a/../b`` is ``b``, whether or not ``a`` exists)."""
         self._check_place(Path(path), option)
+        self._check_inputs(Path(path), option, is_dir=True)
         self._add(Path(path), option, is_dir=True)
         return Path(os.path.normpath(path))
 
@@ -170,15 +174,16 @@ class Outputs:
                     _remove(tmp)  # to report)
 
     def _check_inputs(self, out: Path, option: str, is_dir: bool) -> None:
-        """No output may be an input, hold one, or lie inside an input directory (a framework's
-        dump directory, a model directory: the next read of it would take the output in)."""
+        """No output may be an input, hold one, or lie inside a directory read as a whole (a
+        framework's dump: the next read of it would take the output in)."""
         real = _abs(out).resolve()
-        for p, name in self.inputs.items():
+        for p in self.inputs:
             if real == p and not is_dir:
                 raise OutputError(f"{option} {out}: is an input of this command; write the output elsewhere")
             if is_dir and p.is_relative_to(real):
                 raise OutputError(f"{option} {out}: holds the input {p}; write the output elsewhere")
-            if real.is_relative_to(p) and p.is_dir():
+        for p, name in self.scanned.items():
+            if real.is_relative_to(p):
                 raise OutputError(f"{option} {out}: is inside the input directory {name}; "
                                   "write the output elsewhere")
 

@@ -128,7 +128,20 @@ def test_trl_non_number_in_the_reward_column_is_one_error_line(tok, tmp_path, va
     table["data"][0][3] = value
     f = _write_table(tmp_path, table)
     assert _one_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
-        f"error: {f}: row 1: field 'accuracy_reward': {shown} is not a number")
+        f"error: {f}: row 1: field 'accuracy_reward': {shown} is not a number (the column holds "
+        "numbers otherwise: a reward column? give --reward-columns to name the rewards)")
+
+
+def test_trl_text_and_number_extra_column_is_not_a_reward(tok, tmp_path) -> None:
+    """A log_extra column of numbers and text alike (an answer: 7, "x=7") is neither a
+    candidate reward nor a stray cell: the one all-numbers column is the reward, as before."""
+    table = _trl_table()
+    table["columns"].append("answer")
+    for k, row in enumerate(table["data"]):
+        row.append(7 if k % 2 else "x=7")
+    f = _write_table(tmp_path, table)
+    trace, _ = import_framework("trl", f, tok)
+    assert list(trace.reward) == [row[3] for row in _trl_table()["data"]]
 
 
 def test_trl_null_and_nan_reward_cells_still_read(tok, tmp_path) -> None:

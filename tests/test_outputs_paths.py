@@ -119,8 +119,8 @@ RUN = ["run", "--model", "m", "--dataset", "data.jsonl", "--policy", "sync", "--
 
 
 @pytest.mark.parametrize("perfetto, message", [
-    ("m/config.json", "is inside the input directory m; write the output elsewhere"),
-    ("m/p.json", "is inside the input directory m; write the output elsewhere"),
+    ("m/config.json", "is an input of this command; write the output elsewhere"),
+    ("m/tokenizer.json", "is an input of this command; write the output elsewhere"),
     ("data.jsonl", "is an input of this command; write the output elsewhere"),
     ("rr/timeline.jsonl", "overlaps --out rr; give separate paths"),
     ("rr", "overlaps --out rr; give separate paths"),
@@ -129,6 +129,13 @@ def test_run_perfetto_is_checked_against_the_inputs_and_out(model_ws, perfetto, 
     """After a real run its Chrome trace would have replaced the model's config.json, the
     dataset, or the run's own timeline: now each is refused before any work."""
     assert refused([*RUN, "--perfetto", perfetto, "--force"], model_ws) == f"error: --perfetto {perfetto}: {message}"
+
+
+def test_a_new_file_beside_the_models_files_is_not_refused(model_ws):
+    """A model directory is not read as a whole (only its named files), so a new file there is
+    the user's to make: the run goes on to its own checks (here: a model without weights)."""
+    line = refused([*RUN, "--perfetto", "m/p.json"], model_ws)
+    assert "--perfetto" not in line and "no *.safetensors weights" in line, line
 
 
 def test_run_perfetto_where_no_file_can_be_made_is_refused_before_the_run(model_ws):

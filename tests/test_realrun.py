@@ -541,3 +541,13 @@ def test_resume_keeps_the_runs_settings_and_a_cut_checkpoint_is_one_error(tiny_m
         "invalid header length); the run cannot be resumed from it (--force without --resume "
         "starts it over)\n")
     assert _files(out) == cut  # the logs were not cut back
+
+    # a run of an older version recorded no --objective: it ran at the default, bypass
+    timeline = out / "timeline.jsonl"
+    head, _, rest = timeline.read_text().partition("\n")
+    meta = json.loads(head)
+    del meta["run"]["objective"], meta["run"]["is_cap"]
+    timeline.write_text(json.dumps(meta) + "\n" + rest)
+    r = run(tiny_model, out, *common, "--resume", "--objective", "decoupled")
+    assert r.exit_code == 2 and r.stderr.startswith(
+        f"error: --resume: {out} was started with --objective bypass, not --objective decoupled;")

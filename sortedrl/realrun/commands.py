@@ -80,7 +80,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
     ) -> None:
         """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
-        outs = Outputs("run", force, inputs=[model] + ([dataset] if dataset else []))
+        # the model directory's files are inputs too (a --perfetto there must not replace one)
+        files = [p for p in model.iterdir() if p.is_file()] if model.is_dir() else []
+        outs = Outputs("run", force, inputs=[model, *files] + ([dataset] if dataset else []))
         out = outs.place(out, "--out")
         perfetto = outs.file(perfetto, "--perfetto")
         if perfetto is not None:

@@ -27,6 +27,7 @@ machine that loses power, not only a killed process, also leaves a complete chec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -191,7 +192,9 @@ def _check_resumable(cfg, out: Path, task: str) -> None:
         raise ConfigError(f"--resume: {out / 'timeline.jsonl'}: does not start with the meta "
                           "record of a `sortedrl run` (its settings)")
     was_task = str(head.get("trace", "")).removeprefix("task:")
-    started, given = {**started, "task": was_task}, {**vars(cfg), "task": task}
+    # a setting a run of an older version did not record ran at its default (e.g. --objective)
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
+    started, given = {**defaults, **started, "task": was_task}, {**vars(cfg), "task": task}
     differ = [k for k in given if k not in MAY_CHANGE and k in started and started[k] != given[k]]
     if differ:
         was = " ".join(f"{_flag(k)} {_shown(started[k])}" for k in differ)

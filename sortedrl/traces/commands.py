@@ -33,11 +33,12 @@ app = typer.Typer(
 )
 
 
-def _output(out: Path, force: bool, inputs: list[Path]) -> Outputs:
-    """Check ``--out`` before any work: a known trace format, writable, not an input."""
+def _output(out: Path, force: bool, inputs: list[Path], scanned: list[Path] = ()) -> Outputs:
+    """Check ``--out`` before any work: a known trace format, writable, not an input, not inside
+    a dump directory (``scanned``)."""
     if out.suffix.lower() not in FORMATS:
         raise TraceError(f"{out}: unknown trace format {out.suffix!r}; use one of {', '.join(FORMATS)}")
-    outs = Outputs("trace", force, inputs=inputs)
+    outs = Outputs("trace", force, inputs=inputs, scanned=scanned)
     outs.file(out, "--out")
     return outs
 
@@ -84,8 +85,9 @@ def import_cmd(
         if value is not None and framework != "areal":
             raise ConfigError(f"{flag}: only for --from areal (it stands in for the token counts "
                               "AReaL does not log); remove it")
-    # a dump directory is an input as a whole: an --out inside it would be read by the next import
-    outs = _output(out, force, [file] if file.is_file() else [file, *(p for p in file.rglob("*") if p.is_file())])
+    # a dump directory is read as a whole: an --out inside it would be read by the next import
+    outs = _output(out, force, [file] if file.is_file() else [p for p in file.rglob("*") if p.is_file()],
+                   [] if file.is_file() else [file])
     if framework is not None:
         _import_framework(framework, file, out, outs, dict(
             tokenizer=tokenizer, max_response_len=max_response_len, source=source,

@@ -13,11 +13,12 @@ one step is split by the common step, :func:`._common.form_groups`).
 
 Reward: TRL's is ``nansum(rewards_per_func * reward_weights)``; the weights are not in the log
 and the ``log_extra`` columns look like reward columns. ``--reward-columns NAME=WEIGHT,...``
-names them (a name alone weighs 1); without it a table with exactly one numeric column (one
-holding a number in some row) besides ``step`` and ``advantage`` takes that column, one with
-several is an error listing them. A row every named column has NaN for (no reward function
-scored it) has no reward; a reward column's cell that is neither a number nor NaN or null is an
-error naming its row and column.
+names them (a name alone weighs 1); without it a table with exactly one numeric column
+(numbers, NaN or null in every row) besides ``step`` and ``advantage`` takes that column, one
+with several is an error listing them. A row every named column has NaN for (no reward function
+scored it) has no reward; a named reward column's cell that is neither a number nor NaN or null
+is an error naming its row and column, and so, when no column is all numbers, is the first
+stray cell of a column of numbers but for a few (:func:`_no_stray_cell`).
 
 The log is written at every logging step from the last generation batch, so with
 ``num_iterations`` or ``steps_per_generation`` above 1 a table repeats the previous one under a
@@ -159,10 +160,9 @@ def _reward_weights(path: Path, records: list[tuple[str, dict]],
     columns: dict[str, None] = {}
     for _, obj in records:
         columns.update(dict.fromkeys(obj))
-    # a column with a number in it is numeric, whatever its other cells: a stray text cell in
-    # the reward column is then an error naming its row (:func:`_reward`), not a lost reward
     numeric = [c for c in columns if c not in NOT_REWARD
-               and any(_is_number(obj.get(c)) for _, obj in records)]
+               and any(_is_number(obj.get(c)) for _, obj in records)
+               and all(obj.get(c) is None or _is_number(obj.get(c)) for _, obj in records)]
     if spec is not None:
         weights = parse_reward_columns(spec)
         for name in weights:
@@ -177,10 +177,28 @@ def _reward_weights(path: Path, records: list[tuple[str, dict]],
             f"TRL's reward sums only its reward functions' columns times reward_weights "
             f"(log_extra columns are not rewards); name them: --reward-columns {example}")
     if not numeric:
+        _no_stray_cell(path, records, columns)
         return {}, None
     return {numeric[0]: 1.0}, (f"reward: column {numeric[0]!r}, the only numeric column besides "
                                f"step and advantage (a reward_weights entry other than 1 is not "
                                f"in the log: give --reward-columns {numeric[0]}=WEIGHT)")
+
+
+def _no_stray_cell(path: Path, records: list[tuple[str, dict]], columns: dict) -> None:
+    """No column is all numbers, so none is taken for the reward. One that is numbers but for a
+    few cells is then the reward with a stray cell (its reward would be lost without a word):
+    one error line naming the first such cell. A column with as many text cells as numbers (a
+    ``log_extra`` column such as an answer) is not a reward and is let be."""
+    for c in columns:
+        if c in NOT_REWARD:
+            continue
+        cells = [(where, obj.get(c)) for where, obj in records if obj.get(c) is not None]
+        numbers = sum(_is_number(v) for _, v in cells)
+        if numbers and numbers > len(cells) - numbers:
+            where, value = next((w, v) for w, v in cells if not _is_number(v))
+            raise TraceError(f"{where}: field {c!r}: {value!r} is not a number (the column holds "
+                             f"numbers otherwise: a reward column? give --reward-columns to name "
+                             f"the rewards)")
 
 
 def _reward(where: str, obj: dict, weights: dict[str, float]) -> float | None:
