@@ -1,9 +1,10 @@
 """Bad input to ``calibrate --from-metrics``, ``trace fit --drift-from``, ``--cluster PROFILE``
-and ``profile show`` that an audit found read silently: a metric or a step logged twice with two
-values, rows cut at a comma, steps that are no step numbers, a ``training/global_step`` of the
-wrong type, a profile's counts and settings coerced, and hand-edited fit records printed as if
-fitted. Each is one error line naming the file and the field, row or column, exit 2, nothing
-written."""
+and ``profile show`` that an audit found read silently: a metric in two columns, rows cut at a
+comma, steps that are no step numbers, a ``training/global_step`` of the wrong type, a profile's
+counts and settings coerced, and hand-edited fit records printed as if fitted. Each is one error
+line naming the file and the field, row or column, exit 2, nothing written. A step logged again
+with other values (a run resumed from an earlier checkpoint into the same log) is read from its
+last logging, with one note for the file."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from sortedrl.errors import ConfigError, TraceError
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.traces import write_trace
 from sortedrl.traces.model import TraceModel, generate
-from sortedrl.traces.wandb_drift import drift_from_wandb
+from sortedrl.traces.wandb_drift import drift_from_wandb, read_wandb_drift
 
 FIX = Path(__file__).parent / "fixtures"
 VERL = FIX / "metrics" / "verl_metrics.jsonl"
@@ -65,24 +66,47 @@ def test_a_metric_in_two_columns_is_one_error_naming_both(tmp_path):
         "'timing/ppo_train': which to fit is unclear")
 
 
-def test_a_step_logged_again_with_another_value_is_an_error(tmp_path):
+def repeated_note(path: Path, steps: int) -> str:
+    return (f"{path}: {steps} step(s) logged more than once with other values (a resumed run?): the last "
+            "logging of each is used")
+
+
+def test_a_step_logged_again_with_another_value_keeps_the_last(tmp_path):
+    # a run resumed from the checkpoint of step 2 logs steps 3 and 4 again: the later rows are the run's
     lines = VERL.read_text().splitlines()
-    again = lines[2].replace('"timing_s/update_actor": 10.45', '"timing_s/update_actor": 20.45')
-    bad = write(tmp_path / "m.jsonl", [*lines, again])
-    assert calibrate_error(tmp_path, bad) == (
-        "line 9: metric 'timing_s/update_actor': step 3 logged again (line 3 logged it first) with 20.45, "
-        "not 10.45: which to fit is unclear")
+    assert '"timing_s/update_actor": 10.45' in lines[2] and '"step": 4,' in lines[3]
+    again = [lines[2].replace('"timing_s/update_actor": 10.45', '"timing_s/update_actor": 20.45'),
+             lines[3].replace('"perf/total_num_tokens": ', '"perf/total_num_tokens": 1')]
+    assert again[1] != lines[3]
+    bad = write(tmp_path / "m.jsonl", [*lines, *again])
+    last = write(tmp_path / "last.jsonl", [*lines[:2], *again, *lines[4:]])  # the run that went on
+    read = read_metrics(bad)
+    assert read["timing_s/update_actor"][3] == 20.45 and read == read_metrics(last)
+    assert read.notes == [repeated_note(bad, 2)] and read_metrics(last).notes == []
+    fit, want = fit_metrics(read, str(bad)), fit_metrics(read_metrics(last), str(last))
+    assert fit["terms"] == want["terms"] and fit["notes"] == [repeated_note(bad, 2), *want.get("notes", [])]
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(bad), "--cluster", "h100-llama3.1-8b", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("logged more than once") == 1 and f"  {repeated_note(bad, 2)}\n" in r.output
+    profile = json.loads(out.read_text())["fit"]["trainer"]
+    assert profile["notes"][0] == repeated_note(bad, 2)
+    assert profile["terms"]["train_fix"] == want["terms"]["train_fix"]
     rows = csv_lines()
+    assert rows[2].startswith("2,12.5536,")
     bad = write(tmp_path / "m.csv", [*rows, rows[2].replace("2,12.5536,", "2,19.5,", 1)])
-    assert calibrate_error(tmp_path, bad) == (
-        f"row 8: column '{RUN} - timing/ppo_train': step 2 logged again (row 3 logged it first) with 19.5, "
-        "not 12.5536: which to fit is unclear")
+    last = write(tmp_path / "last.csv", [*rows[:2], rows[2].replace("2,12.5536,", "2,19.5,", 1), *rows[3:]])
+    read = read_metrics(bad)
+    assert read["timing/ppo_train"][2] == 19.5 and read == read_metrics(last)
+    assert read.notes == [repeated_note(bad, 1)]
+    assert fit_metrics(read, str(bad), samples_per_step=256)["terms"] == (
+        fit_metrics(read_metrics(last), str(last), samples_per_step=256)["terms"])
 
 
 def test_a_step_logged_again_with_the_same_values_is_read_once(tmp_path):
     lines = VERL.read_text().splitlines()
     again = write(tmp_path / "m.jsonl", [*lines, lines[2]])
-    assert read_metrics(again) == read_metrics(VERL)
+    assert read_metrics(again) == read_metrics(VERL) and read_metrics(again).notes == []
     assert fit_metrics(read_metrics(again), str(again))["steps"] == 8
 
 
@@ -153,9 +177,6 @@ def drift_error(tmp_path: Path, lines: list[str]) -> str:
     ([f'{HEAD},"r - response_length/mean"', "1,1000,2000", "2,1010,2000"],
      "columns 2 ('r - response_length/mean') and 3 ('r - response_length/mean') hold one metric: which "
      "to read is unclear"),
-    ([HEAD, "1,1000", "2,1010", "3,1020", "3,1500"],
-     "line 5: column 'r - response_length/mean': step 3 logged again (line 4 logged it first) with other "
-     "values: which to fit is unclear"),
     ([HEAD, "1,1000", "2,1010", "3", "4,1030"], "line 4: 1 cells, but the header has 2 columns"),
     ([HEAD, "1,1000", "2,1010,7", "4,1030"], "line 3: 3 cells, but the header has 2 columns"),
     ([HEAD, "1,1000", "2,1010", "1e308,1020"],
@@ -171,8 +192,33 @@ def test_a_drift_export_it_cannot_read_is_one_error_line(tmp_path, lines, messag
 
 def test_a_step_logged_again_with_the_same_value_is_read_once(tmp_path):
     once = drift_from_wandb(write(tmp_path / "a.csv", [HEAD, "1,1000", "2,1010", "3,1030"]), MODEL)
-    twice = drift_from_wandb(write(tmp_path / "b.csv", [HEAD, "1,1000", "2,1010", "2,1010", "3,1030"]), MODEL)
-    assert twice == once
+    twice = read_wandb_drift(write(tmp_path / "b.csv", [HEAD, "1,1000", "2,1010", "2,1010", "3,1030"]), MODEL)
+    assert twice.fields == once and not any("logged more than once" in n for n in twice.notes)
+
+
+def test_a_step_logged_again_with_other_values_keeps_the_last(tmp_path):
+    # resumed from the checkpoint of step 2 into the same run: steps 3 and 4 logged again, the later rows kept
+    head = f'{HEAD},"r - response_length/clip_ratio","r - response_length/max"'
+    first = ["1,1000,0.01,8000", "2,1010,0.01,8000", "3,1500,0.5,8192", "4,1600,0.6,8192"]
+    resumed = ["3,1020,0.02,8100", "4,1030,0.02,8100", "5,1040,0.03,8150"]
+    csv = write(tmp_path / "w.csv", [head, *first, *resumed])
+    want = drift_from_wandb(write(tmp_path / "last.csv", [head, *first[:2], *resumed]), MODEL)
+    got = read_wandb_drift(csv, MODEL)
+    assert got.fields == want and set(want) == {"drift", "runaway_drift", "max_drift"}
+    note = (f"note: {csv}: 2 step(s) logged more than once with other values (a resumed run?): the last "
+            "logging of each is used")
+    assert [n for n in got.notes if "logged more than once" in n] == [note]
+    trace = tmp_path / "t.jsonl"
+    write_trace(generate(MODEL, 1, seed=0, prompts=64), trace)
+    fitted = {}
+    for name in ("w.csv", "last.csv"):
+        out = tmp_path / f"{name}.json"
+        r = runner.invoke(app, ["trace", "fit", str(trace), "--out", str(out), "--drift-from", str(tmp_path / name),
+                                "--json"])
+        assert r.exit_code == 0, r.output
+        fitted[name] = {k: json.loads(out.read_text())[k] for k in want}
+        assert r.stderr.splitlines().count(note) == (name == "w.csv") and "logged more than once" not in r.stdout
+    assert fitted["w.csv"] == fitted["last.csv"]
 
 
 def test_large_steps_fit_without_a_numpy_warning(tmp_path):

@@ -22,6 +22,9 @@ prefix (its W&B and TensorBoard loggers put it before every key). Accepted files
   An export of several runs is read with ``--run`` naming one (:mod:`sortedrl.wandb_runs`).
 A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines, a metric of
 :data:`ROLES` whose value is text, a bool or a container is an error; other keys' are ignored.
+A step logged again with other values (a run resumed from an earlier checkpoint into the same
+log logs the steps after it twice) is read from its last logging, and the fit notes it
+(:func:`repeated_note`); logged again with the same values, it is read once.
 """
 
 from __future__ import annotations
@@ -70,7 +73,22 @@ UPDATE_PARTS = ("update", "old_log_prob", "ref", "experience")
 KNOWN = frozenset(p + name for names in ROLES.values() for name in names for p in ("", PREFIX)) | {GLOBAL_STEP}
 
 
-def read_metrics(path: str | Path, run: str | None = None) -> dict[str, dict[int, float]]:
+class Metrics(dict):
+    """Metric name -> {step: value}, with the notes on how the file was read (``notes``), which
+    :func:`fit_metrics` records with its own (``fit.trainer.notes``)."""
+
+    def __init__(self, *args, notes: list[str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.notes: list[str] = list(notes or [])
+
+
+def repeated_note(where: str, steps: int) -> str:
+    """The note for ``steps`` steps logged more than once with other values."""
+    return (f"{where}: {steps} step(s) logged more than once with other values (a resumed run?): "
+            "the last logging of each is used")
+
+
+def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
     """Metric name -> {step: value} from a JSONL or CSV metrics file; ``run``: the run to read
     of a W&B export (``--run``)."""
     where = str(path)
@@ -92,9 +110,9 @@ def read_metrics(path: str | Path, run: str | None = None) -> dict[str, dict[int
     raise ConfigError(f"{where}: unknown metrics format {p.suffix!r} (known: .jsonl, .csv)")
 
 
-def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
+def _read_jsonl(text: str, where: str) -> Metrics:
     out: dict[str, dict[int, float]] = {}
-    first: dict[int, int] = {}  # step -> the line that logged it first
+    repeated: set[int] = set()  # steps logged again with other values
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -111,19 +129,18 @@ def _read_jsonl(text: str, where: str) -> dict[str, dict[int, float]]:
         data = rec.get("data", rec)
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: line {n}: field 'data': expected an object of metrics")
-        first.setdefault(step, n)
         for key, v in data.items():
             if finite(v):
-                _store(out, key, step, float(v), f"{where}: line {n}: metric {key!r}", f"line {first[step]}")
+                _store(out, key, step, float(v), f"{where}: line {n}: metric {key!r}", repeated)
             elif key in KNOWN and v is not None and (isinstance(v, bool)
                                                      or not isinstance(v, (int, float))):
                 shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
                 raise ConfigError(f"{where}: line {n}: metric {key!r}: expected a number, got "
                                   f"{shown}")  # (null, NaN and inf: not logged, as in a CSV)
-    return out
+    return _metrics(out, where, repeated)
 
 
-def _read_csv(text: str, where: str, run: str | None) -> dict[str, dict[int, float]]:
+def _read_csv(text: str, where: str, run: str | None) -> Metrics:
     rows = list(csv.reader(text.splitlines()))
     if not rows:
         raise ConfigError(f"{where}: empty CSV")
@@ -131,7 +148,7 @@ def _read_csv(text: str, where: str, run: str | None) -> dict[str, dict[int, flo
     step_cols, optional = _step_columns(header, where)
     names = _csv_names(header, step_cols, where)
     out: dict[str, dict[int, float]] = {}
-    first: dict[int, int] = {}  # step -> the row that logged it first
+    repeated: set[int] = set()  # steps logged again with other values
     for n, row in enumerate(rows[1:], 2):
         if not any(c.strip() for c in row):
             continue
@@ -150,21 +167,27 @@ def _read_csv(text: str, where: str, run: str | None) -> dict[str, dict[int, flo
                 raise ConfigError(f"{where}: row {n}: column {header[col]!r}: expected a number, "
                                   f"got {cell!r}") from None
             if math.isfinite(value):  # NaN or inf: not logged, as the JSONL reader skips them
-                _store(out, name, step, value, f"{where}: row {n}: column {header[col]!r}",
-                       f"row {first.setdefault(step, n)}")
-    return out
+                _store(out, name, step, value, f"{where}: row {n}: column {header[col]!r}", repeated)
+    return _metrics(out, where, repeated)
 
 
-def _store(out: dict[str, dict[int, float]], name: str, step: int, value: float, at: str, before: str) -> None:
-    """``value`` of metric ``name`` at ``step``; a step logged again (on two lines or rows) must
-    say the same (``at``: where this value is; ``before``: the line or row that logged the step
-    first)."""
+def _store(out: dict[str, dict[int, float]], name: str, step: int, value: float, at: str,
+           repeated: set[int]) -> None:
+    """``value`` of metric ``name`` at ``step`` (``at``: where it is). A step logged again (on a
+    later line or row) with another value keeps the later one, the value of the run that went on
+    after a resume from an earlier checkpoint, and joins ``repeated``."""
     if name == GLOBAL_STEP and step_number(value) is None:
         raise ConfigError(f"{at}: expected a whole number of updates, got {value:g}")
-    old = out.setdefault(name, {}).setdefault(step, value)
-    if old != value:
-        raise ConfigError(f"{at}: step {step} logged again ({before} logged it first) with {value:g}, "
-                          f"not {old:g}: which to fit is unclear")
+    column = out.setdefault(name, {})
+    if column.get(step, value) != value:
+        repeated.add(step)
+    column[step] = value
+
+
+def _metrics(out: dict[str, dict[int, float]], where: str, repeated: set[int]) -> Metrics:
+    """The metrics read, with one note (for the file, not a step) when steps were logged again
+    with other values."""
+    return Metrics(out, notes=[repeated_note(where, len(repeated))] if repeated else [])
 
 
 def _row_step(header: list[str], row: list[str], cols: list[int], optional: bool, at: str) -> int | None:
@@ -240,14 +263,15 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
     """Fit ``train_fix``, ``train_per_token`` and ``sync_s``; says which columns it used.
     ``samples_per_step``: samples trained per update; ``updates``: ``--updates-per-row``;
     ``trace``: the run's length trace (``--trace``), which gives each row's tokens and attention
-    pairs, so ``train_per_pair`` is fitted too (:mod:`~sortedrl.calibration.trace_pairs`)."""
+    pairs, so ``train_per_pair`` is fitted too (:mod:`~sortedrl.calibration.trace_pairs`). The
+    notes of the reading (:attr:`Metrics.notes`) come first in the fit's."""
     parts = {r: c for r in UPDATE_PARTS if (c := _column(metrics, r))}
     if "update" not in parts:
         raise ConfigError(f"{where}: no update time: needs one of {', '.join(ROLES['update'])} "
                           f"(columns found: {_listing(sorted(metrics))})")
     k = updates_per_row(metrics, where, updates)
     if trace is not None:
-        return _fit_with_trace(metrics, where, samples_per_step, k, parts, trace)
+        return _read_notes(metrics, _fit_with_trace(metrics, where, samples_per_step, k, parts, trace))
     tokens, token_source, per_update = _tokens(metrics, where, samples_per_step)
     sync, notes, upper = sync_column(metrics, _column(metrics, "sync"))
     for name, column in [*parts.values(), (token_source, tokens), *([sync] if sync else [])]:
@@ -265,7 +289,15 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
                           "update times cannot be told apart")
     X = np.column_stack([N, T])  # a row of n updates: n fixed times, and the tokens of all n
     fit = _fit_record(where, k, steps, X, t, parts, {"tokens": token_source})
-    return _with_sync(fit, sync, notes, upper, pairs_fitted=False)
+    return _read_notes(metrics, _with_sync(fit, sync, notes, upper, pairs_fitted=False))
+
+
+def _read_notes(metrics: dict, fit: dict) -> dict:
+    """``fit`` with the notes of reading ``metrics`` (a step logged again: :func:`read_metrics`)."""
+    read = getattr(metrics, "notes", [])
+    if read:
+        fit["notes"] = [*read, *fit.get("notes", [])]
+    return fit
 
 
 def _fit_with_trace(metrics: dict, where: str, samples_per_step: int | None, k: int, parts: dict,

@@ -108,7 +108,8 @@ def read_wandb_drift(path: str | Path, model, metric: str = "response_length/mea
         if max_col is None:
             notes.append(f"note: {p}: no column '<run> - {max_name}': max_drift not set")
     cols = [mean_col] if clip_col is None else [mean_col, clip_col]
-    series = _series(p, rows, header, step_col, step_name, cols)
+    repeated: set[int] = set()  # steps logged again with other values, in any column read
+    series = _series(p, rows, header, step_col, step_name, cols, repeated)
     cap = model.max_response_len
     s = max(MIN_SPREAD, math.hypot(model.sigma_between, model.sigma_within))
     mus, runaways, kept, full = [], [], [], 0
@@ -136,11 +137,14 @@ def read_wandb_drift(path: str | Path, model, metric: str = "response_length/mea
     if clip_col is not None:
         out["runaway_drift"] = _slope(p, kept, runaways, header[clip_col])
     if max_col is not None:
-        maxima = _series(p, rows, header, step_col, step_name, [max_col])
+        maxima = _series(p, rows, header, step_col, step_name, [max_col], repeated)
         out["max_drift"] = _slope(
             p, [step for _, step, _ in maxima],
             [math.log(_length(p, lineno, header[max_col], v, cap)) for lineno, _, (v,) in maxima],
             header[max_col])
+    if repeated:
+        notes.append(f"note: {p}: {len(repeated)} step(s) logged more than once with other values (a "
+                     "resumed run?): the last logging of each is used")
     return WandbDrift(out, notes, step_name)
 
 
@@ -225,12 +229,14 @@ def _number(p: Path, lineno: int, column: str, text: str) -> float:
 
 
 def _series(p: Path, rows: list[list[str]], header: list[str], step_col: int, step_name: str,
-            cols: list[int]) -> list[tuple[int, float, tuple[float, ...]]]:
+            cols: list[int], repeated: set[int]) -> list[tuple[int, int, tuple[float, ...]]]:
     """(line, step, values) of the rows where every column in ``cols`` holds a finite number
     (an empty, NaN or inf cell: not logged at that step, as calibrate reads it). A row of
-    another length than the header (cut at a comma) is an error, and so is a step logged again
-    with other values (the same ones again are read once)."""
-    series, first = [], {}
+    another length than the header (cut at a comma) is an error. A step logged again with other
+    values (a W&B run resumed from an earlier checkpoint logs the steps after it twice) is read
+    from its last row, the run that went on, and joins ``repeated``; the same values again are
+    read once."""
+    series: dict[int, tuple[int, int, tuple[float, ...]]] = {}
     for lineno, row in enumerate(rows[1:], 2):
         if not any(c.strip() for c in row):
             continue
@@ -249,16 +255,12 @@ def _series(p: Path, rows: list[list[str]], header: list[str], step_col: int, st
                              "step number (a whole number from 0 to below 2**53)")
         if not all(math.isfinite(v) for v in vals):
             continue
-        if step in first:
-            at, old = first[step]
-            if old != vals:
-                c = cols[next(i for i, (a, b) in enumerate(zip(old, vals, strict=True)) if a != b)]
-                raise TraceError(f"{p}: line {lineno}: column '{header[c]}': step {step} logged again "
-                                 f"(line {at} logged it first) with other values: which to fit is unclear")
-            continue
-        first[step] = (lineno, vals)
-        series.append((lineno, step, vals))
-    return series
+        if step in series:
+            if series[step][2] == vals:
+                continue  # the same values again: read once, from the first row
+            repeated.add(step)
+        series[step] = (lineno, step, vals)
+    return list(series.values())
 
 
 def _length(p: Path, lineno: int, column: str, value: float, cap: int) -> float:
