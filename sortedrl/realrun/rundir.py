@@ -46,6 +46,7 @@ CHECKPOINT, PENDING, PREVIOUS = "checkpoint", "checkpoint.tmp", "checkpoint.prev
 # knobs (--set) by the checkpoint (checkpoint.restore_policy), --dataset by the task's name
 MAY_CHANGE = frozenset({"model", "out", "ray", "warm_tokens", "gpu_memory_utilization", "sets",
                         "dataset"})
+ADDED_SETTINGS = ("objective", "is_cap")  # settings an older version's runs did not record
 FLAGS = {"kl_coef": "--kl"}  # a setting's option, where it is not --setting-name
 
 
@@ -192,8 +193,8 @@ def _check_resumable(cfg, out: Path, task: str) -> None:
         raise ConfigError(f"--resume: {out / 'timeline.jsonl'}: does not start with the meta "
                           "record of a `sortedrl run` (its settings)")
     was_task = str(head.get("trace", "")).removeprefix("task:")
-    # a setting a run of an older version did not record ran at its default (e.g. --objective)
-    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.default is not dataclasses.MISSING}
+    # a setting added since runs began to record theirs: a run that did not record it ran at its default
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg) if f.name in ADDED_SETTINGS}
     started, given = {**defaults, **started, "task": was_task}, {**vars(cfg), "task": task}
     differ = [k for k in given if k not in MAY_CHANGE and k in started and started[k] != given[k]]
     if differ:
