@@ -137,10 +137,11 @@ def test_a_run_whose_engine_fails_to_start_leaves_rundir_as_it_was(tiny_model, t
         raise ConfigError("engine: cannot start")
 
     monkeypatch.setattr(run_module, "_start_backend", fail)
-    new, empty = tmp_path / "new", tmp_path / "empty"
+    new, empty, nested = tmp_path / "new", tmp_path / "empty", tmp_path / "runs" / "a" / "x"
     empty.mkdir()
-    for out in (new, empty):
+    for out in (new, empty, nested):
         r = runner.invoke(app, ["run", "--model", tiny_model, "--policy", "sync", "--steps", "1",
                                 "--out", str(out)])
         assert r.exit_code == 2 and r.output == "error: engine: cannot start\n"
     assert not new.exists() and empty.is_dir() and not any(empty.iterdir())
+    assert not (tmp_path / "runs").exists()  # the parents the run made went with it

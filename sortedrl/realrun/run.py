@@ -45,6 +45,7 @@ from sortedrl.realrun.rundir import (
     check_not_complete,
     check_run_dir,
     commit_checkpoint,
+    first_missing,
     recover_checkpoint,
     start_over,
     sync_to_disk,
@@ -153,7 +154,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
 
     if force:  # every check passed: the previous run goes now
         start_over(out)
-    created = not out.exists()
+    created = first_missing(out)  # (what a failed start removes)
     out.mkdir(parents=True, exist_ok=True)
     state = None
     if resume:

@@ -89,15 +89,32 @@ def start_over(out: Path) -> None:
             p.unlink()
 
 
-def unstart(out: Path, created: bool, opened) -> None:
+def first_missing(out: Path) -> Path | None:
+    """The outermost of RUNDIR and its parents that does not exist yet (None: RUNDIR exists)."""
+    if out.exists():
+        return None
+    top = out
+    while not top.parent.exists():
+        top = top.parent
+    return top
+
+
+def unstart(out: Path, created: Path | None, opened) -> None:
     """A new run that failed before its engines started: close (``opened``) and remove the logs
-    it began, and RUNDIR when the run created it, so that the same command can be given again."""
+    it began, and RUNDIR and the parents the run created (``created``: the outermost, from
+    :func:`first_missing`) while empty, so that the same command can be given again."""
     for f in opened:
         f.close()
     for name in LOGS:
         (out / name).unlink(missing_ok=True)
-    if created and not any(out.iterdir()):
-        out.rmdir()
+    if created is None:
+        return
+    for d in (out, *out.parents):
+        if any(d.iterdir()):
+            break
+        d.rmdir()
+        if d == created:
+            break
 
 
 def is_run_dir(out: Path) -> bool:
