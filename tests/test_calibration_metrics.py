@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
+from sortedrl.calibration.metrics_fit import fit_metrics
+from sortedrl.calibration.metrics_read import read_metrics
 from sortedrl.cli import app
 from sortedrl.sim.cluster import load_cluster, preset
 

@@ -140,7 +140,7 @@ def test_the_fitted_profile_on_the_split(tmp_path):
 
 def test_without_pairs_the_fit_recovers_train_fix_and_notes_nothing(tmp_path):
     own = dataclasses.replace(preset(PRESET).cost(), train_per_pair=0.0)
-    from sortedrl.calibration.metrics_fit import read_metrics
+    from sortedrl.calibration.metrics_read import read_metrics
 
     fit = fit_metrics(read_metrics(_verl_jsonl(tmp_path / "m.jsonl", own)), "m.jsonl")
     assert fit["terms"]["train_fix"]["value"] == pytest.approx(own.train_fix, rel=1e-6)

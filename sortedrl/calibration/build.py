@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 
 from sortedrl.calibration.bench_file import read_bench
-from sortedrl.calibration.metrics_fit import fit_metrics, read_metrics
+from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_layouts import onload_in_sync
+from sortedrl.calibration.metrics_read import read_metrics
 from sortedrl.calibration.show import check_records, render
 from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.calibration.vllm_bench import check_enough, fit_bench

@@ -1,0 +1,226 @@
+"""Reading an RL framework's per-step metrics file for ``calibrate --from-metrics``: metric name
+-> {step: value}, checked (:func:`read_metrics`); :mod:`sortedrl.calibration.metrics_fit` fits
+them. Metric names map to roles through :data:`ROLES`, the one table docs/calibration.md
+documents; a name may carry OpenRLHF's ``train/`` prefix (its W&B and TensorBoard loggers put
+it before every key). Accepted files:
+- verl's file logger (``VERL_FILE_LOGGER_PATH``): JSON lines ``{"step": N, "data": {...}}``,
+  or flat lines ``{"step": N, "metric": value, ...}``;
+- a CSV with one column per metric (``step`` or ``Step`` plus metric names);
+- a W&B "export CSV": columns ``Step`` (or ``train/global_step``, OpenRLHF's x-axis) and
+  ``<run> - <metric>`` (split at the last `` - ``: a run name may hold one, a metric name never
+  does); the ``__MIN``/``__MAX`` columns are the plot's downsampling buckets and are ignored.
+  An export of several runs is read with ``--run`` naming one (:mod:`sortedrl.wandb_runs`).
+A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines, a metric of
+:data:`ROLES` whose value is text, a bool or a container is an error; other keys' are ignored.
+A step logged again with other values (a run resumed from an earlier checkpoint into the same
+log logs the steps after it twice) is read from its last logging, and the fit notes it
+(:func:`repeated_note`); logged again with the same values, it is read once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from sortedrl import jsonio
+from sortedrl.calibration.metrics_layouts import GLOBAL_STEP, PREFIX, STEP_METRIC
+from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
+from sortedrl.limits import short_repr
+from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, step_number
+
+# role -> metric names, verl first, then OpenRLHF (each also read with OpenRLHF's "train/" prefix).
+# Update time is the sum of the roles marked "update" that are present; tokens come from total
+# tokens, or from mean lengths x samples per update.
+ROLES: dict[str, tuple[str, ...]] = {
+    "update": ("timing_s/update_actor", "timing/ppo_train"),
+    "old_log_prob": ("timing_s/old_log_prob",),
+    "ref": ("timing_s/ref",),
+    "experience": ("timing/make_experience",),  # OpenRLHF: the forward passes before training
+    # verl's trainer from v0.7.1 (ray_trainer.py: colocated, with the rollout's wake-up), verl's
+    # one-step-off trainer (one_step_off_policy/ray_trainer.py), OpenRLHF (ppo_trainer.py);
+    # verl v0.7.0 and earlier log none (the sync is inside timing_s/gen)
+    "sync": ("timing_s/update_weights", "timing_s/sync_rollout_weights", "timing/broadcast"),
+    "tokens": ("perf/total_num_tokens",),
+    "total_mean": ("total_length",),  # OpenRLHF: prompt + response, the mean of a trained sample
+    "prompt_mean": ("prompt_length/mean",),
+    "response_mean": ("response_length/mean",),
+}
+UPDATE_PARTS = ("update", "old_log_prob", "ref", "experience")
+KNOWN = frozenset(p + name for names in ROLES.values() for name in names for p in ("", PREFIX)) | {GLOBAL_STEP}
+
+
+class Metrics(dict):
+    """Metric name -> {step: value}, with the notes on how the file was read (``notes``), which
+    :func:`fit_metrics` records with its own (``fit.trainer.notes``)."""
+
+    def __init__(self, *args, notes: list[str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.notes: list[str] = list(notes or [])
+
+
+def repeated_note(where: str, steps: int) -> str:
+    """The note for ``steps`` steps logged more than once with other values."""
+    return (f"{where}: {steps} step(s) logged more than once with other values (a resumed run?): "
+            "the last logging of each is used")
+
+
+def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
+    """Metric name -> {step: value} from a JSONL or CSV metrics file; ``run``: the run to read
+    of a W&B export (``--run``)."""
+    where = str(path)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: metrics file not found") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
+    if p.suffix.lower() == ".csv":
+        return _read_csv(text, where, run)
+    if p.suffix.lower() in (".jsonl", ".json") and run is not None:
+        raise ConfigError(f"--run {run}: {where} is JSON lines (verl / OpenRLHF): --run applies to "
+                          "W&B export CSVs only")
+    if p.suffix.lower() in (".jsonl", ".json"):
+        return _read_jsonl(text, where)
+    raise ConfigError(f"{where}: unknown metrics format {p.suffix!r} (known: .jsonl, .csv)")
+
+
+def _read_jsonl(text: str, where: str) -> Metrics:
+    out: dict[str, dict[int, float]] = {}
+    repeated: set[int] = set()  # steps logged again with other values
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = jsonio.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{where}: line {n}: not valid JSON ({e.msg})") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec["step"], bool):
+            raise ConfigError(f"{where}: line {n}: expected an object with an integer 'step'")
+        step = rec["step"]
+        if not 0 <= step < MAX_STEP:
+            raise ConfigError(f"{where}: line {n}: field 'step': {short_repr(step)} is not a step number "
+                              "(a whole number from 0 to below 2**53)")
+        data = rec.get("data", rec)
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: line {n}: field 'data': expected an object of metrics")
+        for key, v in data.items():
+            if finite(v):
+                _store(out, key, step, float(v), f"{where}: line {n}: metric {key!r}", repeated)
+            elif key in KNOWN and v is not None and (isinstance(v, bool)
+                                                     or not isinstance(v, (int, float))):
+                shown = repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."
+                raise ConfigError(f"{where}: line {n}: metric {key!r}: expected a number, got "
+                                  f"{shown}")  # (null, NaN and inf: not logged, as in a CSV)
+    return _metrics(out, where, repeated)
+
+
+def _read_csv(text: str, where: str, run: str | None) -> Metrics:
+    rows = list(csv.reader(text.splitlines()))
+    if not rows:
+        raise ConfigError(f"{where}: empty CSV")
+    header = only_run(rows[0], run, where, ConfigError)  # other runs' columns: blank
+    step_cols, optional = _step_columns(header, where)
+    names = _csv_names(header, step_cols, where)
+    out: dict[str, dict[int, float]] = {}
+    repeated: set[int] = set()  # steps logged again with other values
+    for n, row in enumerate(rows[1:], 2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) != len(header):  # a row cut at a comma (or one with a comma too many)
+            raise ConfigError(f"{where}: row {n}: {len(row)} cells, but the header has {len(header)} columns")
+        step = _row_step(header, row, step_cols, optional, f"{where}: row {n}")
+        if step is None:
+            continue  # a W&B row that did not log train/global_step (its sample table, say)
+        for col, name in names.items():
+            cell = row[col].strip()
+            if not cell:
+                continue  # W&B leaves a cell empty where a metric was not logged
+            try:
+                value = float(cell)
+            except ValueError:
+                raise ConfigError(f"{where}: row {n}: column {header[col]!r}: expected a number, "
+                                  f"got {cell!r}") from None
+            if math.isfinite(value):  # NaN or inf: not logged, as the JSONL reader skips them
+                _store(out, name, step, value, f"{where}: row {n}: column {header[col]!r}", repeated)
+    return _metrics(out, where, repeated)
+
+
+def _store(out: dict[str, dict[int, float]], name: str, step: int, value: float, at: str,
+           repeated: set[int]) -> None:
+    """``value`` of metric ``name`` at ``step`` (``at``: where it is). A step logged again (on a
+    later line or row) with another value keeps the later one, the value of the run that went on
+    after a resume from an earlier checkpoint, and joins ``repeated``."""
+    if name == GLOBAL_STEP and step_number(value) is None:
+        raise ConfigError(f"{at}: expected a whole number of updates, got {value:g}")
+    column = out.setdefault(name, {})
+    if column.get(step, value) != value:
+        repeated.add(step)
+    column[step] = value
+
+
+def _metrics(out: dict[str, dict[int, float]], where: str, repeated: set[int]) -> Metrics:
+    """The metrics read, with one note (for the file, not a step) when steps were logged again
+    with other values."""
+    return Metrics(out, notes=[repeated_note(where, len(repeated))] if repeated else [])
+
+
+def _row_step(header: list[str], row: list[str], cols: list[int], optional: bool, at: str) -> int | None:
+    """The row's step, the same in every step column; None for a row of an ``optional`` step
+    column that did not log it."""
+    steps = {}
+    for col in cols:
+        cell = row[col]
+        if optional and not cell.strip():
+            continue
+        try:  # W&B may write 6.0; a whole number from 0 to below 2**53 (MAX_STEP)
+            steps[col] = step_number(float(cell))
+        except ValueError:
+            steps[col] = None
+        if steps[col] is None:
+            raise ConfigError(f"{at}: column {header[col]!r}: expected a whole step number, got {cell!r}")
+    if len(set(steps.values())) > 1:
+        (a, x), *others = steps.items()
+        b, y = next((c, s) for c, s in others if s != x)
+        raise ConfigError(f"{at}: columns {header[a]!r} and {header[b]!r} give steps {x} and {y}: "
+                          "which to read is unclear")
+    return next(iter(steps.values()), None)
+
+
+def _step_columns(header: list[str], where: str) -> tuple[list[int], bool]:
+    """The step columns: ``step`` / ``Step``, else OpenRLHF's W&B x-axis ``train/global_step``
+    (a metric column, empty in rows that did not log it: True); several (``Step`` and ``step``)
+    must agree in every row."""
+    cols = [i for i, h in enumerate(header) if h.strip().lower() == "step"]
+    if cols:
+        return cols, False
+    cols = [i for i, h in enumerate(header) if h and metric_of(h) == STEP_METRIC]
+    if cols:
+        return cols, True
+    raise ConfigError(f"{where}: no 'Step' (or '{STEP_METRIC}') column (columns found: {listing(present(header))})")
+
+
+def _csv_names(header: list[str], step_cols: list[int], where: str) -> dict[int, str]:
+    """Column index -> metric name; W&B's ``<run> - <metric>`` loses its run prefix (the header
+    holds one run's: :func:`~sortedrl.wandb_runs.only_run` blanked the others'). Two columns of
+    one metric (two runs of one name, say) are an error: which one to fit is unclear."""
+    names: dict[int, str] = {}
+    for i, h in enumerate(header):
+        if (i in step_cols or not h or h.endswith(("__MIN", "__MAX"))
+                or h.strip().lower().startswith("_")):
+            continue
+        same = [j for j, name in names.items() if name == metric_of(h)]
+        if same:
+            raise ConfigError(f"{where}: columns {same[0] + 1} ({header[same[0]]!r}) and {i + 1} ({h!r}) both "
+                              f"hold metric {metric_of(h)!r}: which to fit is unclear")
+        names[i] = metric_of(h)
+    return names
+
+
+def listing(items: list[str], most: int = 12) -> str:
+    shown = ", ".join(items[:most])
+    return shown + (f", ... ({len(items)} in all)" if len(items) > most else "") if items else "none"
