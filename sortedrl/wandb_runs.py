@@ -65,3 +65,9 @@ def step_number(value: float) -> int | None:
     ``6.0``); None otherwise."""
     return int(value) if math.isfinite(value) and value == int(value) and 0 <= value < MAX_STEP else None
 
+
+def repeated_note(where: str, steps: int) -> str:
+    """The note for ``steps`` steps logged more than once with other values (both readers of
+    step metrics keep the last logging: ``calibrate --from-metrics``, ``trace fit --drift-from``)."""
+    return (f"{where}: {steps} step(s) logged more than once with other values (a resumed run?): "
+            "the last logging of each is used")

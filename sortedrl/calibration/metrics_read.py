@@ -14,7 +14,7 @@ A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines, a me
 :data:`ROLES` whose value is text, a bool or a container is an error; other keys' are ignored.
 A step logged again with other values (a run resumed from an earlier checkpoint into the same
 log logs the steps after it twice) is read from its last logging, and the fit notes it
-(:func:`repeated_note`); logged again with the same values, it is read once.
+(:func:`~sortedrl.wandb_runs.repeated_note`); logged again with the same values, it is read once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from sortedrl.calibration.metrics_layouts import GLOBAL_STEP, PREFIX, STEP_METRI
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
-from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, step_number
+from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, repeated_note, step_number
 
 # role -> metric names, verl first, then OpenRLHF (each also read with OpenRLHF's "train/" prefix).
 # Update time is the sum of the roles marked "update" that are present; tokens come from total
@@ -59,12 +59,6 @@ class Metrics(dict):
     def __init__(self, *args, notes: list[str] | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.notes: list[str] = list(notes or [])
-
-
-def repeated_note(where: str, steps: int) -> str:
-    """The note for ``steps`` steps logged more than once with other values."""
-    return (f"{where}: {steps} step(s) logged more than once with other values (a resumed run?): "
-            "the last logging of each is used")
 
 
 def read_metrics(path: str | Path, run: str | None = None) -> Metrics:

@@ -42,7 +42,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from sortedrl.errors import TraceError
-from sortedrl.wandb_runs import only_run, present, step_number
+from sortedrl.wandb_runs import only_run, present, repeated_note, step_number
 
 SIBLINGS = {  # mean metric -> (max metric, clip-ratio metric), as the frameworks name them
     "response_length/mean": ("response_length/max", "response_length/clip_ratio"),  # verl
@@ -143,8 +143,7 @@ def read_wandb_drift(path: str | Path, model, metric: str = "response_length/mea
             [math.log(_length(p, lineno, header[max_col], v, cap)) for lineno, _, (v,) in maxima],
             header[max_col])
     if repeated:
-        notes.append(f"note: {p}: {len(repeated)} step(s) logged more than once with other values (a "
-                     "resumed run?): the last logging of each is used")
+        notes.append(f"note: {repeated_note(str(p), len(repeated))}")
     return WandbDrift(out, notes, step_name)
 
 
