@@ -83,14 +83,7 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
         path = path / "tune.json"
     if sets:
         raise ConfigError("--set applies to a policy name, not to a tune.json trial")
-    try:
-        result = jsonio.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not a tune.json ({type(e).__name__}: {e})") from None
+    result = jsonio.read(path, ConfigError, bad="not a tune.json (JSONDecodeError: {e})")
     if not isinstance(result, dict):
         raise ConfigError(f"{path}: not a tune.json (expected an object, got {_shown(result)})")
     trials = _field(result, "trials", path, list, "a list of trials")

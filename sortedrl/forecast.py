@@ -23,9 +23,9 @@ import numpy as np
 
 from sortedrl.compare import PolicySpec, cluster_for
 from sortedrl.metrics import union_length
-from sortedrl.outputs import temp_scratch
 from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy
+from sortedrl.scratch import temp_scratch
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
 from sortedrl.timeline import Timeline

@@ -7,6 +7,8 @@ traceback instead. :func:`loads` reports such a number as malformed JSON at its 
 :func:`finite` tells a usable number from one that a float cannot hold. JSON nested too deeply
 for Python's recursion limit is malformed JSON too. :func:`dumps` writes JSON that is JSON:
 Python writes an infinite or NaN float as ``Infinity`` or ``NaN``, which JSON readers refuse.
+:func:`read` reads a JSON file whose every failure (missing, a directory, not UTF-8, not JSON)
+is one error line naming the file, as every JSON input of the CLI needs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from pathlib import Path
 
 from sortedrl.errors import SortedRLError
 
@@ -31,6 +34,23 @@ def loads(text: str | bytes | bytearray) -> object:
         found = re.search(r"\d{4301,}", doc)
         raise json.JSONDecodeError("an integer of more than 4,300 digits", doc,
                                    found.start() if found else 0) from e
+
+
+def read(path: Path | str, error: type[Exception], missing: str = "no such file",
+         bad: str = "line {line}: not valid JSON ({msg})") -> object:
+    """The JSON value in the file at ``path``, or one ``error`` naming the file: ``missing``
+    when it is not there, ``bad`` (formatted with ``line``, ``msg`` and ``e``, the decode
+    error) when it is not JSON, and what the system said when it cannot be read."""
+    try:
+        return loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:  # a directory, no permission
+        raise error(f"{path}: cannot read it ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}: " + bad.format(line=e.lineno, msg=e.msg, e=e)) from None
 
 
 def finite(value: object) -> bool:

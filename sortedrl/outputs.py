@@ -171,7 +171,7 @@ class Outputs:
         finally:
             if tmp is not None:
                 with contextlib.suppress(OSError):  # (the error in flight, if any, is the one
-                    _remove(tmp)  # to report)
+                    remove_path(tmp)  # to report)
 
     def _check_inputs(self, out: Path, option: str, is_dir: bool) -> None:
         """No output may be an input, hold one, or lie inside a directory read as a whole (a
@@ -262,7 +262,7 @@ class Outputs:
             _commit(staged)
         except BaseException as e:
             for _, tmp in staged:
-                _remove(tmp)
+                remove_path(tmp)
             for d in reversed(made_dirs):
                 with contextlib.suppress(OSError):
                     d.rmdir()
@@ -296,7 +296,7 @@ class Outputs:
                 what(tmp)
                 os.chmod(tmp, 0o666 & ~umask())
         except BaseException:
-            _remove(tmp)
+            remove_path(tmp)
             raise
         return tmp
 
@@ -325,20 +325,20 @@ def _commit(staged: list[tuple[Path, Path]]) -> None:
             backup = None
             if path.exists() or path.is_symlink():
                 backup = path.with_name(f".{path.name}.old-{os.getpid()}")
-                _remove(backup)
+                remove_path(backup)
                 os.rename(path, backup)
             done.append((path, backup))
             os.rename(tmp, path)
     except BaseException:
         for path, backup in reversed(done):
-            _remove(path)
+            remove_path(path)
             if backup is not None:
                 os.rename(backup, path)
         raise
     for path, backup in done:  # (the outputs are in place: a failure here only leaves the old one)
         if backup is not None:
             try:
-                _remove(backup)
+                remove_path(backup)
             except OSError as e:
                 raise OutputError(f"{path}: written, but the previous one could not be removed "
                                   f"({e.strerror or e}); it is left at {backup}") from None
@@ -371,42 +371,8 @@ def _abs(path: Path | str) -> Path:
     return Path(os.path.abspath(path))
 
 
-_temp_scratches: set[Path] = set()  # this process's temp_scratch directories now in use
-
-
-@contextlib.contextmanager
-def temp_scratch(command: str):
-    """A scratch directory for a command with no output directory to put it beside (``forecast``
-    and ``tune`` keep each draw's or trial's timeline there while they summarise it): in the
-    system's temporary directory (``$TMPDIR``), removed on leaving, whatever happens (a worker
-    process stopped at once removes its own: :func:`remove_temp_scratches`)."""
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-"))
-    except OSError as e:
-        raise OutputError(f"{tempfile.gettempdir()}: cannot make {command}'s scratch directory "
-                          f"({e.strerror or e}; set TMPDIR to a writable directory)") from None
-    _temp_scratches.add(tmp)
-    try:
-        yield tmp
-    finally:
-        with contextlib.suppress(OSError):
-            _remove(tmp)
-        _temp_scratches.discard(tmp)
-
-
-def remove_temp_scratches() -> None:
-    """Remove the scratch directories of :func:`temp_scratch` that this process has in use."""
-    for tmp in list(_temp_scratches):
-        with contextlib.suppress(OSError):
-            _remove(tmp)
-
-
-def forget_temp_scratches() -> None:
-    """In a forked worker: the scratch directories it inherited are its parent's to remove."""
-    _temp_scratches.clear()
-
-
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """Remove a file, link or directory tree; nothing if it is gone already."""
     with contextlib.suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)

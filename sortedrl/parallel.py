@@ -20,7 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
 from sortedrl.errors import ConfigError, SortedRLError
-from sortedrl.outputs import forget_temp_scratches, remove_temp_scratches
+from sortedrl.scratch import forget_temp_scratches, remove_temp_scratches
 
 _worker: dict = {}  # in a worker process: the job function and what the jobs share
 _pools = [0]  # this process's worker pools alive now: a child forked meanwhile is a worker

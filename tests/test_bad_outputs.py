@@ -289,14 +289,14 @@ def test_an_old_output_that_cannot_be_removed_is_named(tmp_path, monkeypatch):
     target, staged = tmp_path / "out.txt", tmp_path / "new.txt"
     target.write_text("old")
     staged.write_text("new")
-    remove = outputs._remove
+    remove = outputs.remove_path
 
     def stuck(path):
         if path.name.startswith(".out.txt.old-") and path.exists():
             raise PermissionError(13, "Permission denied", str(path))
         remove(path)
 
-    monkeypatch.setattr(outputs, "_remove", stuck)
+    monkeypatch.setattr(outputs, "remove_path", stuck)
     with pytest.raises(outputs.OutputError) as e:
         outputs._commit([(target, staged)])
     backup = tmp_path / f".out.txt.old-{os.getpid()}"

@@ -280,8 +280,7 @@ def test_grader_reads_the_tiny_models_words(tiny_model):
     """The tiny tokenizer has no spaces: ``decode`` would give '1379', which never equals the
     answer '1 3 7 9' (every reward was 0 until the grader joined the words)."""
     from sortedrl.realrun.model import load_tokenizer
-    from sortedrl.realrun.run import grader
-    from sortedrl.realrun.task import Problem, SortTask
+    from sortedrl.realrun.task import Problem, SortTask, grader
 
     tok = load_tokenizer(tiny_model)
     ids = tok("1 3 7 9", add_special_tokens=False)["input_ids"]

@@ -24,7 +24,6 @@ into an overflowing or singular system, or a replay of steps longer than any clo
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,14 +77,7 @@ class BenchRun:
 def read_bench(path: str | Path) -> BenchRun:
     """Parse and check one benchmark JSON; every problem is one line naming the file and field."""
     where = str(path)
-    try:
-        raw = jsonio.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: benchmark file not found") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: not valid JSON ({e})") from None
+    raw = jsonio.read(path, ConfigError, "benchmark file not found", "not valid JSON ({e})")
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a JSON object from `vllm bench serve --save-result`")
     duration = _number(raw, "duration", where)

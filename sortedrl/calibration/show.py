@@ -9,7 +9,6 @@ a profile before simulating on it. Every number is defined in docs/calibration.m
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from sortedrl import jsonio
@@ -43,14 +42,7 @@ TRAINER_FIXED = {"train_per_pair": "0: the metrics fit's per-token term holds it
 
 
 def load_profile(path: Path) -> dict:
-    try:
-        raw = jsonio.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: profile not found") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    raw = jsonio.read(path, ConfigError, "profile not found", "not valid JSON ({e})")
     if not is_profile(raw):
         raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
     check_format(raw, str(path))  # as --cluster refuses it: "(format 999)" was printed

@@ -7,7 +7,6 @@ is wrong, which the CLI prints as one ``error:`` line with exit code 2.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -66,14 +65,7 @@ def load_timeline(path: Path) -> Timeline:
 def load_json(path: Path) -> object:
     if not path.is_file():
         raise PlotError(f"{path}: no such file")
-    try:
-        return jsonio.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise PlotError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise PlotError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-    except OSError as e:
-        raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
+    return jsonio.read(path, PlotError)
 
 
 def load_run(rundir: Path) -> tuple[Timeline, dict]:

@@ -51,7 +51,7 @@ from sortedrl.realrun.rundir import (
     sync_to_disk,
     unstart,
 )
-from sortedrl.realrun.task import get_task
+from sortedrl.realrun.task import decode, get_task, grader
 from sortedrl.realrun.trainer import OBJECTIVES
 from sortedrl.timeline import Timeline, record_line
 
@@ -313,29 +313,6 @@ def check_device(cfg: RunConfig) -> None:
         if not torch.cuda.is_available():
             raise ConfigError("--device cuda: torch sees no CUDA device here (install the [gpu] "
                               "extra on a GPU machine; see bench/gpu_check.sh)")
-
-
-def grader(task, problems: list, tok, group_size: int, words: bool = False):
-    """The reward of sample ``i``'s response: the task grades the decoded text of a response
-    that ended by itself; a response cut at the length cap gets 0."""
-    eos = tok.eos_token_id
-
-    def grade(i: int, tokens: list[int], reason: str) -> float:
-        if reason != "stop":
-            return 0.0
-        body = tokens[:-1] if eos is not None and tokens and tokens[-1] == eos else tokens
-        return task.reward(problems[i // group_size], decode(tok, body, words))
-
-    return grade
-
-
-def decode(tok, ids: list[int], words: bool) -> str:
-    """The response's text. The tiny model's tokenizer has one token per word and no spaces, so
-    its ``decode`` glues the words together: with ``words`` they are joined by spaces, as the
-    task wrote them."""
-    if words:
-        return " ".join(tok.convert_ids_to_tokens(ids, skip_special_tokens=True))
-    return tok.decode(ids, skip_special_tokens=True)
 
 
 def _ids(k: int):

@@ -14,7 +14,8 @@ well past 1,000 and a few percent reach a 1,024-token cap, the long tail of reas
 (p99/p50 of about 10), graded by the share of positions right (an exact match of hundreds of
 digits is out of a tiny model's reach, and a reward that is 0 everywhere teaches nothing). ``--task module:factory`` plugs in any object with ``name``,
 ``problems(n, seed)``, ``reward(problem, response)`` and ``corpus(n, seed)``; ``--dataset`` is
-:class:`sortedrl.realrun.dataset.DatasetTask`.
+:class:`sortedrl.realrun.dataset.DatasetTask`. :func:`grader` turns a task's ``reward`` into the
+real runner's reward of a sample (0 for a response cut at the length cap).
 """
 
 from __future__ import annotations
@@ -110,3 +111,26 @@ def get_task(name: str, dataset: str | None = None, reward: str = "exact"):
             raise ConfigError(f"--task {name!r}: the task has no {', '.join(missing)}")
         return task
     raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)}, sort-tool, or module:factory)")
+
+
+def grader(task, problems: list, tok, group_size: int, words: bool = False):
+    """The reward of sample ``i``'s response: the task grades the decoded text of a response
+    that ended by itself; a response cut at the length cap gets 0."""
+    eos = tok.eos_token_id
+
+    def grade(i: int, tokens: list[int], reason: str) -> float:
+        if reason != "stop":
+            return 0.0
+        body = tokens[:-1] if eos is not None and tokens and tokens[-1] == eos else tokens
+        return task.reward(problems[i // group_size], decode(tok, body, words))
+
+    return grade
+
+
+def decode(tok, ids: list[int], words: bool) -> str:
+    """The response's text. The tiny model's tokenizer has one token per word and no spaces, so
+    its ``decode`` glues the words together: with ``words`` they are joined by spaces, as the
+    task wrote them."""
+    if words:
+        return " ".join(tok.convert_ids_to_tokens(ids, skip_special_tokens=True))
+    return tok.decode(ids, skip_special_tokens=True)

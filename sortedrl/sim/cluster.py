@@ -20,7 +20,6 @@ of the rest, which generate at the same time (needed by ``async`` and ``one_step
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -359,16 +358,7 @@ def load_cluster(spec: str) -> Cluster:
     if not spec.endswith(".json"):
         return preset(spec)
     path = Path(spec)
-    try:
-        raw = jsonio.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{spec}: cluster file not found") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{spec}: not UTF-8 text (byte {e.start})") from None
-    except OSError as e:  # a directory, no permission
-        raise ConfigError(f"{spec}: cannot read the cluster file ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{spec}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    raw = jsonio.read(spec, ConfigError, "cluster file not found")
     if not isinstance(raw, dict):
         raise ConfigError(f"{spec}: expected a JSON object")
     from sortedrl.sim.profile import is_profile, profile_cluster

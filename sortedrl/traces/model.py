@@ -21,7 +21,6 @@ Stored as JSON with the key ``sortedrl_trace_model``; every field is checked on 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,14 +83,7 @@ def is_trace_model(path: Path) -> bool:
 
 def load_model(path: str | Path) -> TraceModel:
     p = Path(path)
-    try:
-        body = jsonio.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
-    except UnicodeDecodeError as e:
-        raise TraceError(f"{p}: not UTF-8 text (byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise TraceError(f"{p}: not a trace model (bad JSON: {e})") from None
+    body = jsonio.read(p, TraceError, bad="not a trace model (bad JSON: {e})")
     if not isinstance(body, dict) or body.get("sortedrl_trace_model") != VERSION:
         raise TraceError(f"{p}: not a trace model (no \"sortedrl_trace_model\": {VERSION})")
     names = {f.name for f in dataclasses.fields(TraceModel)}

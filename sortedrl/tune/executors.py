@@ -22,10 +22,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
-from sortedrl.outputs import temp_scratch
 from sortedrl.parallel import stop_workers, worker_pool, worker_signals
 from sortedrl.policies.base import Policy, parse_params
 from sortedrl.policies.registry import make_policy, policy_class
+from sortedrl.scratch import temp_scratch
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import simulate
 from sortedrl.traces.schema import Trace

@@ -1,0 +1,51 @@
+"""Scratch directories for commands with no output directory to put them beside.
+
+``forecast`` and ``tune`` simulate many draws or trials and keep each one's timeline on disk
+while they summarise it, so a whole run's timeline waits on disk rather than in memory. Such a
+scratch directory lives in the system's temporary directory and must go whatever happens: on
+leaving, on an error, and in a worker process that is stopped at once (:mod:`sortedrl.parallel`
+calls :func:`remove_temp_scratches` there). Kept apart from :mod:`sortedrl.outputs`, which
+places a command's declared outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from pathlib import Path
+
+from sortedrl.outputs import OutputError, remove_path
+
+_temp_scratches: set[Path] = set()  # this process's temp_scratch directories now in use
+
+
+@contextlib.contextmanager
+def temp_scratch(command: str):
+    """A scratch directory for a command with no output directory to put it beside (``forecast``
+    and ``tune`` keep each draw's or trial's timeline there while they summarise it): in the
+    system's temporary directory (``$TMPDIR``), removed on leaving, whatever happens (a worker
+    process stopped at once removes its own: :func:`remove_temp_scratches`)."""
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-"))
+    except OSError as e:
+        raise OutputError(f"{tempfile.gettempdir()}: cannot make {command}'s scratch directory "
+                          f"({e.strerror or e}; set TMPDIR to a writable directory)") from None
+    _temp_scratches.add(tmp)
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            remove_path(tmp)
+        _temp_scratches.discard(tmp)
+
+
+def remove_temp_scratches() -> None:
+    """Remove the scratch directories of :func:`temp_scratch` that this process has in use."""
+    for tmp in list(_temp_scratches):
+        with contextlib.suppress(OSError):
+            remove_path(tmp)
+
+
+def forget_temp_scratches() -> None:
+    """In a forked worker: the scratch directories it inherited are its parent's to remove."""
+    _temp_scratches.clear()
