@@ -10,7 +10,9 @@ import json
 import re
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
+from plotly.colors import sample_colorscale
 from plotly.offline import get_plotlyjs
 
 from sortedrl.metrics import span_table, summarize, union_length
@@ -153,13 +155,13 @@ def test_small_run_figure_has_a_lane_per_engine_and_trainer_and_units(small):
                           "engine 1: prefill", "trainer: train", "trainer: sync",
                           "engines: offload", "engines: onload", "idle (bubble)",
                           "running samples (total)", "slots (2 x 8)", "engine 0 running",
-                          "engine 1 running", "sample spans"]
+                          "engine 1 running", "sample spans", "policy version"]
     lay = fig.layout
     assert list(lay.yaxis.ticktext) == ["engine 0", "engine 1", "trainer", "offload/onload"]
     assert [lay.xaxis.title.text, lay.xaxis2.title.text, lay.xaxis3.title.text] == ["time (s)"] * 3
     assert [lay.yaxis2.title.text, lay.yaxis3.title.text] == ["running samples", "sample (id)"]
     s = r.summary
-    assert lay.title.text == (f"sortedrl on logic-8k ({SMALL_CLUSTER}) | makespan "
+    assert lay.title.text == (f"sortedrl on logic-8k ({SMALL_CLUSTER})<br>makespan "
                               f"{s['makespan_s']:,.1f} s | bubble {s['bubble_ratio']:.1%} | "
                               f"{s['tokens_per_s']:,.0f} useful tokens/s")
     # the legends name their panels
@@ -175,9 +177,14 @@ def test_small_run_has_one_bar_per_span_coloured_by_version(small):
     assert np.array_equal(np.asarray(bars.y), sp["sample"])
     assert np.allclose(np.asarray(bars.base), sp["t0"], atol=1e-6)
     assert np.allclose(np.asarray(bars.base) + np.asarray(bars.x), sp["t1"], atol=2e-6)
-    assert np.array_equal(np.asarray(bars.marker.color), sp["version"])
-    assert bars.marker.colorbar.title.text == "policy version"
-    assert (bars.marker.cmin, bars.marker.cmax) == (0, 11)
+    palette = sample_colorscale("Viridis", [v / 11 for v in range(12)])
+    assert list(bars.marker.color) == [palette[v] for v in sp["version"]]
+    assert bars.textposition == "none"  # how a span ended: in the hover, not written on the bar
+    scale = trace(timeline_figure(tl), "policy version")  # the colour bar, on the same scale
+    assert scale.marker.colorbar.title.text == "policy version"
+    assert (scale.marker.cmin, scale.marker.cmax) == (0, 11)
+    assert scale.marker.colorscale == go.scatter.Marker(colorscale="Viridis").colorscale
+    assert (scale.marker.colorbar.tick0, scale.marker.colorbar.dtick) == (0, 2)  # integers only
 
 
 def test_batch_size_curve_is_the_exact_running_count(small):
@@ -224,8 +231,13 @@ def test_step_table_has_one_row_per_update(small, tmp_path):
     assert len(html_rows) == 12
     first = re.findall(r"<td[^>]*>(.*?)</td>", html_rows[0])
     t0, t1, v, samples, tokens = tl.trains[0]
-    assert first == ["0", str(v), f"{t0:,.3f}", f"{t1:,.3f}", f"{t1 - t0:,.3f}",
+    # the duration shown is the end shown less the start shown (12.437 to 14.859 is 2.422,
+    # though the exact 2.4225 rounds to 2.423)
+    assert first == ["0", str(v), f"{t0:,.3f}", f"{t1:,.3f}", f"{round(t1, 3) - round(t0, 3):,.3f}",
                      f"{len(samples):,}", f"{tokens:,}"]
+    for row in html_rows:
+        cells = [float(c.replace(",", "")) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+        assert round(cells[2] + cells[4], 3) == cells[3]
 
 # -- perfetto -------------------------------------------------------------------------------------
 

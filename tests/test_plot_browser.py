@@ -36,6 +36,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-extensions", "--hide-scrollbars", "--mute-audio",
          "--proxy-server=127.0.0.1:9", "--virtual-time-budget=20000",
+         "--enable-logging=stderr", "--v=0",
          f"--window-size={WIDTH},{HEIGHT}"]
 
 
@@ -50,15 +51,20 @@ def chromium() -> str:
 
 
 def render(page: Path, tmp: Path) -> tuple[str, np.ndarray]:
-    """The DOM after the scripts ran, and the screenshot as an (H, W, 3) uint8 array."""
+    """The DOM after the scripts ran, and the screenshot as an (H, W, 3) uint8 array; the
+    page's console messages are kept in ``CONSOLE[page]``."""
     shot = tmp / f"{page.stem}.png"
     cmd = [chromium(), *FLAGS, f"--user-data-dir={tmp / 'profile'}", f"--screenshot={shot}",
            "--dump-dom", page.resolve().as_uri()]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+    CONSOLE[page] = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
     with Image.open(shot) as im:
         pixels = np.asarray(im.convert("RGB"))
     return done.stdout, pixels
+
+
+CONSOLE: dict[Path, list[str]] = {}
 
 
 def legend_texts(dom: str) -> list[str]:
@@ -123,6 +129,8 @@ def test_timeline_page_renders_every_lane_in_chromium(pages, tmp_path):
     assert dom.count('class="point"') >= len(r.timeline.spans)
     assert dom.count("<tr>") == 1 + len(r.timeline.trains)  # step table: header + one per update
     check_not_blank(pixels)
+    # the sample bars' colours logged "WARN: Invalid color specifier: Int8Array(447)" once a bar
+    assert CONSOLE[timeline] == []
     assert share_of(pixels, COLORS["rollout"]) > 0.01  # the lanes are drawn
     assert share_of(pixels, COLORS["idle"]) > 0.001  # and so is the bubble
 
@@ -141,3 +149,4 @@ def test_report_page_renders_in_chromium(pages, tmp_path):
         assert title in ytitles
     assert "response length (tokens)" in axis_titles(dom, "x")
     check_not_blank(pixels)
+    assert CONSOLE[report] == []

@@ -24,10 +24,11 @@ def plot(
     force: bool = FORCE,
 ) -> None:
     """Plot one run's timeline as a self-contained HTML page (works offline)."""
-    from sortedrl.plot.inputs import load_run
+    from sortedrl.plot.inputs import check_dir, load_run
     from sortedrl.plot.perfetto import perfetto_json
     from sortedrl.plot.timeline_plot import timeline_page
 
+    check_dir(rundir, "a run directory")  # before --out's default, RUNDIR/timeline.html
     outs = Outputs("plot", force, inputs=[rundir / "summary.json", *(rundir / n for n in NAMES)])
     out = outs.file(out, "--out", default=rundir / "timeline.html")
     perfetto = outs.file(perfetto, "--perfetto")
@@ -52,8 +53,10 @@ def report(
     force: bool = FORCE,
 ) -> None:
     """Compare the policies of a compare or tune directory in one HTML page (works offline)."""
+    from sortedrl.plot.inputs import check_dir
     from sortedrl.plot.report import report_inputs, report_page
 
+    check_dir(dir, "a compare or tune directory")  # before --out's default, DIR/report.html
     outs = Outputs("report", force, inputs=report_inputs(dir))
     out = outs.file(out, "--out", default=dir / "report.html")
     with Phases(err) as progress:

@@ -33,6 +33,14 @@ class PlotError(SortedRLError):
     """A run, compare or tune directory that cannot be plotted."""
 
 
+def check_dir(path: Path, what: str) -> None:
+    """The directory a command reads, checked first: otherwise a file given there is reported
+    as the output path the command builds from it (``--out FILE/timeline.html``), an option the
+    user never gave."""
+    if path.exists() and not path.is_dir():
+        raise PlotError(f"{path}: not {what} (a file)")
+
+
 def load_timeline(path: Path) -> Timeline:
     """Read and check a timeline (``timeline.npz`` or ``timeline.jsonl``): a meta record with
     the fields plots need, typed spans."""
@@ -69,7 +77,9 @@ def load_json(path: Path) -> object:
 
 
 def load_run(rundir: Path) -> tuple[Timeline, dict]:
-    """A run directory's timeline and summary (recomputed from the timeline if absent)."""
+    """A run directory's timeline and summary (recomputed from the timeline if absent, or if a
+    real run's unfinished summary no longer matches it); a finished run's summary must match
+    its timeline (:func:`_check_matches`)."""
     if not rundir.is_dir():
         raise PlotError(f"{rundir}: no such directory")
     tl_path = find_timeline(rundir)
@@ -83,13 +93,53 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
         if not isinstance(summary, dict):
             raise PlotError(f"{summary_path}: expected a JSON object (a run summary)")
         _check_summary(summary_path, summary)
-        return tl, summary
+        if not is_real_run(tl.meta) or (rundir / "trace.jsonl").is_file():
+            _check_matches(tl_path, tl, summary_path, summary)
+            return tl, summary
+        if _mismatch(tl, summary) is None:
+            return tl, summary
+        # a real run's summary from before it was resumed (its timeline since cut back to a
+        # checkpoint and appended to): the timeline is the run, summarised below
     if why := missing_meta(tl.meta):
         raise PlotError(f"{tl_path}: {why}")
     try:
         return tl, summarize(tl)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise PlotError(f"{tl_path}: cannot summarise ({e!r})") from None
+
+
+MATCH_TOLERANCE_S = 1e-3
+"""How far a timeline's last end may lie from its summary's ``makespan_s`` (both are written
+from the same numbers; this only absorbs rounding)."""
+
+
+def is_real_run(meta: dict) -> bool:
+    """A ``sortedrl run`` timeline (appended as the run goes), not a simulation's (written once)."""
+    return meta.get("backend") == "vllm"
+
+
+def _mismatch(tl: Timeline, summary: dict) -> str | None:
+    """How ``tl`` disagrees with ``summary`` (its number of updates, its end), or None."""
+    end = max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
+    updates, makespan = summary.get("updates"), float(summary["makespan_s"])
+    if isinstance(updates, int) and not isinstance(updates, bool) and updates != tl.count("train"):
+        return f"train records: {tl.count('train'):,}, the summary's updates: {updates:,}"
+    if abs(end - makespan) > MATCH_TOLERANCE_S + 1e-9 * abs(makespan):
+        return f"it ends at {end:,.3f} s, the summary's makespan is {makespan:,.3f} s"
+    return None
+
+
+def _check_matches(tl_path: Path, tl: Timeline, summary_path: Path, summary: dict) -> None:
+    """A finished run's timeline must be the one its summary was computed from: a timeline cut
+    at a line boundary still parses, and would be drawn under the whole run's numbers.
+
+    Checked for a simulation's directory (``simulate`` and ``compare`` write the summary and the
+    timeline together) and for a real run that finished (``trace.jsonl`` is written after
+    ``summary.json``); a real run still going, or resumed after its summary was written, appends
+    to its timeline while the old summary stays, so its summary is not checked but replaced."""
+    if why := _mismatch(tl, summary):
+        raise PlotError(f"{tl_path}: does not match {summary_path} ({why}): truncated? (write "
+                        "the run again, or delete summary.json to plot the timeline as it is)")
 
 
 def _check_summary(path: Path, summary: dict) -> None:

@@ -10,8 +10,9 @@ It reads a ``compare`` output directory (``compare.json`` plus one run directory
 - the response-length histogram of the trace, from a trace file in the directory
   (``trace.jsonl``, ``trace.csv`` or ``trace.parquet``) or else reconstructed from a run's
   timeline: a finished sample's length is the sum of the span tokens of its final attempt;
-- for ``tune.json``, every trial's useful tokens/s against its mean staleness, with the Pareto
-  front (feasible trials) highlighted and the best trial (``best.overall``) as a star;
+- for ``tune.json``, every trial's learnable tokens/s (the rate tune ranks by and built its
+  ``pareto`` from) against its mean staleness, with the Pareto front (feasible trials)
+  highlighted and the best trial (``best.overall``) as a star;
 - a table of the headline numbers, linking each run's ``timeline.html`` where one exists.
 """
 
@@ -27,7 +28,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sortedrl.errors import SortedRLError
-from sortedrl.metrics import span_table
+from sortedrl.metrics import rank_rate, span_table
 from sortedrl.plot.inputs import (
     PlotError,
     load_compare,
@@ -129,9 +130,13 @@ def _name(s: dict) -> str:
 
 
 def bars_figure(entries: list[dict]) -> go.Figure:
-    """Four bar charts, one per headline metric, one bar (and legend entry) per policy."""
+    """Four bar charts, one per headline metric, one bar (and legend entry) per policy.
+
+    The right-hand panels sit far enough right (and their y axes grow their margins) that their
+    axis titles clear the left panel's last bar at 800 px; the title names every cluster the
+    policies ran on, not only the first one's (compare may give a policy its own cluster)."""
     fig = make_subplots(rows=2, cols=2, subplot_titles=[t for _, t, _ in METRICS],
-                        vertical_spacing=0.24, horizontal_spacing=0.1)
+                        vertical_spacing=0.24, horizontal_spacing=0.2)
     names = [_name(s) for s in entries]
     for i, s in enumerate(entries):
         color = PALETTE[i % len(PALETTE)]
@@ -144,10 +149,12 @@ def bars_figure(entries: list[dict]) -> go.Figure:
                 hovertemplate=f"{html.escape(names[i])}<br>{label}: %{{y:{fmt}}}<extra></extra>"),
                 row=k // 2 + 1, col=k % 2 + 1)
             fig.update_yaxes(title_text=label, rangemode="tozero", row=k // 2 + 1, col=k % 2 + 1,
-                             tickformat=".0%" if key == "bubble_ratio" else None)
-    first = entries[0]
-    fig.update_layout(title={"text": f"Policies on {first.get('trace', '?')} "
-                             f"({first.get('cluster', '?')})", "x": 0.01},
+                             tickformat=".0%" if key == "bubble_ratio" else None,
+                             automargin=True)
+    traces = ", ".join(dict.fromkeys(str(s.get("trace", "?")) for s in entries))
+    clusters = ", ".join(dict.fromkeys(str(s.get("cluster", "?")) for s in entries))
+    fig.update_layout(title={"text": f"Policies on {html.escape(traces)} "
+                             f"({html.escape(clusters)})", "x": 0.01},
                       height=820, barmode="group", plot_bgcolor="white",
                       legend={"title": {"text": "policy"}}, margin={"t": 90})
     fig.update_yaxes(showgrid=True, gridcolor="#eeeeee")
@@ -179,47 +186,66 @@ def histogram_figure(lengths: np.ndarray, source: str) -> go.Figure:
     return fig
 
 
+def rate_name(trials: list[dict]) -> str:
+    """What :func:`~sortedrl.metrics.rank_rate` is for these trials: learnable tokens/s, or
+    useful tokens/s in summaries written before learnable tokens were counted."""
+    has = {"learnable_tokens_per_s" in t["summary"] for t in trials}
+    if has == {True}:
+        return "learnable tokens/s"
+    return "useful tokens/s" if has == {False} else "learnable tokens/s (else useful)"
+
+
 def pareto_figure(tune: dict) -> go.Figure:
-    """Every trial's useful tokens/s against mean staleness; the Pareto front highlighted."""
+    """Every trial's ranking rate (:func:`~sortedrl.metrics.rank_rate`, learnable tokens/s)
+    against mean staleness; the Pareto front highlighted and the best trial starred.
+
+    The y axis is the rate ``tune`` built ``pareto`` from: plotting useful tokens/s instead drew
+    trials that waste rollouts (useful but not learnable tokens) above a front they are not on."""
     trials, pareto = tune["trials"], tune_front(tune)
+    rate = rate_name(trials)
+
+    def xy(js: list[int]) -> tuple[list[float], list[float]]:
+        return ([trials[j]["summary"]["staleness_mean"] for j in js],
+                [rank_rate(trials[j]["summary"]) for j in js])
+
+    hover = f"%{{text}}<br>staleness %{{x:.3f}} versions<br>%{{y:,.0f}} {rate}"
     fig = go.Figure()
     policies = list(dict.fromkeys(trial_policy(t) for t in trials))
     for i, policy in enumerate(policies):
         idx = [j for j, t in enumerate(trials) if trial_policy(t) == policy]
+        x, y = xy(idx)
         fig.add_trace(go.Scatter(
-            x=[trials[j]["summary"]["staleness_mean"] for j in idx],
-            y=[trials[j]["summary"]["tokens_per_s"] for j in idx], mode="markers",
+            x=x, y=y, mode="markers",
             name=f"{policy} trials", marker={"color": PALETTE[i % len(PALETTE)], "size": 8,
                                              "opacity": 0.6},
             text=[html.escape(_params(trials[j].get("params"))
                               + (" (infeasible)" if trials[j].get("feasible") is False else ""))
+                  + f"<br>{trials[j]['summary']['tokens_per_s']:,.0f} useful tokens/s"
                   for j in idx],
-            hovertemplate="%{text}<br>staleness %{x:.3f} versions<br>%{y:,.0f} tokens/s"
-                          "<extra></extra>"))
+            hovertemplate=hover + "<extra></extra>"))
     front = sorted(pareto, key=lambda j: trials[j]["summary"]["staleness_mean"])
+    x, y = xy(front)
     fig.add_trace(go.Scatter(
-        x=[trials[j]["summary"]["staleness_mean"] for j in front],
-        y=[trials[j]["summary"]["tokens_per_s"] for j in front], mode="lines+markers",
+        x=x, y=y, mode="lines+markers",
         name="Pareto front", line={"color": "#222222", "shape": "hv", "width": 2},
         marker={"size": 12, "symbol": "diamond-open", "color": "#222222", "line": {"width": 2}},
         text=[html.escape(f"{trials[j].get('policy', '?')}: {_params(trials[j].get('params'))}")
               for j in front],
-        hovertemplate="%{text}<br>staleness %{x:.3f} versions<br>%{y:,.0f} tokens/s"
-                      "<extra>Pareto front</extra>"))
+        hovertemplate=hover + "<extra>Pareto front</extra>"))
     _, best = tune_best(tune)
     if best is not None:
-        s = trials[best]["summary"]
-        fig.add_trace(go.Scatter(x=[s["staleness_mean"]], y=[s["tokens_per_s"]], mode="markers",
+        x, y = xy([best])
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers",
                                  name="best", marker={"symbol": "star", "size": 18,
                                                       "color": "#f58518"},
                                  text=[html.escape(f"{trial_policy(trials[best])}: "
                                                    f"{_params(trials[best].get('params'))}")],
                                  hovertemplate="best: %{text}<extra></extra>"))
-    fig.update_layout(title={"text": f"Tuning: useful tokens/s against staleness "
+    fig.update_layout(title={"text": f"Tuning: {rate} against staleness "
                              f"({len(trials)} trials, {len(pareto)} on the Pareto front)",
                              "x": 0.01},
                       height=480, plot_bgcolor="white", xaxis_title="staleness mean (versions)",
-                      yaxis_title="useful tokens/s", legend={"title": {"text": "trials"}})
+                      yaxis_title=rate, legend={"title": {"text": "trials"}})
     xs = [float(t["summary"]["staleness_mean"]) for t in trials]
     pad = 0.05 * max(max(xs) - min(min(xs), 0.0), 0.1)
     fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", range=[min(min(xs), 0.0) - pad,

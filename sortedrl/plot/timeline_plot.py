@@ -37,16 +37,32 @@ COLORS = {"rollout": "#4c78a8", "prefill": "#f58518", "idle": "#d0d0d0", "train"
 VERSION_SCALE = "Viridis"
 MAX_VERSION_GROUPS = 12  # stacked occupancy curves of a large run: at most this many version groups
 STEP_COLUMNS = ("update", "version", "start (s)", "end (s)", "duration (s)", "samples", "tokens")
+STEP_FORMATS = (",d", ",d", ",.3f", ",.3f", ",.3f", ",d", ",d")
+"""One precision down each column of the steps table (the default by size switched from 931.479
+to 1,010.0 within the start column)."""
 STEP_ROWS_SHOWN = 5000
 LEGEND_PX = 20
 
 
 def title_of(tl: Timeline, summary: dict) -> str:
+    """What ran, then the headline numbers, on two lines: on one line the title ran past the
+    right edge of an 800 px window and was clipped mid-number."""
     m = tl.meta
     oracle = " [ORACLE: reads true lengths]" if m.get("oracle") else ""
-    return (f"{m['policy']} on {m['trace']} ({m['cluster']}){oracle} | "
+    return (f"{m['policy']} on {m['trace']} ({m['cluster']}){oracle}<br>"
             f"makespan {summary['makespan_s']:,.1f} s | bubble {summary['bubble_ratio']:.1%} | "
             f"{summary['tokens_per_s']:,.0f} useful tokens/s")
+
+
+def int_dtick(span: float, ticks: int = 10) -> int:
+    """A tick step of 1, 2, 5, 10, 20, 50, ... giving at most ``ticks`` ticks over ``span``: the
+    axes of integers (sample ids, policy versions) would otherwise get ticks at 0.5 or -0.4."""
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if span / (m * scale) <= ticks:
+                return m * scale
+        scale *= 10
 
 
 def step_rows(tl: Timeline) -> list[tuple]:
@@ -78,7 +94,7 @@ def timeline_figure(tl: Timeline, summary: dict | None = None) -> go.Figure:
         _sample_bars(fig, ln)
     else:
         _version_curves(fig, ln)
-    top = 90
+    top = 105  # the title is two lines
     side = {"x": 1.01, "xanchor": "left", "yanchor": "top", "traceorder": "normal"}
     fig.update_layout(
         title={"text": title_of(tl, summary), "x": 0.01, "xanchor": "left", "font": {"size": 15}},
@@ -102,7 +118,8 @@ def timeline_figure(tl: Timeline, summary: dict | None = None) -> go.Figure:
     fig.update_yaxes(title_text="sample (id)" if ln.detailed else "running samples",
                      rangemode="tozero", row=3, col=1)
     if ln.detailed:
-        fig.update_yaxes(autorange="reversed", row=3, col=1)
+        ids = int(ln.spans["sample"].max()) + 1 if ln.spans.size else 1
+        fig.update_yaxes(autorange="reversed", tick0=0, dtick=int_dtick(ids), row=3, col=1)
     return fig
 
 
@@ -194,7 +211,18 @@ def _batch(fig: go.Figure, ln: L.Lanes) -> None:
                           row=2, col=1)
 
 
+def version_colors(versions: np.ndarray, vmax: int) -> list[str]:
+    """Each version's colour on :data:`VERSION_SCALE` (0 to ``max(vmax, 1)``), as a string."""
+    palette = sample_colorscale(VERSION_SCALE, [v / max(vmax, 1) for v in range(vmax + 1)])
+    return [palette[v] for v in versions.tolist()]
+
+
 def _sample_bars(fig: go.Figure, ln: L.Lanes) -> None:
+    """One bar per span, coloured by version. The bars get colour strings: given the versions
+    as numbers on a colour scale, plotly.js (3.x) drew them right but logged "Invalid color
+    specifier" once per bar in the browser's console, so the colour bar comes from an empty
+    scatter trace on the same scale instead. How a span ended is hover text only (drawn on a
+    wide bar it read as a label)."""
     sp = ln.spans
     vmax = int(sp["version"].max()) if sp.size else 0
     custom = np.stack([sp["t1"], sp["attempt"], sp["version"], sp["tokens"]], axis=1) if sp.size \
@@ -203,15 +231,20 @@ def _sample_bars(fig: go.Figure, ln: L.Lanes) -> None:
     fig.add_trace(go.Bar(
         base=np.round(sp["t0"], 6), x=np.round(sp["t1"] - sp["t0"], 6), y=sp["sample"],
         orientation="h", name="sample spans", legend="legend3", width=0.9,
-        marker={"color": sp["version"], "colorscale": VERSION_SCALE, "cmin": 0,
-                "cmax": max(vmax, 1), "line": {"width": 0},
-                "colorbar": {"title": {"text": "policy version"}, "x": 1.01, "xanchor": "left",
-                             "y": dom[1], "yanchor": "top", "len": (dom[1] - dom[0]) * 0.8,
-                             "thickness": 14}},
-        customdata=custom, text=sp["end"],
+        marker={"color": version_colors(sp["version"], vmax), "line": {"width": 0}},
+        customdata=custom, text=sp["end"], textposition="none",
         hovertemplate="sample %{y}<br>%{base:.3f} to %{customdata[0]:.3f} s<br>attempt "
                       "%{customdata[1]}, version %{customdata[2]}<br>%{customdata[3]} tokens, "
                       "ended by %{text}<extra></extra>", showlegend=False), row=3, col=1)
+    fig.add_trace(go.Scatter(
+        x=[None], y=[None], mode="markers", name="policy version", showlegend=False,
+        hoverinfo="skip",
+        marker={"color": [0], "colorscale": VERSION_SCALE, "cmin": 0, "cmax": max(vmax, 1),
+                "showscale": True,
+                "colorbar": {"title": {"text": "policy version"}, "x": 1.01, "xanchor": "left",
+                             "y": dom[1], "yanchor": "top", "len": (dom[1] - dom[0]) * 0.8,
+                             "thickness": 14, "tick0": 0, "dtick": int_dtick(vmax)}}),
+        row=3, col=1)
 
 
 def _version_curves(fig: go.Figure, ln: L.Lanes) -> None:
@@ -240,7 +273,8 @@ def timeline_page(tl: Timeline, summary: dict | None = None) -> str:
     summary = summary if summary is not None else summarize(tl)
     fig = timeline_figure(tl, summary)
     rows = step_rows(tl)
-    shown = rows[:STEP_ROWS_SHOWN]
+    # each duration from the start and end as shown, so that start + duration = end on the page
+    shown = [(*r[:4], round(r[3], 3) - round(r[2], 3), *r[5:]) for r in rows[:STEP_ROWS_SHOWN]]
     note = (f'<p class="note">First {len(shown):,} of {len(rows):,} updates.</p>'
             if len(shown) < len(rows) else "")
     m = tl.meta
@@ -250,7 +284,7 @@ def timeline_page(tl: Timeline, summary: dict | None = None) -> str:
     parts = [f'<p class="note">{html.escape(facts)}</p>',
              figure_div(fig, "timeline"),
              "<h2>Steps: one row per update (version v to v+1)</h2>", note,
-             table(STEP_COLUMNS, shown, "steps")]
+             table(STEP_COLUMNS, shown, "steps", STEP_FORMATS)]
     return page(f"timeline: {m['policy']} on {m['trace']}", parts)
 
 
