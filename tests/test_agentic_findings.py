@@ -1,6 +1,6 @@
 """Multi-turn findings of an audit, each pinned: the lower bound is a floor when tool calls run
-through updates, a dropped trajectory's queued tool call gets no sandbox, and two bad inputs are
-named in one line.
+through updates, a dropped trajectory's queued tool call gets no sandbox, a rebuilt trace row
+keeps its tool-output tokens, and two bad inputs are named in one line.
 
 Costs (tests/conftest.py): a batch-1 decode step is t_fix + a0 = 2 s, an update train_fix = 10 s
 plus train_per_token per token where a test sets it.
@@ -13,14 +13,18 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from sortedrl.errors import TraceError
 from sortedrl.policies.registry import make_policy
+from sortedrl.realrun.run_trace import _span_turns, _turn_fields
 from sortedrl.sim.cluster import preset
 from sortedrl.sim.run import lower_bound, simulate
+from sortedrl.timeline import Timeline
+from sortedrl.timeline_file import read_timeline, write_npz
 from sortedrl.traces import read_trace, write_trace
 from sortedrl.traces.importers import import_framework
 from sortedrl.traces.io import BUNDLED
@@ -112,6 +116,51 @@ def test_a_dropped_attempts_queued_call_never_gets_a_sandbox():
 def read_trace_rt2():
     """The audit's rt2.jsonl: ``trace synth agentic-retool --prompts 8 --group-size 4 --steps 4``."""
     return synthesize("agentic-retool", prompts=8, group_size=4, steps=4)
+
+
+# -- the tool record's tokens ------------------------------------------------------------------
+
+
+def test_rebuilt_rows_keep_their_tool_tokens(tmp_path):
+    # run_trace rebuilds a sample's turns from the timeline (spans and tool records); both file
+    # formats carry each call's output tokens, so every row comes back as the trace has it
+    trace = read_trace_rt2()
+    r = simulate(trace, make_policy("sync", [], trace), _small_cluster(), regen="same")
+    r.timeline.write_jsonl(tmp_path / "timeline.jsonl")
+    write_npz(r.timeline, tmp_path / "timeline.npz")
+    off = trace.turn_offsets
+    for name in ("timeline.jsonl", "timeline.npz"):
+        tl = read_timeline(tmp_path / name)
+        for i in range(len(trace)):
+            got = _turn_fields(_span_turns(tl, i, 0))
+            assert got["turn_gen"] == trace.turn_gen[off[i]:off[i + 1]].tolist()
+            assert got["turn_tool_tokens"] == trace.turn_tool_tokens[off[i]:off[i + 1]].tolist()
+    assert int(trace.turn_tool_tokens.sum()) > 0
+
+
+def test_an_older_timeline_without_tool_tokens_still_reads(tmp_path):
+    # written before tool records carried tokens: each call reads as 0 tokens, as it did
+    trace = make_turn_trace([[(2, 5.0, 4), (3, 0.0, 0)]] * 2, prompt_lens=[2, 2])
+    r = simulate(trace, make_policy("sync", [], trace), dataclasses.replace(tiny_cluster(), tool_pool=2))
+    r.timeline.write_jsonl(tmp_path / "new.jsonl")
+    lines = (tmp_path / "new.jsonl").read_text().splitlines()
+    old = []
+    for line in lines:
+        rec = json.loads(line)
+        if rec["kind"] == "tool":
+            assert rec.pop("tokens") == 4
+        old.append(json.dumps(rec))
+    (tmp_path / "old.jsonl").write_text("\n".join(old) + "\n")
+    want = [(4.0, 4.0, 9.0, 0, 0, 0, 0, 0), (4.0, 4.0, 9.0, 0, 1, 0, 0, 0)]
+    assert read_timeline(tmp_path / "old.jsonl").rows("tool") == want
+    assert Timeline.read_jsonl(tmp_path / "old.jsonl").rows("tool") == want
+    write_npz(r.timeline, tmp_path / "new.npz")
+    with np.load(tmp_path / "new.npz") as z:
+        arrays = {k: z[k] for k in z.files if k != "tool.tokens"}
+    np.savez(tmp_path / "old.npz", **arrays)
+    assert read_timeline(tmp_path / "old.npz").rows("tool") == want
+    assert _turn_fields(_span_turns(read_timeline(tmp_path / "old.npz"), 0, 0))[
+        "turn_tool_tokens"] == [0, 0]
 
 
 # -- bad inputs, one line each -----------------------------------------------------------------

@@ -7,7 +7,7 @@ trace's ``turn_tool_s`` seconds, and returns to its engine's queue with the tool
 prefill. When the cluster's ``tool_holds_slot`` says a tool call keeps its slot (a synchronous
 agent loop that blocks a batch slot), its slot and KV stay reserved on the engine meanwhile and
 it rejoins at the head of the queue. Each call is one record of kind ``tool`` in the timeline:
-asked at ``t``, a sandbox from ``t_start``, back at ``t_end``.
+asked at ``t``, a sandbox from ``t_start``, back at ``t_end`` with ``tokens`` tokens of output.
 
 The policy sees a trajectory's turn boundaries (a ``TURN_DONE`` event to policies that listen)
 and samples away on a tool call (``ClusterView.in_tool``; they count in their engine's load),
@@ -134,7 +134,7 @@ class ToolEnv:
         now = self.env.now
         self.busy -= 1
         self.backend.timeline.tool(call.asked, call.started, now, call.engine, call.sample,
-                                   call.attempt, call.turn)
+                                   call.attempt, call.turn, call.tokens)
         attempt = self.ctl.s.attempt
         while self.waiting and self.busy < self.pool:
             nxt = self.waiting.popleft()
