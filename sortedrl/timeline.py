@@ -24,8 +24,9 @@ Record kinds (``docs/metrics.md`` defines each field and the two file formats):
 - ``offload`` / ``onload``: colocated placement only: the engines move their weights and KV
   cache out of GPU memory before an update (vLLM sleep) and back before rollout resumes (wake);
 - ``tool``: multi-turn traces: one tool call between two turns of a trajectory: the sample left
-  ``engine`` at ``t``, got a sandbox at ``t_start`` and its result came back at ``t_end``
-  (``turn`` is the turn it follows). A span that ends with ``end`` = ``tool`` is that turn.
+  ``engine`` at ``t``, got a sandbox at ``t_start`` and its result, ``tokens`` tokens of tool
+  output, came back at ``t_end`` (``turn`` is the turn it follows). A span that ends with
+  ``end`` = ``tool`` is that turn.
 
 A new record kind is one entry in :data:`SCHEMA` (its fields and column types) and
 :data:`_LIST` (its list attribute, created by ``Timeline.__init__``), plus a record method that
@@ -45,6 +46,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.timeline_columns import (
+    LATER_FIELDS,
     Column,
     Labels,
     Ragged,
@@ -74,7 +76,7 @@ SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
     "offload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
     "onload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
     "tool": (("t", "f8"), ("t_start", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"),
-             ("attempt", "i4"), ("turn", "i4")),
+             ("attempt", "i4"), ("turn", "i4"), ("tokens", "i4")),
 }
 KINDS = ("meta", *SCHEMA)
 FIELDS = {kind: tuple(name for name, _ in cols) for kind, cols in SCHEMA.items()}
@@ -110,7 +112,7 @@ class Timeline:
         self.syncs: list[tuple] = []  # (t0, t1, version)
         self.offloads: list[tuple] = []  # (t0, t1, version)
         self.onloads: list[tuple] = []  # (t0, t1, version)
-        self.tools: list[tuple] = []  # (t, t_start, t_end, engine, sample, attempt, turn)
+        self.tools: list[tuple] = []  # (t, t_start, t_end, engine, sample, attempt, turn, tokens)
         self._chunks: dict[str, list[dict[str, Column]]] = {kind: [] for kind in SCHEMA}
         self._labels: dict[tuple[str, str], list[str]] = {}
         self._cache: dict[str, tuple[tuple[int, int], dict[str, Column]]] = {}
@@ -171,8 +173,8 @@ class Timeline:
         self.add("onload", t0, t1, version)
 
     def tool(self, t: float, t_start: float, t_end: float, engine: int, sample: int, attempt: int,
-             turn: int) -> None:
-        self.add("tool", t, t_start, t_end, engine, sample, attempt, turn)
+             turn: int, tokens: int) -> None:
+        self.add("tool", t, t_start, t_end, engine, sample, attempt, turn, tokens)
 
     def compact(self, min_rows: int = 1) -> None:
         """Move each list of at least ``min_rows`` pending records into typed columns, and
@@ -339,6 +341,7 @@ class Timeline:
                         except ValueError as e:
                             raise SortedRLError(f"{path}: line {n}: meta record's {e}") from None
                     elif kind in FIELDS:
+                        r = {**LATER_FIELDS.get(kind, {}), **r}  # (an older file lacks them)
                         rows = getattr(tl, _LIST[kind])
                         rows.append(tuple(r[f] for f in FIELDS[kind]))
                         if len(rows) >= COMPACT_ROWS:

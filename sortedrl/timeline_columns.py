@@ -117,6 +117,11 @@ def _take(col: Column, order: np.ndarray) -> Column:
     return Labels(col.codes[order], col.names) if isinstance(col, Labels) else col[order]
 
 
+# Fields added to a record kind after timeline files were first written (format 1), and the
+# value each has in an older file that lacks it: such files still read, with what they meant.
+LATER_FIELDS: dict[str, dict[str, int]] = {"tool": {"tokens": 0}}  # (tool output: unrecorded)
+
+
 def check_counts(fields: Fields, cols: dict[str, Column]) -> None:
     """Raise ValueError when a count or index (an integer field) of a kind is negative."""
     for name, typ in fields:

@@ -28,7 +28,7 @@ import numpy as np
 
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.timeline import _LIST, SCHEMA, Labels, Ragged, Timeline, write_atomic
-from sortedrl.timeline_columns import by_start, check_meta
+from sortedrl.timeline_columns import LATER_FIELDS, by_start, check_meta
 
 FORMAT = 1
 NAMES = ("timeline.npz", "timeline.jsonl")  # what a run directory holds, in order of preference
@@ -306,18 +306,22 @@ def _kind(path: Path, tl: Timeline, kind: str, arrays: dict) -> dict | None:
     present = [k for k in keys if k in arrays]
     if not present:
         return None
-    missing = [k for k in keys if k not in arrays]
+    later = LATER_FIELDS.get(kind, {})  # fields an older file lacks: their default
+    missing = [k for k in keys if k not in arrays and keys[k][0] not in later]
     if missing:
         raise TimelineError(f"{path}: has {present[0]!r} but no {missing[0]!r}")
     cols = {}
     n = None
     for key, (name, typ) in keys.items():
+        if key not in arrays:
+            continue
         col = _column(path, tl, kind, key, typ, arrays)
         if n is not None and len(col) != n:
             raise TimelineError(f"{path}: array {key!r} has {len(col)} records, expected {n}")
         n = len(col)
         cols[name] = col
-    return cols
+    return {name: cols[name] if name in cols else np.full(n, later[name], dtype=typ)
+            for name, typ in SCHEMA[kind]}
 
 
 def _column(path: Path, tl: Timeline, kind: str, key: str, typ: str, arrays: dict):

@@ -102,6 +102,8 @@ def test_two_turn_run_records_a_trace_with_turns(model, tmp_path) -> None:
     ends = [s[7] for s in tl.spans]
     calls = int(two.sum())
     assert ends.count("tool") == calls == len(tl.tools)  # a span ends at each tool call
+    # each tool record carries its output tokens: the trace's, call by call
+    assert sorted(t[7] for t in tl.tools) == sorted(trace.turn_tool_tokens[first[two]].tolist())
     in_sandbox = float(trace.turn_tool_s.sum())  # the trace holds the time in a sandbox
     real_tool_s = sum(t[2] - t[1] for t in tl.tools)  # the timeline adds the HTTP round trip
     assert in_sandbox == pytest.approx(calls * LATENCY) and real_tool_s > 0

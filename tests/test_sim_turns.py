@@ -45,7 +45,7 @@ def test_two_turns_pool_of_two_exact_makespan():
     r = run(pool=2)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 10.0, 19.0, 3, "finish"),
                         (1, 0.0, 5.0, 2, "tool"), (1, 10.0, 19.0, 3, "finish")]
-    assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0), (5.0, 5.0, 10.0, 0, 1, 0, 0)]
+    assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0, 4), (5.0, 5.0, 10.0, 0, 1, 0, 0, 4)]
     assert r.timeline.prefills[1][:2] == (10.0, 15.0)
     s = r.summary
     assert s["makespan_s"] == 34.0
@@ -68,7 +68,7 @@ def test_two_turns_pool_of_one_queues_the_second_call():
     r = run(pool=1)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 10.0, 20.0, 3, "finish"),
                         (1, 0.0, 5.0, 2, "tool"), (1, 15.0, 22.0, 3, "finish")]
-    assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0), (5.0, 10.0, 15.0, 0, 1, 0, 0)]
+    assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0, 4), (5.0, 10.0, 15.0, 0, 1, 0, 0, 4)]
     s = r.summary
     assert s["makespan_s"] == 37.0
     assert (s["tool_s"], s["sandbox_wait_s"]) == (10.0, 5.0)
@@ -106,7 +106,7 @@ def test_a_held_slot_blocks_the_next_trajectory():
     r = run(pool=2, max_num_seqs=1, tool_holds_slot=True)
     assert spans(r) == [(0, 0.0, 4.0, 2, "tool"), (0, 9.0, 16.0, 3, "finish"),
                         (1, 16.0, 20.0, 2, "tool"), (1, 25.0, 32.0, 3, "finish")]
-    assert r.timeline.tools == [(4.0, 4.0, 9.0, 0, 0, 0, 0), (20.0, 20.0, 25.0, 0, 1, 0, 0)]
+    assert r.timeline.tools == [(4.0, 4.0, 9.0, 0, 0, 0, 0, 4), (20.0, 20.0, 25.0, 0, 1, 0, 0, 4)]
     assert r.summary["makespan_s"] == 47.0
     assert run(pool=2, max_num_seqs=1).summary["makespan_s"] == 38.0
     # 4-9 and 20-25 the one slot is held idle by a trajectory on a tool call: 10 of 32
@@ -208,7 +208,7 @@ def test_partial_rollout_interrupts_at_a_turn_boundary(tool_s, makespan):
                  cluster, audit=True)
     back = 4.0 + tool_s
     assert r.timeline.aborts == [(6.0, [1], True)]
-    assert r.timeline.tools == [(4.0, 4.0, back, 0, 1, 0, 0)]
+    assert r.timeline.tools == [(4.0, 4.0, back, 0, 1, 0, 0, 2)]
     resume = max(back, 21.0)
     assert sorted((s[3], s[0], s[1], s[5], s[6], s[7]) for s in r.timeline.spans) == [
         (0, 0.0, 6.0, 0, 3, "finish"), (1, 0.0, 4.0, 0, 2, "tool"),

@@ -160,7 +160,9 @@ def brute_rollout(t, samples, engines, w):
             while back and back[0][0] == now:
                 _, _, i, asked, started = heapq.heappop(back)
                 busy -= 1
-                w["tools"].append((asked, started, now, w["engine_of"][i], i, 0, w["turn"][i]))
+                turn = w["turn"][i]
+                w["tools"].append((asked, started, now, w["engine_of"][i], i, 0, turn,
+                                   w["turns"][i][turn][2]))
                 _rejoin(i, engines[w["engine_of"][i]], now, w)
         else:
             now = end = eng.t
@@ -293,7 +295,7 @@ def test_the_reference_is_itself_sane():
     cluster = dataclasses.replace(tiny_cluster(p1=0.5), tool_pool=2)
     spans, tools, prefills, end = brute_sync_turns(turns, [2, 2], cluster, 1, 2)
     assert end == 34.0
-    assert sorted(tools) == [(5.0, 5.0, 10.0, 0, 0, 0, 0), (5.0, 5.0, 10.0, 0, 1, 0, 0)]
+    assert sorted(tools) == [(5.0, 5.0, 10.0, 0, 0, 0, 0, 4), (5.0, 5.0, 10.0, 0, 1, 0, 0, 4)]
     assert prefills == [(0.0, 0, (0, 1), 4, 0), (10.0, 0, (0, 1), 8, 0)]
     # a held slot (max_num_seqs 1): the second trajectory waits for the first one's (47 s)
     held = dataclasses.replace(tiny_cluster(p1=0.5, max_num_seqs=1), tool_holds_slot=True)

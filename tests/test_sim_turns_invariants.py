@@ -84,9 +84,10 @@ def test_every_policy_keeps_its_invariants_with_turns(case):
     if cluster.tool_holds_slot:
         assert peak <= cluster.max_num_seqs, "a trajectory's held slot was given to another"
     _sandbox_pool_respected(tl, cluster.tool_pool)
-    for _t, t_start, t_end, _e, i, attempt, turn in tl.tools:
+    for _t, t_start, t_end, _e, i, attempt, turn, tokens in tl.tools:
         if attempt == 0:
             assert abs((t_end - t_start) - turns[i][turn][1]) < 1e-9
+            assert tokens == turns[i][turn][2]  # the record carries the call's output tokens
     for i in trained:
         if last[i] == 0:  # the recorded trajectory: one tool call after each turn but the last
             calls = sorted(row[6] for row in tl.tools if row[4] == i and row[5] == 0)
@@ -100,7 +101,7 @@ def _no_decoding_during_a_tool_call(tl):
     spans = defaultdict(list)
     for t0, t1, _e, i, a, _v, _k, end in tl.spans:
         spans[i].append((t0, t1, a, end))
-    for t, _ts, t_end, _e, i, a, _turn in tl.tools:
+    for t, _ts, t_end, _e, i, a, _turn, _tokens in tl.tools:
         assert any(t1 == t and att == a and end == "tool" for _, t1, att, end in spans[i])
         for t0, t1, att, _ in spans[i]:  # (a dropped attempt's call may outlive it)
             assert att != a or t1 <= t or t0 >= t_end, f"sample {i} held a slot during its tool call"
@@ -124,7 +125,7 @@ def _peak_slots_with_tool_calls(tl, engines):
         for i in samples:
             paused[i].append(t)
     edges = [(t0, 1, e) for t0, _t1, e, *_ in tl.spans] + [(t1, -1, e) for _t0, t1, e, *_ in tl.spans]
-    for t, _ts, t_end, e, i, _a, _turn in tl.tools:
+    for t, _ts, t_end, e, i, _a, _turn, _tokens in tl.tools:
         end = min([t_end] + [p for p in paused[i] if p >= t])
         edges += [(t, 1, e), (end, -1, e)]
     busy, peak = [0] * engines, 0

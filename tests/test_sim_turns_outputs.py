@@ -38,9 +38,9 @@ def test_the_timeline_file_keeps_the_tool_calls(run, tmp_path):
     tools = [json.loads(line) for line in path.read_text().splitlines() if '"kind":"tool"' in line]
     assert tools == [
         {"kind": "tool", "t": 5.0, "t_start": 5.0, "t_end": 10.0, "engine": 0, "sample": 0,
-         "attempt": 0, "turn": 0},
+         "attempt": 0, "turn": 0, "tokens": 4},
         {"kind": "tool", "t": 5.0, "t_start": 10.0, "t_end": 15.0, "engine": 0, "sample": 1,
-         "attempt": 0, "turn": 0}]
+         "attempt": 0, "turn": 0, "tokens": 4}]
     back = Timeline.read_jsonl(path)
     assert json.dumps(summarize(back), sort_keys=True) == json.dumps(run.summary, sort_keys=True)
 

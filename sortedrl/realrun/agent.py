@@ -246,9 +246,9 @@ class AgentBackend(RealBackend):
             asked = self.in_tool.pop(i, None)
             if asked is None:
                 continue
-            self.timeline.add("tool", asked, asked + queued, asked + seconds, 0, i,
-                              self.ctl.s.attempt[i], len(self.turns[i]) - 1)
             tool = self.tokenize(output)[:TOOL_TOKENS_MAX] if output else []
+            self.timeline.add("tool", asked, asked + queued, asked + seconds, 0, i,
+                              self.ctl.s.attempt[i], len(self.turns[i]) - 1, len(tool))
             self.kept[i] += tool
             self.kept_lp[i] += [0.0] * len(tool)
             self.kept_ver[i] += [self.state.version] * len(tool)

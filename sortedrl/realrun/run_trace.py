@@ -66,17 +66,18 @@ def last_attempts(tl: Timeline, samples: int) -> tuple[np.ndarray, np.ndarray, n
 def _span_turns(tl: Timeline, i: int, attempt: int) -> list[list]:
     """The turns of sample ``i``'s ``attempt`` as the timeline has them, for a response the
     backend no longer holds (a later attempt was admitted and dropped before it generated):
-    generated tokens per turn from its spans, tool seconds from its tool records (from getting a
-    sandbox to the answer); the tool-output tokens are not in the timeline (0)."""
-    turns, seconds = [[0, 0.0, 0]], {}
-    for _t, t_start, t_end, _e, s, a, turn in tl.rows("tool"):
+    generated tokens per turn from its spans, tool seconds (from getting a sandbox to the answer)
+    and tool-output tokens from its tool records (0 from a timeline written before tool records
+    carried their tokens)."""
+    turns, calls = [[0, 0.0, 0]], {}
+    for _t, t_start, t_end, _e, s, a, turn, tool_tokens in tl.rows("tool"):
         if (s, a) == (i, attempt):
-            seconds[turn] = t_end - t_start
+            calls[turn] = [t_end - t_start, tool_tokens]
     for _t0, _t1, _e, s, a, _v, tokens, end in tl.rows("span"):
         if (s, a) == (i, attempt):
             turns[-1][0] += tokens
             if end == "tool":
-                turns[-1][1] = seconds.get(len(turns) - 1, 0.0)
+                turns[-1][1:] = calls.get(len(turns) - 1, [0.0, 0])
                 turns.append([0, 0.0, 0])
     return turns
 

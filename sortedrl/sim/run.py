@@ -23,7 +23,7 @@ from sortedrl.policies.registry import run_context  # noqa: F401  (re-exported)
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.cluster import Cluster
-from sortedrl.sim.turns import tool_floor
+from sortedrl.sim.turns import has_turns, tool_chains
 from sortedrl.timeline import Timeline
 from sortedrl.traces.schema import Trace
 
@@ -41,8 +41,11 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     Rollout: the decode work at the engines' peak rate (full batch, KV reads ignored) plus the
     prompt prefill compute, or the longest response's chain of decode steps at batch 1, whichever
     is longer; with prefix caching a GRPO group's prompt is prefilled once and each other member
-    computes one token (:func:`prefill_tokens_floor`). Training: every token once plus one update's fixed cost. Colocated placement adds
-    the two, since rollout and training cannot overlap; disaggregated takes the longer.
+    computes one token (:func:`prefill_tokens_floor`). Training: every token once plus one
+    update's fixed cost. Colocated placement adds the two, since rollout and training share the
+    GPUs; disaggregated takes the longer. With turns, tool calls run off the GPUs, through
+    updates too, so on a colocated cluster they are not added to training
+    (:func:`_colocated_turns`); on a disaggregated one they lie on the rollout chain.
     """
     c = cluster.cost()
     q = cluster.max_num_seqs
@@ -51,7 +54,6 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     prefill = c.p1 * prefill_tokens_floor(trace, cluster.prefix_caching)
     work = (decode / peak + prefill) / cluster.engines
     chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.weight_read(1))
-    chain = max(chain, tool_floor(trace, cluster, c))  # turns: tool calls lie on the chain
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
     lengths = trace.prompt_len.astype(np.int64) + trace.response_len
     if int(lengths.max()) ** 2 * len(lengths) < 2**62:  # the sum fits in int64: exact
@@ -60,8 +62,28 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
         pairs = sum(n * (n + 1) // 2 for n in lengths.tolist())
     train = c.train(tokens, pairs)  # unpadded: a true floor
     if cluster.placement == "colocated":
-        return max(work, chain) + train
+        bound = max(work, chain) + train
+        return max(bound, _colocated_turns(trace, cluster, c, lengths)) if has_turns(trace) else bound
+    if has_turns(trace):  # a tool call lies on its trajectory's chain, and in the sandbox pool
+        rows, tool = tool_chains(trace, c)
+        chain = max(chain, float(np.max(rows)), float(tool.sum()) / cluster.tool_pool)
     return max(work, chain, train)
+
+
+def _colocated_turns(trace: Trace, cluster: Cluster, c, lengths: np.ndarray) -> float:
+    """The floors tool calls set on a colocated cluster. A tool call holds no GPU, so it may run
+    through an update (docs/metrics.md); what it cannot overlap is its own trajectory's later
+    turns and the update that trains the trajectory, which starts after its last token. So:
+    each trajectory's chain (batch-1 decode steps plus tool seconds) plus one update of that
+    sample alone; and the sandbox pool's busy time (the calls of the attempts that are trained
+    fill ``tool_pool`` sandboxes until at least Σ tool seconds / pool) plus the smallest such
+    update of a sample with tool time (the last call to return is one's)."""
+    rows, tool = tool_chains(trace, c)
+    own = c.train(lengths, lengths * (lengths + 1) // 2)  # one update on just that sample
+    bound = float(np.max(rows + own))
+    if float(tool.sum()) > 0:
+        bound = max(bound, float(tool.sum()) / cluster.tool_pool + float(np.min(own[tool > 0])))
+    return bound
 
 
 def prefill_tokens_floor(trace: Trace, prefix_caching: bool) -> int:

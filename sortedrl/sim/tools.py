@@ -7,13 +7,14 @@ trace's ``turn_tool_s`` seconds, and returns to its engine's queue with the tool
 prefill. When the cluster's ``tool_holds_slot`` says a tool call keeps its slot (a synchronous
 agent loop that blocks a batch slot), its slot and KV stay reserved on the engine meanwhile and
 it rejoins at the head of the queue. Each call is one record of kind ``tool`` in the timeline:
-asked at ``t``, a sandbox from ``t_start``, back at ``t_end``.
+asked at ``t``, a sandbox from ``t_start``, back at ``t_end`` with ``tokens`` tokens of output.
 
 The policy sees a trajectory's turn boundaries (a ``TURN_DONE`` event to policies that listen)
 and samples away on a tool call (``ClusterView.in_tool``; they count in their engine's load),
 never a future turn's length or a tool call's latency. A policy may abort a sample that is away:
 keeping its tokens, it pauses at the turn boundary (its tool call runs on and its output is kept,
-as verl's partial agent loop resumes after the tool); dropping them, the call's result is thrown
+as verl's partial agent loop resumes after the tool); dropping them, a call still queued for a
+sandbox never gets one (nothing would read its result), and a running call's result is thrown
 away when it returns (the sandbox stays busy until then: a running tool is not killed).
 """
 
@@ -133,10 +134,13 @@ class ToolEnv:
         now = self.env.now
         self.busy -= 1
         self.backend.timeline.tool(call.asked, call.started, now, call.engine, call.sample,
-                                   call.attempt, call.turn)
+                                   call.attempt, call.turn, call.tokens)
+        attempt = self.ctl.s.attempt
         while self.waiting and self.busy < self.pool:
             nxt = self.waiting.popleft()
-            if self.active.get(nxt.sample) is nxt:
+            # a dropped trajectory keeps its call in ``active`` until re-admitted: its attempt
+            # says it is void, and a void call gets no sandbox
+            if self.active.get(nxt.sample) is nxt and attempt[nxt.sample] == nxt.attempt:
                 self._start(nxt, now)
         self._back.append(call)
         if len(self._back) == 1:  # calls back at the same instant rejoin their engines together

@@ -381,15 +381,12 @@ class TurnEngine(Engine):
         assert len(p.run) + held <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs with held slots"
 
 
-def tool_floor(trace: Trace, cluster, cost) -> float:
-    """Seconds of rollout no policy can beat on a trace with turns (0 without): a trajectory's
-    turns run one after another, each decode step at least a batch-1 step and each tool call
-    its own latency; and every tool call runs in one of ``tool_pool`` sandboxes."""
-    if not has_turns(trace):
-        return 0.0
+def tool_chains(trace: Trace, cost) -> tuple[np.ndarray, np.ndarray]:
+    """Per trajectory of a trace with turns (:func:`sortedrl.sim.run.lower_bound`'s parts): the
+    fewest seconds its turns take one after another (each decode step at least a batch-1 step,
+    each tool call its own latency), and its tool calls' seconds alone."""
     off = np.asarray(trace.turn_offsets, dtype=np.int64)
     tool_s = np.asarray(trace.turn_tool_s, dtype=float)
     per_row = np.add.reduceat(tool_s, off[:-1]) if tool_s.size else np.zeros(len(trace))
     steps = trace.response_len - np.diff(off)  # each turn's first token comes from its prefill
-    chain = float(np.max(steps * (cost.fixed(1) + cost.weight_read(1)) + per_row))
-    return max(chain, float(tool_s.sum()) / cluster.tool_pool)
+    return steps * (cost.fixed(1) + cost.weight_read(1)) + per_row, per_row

@@ -152,10 +152,12 @@ def arrow_read(path: Path, table: Any, pa: Any) -> dict[str, Any]:
             i = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
             raise TraceError(f"{path}: row {i + 1}: field '{col}' is null")
         values = arr.flatten()
-        if values.null_count:
-            raise TraceError(f"{path}: column '{col}' has a null turn value")
         offs = arr.offsets.to_numpy().astype(np.int64)
         offs -= offs[0]
+        if values.null_count:  # named by row and turn, as every other turn error is
+            j = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+            i = int(np.searchsorted(offs, j, side="right")) - 1
+            raise TraceError(f"{path}: row {i + 1}: field '{col}': turn {j - int(offs[i]) + 1} is null")
         if offsets is None:
             offsets = offs
         elif not np.array_equal(offs, offsets):

@@ -53,6 +53,8 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import TraceError
+from sortedrl.jsonio import finite
+from sortedrl.limits import short_repr
 from sortedrl.traces.importers._common import (
     Rows,
     check_text,
@@ -305,8 +307,9 @@ def _span(where: str, name: str, k: int, entry: object) -> tuple[float, float]:
     if not isinstance(entry, dict):
         raise TraceError(f"{where}: field '{field}': expected an object")
     latency = entry.get("latency")
-    if isinstance(latency, bool) or not isinstance(latency, (int, float)) or latency != latency:
-        raise TraceError(f"{where}: field '{field}.latency': expected seconds, got {latency!r}")
+    if not finite(latency):  # (an infinite one started the call at -inf: a step of -1)
+        raise TraceError(f"{where}: field '{field}.latency': expected seconds, "
+                         f"got {short_repr(latency)}")
     if latency < 0:
         raise TraceError(f"{where}: field '{field}.latency': {latency} is negative")
     end = _time(where, f"{field}.timestamp", entry.get("timestamp"))
