@@ -259,6 +259,19 @@ def headline_rows(summaries: list[dict], splits: list[str]) -> tuple[list[Col], 
     return cols, rows
 
 
+def updates_note(rows: list[tuple[str, int]]) -> str | None:
+    """A note when the rows' optimizer updates differ by 2x or more: a run with fewer updates
+    trains on larger batches (a sortedrl window that covers its whole loading group makes one
+    update per group), which is another training run, not only a faster schedule."""
+    if len(rows) < 2:
+        return None
+    few, many = min(rows, key=lambda r: r[1]), max(rows, key=lambda r: r[1])
+    if many[1] < 2 * max(1, few[1]):
+        return None
+    return (f"updates differ: {few[0]} makes {few[1]:,}, {many[0]} {many[1]:,}; fewer updates "
+            "mean larger batches, a different training run, not only a faster one")
+
+
 def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) -> list[str]:
     """What a reader needs to read the table honestly: knobs as used, placements, oracles."""
     from sortedrl.policies.auto import knob_text
@@ -276,6 +289,7 @@ def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) ->
         notes.append("* oracle: reads true lengths, an upper reference, not a deployable policy")
     rank = "learnable tok/s" if all("learnable_tokens_per_s" in s for s in summaries) else "useful tok/s"
     notes.append(f"vs first: {rank} over {summaries[0]['label']}'s")
+    notes += filter(None, [updates_note([(s["label"], s["updates"]) for s in summaries])])
     return notes
 
 

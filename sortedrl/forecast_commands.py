@@ -21,6 +21,7 @@ from sortedrl.cli_common import (
     LazyProgress,
     user_errors,
 )
+from sortedrl.compare import fit_warnings, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
@@ -86,6 +87,8 @@ def forecast(
         if prompts is not None:
             raise ConfigError("--prompts needs --trace-model (a fixed trace has its own prompts per step)")
         source = RunSource(trace=read_trace(trace))
+        for note in (w for cl in cls for w in fit_warnings(source.trace, cl, False)):
+            typer.echo(note, err=True)
     runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
     bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")
     try:
@@ -107,7 +110,7 @@ def forecast(
 
 FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Col("wall", "h"),
                  Col("low-high", "h", hide=3), Col("GPU-h"), Col("cost", "$", hide=4),
-                 Col("step p50/p90/max", "s"),
+                 Col("updates", hide=5), Col("step p50/p90/max", "s"),
                  Col("rollout/train/sync/offload/idle", "% of wall", hide=2)]
 
 
@@ -121,11 +124,13 @@ def forecast_text(results: list[dict], title: str, width: int | None, priced: bo
                           for k in ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s"))
         rows.append([r["policy"], r["cluster"], f"{r['wall_h']:,.2f}",
                      f"{r['wall_s_low'] / 3600:,.2f}-{r['wall_s_high'] / 3600:,.2f}",
-                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}",
+                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}", f"{r['updates']:,}",
                      f"{r['step_s_p50']:,.1f}/{r['step_s_p90']:,.1f}/{r['step_s_max']:,.1f}", shares])
     seeds = results[0]["seeds"] if results else 0
     notes = [f"wall: mean of {seeds} simulated run(s); low-high: their range (docs/metrics.md, "
              "Forecast)"]
+    notes += filter(None, [updates_note([(f"{r['policy']} @ {r['cluster']}", r["updates"])
+                                         for r in results])])
     cols = [dataclasses.replace(c, hide=0) if priced and c.title == "cost" else c for c in FORECAST_COLS]
     return render(cols, rows, width, title, notes)
 

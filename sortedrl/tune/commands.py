@@ -26,7 +26,7 @@ from sortedrl.cli_common import (
     source_name,
     user_errors,
 )
-from sortedrl.compare import cluster_for, fit_warnings, placement_note
+from sortedrl.compare import cluster_for, fit_warnings, placement_note, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.auto import knob_text
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         policies: list[str] = typer.Option(..., "--policy", help="policy to tune (repeatable)"),
         params: list[str] = typer.Option([], "--param", help="NAME.key=lo:hi[:log] or NAME.key=v1,v2,..."),
         objective: str = typer.Option("learnable_tokens_per_s", "--objective",
-                                      help="learnable_tokens_per_s, tokens_per_s or makespan_s"),
+                                      help="learnable_tokens_per_s, tokens_per_s, makespan_s or gpu_hours"),
         max_staleness: float = typer.Option(None, "--max-staleness", help="hard bound on staleness_max"),
         budget: int = typer.Option(64, "--budget", help="trials at most"),
         workers: int = typer.Option(1, "--workers", help="local worker processes"),
@@ -158,7 +158,8 @@ def infeasible_message(result: dict) -> str:
 
 
 TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("learnable", "tok/s", hide=3),
-             Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "mean/max"), Col("GPUs", "r+t", hide=1)]
+             Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "mean/max"), Col("updates", hide=4),
+             Col("GPUs", "r+t", hide=1)]
 
 
 def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
@@ -166,7 +167,7 @@ def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
     return [t["policy"], str(t["id"]), f"{s['tokens_per_s']:,.0f}", f"{s.get('learnable_tokens_per_s', 0):,.0f}",
             f"{s[rate] / top:.2f}x" if top > 0 else "-",
             f"{s['makespan_s']:,.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
-            splits.get(t["id"], splits[t["policy"]])]
+            f"{s['updates']:,}", splits.get(t["id"], splits[t["policy"]])]
 
 
 def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
@@ -195,6 +196,7 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     if result.get("skipped") and not result.get("cluster_pareto"):  # (the plan counts them)
         n = len(result["skipped"])
         notes.append(f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')")
+    notes += filter(None, [updates_note([(f"trial {t['id']}", t["summary"]["updates"]) for t in best])])
     first = render(cols, rows(best), width, f"tune: best trial per policy by {result['objective']}{bound} "
                    f"({len(trials)} trials, {result['search']})", notes, footer="")
     front = [trials[i] for i in result["pareto"]]  # (feasible trials only)
