@@ -157,10 +157,10 @@ def _tool_events(tl: Timeline, ln: L.Lanes, pid: int) -> list[dict]:
     if ln.detailed:
         slots = assign_slots(start, back)
         events += [_meta("thread_name", pid, f"sandbox {k}", k) for k in range(int(slots.max()) + 1)]
-        for (t, ts, te, e, i, a, turn), k in zip(tl.rows("tool"), slots.tolist(), strict=True):
+        for (t, ts, te, e, i, a, turn, tokens), k in zip(tl.rows("tool"), slots.tolist(), strict=True):
             events.append(_x(f"sample {i} turn {turn}", ts, te, pid, k, "tool",
                              {"sample": i, "attempt": a, "turn": turn, "engine": e,
-                              "waited_s": round(ts - t, 6)}))
+                              "tokens": tokens, "waited_s": round(ts - t, 6)}))
     for name, key, (ts, n) in (("away on tool calls", "away", ln.away),
                                ("waiting for a sandbox", "waiting", L.running_steps(asked, start))):
         events += [{"name": name, "ph": "C", "ts": _us(a), "pid": pid, "args": {key: int(c)}}
