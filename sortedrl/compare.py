@@ -259,7 +259,12 @@ def headline_rows(summaries: list[dict], splits: list[str]) -> tuple[list[Col], 
     return cols, rows
 
 
-def updates_note(rows: list[tuple[str, int]]) -> str | None:
+def count_text(mean: float) -> str:
+    """A count, or a mean of counts: whole when it is one (a fixed trace, or draws that agree)."""
+    return f"{mean:,.0f}" if mean == int(mean) else f"{mean:,.2f}"
+
+
+def updates_note(rows: list[tuple[str, float]]) -> str | None:
     """A note when the rows' optimizer updates differ by 2x or more: a run with fewer updates
     trains on larger batches (a sortedrl window that covers its whole loading group makes one
     update per group), which is another training run, not only a faster schedule."""
@@ -268,7 +273,8 @@ def updates_note(rows: list[tuple[str, int]]) -> str | None:
     few, many = min(rows, key=lambda r: r[1]), max(rows, key=lambda r: r[1])
     if many[1] < 2 * max(1, few[1]):
         return None
-    return (f"updates differ: {few[0]} makes {few[1]:,}, {many[0]} {many[1]:,}; fewer updates "
+    return (f"updates differ: {few[0]} makes {count_text(few[1])}, {many[0]} "
+            f"{count_text(many[1])}; fewer updates "
             "mean larger batches, a different training run, not only a faster one")
 
 
@@ -289,7 +295,8 @@ def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) ->
         notes.append("* oracle: reads true lengths, an upper reference, not a deployable policy")
     rank = "learnable tok/s" if all("learnable_tokens_per_s" in s for s in summaries) else "useful tok/s"
     notes.append(f"vs first: {rank} over {summaries[0]['label']}'s")
-    notes += filter(None, [updates_note([(s["label"], s["updates"]) for s in summaries])])
+    notes += filter(None, [updates_note([(s["label"], s["updates"]) for s in summaries
+                                         if "updates" in s])])
     return notes
 
 

@@ -118,7 +118,7 @@ def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> 
         "placement": ran_on.placement, "gpus": ran_on.gpus, "seeds": len(draws),
         "wall_s": wall, "wall_s_low": min(walls), "wall_s_high": max(walls),
         "wall_h": wall / 3600.0, "gpu_hours": gpu_hours, "cost": gpu_hours * gpu_hour_price,
-        "updates": int(pooled.size // len(draws)),
+        "updates": pooled.size / len(draws),  # (a mean: draws may differ)
         "step_s_p50": float(np.percentile(pooled, 50)),
         "step_s_p90": float(np.percentile(pooled, 90)),
         "step_s_max": float(pooled.max()),

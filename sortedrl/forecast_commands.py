@@ -21,7 +21,7 @@ from sortedrl.cli_common import (
     LazyProgress,
     user_errors,
 )
-from sortedrl.compare import fit_warnings, updates_note
+from sortedrl.compare import count_text, fit_warnings, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
@@ -87,8 +87,6 @@ def forecast(
         if prompts is not None:
             raise ConfigError("--prompts needs --trace-model (a fixed trace has its own prompts per step)")
         source = RunSource(trace=read_trace(trace))
-        for note in (w for cl in cls for w in fit_warnings(source.trace, cl, False)):
-            typer.echo(note, err=True)
     runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
     bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")
     try:
@@ -97,6 +95,9 @@ def forecast(
     finally:
         bar.close()
     text = jsonio.dumps(results, "the forecast", indent=2)  # (an infinite cost: before any output)
+    if source.trace is not None:  # (a trace model's draws: each its own trace)
+        for note in (w for cl in cls for w in fit_warnings(source.trace, cl, False)):
+            typer.echo(note, err=True)
     if report is not None:
         outs.write({report: write_text(report_html(results, trace.name))})
     if as_json:
@@ -124,7 +125,7 @@ def forecast_text(results: list[dict], title: str, width: int | None, priced: bo
                           for k in ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s"))
         rows.append([r["policy"], r["cluster"], f"{r['wall_h']:,.2f}",
                      f"{r['wall_s_low'] / 3600:,.2f}-{r['wall_s_high'] / 3600:,.2f}",
-                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}", f"{r['updates']:,}",
+                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}", count_text(r["updates"]),
                      f"{r['step_s_p50']:,.1f}/{r['step_s_p90']:,.1f}/{r['step_s_max']:,.1f}", shares])
     seeds = results[0]["seeds"] if results else 0
     notes = [f"wall: mean of {seeds} simulated run(s); low-high: their range (docs/metrics.md, "

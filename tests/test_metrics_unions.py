@@ -102,7 +102,7 @@ def test_a_tool_call_through_an_update_is_rollout_time_only_beside_it(placement,
 
     tl = Timeline({"engines": 1, "samples_total": 1, "placement": placement})
     tl.spans.append((0.0, 2.0, 0, 0, 0, 0, 2, "turn"))
-    tl.tool(2.0, 2.0, 8.0, 0, 0, 0, 0)
+    tl.tool(2.0, 2.0, 8.0, 0, 0, 0, 0, 0)
     tl.trains.append((4.0, 6.0, 0, [0], 10))
     sp = tl.columns("span")
     got = tool_summary(tl, sp["t"], sp["t_end"], 1, 2.0)
