@@ -232,7 +232,8 @@ def test_large_steps_fit_without_a_numpy_warning(tmp_path):
     small = drift_from_wandb(write(tmp_path / "s.csv", [HEAD, *(f"{s},{1000 * math.exp(0.004 * s):.6f}"
                                                                   for s in range(4))]), MODEL)["drift"]
     assert drift == pytest.approx(small, rel=1e-9)
-    with pytest.raises(TraceError):
+    with pytest.raises(TraceError, match=r"x\.csv: line 4: column 'Step': '1e308' is not a step "
+                       r"number \(a whole number from 0 to below 2\*\*53\)$"):
         drift_from_wandb(write(tmp_path / "x.csv", [HEAD, "1,1000", "2,1010", "1e308,1020"]), MODEL)
 
 

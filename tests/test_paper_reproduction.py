@@ -6,7 +6,8 @@ whole run as one prompt group, keeps 2x the slots admitted and harvests every 25
 samples (max_span 2 in partial mode). The paper's claims, and what we assert:
 
 - ``sync`` leaves ~74% of slot-time idle (±3 points);
-- ``sortedrl`` cuts the bubble by more than half in both modes (paper: 5.81% / 3.37%);
+- ``sortedrl`` cuts the bubble by more than half in both modes (paper: to 5.81% / 3.37%; we
+  do not reach those: 14.0% / 20.1%, docs/reproductions.md §1 says why);
 - partial mode beats on-policy mode on useful tokens/s (paper: +39.5% vs +7.6% over sync);
 - on-policy mode trains every token at staleness 0.
 
@@ -31,7 +32,7 @@ def run(trace, name, sets=()):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_sortedrl_reproduces_the_paper_claims(seed):
+def test_sortedrl_halves_the_sync_bubble_and_orders_the_modes_as_the_paper(seed):
     trace = synthesize("logic-8k", prompts=512, group_size=1, steps=8, seed=seed)
     sync = run(trace, "sync")
     on = run(trace, "sortedrl", SORTEDRL + ["mode=on_policy"])
