@@ -5,15 +5,27 @@ sizes of one RL step (thousands of responses):
 
 * drift of the mean: the slope of the group medians of log length against the step (a sample
   at the cap counts as above the others, so a median is exact while under half its group is
-  capped; with one step there is no drift);
+  capped; with one step there is no drift). A group with half its samples or more at the cap
+  has a median known only to lie above a floor (the median with the capped samples put at the
+  cap); those groups are the long ones of the long steps, so dropping them pulled the drift
+  toward 0 (a true 0.1 read as 0.093). They enter a censored (Tobit) normal regression of the
+  medians instead, which is ordinary least squares when no median is censored;
 * centre and total spread: quantiles of the residual log lengths (median and interquartile
   range), which the cap does not reach while under a quarter of the samples are at it (up to
   half: the median and 10th percentile);
 * truncation at the cap: the share at the cap beyond what the fitted lognormal puts above it is
-  the runaway share; it shifts the quantile levels, so the three are solved together;
-* within-group spread: the pooled within-group variance of log length over groups with no
-  sample at the cap whose median is far below it; the prompt effect's spread is what remains of
-  the total (``sigma_between**2 = total**2 - sigma_within**2``);
+  the runaway share; it shifts the quantile levels, so the three are solved together, by fixed
+  point iteration to convergence (three fixed rounds stopped short when many samples sit at the
+  cap: a runaway share of 0.02 read as 0.236 with a centre 3% below the cap);
+* within-group spread: the pooled within-group variance of log length over groups whose median
+  lies at least 4 within-group spreads below the cap (iterated from the total spread, which
+  bounds it from above), their capped samples left out: so far below the cap a capped sample is
+  a runaway, which is independent of the spread, and the cap cuts under 0.01% of a group's own
+  distribution. Taking groups with no capped sample instead kept those near the cap whose spread
+  happened to be small. With fewer than 10 such groups the 10 lowest are used, and the cap may
+  thin their spread (docs/traces.md). The prompt effect's spread is what remains of the total
+  (``sigma_between**2 = total**2 - sigma_within**2``); with one sample per prompt the two cannot
+  be told apart, ``sigma_within`` is 0 and ``trace fit`` says so;
 * pass rates: a beta-binomial method of moments on the per-group pass counts (reward > 0);
 * drift from a W&B export (``--drift-from``, :mod:`sortedrl.traces.wandb_drift`): per step, the
   log-mean and the runaway share that give the logged mean and share at the cap under this
@@ -37,22 +49,38 @@ from sortedrl.traces.wandb_drift import SIBLINGS, drift_from_wandb  # noqa: F401
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 REPLICAS = 20  # model draws per data sample in the goodness-of-fit comparison
+# Fewer prompts than this and the prompt effect cannot be told from the spread within a group
+# (one row gave every spread 0; two rows on two steps a drift of 0.41): refused. At 8 each
+# quartile of the prompt effects rests on 2 prompts and sigma_between's standard error is at
+# least a quarter of it (slime's 8-prompt fixture dump still fits).
+MIN_GROUPS = 8
+SMALL_GROUPS = 100  # below it trace fit prints a note (sigma_between's error is then >= 7%)
+ROUNDS = 200  # at most, for the fixed points (each converges in under 30 on the audit's cases)
+TOL = 1e-10
+FAR = 4.0  # within-group spreads between a group's median and the cap for it to count as uncut
+MIN_FAR = 10  # groups
 
 
-def fit_trace(trace: Trace, source: str = "") -> TraceModel:
-    """Fit the length model to ``trace`` and attach its goodness of fit."""
+def fit_trace(trace: Trace, source: str = "", where: str = "") -> TraceModel:
+    """Fit the length model to ``trace`` and attach its goodness of fit. ``where`` (the file,
+    by default ``source`` or the trace's name) opens every error."""
+    where = where or source or trace.name
     n = trace.meta.group_size
     cap = trace.meta.max_response_len
     groups = trace.num_groups
+    if groups < MIN_GROUPS:
+        raise TraceError(f"{where}: field 'prompt_id': {groups} prompt(s) (groups of "
+                         f"{n}); a trace fit needs at least {MIN_GROUPS} to tell the prompt "
+                         "effect from the spread within a group")
     step = (trace.step if trace.step is not None else np.zeros(len(trace), dtype=np.int64))
     group_step = (step[::n] - step.min()).astype(np.float64)
     capped = (trace.response_len >= cap).reshape(groups, n)
     log_len = np.where(capped, np.inf, np.log(trace.response_len.astype(np.float64)).reshape(groups, n))
-    intercept, drift = _median_line(log_len, group_step)
+    intercept, drift = _median_line(log_len, group_step, cap, where)
     resid = log_len - (intercept + drift * group_step)[:, None]
     mu0, total_sd, runaway = _centre_spread_runaway(resid, intercept, drift, group_step, cap,
-                                                    float(capped.mean()))
-    sigma_within = _within(log_len, capped, math.log(cap) - 3 * total_sd)
+                                                    float(capped.mean()), where)
+    sigma_within = _within(log_len, cap, total_sd)
     sigma_between = math.sqrt(max(0.0, total_sd**2 - sigma_within**2))
     plen = np.log(trace.prompt_len[::n].astype(np.float64))
     alpha, beta = _pass_rates(trace.reward, n) if trace.reward is not None else (None, None)
@@ -68,56 +96,127 @@ def fit_trace(trace: Trace, source: str = "") -> TraceModel:
     return dataclasses.replace(model, fit=goodness(trace, model))
 
 
-def _median_line(log_len: np.ndarray, group_step: np.ndarray) -> tuple[float, float]:
+def _median_line(log_len: np.ndarray, group_step: np.ndarray, cap: int,
+                 where: str) -> tuple[float, float]:
     """Intercept and slope per step of the group medians of log length (capped samples count as
-    above every other, so a median is exact while under half of its group is capped)."""
+    above every other, so a median is exact while under half of its group is capped; a group
+    with more capped has a censored median, see :func:`_tobit_line`)."""
     median = np.median(log_len, axis=1)
     used = np.isfinite(median)
     if not used.any():
-        raise TraceError("trace fit: most samples are at the cap; the lengths say too little")
+        raise TraceError(f"{where}: field 'response_len': every prompt has half its samples or "
+                         f"more at the cap ({cap:,}); the lengths say too little to fit")
+    sloped = np.unique(group_step).size > 1
     if np.unique(group_step[used]).size > 1:
         slope, intercept = np.polyfit(group_step[used], median[used], 1)
+    else:
+        slope, intercept = 0.0, median[used].mean()
+    if used.all():
         return float(intercept), float(slope)
-    return float(median[used].mean()), 0.0
+    floor = np.median(np.where(used[:, None] | np.isfinite(log_len), log_len,
+                               math.log(cap - 0.5)), axis=1)
+    y = np.where(used, median, floor)
+    return _tobit_line(y, ~used, group_step, float(intercept), float(slope) if sloped else 0.0,
+                       sloped)
+
+
+def _tobit_line(y: np.ndarray, censored: np.ndarray, x: np.ndarray, intercept: float,
+                slope: float, sloped: bool) -> tuple[float, float]:
+    """Maximum likelihood line ``y = a + b x + s e`` (``e`` normal) where ``y`` is only known to
+    be at least its value in the ``censored`` rows (the Tobit model), started from the least
+    squares line of the others. A group's median is normal to good approximation (the prompt
+    effect plus the median of its samples' noise); without ``sloped`` the slope stays 0."""
+    from scipy.optimize import minimize
+    from scipy.special import log_ndtr
+
+    def nll(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        a, b, log_s = theta[0], (theta[1] if sloped else 0.0), theta[-1]
+        s = math.exp(log_s)
+        z = (y - a - b * x) / s
+        zc, zu = z[censored], z[~censored]
+        tail = log_ndtr(-zc)  # log P(latent >= floor)
+        hazard = np.exp(-0.5 * zc**2 - 0.5 * math.log(2 * math.pi) - tail)
+        dmu = np.zeros_like(y)
+        dmu[~censored] = -zu / s
+        dmu[censored] = -hazard / s
+        value = float(zu.size * log_s + 0.5 * (zu**2).sum() - tail.sum())
+        grad = [dmu.sum(), (dmu * x).sum()] if sloped else [dmu.sum()]
+        grad.append(float(zu.size - (zu**2).sum() - (hazard * zc).sum()))
+        return value, np.array(grad, dtype=np.float64)
+
+    free = ~censored
+    rest = y[free] - intercept - slope * x[free]
+    s0 = max(float(np.sqrt(np.mean(rest**2))) if rest.size > 1 else 0.0, 1e-3)
+    start = [intercept, slope, math.log(s0)] if sloped else [intercept, math.log(s0)]
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        found = minimize(nll, np.array(start), jac=True, method="L-BFGS-B",
+                         bounds=[(None, None)] * (len(start) - 1) + [(math.log(1e-4), 5.0)],
+                         options={"maxiter": 500, "ftol": 1e-14, "gtol": 1e-10})
+    if not np.all(np.isfinite(found.x)):
+        return intercept, slope
+    return float(found.x[0]), float(found.x[1]) if sloped else 0.0
 
 
 def _centre_spread_runaway(resid: np.ndarray, intercept: float, drift: float,
-                           group_step: np.ndarray, cap: int,
-                           capped_share: float) -> tuple[float, float, float]:
+                           group_step: np.ndarray, cap: int, capped_share: float,
+                           where: str) -> tuple[float, float, float]:
     """mu0, the total std of log length, and the runaway share, from residual quantiles.
 
     A runaway share ``r`` puts mass at the cap, so the natural distribution's quantile ``q`` is
     the observed quantile ``q * (1 - r)``; natural censoring at the cap only hides the top, so
-    quantiles up to 0.75 are exact while under a quarter is capped. Three fixed-point rounds."""
+    quantiles up to 0.75 are exact while under a quarter is capped. Iterated until no value
+    moves by ``TOL`` (at most ``ROUNDS``): near the cap each round moves the runaway share a
+    little, and three rounds left it 10 times too high."""
     flat = resid.reshape(-1)
     runaway, mu0, total_sd = 0.0, intercept, 0.0
-    for _ in range(3):
+    for _ in range(ROUNDS):
         keep = 1.0 - runaway
-        tail, low, mid, high = np.quantile(flat, [0.1 * keep, 0.25 * keep, 0.5 * keep,
-                                                  0.75 * keep])
+        with np.errstate(invalid="ignore"):  # quantiles between two capped (infinite) residuals
+            tail, low, mid, high = np.quantile(flat, [0.1 * keep, 0.25 * keep, 0.5 * keep,
+                                                      0.75 * keep])
         if not np.isfinite(mid):
-            raise TraceError("trace fit: half the samples or more are at the cap; the length "
-                             "distribution cannot be told from the cap")
+            raise TraceError(f"{where}: field 'response_len': half the samples or more are at "
+                             f"the cap ({cap:,}); the length distribution cannot be told from "
+                             "the cap")
         if np.isfinite(high):
-            total_sd = float(high - low) / 1.3489795  # the interquartile range of a normal
+            sd = float(high - low) / 1.3489795  # the interquartile range of a normal
         else:  # over a quarter at the cap: the lower half only
-            total_sd = float(mid - tail) / 1.2815516
-        mu0 = intercept + float(mid)
-        natural = _natural_share(mu0 + drift * group_step, total_sd, cap)
-        runaway = max(0.0, (capped_share - natural) / (1.0 - natural)) if natural < 1 else 0.0
+            sd = float(mid - tail) / 1.2815516
+        centre = intercept + float(mid)
+        natural = _natural_share(centre + drift * group_step, sd, cap)
+        share = max(0.0, (capped_share - natural) / (1.0 - natural)) if natural < 1 else 0.0
+        moved = max(abs(centre - mu0), abs(sd - total_sd), abs(share - runaway))
+        mu0, total_sd, runaway = centre, sd, share
+        if moved < TOL:
+            break
     return mu0, total_sd, runaway
 
 
-def _within(log_len: np.ndarray, capped: np.ndarray, far_below: float) -> float:
-    """Pooled within-group std of log length over groups with no sample at the cap, taking
-    those whose median is far below it (3 total std) when there are enough of them, so that
-    censoring does not thin the spread."""
-    clean = ~capped.any(axis=1)
-    far = clean & (np.median(np.where(capped, 0.0, log_len), axis=1) < far_below)
-    rows = log_len[far if far.sum() >= 10 else clean]
-    if rows.shape[0] == 0 or rows.shape[1] < 2:
-        return 0.0
-    return float(math.sqrt(np.var(rows, axis=1, ddof=1).mean()))
+def _within(log_len: np.ndarray, cap: int, total_sd: float) -> float:
+    """Pooled within-group std of log length over the groups whose median is ``FAR``
+    within-group spreads below the cap, their capped samples (runaways) left out; the spread in
+    that rule starts at the total, an upper bound, and follows the estimate to a fixed point.
+    With fewer than ``MIN_FAR`` such groups, the ``MIN_FAR`` lowest (the cap may thin them)."""
+    if log_len.shape[1] < 2:
+        return 0.0  # one sample per prompt: not identified (trace fit prints a note)
+    top = math.log(cap - 0.5)
+    median = np.median(log_len, axis=1)
+    finite = np.isfinite(log_len)
+    lowest = np.argsort(median, kind="stable")[:MIN_FAR]
+    sigma = total_sd
+    for _ in range(ROUNDS):
+        far = median < top - FAR * sigma
+        rows = far if far.sum() >= MIN_FAR else lowest
+        values, kept = log_len[rows], finite[rows]
+        count = kept.sum(axis=1)
+        mean = np.where(kept, values, 0.0).sum(axis=1) / np.maximum(count, 1)
+        squares = np.where(kept, (np.where(kept, values, 0.0) - mean[:, None]) ** 2, 0.0)
+        dof = np.maximum(count - 1, 0).sum()
+        new = float(math.sqrt(squares.sum() / dof)) if dof else 0.0
+        if abs(new - sigma) < TOL:
+            return new
+        sigma = new
+    return sigma
 
 
 def _natural_share(means: np.ndarray, sd: float, cap: int) -> float:

@@ -42,7 +42,7 @@ def fit_cmd(
 ) -> None:
     """Fit the hierarchical length model to a trace; report quantiles and the KS statistic."""
     from sortedrl.outputs import Outputs, write_text
-    from sortedrl.traces.fit import fit_trace
+    from sortedrl.traces.fit import fit_trace, goodness
     from sortedrl.traces.io import read_trace
     from sortedrl.traces.wandb_drift import read_wandb_drift
 
@@ -55,10 +55,13 @@ def fit_cmd(
         outs.file(out, "--out")
         data = read_trace(trace)
         notes = [note for note in [_unfinished_note(data)] if note]
-        model = fit_trace(data, source=trace.name)
+        model = fit_trace(data, source=trace.name, where=str(trace))
+        notes += _size_notes(data, str(trace))
         if drift_from is not None:
             drift = read_wandb_drift(drift_from, model, metric, step_column, wandb_run)
             model = dataclasses.replace(model, **drift.fields)
+            # the fit printed and saved is the written model's (it was the trace's drift's)
+            model = dataclasses.replace(model, fit=goodness(data, model))
             notes += drift.notes
         body = model.to_json(str(out))
         outs.write({out: write_text(body)})
@@ -88,6 +91,24 @@ def _unfinished_note(trace) -> str:
             "were never observed and are written as the cap, so the fit counts them as reaching "
             "it (the runaway share and the tail come out high); fit a run whose responses all "
             "finished for the length distribution itself")
+
+
+def _size_notes(trace, where: str) -> list[str]:
+    """Notes for a trace that identifies less than the model asks: one sample per prompt (the
+    within-group spread cannot be told from the prompt effect's), or few prompts."""
+    from sortedrl.traces.fit import SMALL_GROUPS
+
+    notes = []
+    if trace.meta.group_size == 1:
+        notes.append(f"note: {where}: one sample per prompt (group_size 1): the spread within a "
+                     "group cannot be told from the prompt effect's; sigma_within is set to 0, "
+                     "not measured, and sigma_between holds the whole spread")
+    if trace.num_groups < SMALL_GROUPS:
+        notes.append(f"note: {where}: only {trace.num_groups} prompts (groups): the spreads and "
+                     f"the drift rest on few of them (sigma_between's standard error is at least "
+                     f"{1 / (2 * trace.num_groups) ** 0.5:.0%} of it); {SMALL_GROUPS} or more "
+                     "give a steadier model")
+    return notes
 
 
 def _params_table(model) -> Table:

@@ -98,10 +98,11 @@ def load_model(path: str | Path) -> TraceModel:
                 body[f.name] = float(v)
             except OverflowError:  # numpy would overflow on it later (a C long)
                 raise TraceError(f"{p}: field '{f.name}': {v} is not a finite number") from None
-    try:
-        model = TraceModel(**body)
-    except TypeError as e:
-        raise TraceError(f"{p}: {e}") from None
+    for f in dataclasses.fields(TraceModel):  # named, not "__init__() missing 1 required ..."
+        if (f.name not in body and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING):
+            raise TraceError(f"{p}: field '{f.name}' is missing")
+    model = TraceModel(**body)
     check_model(model, str(p))
     return model
 
