@@ -221,8 +221,12 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
 
 HEADLINE = [Col("policy", left=True), Col("makespan", "s"), Col("useful", "tok/s"),
             Col("learnable", "tok/s", hide=1), Col("vs", "first"), Col("bubble", "%", hide=3),
-            Col("stale", "mean/max", hide=2), Col("wasted", "%", hide=5), Col("updates", hide=6),
+            Col("stale", "versions", hide=2), Col("wasted", "%", hide=5), Col("updates", "count", hide=6),
             Col("GPUs", "r+t")]
+
+
+# the ``stale`` cells are two figures; the unit row gives their unit, this note what they are
+STALE_NOTE = "stale: mean/max staleness of the useful tokens, in policy versions"
 
 
 def gpu_split(meta: dict) -> str:
@@ -295,6 +299,7 @@ def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) ->
         notes.append("* oracle: reads true lengths, an upper reference, not a deployable policy")
     rank = "learnable tok/s" if all("learnable_tokens_per_s" in s for s in summaries) else "useful tok/s"
     notes.append(f"vs first: {rank} over {summaries[0]['label']}'s")
+    notes.append(STALE_NOTE)
     notes += filter(None, [updates_note([(s["label"], s["updates"]) for s in summaries
                                          if "updates" in s])])
     return notes

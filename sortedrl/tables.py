@@ -21,7 +21,16 @@ UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "
          "wasted_tokens": "tok", "recomputed_tokens": "tok", "staleness_mean": "versions",
          "staleness_p95": "versions", "staleness_max": "versions", "learnable_tokens": "tok",
          "learnable_tokens_per_s": "tok/s", "filtered_tokens": "tok", "offload_s": "s", "tool_s": "s",
-         "sandbox_wait_s": "s", "regen_sigma": "log-tok"}
+         "sandbox_wait_s": "s", "regen_sigma": "log-tokens",
+         # ratios (0-1; the tables' % columns are 100x them)
+         "efficiency": "ratio", "bubble_ratio": "ratio", "gpu_idle_ratio": "ratio",
+         "bubble_tool_ratio": "ratio", "bubble_tail_ratio": "ratio",
+         # counts
+         "updates": "count", "samples_total": "count", "samples_trained": "count",
+         "groups_trained_whole": "count", "samples_in_split_groups": "count",
+         "filtered_groups": "count", "preemptions": "count", "tool_calls": "count"}
+# printed without a unit, and documented so in docs/metrics.md: text, a bool, the seed (an id)
+UNITLESS = ("policy", "params", "label", "trace", "cluster", "seed", "regen", "oracle", "auto_params")
 METRICS_LINE = "columns are defined in docs/metrics.md; --json prints every field"
 
 

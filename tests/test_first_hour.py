@@ -59,7 +59,7 @@ def test_compare_of_seven_policies_fits_80_columns_and_cuts_no_headline_value(se
                     "GPUs": "1+1" if s["cluster"].endswith("-disagg") else "2 shared"}
         assert cells == [expected[t] for t in titles], (s["label"], cells)
     hidden = [line for line in lines if line.startswith("hidden to fit 80 columns: ")]
-    assert hidden == ["hidden to fit 80 columns: wasted %, updates (--wide shows them)"]
+    assert hidden == ["hidden to fit 80 columns: wasted %, updates count (--wide shows them)"]
     assert lines[-1] == "columns are defined in docs/metrics.md; --json prints every field"
     wide = invoke("compare", *SYNTH, *TWO, *ALL, "--out", str(tmp_path / "w"), columns=120)
     assert wide.exit_code == 0, wide.output

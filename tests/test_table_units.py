@@ -19,7 +19,8 @@ from sortedrl.tables import UNITS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SHORT = {"tokens": "tok", "tokens/s": "tok/s", "log-tokens": "log-tok", "s": "s", "versions": "versions"}
+SHORT = {"tokens": "tok", "tokens/s": "tok/s", "log-tokens": "log-tokens", "s": "s", "versions": "versions",
+         "ratio": "ratio", "count": "count"}
 
 
 def documented_units() -> dict[str, str]:

@@ -262,8 +262,10 @@ def register(app: typer.Typer) -> None:
                 for s in result["steps"]]
         pct = (lambda k: "-" if result[k] is None else f"{result[k]:.2f}%")  # noqa: E731
         errors = (f"step_time_mape {pct('step_time_mape')}, progress_time_mape {pct('progress_time_mape')}, "
-                  f"rollout_time_mape {pct('rollout_time_mape')}, bubble_ratio_abs_err "
-                  f"{100 * result['bubble_ratio_abs_err']:.2f} points, makespan error {result['makespan_err_pct']:.2f}%")
+                  f"rollout_time_mape {pct('rollout_time_mape')}, train_time_mape {pct('train_time_mape')}, "
+                  f"bubble_ratio_abs_err {result['bubble_ratio_abs_err']:.4f} (a ratio: "
+                  f"{100 * result['bubble_ratio_abs_err']:.2f} points of bubble %), "
+                  f"makespan_err_pct {result['makespan_err_pct']:.2f}%")
         typer.echo(render(cols, rows, None if wide else terminal_width(),
                           f"validate {result['policy']} ({rundir}) against {profile}",
                           [update_counts(result), errors]))

@@ -135,7 +135,7 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
                    f"{report.group_size} (a filtered or aborted sample)", err=True)
     typer.echo(f"wrote {out}: {report.rows} samples from {report.files} {framework} file(s), "
                f"{report.groups} groups x {report.group_size} over {report.steps} step(s), "
-               f"cap {trace.meta.max_response_len}")
+               f"cap {trace.meta.max_response_len} tokens")
 
 
 @app.command("synth")

@@ -26,7 +26,7 @@ from sortedrl.cli_common import (
     source_name,
     user_errors,
 )
-from sortedrl.compare import cluster_for, fit_warnings, placement_note, updates_note
+from sortedrl.compare import STALE_NOTE, cluster_for, fit_warnings, placement_note, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.auto import knob_text
@@ -158,7 +158,7 @@ def infeasible_message(result: dict) -> str:
 
 
 TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("learnable", "tok/s", hide=3),
-             Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "mean/max"), Col("updates", hide=4),
+             Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "versions"), Col("updates", "count", hide=4),
              Col("GPUs", "r+t", hide=1)]
 
 
@@ -206,7 +206,7 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     what = "learnable" if learnable else "useful"
     second = render(cols, rows(front), width,
                     f"Pareto front: feasible trials no other beats on both {what} tok/s and staleness mean",
-                    ["knobs: " + "; ".join(knobs), f"vs best: {what} tok/s over the best trial's"])
+                    ["knobs: " + "; ".join(knobs), f"vs best: {what} tok/s over the best trial's", STALE_NOTE])
     if result.get("cluster_pareto"):  # tune --param cluster.*
         from sortedrl.tune.plan import plan_text
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from sortedrl.tables import Col, render
 
 PLAN_COLS = [Col("", left=True), Col("policy", left=True), Col("trial"), Col("shape", left=True),
-             Col("wall", "s"), Col("GPU-h"), Col("stale", "mean", hide=1)]
+             Col("wall", "s"), Col("GPU-h"), Col("stale mean", "versions", hide=1)]
 
 
 def plan_text(result: dict, width: int | None) -> str:
