@@ -30,7 +30,7 @@ from sortedrl.tables import Col, render, terminal_width
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 MAX_GPU_HOUR_PRICE = 1e6  # $ per GPU-hour, far above any (1.7e308 made the cost infinite)
 COLUMNS = (("policy", ""), ("cluster", ""), ("gpus", ""), ("wall_h", "h"), ("wall_s", "s"),
-           ("wall_s_low", "s"), ("wall_s_high", "s"), ("gpu_hours", "GPU-h"), ("cost", "$"),
+           ("wall_s_low", "s"), ("wall_s_high", "s"), ("gpu_hours", "GPU-h"), ("cost", "$"), ("updates", "count"),
            ("step_s_p50", "s"), ("step_s_p90", "s"), ("step_s_max", "s"), ("rollout_s", "s"),
            ("train_s", "s"), ("sync_s", "s"), ("offload_s", "s"), ("idle_s", "s"))
 
@@ -96,7 +96,7 @@ def forecast(
         bar.close()
     text = jsonio.dumps(results, "the forecast", indent=2)  # (an infinite cost: before any output)
     if source.trace is not None:  # (a trace model's draws: each its own trace)
-        for note in (w for cl in cls for w in fit_warnings(source.trace, cl, False)):
+        for note in dict.fromkeys(w for cl in cls for w in fit_warnings(source.trace, cl, False)):
             typer.echo(note, err=True)
     if report is not None:
         outs.write({report: write_text(report_html(results, trace.name))})
@@ -111,7 +111,7 @@ def forecast(
 
 FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Col("wall", "h"),
                  Col("low-high", "h", hide=3), Col("GPU-h"), Col("cost", "$", hide=4),
-                 Col("updates", hide=5), Col("step p50/p90/max", "s"),
+                 Col("updates", "count", hide=5), Col("step p50/p90/max", "s"),
                  Col("rollout/train/sync/offload/idle", "% of wall", hide=2)]
 
 

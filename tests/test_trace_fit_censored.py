@@ -174,3 +174,22 @@ def test_a_model_missing_a_field_names_it(tmp_path) -> None:
     r = runner.invoke(app, ["simulate", "--trace-model", str(path), "--steps", "1", "--prompts",
                             "4", "--policy", "sync"])
     assert r.exit_code == 2 and r.stderr.splitlines() == [f"error: {path}: field 'mu0' is missing"]
+
+
+def test_a_slope_the_exact_medians_cannot_show_stays_flat() -> None:
+    """Every prompt of the second step has 5 of its 8 samples at the cap, so its medians are
+    only known to be long; with the exact medians all on the first step, any steeper line fits
+    them, and the censored fit returned a drift of 4.4 a step (lengths x80 a step)."""
+    model = TraceModel(max_response_len=4096, group_size=8, prompts_per_step=32, mu0=6.0,
+                       sigma_between=0.3, sigma_within=0.3, drift=0.0, runaway_share=0.0,
+                       prompt_median=200.0, prompt_sigma=0.3, prompt_min=16, prompt_max=2048)
+    tr = generate(model, 2, seed=1)
+    lengths = tr.response_len.copy()
+    for g in range(tr.num_groups):
+        if tr.step[g * 8] == tr.step.max():
+            lengths[g * 8:g * 8 + 5] = 4096
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = fit_trace(dataclasses.replace(tr, response_len=lengths))
+    assert fitted.drift == 0.0
+    assert fitted.sigma_between < 1.0  # (4.4 came with sigma_between 3.5)

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from sortedrl.cli import app
 from sortedrl.compare import HEADLINE
+from sortedrl.forecast_commands import FORECAST_COLS
 from sortedrl.tables import UNITLESS, UNITS
 from sortedrl.tune.commands import TUNE_COLS
 from sortedrl.tune.plan import PLAN_COLS
@@ -93,12 +94,13 @@ def test_simulates_table_prints_each_keys_unit(simulated):
 
 
 def test_every_column_of_compare_tune_and_the_plan_has_a_unit_or_names_no_figure():
-    identifiers = {"policy", "trial", "shape", "", "GPU-h"}  # (GPU-h: the title is the unit)
-    for cols in (HEADLINE, TUNE_COLS, PLAN_COLS):
+    identifiers = {"policy", "trial", "shape", "cluster", "", "GPU-h"}  # (GPU-h: the title is the unit)
+    for cols in (HEADLINE, TUNE_COLS, PLAN_COLS, FORECAST_COLS):
         assert [c.title for c in cols if not c.unit and c.title not in identifiers] == []
     stale = [c for cols in (HEADLINE, TUNE_COLS, PLAN_COLS) for c in cols if c.title.startswith("stale")]
     assert len(stale) == 3 and {c.unit for c in stale} == {"versions"}
-    assert {c.unit for cols in (HEADLINE, TUNE_COLS) for c in cols if c.title == "updates"} == {"count"}
+    assert {c.unit for cols in (HEADLINE, TUNE_COLS, FORECAST_COLS) for c in cols
+            if c.title == "updates"} == {"count"}
     columns = doc_rows(section("Table columns"))
     assert columns["stale"] == columns["stale mean"] == "versions" and columns["updates"] == "count"
 

@@ -100,14 +100,17 @@ def _median_line(log_len: np.ndarray, group_step: np.ndarray, cap: int,
                  where: str) -> tuple[float, float]:
     """Intercept and slope per step of the group medians of log length (capped samples count as
     above every other, so a median is exact while under half of its group is capped; a group
-    with more capped has a censored median, see :func:`_tobit_line`)."""
+    with more capped has a censored median, see :func:`_tobit_line`). The slope is fitted only
+    when the exact medians span two steps or more: with them all on one step, censored medians
+    elsewhere only say "longer", which any steeper line satisfies (a likelihood with no
+    maximum: a drift of 4.4 a step came out), so the line stays flat, as with one step."""
     median = np.median(log_len, axis=1)
     used = np.isfinite(median)
     if not used.any():
         raise TraceError(f"{where}: field 'response_len': every prompt has half its samples or "
                          f"more at the cap ({cap:,}); the lengths say too little to fit")
-    sloped = np.unique(group_step).size > 1
-    if np.unique(group_step[used]).size > 1:
+    sloped = np.unique(group_step[used]).size > 1
+    if sloped:
         slope, intercept = np.polyfit(group_step[used], median[used], 1)
     else:
         slope, intercept = 0.0, median[used].mean()
@@ -116,8 +119,7 @@ def _median_line(log_len: np.ndarray, group_step: np.ndarray, cap: int,
     floor = np.median(np.where(used[:, None] | np.isfinite(log_len), log_len,
                                math.log(cap - 0.5)), axis=1)
     y = np.where(used, median, floor)
-    return _tobit_line(y, ~used, group_step, float(intercept), float(slope) if sloped else 0.0,
-                       sloped)
+    return _tobit_line(y, ~used, group_step, float(intercept), float(slope), sloped)
 
 
 def _tobit_line(y: np.ndarray, censored: np.ndarray, x: np.ndarray, intercept: float,
