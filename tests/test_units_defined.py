@@ -198,3 +198,16 @@ def test_a_framework_import_gives_the_cap_in_tokens(tmp_path):
                             "--out", str(tmp_path / "t.jsonl")])
     assert r.exit_code == 0, r.output
     assert r.stdout.rstrip().endswith("over 2 step(s), cap 14 tokens")
+
+
+def test_an_auto_oversubscription_given_back_repeats_the_window() -> None:
+    """`oversubscribe=0.164 (auto)` (84 of 512 slots, rounded to the nearest) floored back to 83
+    samples with --set: another run. Rounded up to 6 decimals it floors to the same window."""
+    import math
+
+    from sortedrl.policies.auto import _multiple
+
+    assert _multiple(84, 512) == 0.164063 and _multiple(768, 512) == 1.5
+    for window in range(1, 5000, 7):
+        for slots in (7, 512, 768, 2048, 99_991):
+            assert math.floor(_multiple(window, slots) * slots) == window, (window, slots)

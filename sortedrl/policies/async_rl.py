@@ -50,7 +50,8 @@ from sortedrl.policies.view import ClusterView
 class AsyncParams:
     eta: int = field(default=2, metadata={"help": "staleness bound in policy versions (AReaL's eta)"})
     batch: int = field(default=0, metadata={
-        "help": "B: samples per update, whole groups when whole_groups (0: the trace's prompts per step x n)"})
+        "help": "B: samples per update (0: the trace's prompts per step x n); with whole_groups "
+                "rounded up to whole groups (100 trains 104 at n=8)"})
     max_concurrent: int = field(default=0, metadata={
         "help": "samples admitted at most (0: the engines' total max_num_seqs)"})
     whole_groups: bool = field(default=True, metadata={

@@ -21,7 +21,7 @@ Resolve = Callable[[Policy, int], int]
 RESOLVED: dict[str, dict[str, Resolve]] = {
     "sync": {"rollout_batch": lambda p, cap: p.batch},
     "sortedrl": {"group_prompts": lambda p, cap: p.group_prompts,
-                 "oversubscribe": lambda p, cap: round(p.window / cap, 3),
+                 "oversubscribe": lambda p, cap: _multiple(p.window, cap),
                  "update_batch": lambda p, cap: p.update_batch or max(1, cap // 2)},
     "partial": {"rollout_batch": lambda p, cap: p.n_groups},
     "tail_batch": {"rollout_batch": lambda p, cap: p.P, "responses": lambda p, cap: p.keep},
@@ -30,6 +30,13 @@ RESOLVED: dict[str, dict[str, Resolve]] = {
     "oracle_sorted": {"rollout_batch": lambda p, cap: p.batch,
                       "update_batch": lambda p, cap: p._size_for(cap)},
 }
+
+
+def _multiple(window: int, capacity: int) -> float:
+    """``window / capacity`` rounded *up* to 6 decimals, so that given back with ``--set`` it
+    floors to the same window (the policy takes ``floor(oversubscribe x slots)``): rounded to
+    the nearest (0.164 for 84 of 512 slots) it floored to 83, another run."""
+    return -(-window * 10**6 // capacity) / 10**6
 
 
 def auto_params(policy: Policy, capacity: int) -> dict[str, int | float]:

@@ -35,7 +35,8 @@ class OracleSortedParams:
     rollout_batch: int = field(default=0, metadata={
         "help": "prompts sorted together (0: 4 x the trace's prompts per step)"})
     update_batch: int = field(default=0, metadata={
-        "help": "samples per round and update (0: the engines' total max_num_seqs)"})
+        "help": "samples per round and update (0: the engines' total max_num_seqs); with "
+                "whole_groups rounded down to whole groups, one at least (100 trains 96 at n=8)"})
     whole_groups: bool = field(default=True, metadata={
         "help": "rounds of whole GRPO groups (false: single samples, groups spread over rounds)"})
     filter_groups: bool = field(default=False, metadata={

@@ -42,7 +42,9 @@ class PartialParams:
     keep_partial: bool = field(default=True, metadata={
         "help": "resume aborted responses next step (false: drop and regenerate them)"})
     max_span: int = field(default=0, metadata={
-        "help": "most versions a trained token may lag (0: unbounded, as in APRIL)"})
+        "help": "most versions a trained token may lag (0: unbounded, as in APRIL); a complete "
+                "group with a too-stale member still counts towards N, then waits while that "
+                "member is regenerated, so such a step trains fewer than N groups"})
     filter_groups: bool = field(default=False, metadata={
         "help": "dynamic sampling: drop groups with all-equal rewards, start fresh ones"})
 

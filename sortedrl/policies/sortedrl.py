@@ -77,7 +77,9 @@ class SortedRLParams:
     mode: Literal["on_policy", "partial"] = field(default="on_policy", metadata={
         "help": "on_policy: drop unfinished at a harvest; partial: keep and resume them"})
     max_span: int = field(default=2, metadata={
-        "help": "partial mode: most policy versions a trained token may lag"})
+        "help": "partial mode: most policy versions a trained token may lag; a complete group "
+                "with a too-stale member counts towards the trigger, then waits while that member "
+                "is regenerated, so such a harvest trains fewer than update_batch"})
     filter_groups: bool = field(default=False, metadata={
         "help": "dynamic sampling (harvest=groups): drop groups with all-equal rewards"})
 

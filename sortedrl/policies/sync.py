@@ -1,9 +1,10 @@
 """``sync``: the synchronous baseline, verl's default GRPO loop.
 
 Each step admits the whole rollout batch (``rollout_batch`` prompts x n responses), waits until
-every response has finished, then runs ``minibatches`` updates on equal slices of the batch and
+every response has finished, then runs ``minibatches`` updates on slices of the batch and
 syncs the weights once. Minibatches are cut at group boundaries, so every GRPO group is trained
-whole in one update. With ``minibatches > 1`` every update after the first trains on data one
+whole in one update: each slice holds ceil(groups / minibatches) groups, the last fewer, so a
+count that does not divide the groups gives fewer updates (9 on 64 groups: 8 slices of 8). With ``minibatches > 1`` every update after the first trains on data one
 more version behind, as in the SortedRL paper's PPO baseline (512 prompts, 128 per update).
 
 It reacts only to idle engines and finished updates (no ``on_finished``), so it does not listen
@@ -37,7 +38,10 @@ class SyncParams:
     rollout_batch: int = field(default=0, metadata={
         "help": "prompts per step; 0 takes the trace's prompts per step"})
     minibatches: int = field(default=1, metadata={
-        "help": "updates per step; later ones train on stale data (staleness <= minibatches - 1)"})
+        "help": "updates per step, at most: the batch is cut into slices of ceil(groups / "
+                "minibatches) whole groups, so 9 on 64 groups makes 8 (slices of 8) and more than "
+                "the groups makes one per group; later ones train on stale data (staleness <= "
+                "minibatches - 1)"})
     filter_groups: bool = field(default=False, metadata={
         "help": "dynamic sampling: drop groups with all-equal rewards, refill the batch"})
 
