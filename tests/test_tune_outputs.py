@@ -250,7 +250,7 @@ def test_set_takes_the_auto_knobs_a_run_printed_and_repeats_the_run(tmp_path):
     args = ["simulate", "--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--cluster",
             "h100-llama3.1-8b-4gpu-disagg", "--policy", "sortedrl", "--json"]
     auto = json.loads(runner.invoke(app, [*args, "--out", str(tmp_path / "a")]).stdout)
-    assert auto["auto_params"] == {"group_prompts": 32, "oversubscribe": 0.167, "update_batch": 64}
+    assert auto["auto_params"] == {"group_prompts": 32, "oversubscribe": 0.166667, "update_batch": 64}
     sets = [x for k, v in auto["auto_params"].items() for x in ("--set", f"{k}={v}")]
     r = runner.invoke(app, [*args, *sets, "--out", str(tmp_path / "b")])  # was: oversubscribe must be >= 1
     assert r.exit_code == 0, r.output
