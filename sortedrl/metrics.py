@@ -245,6 +245,11 @@ def missing_meta(meta: dict) -> str | None:
             "that `sortedrl simulate` or `sortedrl run` writes has them)")
 
 
+def makespan_of(tl: Timeline) -> float:
+    """The last end of any record: the run's makespan (0 for an empty timeline)."""
+    return max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
+
+
 def summarize(tl: Timeline) -> dict:
     """The summary of a run (the ``summary.json`` contract, plus a few extra keys).
 
@@ -260,7 +265,7 @@ def summarize(tl: Timeline) -> dict:
     # A spilled timeline (timeline_spill) loads a field when asked and frees it once no name
     # holds it: so each phase below names only the span fields it needs (a 10M-sample summary).
     sp = tl.columns("span")
-    makespan = max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
+    makespan = makespan_of(tl)
 
     # rollout slot-time
     slot_s = np.subtract(sp["t_end"], sp["t"])

@@ -14,7 +14,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.limits import short_repr
-from sortedrl.metrics import missing_meta, rank_rate, span_table, summarize
+from sortedrl.metrics import makespan_of, missing_meta, rank_rate, span_table, summarize
 from sortedrl.outputs import is_label
 from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import NAMES, find_timeline, read_timeline
@@ -120,7 +120,7 @@ def is_real_run(meta: dict) -> bool:
 
 def _mismatch(tl: Timeline, summary: dict) -> str | None:
     """How ``tl`` disagrees with ``summary`` (its number of updates, its end), or None."""
-    end = max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
+    end = makespan_of(tl)
     updates, makespan = summary.get("updates"), float(summary["makespan_s"])
     if isinstance(updates, int) and not isinstance(updates, bool) and updates != tl.count("train"):
         return f"train records: {tl.count('train'):,}, the summary's updates: {updates:,}"

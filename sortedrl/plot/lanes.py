@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sortedrl.metrics import sorted_union, span_table
-from sortedrl.timeline import SCHEMA, Timeline
+from sortedrl.metrics import makespan_of, sorted_union, span_table
+from sortedrl.timeline import Timeline
 
 Intervals = tuple[np.ndarray, np.ndarray]  # (starts, ends), sorted, disjoint, non-empty
 EMPTY: Intervals = (np.zeros(0), np.zeros(0))
@@ -198,10 +198,6 @@ class Lanes:
 
     def edges(self, bins: int = BINS) -> np.ndarray:
         return np.linspace(0.0, self.makespan if self.makespan > 0 else 1.0, bins + 1)
-
-
-def makespan_of(tl: Timeline) -> float:
-    return max((float(tl.ends(kind).max()) for kind in SCHEMA if tl.count(kind)), default=0.0)
 
 
 def _intervals(tl: Timeline, kind: str) -> Intervals:
