@@ -145,3 +145,45 @@ def test_a_run_whose_engine_fails_to_start_leaves_rundir_as_it_was(tiny_model, t
         assert r.exit_code == 2 and r.output == "error: engine: cannot start\n"
     assert not new.exists() and empty.is_dir() and not any(empty.iterdir())
     assert not (tmp_path / "runs").exists()  # the parents the run made went with it
+
+
+class SumTask:
+    """A user's --task module:factory whose prompts the sort task's tokenizer cannot read."""
+
+    name = "sums"
+
+    def problems(self, n: int, seed: int):
+        from sortedrl.realrun.task import Problem
+
+        return [Problem(f"add {i} and {i + 1} =" if i % 3 == 2 else f"sort {i % 10} =", str(i % 10))
+                for i in range(n)]
+
+    def reward(self, problem, response: str) -> float:
+        return float(response.strip() == problem.answer)
+
+    def corpus(self, n: int, seed: int) -> list[str]:
+        return [f"{p.prompt} {p.answer}" for p in self.problems(n, seed)]
+
+
+def test_a_task_the_models_tokenizer_cannot_read_is_refused_and_a_model_made_for_it_reads_it(tiny_model, tmp_path):
+    """Only --dataset rows were checked against the tokenizer: a --task module:factory whose
+    words the model had never seen ran on `<unk>` prompts and graded nothing right."""
+    from sortedrl.realrun.model import load_tokenizer
+    from sortedrl.realrun.task import get_task, unknown_word
+
+    task = "tests.test_realrun_first_hour:SumTask"
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["run", "--policy", "sync", "--steps", "1", "--prompts", "4", "--group-size", "2",
+                            "--max-tokens", "4", "--out", str(out), "--task", task, "--model", tiny_model])
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines() == [
+        f"error: --task {task}: problem 3 of the run (prompt 'add 2 and 3 ='): the tokenizer of --model "
+        f"{tiny_model} does not know every word of it (they would become <unk>); make the model with "
+        f"`sortedrl model init --task {task}`, or give a model whose tokenizer covers the task's words"]
+    assert not out.exists()
+
+    model = tmp_path / "sums-model"
+    r = runner.invoke(app, ["model", "init", "--out", str(model), "--task", task, "--warmup-steps", "0"])
+    assert r.exit_code == 0, r.output
+    assert unknown_word(load_tokenizer(model), get_task(task).problems(4, 0)) is None
+    assert unknown_word(load_tokenizer(tiny_model), get_task(task).problems(4, 0)) == (2, "prompt")

@@ -27,7 +27,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
-from sortedrl.realrun.task import Problem
+from sortedrl.realrun.task import Problem, unknown_word
 from sortedrl.user_code import import_user_module
 
 Reward = Callable[[str, str, str], float]
@@ -102,19 +102,14 @@ class DatasetTask:
     def check_tokens(self, tok, model: str) -> None:
         """One error line, naming the first row, when the tokenizer of ``model`` turns a prompt
         or answer into its unknown token: a run would train on ``<unk>`` and grade nothing right."""
-        unk = tok.unk_token_id
-        if unk is None:  # (a byte-level tokenizer: every text has tokens)
-            return
-        ids = {field: tok([getattr(p, field) for p in self.rows], add_special_tokens=False)["input_ids"]
-               for field in ("prompt", "answer")}
-        for j, k in enumerate(self.line_numbers):
-            for field in ("prompt", "answer"):
-                if unk in ids[field][j]:
-                    raise ConfigError(
-                        f"{self.path}: row {k}: the tokenizer of --model {model} does not know every "
-                        f"word of its {field} (they would become {tok.unk_token}); make the model with "
-                        f"`sortedrl model init --dataset {self.path}`, or give a model whose "
-                        "tokenizer covers the data")
+        found = unknown_word(tok, self.rows)
+        if found is not None:
+            j, field = found
+            raise ConfigError(
+                f"{self.path}: row {self.line_numbers[j]}: the tokenizer of --model {model} does not "
+                f"know every word of its {field} (they would become {tok.unk_token}); make the model "
+                f"with `sortedrl model init --dataset {self.path}`, or give a model whose tokenizer "
+                "covers the data")
 
 
 def read_rows(path: Path) -> tuple[list[int], list[Problem]]:

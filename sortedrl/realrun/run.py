@@ -51,7 +51,7 @@ from sortedrl.realrun.rundir import (
     sync_to_disk,
     unstart,
 )
-from sortedrl.realrun.task import decode, get_task, grader
+from sortedrl.realrun.task import check_task_words, decode, get_task, grader
 from sortedrl.realrun.trainer import OBJECTIVES
 from sortedrl.timeline import Timeline, record_line
 
@@ -135,9 +135,11 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     check_config(cfg, out, resume, force, task.name)
 
     tok = load_tokenizer(model_dir)
+    problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
     if hasattr(task, "check_tokens"):  # --dataset: words the model's tokenizer has never seen
         task.check_tokens(tok, cfg.model)
-    problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
+    else:  # (every problem of the run: a task draws them)
+        check_task_words(tok, problems, cfg.task, cfg.model)
     n = cfg.group_size
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
     grade = grader(task, problems, tok, n, words=(model_dir / MODEL_CARD).exists())

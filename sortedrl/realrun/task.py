@@ -113,6 +113,38 @@ def get_task(name: str, dataset: str | None = None, reward: str = "exact"):
     raise ConfigError(f"unknown task {name!r} (known: {', '.join(TASKS)}, sort-tool, or module:factory)")
 
 
+def unknown_word(tok, problems: list) -> tuple[int, str] | None:
+    """The first problem (its index, and ``prompt`` or ``answer``) that ``tok`` turns into its
+    unknown token, or None: a run would train on ``<unk>`` and grade nothing right. A byte-level
+    tokenizer (no unknown token) reads every text."""
+    unk = tok.unk_token_id
+    if unk is None or not problems:
+        return None
+    ids = {field: tok([getattr(p, field) for p in problems], add_special_tokens=False)["input_ids"]
+           for field in ("prompt", "answer")}
+    for j in range(len(problems)):
+        for field in ("prompt", "answer"):
+            if unk in ids[field][j]:
+                return j, field
+    return None
+
+
+def check_task_words(tok, problems: list, task: str, model: str) -> None:
+    """One error line, before the run, when the tokenizer of ``model`` cannot read a problem of
+    ``task`` (the --dataset task names its row instead: dataset.py)."""
+    from sortedrl.errors import ConfigError
+
+    found = unknown_word(tok, problems)
+    if found is not None:
+        j, field = found
+        text = getattr(problems[j], field)
+        raise ConfigError(
+            f"--task {task}: problem {j + 1} of the run ({field} {text[:40]!r}): the tokenizer of "
+            f"--model {model} does not know every word of it (they would become {tok.unk_token}); "
+            f"make the model with `sortedrl model init --task {task}`, or give a model whose "
+            "tokenizer covers the task's words")
+
+
 def grader(task, problems: list, tok, group_size: int, words: bool = False):
     """The reward of sample ``i``'s response: the task grades the decoded text of a response
     that ended by itself; a response cut at the length cap gets 0."""
