@@ -211,3 +211,33 @@ def test_an_auto_oversubscription_given_back_repeats_the_window() -> None:
     for window in range(1, 5000, 7):
         for slots in (7, 512, 768, 2048, 99_991):
             assert math.floor(_multiple(window, slots) * slots) == window, (window, slots)
+
+
+def test_every_trace_statistic_is_defined_with_the_unit_the_table_prints(tmp_path):
+    """`trace stats` printed its figures without units, and docs/metrics.md defined none of its
+    keys (it pointed to docs/traces.md, which listed them). Every key the JSON can hold (a
+    multi-turn trace with rewards, and `unfinished`) has a row whose unit is the table's."""
+    from sortedrl.traces.stats import STEP_UNITS
+    from sortedrl.traces.stats import UNITS as STAT_UNITS
+
+    rows = doc_rows(section("Trace statistics"))
+    printed_as = {"truncated_share": "ratio"}  # a 0-1 share in the JSON, printed x100 with a %
+    for key, unit in STAT_UNITS.items():
+        assert key in rows, key
+        want = "text" if key == "source" else printed_as.get(key, unit)
+        assert SHORT.get(rows[key], rows[key]) == want, (key, rows[key], unit)
+    per_step = section("Trace statistics").split("| `per_step` |")[1].splitlines()[0]
+    assert all(f"`{k}`" in per_step for k in STEP_UNITS)
+
+    trace = tmp_path / "ar.jsonl"
+    r = runner.invoke(app, ["trace", "synth", "agentic-retool", "--out", str(trace), "--steps", "1",
+                            "--prompts", "8"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["trace", "stats", str(trace), "--json"])
+    keys = set(json.loads(r.stdout))
+    assert keys - {"per_step"} <= set(STAT_UNITS) and "tool_s_p99" in keys and "reward_mean" in keys
+    r = runner.invoke(app, ["trace", "stats", str(trace)], env={"COLUMNS": "120"})
+    lines = r.stdout.splitlines()
+    assert any(re.search(r"│ tool time per call p99 +│ +[\d.]+ │ s +│", x) for x in lines), r.stdout
+    assert any(re.search(r"│ truncated share +│ +[\d.]+% │ % +│", x) for x in lines), r.stdout
+    assert "mean response len (tok)" in r.stdout

@@ -138,13 +138,29 @@ _LABELS = {
     "turns_max": "turns per trajectory max",
     "gen_tokens_per_turn_mean": "generated tokens per turn mean",
     "tool_calls": "tool calls",
-    "tool_s_mean": "tool s per call mean",
-    "tool_s_p50": "tool s per call p50",
-    "tool_s_p99": "tool s per call p99",
-    "tool_s_max": "tool s per call max",
-    "tool_s_per_trajectory_mean": "tool s per trajectory mean",
+    "tool_s_mean": "tool time per call mean",
+    "tool_s_p50": "tool time per call p50",
+    "tool_s_p99": "tool time per call p99",
+    "tool_s_max": "tool time per call max",
+    "tool_s_per_trajectory_mean": "tool time per trajectory mean",
     "tool_tokens_per_call_mean": "tool-output tokens per call mean",
 }
+
+
+# The unit of each statistic as the table prints it (docs/metrics.md defines each): tok
+# (tokens), s, count, turns, ratio, % (truncated_share: a 0-1 share in the JSON, printed x100),
+# reward (the task's own scale); the source is text.
+UNITS = {"source": "", "count": "count", "prompts": "count", "groups": "count", "steps": "count",
+         "group_size": "count", "max_response_len": "tok", "response_len_mean": "tok",
+         "response_len_min": "tok", "response_len_max": "tok", "unfinished": "count",
+         **{f"response_len_p{q}": "tok" for q in PERCENTILES},
+         "p99_p50_not_truncated": "ratio", "truncated_share": "%", "mean_over_cap": "ratio",
+         "prompt_len_mean": "tok", "reward_mean": "reward", "turns_mean": "turns",
+         "turns_p50": "turns", "turns_p99": "turns", "turns_max": "turns",
+         "gen_tokens_per_turn_mean": "tok", "tool_calls": "count", "tool_s_mean": "s",
+         "tool_s_p50": "s", "tool_s_p99": "s", "tool_s_max": "s", "tool_s_per_trajectory_mean": "s",
+         "tool_tokens_per_call_mean": "tok"}
+STEP_UNITS = {"step": "", "samples": "count", "mean_response_len": "tok"}  # per_step's keys
 
 
 def _fmt(key: str, v: Any) -> str:
@@ -166,14 +182,15 @@ def format_stats(stats: dict[str, Any]) -> Group:
     table = Table(title="trace statistics", show_header=True, header_style="bold")
     table.add_column("statistic")
     table.add_column("value", justify="right")
+    table.add_column("unit")
     for key, label in _LABELS.items():
         if key in stats:
-            table.add_row(label, _fmt(key, stats[key]))
+            table.add_row(label, _fmt(key, stats[key]), UNITS[key])
     parts: list[Table] = [table]
     per_step = stats.get("per_step")
     if per_step:
         steps = Table(title="per step", show_header=True, header_style="bold")
-        for col in ("step", "samples", "mean response len"):
+        for col in ("step", "samples", "mean response len (tok)"):
             steps.add_column(col, justify="right")
         rows = per_step
         if len(rows) > MAX_STEP_ROWS:
