@@ -39,8 +39,9 @@ def make_trace(lengths, prompt_lens=None, group_size=1, max_len=None, steps=None
 
 
 def costs(**kw) -> CostModel:
-    base = dict(t_fix=1.0, a0=1.0, a1=0.0, c1=0.0, p1=0.0, p2=0.0, train_per_token=0.0,
-                train_fix=10.0, sync_s=5.0, s1=0.0)
+    base = dict(step_fixed_s=1.0, weight_read_s=1.0, kv_read_s_per_token=0.0, compute_s_per_seq=0.0,
+                prefill_s_per_token=0.0, prefill_s_per_pair=0.0, train_per_token=0.0,
+                train_fix=10.0, sync_s=5.0, step_s_per_seq=0.0)
     base.update(kw)
     return CostModel(**base)  # prefill_in_step may be passed in kw
 

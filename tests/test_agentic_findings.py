@@ -2,7 +2,7 @@
 through updates, a dropped trajectory's queued tool call gets no sandbox, a rebuilt trace row
 keeps its tool-output tokens, and two bad inputs are named in one line.
 
-Costs (tests/conftest.py): a batch-1 decode step is t_fix + a0 = 2 s, an update train_fix = 10 s
+Costs (tests/conftest.py): a batch-1 decode step is step_fixed_s + weight_read_s = 2 s, an update train_fix = 10 s
 plus train_per_token per token where a test sets it.
 
 Run: pytest tests/test_agentic_findings.py

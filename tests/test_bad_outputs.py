@@ -47,17 +47,19 @@ def ws(tmp_path, monkeypatch):
         (tmp_path / name / ".sortedrl-run").write_text(marker)
     (tmp_path / "old.json").write_text("{}")
     (tmp_path / "nan.json").write_text('{"preset": "h100-llama3.1-8b", "mbu": NaN}')
-    for name in ("offload_s", "train_fix", "net_gbps", "t_fix"):  # NaN passed `< 0` checks
+    for name in ("offload_s", "train_fix", "net_gbps", "step_fixed_s"):  # NaN passed `< 0` checks
         (tmp_path / f"nan-{name}.json").write_text(f'{{"preset": "h100-llama3.1-8b", "{name}": NaN}}')
-    costs = '"t_fix": 0.002, "a0": %s, "a1": 0, "c1": 0, "p1": 0, "p2": 0, "train_per_token": 1e-6, ' \
+    costs = '"step_fixed_s": 0.002, "weight_read_s": %s, "kv_read_s_per_token": 0, "compute_s_per_seq": 0, ' \
+            '"prefill_s_per_token": 0, "prefill_s_per_pair": 0, "train_per_token": 1e-6, ' \
             '"train_fix": 1, "sync_s": 1'
     (tmp_path / "nan-cost.json").write_text('{"costs": {%s}}' % (costs % "NaN"))
     (tmp_path / "inf-cost.json").write_text('{"costs": {%s}}' % (costs % "Infinity"))
     (tmp_path / "inf-table.json").write_text('{"costs": {%s, "step_table": [0.001, Infinity]}}' % (costs % "0.001"))
     # a decode step of 1e-320 s: the run took no time and its tokens/s was written as Infinity
     (tmp_path / "denormal-step.json").write_text(
-        '{"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {"t_fix": 1e-320, "a0": 0, "a1": 0, '
-        '"c1": 0, "p1": 0, "p2": 0, "train_per_token": 0, "train_fix": 0, "sync_s": 0}}')
+        '{"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {"step_fixed_s": 1e-320, "weight_read_s": 0, '
+        '"kv_read_s_per_token": 0, "compute_s_per_seq": 0, "prefill_s_per_token": 0, "prefill_s_per_pair": 0, '
+        '"train_per_token": 0, "train_fix": 0, "sync_s": 0}}')
     # finite, but a forecast's cost of it at $1M a GPU-hour is not
     (tmp_path / "huge-offload.json").write_text(
         '{"preset": "h100-llama3.1-8b-1gpu-16seq", "offload_s": 1e307}')
@@ -127,16 +129,16 @@ CASES = {
     **{f"cluster field {name} NaN": (
         [*SIM, "--cluster", f"nan-{name}.json", "--out", "s"],
         f"nan-{name}.json: field '{name}': must be a finite number {'>' if name == 'net_gbps' else '>='} 0, got nan")
-       for name in ("offload_s", "train_fix", "net_gbps", "t_fix")},
+       for name in ("offload_s", "train_fix", "net_gbps", "step_fixed_s")},
     "cost term NaN": ([*SIM, "--cluster", "nan-cost.json", "--out", "s"],
-                      "nan-cost.json: field 'costs.a0': expected a finite number >= 0, got nan"),
+                      "nan-cost.json: field 'costs.weight_read_s': expected a finite number >= 0, got nan"),
     "cost term infinite": ([*SIM, "--cluster", "inf-cost.json", "--out", "s"],
-                           "inf-cost.json: field 'costs.a0': expected a finite number >= 0, got inf"),
+                           "inf-cost.json: field 'costs.weight_read_s': expected a finite number >= 0, got inf"),
     "step table infinite": ([*SIM, "--cluster", "inf-table.json", "--out", "s"],
                             "inf-table.json: field 'costs.step_table': expected a list of seconds >= 0"),
     "a decode step of 1e-320 s": (
         [*SIM, "--cluster", "denormal-step.json", "--out", "s"],
-        "denormal-step.json: field 'costs': t_fix + a0 must be at least 1e-09 s (a decode step "
+        "denormal-step.json: field 'costs': step_fixed_s + weight_read_s must be at least 1e-09 s (a decode step "
         "takes time), got 9.99989e-321"),
     "forecast --gpu-hour-price 1.7e308": (
         ["forecast", "--trace", "trace.jsonl", "--policy", "sync", "--gpu-hour-price", "1.7e308",

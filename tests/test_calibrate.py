@@ -29,7 +29,9 @@ runner = CliRunner()
 def test_step_fit_recovers_a_known_cost_model():
     rng = np.random.default_rng(0)
     table = np.array([1.0, 1.1, 1.25, 1.3, 1.5, 1.6, 1.8, 2.0]) * 1e-3
-    a1, pn, pr, p1, p2 = 2e-8, 3e-4, 5e-5, 4e-6, 1e-9
+    want = dict(kv_read_s_per_token=2e-8, admit_step_s=3e-4, admit_s_per_request=5e-5, prefill_s_per_token=4e-6,
+                prefill_s_per_pair=1e-9)
+    kv_read_s_per_token, admit_step_s, admit_s_per_request, prefill_s_per_token, prefill_s_per_pair = want.values()
     rows = []
     for _ in range(400):
         b = int(rng.integers(1, 9))
@@ -37,12 +39,13 @@ def test_step_fit_recovers_a_known_cost_model():
         lens = rng.integers(4, 40, size=new)
         T, P = int(lens.sum()), int((lens * (lens + 1) // 2).sum())
         S = int(rng.integers(b * 5, b * 100))
-        t = table[b - 1] + a1 * S + (pn if new else 0.0) + pr * new + p1 * T + p2 * P
+        t = (table[b - 1] + kv_read_s_per_token * S + (admit_step_s if new else 0.0) + admit_s_per_request * new
+             + prefill_s_per_token * T + prefill_s_per_pair * P)
         rows.append((b, new, T, P, S, t))
     fit = fit_step_table(*zip(*rows, strict=True), max_batch=8)
     np.testing.assert_allclose(fit["table"], table, rtol=1e-6)
-    for name, want in (("a1", a1), ("pn", pn), ("pr", pr), ("p1", p1), ("p2", p2)):
-        assert fit[name] == pytest.approx(want, rel=1e-5), name
+    for name, value in want.items():
+        assert fit[name] == pytest.approx(value, rel=1e-5), name
     assert fit["mape"] < 1e-6 and fit["measurements"] == 400
 
 
@@ -66,15 +69,18 @@ def test_a_profile_is_a_cluster():
     assert c.max_num_seqs == raw["engine_config"]["max_num_seqs"]
     cost = c.cost()
     assert cost.step_table == tuple(raw["costs"]["step_table"]) and cost.prefill_in_step
-    assert cost.decode_step(3, 100) == pytest.approx(raw["costs"]["step_table"][2] + 100 * raw["costs"]["a1"])
+    assert cost.decode_step(3, 100) == pytest.approx(raw["costs"]["step_table"][2]
+                                                     + 100 * raw["costs"]["kv_read_s_per_token"])
     assert isinstance(cost, CostModel)
 
 
 @pytest.mark.parametrize("edit, message", [
     (lambda p: p.pop("costs"), "field 'costs': missing (not a profile from sortedrl calibrate?)"),
     (lambda p: p["costs"].pop("train_fix"), "field 'costs.train_fix': missing"),
-    (lambda p: p["costs"].update(a1=-1), "field 'costs.a1': expected a number >= 0, got -1"),
-    (lambda p: p["costs"].update(a1="fast"), "field 'costs.a1': expected a number >= 0, got 'fast'"),
+    (lambda p: p["costs"].update(kv_read_s_per_token=-1),
+     "field 'costs.kv_read_s_per_token': expected a number >= 0, got -1"),
+    (lambda p: p["costs"].update(kv_read_s_per_token="fast"),
+     "field 'costs.kv_read_s_per_token': expected a number >= 0, got 'fast'"),
     (lambda p: p["costs"].update(step_table=[]), "field 'costs.step_table': expected a list of seconds"),
     (lambda p: p["costs"].update(prefill_in_step=1), "field 'costs.prefill_in_step': expected true or false"),
     (lambda p: p["costs"].update(bogus=1), "field 'costs': unknown bogus"),

@@ -83,9 +83,11 @@ def metrics_profile(tmp_path) -> dict:
     ({"sources": 3}, "field 'sources': expected a list of strings, got 3"),
     ({"sources": None}, "field 'sources': expected a list of strings, got None"),
     ({"measured_terms": 5}, "field 'measured_terms': expected a list of strings, got 5"),
-    ({"measured_terms": ["t_fix", 3]}, "field 'measured_terms': expected a list of strings, got ['t_fix', 3]"),
-    ({"measured_terms": [["t_fix"]]}, "field 'measured_terms': expected a list of strings, got [['t_fix']]"),
-    ({"measured_terms": ["t_fix", "bogus"]}, "field 'measured_terms': not a cost term: 'bogus'"),
+    ({"measured_terms": ["step_fixed_s", 3]},
+     "field 'measured_terms': expected a list of strings, got ['step_fixed_s', 3]"),
+    ({"measured_terms": [["step_fixed_s"]]},
+     "field 'measured_terms': expected a list of strings, got [['step_fixed_s']]"),
+    ({"measured_terms": ["step_fixed_s", "bogus"]}, "field 'measured_terms': not a cost term: 'bogus'"),
     ({"fit": {"engine": {"files": [{}]}}},
      "field 'fit.engine' is not as `sortedrl calibrate` writes it (KeyError: 'path')"),
     ({"fit": {"trainer": 5}},
@@ -201,8 +203,9 @@ def test_a_request_may_end_within_one_percent_past_the_duration(tmp_path):
 def test_the_replay_refuses_a_step_past_any_clock_instead_of_looping():
     run = read_bench(BENCH / "c2-r0.json")
     base = preset(PRESET).cost()
-    for t_fix, host, step, at in ((1e308, 0.0, 1, "inf"), (math.nan, 0.0, 0, "nan"), (1e-3, 1e308, 1, "inf")):
-        costs = engine_costs({"t_fix": t_fix, "s1": 0.0, "a1": 0.0, "p1": 0.0, "p0": 0.0}, base)
+    for step_fixed_s, host, step, at in ((1e308, 0.0, 1, "inf"), (math.nan, 0.0, 0, "nan"), (1e-3, 1e308, 1, "inf")):
+        costs = engine_costs({"step_fixed_s": step_fixed_s, "step_s_per_seq": 0.0, "kv_read_s_per_token": 0.0,
+                              "prefill_s_per_token": 0.0, "admit_s_per_request": 0.0}, base)
         with pytest.raises(ConfigError) as e:
             replay(run, costs, host, 32)
         assert str(e.value) == (f"{run.path}: the replay's step {step} ends at {at} s, past any real time: "
@@ -242,14 +245,14 @@ def test_five_copies_of_a_duration_only_file_do_not_make_five_files(tmp_path):
 def test_a_profile_with_a_nan_or_negative_cost_is_refused_by_show_and_by_calibrate(
         tmp_path, metrics_profile, value, shown):
     raw = json.loads(json.dumps(metrics_profile))
-    raw["costs"]["s1"] = value
+    raw["costs"]["step_s_per_seq"] = value
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(raw))  # (NaN and Infinity as Python writes them; json reads them)
     r = invoke(["profile", "show", str(bad)])
-    assert r.exit_code == 2 and r.output == f"error: {bad}: field 'costs.s1': expected a finite number >= 0, got {shown}\n"
+    assert r.exit_code == 2 and r.output == f"error: {bad}: field 'costs.step_s_per_seq': expected a finite number >= 0, got {shown}\n"
     out = tmp_path / "p.json"
     assert refused(["calibrate", "--from-metrics", str(METRICS), "--cluster", str(bad), "--out", str(out)], out) == (
-        f"error: {bad}: field 'costs.s1': expected a number >= 0, got {shown}")
+        f"error: {bad}: field 'costs.step_s_per_seq': expected a number >= 0, got {shown}")
 
 
 # -- 4. --out ----------------------------------------------------------------------------------------------
@@ -267,7 +270,7 @@ def test_out_must_be_a_json_file_and_is_checked_before_any_input(tmp_path, name)
 
 
 def test_a_fit_that_cluster_would_refuse_is_not_written(tmp_path):
-    """Summaries lasting a nanosecond a step fit t_fix = 0; --cluster refuses that profile (a
+    """Summaries lasting a nanosecond a step fit step_fixed_s = 0; --cluster refuses that profile (a
     decode step takes time), so calibrate says so instead of writing it."""
     def nanoseconds(raw: dict) -> None:
         for key in ("input_lens", "output_lens", "ttfts", "itls", "start_times", "queue_times", "errors"):
@@ -276,5 +279,5 @@ def test_a_fit_that_cluster_would_refuse_is_not_written(tmp_path):
 
     files = [bench(tmp_path, nanoseconds, f"s{c}-{r}.json", f"c{c}-r{r}.json") for c in (2, 4, 8, 16) for r in (0, 1)]
     assert calibrate_bench(tmp_path, files) == (
-        "error: the fitted profile (not written): field 'costs': t_fix + a0 must be at least 1e-09 s "
+        "error: the fitted profile (not written): field 'costs': step_fixed_s + weight_read_s must be at least 1e-09 s "
         "(a decode step takes time), got 0")

@@ -49,9 +49,10 @@ def test_cli_writes_a_profile_that_loads_as_a_cluster(tmp_path):
     c = cl.cost()
     assert (c.train_fix, c.sync_s) == pytest.approx((4.0, 1.25))
     assert c.train_per_token == pytest.approx(4.5e-5)
-    assert (c.t_fix, c.a0, c.c1) == (base.cost().t_fix, base.cost().a0, base.cost().c1)  # engine: the preset's
+    assert (c.step_fixed_s, c.weight_read_s, c.compute_s_per_seq) == (  # engine: the preset's
+        base.cost().step_fixed_s, base.cost().weight_read_s, base.cost().compute_s_per_seq)
     raw = json.loads(out.read_text())
-    assert "t_fix" in raw["fit"]["from_preset"] and "train_fix" not in raw["fit"]["from_preset"]
+    assert "step_fixed_s" in raw["fit"]["from_preset"] and "train_fix" not in raw["fit"]["from_preset"]
     # the fitted form has no pair term: the preset's would add the attention pairs twice
     assert c.train_per_pair == 0.0 and "train_per_pair" not in raw["fit"]["from_preset"]
 

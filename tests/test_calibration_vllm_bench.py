@@ -21,7 +21,8 @@ from sortedrl.sim.cluster import load_cluster, preset
 
 RECORDED = Path(__file__).parent / "fixtures" / "vllm_bench"
 PRESET = "h100-llama3.1-8b-1gpu-32seq"
-TRUE = {"t_fix": 0.012, "s1": 4e-4, "a1": 3e-7, "p1": 2e-5, "p0": 0.003}
+TRUE = {"step_fixed_s": 0.012, "step_s_per_seq": 4e-4, "kv_read_s_per_token": 3e-7, "prefill_s_per_token": 2e-5,
+        "admit_s_per_request": 0.003}
 runner = CliRunner()
 
 
@@ -85,7 +86,7 @@ def test_the_step_count_read_off_the_tokens_is_the_replays_on_synthetic_files(tm
 
 def test_one_level_recovers_the_host_work_and_the_terms(tmp_path):
     """One level's files separate the host work from the engine terms: it stretches the step
-    it runs in and delays its request by one step, neither of which ``p0`` does."""
+    it runs in and delays its request by one step, neither of which ``admit_s_per_request`` does."""
     files = [synthetic(tmp_path, f"c8-{k}.json", *lengths(k, 40), 8, host_s=0.0025) for k in range(2)]
     fit = fit_bench([read_bench(p) for p in files], preset(PRESET))
     assert fit["host_s"] == pytest.approx(0.0025, rel=1e-6)
@@ -103,7 +104,8 @@ def test_host_work_runs_ahead_of_the_engine_and_a_request_sent_at_a_step_end_mis
     2.5, host 2.5-3, steps 3-4-5. Concurrency 2, r0 (1 token), r1 (3 tokens), r2 (1 token): host
     0-0.5 (r0), 0.5-1 (r1, during step 0, which ends at 2); r2 sent at 2, when step 1 (r1) starts:
     its host work stretches step 1 to 3.5 and it joins step 2 (3.5-4.5); step 3 ends r1 at 5.5."""
-    costs = engine_costs({"t_fix": 1.0, "s1": 0.0, "a1": 0.0, "p1": 0.0, "p0": 0.0}, preset(PRESET).cost())
+    costs = engine_costs({"step_fixed_s": 1.0, "step_s_per_seq": 0.0, "kv_read_s_per_token": 0.0,
+                          "prefill_s_per_token": 0.0, "admit_s_per_request": 0.0}, preset(PRESET).cost())
     one = replay(hand([8, 8], [2, 2], 1), costs, 0.5, 32)
     assert (one.duration_s, one.steps, one.sent_s.tolist()) == (5.0, 4, [0.0, 2.5])
     assert one.step_end_s.tolist() == [1.5, 2.5, 4.0, 5.0] and one.step_features[:, -1].tolist() == [1, 0, 1, 0]
@@ -179,7 +181,7 @@ def test_two_levels_fit_and_the_profile_simulates(tmp_path):
     assert raw["engine_version"] == "0.32.0" and raw["sources"] == [str(recorded(4)), str(recorded(16))]
     assert raw["fit"]["engine"]["levels"] == [4, 16] and "one concurrency level" not in r.output
     cl = load_cluster(str(out))
-    assert cl.cost().prefill_in_step and cl.cost().t_fix == raw["costs"]["t_fix"]
+    assert cl.cost().prefill_in_step and cl.cost().step_fixed_s == raw["costs"]["step_fixed_s"]
     sim = runner.invoke(app, ["simulate", "--synthetic", "logic-8k", "--prompts", "2", "--group-size", "2",
                               "--steps", "1", "--policy", "sync", "--cluster", str(out),
                               "--out", str(tmp_path / "run"), "--json"])
@@ -188,7 +190,7 @@ def test_two_levels_fit_and_the_profile_simulates(tmp_path):
 
 
 def test_the_profile_does_not_depend_on_the_order_the_files_are_named_in(tmp_path):
-    # the fit summed the files in the order given: the reversed list moved t_fix's last digits
+    # the fit summed the files in the order given: the reversed list moved step_fixed_s's last digits
     files = [str(recorded(c)) for c in (2, 4, 8, 16)]
     for name, order in (("a.json", files), ("b.json", files[::-1]), ("c.json", files[1::2] + files[::2])):
         r = runner.invoke(app, ["calibrate", "--from-vllm-bench", *order, "--cluster", PRESET,
@@ -203,7 +205,7 @@ def test_duration_only_summaries_of_one_dataset_say_what_they_cannot_separate():
     runs = [dataclasses.replace(r, ttfts=None, itls=None) for c in LEVELS for r in level(c)]
     fit = fit_bench(runs, preset(PRESET))
     # the same 48 requests at every level: only the step count differs between the files
-    assert fit["unidentified"] == ["s1", "a1", "p1", "p0"]
+    assert fit["unidentified"] == ["step_s_per_seq", "kv_read_s_per_token", "prefill_s_per_token", "admit_s_per_request"]
     assert fit["host_s"] == 0.0 and len(fit["files"]) == 12
 
 
@@ -253,7 +255,8 @@ def test_too_few_files_without_latencies(tmp_path):
     files = [edited(tmp_path, f"s{i}.json", ttfts=None, itls=None) for i in range(2)]
     assert run_bad(tmp_path, files) == (
         f"error: {files[0]}, {files[1]}: 2 benchmark file(s) without per-request latencies (ttfts, itls) "
-        "cannot fit 5 terms (t_fix, s1, a1, p1, p0): give at least 5 files (e.g. several --max-concurrency "
+        "cannot fit 5 terms (step_fixed_s, step_s_per_seq, kv_read_s_per_token, prefill_s_per_token, "
+        "admit_s_per_request): give at least 5 files (e.g. several --max-concurrency "
         "levels) or save with --save-detailed")
 
 
@@ -403,21 +406,23 @@ def test_a_term_loose_at_the_full_batch_is_flagged_where_the_fit_extrapolates_ba
     fit on every level, which predicts each level within 1.5%, flags nothing."""
     cl = preset(PRESET)
     c2 = fit_bench(long_level(2), cl)
-    assert c2["uncertain"] == [] and list(c2["full_batch"]["uncertain"]) == ["s1"]
+    assert c2["uncertain"] == [] and list(c2["full_batch"]["uncertain"]) == ["step_s_per_seq"]
     fb = c2["full_batch"]
-    s1, err = c2["terms"]["s1"]["value"], c2["terms"]["s1"]["stderr"]
+    step_s_per_seq, err = c2["terms"]["step_s_per_seq"]["value"], c2["terms"]["step_s_per_seq"]["stderr"]
     assert fb["batch"] == cl.max_num_seqs == 32
-    assert fb["uncertain"]["s1"] == pytest.approx(100 * err * 32 / fb["step_s"], rel=1e-9)
-    assert fb["uncertain"]["s1"] > 10
+    assert fb["uncertain"]["step_s_per_seq"] == pytest.approx(100 * err * 32 / fb["step_s"], rel=1e-9)
+    assert fb["uncertain"]["step_s_per_seq"] > 10
     t = {k: v["value"] for k, v in c2["terms"].items()}
-    assert fb["step_s"] == pytest.approx(t["t_fix"] + 32 * s1 + 32 * fb["kv_tokens_per_sequence"] * t["a1"], rel=1e-9)
+    assert fb["step_s"] == pytest.approx(t["step_fixed_s"] + 32 * step_s_per_seq
+                                         + 32 * fb["kv_tokens_per_sequence"] * t["kv_read_s_per_token"], rel=1e-9)
     assert fit_bench([r for c in (2, 4, 8, 16) for r in long_level(c)], cl)["full_batch"]["uncertain"] == {}
     out = tmp_path / "p.json"
     r = runner.invoke(app, ["calibrate", "--from-vllm-bench", *(str(LONG / f"c2-r{k}.json") for k in range(REPEATS)),
                             "--cluster", PRESET, "--out", str(out)])
     assert r.exit_code == 0, r.output
     note = (f"  at the full batch (32 sequences, a {1e3 * fb['step_s']:.2f} ms decode step) one standard error of "
-            f"s1 +-{fb['uncertain']['s1']:.0f}% of the step: the files hardly vary the batch; record a "
+            f"step_s_per_seq +-{fb['uncertain']['step_s_per_seq']:.0f}% of the step: the files hardly vary the "
+            "batch; record a "
             "concurrency level near the batch you will run")
     assert note in r.output.splitlines()
     shown = runner.invoke(app, ["profile", "show", str(out)])

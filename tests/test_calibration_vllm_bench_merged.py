@@ -73,7 +73,7 @@ def test_requests_with_merged_chunks_give_only_their_end_to_end_time(tmp_path):
     assert fits[0]["host_s"] == pytest.approx(fits[1]["host_s"], rel=1e-9)
     whole = fit_bench([read_bench(LONG / "c4-r0.json")], preset(PRESET))
     assert whole["files"][0]["merged_requests"] == whole["files"][0]["merged_tokens"] == 0
-    assert whole["terms"]["s1"]["value"] != fits[0]["terms"]["s1"]["value"]  # its rows were set aside
+    assert whole["terms"]["step_s_per_seq"]["value"] != fits[0]["terms"]["step_s_per_seq"]["value"]  # its rows were set aside
 
 
 def test_the_step_count_counts_a_merged_request_whole_or_not_at_all(tmp_path):

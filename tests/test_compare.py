@@ -149,7 +149,8 @@ def test_explicit_costs_move_to_the_split_as_the_presets_do(tmp_path, policy):
     for term in ("train_fix", "train_per_token", "train_per_pair", "sync_s"):
         assert getattr(by_file, term) == pytest.approx(getattr(by_preset, term), rel=1e-12)
     assert by_file.train_per_token == pytest.approx(2 * preset(name).cost().train_per_token)
-    assert (by_file.t_fix, by_file.a0, by_file.s1) == (by_preset.t_fix, by_preset.a0, by_preset.s1)
+    assert (by_file.step_fixed_s, by_file.weight_read_s, by_file.step_s_per_seq) == (
+        by_preset.step_fixed_s, by_preset.weight_read_s, by_preset.step_s_per_seq)
     runs = {}
     for label, cluster in (("file", str(path)), ("preset", name)):
         r = runner.invoke(app, ["simulate", "--synthetic", "math-16k", "--prompts", "32", "--steps", "2",

@@ -121,7 +121,7 @@ def test_tokens_and_samples_are_conserved_with_filtering_on(case):
     steps = [i // (group * groups) for i in range(len(lengths))]
     trace = rewarded_trace(lengths, rewards, group, steps)
     base = dataclasses.replace(tiny_cluster(engines=engines + 1, max_num_seqs=cap, kv=2000,
-                                            a1=1e-3, p1=1e-2, train_per_token=1e-3),
+                                            kv_read_s_per_token=1e-3, prefill_s_per_token=1e-2, train_per_token=1e-3),
                                train_gpus=1, placement="disaggregated" if disagg else "colocated")
     policy = make_policy(name, ["filter_groups=true"], trace)
     r = simulate(trace, policy, cluster_for(policy.placements, base), audit=True)

@@ -70,8 +70,8 @@ def test_every_policy_keeps_its_invariants(case):
     name, sets, lengths, prompts, group, step_col, engines, cap, kv, disagg = case
     trace = make_trace(lengths, prompts, group_size=group, steps=step_col)
     base = dataclasses.replace(
-        tiny_cluster(engines=engines + 1, max_num_seqs=cap, kv=kv, watermark=0.0, a1=1e-3,
-                     p1=1e-2, train_per_token=1e-3),
+        tiny_cluster(engines=engines + 1, max_num_seqs=cap, kv=kv, watermark=0.0, kv_read_s_per_token=1e-3,
+                     prefill_s_per_token=1e-2, train_per_token=1e-3),
         train_gpus=1, placement="disaggregated" if disagg else "colocated")
     policy = make_policy(name, sets, trace)
     cluster = cluster_for(policy.placements, base)

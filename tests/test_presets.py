@@ -78,10 +78,10 @@ def test_moe_decode_gets_cheaper_per_token_with_batch():
     c = preset("h200-qwen3-30b-a3b").cost()
     per_token = [c.decode_step(b, 0) / b for b in (1, 8, 64, 256)]
     assert per_token == sorted(per_token, reverse=True)
-    assert c.weight_read(1) < c.weight_read(256) < c.a0 + 128 * c.expert_read * 1.0001
+    assert c.weight_read(1) < c.weight_read(256) < c.weight_read_s + 128 * c.expert_read * 1.0001
     dense = MODELS["qwen3-30b-a3b"]
     seq = 2 * dense.active_params / 989e12  # one sequence's decode FLOPs at peak: active params
-    assert (c.s1, c.c1) == (pytest.approx(0.9 * seq), pytest.approx((1 / 0.64 - 0.9) * seq))
+    assert (c.step_s_per_seq, c.compute_s_per_seq) == (pytest.approx(0.9 * seq), pytest.approx((1 / 0.64 - 0.9) * seq))
 
 
 def test_measured_decode_grows_with_batch_below_the_ridge():
@@ -89,9 +89,9 @@ def test_measured_decode_grows_with_batch_below_the_ridge():
     roof = dataclasses.replace(preset("h100-llama3.1-8b"), decode_model="roofline").cost()
     assert roof.decode_step(64, 0) == roof.decode_step(1, 0)  # the roofline is flat below the ridge
     assert meas.decode_step(64, 0) - meas.decode_step(1, 0) == pytest.approx(63 * 0.9 * 2 * 8_029_995_008 / 989e12)
-    assert meas.t_fix == pytest.approx(32 * (24e-6 + 14e-6))  # per layer: small ops and attention
-    assert meas.a0 == pytest.approx(MODELS["llama3.1-8b"].weight_bytes / (3.35e12 * 0.84))
-    assert meas.a1 == pytest.approx(131072 / (3.35e12 * 0.80))  # KV bytes a token: 32 layers x 8 heads x 128 x 2 x 2
+    assert meas.step_fixed_s == pytest.approx(32 * (24e-6 + 14e-6))  # per layer: small ops and attention
+    assert meas.weight_read_s == pytest.approx(MODELS["llama3.1-8b"].weight_bytes / (3.35e12 * 0.84))
+    assert meas.kv_read_s_per_token == pytest.approx(131072 / (3.35e12 * 0.80))  # KV bytes a token: 32 layers x 8 heads x 128 x 2 x 2
 
 
 def test_update_terms_by_hand():
@@ -199,7 +199,8 @@ def test_a_vanishing_kv_term_beside_a_compute_term_is_compute_bound_throughout()
     # tests/fixtures/cpu-profile.json) with a compute term: the step where memory would win is
     # ~1e45, and finding it stepped j by one from there forever (simulate hung; found by a fuzz
     # of profile files)
-    c = CostModel(t_fix=0.001, a0=0.0, a1=1.4e-45, c1=2.0, s1=0.0, p1=0.0, p2=0.0,
+    c = CostModel(step_fixed_s=0.001, weight_read_s=0.0, kv_read_s_per_token=1.4e-45, compute_s_per_seq=2.0,
+                  step_s_per_seq=0.0, prefill_s_per_token=0.0, prefill_s_per_pair=0.0,
                   train_per_token=0.0, train_fix=0.0, sync_s=0.0)
     for batch, kv0, steps in ((1, 0, 50), (32, 3000, 200)):
         by_step = sum(c.decode_step(batch, kv0 + j * batch) for j in range(steps))
@@ -301,8 +302,8 @@ def test_expert_parallel_all_to_all_by_hand():
     node = dataclasses.replace(base, ep=8)
     per_token = 58 * (7 / 8) * 8 * 7168 * (1 + 2) / (450e9 * 0.8) / 8
     assert node.all_to_all_per_token_s == pytest.approx(per_token, rel=1e-12)
-    assert node.cost().s1 - one.cost().s1 == pytest.approx(per_token, rel=1e-9)  # every decode step
-    assert node.cost().p1 - one.cost().p1 == pytest.approx(per_token, rel=1e-9)  # every prefilled token
+    assert node.cost().step_s_per_seq - one.cost().step_s_per_seq == pytest.approx(per_token, rel=1e-9)  # every decode step
+    assert node.cost().prefill_s_per_token - one.cost().prefill_s_per_token == pytest.approx(per_token, rel=1e-9)  # every prefilled token
     # ep 16 over two nodes of 8: 8/16 cross the network (400 Gb/s at 0.8), slower than NVLink's 7/16
     two = dataclasses.replace(base, tp=16, ep=16)
     assert two.all_to_all_per_token_s == pytest.approx(58 * (8 / 16) * 8 * 7168 * 3 / (50e9 * 0.8) / 16, rel=1e-12)

@@ -27,11 +27,11 @@ def test_a_cpu_profile_shows_its_terms_and_fit_errors():
     # columns as wide as their longest cell (the step table's range no longer widens the value
     # column by 17 characters); a fitted term at its bound 0 prints as 0 (the fit's float dust,
     # 1.401e-45 s/KV token, read as a measured value)
-    assert "  train_fix                  0.008975  s/update               measured" in lines
-    assert "  step_table       0.0009769..0.00274  s/step by batch size   measured (32 values)" in lines
-    assert ("  a1                                0  s/KV token/step        measured: at its bound 0 "
+    assert "  train_fix                      0.008975  s/update               measured" in lines
+    assert "  step_table           0.0009769..0.00274  s/step by batch size   measured (32 values)" in lines
+    assert ("  kv_read_s_per_token                   0  s/KV token/step        measured: at its bound 0 "
             "(fitted 1.401e-45)") in lines
-    assert "  p2                        1.747e-08  s/attention pair       measured" in lines
+    assert "  prefill_s_per_pair            1.747e-08  s/attention pair       measured" in lines
     assert lines[-3:] == ["engine steps (calibrate --model): MAPE 8.0% over 3304 steps, total error +0.1%",
                           "updates: MAPE 9.4% over 54 updates",
                           "weight sync: median 0.0079 s over 72 syncs, spread 0.004152 s"]
@@ -47,8 +47,8 @@ def test_a_metrics_profile_says_which_terms_are_assumed(tmp_path):
                         f"KV budget {json.loads(out.read_text())['engine_config']['kv_budget_tokens']} tokens/engine")
     # (the unit column is as wide as its longest unit, "x step while training, one engine busy")
     assert "  train_fix                      4  s/update                                metrics fit" in lines
-    t_fix = next(x for x in lines if x.startswith("  t_fix "))  # the preset's value: gpu's to change
-    assert t_fix.endswith("  s/step                                  preset (not measured)")
+    step_fixed_s = next(x for x in lines if x.startswith("  step_fixed_s "))  # the preset's value: gpu's to change
+    assert step_fixed_s.endswith("  s/step                                  preset (not measured)")
     i = lines.index("  update time = timing_s/update_actor + timing_s/old_log_prob + timing_s/ref; "
                     "tokens = perf/total_num_tokens")
     assert lines[i - 1].startswith("trainer fit (") and "8 steps): update time MAPE 0.0%" in lines[i - 1]
@@ -74,8 +74,8 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     lines = show(out)
     assert lines[1] == ("  measured on: the server of the benchmark files (shape of h100-llama3.1-8b-1gpu-32seq); "
                         f"model {json.loads(bench[0].read_text())['model_id']}; engine vllm 0.32.0")
-    assert next(x for x in lines if x.startswith("  a0 ")).endswith("set by the vllm-bench model")
-    assert next(x for x in lines if x.startswith("  t_fix ")).split()[2:4] == ["s/step", "vllm-bench"]
+    assert next(x for x in lines if x.startswith("  weight_read_s ")).endswith("set by the vllm-bench model")
+    assert next(x for x in lines if x.startswith("  step_fixed_s ")).split()[2:4] == ["s/step", "vllm-bench"]
     assert next(x for x in lines if x.startswith("  train_fix ")).endswith("metrics fit")
     i = lines.index("engine fit (vllm bench serve, 2 file(s)): duration predicted by replaying each "
                     "benchmark on the profile")
@@ -87,7 +87,7 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     assert lines[i + 4].startswith(f"  host work per request: {1e3 * host:.3f} ms (stderr ")
     # nothing poorly determined or not separable at these files' own levels, but one file a level
     # leaves the per-sequence and KV terms loose at the preset's full batch of 32
-    assert lines[i + 5].startswith("  at the full batch (32 sequences, a ") and "s1 +-" in lines[i + 5]
+    assert lines[i + 5].startswith("  at the full batch (32 sequences, a ") and "step_s_per_seq +-" in lines[i + 5]
     assert lines[i + 6] == ""
     assert any(x.startswith("trainer fit (") for x in lines)
 
@@ -124,13 +124,15 @@ def test_an_infinite_kv_budget_is_one_error_line(tmp_path):
 
 
 def test_a_term_is_at_its_bound_when_its_most_time_is_under_a_nanosecond():
-    """The CPU fit's dust (a1 4.383e-27 s/KV token, p1 1.15e-19 s/prompt token, train_per_pair
-    8.813e-26 s/pair) printed as measured values; a real term, however small, still prints."""
+    """The CPU fit's dust (kv_read_s_per_token 4.383e-27 s/KV token, prefill_s_per_token 1.15e-19
+    s/prompt token, train_per_pair 8.813e-26 s/pair) printed as measured values; a real term,
+    however small, still prints."""
     from sortedrl.calibration.show import at_bound
 
-    assert at_bound("a1", 4.383e-27) and at_bound("p1", 1.15e-19) and at_bound("train_per_pair", 8.813e-26)
-    assert at_bound("t_fix", 1e-12) and not at_bound("t_fix", 1e-6)
-    assert not at_bound("p2", 9.639e-10)  # a GPU's attention pair: 9.6 s at 1e13 pairs
-    assert not at_bound("a1", 4.891e-08) and not at_bound("a1", 0.0)
+    assert (at_bound("kv_read_s_per_token", 4.383e-27) and at_bound("prefill_s_per_token", 1.15e-19)
+            and at_bound("train_per_pair", 8.813e-26))
+    assert at_bound("step_fixed_s", 1e-12) and not at_bound("step_fixed_s", 1e-6)
+    assert not at_bound("prefill_s_per_pair", 9.639e-10)  # a GPU's attention pair: 9.6 s at 1e13 pairs
+    assert not at_bound("kv_read_s_per_token", 4.891e-08) and not at_bound("kv_read_s_per_token", 0.0)
     assert not at_bound("engine_contention", 1e-30)  # a factor has no bound 0
     assert not at_bound("step_table", [1e-30])

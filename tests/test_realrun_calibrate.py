@@ -22,7 +22,8 @@ from sortedrl.validate import run_cluster
 from tests.conftest import tiny_cluster
 
 TABLE = np.array([4.0, 4.2, 4.5, 4.7, 5.0, 5.3, 5.5, 6.0]) * 1e-3
-TRUE = {"table": TABLE.tolist(), "a1": 2e-7, "p1": 3e-6, "p2": 1e-9, "pn": 5e-4, "pr": 1e-4}
+TRUE = {"table": TABLE.tolist(), "kv_read_s_per_token": 2e-7, "prefill_s_per_token": 3e-6, "prefill_s_per_pair": 1e-9,
+        "admit_step_s": 5e-4, "admit_s_per_request": 1e-4}
 
 
 def measurements(seed: int, noise: float = 0.03, slowed: float = 0.1):
@@ -240,14 +241,14 @@ def test_contention_factors_recover_known_slowdowns_from_noisy_pairs():
 def test_validate_slows_the_engines_of_a_run_on_ray_by_the_number_busy():
     # the driver's time a step: 0.25 s with one engine busy, 0.25 s (async run) or 0.5 s (contention
     # cycles) with both; an engine beside its busy peer steps 1.5x slower, alone at its own speed
-    cluster = tiny_cluster(engines=1, step_table=(1.0, 2.0), a1=0.5, sync_s=5.0, engine_contention=2.0)
+    cluster = tiny_cluster(engines=1, step_table=(1.0, 2.0), kv_read_s_per_token=0.5, sync_s=5.0, engine_contention=2.0)
     meta = {"engines": 2, "placement": "disaggregated", "run": {"max_num_seqs": 16, "engines": 2}}
     terms = {"ray_round_s": 0.25, "ray_sync_s": 0.5, "ray_step_factor": 1.5}
     c = run_cluster(cluster, meta, terms).costs
     assert host_costs(c, 2, 2, training=False).step_table == (1.75, 3.25)
-    assert host_costs(c, 2, 2, training=False).a1 == 0.75 and c.train_fix == cluster.costs.train_fix
+    assert host_costs(c, 2, 2, training=False).kv_read_s_per_token == 0.75 and c.train_fix == cluster.costs.train_fix
     assert host_costs(c, 1, 2, training=False).step_table == (1.25, 2.25)
-    assert host_costs(c, 1, 2, training=False).a1 == 0.5
+    assert host_costs(c, 1, 2, training=False).kv_read_s_per_token == 0.5
     assert host_costs(c, 2, 2, training=True).step_table == (3.5, 6.5)  # x engine_contention
     c = run_cluster(cluster, meta, {**terms, "step_overhead_s": 0.5, "step_overhead_one_s": 0.25}).costs
     assert host_costs(c, 2, 2, training=False).step_table == (2.0, 3.5)

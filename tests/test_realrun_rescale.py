@@ -43,7 +43,7 @@ def test_every_cost_term_has_a_rescale_rule():
 
 def test_rescaled_scales_each_kind_of_term_by_its_factor():
     prof = runnable()
-    prof["costs"].update(engine_contention=2.0, train_contention=1.3, train_per_pair=4e-9, t_fix=0.001,
+    prof["costs"].update(engine_contention=2.0, train_contention=1.3, train_per_pair=4e-9, step_fixed_s=0.001,
                          offload_s=0.5, step_overhead_s=0.003)
     prof["fit"]["runner"].update(ray_round_s=0.002, ray_sync_s=0.04)
     prof["fit"]["shared_host"] = {"step_overhead_s": 0.001, "ray_step_factor": 1.1}
@@ -53,17 +53,19 @@ def test_rescaled_scales_each_kind_of_term_by_its_factor():
     # the engine part of each step x1.25, the runner's host step as it was
     assert c["step_table"] == [x + 0.25 * e for x, e in zip(old["step_table"], fit["steps"]["table"], strict=True)]
     assert c["step_table"][0] == pytest.approx(1.25 * fit["steps"]["table"][0] + host_step, rel=1e-12)
-    assert c["p0"] == old["p0"] + 0.25 * fit["steps"]["pr"]  # the engine's part of an admission
-    for k in ("a1", "p1", "p2", "pn", "t_fix"):
+    # the engine's part of an admission
+    assert c["admit_s_per_request"] == old["admit_s_per_request"] + 0.25 * fit["steps"]["admit_s_per_request"]
+    for k in ("kv_read_s_per_token", "prefill_s_per_token", "prefill_s_per_pair", "admit_step_s", "step_fixed_s"):
         assert c[k] == old[k] * 1.25
     assert (c["train_fix"], c["train_per_token"], c["train_per_pair"], c["offload_s"]) == (
         old["train_fix"] * 0.5, old["train_per_token"] * 0.5, 4e-9 * 0.5, 0.25)
     assert c["sync_s"] == old["sync_s"] * 2.0
-    assert (c["f0"], c["step_overhead_s"]) == (old["f0"], 0.003)  # Python work is not rescaled
+    assert (c["policy_event_s"], c["step_overhead_s"]) == (old["policy_event_s"], 0.003)  # Python work is not rescaled
     assert (c["engine_contention"], c["train_contention"], c["prefill_in_step"]) == (2.0, 1.3, True)
     steps = new["fit"]["steps"]
     assert steps["table"] == [x * 1.25 for x in fit["steps"]["table"]]
-    assert steps["pr"] == fit["steps"]["pr"] * 1.25 and steps["mape"] == fit["steps"]["mape"]
+    assert steps["admit_s_per_request"] == fit["steps"]["admit_s_per_request"] * 1.25
+    assert steps["mape"] == fit["steps"]["mape"]
     assert (new["fit"]["runner"]["ray_round_s"], new["fit"]["runner"]["ray_sync_s"]) == (0.002, 0.04 * 2.0)
     assert new["fit"]["shared_host"] == {"step_overhead_s": 0.001, "ray_step_factor": 1.1}
     assert new["rescaled"]["from"] == "a.json" and new["rescaled"]["earlier"] is None
@@ -79,7 +81,7 @@ def test_the_factors_divide_this_runs_ratios_by_the_calibrations():
     update of sequences 10 and 30 tokens long, and three syncs."""
     prof = runnable()
     st, costs = prof["fit"]["steps"], prof["costs"]
-    pred = [st["table"][0] + st["a1"] * 100, st["table"][1] + st["a1"] * 300]
+    pred = [st["table"][0] + st["kv_read_s_per_token"] * 100, st["table"][1] + st["kv_read_s_per_token"] * 300]
     steps = [(1, 0, 0, 0, 100, 2 * pred[0]), (2, 0, 0, 0, 300, 1.0 * pred[1])]
     update = costs["train_fix"] + costs["train_per_token"] * 60  # padded: 2 x 30 tokens
     syncs = [costs["sync_s"] * 0.5, costs["sync_s"] * 0.7, costs["sync_s"] * 0.9]
@@ -105,7 +107,7 @@ def test_the_calibration_records_the_median_ratios_of_its_sync_runs():
 
     prof = runnable()
     st, costs = prof["fit"]["steps"], prof["costs"]
-    one = st["table"][0] + st["a1"] * 100
+    one = st["table"][0] + st["kv_read_s_per_token"] * 100
     update = costs["train_fix"] + costs["train_per_token"] * 60
     runs = [([(1, 0, 0, 0, 100, k * one)], [([10, 30], k * update)], [k * costs["sync_s"]]) for k in (1.0, 1.5, 4.0)]
     assert sync_ratios(prof, runs) == pytest.approx({"steps": 1.5, "updates": 1.5, "syncs": 1.5}, rel=1e-12)
@@ -141,8 +143,9 @@ def test_a_profile_not_from_calibrate_model_cannot_be_rescaled(tmp_path, tiny_mo
     assert rescale(old) == (f"error: {src}: field 'fit.runner': missing or without task, max_tokens, prompts, "
                             "group_size (only a profile from `sortedrl calibrate --model` can be rescaled)")
     no_steps = runnable()
-    del no_steps["fit"]["steps"]["pr"]
-    assert rescale(no_steps).startswith(f"error: {src}: field 'fit.steps': expected the step fit's table and a1")
+    del no_steps["fit"]["steps"]["admit_s_per_request"]
+    assert rescale(no_steps).startswith(f"error: {src}: field 'fit.steps': expected the step fit's table and "
+                                        "kv_read_s_per_token")
     no_config = runnable()
     del no_config["engine_config"]
     assert rescale(no_config) == f"error: {src}: field 'engine_config': missing (not a profile from sortedrl calibrate?)"

@@ -2,8 +2,8 @@
 
 The engine state between two changes is a closed form; an action at an arbitrary time has to
 invert it (tokens completed so far) and let the step in flight finish for everyone else. These
-cases are small enough to compute by hand: every decode step costs t_fix + a0 = 2 s, and a
-prefill of T tokens costs t_fix + max(a0, 0.5 s x T).
+cases are small enough to compute by hand: every decode step costs step_fixed_s + weight_read_s = 2 s, and a
+prefill of T tokens costs step_fixed_s + max(weight_read_s, 0.5 s x T).
 
 Run: pytest tests/test_sim_actions.py
 """
@@ -56,7 +56,7 @@ def test_abort_mid_step_keeps_completed_tokens_and_resumes_elsewhere():
     # At 6 s1 is mid-step with 2 tokens; it is paused and resumed on engine 0: prefill of
     # 4 + 2 tokens = 1 + 3 = 4 s (6-10), its 3rd token; 17 more steps -> finishes at 44.
     trace = make_trace([3, 20], prompt_lens=[1, 4])
-    cluster = tiny_cluster(engines=2, max_num_seqs=1, p1=0.5)
+    cluster = tiny_cluster(engines=2, max_num_seqs=1, prefill_s_per_token=0.5)
     policy = Scripted([Admit((0,), 0), Admit((1,), 1)],
                       {0: [Abort((1,), keep_tokens=True), Admit((1,), 0)]}, run_context(trace))
     r = simulate(trace, policy, cluster, audit=True)
@@ -73,7 +73,7 @@ def test_abort_mid_step_keeps_completed_tokens_and_resumes_elsewhere():
 
 def test_abort_without_keeping_tokens_wastes_them():
     trace = make_trace([3, 20], prompt_lens=[1, 4])
-    cluster = tiny_cluster(engines=2, max_num_seqs=1, p1=0.5)
+    cluster = tiny_cluster(engines=2, max_num_seqs=1, prefill_s_per_token=0.5)
     policy = Scripted([Admit((0,), 0), Admit((1,), 1)],
                       {0: [Abort((1,), keep_tokens=False), Admit((1,), 0)]}, run_context(trace))
     r = simulate(trace, policy, cluster, audit=True, regen="same")  # the recorded length again
@@ -90,7 +90,7 @@ def test_admit_mid_step_joins_at_the_next_step_boundary():
     # At 5 sC (prompt 1, 2 tokens) is queued on engine 0, mid-step 4-6: it is prefilled 6-8
     # (sA stalls), then the step 8-10 finishes it; sA needs 7 more steps after 6: ends at 22.
     trace = make_trace([10, 2, 2], prompt_lens=[1, 4, 1])
-    cluster = tiny_cluster(engines=2, max_num_seqs=2, p1=0.5)
+    cluster = tiny_cluster(engines=2, max_num_seqs=2, prefill_s_per_token=0.5)
     policy = Scripted([Admit((0,), 0), Admit((1,), 1)], {1: [Admit((2,), 0)]}, run_context(trace))
     r = simulate(trace, policy, cluster, audit=True)
     assert spans_of(r) == [
@@ -136,9 +136,10 @@ class Chaos(Policy):
 @given(st.lists(st.integers(1, 60), min_size=1, max_size=14), st.integers(1, 3),
        st.integers(1, 4), st.integers(0, 10_000), st.sampled_from([0.0, 0.01]),
        st.sampled_from([0, 5, 12]))
-def test_random_mid_step_actions_keep_every_invariant(lengths, engines, cap, seed, a1, chunk):
+def test_random_mid_step_actions_keep_every_invariant(lengths, engines, cap, seed, kv_read_s_per_token, chunk):
     trace = make_trace(lengths, prompt_lens=[1 + (i * 7) % 9 for i in range(len(lengths))])
-    cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=200, p1=0.37, a1=a1)
+    cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=200, prefill_s_per_token=0.37,
+                           kv_read_s_per_token=kv_read_s_per_token)
     cluster = dataclasses.replace(cluster, chunked_prefill=chunk > 0,
                                   max_num_batched_tokens=chunk or 8192)  # 0: prefill stalls
     r = simulate(trace, Chaos(seed, run_context(trace)), cluster, audit=True)

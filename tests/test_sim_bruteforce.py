@@ -155,12 +155,12 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held, keep=Non
             left, t0 = tokens, t
             for _ in range(steps):  # mixed steps: the running batch decodes beside a chunk
                 part = min(left, chunk - b0)
-                t += cost.decode_step(b0, kv) + cost.p1 * part
+                t += cost.decode_step(b0, kv) + cost.prefill_s_per_token * part
                 left -= part
                 for r in running:
                     r[1] += 1
                 kv += b0
-            t += cost.pn + cost.p0 * len(admitted) + cost.p2 * pairs
+            t += cost.admit_step_s + cost.admit_s_per_request * len(admitted) + cost.prefill_s_per_pair * pairs
             for i in admitted:
                 running.append([i, gen0[i] + 1, t0, gen0[i]])
             kv = need_kv + b0 * steps
@@ -227,14 +227,14 @@ def cases(draw):
     kv = draw(st.integers(max(prompts) + max(lengths) + 3, 200))
     wm = draw(st.sampled_from([0.0, 0.05]))
     costs = dict(
-        t_fix=draw(st.sampled_from([0.0, 0.01, 1.0])),
-        a0=draw(st.sampled_from([0.5, 1.0, 0.013])),
-        a1=draw(st.sampled_from([0.0, 0.001, 0.25])),
-        c1=draw(st.sampled_from([0.0, 0.3, 1.7])),
-        p1=draw(st.sampled_from([0.0, 0.01])),
-        p2=draw(st.sampled_from([0.0, 0.0001])),
+        step_fixed_s=draw(st.sampled_from([0.0, 0.01, 1.0])),
+        weight_read_s=draw(st.sampled_from([0.5, 1.0, 0.013])),
+        kv_read_s_per_token=draw(st.sampled_from([0.0, 0.001, 0.25])),
+        compute_s_per_seq=draw(st.sampled_from([0.0, 0.3, 1.7])),
+        prefill_s_per_token=draw(st.sampled_from([0.0, 0.01])),
+        prefill_s_per_pair=draw(st.sampled_from([0.0, 0.0001])),
         train_per_token=0.001,
-        s1=draw(st.sampled_from([0.0, 0.02])),
+        step_s_per_seq=draw(st.sampled_from([0.0, 0.02])),
         prefill_in_step=draw(st.booleans()),
     )
     batch = draw(st.integers(1, max(1, n // group)))

@@ -28,7 +28,7 @@ def one_step_off(lengths, placement="disaggregated", **cost_kw):
 
 
 def test_engines_and_trainer_slow_each_other_while_both_compute():
-    # step = prefill = t_fix + a0 = 2 s, update 10 s, sync 5 s. One sample a step: 3, then 9 tokens.
+    # step = prefill = step_fixed_s + weight_read_s = 2 s, update 10 s, sync 5 s. One sample a step: 3, then 9 tokens.
     # Batch 0: prefill 0-2, 2 steps -> 6. At 6 one_step_off admits batch 1 (its prefill 6-8 is
     # planned at full speed) and trains batch 0 beside it: 10 s x 1.5 = 15 -> 21. From 8 the
     # engine steps at 2 x 2 = 4 s: 8-12, 12-16, 16-20, 20-24 (the step in flight when the update
@@ -52,7 +52,8 @@ def test_colocated_engines_never_compute_beside_the_trainer():
 
 
 def test_a_slowed_engine_scales_every_engine_term():
-    c = costs(a1=0.5, c1=0.25, p1=0.1, p2=0.01, s1=0.2, p0=0.3, pn=0.4, step_table=(1.0, 3.0))
+    c = costs(kv_read_s_per_token=0.5, compute_s_per_seq=0.25, prefill_s_per_token=0.1, prefill_s_per_pair=0.01,
+              step_s_per_seq=0.2, admit_s_per_request=0.3, admit_step_s=0.4, step_table=(1.0, 3.0))
     s = slowed(c, 2.0)
     assert s.decode_step(2, 10) == 2 * c.decode_step(2, 10)
     assert s.decode_time(5, 2, 10) == pytest.approx(2 * c.decode_time(5, 2, 10))
@@ -63,8 +64,9 @@ def test_a_slowed_engine_scales_every_engine_term():
 def test_a_profile_rejects_a_contention_below_one():
     raw = {"sortedrl_profile": 1, "device": "cpu", "model": "m", "engine": "vllm-cpu",
            "engine_version": "0", "engine_config": {"max_num_seqs": 4, "kv_budget_tokens": 100},
-           "costs": {**{k: 0.0 for k in ("a0", "a1", "c1", "p1", "p2", "train_per_token", "sync_s")},
-                     "t_fix": 0.01, "train_fix": 1.0, "engine_contention": 0.8}}
+           "costs": {**{k: 0.0 for k in ("weight_read_s", "kv_read_s_per_token", "compute_s_per_seq",
+                                         "prefill_s_per_token", "prefill_s_per_pair", "train_per_token", "sync_s")},
+                     "step_fixed_s": 0.01, "train_fix": 1.0, "engine_contention": 0.8}}
     with pytest.raises(ConfigError, match=r"p\.json: field 'costs.engine_contention': expected a factor >= 1"):
         profile_cluster(raw, "p.json", "p")
     raw["costs"]["engine_contention"] = 1.7
@@ -116,7 +118,7 @@ HOST_TERMS = dict(peer_step_factor=1.5, step_overhead_s=0.5, step_overhead_one_s
 @pytest.mark.parametrize("policy", ["sortedrl", "async", "one_step_off", "partial", "sync"])
 def test_engines_recosted_by_busy_count_keep_their_bookkeeping(policy):
     # Whole-second steps make changes of different engines land on the same instant, and a
-    # policy event's host time (f0) moves an engine's base past its change: the re-costing must
+    # policy event's host time (policy_event_s) moves an engine's base past its change: the re-costing must
     # wait for every change due by then (it once re-costed past a tied engine's pending change).
     import numpy as np
 
@@ -125,7 +127,7 @@ def test_engines_recosted_by_busy_count_keep_their_bookkeeping(policy):
         rng = np.random.default_rng(seed)
         n, engines = 24, 2 + seed % 2
         trace = make_trace(rng.integers(1, 12, n), group_size=4, steps=np.repeat(np.arange(3), 8))
-        cluster = tiny_cluster(engines=engines, max_num_seqs=3, f0=0.5 * (seed % 3 != 0), **HOST_TERMS)
+        cluster = tiny_cluster(engines=engines, max_num_seqs=3, policy_event_s=0.5 * (seed % 3 != 0), **HOST_TERMS)
         if disagg:
             cluster = dataclasses.replace(cluster, gpus=engines + 1, placement="disaggregated", train_gpus=1)
         r = simulate(trace, make_policy(policy, [], trace), cluster, audit=True)

@@ -19,7 +19,8 @@ def run(trace, cluster, sets=()):
 
 
 def test_two_samples_one_engine_exact_makespan():
-    # step cost = t_fix + a0 = 2 s, prefill = t_fix + a0 = 2 s, train = 10 s, sync = 5 s.
+    # step cost = step_fixed_s + weight_read_s = 2 s, prefill = step_fixed_s + weight_read_s = 2 s,
+    # train = 10 s, sync = 5 s.
     # Both admitted together: one prefill (2 s) gives each its first token; the 3-token sample
     # needs 2 more decode steps (4 s), the 5-token one 4 more (8 s).
     r = run(make_trace([3, 5]), tiny_cluster())
@@ -37,18 +38,18 @@ def test_two_samples_one_engine_exact_makespan():
 
 
 def test_kv_memory_term_grows_with_context():
-    # a1 = 0.5 s per KV token: one sample, prompt 2, 3 tokens.
-    # prefill 2 s (t_fix + a0); after it kv = 3; steps read kv 3 then 4: 1+1+1.5, 1+1+2.
+    # kv_read_s_per_token = 0.5 s per KV token: one sample, prompt 2, 3 tokens.
+    # prefill 2 s (step_fixed_s + weight_read_s); after it kv = 3; steps read kv 3 then 4: 1+1+1.5, 1+1+2.
     tr = make_trace([3], prompt_lens=[2])
-    r = run(tr, tiny_cluster(a1=0.5))
+    r = run(tr, tiny_cluster(kv_read_s_per_token=0.5))
     (span,) = r.timeline.spans
     assert span[1] == 2.0 + 3.5 + 4.0
 
 
 def test_compute_bound_branch():
-    # c1 = 3 s per sequence: with 2 sequences compute (6 s) beats memory (1 s).
-    r = run(make_trace([2, 2]), tiny_cluster(c1=3.0))
-    # prefill max(a0, 0) + t_fix = 2 s; one decode step = 1 + max(1, 6) = 7 s
+    # compute_s_per_seq = 3 s per sequence: with 2 sequences compute (6 s) beats memory (1 s).
+    r = run(make_trace([2, 2]), tiny_cluster(compute_s_per_seq=3.0))
+    # prefill max(weight_read_s, 0) + step_fixed_s = 2 s; one decode step = 1 + max(1, 6) = 7 s
     assert [s[1] for s in r.timeline.spans] == [9.0, 9.0]
 
 
@@ -81,14 +82,14 @@ def test_minibatches_make_later_updates_stale():
 
 
 def test_lower_bound_charges_a_cached_group_prompt_once():
-    # Two groups of 4 with 100-token prompts; prefill costs p1 = 0.01 s a token and nothing
+    # Two groups of 4 with 100-token prompts; prefill costs prefill_s_per_token = 0.01 s a token and nothing
     # else, one engine. Without prefix caching the bound's prefill is 8 x 100 tokens (8 s);
     # with it each group's prompt once plus the last prompt token of each other member:
     # 2 x 100 + 6 = 206 tokens (2.06 s). Decode: 7 tokens at batch 4 (2 s a step, peak 2 tok/s
     # a slot... 4 / 2 = 2 tok/s): (8 x 3 - 8) / 2 = 8 s; chain 2 x 2 = 4 s; train 10 s.
     from sortedrl.sim.run import lower_bound, prefill_tokens_floor
     trace = make_trace([3] * 8, prompt_lens=[100] * 8, group_size=4)
-    cached = dataclasses.replace(tiny_cluster(p1=0.01), prefix_caching=True)
+    cached = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.01), prefix_caching=True)
     plain = dataclasses.replace(cached, prefix_caching=False)
     assert prefill_tokens_floor(trace, True) == 206
     assert prefill_tokens_floor(trace, False) == 800

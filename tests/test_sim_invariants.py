@@ -32,18 +32,19 @@ def runs(draw):
     kv = draw(st.integers(max(prompts) + max(lengths) + 3, 3000))
     batch = draw(st.integers(1, groups))
     minibatches = draw(st.integers(1, 3))
-    a1 = draw(st.sampled_from([0.0, 1e-4, 1e-2]))
-    c1 = draw(st.sampled_from([0.0, 0.05]))
-    return lengths, prompts, group, engines, cap, kv, batch, minibatches, a1, c1
+    kv_read_s_per_token = draw(st.sampled_from([0.0, 1e-4, 1e-2]))
+    compute_s_per_seq = draw(st.sampled_from([0.0, 0.05]))
+    return lengths, prompts, group, engines, cap, kv, batch, minibatches, kv_read_s_per_token, compute_s_per_seq
 
 
 @settings(max_examples=120, deadline=None)
 @given(runs())
 def test_run_invariants(case):
-    lengths, prompts, group, engines, cap, kv, batch, minibatches, a1, c1 = case
+    lengths, prompts, group, engines, cap, kv, batch, minibatches, kv_read_s_per_token, compute_s_per_seq = case
     trace = make_trace(lengths, prompts, group_size=group, max_len=max(lengths))
-    cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=kv, watermark=0.01, a1=a1,
-                           c1=c1, p1=1e-3, train_per_token=1e-4)
+    cluster = tiny_cluster(engines=engines, max_num_seqs=cap, kv=kv, watermark=0.01,
+                           kv_read_s_per_token=kv_read_s_per_token, compute_s_per_seq=compute_s_per_seq,
+                           prefill_s_per_token=1e-3, train_per_token=1e-4)
     assume(max(prompts) + max(lengths) + 1 <= cluster.kv_admit_budget)  # (the watermark's 1%)
     policy = make_policy("sync", [f"rollout_batch={batch}", f"minibatches={minibatches}"],
                          trace)

@@ -1,7 +1,7 @@
 """Chunked prefill inside decode steps, hand-computed (vLLM V1's ``max_num_batched_tokens``).
 
-Costs are round numbers: a decode step (or a mixed step) costs ``t_fix + a0 = 2 s`` plus
-``p1 = 0.01 s`` per prompt token it carries.
+Costs are round numbers: a decode step (or a mixed step) costs ``step_fixed_s + weight_read_s = 2 s`` plus
+``prefill_s_per_token = 0.01 s`` per prompt token it carries.
 
 Run: pytest tests/test_sim_prefill.py
 """
@@ -33,7 +33,7 @@ def test_running_samples_decode_beside_a_chunked_prefill():
     # 11 prompt tokens per step (budget 12 - 1 running) -> 3 mixed steps of 2 s + 0.30 s of
     # prefill compute, ending at 10.34, during which A decodes 3 tokens (it is not stalled).
     trace = make_trace([10, 2, 3], prompt_lens=[2, 2, 30])
-    cluster = chunked(tiny_cluster(max_num_seqs=2, p1=0.01), budget=12)
+    cluster = chunked(tiny_cluster(max_num_seqs=2, prefill_s_per_token=0.01), budget=12)
     r = simulate(trace, make_policy("sync", ["rollout_batch=3"], trace), cluster, audit=True)
     # A: 1 token at 2.04, 2 at 4.04, 5 at 10.34, then 5 steps -> 20.34
     # C: first token at 10.34, 2 more steps -> 14.34
@@ -44,7 +44,7 @@ def test_running_samples_decode_beside_a_chunked_prefill():
     # the same run with the engine-wide stall: A waits through C's prefill (2 + 0.3 s) and
     # finishes later
     stall = simulate(trace, make_policy("sync", ["rollout_batch=3"], trace),
-                     tiny_cluster(max_num_seqs=2, p1=0.01), audit=True)
+                     tiny_cluster(max_num_seqs=2, prefill_s_per_token=0.01), audit=True)
     assert spans(stall)[0][2] > 20.34
 
 
@@ -52,7 +52,7 @@ def test_an_admission_waits_when_its_chunks_would_outlast_the_next_finish():
     # at 4.04 B has finished and A has 2 of its 3 tokens: C's 30 prompt tokens at 11 per step
     # need 3 mixed steps, more than A's 1 step left, so C waits for A's finish
     trace = make_trace([3, 2, 3], prompt_lens=[2, 2, 30])
-    cluster = chunked(tiny_cluster(max_num_seqs=2, p1=0.01), budget=12)
+    cluster = chunked(tiny_cluster(max_num_seqs=2, prefill_s_per_token=0.01), budget=12)
     r = simulate(trace, make_policy("sync", ["rollout_batch=3"], trace), cluster, audit=True)
     # A: 1 token at 2.04, 3 at 6.04 (finish). C admitted at 6.04 alone: ceil(30/12) = 3 steps of
     # 2 s + 0.3 s -> first token at 12.34, 2 more steps -> 16.34
@@ -79,7 +79,7 @@ def test_a_group_prompt_is_prefilled_and_held_once():
     # Unshared, a second 10-token prompt does not fit beside the first (11 + 10 + 1 + 2 > 20):
     # the three run one after another, each 2 s of prefill + 2 steps: 6, 12, 18.
     trace = make_trace([3, 3, 3], prompt_lens=[10, 10, 10], group_size=3)
-    base = tiny_cluster(max_num_seqs=4, kv=20, p1=0.1)
+    base = tiny_cluster(max_num_seqs=4, kv=20, prefill_s_per_token=0.1)
     sync = make_policy("sync", [], trace)
     shared = simulate(trace, sync, base, audit=True)
     assert spans(shared) == [(0, 0.0, 6.2, 3, "finish"), (1, 0.0, 6.2, 3, "finish"),

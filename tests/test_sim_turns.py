@@ -1,7 +1,8 @@
 """Multi-turn trajectories in the simulator, against cases computed by hand.
 
-Costs (tests/conftest.py): a decode step is t_fix + a0 = 2 s; with p1 = 0.5 s/token a prefill of
-T tokens is t_fix + max(a0, 0.5 T) = 1 + max(1, T/2) s; an update 10 s; a sync 5 s.
+Costs (tests/conftest.py): a decode step is step_fixed_s + weight_read_s = 2 s; with
+prefill_s_per_token = 0.5 s/token a prefill of T tokens is step_fixed_s + max(weight_read_s, 0.5 T)
+= 1 + max(1, T/2) s; an update 10 s; a sync 5 s.
 
 Run: pytest tests/test_sim_turns.py
 """
@@ -29,7 +30,7 @@ TWO_TURNS = [[(2, 5.0, 4), (3, 0.0, 0)]] * 2
 
 def run(pool, **kw):
     trace = make_turn_trace(TWO_TURNS, prompt_lens=[2, 2])
-    cluster = dataclasses.replace(tiny_cluster(p1=0.5), tool_pool=pool, **kw)
+    cluster = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5), tool_pool=pool, **kw)
     return simulate(trace, make_policy("sync", [], trace), cluster, audit=True)
 
 
@@ -121,7 +122,7 @@ def test_a_held_slot_keeps_its_kv_out_of_the_budget():
     # the head of the queue until sample 1 finishes at 17, then prefills its 4 tool tokens only,
     # 17-20, 2 steps to 24; update to 34, sync to 39 (41 s when the context was evicted).
     trace = make_turn_trace(TWO_TURNS[:1] + [[(8, 0.0, 0)]], prompt_lens=[2, 2])
-    tight = dataclasses.replace(tiny_cluster(p1=0.5, kv=12), tool_pool=1, tool_holds_slot=True)
+    tight = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5, kv=12), tool_pool=1, tool_holds_slot=True)
     r = simulate(trace, make_policy("sync", [], trace), tight, audit=True)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 17.0, 24.0, 3, "finish"),
                         (1, 0.0, 17.0, 8, "finish")]
@@ -140,7 +141,7 @@ def test_a_held_slot_holds_its_groups_shared_prompt_once():
     # for the held slot left a budget of 14: sample 1 was preempted at 12.5 and recomputed.)
     trace = make_turn_trace([[(2, 5.0, 0), (2, 0.0, 0)], [(8, 0.0, 0)]], prompt_lens=[10, 10],
                             group_size=2)
-    cluster = dataclasses.replace(tiny_cluster(p1=0.5, kv=26), tool_pool=1, tool_holds_slot=True)
+    cluster = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5, kv=26), tool_pool=1, tool_holds_slot=True)
     r = simulate(trace, make_policy("sync", [], trace), cluster, audit=True)
     assert spans(r) == [(0, 0.0, 8.5, 2, "tool"), (0, 14.5, 18.5, 2, "finish"),
                         (1, 0.0, 22.5, 8, "finish")]
@@ -157,7 +158,7 @@ def test_kv_budget_evicts_the_cached_context():
     # at 17. Sample 0 then prefills its whole context: 2 + 2 generated + 4 tool tokens = 8,
     # 1 + 4 = 5 s to 22; 2 steps to 26; update to 36, sync to 41. 2 tokens recomputed.
     trace = make_turn_trace(TWO_TURNS[:1] + [[(8, 0.0, 0)]], prompt_lens=[2, 2])
-    tight = dataclasses.replace(tiny_cluster(p1=0.5, kv=12), tool_pool=1)
+    tight = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5, kv=12), tool_pool=1)
     r = simulate(trace, make_policy("sync", [], trace), tight, audit=True)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 17.0, 26.0, 3, "finish"),
                         (1, 0.0, 17.0, 8, "finish")]
@@ -174,7 +175,7 @@ def test_a_tool_pool_of_zero_is_a_one_line_error():
 
 
 def test_staleness_is_counted_per_token_across_turns():
-    # async (eta 1, one sample per update) on a disaggregated cluster, p1 = 0: a prefill is 2 s.
+    # async (eta 1, one sample per update) on a disaggregated cluster, prefill_s_per_token = 0: a prefill is 2 s.
     # Sample 0 (3 tokens) finishes at 6 and is trained 6-16 (v0 -> v1), synced 16-21. Sample 1
     # ends its 4-token turn 0 at 8 and is away on a 40 s tool call until 48; the sync emptied
     # the prefix cache, so it prefills its whole context (2 + 4 + 2 tokens) 48-50 and makes its
@@ -195,7 +196,7 @@ def test_staleness_is_counted_per_token_across_turns():
 
 @pytest.mark.parametrize("tool_s, makespan", [(40.0, 71.0), (5.0, 48.0)])
 def test_partial_rollout_interrupts_at_a_turn_boundary(tool_s, makespan):
-    # partial (N = 1 group, 2 in flight), one engine, p1 = 0. Sample 1 ends its 2-token turn 0 at
+    # partial (N = 1 group, 2 in flight), one engine, prefill_s_per_token = 0. Sample 1 ends its 2-token turn 0 at
     # 4 and leaves for its tool call; sample 0 finishes at 6, so the step harvests: sample 1,
     # away on its tool, pauses at the turn boundary (keeping its 2 tokens and its tool call).
     # Update 6-16, sync 16-21; the next step resumes it at 21. With a 40 s tool it waits away
@@ -263,7 +264,7 @@ def test_a_tool_call_of_zero_seconds_never_returns_before_now():
          [(1, 0.0, 13), (10, 5.0, 20), (8, 5.0, 17)], [(30, 0.0, 10), (10, 0.0, 19), (1, 0.0, 10)]],
         prompt_lens=[12, 12, 14, 14], group_size=2, max_len=240)
     base = dataclasses.replace(
-        tiny_cluster(engines=4, max_num_seqs=5, kv=625, a1=0.001, train_per_token=0.001,
+        tiny_cluster(engines=4, max_num_seqs=5, kv=625, kv_read_s_per_token=0.001, train_per_token=0.001,
                      sync_s=0.3, prefill_in_step=True, train_fix=0.5, engine_contention=1.5,
                      train_contention=2.0),
         train_gpus=1, placement="disaggregated", chunked_prefill=True, prefix_caching=False,

@@ -243,12 +243,12 @@ def cases(draw):
     longest = max(prompts) + max(sum(g for g, _, _ in row) + sum(k for _, _, k in row[:-1])
                                  for row in turns)
     costs = dict(
-        t_fix=draw(st.sampled_from([0.01, 1.0])),
-        a0=draw(st.sampled_from([0.5, 1.0, 0.013])),
-        a1=draw(st.sampled_from([0.0, 0.001, 0.25])),
-        c1=draw(st.sampled_from([0.0, 0.3])),
-        p1=draw(st.sampled_from([0.0, 0.01, 0.2])),
-        p2=draw(st.sampled_from([0.0, 0.0001])),
+        step_fixed_s=draw(st.sampled_from([0.01, 1.0])),
+        weight_read_s=draw(st.sampled_from([0.5, 1.0, 0.013])),
+        kv_read_s_per_token=draw(st.sampled_from([0.0, 0.001, 0.25])),
+        compute_s_per_seq=draw(st.sampled_from([0.0, 0.3])),
+        prefill_s_per_token=draw(st.sampled_from([0.0, 0.01, 0.2])),
+        prefill_s_per_pair=draw(st.sampled_from([0.0, 0.0001])),
         train_per_token=0.001,
         prefill_in_step=draw(st.booleans()),
     )
@@ -292,11 +292,11 @@ def test_event_jump_matches_brute_force_with_turns(case):
 def test_the_reference_is_itself_sane():
     # the hand-computed case of tests/test_sim_turns.py: two trajectories, pool of 2, 34 s
     turns = [[(2, 5.0, 4), (3, 0.0, 0)]] * 2
-    cluster = dataclasses.replace(tiny_cluster(p1=0.5), tool_pool=2)
+    cluster = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5), tool_pool=2)
     spans, tools, prefills, end = brute_sync_turns(turns, [2, 2], cluster, 1, 2)
     assert end == 34.0
     assert sorted(tools) == [(5.0, 5.0, 10.0, 0, 0, 0, 0, 4), (5.0, 5.0, 10.0, 0, 1, 0, 0, 4)]
     assert prefills == [(0.0, 0, (0, 1), 4, 0), (10.0, 0, (0, 1), 8, 0)]
     # a held slot (max_num_seqs 1): the second trajectory waits for the first one's (47 s)
-    held = dataclasses.replace(tiny_cluster(p1=0.5, max_num_seqs=1), tool_holds_slot=True)
+    held = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5, max_num_seqs=1), tool_holds_slot=True)
     assert brute_sync_turns(turns, [2, 2], held, 1, 2)[3] == 47.0

@@ -46,7 +46,7 @@ def cases(draw):
                                  for row in turns)
     cluster = dataclasses.replace(
         tiny_cluster(engines=draw(st.integers(1, 3)) + 1, max_num_seqs=draw(st.integers(1, 8)),
-                     kv=draw(st.integers(longest + 3, longest + 400)), a1=1e-3, p1=1e-2,
+                     kv=draw(st.integers(longest + 3, longest + 400)), kv_read_s_per_token=1e-3, prefill_s_per_token=1e-2,
                      train_per_token=1e-3),
         train_gpus=1, placement=draw(st.sampled_from(["colocated", "disaggregated"])),
         tool_pool=draw(st.sampled_from([1, 2, 4, 64])), prefix_caching=draw(st.booleans()),
@@ -112,7 +112,7 @@ def test_a_freed_slot_is_filled_during_a_tool_call_and_a_held_one_is_not(holds, 
     # the bound above is no tautology: one slot, two trajectories; with the slot freed the second
     # runs while the first is away on its tool call
     trace = make_turn_trace([[(2, 5.0, 4), (3, 0.0, 0)]] * 2, [2, 2])
-    cluster = dataclasses.replace(tiny_cluster(max_num_seqs=1, p1=0.5), tool_holds_slot=holds)
+    cluster = dataclasses.replace(tiny_cluster(max_num_seqs=1, prefill_s_per_token=0.5), tool_holds_slot=holds)
     r = simulate(trace, make_policy("sync", [], trace), cluster, audit=True)
     assert _peak_slots_with_tool_calls(r.timeline, 1) == peak
 

@@ -28,7 +28,7 @@ from tests.turns_helpers import make_turn_trace
 @pytest.fixture(scope="module")
 def run():
     trace = make_turn_trace([[(2, 5.0, 4), (3, 0.0, 0)]] * 2, prompt_lens=[2, 2])
-    cluster = dataclasses.replace(tiny_cluster(p1=0.5), tool_pool=1)
+    cluster = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5), tool_pool=1)
     return simulate(trace, make_policy("sync", [], trace), cluster)
 
 

@@ -160,6 +160,6 @@ def test_a_base_without_pairs_notes_no_pair_term(tmp_path):
 def test_cluster_type_is_kept():
     # split_costs returns costs for the split cluster's shape (engine terms kept)
     got, want = _split(PRESET, preset(PRESET).cost())
-    assert isinstance(got, CostModel) and (got.t_fix, got.a0) == (preset(PRESET).cost().t_fix,
-                                                                preset(PRESET).cost().a0)
+    assert isinstance(got, CostModel) and (got.step_fixed_s, got.weight_read_s) == (
+        preset(PRESET).cost().step_fixed_s, preset(PRESET).cost().weight_read_s)
     assert isinstance(cluster_for(DISAGG, preset(PRESET)), Cluster)

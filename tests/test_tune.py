@@ -22,8 +22,9 @@ from tests.conftest import make_trace
 DATA = Path(__file__).resolve().parents[1] / "sortedrl" / "traces" / "data"
 runner = CliRunner()
 TINY = {"preset": "h100-llama3.1-8b", "gpus": 1, "max_num_seqs": 4, "kv_budget_tokens": 10000,
-        "kv_watermark": 0.0, "costs": {"t_fix": 1.0, "a0": 1.0, "a1": 0.0, "c1": 0.0, "p1": 0.0,
-                                       "p2": 0.0, "train_per_token": 0.0, "train_fix": 10.0,
+        "kv_watermark": 0.0, "costs": {"step_fixed_s": 1.0, "weight_read_s": 1.0, "kv_read_s_per_token": 0.0,
+                                       "compute_s_per_seq": 0.0, "prefill_s_per_token": 0.0,
+                                       "prefill_s_per_pair": 0.0, "train_per_token": 0.0, "train_fix": 10.0,
                                        "sync_s": 5.0}}
 
 

@@ -17,7 +17,7 @@ from tests.conftest import make_trace, tiny_cluster
 
 
 def test_small_grid_against_hand_computed_makespans() -> None:
-    # Four 3-token samples, sync, one sequence per engine; each sample: prefill 2 s (t_fix + a0)
+    # Four 3-token samples, sync, one sequence per engine; each sample: prefill 2 s (step_fixed_s + weight_read_s)
     # and 2 decode steps of 2 s = 6 s; then train 10 s and sync 5 s (tests/conftest.py costs).
     # E engines (gpus / tp) take ceil(4 / E) samples one after another:
     # E=1: 24 + 15 = 39 s; E=2: 12 + 15 = 27 s; E=3: 2 samples on one engine: 27 s; E=4: 21 s.

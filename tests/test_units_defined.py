@@ -183,7 +183,7 @@ def test_every_key_of_a_vllm_bench_profile_is_defined(tmp_path):
     eng = fit["engine"]
     # the two shapes of `uncertain`: a list of terms, and a term -> % object at the full batch
     assert isinstance(eng["uncertain"], list) and isinstance(eng["full_batch"]["uncertain"], dict)
-    assert eng["full_batch"]["uncertain"]  # (one level: s1 is loose at the full batch)
+    assert eng["full_batch"]["uncertain"]  # (one level: step_s_per_seq is loose at the full batch)
     profiles = " ".join(section("Profiles").split())
     for name in ("fit.engine.uncertain", "fit.engine.full_batch.uncertain", "fit.engine.unidentified",
                  "fit.from_preset", "fit.engine.levels", "fit.engine.fixed_by_model"):

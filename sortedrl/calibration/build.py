@@ -23,9 +23,11 @@ from sortedrl.calibration.vllm_bench import check_enough, fit_bench
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.sim.cost import CostModel
-from sortedrl.sim.profile import FORMAT, cluster_record, is_profile, profile_cluster
+from sortedrl.sim.profile import FORMAT, cluster_record, is_profile, profile_cluster, read_names
 
-MODEL_FIXED = ("a0", "c1", "p2", "pn", "prefill_in_step", "step_table")  # set by the vllm-bench model
+# set by the vllm-bench model
+MODEL_FIXED = ("weight_read_s", "compute_s_per_seq", "prefill_s_per_pair", "admit_step_s", "prefill_in_step",
+               "step_table")
 
 
 def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
@@ -68,7 +70,7 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     base.update(costs=_costs_json(costs), fit=fit, measured_terms=sorted(measured),
                 sources=[*base.get("sources", []), *map(str, bench), *([str(metrics)] if metrics else []),
                          *([str(trace)] if trace is not None and metrics else [])])
-    # what --cluster would refuse is not written (durations of a few ns fitted t_fix = 0)
+    # what --cluster would refuse is not written (durations of a few ns fitted step_fixed_s = 0)
     profile_cluster(json.loads(json.dumps(base)), "the fitted profile (not written)", "check")
     return base
 
@@ -153,6 +155,7 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
     if spec.endswith(".json"):
         raw = json.loads(Path(spec).read_text(encoding="utf-8"))
         if is_profile(raw):
+            raw = read_names(raw, spec)  # written with the cost terms' new names
             _check_base(raw, spec)
             if "measured_terms" not in raw:  # from `calibrate --model`: every term was measured
                 raw["measured_terms"] = sorted(raw.get("costs", {}))

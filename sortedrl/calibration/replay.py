@@ -42,7 +42,7 @@ from sortedrl.sim.cost import CostModel, prefill_pairs
 
 # The cost terms the benchmark fits solve for, in the order of the replay's feature vector,
 # then the host work per request.
-ENGINE_TERMS = ("t_fix", "s1", "a1", "p1", "p0")
+ENGINE_TERMS = ("step_fixed_s", "step_s_per_seq", "kv_read_s_per_token", "prefill_s_per_token", "admit_s_per_request")
 COLUMNS = (*ENGINE_TERMS, "host_s")
 
 

@@ -3,7 +3,8 @@
 A profile is only as good as its measurements; this prints each cost term with where it came
 from (measured, with its standard error, or assumed from the preset), the fit's error on every
 source it was fitted to, and the terms the data could not tell apart, so that a user can judge
-a profile before simulating on it. Every number is defined in docs/calibration.md.
+a profile before simulating on it. Every number is defined in docs/calibration.md. A profile
+written with the cost terms' old names (t_fix, a1, ...) is shown with the new ones.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cost import CostModel
-from sortedrl.sim.profile import check_format, is_profile, parse_costs
+from sortedrl.sim.profile import check_format, is_profile, parse_costs, read_names
 
-UNITS = {"t_fix": "s/step", "a0": "s/step", "a1": "s/KV token/step", "c1": "s/sequence/step",
-         "s1": "s/sequence/step", "p1": "s/prompt token", "p2": "s/attention pair",
-         "p0": "s/request", "pn": "s/step with a prefill", "f0": "s/policy event",
+UNITS = {"step_fixed_s": "s/step", "weight_read_s": "s/step", "kv_read_s_per_token": "s/KV token/step",
+         "compute_s_per_seq": "s/sequence/step", "step_s_per_seq": "s/sequence/step",
+         "prefill_s_per_token": "s/prompt token", "prefill_s_per_pair": "s/attention pair",
+         "admit_s_per_request": "s/request", "admit_step_s": "s/step with a prefill",
+         "policy_event_s": "s/policy event",
          "train_per_token": "s/token", "train_fix": "s/update", "sync_s": "s/sync",
          "offload_s": "s/update", "onload_s": "s/update", "step_table": "s/step by batch size",
          "prefill_in_step": "", "train_padded": "", "train_per_pair": "s/attention pair",
@@ -46,6 +49,7 @@ def load_profile(path: Path) -> dict:
     if not is_profile(raw):
         raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
     check_format(raw, str(path))  # as --cluster refuses it: "(format 999)" was printed
+    raw = read_names(raw, str(path))  # a profile written with the cost terms' old names
     if not isinstance(raw.get("costs"), dict):
         raise ConfigError(f"{path}: field 'costs': missing or not an object")
     parse_costs(raw["costs"], str(path))  # each term as --cluster reads it: a NaN or negative one is refused
@@ -152,8 +156,8 @@ def _fmt(v: object) -> str:
 # The most of a term's unit one step, request or update can hold (far past any run): a fitted
 # term whose time at that count stays under NEGLIGIBLE_S sits at the fit's bound 0 (the
 # bounded least squares stops at a float's dust there, 4e-27 s/KV token, not at 0).
-MOST = {"a1": 1e8, "p1": 1e8, "c1": 1e5, "s1": 1e5, "p2": 1e13, "train_per_pair": 1e13,
-        "train_per_token": 1e9}
+MOST = {"kv_read_s_per_token": 1e8, "prefill_s_per_token": 1e8, "compute_s_per_seq": 1e5, "step_s_per_seq": 1e5,
+        "prefill_s_per_pair": 1e13, "train_per_pair": 1e13, "train_per_token": 1e9}
 NEGLIGIBLE_S = 1e-9
 
 

@@ -1,9 +1,11 @@
 """``calibrate --from-vllm-bench``: fit a profile's engine terms to ``vllm bench serve`` results.
 
 The benchmark's closed loop is replayed on the cost model (:mod:`.replay`); with vLLM V1's
-batching (``prefill_in_step``) and no roofline ``max`` (``a0 = c1 = 0``) a step costs
+batching (``prefill_in_step``) and no roofline ``max`` (``weight_read_s = compute_s_per_seq =
+0``) a step costs
 
-    t_fix + s1·B + a1·S + p1·(prompt tokens it prefills) + p0·(requests it admits)
+    step_fixed_s + step_s_per_seq·B + kv_read_s_per_token·S
+    + prefill_s_per_token·(prompt tokens it prefills) + admit_s_per_request·(requests it admits)
 
 of engine time, and each request costs ``host_s`` of host work that runs ahead of the engine
 (the client, the API server and the hand-over to the engine, sharing its CPU: see
@@ -14,9 +16,9 @@ idle time in them:
 - with ``--save-detailed`` lists, each request's time to first token (from its send to its
   admission step) and its end-to-end latency (``ttft + sum(itls)``: to its last step), and the
   sums of the first and of the last half of its gaps (the halves of the last requests of a
-  closed loop see the batch shrink, which separates ``t_fix`` from ``s1`` at one level; the
-  gaps of every request also hold the other requests' host work, which stretches the steps it
-  runs in). Single inter-token gaps are not fitted: a busy API server streams tokens in bursts,
+  closed loop see the batch shrink, which separates ``step_fixed_s`` from ``step_s_per_seq`` at
+  one level; the gaps of every request also hold the other requests' host work, which stretches
+  the steps it runs in). Single inter-token gaps are not fitted: a busy API server streams tokens in bursts,
   so one gap is not one step, while a sum of many is nearly exact.
 A request whose tokens came in merged chunks (fewer ``itls`` than ``output_lens - 1``: vLLM
 coalesces the outputs its API server has not taken yet) gives only its end-to-end row: its last
@@ -27,11 +29,12 @@ not depend on the costs when every request is ready at once (``request_rate inf`
 ``host_s`` > 0; otherwise fit and replay alternate until they settle.
 
 Files without per-request latencies hold ``host_s`` at 0: a closed loop at one concurrency then
-charges the host work to ``p0`` (engine time per admitted request, the same total).
+charges the host work to ``admit_s_per_request`` (engine time per admitted request, the same
+total).
 
-Deliberate simplifications: ``p2`` (attention pairs) and ``pn`` are 0, which holds for the
-short prompts of a benchmark; the host work is the same for every request (its dependence on
-the prompt's length is within the noise of the recorded files).
+Deliberate simplifications: ``prefill_s_per_pair`` (attention pairs) and ``admit_step_s`` are 0,
+which holds for the short prompts of a benchmark; the host work is the same for every request
+(its dependence on the prompt's length is within the noise of the recorded files).
 """
 
 from __future__ import annotations
@@ -49,14 +52,15 @@ from sortedrl.sim.cost import CostModel
 
 ITERATIONS = 100  # a finite request rate: fit and replay alternate (a closed loop settles at once)
 UNCERTAIN = 0.1  # a term is uncertain when one standard error moves the mean step by 10%
-TERM_UNITS = {"t_fix": "s/step", "s1": "s/sequence/step", "a1": "s/KV token/step",
-              "p1": "s/prompt token", "p0": "s/request"}
+TERM_UNITS = {"step_fixed_s": "s/step", "step_s_per_seq": "s/sequence/step", "kv_read_s_per_token": "s/KV token/step",
+              "prefill_s_per_token": "s/prompt token", "admit_s_per_request": "s/request"}
 
 
 def engine_costs(terms: dict[str, float], base: CostModel) -> CostModel:
     """The fitted engine terms, with ``base``'s (the preset's) trainer and sync terms; every
     other engine term is 0 (a preset's roofline terms would count the step twice)."""
-    return CostModel(**{**terms, "a0": 0.0, "c1": 0.0, "p2": 0.0, "prefill_in_step": True},
+    return CostModel(**{**terms, "weight_read_s": 0.0, "compute_s_per_seq": 0.0, "prefill_s_per_pair": 0.0,
+                        "prefill_in_step": True},
                      **trainer_terms(base))
 
 
@@ -103,7 +107,9 @@ def _fit_at(runs: list[BenchRun], cluster: Cluster, held: float | None):
     depend on them). ``held``: the host work per request when not fitted. Returns the terms,
     the host work, the last replays and the system with its solution."""
     base = cluster.cost()
-    terms = {"t_fix": base.t_fix or 1e-3, "s1": base.s1, "a1": base.a1, "p1": base.p1, "p0": base.p0}
+    terms = {"step_fixed_s": base.step_fixed_s or 1e-3, "step_s_per_seq": base.step_s_per_seq,
+             "kv_read_s_per_token": base.kv_read_s_per_token, "prefill_s_per_token": base.prefill_s_per_token,
+             "admit_s_per_request": base.admit_s_per_request}
     host = 0.0 if held is None else held
     for _ in range(ITERATIONS):
         reps = [replay(r, engine_costs(terms, base), host, cluster.max_num_seqs) for r in runs]
@@ -229,9 +235,9 @@ def _full_batch(reps: list[Replay], x: np.ndarray, err: list[float], batch: int)
     """How well the fit pins a decode step at the engine's full batch (``batch`` sequences, each
     holding the fitted steps' mean KV tokens): files from low concurrency levels hardly vary the
     batch, so a per-sequence term they leave loose is harmless where they were measured and large
-    there (on the recorded files, c2 alone: ``s1`` 0.119 +- 0.082 ms, and it over-predicted c16 by
-    19%). ``uncertain``: each term whose standard error moves that step by over ``UNCERTAIN``, with
-    by how much (%)."""
+    there (on the recorded files, c2 alone: ``step_s_per_seq`` 0.119 +- 0.082 ms, and it
+    over-predicted c16 by 19%). ``uncertain``: each term whose standard error moves that step by
+    over ``UNCERTAIN``, with by how much (%)."""
     feats = sum(r.features for r in reps)[:len(ENGINE_TERMS)]
     kv_per_seq = float(feats[2] / feats[1]) if feats[1] > 0 else 0.0
     full = np.zeros(len(ENGINE_TERMS))

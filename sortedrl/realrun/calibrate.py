@@ -79,10 +79,13 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     tr = fit_train(runner["train"], bare)
     host = {k: float(np.median(v)) if v else 0.0 for k, v in runner["host"].items()}
     sync_s = float(np.median(runner["sync"])) if runner["sync"] else 0.0
-    costs = {"t_fix": 0.0, "s1": 0.0, "a0": 0.0, "c1": 0.0, "a1": d["a1"], "p1": d["p1"],
-             "p2": d["p2"], "pn": d["pn"], **{k: v["value"] for k, v in tr["terms"].items()},
-             "sync_s": sync_s, "prefill_in_step": True, "p0": host["admit"] + d["pr"],
-             "f0": host["event"], **tr["costs"],
+    costs = {"step_fixed_s": 0.0, "step_s_per_seq": 0.0, "weight_read_s": 0.0, "compute_s_per_seq": 0.0,
+             **{k: d[k] for k in ("kv_read_s_per_token", "prefill_s_per_token", "prefill_s_per_pair",
+                                  "admit_step_s")},
+             **{k: v["value"] for k, v in tr["terms"].items()},
+             "sync_s": sync_s, "prefill_in_step": True,
+             "admit_s_per_request": host["admit"] + d["admit_s_per_request"],  # the runner's + the engine's
+             "policy_event_s": host["event"], **tr["costs"],
              "step_table": [x + host["step"] for x in d["table"]],  # the runner's work per step
              **{k: shared[k] for k in ("engine_contention", "train_contention", "engine_contention_one",
                                        "train_contention_one") if k in shared}}
@@ -290,8 +293,8 @@ def predict_steps(d: dict, rows) -> np.ndarray:
     b, n, T, P, S = (np.asarray([r[k] for r in rows], dtype=float) for k in range(5))
     table = np.asarray(d["table"])
     idx = np.clip(b.astype(int), 1, len(table)) - 1
-    return (table[idx] + d["a1"] * S + d["p1"] * T + d["p2"] * P + d["pn"] * (n > 0)
-            + d["pr"] * n)
+    return (table[idx] + d["kv_read_s_per_token"] * S + d["prefill_s_per_token"] * T
+            + d["prefill_s_per_pair"] * P + d["admit_step_s"] * (n > 0) + d["admit_s_per_request"] * n)
 
 
 def robust_step_fit(grid_rows: list, runner_rows: list, max_batch: int) -> tuple[dict, int, int]:

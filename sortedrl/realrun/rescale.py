@@ -33,15 +33,18 @@ import numpy as np
 from sortedrl.errors import ConfigError
 
 # Every CostModel field, by what scales it (tests check that none is left out).
-ENGINE_COSTS = ("t_fix", "a0", "a1", "c1", "s1", "p1", "p2", "pn", "expert_read")
+ENGINE_COSTS = ("step_fixed_s", "weight_read_s", "kv_read_s_per_token", "compute_s_per_seq", "step_s_per_seq",
+                "prefill_s_per_token", "prefill_s_per_pair", "admit_step_s", "expert_read")
 TRAIN_COSTS = ("train_fix", "train_per_token", "train_per_pair", "offload_s", "onload_s")
 SYNC_COSTS = ("sync_s",)
-SPECIAL_COSTS = ("step_table", "p0")  # their engine parts: fit.steps.table and fit.steps.pr
-UNSCALED_COSTS = ("f0", "step_overhead_s", "step_overhead_one_s",  # Python work
+# their engine parts: fit.steps.table and fit.steps.admit_s_per_request
+SPECIAL_COSTS = ("step_table", "admit_s_per_request")
+UNSCALED_COSTS = ("policy_event_s", "step_overhead_s", "step_overhead_one_s",  # Python work
                   "prefill_in_step", "train_padded", "experts", "experts_per_token", "expert_shards",
                   "train_micro_pairs", "engine_contention", "train_contention", "engine_contention_one",
                   "train_contention_one", "peer_step_factor")  # flags, counts and ratios
-STEP_FIT_TERMS = ("a1", "p1", "p2", "pn", "pr")  # fit.steps, beside its table
+STEP_FIT_TERMS = ("kv_read_s_per_token", "prefill_s_per_token", "prefill_s_per_pair", "admit_step_s",
+                  "admit_s_per_request")  # fit.steps, beside its table
 RUNNER_FIELDS = ("task", "max_tokens", "prompts", "group_size")
 
 
@@ -161,8 +164,8 @@ def rescaled(profile: dict, factors: dict, source: str) -> dict:
                 costs[k] *= f
     if costs.get("step_table"):  # the engine part of each batch size's step; the host step stays
         costs["step_table"] = [x + (ef - 1) * e for x, e in zip(costs["step_table"], steps["table"], strict=True)]
-    if "p0" in costs:  # the engine's per-request part; the runner's admission stays
-        costs["p0"] += (ef - 1) * steps["pr"]
+    if "admit_s_per_request" in costs:  # the engine's per-request part; the runner's admission stays
+        costs["admit_s_per_request"] += (ef - 1) * steps["admit_s_per_request"]
     steps["table"] = [x * ef for x in steps["table"]]
     for k in STEP_FIT_TERMS:
         steps[k] *= ef

@@ -96,7 +96,7 @@ class SimBackend(Backend):
         self._advancing: Engine | None = None  # the engine whose change is being applied
         self._catching_up = False
         self._instant: float | None = None  # the time of a finish being served (see above)
-        self._held: list[Engine] = []  # engines whose served finish holds their host for f0
+        self._held: list[Engine] = []  # engines whose served finish holds their host for policy_event_s
         self._proc = None
         self._asleep = False  # colocated: the engines are offloaded for an update
         self._waiting = False
@@ -243,8 +243,8 @@ class SimBackend(Backend):
                 if t > env.now:
                     yield env.timeout(t - env.now)  # nothing else is due before t
                 self._dispatch(lambda ev=event: self.ctl.dispatch(ev))
-                if self.cost.f0 > 0 and event.engine is not None:
-                    self.engines[event.engine].hold(env.now, self.cost.f0)  # the policy's time
+                if self.cost.policy_event_s > 0 and event.engine is not None:
+                    self.engines[event.engine].hold(env.now, self.cost.policy_event_s)  # the policy's time
                 continue
             t = min(nexts)
             if t == INF or (t > env.now and t >= env.peek()):
@@ -265,7 +265,7 @@ class SimBackend(Backend):
         self._advancing = None
         if self._held:  # the host time of finishes served without an event
             for held in self._held:
-                held.hold(held.pub.t, self.cost.f0)
+                held.hold(held.pub.t, self.cost.policy_event_s)
             self._held.clear()
         if not eng.idle_reported and not eng.pub.run and not eng.pub.queue:  # eng.idle, inlined
             when = max(when, self.env.now)
@@ -299,7 +299,7 @@ class SimBackend(Backend):
             ctl.serve_keep()
         finally:
             self._instant = None
-        if self.cost.f0 > 0:
+        if self.cost.policy_event_s > 0:
             self._held.append(eng)
 
     def sample_preempted(self, sample: int, tokens: int) -> None:

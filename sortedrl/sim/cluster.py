@@ -28,7 +28,7 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.limits import INT32_MAX, INT64_MAX, MAX_GPUS, MAX_NUM_SEQS, short_repr
-from sortedrl.sim.cost import CostModel, all_to_all_s
+from sortedrl.sim.cost import LEGACY_NAMES, CostModel, all_to_all_s, renamed
 from sortedrl.sim.hardware import GPUS, MODELS, Model
 
 TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
@@ -40,7 +40,8 @@ NET_EFF = 0.8  # share of a link's rate an NCCL weight broadcast reaches (bus ba
 # KV read at 0.80; per layer 24 us of norms, RoPE, activation and adds plus 14 us of attention kernel;
 # each running sequence adds 0.9 of its 2·P FLOPs at peak; large batches reach MFU 0.64; no host time
 # (vLLM V1 schedules the next step while the GPU runs this one)
-MEASURED = dict(mbu=0.84, mbu_kv=0.80, mfu=0.64, t_fix=0.0, ops_layer_s=24e-6, attn_layer_s=14e-6, seq_share=0.9)
+MEASURED = dict(mbu=0.84, mbu_kv=0.80, mfu=0.64, step_fixed_s=0.0, ops_layer_s=24e-6, attn_layer_s=14e-6,
+                seq_share=0.9)
 DECODE_MODELS = ("roofline", "measured")
 # Expert parallelism: the dispatch sends activations in the checkpoint's precision (FP8 for an FP8
 # model) and the combine returns them in BF16 (DeepSeek-V3 report, sec. 3.3.2; DeepEP's settings)
@@ -65,12 +66,12 @@ class Cluster:
     gpu_mem_util: float = field(default=0.9, metadata={"help": "share of HBM given to weights + KV cache"})
     kv_budget_tokens: int = field(default=0, metadata={"help": "KV tokens per engine; 0 derives it from HBM, weights and KV size"})
     kv_watermark: float = field(default=0.01, metadata={"help": "share of the KV budget kept free when admitting"})
-    decode_model: str = field(default="measured", metadata={"help": "measured (per-sequence and per-layer terms, fitted to published measurements: docs/calibration.md) or roofline (t_fix + max(weights + KV read, compute), with the mbu, mfu and t_fix fields)"})
+    decode_model: str = field(default="measured", metadata={"help": "measured (per-sequence and per-layer terms, fitted to published measurements: docs/calibration.md) or roofline (step_fixed_s + max(weights + KV read, compute), with the mbu, mfu and step_fixed_s fields)"})
     mbu: float = field(default=0.75, metadata={"help": "memory-bandwidth utilisation of decode (decode_model roofline only)"})
     mfu: float = field(default=0.5, metadata={"help": "FLOP utilisation of decode (decode_model roofline only)"})
     mfu_prefill: float = field(default=0.55, metadata={"help": "FLOP utilisation of prefill"})
     mfu_train: float = field(default=0.34, metadata={"help": "FLOP utilisation of training (attention FLOPs counted)"})
-    t_fix: float = field(default=0.002, metadata={"help": "fixed cost per decode step or prefill (decode_model roofline only), s"})
+    step_fixed_s: float = field(default=0.002, metadata={"help": "fixed cost per decode step or prefill (decode_model roofline only), s"})
     ep: int = field(default=1, metadata={"help": "MoE: expert-parallel shards of one engine (1: experts split by tensor parallelism)"})
     extra_forwards: int = field(default=1, metadata={"help": "forward passes per update besides forward+backward and the reference (old log-probs: 1)"})
     ref_model: bool = field(default=True, metadata={"help": "one reference-model forward per update (a KL term)"})
@@ -123,19 +124,20 @@ class Cluster:
         g, m = GPUS[self.gpu], MODELS[self.model]
         bw, fl = self.tp * g.mem_bw, self.tp * g.flops
         d = MEASURED if self.decode_model == "measured" else dict(
-            mbu=self.mbu, mbu_kv=self.mbu, mfu=self.mfu, t_fix=self.t_fix, ops_layer_s=0.0, attn_layer_s=0.0, seq_share=0.0)
+            mbu=self.mbu, mbu_kv=self.mbu, mfu=self.mfu, step_fixed_s=self.step_fixed_s, ops_layer_s=0.0,
+            attn_layer_s=0.0, seq_share=0.0)
         active = m.active_params
         dense_bytes = m.weight_bytes - m.moe_layers * m.experts * m.expert_bytes
         seq_flops = 2.0 * active / fl  # one sequence's decode FLOPs at peak
         a2a = self.all_to_all_per_token_s
         return CostModel(
-            t_fix=d["t_fix"] + m.n_layers * (d["ops_layer_s"] + d["attn_layer_s"]),
-            a0=dense_bytes / (bw * d["mbu"]),
-            a1=m.kv_bytes_per_token / (bw * d["mbu_kv"]),
-            c1=(1.0 / d["mfu"] - d["seq_share"]) * seq_flops,
-            s1=d["seq_share"] * seq_flops + a2a,
-            p1=2.0 * active / (fl * self.mfu_prefill) + a2a,
-            p2=m.attn_flops_per_pair / (fl * self.mfu_prefill),
+            step_fixed_s=d["step_fixed_s"] + m.n_layers * (d["ops_layer_s"] + d["attn_layer_s"]),
+            weight_read_s=dense_bytes / (bw * d["mbu"]),
+            kv_read_s_per_token=m.kv_bytes_per_token / (bw * d["mbu_kv"]),
+            compute_s_per_seq=(1.0 / d["mfu"] - d["seq_share"]) * seq_flops,
+            step_s_per_seq=d["seq_share"] * seq_flops + a2a,
+            prefill_s_per_token=2.0 * active / (fl * self.mfu_prefill) + a2a,
+            prefill_s_per_pair=m.attn_flops_per_pair / (fl * self.mfu_prefill),
             expert_read=m.moe_layers * m.expert_bytes / (bw * d["mbu"]),
             experts=m.experts, experts_per_token=m.experts_per_token, expert_shards=self.ep,
             **self._update_costs(m),
@@ -244,7 +246,7 @@ class Cluster:
                 raise ConfigError(f"{where}: field '{name}': must be in (0, 1], got {v}")
         if not 0.0 <= self.kv_watermark < 1.0:
             raise ConfigError(f"{where}: field 'kv_watermark': must be in [0, 1), got {self.kv_watermark}")
-        for name in ("t_fix", "train_fix", "sync_fix", "host_gbs", "offload_s", "onload_s"):
+        for name in ("step_fixed_s", "train_fix", "sync_fix", "host_gbs", "offload_s", "onload_s"):
             if not 0 <= getattr(self, name) < math.inf:  # (NaN fails it too)
                 raise ConfigError(f"{where}: field '{name}': must be a finite number >= 0, got "
                                   f"{getattr(self, name)}")
@@ -368,11 +370,16 @@ def load_cluster(spec: str) -> Cluster:
     return cluster_from_dict(raw, spec, path.stem)
 
 
+# the one Cluster field that was named as a cost term (the roofline's fixed step cost): a cluster
+# file (or a profile's ``cluster`` object, a tune.json's ``cluster_fields``) may still say t_fix
+LEGACY_FIELDS = {"t_fix": LEGACY_NAMES["t_fix"]}
+
+
 def cluster_from_dict(raw: dict, spec: str, name: str) -> Cluster:
     """A cluster file's object (or a cluster's fields, as tune.json records them), checked."""
     from sortedrl.sim.profile import parse_costs
 
-    raw = dict(raw)
+    raw = renamed(raw, spec, None, LEGACY_FIELDS)
     base = preset(str(raw.pop("preset", "h100-llama3.1-8b")))
     known = [f.name for f in dataclasses.fields(Cluster)]
     changes: dict[str, object] = {"name": str(raw.pop("name", name))}

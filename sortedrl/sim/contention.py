@@ -37,7 +37,8 @@ import dataclasses
 
 from sortedrl.sim.cost import CostModel
 
-ENGINE_TERMS = ("t_fix", "a0", "a1", "c1", "s1", "p0", "p1", "p2", "pn", "expert_read")
+ENGINE_TERMS = ("step_fixed_s", "weight_read_s", "kv_read_s_per_token", "compute_s_per_seq", "step_s_per_seq",
+                "admit_s_per_request", "prefill_s_per_token", "prefill_s_per_pair", "admit_step_s", "expert_read")
 
 
 def slowed(cost: CostModel, factor: float) -> CostModel:
@@ -52,7 +53,8 @@ def with_step_overhead(cost: CostModel, seconds: float) -> CostModel:
     if not seconds:
         return cost
     table = cost.step_table and tuple(x + seconds for x in cost.step_table)
-    return dataclasses.replace(cost, step_table=table, t_fix=cost.t_fix + (0.0 if table else seconds))
+    return dataclasses.replace(cost, step_table=table,
+                               step_fixed_s=cost.step_fixed_s + (0.0 if table else seconds))
 
 
 def shares_host(cost: CostModel, placement: str) -> bool:

@@ -3,14 +3,17 @@
 The simulator never steps token by token, so the decode cost must be summable in closed form.
 A decode step of a batch of ``B`` sequences holding ``S`` KV tokens costs
 
-    t_step(B, S) = t_fix + s1·B + max(W(B) + a1·S, c1·B)
+    t_step(B, S) = step_fixed_s + step_s_per_seq·B
+                   + max(W(B) + kv_read_s_per_token·S, compute_s_per_seq·B)
 
-where ``W(B)`` reads the weights (``a0``; for an MoE model plus the experts a batch of ``B``
-tokens is expected to touch, :func:`expected_experts`), ``a1`` reads one KV token, ``c1·B`` is
-the compute that the weight read cannot hide, ``s1`` is the cost each running sequence adds to
-a step (in the GPU presets its 2·P FLOPs at peak: measured steps grow with B well below the
-roofline's ridge), and ``t_fix`` holds the per-step and per-layer fixed costs (all per engine,
-after tensor parallelism; the derivation is in cluster.py and docs/calibration.md).
+where ``W(B)`` reads the weights (``weight_read_s``; for an MoE model plus the experts a batch of
+``B`` tokens is expected to touch, :func:`expected_experts`), ``kv_read_s_per_token`` reads one KV
+token, ``compute_s_per_seq·B`` is the compute that the weight read cannot hide,
+``step_s_per_seq`` is the cost each running sequence adds to a step (in the GPU presets its 2·P
+FLOPs at peak: measured steps grow with B well below the roofline's ridge), and ``step_fixed_s``
+holds the per-step and per-layer fixed costs (all per engine, after tensor parallelism; the
+derivation is in cluster.py and docs/calibration.md). The paper's symbols for these terms (t_fix,
+a0, a1, c1, s1, ...) are still read from older files: :data:`LEGACY_NAMES`.
 Between two membership changes ``B`` is constant and ``S`` grows by ``B`` per step, so the memory
 term is linear in the step index and the sum of ``k`` steps is a piecewise quadratic:
 :meth:`CostModel.decode_time` evaluates it and :meth:`CostModel.decode_steps_within` inverts it.
@@ -31,33 +34,73 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from sortedrl.errors import ConfigError
+
 MIN_STEP_S = 1e-9  # the shortest decode step a cost model may give: a nanosecond, far below a GPU's
+
+# The names the cost terms had before they were spelled out (the paper's symbols). Users' cluster
+# files, profiles and tune.json files hold them, so every reader of such a file takes each old
+# key as its new name (:func:`renamed`); everything is written with the new names.
+LEGACY_NAMES = {"t_fix": "step_fixed_s", "a0": "weight_read_s", "a1": "kv_read_s_per_token",
+                "c1": "compute_s_per_seq", "s1": "step_s_per_seq", "p0": "admit_s_per_request",
+                "p1": "prefill_s_per_token", "p2": "prefill_s_per_pair", "pn": "admit_step_s",
+                "f0": "policy_event_s"}
+# a profile's step fit (``fit.steps``, realrun/calibrate.py) named the engine's part of
+# admit_s_per_request "pr"
+LEGACY_STEP_FIT_NAMES = {**LEGACY_NAMES, "pr": "admit_s_per_request"}
+
+
+def renamed(raw: dict, where: str, field: str | None, names: dict[str, str] = LEGACY_NAMES) -> dict:
+    """A JSON object of cost terms (a ``costs`` object, a fit's terms) with each old key of
+    ``names`` read as its new name, in the same order; the values are not checked here. One that
+    holds a term under both names is an error naming both keys (``field``: the object's field in
+    the file; None: the file's top level)."""
+    out: dict = {}
+    origin: dict[str, str] = {}
+    for key, value in raw.items():
+        new = names.get(key, key)
+        if new in out:
+            first, second = sorted((origin[new], key), key=lambda k: k not in names)
+            why = "the old and the new name of one term" if second == new else f"both old names of {new!r}"
+            at = f"{where}: field {field!r}: keys" if field else f"{where}: fields"
+            raise ConfigError(f"{at} {first!r} and {second!r} are {why}; give one of them")
+        out[new], origin[new] = value, key
+    return out
+
+
+def renamed_list(names_given: object, names: dict[str, str] = LEGACY_NAMES) -> object:
+    """A JSON list of cost term names (``measured_terms``, ``fit.from_preset``, ...) with each
+    old name read as its new one; anything but a list is returned as it is (its reader says why)."""
+    if not isinstance(names_given, list):
+        return names_given
+    return [names.get(n, n) if isinstance(n, str) else n for n in names_given]
 
 
 @dataclass(frozen=True)
 class CostModel:
     """Per-engine decode/prefill costs and per-update training/sync costs, in seconds."""
 
-    t_fix: float  # fixed cost of one decode step or prefill (launch + scheduler), s
-    a0: float  # weight read per step, s
-    a1: float  # KV read per cached token per step, s/token
-    c1: float  # compute per sequence per decode step, s/sequence
-    p1: float  # prefill compute per token, s/token
-    p2: float  # prefill attention per (query, key) pair, s/pair
+    step_fixed_s: float  # fixed cost of one decode step or prefill (launch + scheduler), s
+    weight_read_s: float  # weight read per step, s
+    kv_read_s_per_token: float  # KV read per cached token per step, s/token
+    compute_s_per_seq: float  # compute per sequence per decode step, s/sequence
+    prefill_s_per_token: float  # prefill compute per token, s/token
+    prefill_s_per_pair: float  # prefill attention per (query, key) pair, s/pair
     train_per_token: float  # trainer time per trained token (prompt + response), s/token
     train_fix: float  # fixed time per update (optimizer step, offload/onload), s
     sync_s: float  # one weight sync, s
-    s1: float = 0.0  # host overhead per running sequence per decode step, s/sequence
+    step_s_per_seq: float = 0.0  # what each running sequence adds to a decode step, s/sequence
     # True: prefills ride in the next decode step, as vLLM V1 schedules them: prefill() is the
     # step's extra time and a new sample's first token comes with that step. False: a prefill is
     # its own engine pass that yields the first token.
     prefill_in_step: bool = False
-    p0: float = 0.0  # cost of admitting one request (vLLM add_request, batch insertion), s
-    pn: float = 0.0  # fixed extra cost of a step that starts any new request, s
-    f0: float = 0.0  # host time a policy event (finish, idle) holds the engine's loop, s
+    admit_s_per_request: float = 0.0  # cost of admitting one request (vLLM add_request, batch insertion), s
+    admit_step_s: float = 0.0  # fixed extra cost of a step that starts any new request, s
+    policy_event_s: float = 0.0  # host time a policy event (finish, idle) holds the engine's loop, s
     train_padded: bool = False  # the trainer pads a batch to its longest sequence
     # Measured per-step fixed time for batch sizes 1..len (a calibrated lookup table, as vidur
-    # does); replaces t_fix + s1·B when given. Beyond the table it extends the last slope.
+    # does); replaces step_fixed_s + step_s_per_seq·B when given. Beyond the table it extends the
+    # last slope.
     step_table: tuple[float, ...] | None = None
     train_per_pair: float = 0.0  # trainer time per causal attention pair of a sample, s/pair
     offload_s: float = 0.0  # colocated: moving the engines' weights and KV out of GPU memory, s
@@ -89,15 +132,15 @@ class CostModel:
     def weight_read(self, batch: int) -> float:
         """Time to read the weights a decode step of ``batch`` tokens needs."""
         if not self.experts:
-            return self.a0
-        return self.a0 + self.expert_read * busiest_shard(batch, self.experts, self.experts_per_token,
-                                                         self.expert_shards)
+            return self.weight_read_s
+        return self.weight_read_s + self.expert_read * busiest_shard(batch, self.experts, self.experts_per_token,
+                                                                     self.expert_shards)
 
     def fixed(self, batch: int) -> float:
         """The part of a decode step that depends only on the batch size."""
         tab = self.step_table
         if tab is None:
-            return self.t_fix + self.s1 * batch
+            return self.step_fixed_s + self.step_s_per_seq * batch
         if batch <= len(tab):
             return tab[batch - 1] if batch > 0 else tab[0]
         slope = (tab[-1] - tab[-2]) if len(tab) > 1 else 0.0
@@ -107,18 +150,19 @@ class CostModel:
 
     def decode_step(self, batch: int, kv_tokens: int) -> float:
         """One decode step of ``batch`` sequences that hold ``kv_tokens`` KV tokens in total."""
-        return self.fixed(batch) + max(self.weight_read(batch) + self.a1 * kv_tokens, self.c1 * batch)
+        return self.fixed(batch) + max(self.weight_read(batch) + self.kv_read_s_per_token * kv_tokens,
+                                       self.compute_s_per_seq * batch)
 
     def _split(self, batch: int, kv0: int) -> tuple[float, float, float, int]:
-        """(alpha, beta, compute, j*): step j costs t_fix + max(alpha + beta·j, compute).
+        """(alpha, beta, compute, j*): step j costs fixed(batch) + max(alpha + beta·j, compute).
 
         ``j*`` is the number of leading steps where the compute term wins, found with the same
         comparison :meth:`decode_step` makes, so that the closed form and a step-by-step sum
         pick identical branches.
         """
-        alpha = self.weight_read(batch) + self.a1 * kv0
-        beta = self.a1 * batch
-        comp = self.c1 * batch
+        alpha = self.weight_read(batch) + self.kv_read_s_per_token * kv0
+        beta = self.kv_read_s_per_token * batch
+        comp = self.compute_s_per_seq * batch
         if alpha >= comp:
             return alpha, beta, comp, 0
         if beta <= 0.0 or (comp - alpha) / beta >= 2.0**52:
@@ -138,9 +182,10 @@ class CostModel:
         if steps <= 0:
             return 0.0
         if not self.experts and self.step_table is None:  # hot path: the same sums, inlined
-            alpha = self.a0 + self.a1 * kv0
-            if alpha >= self.c1 * batch:  # memory-bound throughout (j = 0 in _split)
-                return steps * (self.t_fix + self.s1 * batch + alpha) + self.a1 * batch * (
+            kv_read = self.kv_read_s_per_token
+            alpha = self.weight_read_s + kv_read * kv0
+            if alpha >= self.compute_s_per_seq * batch:  # memory-bound throughout (j = 0 in _split)
+                return steps * (self.step_fixed_s + self.step_s_per_seq * batch + alpha) + kv_read * batch * (
                     (steps * (steps - 1)) // 2)
         alpha, beta, comp, j = self._split(batch, kv0)
         fixed = self.fixed(batch)
@@ -182,10 +227,11 @@ class CostModel:
     def prefill(self, tokens: int, pairs: int, requests: int = 0) -> float:
         """Prefill ``tokens`` new tokens of ``requests`` requests with ``pairs`` causal (query,
         key) attention pairs."""
+        per_token, per_pair = self.prefill_s_per_token, self.prefill_s_per_pair
         if self.prefill_in_step:
-            return self.pn + self.p0 * requests + self.p1 * tokens + self.p2 * pairs
-        return self.p0 * requests + self.t_fix + max(self.weight_read(tokens),
-                                                     self.p1 * tokens + self.p2 * pairs)
+            return self.admit_step_s + self.admit_s_per_request * requests + per_token * tokens + per_pair * pairs
+        return self.admit_s_per_request * requests + self.step_fixed_s + max(self.weight_read(tokens),
+                                                                             per_token * tokens + per_pair * pairs)
 
     def train(self, tokens: int, pairs: int = 0) -> float:
         """One update on ``tokens`` tokens (prompt + response of every sample in the batch, or

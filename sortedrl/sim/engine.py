@@ -119,11 +119,15 @@ class Engine(EngineActions):
     @cost.setter
     def cost(self, cost: CostModel) -> None:  # (sim/contention.py swaps it as the host's load changes)
         self._cost = cost
-        # the terms the hot path's closed forms read, as locals: a decode step's (a0, a1, c1,
-        # t_fix, s1) for a dense model without a step table (else None), and a chunk's prefill
+        # the terms the hot path's closed forms read, as locals: a decode step's (weight_read_s,
+        # kv_read_s_per_token, compute_s_per_seq, step_fixed_s, step_s_per_seq) for a dense model
+        # without a step table (else None), and a chunk's prefill (admit_step_s,
+        # admit_s_per_request, prefill_s_per_token, prefill_s_per_pair)
         self._decode = None if cost.experts or cost.step_table is not None else (
-            cost.a0, cost.a1, cost.c1, cost.t_fix, cost.s1)
-        self._chunk_prefill = (cost.pn, cost.p0, cost.p1, cost.p2)
+            cost.weight_read_s, cost.kv_read_s_per_token, cost.compute_s_per_seq, cost.step_fixed_s,
+            cost.step_s_per_seq)
+        self._chunk_prefill = (cost.admit_step_s, cost.admit_s_per_request, cost.prefill_s_per_token,
+                               cost.prefill_s_per_pair)
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -189,18 +193,18 @@ class Engine(EngineActions):
             self._next_k = k
             terms = self._decode
             if terms is not None:  # a dense model: the cost's terms as locals
-                a0, a1, c1, t_fix, s1 = terms
-                alpha = a0 + a1 * kv
-                if alpha >= c1 * b:  # memory-bound throughout: the common case, inlined
-                    self.next_t = p.t + k * (t_fix + s1 * b + alpha) + a1 * b * (k * (k - 1) // 2)
+                weight, kv_read, compute, fixed, per_seq = terms
+                alpha = weight + kv_read * kv
+                if alpha >= compute * b:  # memory-bound throughout: the common case, inlined
+                    self.next_t = p.t + k * (fixed + per_seq * b + alpha) + kv_read * b * (k * (k - 1) // 2)
                 else:
                     self.next_t = p.t + self._cost.decode_time(k, b, kv)
             else:
                 c = self._cost
-                alpha = (c.weight_read(b) if c.experts else c.a0) + c.a1 * kv
-                if alpha >= c.c1 * b:  # memory-bound throughout
-                    fx = c.t_fix + c.s1 * b if c.step_table is None else c.fixed(b)
-                    self.next_t = p.t + k * (fx + alpha) + c.a1 * b * (k * (k - 1) // 2)
+                alpha = (c.weight_read(b) if c.experts else c.weight_read_s) + c.kv_read_s_per_token * kv
+                if alpha >= c.compute_s_per_seq * b:  # memory-bound throughout
+                    fx = c.step_fixed_s + c.step_s_per_seq * b if c.step_table is None else c.fixed(b)
+                    self.next_t = p.t + k * (fx + alpha) + c.kv_read_s_per_token * b * (k * (k - 1) // 2)
                 else:
                     self.next_t = p.t + c.decode_time(k, b, kv)
         self._slots[p.index] = self.next_t
@@ -370,14 +374,14 @@ class Engine(EngineActions):
             return
         kv0, terms, decode = p.kv, self._decode, None
         if terms is not None:  # self.cost.decode_time(steps, b0, kv0) of a dense model, inlined
-            a0, a1, c1, t_fix, s1 = terms
-            alpha = a0 + a1 * kv0
-            if alpha >= c1 * b0:  # memory-bound throughout: the same sum
-                decode = steps * (t_fix + s1 * b0 + alpha) + a1 * b0 * ((steps * (steps - 1)) // 2)
+            weight, kv_read, compute, fixed, per_seq = terms
+            alpha = weight + kv_read * kv0
+            if alpha >= compute * b0:  # memory-bound throughout: the same sum
+                decode = steps * (fixed + per_seq * b0 + alpha) + kv_read * b0 * ((steps * (steps - 1)) // 2)
         if decode is None:
             decode = self._cost.decode_time(steps, b0, kv0)
-        pn, p0, p1, p2 = self._chunk_prefill
-        dt = decode + pn + p0 * n + p1 * tokens + p2 * pairs
+        admit_step, per_request, per_token, per_pair = self._chunk_prefill
+        dt = decode + admit_step + per_request * n + per_token * tokens + per_pair * pairs
         step = p.step = p.step + steps
         p.kv = kv + steps * b0
         run, lengths, oldest, live, heap = p.run, self._lengths, self._oldest, self._live, self._heap

@@ -11,6 +11,8 @@ preset is accepted. A profile fitted from measurements taken elsewhere (``calibr
 whose shape and settings it keeps (``cluster``: every field of the base cluster but its name
 and costs, :data:`CLUSTER_FIELDS`) and which terms were measured (``measured_terms``). The
 ``costs`` object of a cluster file, a profile's or a user's, is checked here too (:func:`parse_costs`).
+A profile written with the cost terms' old names (:data:`~sortedrl.sim.cost.LEGACY_NAMES`) is read
+with the new ones (:func:`read_names`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import numpy as np
 
 from sortedrl.errors import ConfigError
 from sortedrl.limits import short_repr
-from sortedrl.sim.cluster import Cluster
-from sortedrl.sim.cost import MIN_STEP_S, CostModel
+from sortedrl.sim.cluster import LEGACY_FIELDS, Cluster
+from sortedrl.sim.cost import LEGACY_STEP_FIT_NAMES, MIN_STEP_S, CostModel, renamed, renamed_list
 
 FORMAT = 1
 TRAIN_TERMS = ("train_fix", "train_per_token")
@@ -40,7 +42,7 @@ TRAIN_TERMS = ("train_fix", "train_per_token")
 # max_num_batched_tokens, kv_watermark, sleep, tool_pool, tool_holds_slot) drive the simulated
 # engines; the trainer and link settings (train_fix, sync_fix, trainer_offload, host_gbs,
 # gpus_per_node, net_gbps) scale the trainer and sync terms to a disaggregated split
-# (compare.split_costs); the rest (decode_model, mbu, mfu, t_fix, ep, gpu_mem_util, ...) only
+# (compare.split_costs); the rest (decode_model, mbu, mfu, step_fixed_s, ep, gpu_mem_util, ...) only
 # derive a preset's costs, price nothing beside explicit ones, and are kept so the cluster reads
 # back whole.
 SHAPE = ("gpu", "model", "gpus", "tp", "placement", "train_gpus")
@@ -71,10 +73,11 @@ def _fit(model, x0: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 
 
 def fit_step_table(batch, new, new_tokens, new_pairs, kv, seconds, max_batch: int) -> dict:
-    """A lookup-table fit: a step costs ``T[B] + a1·S + [new > 0]·pn + pr·new + p1·T_new +
-    p2·pairs``, linear in every unknown, solved by bounded linear least squares weighted by each
-    step's duration. T[B] for batch sizes never measured is interpolated; the table is made
-    non-decreasing."""
+    """A lookup-table fit: a step costs ``T[B] + kv_read_s_per_token·S + [new > 0]·admit_step_s
+    + admit_s_per_request·new + prefill_s_per_token·T_new + prefill_s_per_pair·pairs``, linear in
+    every unknown, solved by bounded linear least squares weighted by each step's duration (its
+    admit_s_per_request is the engine's part; the profile's adds the runner's). T[B] for batch
+    sizes never measured is interpolated; the table is made non-decreasing."""
     from scipy.optimize import lsq_linear
 
     b = np.minimum(np.asarray(batch, dtype=int), max_batch)
@@ -91,8 +94,9 @@ def fit_step_table(batch, new, new_tokens, new_pairs, kv, seconds, max_batch: in
     table = np.maximum.accumulate(table)
     pred = X[:, :max_batch] @ table + X[:, max_batch:] @ x[max_batch:]
     rel = np.abs(pred - t) / t
-    return {"table": [float(v) for v in table], "a1": float(x[max_batch]), "p1": float(x[max_batch + 1]),
-            "p2": float(x[max_batch + 2]), "pn": float(x[max_batch + 3]), "pr": float(x[max_batch + 4]),
+    return {"table": [float(v) for v in table], "kv_read_s_per_token": float(x[max_batch]),
+            "prefill_s_per_token": float(x[max_batch + 1]), "prefill_s_per_pair": float(x[max_batch + 2]),
+            "admit_step_s": float(x[max_batch + 3]), "admit_s_per_request": float(x[max_batch + 4]),
             "mape": float(rel.mean()),
             "mape_decode_only": float(rel[n == 0].mean()) if (n == 0).any() else 0.0,
             "mape_with_prefill": float(rel[n > 0].mean()) if (n > 0).any() else 0.0,
@@ -128,8 +132,47 @@ def is_profile(raw: object) -> bool:
     return isinstance(raw, dict) and "sortedrl_profile" in raw
 
 
+def read_names(raw: dict, where: str) -> dict:
+    """A profile with the cost terms' old names (:data:`~sortedrl.sim.cost.LEGACY_NAMES`) read as
+    the new ones wherever a profile holds them: ``costs``, ``cluster`` (t_fix), ``measured_terms``,
+    ``fit.from_preset``, ``fit.steps`` (also its "pr"), and the terms, lists and objects of term
+    names of ``fit.engine`` and ``fit.trainer``. A copy of what changed; what is not as calibrate
+    writes it is left for its reader to refuse. An object with both names of a term is an error."""
+    out = dict(raw)
+    if isinstance(out.get("costs"), dict):
+        out["costs"] = renamed(out["costs"], where, "costs")
+    if isinstance(out.get("cluster"), dict):
+        out["cluster"] = renamed(out["cluster"], where, "cluster", LEGACY_FIELDS)
+    if "measured_terms" in out:
+        out["measured_terms"] = renamed_list(out["measured_terms"])
+    fit = out.get("fit")
+    if not isinstance(fit, dict):
+        return out
+    fit = out["fit"] = dict(fit)
+    if "from_preset" in fit:
+        fit["from_preset"] = renamed_list(fit["from_preset"])
+    if isinstance(fit.get("steps"), dict):
+        fit["steps"] = renamed(fit["steps"], where, "fit.steps", LEGACY_STEP_FIT_NAMES)
+    for part in ("engine", "trainer"):
+        if not isinstance(fit.get(part), dict):
+            continue
+        sec = fit[part] = dict(fit[part])
+        if isinstance(sec.get("terms"), dict):
+            sec["terms"] = renamed(sec["terms"], where, f"fit.{part}.terms")
+        for key in ("fixed_by_model", "uncertain", "unidentified"):
+            if key in sec:
+                sec[key] = renamed_list(sec[key])
+        full = sec.get("full_batch")
+        if isinstance(full, dict) and isinstance(full.get("uncertain"), dict):
+            sec["full_batch"] = {**full, "uncertain": renamed(full["uncertain"], where,
+                                                              f"fit.{part}.full_batch.uncertain")}
+    return out
+
+
 def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
-    """The one-engine, colocated cluster a profile describes, with its fitted costs."""
+    """The one-engine, colocated cluster a profile describes, with its fitted costs (old names
+    read as the new ones: :func:`read_names`)."""
+    raw = read_names(raw, where)
     for key in ("device", "model", "engine", "engine_version", "costs", "engine_config"):
         if key not in raw:
             raise ConfigError(f"{where}: field {key!r}: missing (not a profile from sortedrl calibrate?)")
@@ -237,21 +280,23 @@ def check_format(raw: dict, where: str) -> None:
 
 
 def _check_step_time(vals: dict, where: str) -> None:
-    """A decode step takes time: t_fix + a0 (or each step_table entry) of at least
-    MIN_STEP_S (a t_fix of 1e-320 s passed '> 0', and a run of such steps took no time: its
-    tokens/s was infinite)."""
-    table, step = vals.get("step_table"), vals["t_fix"] + vals["a0"]
+    """A decode step takes time: step_fixed_s + weight_read_s (or each step_table entry) of at
+    least MIN_STEP_S (a step_fixed_s of 1e-320 s passed '> 0', and a run of such steps took no
+    time: its tokens/s was infinite)."""
+    table, step = vals.get("step_table"), vals["step_fixed_s"] + vals["weight_read_s"]
     if step < MIN_STEP_S and not (table and min(table) >= MIN_STEP_S):
-        raise ConfigError(f"{where}: field 'costs': t_fix + a0 must be at least {MIN_STEP_S:g} s "
+        raise ConfigError(f"{where}: field 'costs': step_fixed_s + weight_read_s must be at least {MIN_STEP_S:g} s "
                           f"(a decode step takes time), got {step:g}")
 
 
 def parse_costs(raw: object, where: str) -> CostModel:
-    """The ``costs`` object of a cluster file: every field checked, one error naming it."""
+    """The ``costs`` object of a cluster file: every field checked, one error naming it (an old
+    name of a term is read as its new one: :data:`~sortedrl.sim.cost.LEGACY_NAMES`)."""
     names = [f.name for f in dataclasses.fields(CostModel)]
     required = [f.name for f in dataclasses.fields(CostModel) if f.default is dataclasses.MISSING]
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: field 'costs': expected an object with {', '.join(names)}")
+    raw = renamed(raw, where, "costs")
     missing = [n for n in required if n not in raw]
     if missing:
         raise ConfigError(f"{where}: field 'costs': missing {', '.join(missing)}")

@@ -50,9 +50,9 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     """
     c = cluster.cost()
     q = cluster.max_num_seqs
-    peak = max(b / (c.fixed(b) + max(c.weight_read(b), c.c1 * b)) for b in range(1, q + 1))  # tok/s, one engine
+    peak = max(b / (c.fixed(b) + max(c.weight_read(b), c.compute_s_per_seq * b)) for b in range(1, q + 1))  # tok/s, one engine
     decode = int(trace.response_len.sum()) - len(trace)  # the first token comes from prefill
-    prefill = c.p1 * prefill_tokens_floor(trace, cluster.prefix_caching)
+    prefill = c.prefill_s_per_token * prefill_tokens_floor(trace, cluster.prefix_caching)
     work = (decode / peak + prefill) / cluster.engines
     chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.weight_read(1))
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
