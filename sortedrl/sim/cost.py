@@ -12,7 +12,7 @@ token, ``compute_s_per_seq·B`` is the compute that the weight read cannot hide,
 ``step_s_per_seq`` is the cost each running sequence adds to a step (in the GPU presets its 2·P
 FLOPs at peak: measured steps grow with B well below the roofline's ridge), and ``step_fixed_s``
 holds the per-step and per-layer fixed costs (all per engine, after tensor parallelism; the
-derivation is in cluster.py and docs/calibration.md). The paper's symbols for these terms (t_fix,
+derivation is in cluster.py and docs/calibration.md). The terms' former short names (t_fix,
 a0, a1, c1, s1, ...) are still read from older files: :data:`LEGACY_NAMES`.
 Between two membership changes ``B`` is constant and ``S`` grows by ``B`` per step, so the memory
 term is linear in the step index and the sum of ``k`` steps is a piecewise quadratic:
@@ -38,7 +38,7 @@ from sortedrl.errors import ConfigError
 
 MIN_STEP_S = 1e-9  # the shortest decode step a cost model may give: a nanosecond, far below a GPU's
 
-# The names the cost terms had before they were spelled out (the paper's symbols). Users' cluster
+# The names the cost terms had before they were spelled out. Users' cluster
 # files, profiles and tune.json files hold them, so every reader of such a file takes each old
 # key as its new name (:func:`renamed`); everything is written with the new names.
 LEGACY_NAMES = {"t_fix": "step_fixed_s", "a0": "weight_read_s", "a1": "kv_read_s_per_token",
