@@ -33,6 +33,11 @@ class StartBug(SyncPolicy):
 class InitBug(SyncPolicy):
     def __init__(self, params=None, ctx=None):
         raise RuntimeError("two\\nlines")
+
+
+class KnobBug(SyncPolicy):
+    def __init__(self, params=None, ctx=None):
+        raise ValueError("batch must be >= 1")
 """
 
 
@@ -87,6 +92,10 @@ def test_a_policy_that_raises_is_one_error_line_naming_where(tmp_path, monkeypat
         f"error: policy start_bug raised KeyError: 'missing' (at {where}:9)")
     assert one_error_line(tmp_path, *compare, "--policy", f"{module}:InitBug") == (
         f"error: policy {module}:InitBug raised RuntimeError: two lines (at {where}:14)")
+    # a ValueError is a refused knob, as the built-in policies raise it; a user's says where too
+    # (it said only the message, with no place to look)
+    assert one_error_line(tmp_path, *compare, "--policy", f"{module}:KnobBug") == (
+        f"error: policy {module}:KnobBug: batch must be >= 1 (at {where}:19)")
 
 
 def test_a_reward_that_names_no_module_is_one_error_line():

@@ -19,7 +19,7 @@ from sortedrl.policies.predictors import OracleLengths
 from sortedrl.policies.sortedrl import SortedRLPolicy
 from sortedrl.policies.sync import SyncPolicy
 from sortedrl.policies.tail_batch import TailBatchPolicy
-from sortedrl.user_code import import_user_module, is_users, raised
+from sortedrl.user_code import import_user_module, is_users, raised, users_frame
 
 BUILTIN: dict[str, type[Policy]] = {
     "sync": SyncPolicy,
@@ -80,8 +80,9 @@ def make_policy(name: str, sets: list[str], trace) -> Policy:
     params = parse_params(cls.Params, sets, name)
     try:
         policy = cls(params, run_context(trace))
-    except ValueError as e:
-        raise ConfigError(f"policy {name}: {e}") from None
+    except ValueError as e:  # a refused knob: the built-in policies check theirs so
+        at = users_frame(e) if is_users(cls) else None  # (a user's: where, as for any exception)
+        raise ConfigError(f"policy {name}: {e}" + (f" (at {at})" if at else "")) from None
     except SortedRLError:
         raise
     except Exception as e:
