@@ -36,8 +36,8 @@ sys.path.insert(0, ROOT)
 
 from sortedrl.realrun.model import init_model, widen_model  # noqa: E402
 from sortedrl.realrun.priority import raise_priority  # noqa: E402
-from sortedrl.sim.profile import write_profile  # noqa: E402
-from sortedrl.validate import validate, write_validate  # noqa: E402
+from sortedrl.sim.profile import read_names, write_profile  # noqa: E402
+from sortedrl.validate import validate, validate_writer  # noqa: E402
 
 POLICIES = {  # label -> (policy, knobs, engines, placement)
     "sync": ("sync", [], 1, "colocated"),
@@ -99,7 +99,7 @@ def profile(path: Path, model: Path, args) -> dict:
         prof = json.loads(path.read_text())
         prof["bench"] = {"seconds": time.monotonic() - t0, "load_before": l0, "load_after": load()}
         write_profile(path, prof)
-    prof = json.loads(path.read_text())
+    prof = read_names(json.loads(path.read_text()), str(path))  # (a profile of an earlier run: old names)
     fit, costs = prof["fit"], prof["costs"]
     noise, tr, sh = fit["noise"], fit["train"], fit.get("shared_host") or {}
     print(f"{path.name}: steps MAPE {100 * fit['steps']['mape']:.1f}%, update MAPE "
@@ -223,7 +223,7 @@ def main() -> None:
         for seed in args.seeds:
             rundir = one_run(out, model, label, seed, args)
             res = validate(rundir, prof_a)
-            write_validate(res, rundir / "validate.json")
+            validate_writer(res, rundir / "validate.json")(rundir / "validate.json")
             other = validate(rundir, out / "profile-b.json")
             near = out / "rescaled" / f"{label}-s{seed}.json"
             anchored = validate(rundir, near) if args.rescale and near.exists() else None
