@@ -125,11 +125,13 @@ def forecast_text(results: list[dict], title: str, width: int | None, priced: bo
                           for k in ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s"))
         rows.append([r["policy"], r["cluster"], f"{r['wall_h']:,.2f}",
                      f"{r['wall_s_low'] / 3600:,.2f}-{r['wall_s_high'] / 3600:,.2f}",
-                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}", count_text(r["updates"]),
+                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}" if priced else "-", count_text(r["updates"]),
                      f"{r['step_s_p50']:,.1f}/{r['step_s_p90']:,.1f}/{r['step_s_max']:,.1f}", shares])
     seeds = results[0]["seeds"] if results else 0
     notes = [f"wall: mean of {seeds} simulated run(s); low-high: their range (docs/metrics.md, "
              "Forecast)"]
+    if not priced:
+        notes.append("cost: give --gpu-hour-price ($ per GPU-hour)")
     notes += filter(None, [updates_note([(f"{r['policy']} @ {r['cluster']}", r["updates"])
                                          for r in results])])
     cols = [dataclasses.replace(c, hide=0) if priced and c.title == "cost" else c for c in FORECAST_COLS]

@@ -224,9 +224,10 @@ class Outputs:
                 what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
                 raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "
                                   f"or --force to replace it")
-            if not given and previous != self.identity:
-                raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; give "
-                                  f"--out DIR to keep both, or --force to replace it")
+            if previous != self.identity:  # (an explicit --out too: it held results of their own)
+                keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
+                raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; {keep}, "
+                                  f"or --force to replace it")
             note = f"note: replacing the previous `sortedrl {self.command}` run in {out}"
         locked = _write_protected(real)  # replacing it removes every file in it
         if locked is not None:

@@ -270,8 +270,7 @@ def test_a_write_protected_previous_run_is_refused_before_any_work(ws):
         p.chmod(0o555 if p.is_dir() else 0o444)
     before = snapshot(ws)
     try:
-        r = subprocess.run(_as_user([sys.executable, "-m", "sortedrl.cli", *SIM, "--set",
-                                     "minibatches=2", "--out", "keep"]),
+        r = subprocess.run(_as_user([sys.executable, "-m", "sortedrl.cli", *SIM, "--out", "keep"]),
                            cwd=ws, capture_output=True, text=True,
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
         after = snapshot(ws)

@@ -207,6 +207,12 @@ def test_validate_errors(tmp_path):
     assert r.exit_code == 2 and "missing timeline.jsonl" in r.stderr
     r = runner.invoke(app, ["validate", str(RUN)])
     assert r.exit_code == 2 and "profile.json: not found (make one with `sortedrl calibrate`)" in r.stderr
+    # a run directory that is not there was reported as its missing profile.json
+    r = runner.invoke(app, ["validate", str(tmp_path / "nosuch")])
+    assert r.exit_code == 2 and r.stderr == f"error: {tmp_path / 'nosuch'}: no such run directory\n"
+    r = runner.invoke(app, ["validate", str(PROFILE)])
+    assert r.exit_code == 2 and r.stderr == (f"error: {PROFILE}: not a directory (validate takes the "
+                                             "directory of a `sortedrl run`)\n")
 
 
 def test_dropped_attempts_come_from_the_real_timeline():

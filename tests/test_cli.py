@@ -179,6 +179,22 @@ def test_a_previous_run_of_the_same_command_is_replaced_with_a_note(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name != "run"]
 
 
+def test_a_previous_run_with_other_options_in_a_named_out_is_kept_without_force(tmp_path):
+    """A rerun with other options into the same --out replaced the earlier run (and a report.html
+    written beside it) with only a note; a default directory was already protected so."""
+    out = tmp_path / "run"
+    assert invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out)).exit_code == 0
+    (out / "report.html").write_text("mine")
+    before = {p: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    r = invoke("simulate", "--trace", LOGIC, "--policy", "partial", "--out", str(out))
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == (f"error: {out} holds a `sortedrl simulate` run with other options; give another "
+                        "directory to keep both, or --force to replace it\n")
+    assert {p: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    r = invoke("simulate", "--trace", LOGIC, "--policy", "partial", "--out", str(out), "--force")
+    assert r.exit_code == 0 and not (out / "report.html").exists()
+
+
 def test_policies_lists_every_policy_and_knob():
     from sortedrl.policies.registry import BUILTIN
 

@@ -142,3 +142,15 @@ def test_the_cost_asked_for_is_shown_at_80_columns(model_file) -> None:
     assert "cost" not in hidden
     free = CliRunner().invoke(app, args, env={"COLUMNS": "80"})  # no price: cost hides first, as before
     assert "cost" not in free.stdout.splitlines()[1]
+
+
+def test_an_unpriced_forecast_shows_no_cost(model_file) -> None:
+    """Without --gpu-hour-price the cost column read `0.00 $`, as if the run were free."""
+    args = ["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync",
+            "--cluster", "h100-llama3.1-8b", "--seeds", "1", "--wide"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    cost = lines[1].split().index("cost")
+    assert lines[4].split()[cost] == "-", lines
+    assert "cost: give --gpu-hour-price ($ per GPU-hour)" in r.stdout

@@ -92,3 +92,19 @@ def test_long_sort_task_has_a_long_tail():
     assert task.reward(Problem("sort 3 1 2 =", "1 2 3"), "1 3 3") == 2 / 3
     assert task.reward(Problem("sort 3 1 2 =", "1 2 3"), "1 2 3 3") == 3 / 4
     assert task.reward(Problem("sort 3 1 2 =", "1 2 3"), "") == 0.0
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--warmup-steps", "-1", "error: --warmup-steps -1: must be >= 0 (0: random weights)"),
+    ("--layers", "0", "error: --layers 0: must be >= 1"),
+])
+def test_model_init_refuses_a_bad_size_in_one_line(tmp_path, option, value, message):
+    """--warmup-steps -1 ended in a NumPy traceback ("negative dimensions"); --layers 0 wrote a
+    model with no layers."""
+    from typer.testing import CliRunner
+
+    from sortedrl.cli import app
+
+    out = tmp_path / "m"
+    r = CliRunner().invoke(app, ["model", "init", "--out", str(out), option, value])
+    assert r.exit_code == 2 and r.stderr == message + "\n" and not out.exists()

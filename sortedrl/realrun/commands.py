@@ -233,6 +233,9 @@ def register(app: typer.Typer) -> None:
         from sortedrl.validate import overlay_html, update_counts, validate_writer
         from sortedrl.validate import validate as run_validation
 
+        if not rundir.is_dir():
+            raise ConfigError(f"{rundir}: no such run directory" if not rundir.exists() else
+                              f"{rundir}: not a directory (validate takes the directory of a `sortedrl run`)")
         profile = profile or rundir / "profile.json"
         if not profile.exists():
             raise ConfigError(f"--profile {profile}: not found (make one with `sortedrl calibrate`)")

@@ -48,10 +48,15 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"--out {out}: exists and is not empty")
     if hidden % 32 or hidden < 64:
         raise ConfigError(f"--hidden {hidden}: must be a multiple of 32 and >= 64 (vLLM CPU head size)")
+    if layers < 1:
+        raise ConfigError(f"--layers {layers}: must be >= 1")
+    if warmup_steps < 0:
+        raise ConfigError(f"--warmup-steps {warmup_steps}: must be >= 0 (0: random weights)")
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"--out {out}: exists and is not empty (give a new directory; a model is never "
+                          "written over another)")
     t = get_task(task, dataset)
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(t.corpus(2000, seed))
