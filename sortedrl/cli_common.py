@@ -238,6 +238,13 @@ def _given(name: str, value: object) -> bool:
     return getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"
 
 
+def given_options(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options among the parameters ``names`` that the command line gave (not defaults), as
+    ``--option`` words in the command's order: for refusing an option that would be ignored."""
+    return [f"--{p.name.replace('_', '-')}" for p in ctx.command.params
+            if p.name in names and getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
+
+
 def input_files(*paths: Path | str | None) -> list[Path]:
     """The arguments that name existing files: what no output may overwrite or delete."""
     return [Path(p) for p in paths if p is not None and Path(p).exists()]

@@ -195,6 +195,20 @@ def test_bad_updates_per_row_is_one_error_line(tmp_path, extra, message):
     assert (code, lines) == (2, [f"error: {message}"])
 
 
+@pytest.mark.parametrize("extra, given", [
+    (["--repeats", "5", "--task", "sort-long"], "--repeats, --task"),
+    (["--model", "tiny", "--max-num-seqs", "64"], "--model, --max-num-seqs"),
+])
+def test_runner_options_with_measurements_taken_elsewhere_are_one_error_line(tmp_path, extra, given):
+    """The options of `calibrate --model`'s own runs were dropped without a word beside
+    --from-metrics / --from-vllm-bench (exit 0)."""
+    code, lines = calibrate("--from-metrics", str(tmp_path / "m.jsonl"), *extra, "--cluster", PRESET,
+                            "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {given}: only with --model, without --from-vllm-bench / "
+                                 "--from-metrics (they choose the measurements taken here)"])
+    assert not (tmp_path / "p.json").exists()
+
+
 # -- 2. which verl column is a weight sync ------------------------------------------------------------
 
 

@@ -173,6 +173,15 @@ def test_run_without_a_wandb_input_is_an_error(tmp_path, args, option) -> None:
     assert line == f"error: --run: only with {option} (the run of a W&B export to read)"
 
 
+@pytest.mark.parametrize("option", ["--metric", "--step-column"])
+def test_a_drift_column_without_a_wandb_input_is_an_error(tmp_path, option) -> None:
+    """trace fit took --metric and --step-column without --drift-from, and ignored them (exit 0)."""
+    out = tmp_path / "out.json"
+    line = _one_error(["trace", "fit", "logic-8k", "--out", str(out), option, "train/x"])
+    assert line == f"error: {option}: only with --drift-from (a column of the W&B export to read)"
+    assert not out.exists()
+
+
 # -- one run: as before, with or without --run -------------------------------------------------
 
 

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import typer
 
-from sortedrl.cli_common import FORCE, LazyProgress, err, perfetto_writer, summary_text, user_errors
+from sortedrl.cli_common import (
+    FORCE,
+    LazyProgress,
+    err,
+    given_options,
+    perfetto_writer,
+    summary_text,
+    user_errors,
+)
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
 from sortedrl.progress import Phases
@@ -155,6 +163,12 @@ def register(app: typer.Typer) -> None:
             check_rescale_options(ctx, bench or metrics is not None)
         if bench or metrics is not None:
             from sortedrl.calibration.commands import calibrate_measured
+
+            runner_only = given_options(ctx, ("model", "engine", "max_num_seqs", "repeats", "seed", "task",
+                                              "max_tokens", "prompts", "group_size", "warm_tokens", "ray_engines"))
+            if runner_only:  # (they were ignored)
+                raise ConfigError(f"{', '.join(runner_only)}: only with --model, without --from-vllm-bench / "
+                                  "--from-metrics (they choose the measurements taken here)")
 
             return calibrate_measured([*bench, *map(Path, ctx.args)], metrics, cluster, out, samples_per_step,
                                       force, updates_per_row, wandb_run, trace)

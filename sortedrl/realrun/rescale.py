@@ -181,10 +181,10 @@ def check_rescale_options(ctx, measured: bool) -> None:
     fit measurements taken elsewhere, are an error rather than silently ignored."""
     if measured:
         raise ConfigError("--rescale: not with --from-vllm-bench / --from-metrics (it measures this host)")
-    given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params
-             if p.name in ("task", "max_tokens", "prompts", "group_size", "seed", "ray_engines", "max_num_seqs",
-                           "engine", "cluster", "samples_per_step")
-             and getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]  # typer's own click
+    from sortedrl.cli_common import given_options
+
+    given = given_options(ctx, ("task", "max_tokens", "prompts", "group_size", "seed", "ray_engines",
+                                "max_num_seqs", "engine", "cluster", "samples_per_step"))
     if given:
         raise ConfigError(f"--rescale: {', '.join(given)} not allowed (the rescale repeats the run the "
                           "profile records; only --model, --out, --repeats, --warm-tokens and --force apply)")

@@ -18,6 +18,8 @@ from rich.table import Table
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.traces.io import bundled_names, resolve_bundled
 
+DEFAULT_METRIC = "response_length/mean"  # verl's mean response length, as W&B exports it
+
 
 def fit_cmd(
     trace: Annotated[Path, typer.Argument(
@@ -32,7 +34,7 @@ def fit_cmd(
     metric: Annotated[str, typer.Option(
         help="The mean length metric in --drift-from (verl's response_length/mean, TRL's "
              "train/completions/mean_length, slime's rollout/response_len/mean); its max and "
-             "clip-ratio siblings are read too.")] = "response_length/mean",
+             "clip-ratio siblings are read too.")] = DEFAULT_METRIC,
     step_column: Annotated[str | None, typer.Option(
         help="The training step's column in --drift-from (default: train/global_step, "
              "rollout/step or Step, the first present).")] = None,
@@ -51,6 +53,9 @@ def fit_cmd(
             raise ConfigError(f"--out {out}: a trace model is a .json file")
         if wandb_run is not None and drift_from is None:
             raise ConfigError("--run: only with --drift-from (the run of a W&B export to read)")
+        if drift_from is None and (metric != DEFAULT_METRIC or step_column is not None):  # (ignored)
+            which = "--metric" if metric != DEFAULT_METRIC else "--step-column"
+            raise ConfigError(f"{which}: only with --drift-from (a column of the W&B export to read)")
         outs = Outputs("trace fit", force, inputs=[trace, drift_from])
         outs.file(out, "--out")
         data = read_trace(trace)
