@@ -26,7 +26,7 @@ from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
-from sortedrl.traces.io import bundled_names, read_trace, resolve_bundled
+from sortedrl.traces.io import bundled_help, read_trace, resolve_bundled
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import AGENTIC_PRESETS, PRESETS, preset_names, synthesize
 
@@ -306,7 +306,7 @@ def _preset_default(field: str) -> str:
 
 TRACE = typer.Option(None, "--trace", "--trace-model", callback=lambda p: p and resolve_bundled(p),
                      help="length trace (.jsonl, .csv, .parquet; a bundled one by its name: "
-                          f"{', '.join(bundled_names())}), or a trace model from `trace fit`")
+                          f"{bundled_help()}), or a trace model from `trace fit`")
 SYNTHETIC = typer.Option(None, "--synthetic", help=f"synthetic preset ({', '.join(preset_names())})")
 CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help=(
     "a preset {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg] (`sortedrl clusters` lists them with their "

@@ -19,7 +19,7 @@ from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.run import SimResult, simulate
-from sortedrl.tables import UNITS, Col, cell, key_value_table, render
+from sortedrl.tables import UNITS, Col, cell, counted, key_value_table, render
 from sortedrl.traces.schema import Trace
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
@@ -151,7 +151,7 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
         hint = _smaller_cluster(cluster, per_step)
         out.append(f"warning: a step of {trace.name} has {per_step:,} samples, filling "
                    f"{100 * per_step / slots:.0f}% of the {slots:,} decode slots of {cluster.name} "
-                   f"({cluster.engines} engines x {cluster.max_num_seqs}): every policy will mostly idle; "
+                   f"({counted(cluster.engines, 'engine')} x {cluster.max_num_seqs}): every policy will mostly idle; "
                    + (f"try --cluster {hint}" if hint else "try a smaller --cluster")
                    + (" or more --prompts" if synthetic else " or a trace with more prompts per step"))
     steps = trace.num_groups // max(1, trace.prompts_per_step)
@@ -162,7 +162,8 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
 
 
 def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
-    """A preset of the same GPU and model whose decode slots the trace's steps fill."""
+    """A preset of the same GPU and model whose decode slots the trace's steps fill: fewer GPUs,
+    or, on the fewest already, fewer sequences an engine (a ``-Nseq`` preset)."""
     if not cluster.name.startswith(f"{cluster.gpu}-{cluster.model}"):
         return None
     best = None
@@ -171,10 +172,13 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
             continue
         if (gpus // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:
             best = gpus
-    if best is None:
-        return None
     tp = f"-tp{cluster.tp}" if cluster.tp > 1 else ""
-    return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu"
+    if best is not None:
+        return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu"
+    seqs = 1 << max(0, (2 * per_step // cluster.engines).bit_length() - 1)  # a power of 2, filled half
+    if seqs >= cluster.max_num_seqs:
+        return None
+    return f"{cluster.gpu}-{cluster.model}{tp}-{cluster.gpus}gpu-{seqs}seq"
 
 
 def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:

@@ -33,7 +33,7 @@ def export_cmd(
     prompts: int = typer.Option(None, "--prompts", help="prompts per step"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Write a policy's nearest equivalent in verl, slime or AReaL as config overrides."""
+    """Print a policy's nearest equivalent in verl, slime or AReaL as config overrides."""
     from sortedrl.export import export
 
     c = _chosen(best, sets, trial)
@@ -49,6 +49,9 @@ def export_cmd(
     typer.echo(f"# {framework}: {c.policy} {json.dumps(result.params)} -> {result.entry}")
     for line in result.lines():
         typer.echo(line)
+    if not result.overrides:  # (the header alone read as if something had been left out)
+        typer.echo(f"# nothing to override: {framework}'s defaults are this policy; --prompts, "
+                   "--group-size and --cluster add the run's shape")
     for caveat in result.caveats:
         typer.echo(f"# caveat: {caveat}")
 

@@ -31,6 +31,11 @@ UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "
          "filtered_groups": "count", "preemptions": "count", "tool_calls": "count"}
 # printed without a unit, and documented so in docs/metrics.md: text, a bool, the seed (an id)
 UNITLESS = ("policy", "params", "label", "trace", "cluster", "seed", "regen", "oracle", "auto_params")
+def counted(n: int, noun: str) -> str:
+    """``n noun`` with the noun's plural unless ``n`` is 1 ("1 trial", "3 trials")."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 METRICS_LINE = "columns are defined in docs/metrics.md; --json prints every field"
 
 

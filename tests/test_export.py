@@ -257,3 +257,14 @@ def test_a_tune_json_trial_not_as_tune_wrote_it_is_one_error(tmp_path, trial, me
     assert r.exit_code == 2 and "Zen of Python" not in r.output and "Traceback" not in r.output
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {message}"), lines
+
+
+def test_an_export_with_nothing_to_override_says_so():
+    """`export verl sync` printed its header alone: the policy is verl's default trainer."""
+    r = CliRunner().invoke(app, ["export", "verl", "sync"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[1:] == [
+        "# nothing to override: verl's defaults are this policy; --prompts, --group-size and "
+        "--cluster add the run's shape"]
+    r = CliRunner().invoke(app, ["export", "verl", "sync", "--prompts", "64"])
+    assert "nothing to override" not in r.stdout and "data.train_batch_size=64" in r.stdout

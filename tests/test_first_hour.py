@@ -153,6 +153,20 @@ def test_a_trace_too_small_for_the_cluster_is_warned(tmp_path):
     assert r.exit_code == 0 and r.stderr == ""
 
 
+def test_on_one_gpu_the_warning_names_a_preset_with_fewer_sequences(tmp_path):
+    """On a 1-GPU preset the warning said "try a smaller --cluster" (there is none) and "1 engines"."""
+    r = invoke("simulate", "--synthetic", "math-16k", "--prompts", "4", "--steps", "2", "--cluster",
+               "h100-llama3.1-8b-1gpu", "--policy", "sync", "--out", str(tmp_path / "s"), "--json")
+    assert r.exit_code == 0
+    assert r.stderr.splitlines() == [
+        "warning: a step of math-16k has 32 samples, filling 12% of the 256 decode slots of "
+        "h100-llama3.1-8b-1gpu (1 engine x 256): every policy will mostly idle; try --cluster "
+        "h100-llama3.1-8b-1gpu-64seq or more --prompts"]
+    r = invoke("simulate", "--synthetic", "math-16k", "--prompts", "4", "--steps", "2", "--cluster",
+               "h100-llama3.1-8b-1gpu-64seq", "--policy", "sync", "--out", str(tmp_path / "t"), "--json")
+    assert r.exit_code == 0 and r.stderr == ""
+
+
 def test_simulate_summary_fits_and_ends_with_the_metrics_line(tmp_path):
     r = invoke("simulate", *SYNTH, *TWO, "--policy", "sortedrl", "--out", str(tmp_path / "s"))
     assert r.exit_code == 0, r.output

@@ -360,6 +360,11 @@ def test_decoupled_objective_trains_stale_tokens_without_clipping(tiny_model, tm
     (["--objective", "tis"], "--objective tis: expected one of bypass, decoupled"),
     (["--is-cap", "1"], "--is-cap: must be a number > 1, got 1.0"),
     (["--is-cap", "nan"], "--is-cap nan: must be a finite number"),
+    # these three were refused only once vLLM or the trainer had started (--lr -1, --max-num-seqs 0),
+    # or not at all (--lr 0, --kl -0.1)
+    (["--lr", "0"], "--lr: must be a number > 0, got 0.0"),
+    (["--kl", "-0.1"], "--kl: must be a number >= 0, got -0.1"),
+    (["--max-num-seqs", "0"], "--max-num-seqs: must be >= 1, got 0"),
     (["--device", "cuda"], "--device cuda: torch sees no CUDA device here"),
     (["--model", "/nonexistent"], "--model /nonexistent: not a directory"),
     (["--task", "poetry"], "unknown task 'poetry' (known: sort, sort-long, sort-tool, or module:factory)"),

@@ -418,3 +418,20 @@ def test_read_trace_columns_are_writable_and_unshared(tmp_path: Path, ext: str) 
     cols = list(back.columns().values())
     assert all(c.flags.writeable for c in cols)
     assert not any(np.shares_memory(a, b) for i, a in enumerate(cols) for b in cols[i + 1:])
+
+
+def test_the_help_describes_each_bundled_trace_as_it_is() -> None:
+    """The --trace help offered logic-8k beside math-16k with no word that it is one step without
+    groups (a first simulate of it warned that no policy gets past its warm-up step)."""
+    from sortedrl.traces.io import BUNDLED_SHAPES, bundled_names, resolve_bundled
+    from sortedrl.traces.stats import trace_stats
+
+    assert sorted(BUNDLED_SHAPES) == bundled_names()
+    shapes = {}
+    for name in bundled_names():
+        s = trace_stats(read_trace(resolve_bundled(Path(name))))
+        per_step = s["count"] // s["steps"]
+        shapes[name] = (f"{s['steps']} step{'s' * (s['steps'] > 1)} of "
+                        + (f"{per_step} samples" if s["group_size"] == 1
+                           else f"{per_step // s['group_size']} prompts x {s['group_size']}"))
+    assert shapes == BUNDLED_SHAPES

@@ -140,3 +140,21 @@ def test_pareto_front_is_exactly_the_non_dominated_trials(points):
         dominated = any(tb >= ta and sb <= sa and (tb > ta or sb < sa) for tb, sb in points)
         first = points.index((ta, sa)) == a  # exact ties: only the first is listed
         assert (a in front) == (not dominated and first)
+
+
+def test_a_tune_without_param_says_it_ran_each_policy_once(tiny, tmp_path):
+    """Without --param a "search" ran one trial a policy and said so nowhere ("1 trials")."""
+    trace, cluster = tiny
+    r = tune("--trace", trace, "--cluster", cluster, "--policy", "sync", "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.output
+    assert ("note: no --param, so each policy ran once with its defaults; --param NAME.key=lo:hi or "
+            "NAME.key=v1,v2,... searches a knob") in r.stderr.splitlines()
+    assert r.stdout.splitlines()[-1] == f"wrote {tmp_path / 'o'}/tune.json (1 trial, grid)"
+
+
+@pytest.mark.parametrize("option", ["--budget", "--workers"])
+def test_a_bad_budget_or_worker_count_names_its_option(tiny, tmp_path, option):
+    trace, cluster = tiny
+    r = tune("--trace", trace, "--cluster", cluster, "--policy", "sync", option, "0",
+             "--out", str(tmp_path / "o"))
+    assert r.exit_code == 2 and r.stderr == f"error: {option} 0: must be >= 1\n"

@@ -245,6 +245,11 @@ def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool, task: str
         raise ConfigError(f"--engines {cfg.engines}: a run needs at least one engine")
     if cfg.placement not in ("colocated", "disaggregated"):
         raise ConfigError(f"--placement {cfg.placement}: expected colocated or disaggregated")
+    for option, value, ok, want in (  # (refused by vLLM or torch once started, or not at all)
+            ("--lr", cfg.lr, cfg.lr > 0, "a number > 0"), ("--kl", cfg.kl_coef, cfg.kl_coef >= 0, "a number >= 0"),
+            ("--max-num-seqs", cfg.max_num_seqs, cfg.max_num_seqs >= 1, ">= 1")):
+        if not ok:
+            raise ConfigError(f"{option}: must be {want}, got {value}")
 
 
 def _run_meta(cfg: RunConfig, policy, task: str, samples: int) -> dict:

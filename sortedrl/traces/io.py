@@ -36,6 +36,17 @@ FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 BUNDLED = Path(__file__).parent / "data"  # the traces shipped with the package (data/README.md)
 
 
+# What each bundled trace holds, for the --trace help (tests/test_traces_io.py checks it against
+# the files): logic-8k is one step without groups, the paper's bubble figure, not a training run.
+BUNDLED_SHAPES = {"logic-8k": "1 step of 512 samples", "math-16k": "4 steps of 64 prompts x 8"}
+
+
+def bundled_help() -> str:
+    """The bundled traces by name, each with its shape: ``logic-8k (1 step of 512 samples), ...``."""
+    return ", ".join(f"{name} ({BUNDLED_SHAPES[name]})" if name in BUNDLED_SHAPES else name
+                     for name in bundled_names())
+
+
 def bundled_names() -> list[str]:
     """The bundled traces' names (``math-16k``, ...), which ``--trace`` accepts as they are."""
     return sorted(p.stem for p in BUNDLED.glob("*.jsonl"))

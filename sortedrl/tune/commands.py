@@ -34,7 +34,7 @@ from sortedrl.policies.registry import policy_class
 from sortedrl.progress import Phases
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import Cluster, load_cluster
-from sortedrl.tables import Col, render, terminal_width
+from sortedrl.tables import Col, counted, render, terminal_width
 
 MAX_BUDGET = 100_000  # trials of one tune: each is a whole simulation
 
@@ -49,8 +49,8 @@ def register(app: typer.Typer) -> None:
         params: list[str] = typer.Option([], "--param", help="NAME.key=lo:hi[:log] or NAME.key=v1,v2,..."),
         objective: str = typer.Option("learnable_tokens_per_s", "--objective",
                                       help="learnable_tokens_per_s, tokens_per_s, makespan_s or gpu_hours"),
-        max_staleness: float = typer.Option(None, "--max-staleness", help="hard bound on staleness_max"),
-        budget: int = typer.Option(64, "--budget", help="trials at most"),
+        max_staleness: float = typer.Option(None, "--max-staleness", help="hard bound on staleness_max (versions behind)"),
+        budget: int = typer.Option(64, "--budget", help="trials at most (a count)"),
         workers: int = typer.Option(1, "--workers", help="local worker processes"),
         ray: str = typer.Option(None, "--ray", help="run on Ray: auto, local or an address"),
         cluster: str = CLUSTER,
@@ -72,8 +72,9 @@ def register(app: typer.Typer) -> None:
         check_regen(regen)
         if objective not in OBJECTIVES:
             raise ConfigError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
-        if budget < 1 or workers < 1:
-            raise ConfigError("--budget and --workers must be >= 1")
+        for option, value in (("--budget", budget), ("--workers", workers)):
+            if value < 1:  # (the message named both options for one bad value)
+                raise ConfigError(f"{option} {value}: must be >= 1")
         if budget > MAX_BUDGET:
             raise ConfigError(f"--budget {budget:,}: at most {MAX_BUDGET:,} trials (each is a "
                               "whole simulation)")
@@ -108,13 +109,16 @@ def register(app: typer.Typer) -> None:
         print_notes(outs)
         notes = fit_warnings(tr, cl, synthetic is not None)
         notes += [split_note(s.policy, result["trials"], cl) for s in spaces]
+        if not params:  # (a search of one trial a policy, said nowhere)
+            notes.append("note: no --param, so each policy ran once with its defaults; --param "
+                         "NAME.key=lo:hi or NAME.key=v1,v2,... searches a knob")
         for note in filter(None, notes):
             typer.echo(note, err=True)
         if as_json:
             typer.echo(json.dumps(result, indent=2))
             return
         typer.echo(tune_text(result, cl, None if wide else terminal_width()))
-        typer.echo(f"wrote {run_dir}/tune.json ({len(result['trials'])} trials, {result['search']})")
+        typer.echo(f"wrote {run_dir}/tune.json ({counted(len(result['trials']), 'trial')}, {result['search']})")
 
 
 def split_note(policy: str, trials: list[dict], cluster: Cluster) -> str | None:
@@ -198,7 +202,7 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
         notes.append(f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')")
     notes += filter(None, [updates_note([(f"trial {t['id']}", t["summary"]["updates"]) for t in best])])
     first = render(cols, rows(best), width, f"tune: best trial per policy by {result['objective']}{bound} "
-                   f"({len(trials)} trials, {result['search']})", notes, footer="")
+                   f"({counted(len(trials), 'trial')}, {result['search']})", notes, footer="")
     front = [trials[i] for i in result["pareto"]]  # (feasible trials only)
     shown = {t["id"]: t for t in best + front}
     knobs = [f"trial {i} {t['policy']}: " + knob_text(t["summary"]["params"], t["summary"].get("auto_params", {}))
