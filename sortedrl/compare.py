@@ -173,12 +173,13 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
         if (gpus // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:
             best = gpus
     tp = f"-tp{cluster.tp}" if cluster.tp > 1 else ""
+    disagg = "-disagg" if cluster.name.endswith("-disagg") else ""  # (the same placement)
     if best is not None:
-        return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu"
+        return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu{disagg}"
     seqs = 1 << max(0, (2 * per_step // cluster.engines).bit_length() - 1)  # a power of 2, filled half
     if seqs >= cluster.max_num_seqs:
         return None
-    return f"{cluster.gpu}-{cluster.model}{tp}-{cluster.gpus}gpu-{seqs}seq"
+    return f"{cluster.gpu}-{cluster.model}{tp}-{cluster.gpus}gpu-{seqs}seq{disagg}"
 
 
 def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:

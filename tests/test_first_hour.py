@@ -165,6 +165,9 @@ def test_on_one_gpu_the_warning_names_a_preset_with_fewer_sequences(tmp_path):
     r = invoke("simulate", "--synthetic", "math-16k", "--prompts", "4", "--steps", "2", "--cluster",
                "h100-llama3.1-8b-1gpu-64seq", "--policy", "sync", "--out", str(tmp_path / "t"), "--json")
     assert r.exit_code == 0 and r.stderr == ""
+    r = invoke("simulate", "--synthetic", "math-16k", "--prompts", "4", "--steps", "2", "--cluster",
+               "h100-llama3.1-8b-2gpu-disagg", "--policy", "async", "--out", str(tmp_path / "u"), "--json")
+    assert r.exit_code == 0 and "try --cluster h100-llama3.1-8b-2gpu-64seq-disagg or" in r.stderr
 
 
 def test_simulate_summary_fits_and_ends_with_the_metrics_line(tmp_path):
