@@ -206,7 +206,26 @@ def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | N
         if model:  # --trace-model MODEL.json: a run of --steps from the model
             return generate(load_model(trace), 1 if steps is None else steps, seed=seed, prompts=prompts)
         return read_trace(trace)
-    return synthesize(synthetic, prompts=prompts, group_size=group_size, steps=steps, seed=seed)
+    return synthesized(synthetic, prompts, group_size, steps, seed)
+
+
+# synthesize()'s parameters, as the commands' options name them
+SYNTH_OPTIONS = {"prompts": "--prompts", "group_size": "--group-size", "steps": "--steps", "seed": "--seed",
+                 "dataset_size": "--dataset-size"}
+
+
+def synthesized(preset: str, prompts: int | None, group_size: int | None, steps: int | None, seed: int,
+                dataset_size: int | None = None) -> Trace:
+    """:func:`~sortedrl.traces.synth.synthesize`, a refused value named by its option (the
+    function names its parameter: `group_size must be >= 1` for --group-size 0)."""
+    try:
+        return synthesize(preset, prompts=prompts, group_size=group_size, steps=steps, seed=seed,
+                          dataset_size=dataset_size)
+    except ConfigError as e:
+        name = str(e).split(" ", 1)[0]
+        if name in SYNTH_OPTIONS:
+            raise ConfigError(SYNTH_OPTIONS[name] + str(e)[len(name):]) from None
+        raise
 
 
 # what --prompts, --group-size and --steps set; a trace file has all three, a trace model its group size

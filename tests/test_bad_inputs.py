@@ -90,7 +90,7 @@ CASES = {
     "a synthetic dataset of 10^23 prompts": (
         lambda t: ["trace", "synth", "logic-8k", "--out", "s.jsonl", "--dataset-size",
                    "99999999999999999999999"],
-        "dataset_size must be at most 16,777,216"),
+        "--dataset-size must be at most 16,777,216"),
     "30M forecast seeds": (
         lambda t: ["forecast", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy",
                    "sync", "--seeds", "30000000"],

@@ -129,10 +129,10 @@ def test_stats_table(tmp_path: Path) -> None:
     [
         (["synth", "nope"], "error: unknown preset 'nope'; known presets: logic-8k, math-16k, "
                             "agentic-retool, agentic-search, agentic-swe"),
-        (["synth", "math-16k", "--prompts", "0"], "error: prompts must be >= 1, got 0"),
+        (["synth", "math-16k", "--prompts", "0"], "error: --prompts must be >= 1, got 0"),
         (
             ["synth", "math-16k", "--dataset-size", "3"],
-            "error: dataset_size (3) must be >= prompts per step (128)",
+            "error: --dataset-size (3) must be >= prompts per step (128)",
         ),
         (  # refused before anything is drawn (a MemoryError traceback before)
             ["synth", "agentic-swe", "--prompts", "100000000000"],
@@ -170,3 +170,18 @@ def test_stats_errors(tmp_path: Path) -> None:
 def test_no_args_shows_help() -> None:
     result = runner.invoke(app, [])
     assert "synth" in result.output and "import" in result.output and "stats" in result.output
+
+
+@pytest.mark.parametrize("args, line", [
+    (["trace", "synth", "math-16k", "--group-size", "0"], "error: --group-size must be >= 1, got 0"),
+    (["trace", "synth", "math-16k", "--dataset-size", "0"], "error: --dataset-size must be >= 1, got 0"),
+    (["simulate", "--synthetic", "math-16k", "--policy", "sync", "--seed", "-1"], "error: --seed must be >= 0, got -1"),
+])
+def test_a_synthetic_traces_refused_value_names_its_option(tmp_path: Path, args: list[str], line: str) -> None:
+    """The errors named synthesize()'s parameters (`group_size must be >= 1`), not the options."""
+    from sortedrl.cli import app as sortedrl_app
+
+    out = tmp_path / ("t.jsonl" if args[0] == "trace" else "run")
+    r = runner.invoke(sortedrl_app, [*args, "--out", str(out)])
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", line + "\n")
+    assert not out.exists()

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from sortedrl import jsonio
-from sortedrl.cli_common import err, user_errors
+from sortedrl.cli_common import err, synthesized, user_errors
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.outputs import Outputs
 from sortedrl.progress import Phases
@@ -24,7 +24,7 @@ from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.io import FORMATS, bundled_names, read_trace, resolve_bundled, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
-from sortedrl.traces.synth import preset_names, synthesize
+from sortedrl.traces.synth import preset_names
 
 app = typer.Typer(
     name="trace",
@@ -158,7 +158,7 @@ def synth_cmd(
     outs = _output(out, force, [])
     with Phases(err) as progress:
         progress.phase(f"drawing {preset}")
-        trace = synthesize(preset, prompts, group_size, steps, seed, dataset_size)
+        trace = synthesized(preset, prompts, group_size, steps, seed, dataset_size)
         outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     typer.echo(
         f"wrote {out}: {len(trace)} samples, {trace.prompts_per_step} prompts x "
