@@ -233,19 +233,18 @@ def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool, task: str
     if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
         raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
     check_device(cfg)
-    if not 0.0 < cfg.temperature < float("inf"):
-        raise ConfigError(f"--temperature: must be a number > 0, got {cfg.temperature}")
     if cfg.objective not in OBJECTIVES:
         raise ConfigError(f"--objective {cfg.objective}: expected one of {', '.join(OBJECTIVES)}")
-    if not 1.0 < cfg.is_cap < float("inf"):
-        raise ConfigError(f"--is-cap: must be a number > 1, got {cfg.is_cap}")
     if cfg.warm_tokens < 0:
         raise ConfigError(f"--warm-tokens {cfg.warm_tokens}: must be >= 0")
     if cfg.engines < 1:
         raise ConfigError(f"--engines {cfg.engines}: a run needs at least one engine")
     if cfg.placement not in ("colocated", "disaggregated"):
         raise ConfigError(f"--placement {cfg.placement}: expected colocated or disaggregated")
-    for option, value, ok, want in (  # (refused by vLLM or torch once started, or not at all)
+    inf = float("inf")
+    for option, value, ok, want in (  # (--lr, --kl, --max-num-seqs: refused once started, or never)
+            ("--temperature", cfg.temperature, 0.0 < cfg.temperature < inf, "a number > 0"),
+            ("--is-cap", cfg.is_cap, 1.0 < cfg.is_cap < inf, "a number > 1"),
             ("--lr", cfg.lr, cfg.lr > 0, "a number > 0"), ("--kl", cfg.kl_coef, cfg.kl_coef >= 0, "a number >= 0"),
             ("--max-num-seqs", cfg.max_num_seqs, cfg.max_num_seqs >= 1, ">= 1")):
         if not ok:
