@@ -3,7 +3,8 @@
 - no sample is trained twice, and every sample ends trained or discarded;
 - every token generated is either useful (trained) or counted as wasted;
 - staleness never exceeds the policy's bound (sync: minibatches - 1, sortedrl: 0 on-policy or
-  max_span, async: eta, one_step_off: 1, tail_batch and oracle_sorted: 0, partial: max_span);
+  max_span, async: eta, one_step_off: 1, tail_batch and oracle_sorted: 0, partial: max_span,
+  0 with keep_partial=false, which takes max_span=0 only);
 - the engines never exceed max_num_seqs or their KV budget (audited after every change).
 
 Run: pytest tests/test_policies_invariants.py
@@ -23,6 +24,14 @@ from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
+
+def partial_keep(d) -> list[str]:
+    """keep_partial and max_span: a max_span above 0 only with keep_partial=true (without, there
+    is nothing to age, and partial refuses it)."""
+    keep = d(st.booleans())
+    return [f"keep_partial={keep}", f"max_span={d(st.integers(0, 2)) if keep else 0}"]
+
+
 KNOBS = {
     "sync": lambda d: [f"minibatches={d(st.integers(1, 3))}"],
     "sortedrl": lambda d: [f"mode={d(st.sampled_from(['on_policy', 'partial']))}",
@@ -32,8 +41,7 @@ KNOBS = {
                            f"max_span={d(st.integers(0, 2))}",
                            f"group_prompts={d(st.integers(0, 6))}"],
     "partial": lambda d: [f"over_sample={d(st.sampled_from([1.0, 2.0, 3.0]))}",
-                          f"keep_partial={d(st.booleans())}", f"max_span={d(st.integers(0, 2))}",
-                          f"rollout_batch={d(st.integers(0, 4))}"],
+                          *partial_keep(d), f"rollout_batch={d(st.integers(0, 4))}"],
     "tail_batch": lambda d: [f"eta={d(st.sampled_from([1.0, 1.25, 2.0]))}",
                              f"rollout_batch={d(st.integers(0, 4))}"],
     "async": lambda d: [f"eta={d(st.integers(0, 3))}", f"batch={d(st.integers(0, 10))}",

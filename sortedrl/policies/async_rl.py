@@ -42,7 +42,14 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.policies.common import SampleQueue, complete_groups, flat_groups, in_flight, too_stale
+from sortedrl.policies.common import (
+    SampleQueue,
+    complete_groups,
+    flat_groups,
+    in_flight,
+    refuse_negative,
+    too_stale,
+)
 from sortedrl.policies.view import ClusterView
 
 
@@ -65,8 +72,7 @@ class AsyncParams:
                 "more than eta versions old (false: eta bounds admission only, as AReaL and verl do)"})
 
     def __post_init__(self) -> None:
-        if self.eta < 0 or self.batch < 0 or self.max_concurrent < 0:
-            raise ValueError("eta, batch and max_concurrent must be >= 0")
+        refuse_negative(self, "eta", "batch", "max_concurrent")
         if self.filter_groups and not self.whole_groups:
             raise ValueError("filter_groups needs whole_groups=true")
 

@@ -1,5 +1,5 @@
 """Small helpers shared by the policies: what is in flight, which groups are complete, which
-samples are too stale, and the queue a ``Keep`` order admits from."""
+samples are too stale, the queue a ``Keep`` order admits from, and the check of count knobs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,15 @@ from sortedrl.policies.base import SampleState
 from sortedrl.policies.view import ClusterView
 
 DONE = (SampleState.FINISHED, SampleState.TRAINED)
+
+
+def refuse_negative(params: object, *knobs: str) -> None:
+    """Refuse the first of ``knobs`` (count knobs of ``params``) below 0, naming that one knob
+    and the value given: ``rollout_batch must be >= 0, got -1``."""
+    for knob in knobs:
+        value = getattr(params, knob)
+        if value < 0:
+            raise ValueError(f"{knob} must be >= 0, got {value}")
 
 
 def in_flight(view: ClusterView) -> list[int]:

@@ -23,7 +23,7 @@ from sortedrl.policies.base import (
     RunContext,
     Train,
 )
-from sortedrl.policies.common import shortest_first, split_flat
+from sortedrl.policies.common import refuse_negative, shortest_first, split_flat
 from sortedrl.policies.predictors import HistoryLengths, LengthPredictor
 from sortedrl.policies.view import ClusterView
 
@@ -43,8 +43,7 @@ class OracleSortedParams:
         "help": "dynamic sampling: drop groups with all-equal rewards, refill the round"})
 
     def __post_init__(self) -> None:
-        if self.rollout_batch < 0 or self.update_batch < 0:
-            raise ValueError("rollout_batch and update_batch must be >= 0")
+        refuse_negative(self, "rollout_batch", "update_batch")
         if self.filter_groups and not self.whole_groups:
             raise ValueError("filter_groups needs whole_groups=true")
 

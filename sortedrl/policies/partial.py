@@ -7,7 +7,8 @@ can span several policy versions. APRIL leaves staleness unbounded (about 40% of
 are off-policy at 2x); ``max_span`` optionally bounds it as MindSpeed-RL's
 ``partial_rollout_max_split`` does: a partial response whose oldest token is more than
 ``max_span`` versions behind is regenerated instead. ``keep_partial=false`` drops the partials
-instead, which is verl's "reorder rollout" (strictly on-policy, the aborted work wasted).
+instead, which is verl's "reorder rollout" (strictly on-policy, the aborted work wasted); it
+refuses a ``max_span`` above 0, which would have nothing to age and so no effect.
 Complete groups are what is trained, so GRPO advantages always see a whole group.
 ``filter_groups`` is DAPO's dynamic sampling: a group that completes with all rewards equal is
 filtered at once, does not count towards the N, and a fresh prompt group from the dataloader
@@ -29,7 +30,14 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.policies.common import complete_groups, flat_groups, in_flight, too_stale, waiting_in
+from sortedrl.policies.common import (
+    complete_groups,
+    flat_groups,
+    in_flight,
+    refuse_negative,
+    too_stale,
+    waiting_in,
+)
 from sortedrl.policies.view import ClusterView
 
 
@@ -40,19 +48,23 @@ class PartialParams:
     over_sample: float = field(default=2.0, metadata={
         "help": "groups in flight per step, as a multiple of N (APRIL's over-sampling)"})
     keep_partial: bool = field(default=True, metadata={
-        "help": "resume aborted responses next step (false: drop and regenerate them)"})
+        "help": "resume aborted responses next step (false: drop and regenerate them, so every "
+                "trained token is on-policy; max_span must then be 0)"})
     max_span: int = field(default=0, metadata={
         "help": "most versions a trained token may lag (0: unbounded, as in APRIL); a complete "
                 "group with a too-stale member still counts towards N, then waits while that "
-                "member is regenerated, so such a step trains fewer than N groups"})
+                "member is regenerated, so such a step trains fewer than N groups; above 0 it "
+                "needs keep_partial=true"})
     filter_groups: bool = field(default=False, metadata={
         "help": "dynamic sampling: drop groups with all-equal rewards, start fresh ones"})
 
     def __post_init__(self) -> None:
-        if self.rollout_batch < 0 or self.max_span < 0:
-            raise ValueError("rollout_batch and max_span must be >= 0")
+        refuse_negative(self, "rollout_batch", "max_span")
         if not self.over_sample >= 1.0:
             raise ValueError(f"over_sample must be >= 1, got {self.over_sample}")
+        if self.max_span and not self.keep_partial:  # it would be ignored: say so
+            raise ValueError(f"max_span={self.max_span} has no effect with keep_partial=false (no "
+                             "partial response is kept to age); drop one")
 
 
 class PartialRolloutPolicy(Policy):

@@ -22,7 +22,9 @@ What the paper leaves open, and what we chose:
   groups are regenerated too, so every trained token has staleness 0. ``partial`` pauses them
   with their tokens and version segments; they resume first, re-prefilling prompt + prefix.
   ``max_span`` bounds staleness: a sample whose oldest kept token is more than ``max_span``
-  versions behind is regenerated instead of resumed or trained.
+  versions behind is regenerated instead of resumed or trained. ``on_policy`` keeps nothing to
+  age, so it ignores ``max_span``; it does not refuse one, since the default (2) is not 0 and a
+  knob set is often shared by both modes (the README's paper reproduction, a tune over both).
 - **Dynamic sampling** (``filter_groups``, with ``harvest=groups``): a group that completes with
   all rewards equal is filtered at once and does not count towards the trigger, so the policy
   keeps admitting from the loading group (and then from the next one) until ``update_batch``
@@ -53,6 +55,7 @@ from sortedrl.policies.common import (
     complete_groups,
     flat_groups,
     in_flight,
+    refuse_negative,
     shortest_first,
     too_stale,
 )
@@ -79,17 +82,16 @@ class SortedRLParams:
     max_span: int = field(default=2, metadata={
         "help": "partial mode: most policy versions a trained token may lag; a complete group "
                 "with a too-stale member counts towards the trigger, then waits while that member "
-                "is regenerated, so such a harvest trains fewer than update_batch"})
+                "is regenerated, so such a harvest trains fewer than update_batch (on_policy "
+                "ignores it: nothing is kept to age)"})
     filter_groups: bool = field(default=False, metadata={
         "help": "dynamic sampling (harvest=groups): drop groups with all-equal rewards"})
 
     def __post_init__(self) -> None:
-        if self.group_prompts < 0 or self.update_batch < 0:
-            raise ValueError("group_prompts and update_batch must be >= 0")
+        refuse_negative(self, "group_prompts", "update_batch")
         if not self.oversubscribe >= 0:  # (NaN too) below 1 as the derived window can be
             raise ValueError(f"oversubscribe must be >= 0, got {self.oversubscribe} (0: derived)")
-        if self.max_span < 0:
-            raise ValueError(f"max_span must be >= 0, got {self.max_span}")
+        refuse_negative(self, "max_span")
         if self.filter_groups and self.harvest != "groups":
             raise ValueError("filter_groups needs harvest=groups")
 

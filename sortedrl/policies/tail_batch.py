@@ -33,7 +33,7 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.policies.common import is_flat, newly_complete
+from sortedrl.policies.common import is_flat, newly_complete, refuse_negative
 from sortedrl.policies.view import ClusterView
 
 
@@ -48,8 +48,7 @@ class TailBatchParams:
         "help": "dynamic sampling: drop groups with all-equal rewards, launch fresh ones"})
 
     def __post_init__(self) -> None:
-        if self.rollout_batch < 0 or self.responses < 0:
-            raise ValueError("rollout_batch and responses must be >= 0")
+        refuse_negative(self, "rollout_batch", "responses")
         if not self.eta >= 1.0:
             raise ValueError(f"eta must be >= 1, got {self.eta}")
 
