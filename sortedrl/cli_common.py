@@ -306,7 +306,7 @@ def summary_text(summary: dict, title: str) -> str:
     from sortedrl.policies.auto import knob_text
     from sortedrl.tables import Col, render, terminal_width
 
-    rows = [[key, _cell(value), UNITS.get(key, "")] for key, value in summary.items()
+    rows = [[key, _cell(value, key), UNITS.get(key, "")] for key, value in summary.items()
             if key not in ("params", "auto_params")]
     knobs = "knobs: " + knob_text(summary.get("params", {}), summary.get("auto_params", {}))
     return render([Col("metric", left=True), Col("value"), Col("unit", left=True)], rows,

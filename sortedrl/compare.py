@@ -19,7 +19,7 @@ from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.run import SimResult, simulate
-from sortedrl.tables import UNITS, Col, cell, counted, key_value_table, render
+from sortedrl.tables import UNITS, Col, cell, counted, fmt, key_value_table, percent, render
 from sortedrl.traces.schema import Trace
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
@@ -251,13 +251,13 @@ def headline_rows(summaries: list[dict], splits: list[str]) -> tuple[list[Col], 
         gen = s["generated_tokens"]
         rows.append([
             s["label"] + (" *" if s.get("oracle") else ""),
-            f"{s['makespan_s']:,.1f}",
-            f"{s['tokens_per_s']:,.0f}",
-            f"{s.get('learnable_tokens_per_s', 0):,.0f}",
+            fmt("makespan_s", s["makespan_s"]),
+            fmt("tokens_per_s", s["tokens_per_s"]),
+            fmt("learnable_tokens_per_s", s.get("learnable_tokens_per_s", 0)),
             f"{s[rank] / first:.2f}x" if first > 0 else "-",
-            f"{100 * s['bubble_ratio']:.1f}",
-            f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
-            f"{100 * s['wasted_tokens'] / gen:.1f}" if gen else "0.0",
+            percent(s["bubble_ratio"]),
+            f"{fmt('staleness_mean', s['staleness_mean'])}/{s['staleness_max']}",
+            percent(s["wasted_tokens"] / gen if gen else 0.0),
             str(s["updates"]),
             split,
         ])
@@ -326,7 +326,7 @@ def wide_text(summaries: list[dict], title: str, width: int | None = None) -> st
     text = [k for k in keys if k != "params" and any(isinstance(s.get(k), str) for s in summaries)]
     text.append("params")  # the longest, last
     heads = [s["label"] + (" *" if s.get("oracle") else "") for s in summaries]
-    rows = [(key, [cell(s.get(key, "")).replace("\n", ", ") for s in summaries], UNITS.get(key, ""))
+    rows = [(key, [cell(s.get(key, ""), key).replace("\n", ", ") for s in summaries], UNITS.get(key, ""))
             for key in keys if key not in text]
     notes = []
     for s in summaries:

@@ -25,7 +25,7 @@ from sortedrl.compare import count_text, fit_warnings, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
-from sortedrl.tables import Col, render, terminal_width
+from sortedrl.tables import Col, fmt, render, terminal_width
 
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 MAX_GPU_HOUR_PRICE = 1e6  # $ per GPU-hour, far above any (1.7e308 made the cost infinite)
@@ -123,10 +123,11 @@ def forecast_text(results: list[dict], title: str, width: int | None, priced: bo
     for r in results:
         shares = "/".join(f"{100 * r[k] / r['wall_s']:.0f}" if r["wall_s"] else "0"
                           for k in ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s"))
-        rows.append([r["policy"], r["cluster"], f"{r['wall_h']:,.2f}",
-                     f"{r['wall_s_low'] / 3600:,.2f}-{r['wall_s_high'] / 3600:,.2f}",
-                     f"{r['gpu_hours']:,.1f}", f"{r['cost']:,.2f}" if priced else "-", count_text(r["updates"]),
-                     f"{r['step_s_p50']:,.1f}/{r['step_s_p90']:,.1f}/{r['step_s_max']:,.1f}", shares])
+        rows.append([r["policy"], r["cluster"], fmt("wall_h", r["wall_h"]),
+                     f"{fmt('wall_h', r['wall_s_low'] / 3600)}-{fmt('wall_h', r['wall_s_high'] / 3600)}",
+                     fmt("gpu_hours", r["gpu_hours"]), fmt("cost", r["cost"]) if priced else "-",
+                     count_text(r["updates"]), "/".join(fmt(k, r[k]) for k in ("step_s_p50", "step_s_p90", "step_s_max")),
+                     shares])
     seeds = results[0]["seeds"] if results else 0
     notes = [f"wall: mean of {seeds} simulated run(s); low-high: their range (docs/metrics.md, "
              "Forecast)"]

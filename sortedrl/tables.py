@@ -31,6 +31,39 @@ UNITS = {"makespan_s": "s", "lower_bound_s": "s", "rollout_s": "s", "train_s": "
          "filtered_groups": "count", "preemptions": "count", "tool_calls": "count"}
 # printed without a unit, and documented so in docs/metrics.md: text, a bool, the seed (an id)
 UNITLESS = ("policy", "params", "label", "trace", "cluster", "seed", "regen", "oracle", "auto_params")
+# One precision per figure, whichever table prints it (simulate's summary, compare and its
+# --wide, tune and its cluster plan, forecast, validate, the report), so that a figure printed in
+# two tables reads the same in both (docs/metrics.md, "Printed precision"). Counts and tokens
+# are whole numbers; a ``%`` column is 100 x a ratio, at PERCENT (0.1 of a point, the ratio's
+# third decimal).
+RATIO = ".3f"
+PERCENT = ".1f"
+AS_PERCENT = ".1%"  # a ratio formatted as a % with its sign, at PERCENT (0.684 -> 68.4%)
+FORMATS = {**dict.fromkeys(("makespan_s", "lower_bound_s", "rollout_s", "train_s", "tool_s",
+                            "sandbox_wait_s", "step_s_p50", "step_s_p90", "step_s_max"), ",.1f"),
+           **dict.fromkeys(("sync_s", "offload_s"), ",.2f"),  # (often under a second)
+           **dict.fromkeys(("tokens_per_s", "learnable_tokens_per_s"), ",.0f"),
+           **dict.fromkeys(("efficiency", "bubble_ratio", "gpu_idle_ratio", "bubble_tool_ratio",
+                            "bubble_tail_ratio", "bubble_ratio_abs_err"), RATIO),
+           "staleness_mean": ".2f", "regen_sigma": ".4f",
+           "gpu_hours": ",.3f", "wall_h": ",.2f", "cost": ",.2f",
+           # the calibrated contention factors (x step time), as calibrate and profile show print them
+           **dict.fromkeys(("engine_contention", "train_contention", "engine_contention_one",
+                            "train_contention_one", "ray_step_factor"), ".3f"),
+           # a trace's response lengths (trace stats, trace fit): quantiles whole, means to 0.1
+           "response_len_quantile": ",.0f", "response_len_mean": ",.1f"}
+
+
+def fmt(key: str, value: float) -> str:
+    """``value`` of the figure ``key`` at its one precision (FORMATS)."""
+    return format(value, FORMATS[key])
+
+
+def percent(ratio: float) -> str:
+    """A ratio as a ``%`` cell: 100 x it at PERCENT, without the sign (the unit row has it)."""
+    return format(100 * ratio, PERCENT)
+
+
 def counted(n: int, noun: str) -> str:
     """``n noun`` with the noun's plural unless ``n`` is 1 ("1 trial", "3 trials")."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
@@ -92,7 +125,10 @@ def key_value_table(rows: Sequence[tuple[str, Sequence[str], str]], heads: Seque
                   text_width=width)
 
 
-def cell(value: object) -> str:
+def cell(value: object, key: str = "") -> str:
+    """A summary value as a table prints it: a figure at its precision in FORMATS, else by type."""
+    if key in FORMATS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return fmt(key, value)
     if isinstance(value, dict):
         return "\n".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in value.items()) or "defaults"

@@ -32,6 +32,7 @@ from sortedrl.outputs import Writer, write_json
 from sortedrl.policies.registry import builtin_class, make_policy
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.run import simulate
+from sortedrl.tables import PERCENT, percent
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import find_timeline, read_timeline
 from sortedrl.traces.io import read_trace
@@ -317,6 +318,6 @@ def overlay_html(result: dict, path: Path) -> None:
     fig.update_yaxes(title_text="seconds", row=2, col=1)
     mape = result["step_time_mape"]
     fig.update_layout(height=800, barmode="group", title=(
-        f"validate {result['policy']}: step-time MAPE {'-' if mape is None else f'{mape:.1f}%'}, "
-        f"bubble error {100 * result['bubble_ratio_abs_err']:.1f} points"))
+        f"validate {result['policy']}: step-time MAPE {'-' if mape is None else f'{mape:{PERCENT}}%'}, "
+        f"bubble error {percent(result['bubble_ratio_abs_err'])} points"))
     atomic_write({path: page(f"validate {result['run']}", [figure_div(fig, "validate")])})

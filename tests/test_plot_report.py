@@ -314,7 +314,7 @@ def test_headline_table_one_precision_a_column_and_no_empty_timeline_column(comp
     for s, row in zip(summaries, rows, strict=True):
         assert row[3:] == [f"{s['makespan_s']:,.1f}", f"{s['bubble_ratio']:.1%}", f"{s['tokens_per_s']:,.0f}",
                            f"{s['staleness_mean']:.2f}", f"{s['staleness_max']:,}",
-                           f"{s['wasted_tokens']:,}", f"{s['efficiency']:.4f}"]
+                           f"{s['wasted_tokens']:,}", f"{s['efficiency']:.3f}"]
     (root / "sync" / "timeline.html").write_text("<html></html>")
     heads, rows = body(report_page(root))
     assert heads[-1] == "timeline"

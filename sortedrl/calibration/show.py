@@ -19,6 +19,7 @@ from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.profile import check_format, is_profile, parse_costs, read_names
+from sortedrl.tables import fmt
 
 UNITS = {"step_fixed_s": "s/step", "weight_read_s": "s/step", "kv_read_s_per_token": "s/KV token/step",
          "compute_s_per_seq": "s/sequence/step", "step_s_per_seq": "s/sequence/step",
@@ -337,7 +338,7 @@ def _shared_host(sh: dict | None) -> list[str]:
     def factor(name: str) -> str:
         if sh.get(name + "_by_pair") == []:  # no pair measured it: the neutral x1 was written
             return "x1 (not measured: no pair had a whole engine round beside the update)"
-        return f"x{sh[name]:.3f} (relative MAD {100 * sh.get(name + '_rel_mad', 0):.1f}%)"
+        return f"x{fmt(name, sh[name])} (relative MAD {100 * sh.get(name + '_rel_mad', 0):.1f}%)"
 
     return [f"shared host ({sh.get('engines')} engine actors + the trainer actor, {sh.get('pairs')} "
             f"interleaved pairs): engine steps {factor('engine_contention')} while the trainer trains, "

@@ -39,12 +39,14 @@ from sortedrl.plot.inputs import (
     tune_front,
 )
 from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
+from sortedrl.tables import AS_PERCENT, FORMATS
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import NAMES, find_timeline
 
-METRICS = (("makespan_s", "makespan (s)", ",.1f"), ("bubble_ratio", "bubble ratio", ".1%"),
-           ("tokens_per_s", "useful tokens/s", ",.0f"),
-           ("staleness_mean", "staleness mean (versions)", ".2f"))
+# each figure at its precision in the terminal's tables (sortedrl.tables.FORMATS); a ratio as a %
+METRICS = (("makespan_s", "makespan (s)", FORMATS["makespan_s"]), ("bubble_ratio", "bubble ratio", AS_PERCENT),
+           ("tokens_per_s", "useful tokens/s", FORMATS["tokens_per_s"]),
+           ("staleness_mean", "staleness mean (versions)", FORMATS["staleness_mean"]))
 TRACE_FILES = ("trace.jsonl", "trace.csv", "trace.parquet")
 HIST_BINS = 60
 PALETTE = qualitative.Plotly
@@ -260,9 +262,10 @@ def _params(params: object) -> str:
     return "defaults" if params is None else str(params)
 
 
-SUMMARY_COLS = (("policy", None), ("oracle", None), ("cluster", None), ("makespan (s)", ",.1f"),
-                ("bubble ratio", ".1%"), ("useful tokens/s", ",.0f"), ("staleness mean", ".2f"),
-                ("staleness max", None), ("wasted tokens", None), ("efficiency", ".4f"),
+SUMMARY_COLS = (("policy", None), ("oracle", None), ("cluster", None), ("makespan (s)", FORMATS["makespan_s"]),
+                ("bubble ratio", AS_PERCENT), ("useful tokens/s", FORMATS["tokens_per_s"]),
+                ("staleness mean", FORMATS["staleness_mean"]), ("staleness max", None), ("wasted tokens", None),
+                ("efficiency", FORMATS["efficiency"]),
                 ("timeline", None))
 
 

@@ -23,7 +23,7 @@ from sortedrl.cli_common import (
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
 from sortedrl.progress import Phases
-from sortedrl.tables import Col, render, terminal_width
+from sortedrl.tables import PERCENT, Col, fmt, percent, render, terminal_width
 
 
 def register(app: typer.Typer) -> None:
@@ -225,8 +225,8 @@ def register(app: typer.Typer) -> None:
                    f"noise: repeated grid steps {100 * fit['noise']['grid_rel_mad']:.1f}% (MAD), "
                    f"{fit['noise']['runner_steps_dropped']} runner steps dropped as outliers, fits of "
                    f"single repeats {100 * fit['noise']['repeat_spread']:.1f}% apart; update form "
-                   f"{fit['train']['form']}" + (f"; shared host: engine steps x{profile['costs']['engine_contention']:.2f} "
-                                                f"while training, updates x{profile['costs']['train_contention']:.2f} "
+                   f"{fit['train']['form']}" + (f"; shared host: engine steps x{fmt('engine_contention', profile['costs']['engine_contention'])} "
+                                                f"while training, updates x{fmt('train_contention', profile['costs']['train_contention'])} "
                                                 "beside rollout" if "engine_contention" in profile["costs"] else ""))
 
 
@@ -273,16 +273,16 @@ def register(app: typer.Typer) -> None:
         def num(v: float | None, spec: str, scale: float = 1.0) -> str:  # "-": not compared
             return "-" if v is None else f"{scale * v:{spec}}"
 
-        rows = [[str(s["step"]), num(s["real_step_s"], ".3f"), num(s["sim_step_s"], ".3f"), num(s["step_err_pct"], ".1f"),
+        rows = [[str(s["step"]), num(s["real_step_s"], ".3f"), num(s["sim_step_s"], ".3f"), num(s["step_err_pct"], PERCENT),
                  num(s["real_rollout_s"], ".3f"), num(s["sim_rollout_s"], ".3f"), num(s["real_train_s"], ".3f"),
-                 num(s["sim_train_s"], ".3f"), num(s["real_bubble_ratio"], ".1f", 100), num(s["sim_bubble_ratio"], ".1f", 100)]
+                 num(s["sim_train_s"], ".3f"), num(s["real_bubble_ratio"], PERCENT, 100), num(s["sim_bubble_ratio"], PERCENT, 100)]
                 for s in result["steps"]]
-        pct = (lambda k: "-" if result[k] is None else f"{result[k]:.2f}%")  # noqa: E731
+        pct = (lambda k: "-" if result[k] is None else f"{result[k]:{PERCENT}}%")  # noqa: E731
         errors = (f"step_time_mape {pct('step_time_mape')}, progress_time_mape {pct('progress_time_mape')}, "
                   f"rollout_time_mape {pct('rollout_time_mape')}, train_time_mape {pct('train_time_mape')}, "
-                  f"bubble_ratio_abs_err {result['bubble_ratio_abs_err']:.4f} (a ratio: "
-                  f"{100 * result['bubble_ratio_abs_err']:.2f} points of bubble %), "
-                  f"makespan_err_pct {result['makespan_err_pct']:.2f}%")
+                  f"bubble_ratio_abs_err {fmt('bubble_ratio_abs_err', result['bubble_ratio_abs_err'])} (a ratio: "
+                  f"{percent(result['bubble_ratio_abs_err'])} points of bubble %), "
+                  f"makespan_err_pct {result['makespan_err_pct']:{PERCENT}}%")
         typer.echo(render(cols, rows, None if wide else terminal_width(),
                           f"validate {result['policy']} ({rundir}) against {profile}",
                           [update_counts(result), errors]))

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.tables import fmt
 from sortedrl.traces.io import bundled_names, resolve_bundled
 
 DEFAULT_METRIC = "response_length/mean"  # verl's mean response length, as W&B exports it
@@ -134,8 +135,8 @@ def _fit_table(fit: dict) -> Table:
     table.add_column("data (tok)", justify="right")
     table.add_column("model (tok)", justify="right")
     for row in fit["quantiles"]:
-        table.add_row(f"p{round(row['q'] * 100)}", f"{row['data']:.0f}", f"{row['model']:.0f}")
-    table.add_row("mean", f"{fit['mean_data']:.1f}", f"{fit['mean_model']:.1f}")
+        table.add_row(f"p{round(row['q'] * 100)}", *(fmt("response_len_quantile", row[k]) for k in ("data", "model")))
+    table.add_row("mean", *(fmt("response_len_mean", fit[k]) for k in ("mean_data", "mean_model")))
     table.add_row("truncated share", f"{fit['truncated_data']:.4f}", f"{fit['truncated_model']:.4f}")
     return table
 

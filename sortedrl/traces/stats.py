@@ -20,6 +20,7 @@ from rich.console import Group
 from rich.table import Table
 
 from sortedrl.errors import TraceError
+from sortedrl.tables import fmt
 from sortedrl.traces.schema import Trace
 
 PERCENTILES = (50, 75, 90, 95, 99)
@@ -171,6 +172,8 @@ def _fmt(key: str, v: Any) -> str:
             return f"{v:.2%}"
         if key in ("mean_over_cap", "reward_mean", "p99_p50_not_truncated") or "tool_s" in key:
             return f"{v:.3f}"
+        if key.startswith("response_len_p"):  # (quantiles: whole tokens, as trace fit prints them)
+            return fmt("response_len_quantile", v)
         return f"{v:,.1f}"
     if isinstance(v, int):
         return f"{v:,}"

@@ -34,7 +34,7 @@ from sortedrl.policies.registry import policy_class
 from sortedrl.progress import Phases
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import Cluster, load_cluster
-from sortedrl.tables import Col, counted, render, terminal_width
+from sortedrl.tables import Col, counted, fmt, render, terminal_width
 
 MAX_BUDGET = 100_000  # trials of one tune: each is a whole simulation
 
@@ -157,7 +157,7 @@ def infeasible_message(result: dict) -> str:
     params = ", ".join(f"{k}={v}" for k, v in closest["params"].items()) or "defaults"
     return (f"no trial of {len(trials)} meets --max-staleness {result['max_staleness']}; the closest is "
             f"trial {closest['id']}: {closest['policy']} ({params}) with staleness_max "
-            f"{s['staleness_max']} at {s['tokens_per_s']:,.0f} tok/s; raise the bound or add a policy "
+            f"{s['staleness_max']} at {fmt('tokens_per_s', s['tokens_per_s'])} tok/s; raise the bound or add a policy "
             "that bounds staleness (sync, sortedrl)")
 
 
@@ -168,9 +168,10 @@ TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col
 
 def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
     s = t["summary"]
-    return [t["policy"], str(t["id"]), f"{s['tokens_per_s']:,.0f}", f"{s.get('learnable_tokens_per_s', 0):,.0f}",
+    return [t["policy"], str(t["id"]), fmt("tokens_per_s", s["tokens_per_s"]),
+            fmt("learnable_tokens_per_s", s.get("learnable_tokens_per_s", 0)),
             f"{s[rate] / top:.2f}x" if top > 0 else "-",
-            f"{s['makespan_s']:,.1f}", f"{s['staleness_mean']:.2f}/{s['staleness_max']}",
+            fmt("makespan_s", s["makespan_s"]), f"{fmt('staleness_mean', s['staleness_mean'])}/{s['staleness_max']}",
             f"{s['updates']:,}", splits.get(t["id"], splits[t["policy"]])]
 
 

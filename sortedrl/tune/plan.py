@@ -5,7 +5,7 @@ How the front and the knee are chosen: :func:`sortedrl.tune.search.cluster_front
 
 from __future__ import annotations
 
-from sortedrl.tables import Col, render
+from sortedrl.tables import Col, fmt, render
 
 PLAN_COLS = [Col("", left=True), Col("policy", left=True), Col("trial"), Col("shape", left=True),
              Col("wall", "s"), Col("GPU-h"), Col("stale mean", "versions", hide=1)]
@@ -20,7 +20,7 @@ def plan_text(result: dict, width: int | None) -> str:
         shape = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in t["params"].items()
                           if k.startswith("cluster.")) or "base"
         rows.append(["knee" if i == plan["knee"] else "", t["policy"], str(i), shape,
-                     f"{s['makespan_s']:,.1f}", f"{s['gpu_hours']:,.3f}", f"{s['staleness_mean']:.2f}"])
+                     *(fmt(k, s[k]) for k in ("makespan_s", "gpu_hours", "staleness_mean"))])
     n = len(result.get("skipped", []))
     notes = [f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')"] if n else []
     if plan["knee"] is None:
