@@ -29,61 +29,34 @@ Record kinds (``docs/metrics.md`` defines each field and the two file formats):
   ``end`` = ``tool`` is that turn.
 
 A new record kind is one entry in :data:`SCHEMA` (its fields and column types) and
-:data:`_LIST` (its list attribute, created by ``Timeline.__init__``), plus a record method that
-calls :meth:`Timeline.add`; the files, the compaction and the accessors follow from the schema.
+:data:`_LIST` (its list attribute, created by ``Timeline.__init__``), both in
+:mod:`sortedrl.timeline_columns` and importable from here, plus a record method that calls
+:meth:`Timeline.add`; the files, the compaction and the accessors follow from the schema. The
+JSONL form of a timeline (its writer, its reference reader, :func:`record_line`) is
+:mod:`sortedrl.timeline_jsonl`; the columnar file, :mod:`sortedrl.timeline_file`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from sortedrl import jsonio
-from sortedrl.errors import SortedRLError
-from sortedrl.timeline_columns import (
-    LATER_FIELDS,
+from sortedrl import timeline_jsonl
+from sortedrl.timeline_columns import (  # noqa: F401  (SCHEMA .. Ragged: re-exported)
+    _LIST,
+    FIELDS,
+    KINDS,
+    SCHEMA,
     Column,
     Labels,
     Ragged,
-    by_start,
-    check_counts,
-    check_meta,
     concat_chunks,
 )
+from sortedrl.timeline_jsonl import record_line, write_atomic  # noqa: F401  (re-exported)
 from sortedrl.timeline_spill import Spill, SpilledColumns
 
-# Column types: a numpy dtype; "samples" (a list of sample indices per record, kept ragged:
-# int64 offsets + int32 values) or "label" (a short string, kept as a code into a table of
-# labels). Per-sample numbers are int32 (a span's tokens, sample indices), so that ten million
-# samples take about 0.5 GB; sums are taken in int64.
-SCHEMA: dict[str, tuple[tuple[str, str], ...]] = {
-    "admit": (("t", "f8"), ("engine", "i4"), ("samples", "samples")),
-    "prefill": (("t", "f8"), ("t_end", "f8"), ("engine", "i4"), ("samples", "samples"),
-                ("tokens", "i8"), ("recomputed", "i8")),
-    "span": (("t", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"), ("attempt", "i4"),
-             ("version", "i4"), ("tokens", "i4"), ("end", "label")),
-    "abort": (("t", "f8"), ("samples", "samples"), ("keep_tokens", "?")),
-    "discard": (("t", "f8"), ("samples", "samples")),
-    "filter": (("t", "f8"), ("samples", "samples")),
-    "train": (("t", "f8"), ("t_end", "f8"), ("version", "i4"), ("samples", "samples"),
-              ("tokens", "i8")),
-    "sync": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
-    "offload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
-    "onload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
-    "tool": (("t", "f8"), ("t_start", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"),
-             ("attempt", "i4"), ("turn", "i4"), ("tokens", "i4")),
-}
-KINDS = ("meta", *SCHEMA)
-FIELDS = {kind: tuple(name for name, _ in cols) for kind, cols in SCHEMA.items()}
-_ORDER = {k: i for i, k in enumerate(KINDS)}
-_LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
-         "discard": "discards", "filter": "filters", "train": "trains", "sync": "syncs",
-         "offload": "offloads", "onload": "onloads", "tool": "tools"}
 _RECORD = {kind: np.dtype([(name, "O" if typ in ("samples", "label") else typ)
                            for name, typ in cols]) for kind, cols in SCHEMA.items()}
 # the position of the sample list in a record of each kind recorded through add()
@@ -290,115 +263,21 @@ class Timeline:
                 out[name] = np.ascontiguousarray(col)
         return out
 
-    # -- JSONL ---------------------------------------------------------------------------------
+    # -- JSONL (sortedrl.timeline_jsonl) -------------------------------------------------------
 
     def records(self) -> list[dict]:
         """All records as JSON-ready dicts, ordered by start time (ties: kind, then insertion)."""
-        return [json.loads(line) for line in self.jsonl_lines()]
+        return timeline_jsonl.records(self)
 
     def jsonl_lines(self):
         """The JSONL lines: meta first, then every record by start time (ties: kind, then
         insertion). Each line ends with a newline."""
-        yield _dumps({"kind": "meta", **self.meta}) + "\n"
-        kinds = [k for k in SCHEMA if self.count(k)]
-        starts = [self.columns(k)["t"] for k in kinds]
-        if not kinds:
-            return
-        t = np.concatenate(starts)
-        kind_of = np.concatenate([np.full(s.size, _ORDER[k], dtype=np.int8)
-                                  for k, s in zip(kinds, starts, strict=True)])
-        index = np.concatenate([np.arange(s.size) for s in starts])
-        order = np.lexsort((index, kind_of, t))
-        rows = {_ORDER[k]: self.rows(k) for k in kinds}
-        names = {_ORDER[k]: k for k in kinds}
-        for o, i in zip(kind_of[order].tolist(), index[order].tolist(), strict=True):
-            yield record_line(names[o], rows[o][i])
+        return timeline_jsonl.jsonl_lines(self)
 
     def write_jsonl(self, path: str | Path) -> None:
         """Write atomically: a failure leaves any previous file untouched."""
-        def emit(f) -> None:
-            buf: list[str] = []
-            for line in self.jsonl_lines():
-                buf.append(line)
-                if len(buf) >= 8192:
-                    f.write("".join(buf))
-                    buf.clear()
-            f.write("".join(buf))
-        write_atomic(path, emit, "w")
+        timeline_jsonl.write_jsonl(self, path)
 
     @classmethod
     def read_jsonl(cls, path: str | Path) -> Timeline:
-        tl = cls()
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                try:
-                    r = jsonio.loads(line)
-                    kind = r["kind"]
-                    if kind == "meta":
-                        tl.meta = {k: v for k, v in r.items() if k != "kind"}
-                        try:
-                            check_meta(tl.meta)
-                        except ValueError as e:
-                            raise SortedRLError(f"{path}: line {n}: meta record's {e}") from None
-                    elif kind in FIELDS:
-                        r = {**LATER_FIELDS.get(kind, {}), **r}  # (an older file lacks them)
-                        rows = getattr(tl, _LIST[kind])
-                        rows.append(tuple(r[f] for f in FIELDS[kind]))
-                        if len(rows) >= COMPACT_ROWS:
-                            tl._compact(kind)
-                    else:
-                        raise SortedRLError(f"{path}: line {n}: unknown record kind {kind!r}")
-                except json.JSONDecodeError as e:
-                    raise SortedRLError(f"{path}: line {n}: not valid JSON ({e.msg})") from None
-                except KeyError as e:
-                    raise SortedRLError(f"{path}: line {n}: missing field {e.args[0]!r}") from None
-                except (TypeError, AttributeError, ValueError, OverflowError):
-                    raise SortedRLError(f"{path}: line {n}: not a timeline record") from None
-        for kind in SCHEMA:  # type and range-check every record, as a columnar file is
-            rows = getattr(tl, _LIST[kind])
-            try:
-                typed = tl._chunks[kind] + ([tl._typed(kind, rows)] if rows else [])
-            except (TypeError, AttributeError, ValueError, OverflowError) as e:
-                raise SortedRLError(f"{path}: a record has a field of the wrong type "
-                                    f"({kind}: {e})") from None
-            for cols in typed:
-                try:
-                    check_counts(SCHEMA[kind], cols)
-                except ValueError as e:
-                    raise SortedRLError(f"{path}: a {kind!r} record's {e}") from None
-        by_start(tl, _LIST)  # the real runner appends records as they complete, not by t
-        return tl
-
-
-def write_atomic(path: str | Path, emit, mode: str) -> None:
-    """Call ``emit(file)`` on a temp file beside ``path``, then rename it into place; on any
-    failure (Ctrl-C included) remove the temp file and leave ``path`` as it was."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-    try:
-        with os.fdopen(fd, mode) as f:
-            emit(f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _record(kind: str, row: tuple) -> dict:
-    return {"kind": kind, **dict(zip(FIELDS[kind], row, strict=True))}
-
-
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def record_line(kind: str, row: tuple) -> str:
-    """One JSONL line; spans take a fast path."""
-    if kind == "span":
-        t0, t1, e, i, a, v, k, end = row
-        return (f'{{"kind":"span","t":{float(t0)!r},"t_end":{float(t1)!r},"engine":{e},"sample":{i},'
-                f'"attempt":{a},"version":{v},"tokens":{k},"end":"{end}"}}\n')
-    return _dumps(_record(kind, row)) + "\n"
-
+        return timeline_jsonl.read_jsonl(cls(), path, COMPACT_ROWS)

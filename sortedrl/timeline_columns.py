@@ -4,8 +4,10 @@ A timeline's records become columns (:mod:`sortedrl.timeline`): numbers are NumP
 kinds of field need more: a list of sample indices per record (an admission, an update), kept as
 one ragged column (:class:`Ragged`: int64 offsets into int32 values), and a short label per
 record (a span's end, ``finish`` or ``preempt``), kept as codes into a table (:class:`Labels`).
-The columnar files (:mod:`sortedrl.timeline_file`) store exactly these arrays. The meta record's
-fields are checked here too (:func:`check_meta`), for every reader of either format.
+The columnar files (:mod:`sortedrl.timeline_file`) store exactly these arrays. The record kinds
+and each one's fields and column types (:data:`SCHEMA`) are defined here, for the timeline and
+both file formats, and the meta record's fields are checked here too (:func:`check_meta`), for
+every reader of either format.
 """
 
 from __future__ import annotations
@@ -90,7 +92,34 @@ class Labels:
 
 
 Column = np.ndarray | Ragged | Labels
-Fields = tuple[tuple[str, str], ...]  # a record kind's (name, column type): timeline.SCHEMA
+Fields = tuple[tuple[str, str], ...]  # a record kind's (name, column type): SCHEMA
+
+# Column types: a numpy dtype; "samples" (a list of sample indices per record, kept ragged:
+# int64 offsets + int32 values) or "label" (a short string, kept as a code into a table of
+# labels). Per-sample numbers are int32 (a span's tokens, sample indices), so that ten million
+# samples take about 0.5 GB; sums are taken in int64.
+SCHEMA: dict[str, Fields] = {
+    "admit": (("t", "f8"), ("engine", "i4"), ("samples", "samples")),
+    "prefill": (("t", "f8"), ("t_end", "f8"), ("engine", "i4"), ("samples", "samples"),
+                ("tokens", "i8"), ("recomputed", "i8")),
+    "span": (("t", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"), ("attempt", "i4"),
+             ("version", "i4"), ("tokens", "i4"), ("end", "label")),
+    "abort": (("t", "f8"), ("samples", "samples"), ("keep_tokens", "?")),
+    "discard": (("t", "f8"), ("samples", "samples")),
+    "filter": (("t", "f8"), ("samples", "samples")),
+    "train": (("t", "f8"), ("t_end", "f8"), ("version", "i4"), ("samples", "samples"),
+              ("tokens", "i8")),
+    "sync": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
+    "offload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
+    "onload": (("t", "f8"), ("t_end", "f8"), ("version", "i4")),
+    "tool": (("t", "f8"), ("t_start", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"),
+             ("attempt", "i4"), ("turn", "i4"), ("tokens", "i4")),
+}
+KINDS = ("meta", *SCHEMA)
+FIELDS = {kind: tuple(name for name, _ in cols) for kind, cols in SCHEMA.items()}
+_LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
+         "discard": "discards", "filter": "filters", "train": "trains", "sync": "syncs",
+         "offload": "offloads", "onload": "onloads", "tool": "tools"}
 
 
 def by_start(tl, lists: dict[str, str]) -> None:
