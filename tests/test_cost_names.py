@@ -7,6 +7,8 @@ one term is one error naming both keys.
   the new-name file;
 - a cluster file with old ``costs`` keys and the old ``t_fix`` field loads to the same cluster;
 - both names of one term: one ``error:`` line, exit 2, nothing written;
+- a bad value under an old name (``"a0": -1``, a cluster file's ``"t_fix": "x"``): one ``error:``
+  line naming the key as the file spells it, and its new name (``'costs.a0' (now weight_read_s)``);
 - ``sortedrl profile show`` of an old-name profile prints the new names.
 """
 
@@ -161,3 +163,70 @@ def test_profile_show_of_an_old_name_profile_prints_the_new_names(tmp_path):
     assert {"admit_s_per_request", "policy_event_s"} <= set(terms) and not set(terms) & set(LEGACY_NAMES)
     assert ("  kv_read_s_per_token                   0  s/KV token/step        measured: at its bound 0 "
             "(fitted 1.401e-45)") in shown[old]
+
+
+COSTS = {"step_fixed_s": 0.002, "weight_read_s": 0.01, "kv_read_s_per_token": 1e-7, "compute_s_per_seq": 1e-4,
+         "step_s_per_seq": 2e-5, "prefill_s_per_token": 3e-5, "prefill_s_per_pair": 1e-10,
+         "admit_s_per_request": 1e-4, "admit_step_s": 5e-4, "policy_event_s": 2e-5,
+         "train_per_token": 1e-6, "train_fix": 1.0, "sync_s": 0.5}
+
+
+def _old_cluster_file(**changes) -> dict:
+    """A cluster file with old-name costs, ``changes`` made to them."""
+    return {"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {**old_names(COSTS), **changes}}
+
+
+def _old_name_profile(section: str, **changes) -> dict:
+    """The CPU profile with old-name costs, ``changes`` made to its ``section`` object."""
+    raw = json.loads(PROFILE.read_text())
+    raw["costs"] = old_names(raw["costs"])
+    raw.setdefault(section, {}).update(changes)
+    return raw
+
+
+# a bad value under an old name: the error names the key as the file spells it, and the new name
+@pytest.mark.parametrize("command, make, message", [
+    ("simulate", lambda: _old_cluster_file(a0=-1),
+     "field 'costs.a0' (now weight_read_s): expected a finite number >= 0, got -1"),
+    ("simulate", lambda: _old_cluster_file(t_fix="x"),
+     "field 'costs.t_fix' (now step_fixed_s): expected a finite number >= 0, got 'x'"),
+    ("simulate", lambda: _old_cluster_file(t_fix=0, a0=0),
+     "field 'costs': t_fix (now step_fixed_s) + a0 (now weight_read_s) must be at least 1e-09 s "
+     "(a decode step takes time), got 0"),
+    ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "t_fix": "x"},
+     "field 't_fix' (now step_fixed_s): expected float, got 'x'"),
+    ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "t_fix": -1},
+     "field 't_fix' (now step_fixed_s): must be a finite number >= 0, got -1.0"),
+    ("simulate", lambda: _old_name_profile("costs", a0=-1),
+     "field 'costs.a0' (now weight_read_s): expected a number >= 0, got -1"),
+    ("profile show", lambda: _old_name_profile("costs", a0=-1),
+     "field 'costs.a0' (now weight_read_s): expected a finite number >= 0, got -1"),
+    ("simulate", lambda: _old_name_profile("costs", p2=True),
+     "field 'costs.p2' (now prefill_s_per_pair): expected a number >= 0, got True"),
+    ("profile show", lambda: _old_name_profile("costs", t_fix="x"),
+     "field 'costs.t_fix' (now step_fixed_s): expected a finite number >= 0, got 'x'"),
+    ("simulate", lambda: _old_name_profile("cluster", t_fix="x"),
+     "field 'cluster.t_fix' (now step_fixed_s): expected float, got 'x'"),
+    ("simulate", lambda: _old_name_profile("cluster", t_fix=-1),
+     "field 'cluster.t_fix' (now step_fixed_s): must be a finite number >= 0, got -1.0"),
+    # the same values under the new names: named as they were
+    ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {**COSTS, "weight_read_s": -1}},
+     "field 'costs.weight_read_s': expected a finite number >= 0, got -1"),
+    ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "step_fixed_s": -1},
+     "field 'step_fixed_s': must be a finite number >= 0, got -1.0"),
+    ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {**COSTS, "step_fixed_s": 0,
+                                                                            "weight_read_s": 0}},
+     "field 'costs': step_fixed_s + weight_read_s must be at least 1e-09 s (a decode step takes time), got 0"),
+])
+def test_a_bad_value_under_an_old_name_is_named_as_written(tmp_path, monkeypatch, command, make, message):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(make()))
+    before = snapshot(tmp_path)
+    args = (["simulate", "--trace", str(TRACE), "--policy", "sync", "--cluster", str(path), "--out", "o"]
+            if command == "simulate" else ["profile", "show", str(path)])
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr == f"error: {path}: {message}\n" and r.stdout == ""
+    assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
+    assert snapshot(tmp_path) == before  # nothing written

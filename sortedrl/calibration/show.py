@@ -50,10 +50,11 @@ def load_profile(path: Path) -> dict:
     if not is_profile(raw):
         raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
     check_format(raw, str(path))  # as --cluster refuses it: "(format 999)" was printed
-    raw = read_names(raw, str(path))  # a profile written with the cost terms' old names
+    given, raw = raw, read_names(raw, str(path))  # a profile written with the cost terms' old names
     if not isinstance(raw.get("costs"), dict):
         raise ConfigError(f"{path}: field 'costs': missing or not an object")
-    parse_costs(raw["costs"], str(path))  # each term as --cluster reads it: a NaN or negative one is refused
+    # each term as --cluster reads it: a NaN or negative one is refused (named as the file has it)
+    parse_costs(given["costs"], str(path))
     check_records(raw, str(path))
     return raw
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.limits import INT32_MAX, INT64_MAX, MAX_GPUS, MAX_NUM_SEQS, short_repr
-from sortedrl.sim.cost import LEGACY_NAMES, CostModel, all_to_all_s, renamed
+from sortedrl.sim.cost import LEGACY_NAMES, CostModel, all_to_all_s, renamed, written_labels
 from sortedrl.sim.hardware import GPUS, MODELS, Model
 
 TRAIN_STATE_BYTES = 16  # per parameter: BF16 weights and gradients, FP32 master weights, Adam m and v
@@ -219,7 +219,8 @@ class Cluster:
 
     # -- checks -----------------------------------------------------------------------------
 
-    def validate(self, where: str = "cluster") -> Cluster:
+    def validate(self, where: str = "cluster", labels: dict[str, str] | None = None) -> Cluster:
+        """Itself, checked; ``labels``: fields a file spelled otherwise (t_fix: written_labels)."""
         if self.gpu not in GPUS:
             raise ConfigError(f"{where}: field 'gpu': unknown GPU {self.gpu!r} (known: {', '.join(GPUS)})")
         if self.model not in MODELS:
@@ -248,8 +249,8 @@ class Cluster:
             raise ConfigError(f"{where}: field 'kv_watermark': must be in [0, 1), got {self.kv_watermark}")
         for name in ("step_fixed_s", "train_fix", "sync_fix", "host_gbs", "offload_s", "onload_s"):
             if not 0 <= getattr(self, name) < math.inf:  # (NaN fails it too)
-                raise ConfigError(f"{where}: field '{name}': must be a finite number >= 0, got "
-                                  f"{getattr(self, name)}")
+                raise ConfigError(f"{where}: field {(labels or {}).get(name, repr(name))}: must be a "
+                                  f"finite number >= 0, got {getattr(self, name)}")
         if not 0 < self.net_gbps < math.inf:
             raise ConfigError(f"{where}: field 'net_gbps': must be a finite number > 0, got "
                               f"{self.net_gbps}")
@@ -379,6 +380,7 @@ def cluster_from_dict(raw: dict, spec: str, name: str) -> Cluster:
     """A cluster file's object (or a cluster's fields, as tune.json records them), checked."""
     from sortedrl.sim.profile import parse_costs
 
+    labels = written_labels(raw, "", LEGACY_FIELDS)  # (an error names t_fix so)
     raw = renamed(raw, spec, None, LEGACY_FIELDS)
     base = preset(str(raw.pop("preset", "h100-llama3.1-8b")))
     known = [f.name for f in dataclasses.fields(Cluster)]
@@ -392,6 +394,7 @@ def cluster_from_dict(raw: dict, spec: str, name: str) -> Cluster:
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if type(value) is not want:
-            raise ConfigError(f"{spec}: field {key!r}: expected {want.__name__}, got {value!r}")
+            raise ConfigError(f"{spec}: field {labels.get(key, repr(key))}: expected {want.__name__}, "
+                              f"got {value!r}")
         changes[key] = value
-    return dataclasses.replace(base, **changes).validate(spec)
+    return dataclasses.replace(base, **changes).validate(spec, labels)

@@ -68,6 +68,28 @@ def renamed(raw: dict, where: str, field: str | None, names: dict[str, str] = LE
     return out
 
 
+def as_written(key: str, raw: object, at: str = "", names: dict[str, str] = LEGACY_NAMES) -> str:
+    """The field ``at + key`` (``key`` a new name) quoted for an error message as the file
+    spelled it: where ``raw``, the object as read (before :func:`renamed`), holds it under an old
+    name, that name and the new one, ``'costs.a0' (now weight_read_s)``; else ``'costs.weight_read_s'``
+    (a bad value under an old name was named by the new key, which the file never held)."""
+    old = old_name(key, raw, names)
+    return f"'{at}{key}'" if old is None else f"'{at}{old}' (now {key})"
+
+
+def old_name(key: str, raw: object, names: dict[str, str] = LEGACY_NAMES) -> str | None:
+    """The old name of ``names`` under which ``raw`` (an object as read) holds the term ``key``,
+    or None (it holds it under ``key``, or not at all)."""
+    if not isinstance(raw, dict):
+        return None
+    return next((old for old, new in names.items() if new == key and old in raw), None)
+
+
+def written_labels(raw: object, at: str = "", names: dict[str, str] = LEGACY_NAMES) -> dict[str, str]:
+    """:func:`as_written` of each term that ``raw`` holds under an old name, by its new name."""
+    return {new: as_written(new, raw, at, names) for new in names.values() if old_name(new, raw, names)}
+
+
 def renamed_list(names_given: object, names: dict[str, str] = LEGACY_NAMES) -> object:
     """A JSON list of cost term names (``measured_terms``, ``fit.from_preset``, ...) with each
     old name read as its new one; anything but a list is returned as it is (its reader says why)."""

@@ -29,7 +29,16 @@ import numpy as np
 from sortedrl.errors import ConfigError
 from sortedrl.limits import short_repr
 from sortedrl.sim.cluster import LEGACY_FIELDS, Cluster
-from sortedrl.sim.cost import LEGACY_STEP_FIT_NAMES, MIN_STEP_S, CostModel, renamed, renamed_list
+from sortedrl.sim.cost import (
+    LEGACY_STEP_FIT_NAMES,
+    MIN_STEP_S,
+    CostModel,
+    as_written,
+    old_name,
+    renamed,
+    renamed_list,
+    written_labels,
+)
 
 FORMAT = 1
 TRAIN_TERMS = ("train_fix", "train_per_token")
@@ -171,7 +180,8 @@ def read_names(raw: dict, where: str) -> dict:
 
 def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
     """The one-engine, colocated cluster a profile describes, with its fitted costs (old names
-    read as the new ones: :func:`read_names`)."""
+    read as the new ones: :func:`read_names`; an error names a term as the file spells it)."""
+    given = raw
     raw = read_names(raw, where)
     for key in ("device", "model", "engine", "engine_version", "costs", "engine_config"):
         if key not in raw:
@@ -196,7 +206,8 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
             vals[f.name] = v
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-            raise ConfigError(f"{where}: field 'costs.{f.name}': expected a number >= 0, got {v!r}")
+            raise ConfigError(f"{where}: field {as_written(f.name, given['costs'], 'costs.')}: "
+                              f"expected a number >= 0, got {v!r}")
         vals[f.name] = _count(f.name, v, where) if f.name in _INT_COSTS else float(v)
     for term in ("engine_contention", "train_contention", "peer_step_factor",  # a shared host slows,
                  "engine_contention_one", "train_contention_one"):  # never speeds up (0: not measured)
@@ -206,7 +217,7 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
     extra = set(costs) - set(vals)
     if extra:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(sorted(extra))}")
-    _check_step_time(vals, where)
+    _check_step_time(vals, where, given["costs"])
     ec = raw["engine_config"]
     if not isinstance(ec, dict) or not {"max_num_seqs", "kv_budget_tokens"} <= set(ec):
         raise ConfigError(f"{where}: field 'engine_config': needs integer max_num_seqs and kv_budget_tokens")
@@ -214,9 +225,10 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
         if type(ec[key]) is not int:
             raise ConfigError(f"{where}: field 'engine_config.{key}': expected int, got {short_repr(ec[key])}")
     seqs, kv = ec["max_num_seqs"], ec["kv_budget_tokens"]
-    settings = {"kv_watermark": 0.0, **_shape(raw, where)}  # (0 where the profile does not say)
+    settings = {"kv_watermark": 0.0, **_shape(raw, where, given.get("cluster"))}  # (0 where not said)
+    labels = written_labels(given.get("cluster"), "cluster.", LEGACY_FIELDS)  # (its t_fix named so)
     return Cluster(name=name, max_num_seqs=seqs, kv_budget_tokens=kv,
-                   costs=CostModel(**vals), **settings).validate(where)
+                   costs=CostModel(**vals), **settings).validate(where, labels)
 
 
 def cluster_record(cluster: Cluster) -> dict:
@@ -225,12 +237,13 @@ def cluster_record(cluster: Cluster) -> dict:
     return {"preset": cluster.name, **{k: getattr(cluster, k) for k in CLUSTER_FIELDS}}
 
 
-def _shape(raw: dict, where: str) -> dict:
+def _shape(raw: dict, where: str, given: object) -> dict:
     """The cluster's shape and settings: the base's a profile was fitted on (``cluster``), else
     one engine on one device (a profile measured by ``calibrate --model``: its KV budget is the
     measured engine's own, num_gpu_blocks x block_size, read with no watermark). A field the
     profile does not hold (one written before it kept the base's settings) is the Cluster
-    default, but kv_watermark 0: such a profile reads as it always did."""
+    default, but kv_watermark 0: such a profile reads as it always did. ``given``: the
+    ``cluster`` object as the file spells it (t_fix), for the errors."""
     shape = raw.get("cluster")
     if shape is None:
         return {"gpus": 1, "tp": 1, "placement": "colocated"}
@@ -247,7 +260,8 @@ def _shape(raw: dict, where: str) -> dict:
         if kind is float and type(v) is int:
             v = float(v)
         if type(v) is not kind:
-            raise ConfigError(f"{where}: field 'cluster.{key}': expected {kind.__name__}, got {short_repr(v)}")
+            raise ConfigError(f"{where}: field {as_written(key, given, 'cluster.', LEGACY_FIELDS)}: "
+                              f"expected {kind.__name__}, got {short_repr(v)}")
         out[key] = v
     return out
 
@@ -279,13 +293,15 @@ def check_format(raw: dict, where: str) -> None:
                           f"is not {FORMAT}")
 
 
-def _check_step_time(vals: dict, where: str) -> None:
+def _check_step_time(vals: dict, where: str, given: object) -> None:
     """A decode step takes time: step_fixed_s + weight_read_s (or each step_table entry) of at
     least MIN_STEP_S (a step_fixed_s of 1e-320 s passed '> 0', and a run of such steps took no
-    time: its tokens/s was infinite)."""
+    time: its tokens/s was infinite). ``given``: the costs as the file spells them (t_fix, a0)."""
     table, step = vals.get("step_table"), vals["step_fixed_s"] + vals["weight_read_s"]
     if step < MIN_STEP_S and not (table and min(table) >= MIN_STEP_S):
-        raise ConfigError(f"{where}: field 'costs': step_fixed_s + weight_read_s must be at least {MIN_STEP_S:g} s "
+        terms = " + ".join(k if old_name(k, given) is None else f"{old_name(k, given)} (now {k})"
+                           for k in ("step_fixed_s", "weight_read_s"))
+        raise ConfigError(f"{where}: field 'costs': {terms} must be at least {MIN_STEP_S:g} s "
                           f"(a decode step takes time), got {step:g}")
 
 
@@ -296,7 +312,7 @@ def parse_costs(raw: object, where: str) -> CostModel:
     required = [f.name for f in dataclasses.fields(CostModel) if f.default is dataclasses.MISSING]
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: field 'costs': expected an object with {', '.join(names)}")
-    raw = renamed(raw, where, "costs")
+    given, raw = raw, renamed(raw, where, "costs")  # (an error names a term as given: a0)
     missing = [n for n in required if n not in raw]
     if missing:
         raise ConfigError(f"{where}: field 'costs': missing {', '.join(missing)}")
@@ -315,7 +331,8 @@ def parse_costs(raw: object, where: str) -> CostModel:
             vals[n] = v
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ConfigError(f"{where}: field 'costs.{n}': expected a finite number >= 0, got {v!r}")
+            raise ConfigError(f"{where}: field {as_written(n, given, 'costs.')}: expected a finite number "
+                              f">= 0, got {v!r}")
         vals[n] = _count(n, v, where) if n in _INT_COSTS else float(v)
-    _check_step_time(vals, where)
+    _check_step_time(vals, where, given)
     return CostModel(**vals)
