@@ -66,8 +66,8 @@ def test_a_tool_call_through_an_update_stays_above_the_lower_bound():
 
 def test_the_lower_bound_with_turns_by_hand():
     # colocated, train_per_token 1 s. Sample 0: turns of 2 and 6 tokens (prompt 2) around a 40 s
-    # tool call; sample 1: 3 tokens (prompt 2). GPU floor: chain (8 - 1) x 2 = 14 s plus one
-    # update on all 15 tokens, 10 + 15 = 25: 39. Sample 0's own chain: 8 - 2 = 6 decode steps,
+    # tool call; sample 1: 3 tokens (prompt 2). GPU floor: chain (8 - 2) x 2 = 12 s (each turn's
+    # first token comes from a prefill) plus one update on all 15 tokens, 10 + 15 = 25: 37. Sample 0's own chain: 8 - 2 = 6 decode steps,
     # 12 s, plus its 40 s call, then the update that trains it, 10 + 10 tokens: 72. The pool
     # (one sandbox): 40 s, then that update again: 60. The old bound added every update to the
     # chain: 52 + 25 = 77. Disaggregated keeps max(work, chains, pool, train) = 52.
@@ -80,6 +80,19 @@ def test_the_lower_bound_with_turns_by_hand():
     # the smallest update of a sample with a call (prompt 2 + 4 tokens: 16 s)
     three = make_turn_trace([[(2, 40.0, 1), (2, 0.0, 0)]] * 3, prompt_lens=[2, 2, 2])
     assert lower_bound(three, cluster) == 120.0 + 16.0
+
+
+def test_the_gpu_chain_counts_no_decode_step_for_a_turns_first_token():
+    # one trajectory of three 4-token turns around instant tool calls (prompt 2), colocated,
+    # batch-1 step 2 s, update 10 s + 1 s a token: each turn's first token comes from the
+    # prefill of its prompt or tool output, so the chain is 12 - 3 = 9 decode steps, 18 s, and
+    # the bound 18 + (10 + 14) = 42 s (it counted 11 steps, 46 s); the run takes 50 s: three
+    # 2 s prefills beside the 18 s, and its update on 16 tokens (the tool outputs included)
+    trace = make_turn_trace([[(4, 0.0, 1), (4, 0.0, 1), (4, 0.0, 0)]], prompt_lens=[2])
+    cluster = dataclasses.replace(tiny_cluster(train_per_token=1.0, sync_s=0.0), tool_pool=1)
+    assert lower_bound(trace, cluster) == 42.0
+    s = simulate(trace, make_policy("sync", [], trace), cluster).summary
+    assert (s["makespan_s"], s["lower_bound_s"], s["efficiency"]) == (50.0, 42.0, 0.84)
 
 
 @pytest.mark.parametrize("name, cluster, bound", [

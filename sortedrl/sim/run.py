@@ -24,7 +24,7 @@ from sortedrl.policies.registry import run_context  # noqa: F401  (re-exported)
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.cluster import Cluster
-from sortedrl.sim.turns import has_turns, tool_chains
+from sortedrl.sim.turns import decode_steps, has_turns, tool_chains
 from sortedrl.timeline import Timeline
 from sortedrl.traces.schema import Trace
 
@@ -41,7 +41,8 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
 
     Rollout: the decode work at the engines' peak rate (full batch, KV reads ignored) plus the
     prompt prefill compute, or the longest response's chain of decode steps at batch 1, whichever
-    is longer; with prefix caching a GRPO group's prompt is prefilled once and each other member
+    is longer (a response needs a decode step for every token but the first of each turn, which
+    a prefill yields: :func:`~sortedrl.sim.turns.decode_steps`); with prefix caching a GRPO group's prompt is prefilled once and each other member
     computes one token (:func:`prefill_tokens_floor`). Training: every token once plus one
     update's fixed cost. Colocated placement adds the two, since rollout and training share the
     GPUs; disaggregated takes the longer. With turns, tool calls run off the GPUs, through
@@ -51,10 +52,11 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     c = cluster.cost()
     q = cluster.max_num_seqs
     peak = max(b / (c.fixed(b) + max(c.weight_read(b), c.compute_s_per_seq * b)) for b in range(1, q + 1))  # tok/s, one engine
-    decode = int(trace.response_len.sum()) - len(trace)  # the first token comes from prefill
+    steps = decode_steps(trace)
+    decode = int(steps.sum())
     prefill = c.prefill_s_per_token * prefill_tokens_floor(trace, cluster.prefix_caching)
     work = (decode / peak + prefill) / cluster.engines
-    chain = (int(trace.response_len.max()) - 1) * (c.fixed(1) + c.weight_read(1))
+    chain = int(steps.max()) * (c.fixed(1) + c.weight_read(1))
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
     lengths = trace.prompt_len.astype(np.int64) + trace.response_len
     if int(lengths.max()) ** 2 * len(lengths) < 2**62:  # the sum fits in int64: exact

@@ -381,6 +381,14 @@ class TurnEngine(Engine):
         assert len(p.run) + held <= p.max_num_seqs, f"engine {p.index}: over max_num_seqs with held slots"
 
 
+def decode_steps(trace: Trace) -> np.ndarray:
+    """The decode steps each response needs at least: one per token but the first of each turn,
+    which the prefill of its prompt (or of the tool output it follows) yields."""
+    if not has_turns(trace):
+        return trace.response_len.astype(np.int64) - 1
+    return trace.response_len.astype(np.int64) - np.diff(np.asarray(trace.turn_offsets, dtype=np.int64))
+
+
 def tool_chains(trace: Trace, cost) -> tuple[np.ndarray, np.ndarray]:
     """Per trajectory of a trace with turns (:func:`sortedrl.sim.run.lower_bound`'s parts): the
     fewest seconds its turns take one after another (each decode step at least a batch-1 step,
@@ -388,5 +396,4 @@ def tool_chains(trace: Trace, cost) -> tuple[np.ndarray, np.ndarray]:
     off = np.asarray(trace.turn_offsets, dtype=np.int64)
     tool_s = np.asarray(trace.turn_tool_s, dtype=float)
     per_row = np.add.reduceat(tool_s, off[:-1]) if tool_s.size else np.zeros(len(trace))
-    steps = trace.response_len - np.diff(off)  # each turn's first token comes from its prefill
-    return steps * (cost.fixed(1) + cost.weight_read(1)) + per_row, per_row
+    return decode_steps(trace) * (cost.fixed(1) + cost.weight_read(1)) + per_row, per_row
