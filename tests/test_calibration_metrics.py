@@ -1,6 +1,7 @@
 """``calibrate --from-metrics``: exact recovery of known trainer terms from a verl metrics JSONL
-and a W&B CSV export of an OpenRLHF run (tests/fixtures/metrics, built from the terms named in
-tests/fixtures/README.md), profiles that load as clusters, and bad layouts."""
+and a W&B CSV export (named for OpenRLHF, but with verl's length names: tests/fixtures/README.md;
+tests/fixtures/metrics, built from the terms named there), profiles that load as clusters, and bad
+layouts."""
 
 from __future__ import annotations
 

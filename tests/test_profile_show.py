@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
@@ -95,9 +96,8 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
 def test_a_hand_edited_record_is_one_error_line_naming_its_field(tmp_path):
     # a fuzz of profile files: each of these was an AttributeError, KeyError or TypeError traceback
     good = json.loads((FIX / "cpu-profile.json").read_text())
-    cases = [({"engine_config": 1.5}, "field 'cluster', 'engine_config' or 'sources' is not as "
-                                      "`sortedrl calibrate` writes it (AttributeError: 'float' "
-                                      "object has no attribute 'get')"),
+    cases = [({"engine_config": 1.5}, "field 'engine_config': needs integer max_num_seqs and "
+                                      "kv_budget_tokens"),  # (as --cluster says: it was an AttributeError)
              ({"fit": 2}, "field 'fit': expected an object, got 2"),
              ({"fit": {**good["fit"], "engine": {"files": [{}]}}},
               "field 'fit.engine' is not as `sortedrl calibrate` writes it (KeyError: 'path')"),
@@ -136,3 +136,22 @@ def test_a_term_is_at_its_bound_when_its_most_time_is_under_a_nanosecond():
     assert not at_bound("kv_read_s_per_token", 4.891e-08) and not at_bound("kv_read_s_per_token", 0.0)
     assert not at_bound("engine_contention", 1e-30)  # a factor has no bound 0
     assert not at_bound("step_table", [1e-30])
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"cluster": {"step_fixed_s": -1}}, "field 'cluster.step_fixed_s': must be a finite number >= 0, got -1.0"),
+    ({"cluster": {"t_fix": "x"}}, "field 'cluster.t_fix' (now step_fixed_s): expected float, got 'x'"),
+    ({"cluster": {"gpu_mem_util": 2.0}}, "field 'gpu_mem_util': must be in (0, 1], got 2.0"),
+    ({"cluster": 3}, "field 'cluster': expected an object (gpu, model, gpus, tp, placement, ...)"),
+])
+def test_profile_show_refuses_the_cluster_object_simulate_refuses(tmp_path, edit, message):
+    """`profile show` did not read the profile's `cluster` object, so it showed a profile that
+    `simulate --cluster` refused; both now say the same line (exit 2, nothing written)."""
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({**json.loads((FIX / "cpu-profile.json").read_text()), **edit}))
+    shown = runner.invoke(app, ["profile", "show", str(bad)])
+    sim = runner.invoke(app, ["simulate", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy", "sync",
+                              "--cluster", str(bad), "--out", str(tmp_path / "run")])
+    for r in (shown, sim):
+        assert r.exit_code == 2 and r.stdout == "" and r.stderr == f"error: {bad}: {message}\n", r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]

