@@ -217,6 +217,15 @@ def test_validate_errors(tmp_path):
     r = runner.invoke(app, ["validate", str(PROFILE)])
     assert r.exit_code == 2 and r.stderr == (f"error: {PROFILE}: not a directory (validate takes the "
                                              "directory of a `sortedrl run`)\n")
+    # a simulated run was reported as its missing profile.json
+    sim = tmp_path / "sim"
+    r = runner.invoke(app, ["simulate", "--synthetic", "math-16k", "--prompts", "8", "--steps", "1",
+                            "--policy", "sync", "--cluster", "h100-llama3.1-8b-2gpu", "--out", str(sim)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["validate", str(sim)])
+    assert r.exit_code == 2 and r.stderr == (f"error: {sim}: written by `sortedrl simulate`, not by `sortedrl "
+                                             "run`: validate replays a real run in the simulator (simulated "
+                                             "runs: `sortedrl compare`, `sortedrl report`)\n")
 
 
 def test_dropped_attempts_come_from_the_real_timeline():

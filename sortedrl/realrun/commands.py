@@ -21,7 +21,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.errors import ConfigError
-from sortedrl.outputs import Outputs
+from sortedrl.outputs import Outputs, read_marker
 from sortedrl.progress import Phases
 from sortedrl.tables import PERCENT, Col, fmt, percent, render, terminal_width
 
@@ -250,6 +250,11 @@ def register(app: typer.Typer) -> None:
         if not rundir.is_dir():
             raise ConfigError(f"{rundir}: no such run directory" if not rundir.exists() else
                               f"{rundir}: not a directory (validate takes the directory of a `sortedrl run`)")
+        made_by = read_marker(rundir).get("command")
+        if made_by and made_by != "run":
+            raise ConfigError(f"{rundir}: written by `sortedrl {made_by}`, not by `sortedrl run`: validate "
+                              "replays a real run in the simulator (simulated runs: `sortedrl compare`, "
+                              "`sortedrl report`)")
         profile = profile or rundir / "profile.json"
         if not profile.exists():
             raise ConfigError(f"--profile {profile}: not found (make one with `sortedrl calibrate`)")
