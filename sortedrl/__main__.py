@@ -1,6 +1,6 @@
 """``python -m sortedrl``: the ``sortedrl`` command, for an environment whose scripts are not on
 PATH."""
 
-from sortedrl.cli import main
+from sortedrl.console import main
 
 main()

@@ -51,6 +51,10 @@ EXTRAS = {"torch": f"pip install torch ({RUNNER})",
           "ray": "pip install 'sortedrl[ray]'", "pyarrow": "pip install pyarrow"}
 
 
+INTERRUPTED = 130  # the exit code of a Ctrl-C (128 + SIGINT), as a shell gives it
+_interrupt_reported = False  # a command's user_errors printed its Ctrl-C line
+
+
 class OneLineUsageErrors(TyperGroup):
     """The top-level command group: a usage error (an unknown option, a value of the wrong type,
     a missing argument) is one ``error:`` line and exit 2, as every other bad input is, instead
@@ -75,6 +79,8 @@ class OneLineUsageErrors(TyperGroup):
         except typer.Abort:
             typer.echo("error: aborted", err=True)
             sys.exit(1)
+        if code == INTERRUPTED and not _interrupt_reported:  # Ctrl-C while typer parsed the options
+            typer.echo("error: interrupted (Ctrl-C)", err=True)
         # without standalone mode click returns a command's exit code (typer.Exit) or its value
         sys.exit(code if type(code) is int else 0)
 
@@ -156,7 +162,9 @@ def user_errors(fn: Callable) -> Callable:
             message, code = ("out of memory: the run needs more than this machine has (give fewer "
                              "samples: --prompts, --steps, a smaller trace)"), 2
         except KeyboardInterrupt:
-            message, code = "interrupted (Ctrl-C)", 130
+            global _interrupt_reported
+            _interrupt_reported = True
+            message, code = "interrupted (Ctrl-C)", INTERRUPTED
         except Terminated as e:
             message, code = str(e), e.exit_code
         typer.echo(f"error: {message}", err=True)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
+from sortedrl.interrupts import signals_deferred
 
 MARKER = ".sortedrl-run"
 Writer = Callable[[Path], None]  # writes one file at the path it is given
@@ -319,7 +320,13 @@ def read_marker(out: Path) -> dict:
 
 
 def _commit(staged: list[tuple[Path, Path]]) -> None:
-    """Rename each staged temp onto its target; on a failure, undo the ones already done."""
+    """Rename each staged temp onto its target; on a failure, undo the ones already done. An
+    interrupt waits until the outputs are in place and the previous ones removed."""
+    with signals_deferred():
+        _renames(staged)
+
+
+def _renames(staged: list[tuple[Path, Path]]) -> None:
     done: list[tuple[Path, Path | None]] = []
     try:
         for path, tmp in staged:

@@ -19,10 +19,16 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError
+from sortedrl.interrupts import signals_deferred
+from sortedrl.outputs import umask
 from sortedrl.realrun.task import SPECIALS, get_task
 
 MODEL_CARD = "sortedrl_model.json"
@@ -70,15 +76,33 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
     model = Qwen2ForCausalLM(cfg)
     if warmup_steps:
         warm_start(model, tokenizer, t, warmup_steps, seed)
-    tmp = out.with_name(f".{out.name}.tmp")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / MODEL_CARD).write_text(json.dumps({"task": task, "hidden": hidden, "layers": layers,
-                                              "warmup_steps": warmup_steps, "seed": seed}, indent=2))
-    if out.exists():
-        out.rmdir()
-    tmp.rename(out)
+    card = {"task": task, "hidden": hidden, "layers": layers, "warmup_steps": warmup_steps, "seed": seed}
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2))
+
+    save_aside(out, save)
     return out
+
+
+def save_aside(out: Path, save: Callable[[Path], None]) -> None:
+    """Have ``save`` write a model into a fresh hidden directory beside ``out``, then rename it
+    into place: a failure or Ctrl-C removes it, so nothing half-written stays (nor is merged into
+    the next run's), and two runs never share one."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        os.chmod(tmp, 0o777 & ~umask())
+        save(tmp)
+        with signals_deferred():
+            if out.exists():
+                out.rmdir()
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, intermediate: int = 0,
@@ -87,8 +111,6 @@ def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, inte
     returns its directory and its parameter count. New weights read the old hidden state through
     small random weights and write into it through ``noise``-sized ones, so nothing is dead
     (every weight gets a gradient) and the answers stay the small model's."""
-    import shutil
-
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -122,20 +144,19 @@ def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, inte
             if name in old:
                 o = old[name] * (scale if name.endswith("norm.weight") else 1.0)
                 w[tuple(slice(0, n) for n in o.shape)] = o
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    big.save_pretrained(tmp)
-    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (src / f).exists():
-            shutil.copy(src / f, tmp / f)
     card = jsonio.loads((src / MODEL_CARD).read_text()) if (src / MODEL_CARD).exists() else {}
     count = sum(p.numel() for p in big.parameters())
     card.update(hidden=hidden, layers=layers, intermediate=intermediate, parameters=count,
                 widened_from=str(src), widen_noise=noise)
-    (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2))
-    if out.exists():
-        out.rmdir()
-    tmp.rename(out)
+
+    def save(tmp: Path) -> None:
+        big.save_pretrained(tmp)
+        for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (src / f).exists():
+                shutil.copy(src / f, tmp / f)
+        (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2))
+
+    save_aside(out, save)
     return out, count
 
 

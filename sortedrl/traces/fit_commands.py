@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.cli_common import user_errors
+from sortedrl.errors import ConfigError
 from sortedrl.tables import fmt
 from sortedrl.traces.io import bundled_names, resolve_bundled
 
@@ -49,31 +50,27 @@ def fit_cmd(
     from sortedrl.traces.io import read_trace
     from sortedrl.traces.wandb_drift import read_wandb_drift
 
-    try:
-        if out.suffix.lower() != ".json":
-            raise ConfigError(f"--out {out}: a trace model is a .json file")
-        if wandb_run is not None and drift_from is None:
-            raise ConfigError("--run: only with --drift-from (the run of a W&B export to read)")
-        if drift_from is None and (metric != DEFAULT_METRIC or step_column is not None):  # (ignored)
-            which = "--metric" if metric != DEFAULT_METRIC else "--step-column"
-            raise ConfigError(f"{which}: only with --drift-from (a column of the W&B export to read)")
-        outs = Outputs("trace fit", force, inputs=[trace, drift_from])
-        outs.file(out, "--out")
-        data = read_trace(trace)
-        notes = [note for note in [_unfinished_note(data)] if note]
-        model = fit_trace(data, source=trace.name, where=str(trace))
-        notes += _size_notes(data, str(trace))
-        if drift_from is not None:
-            drift = read_wandb_drift(drift_from, model, metric, step_column, wandb_run)
-            model = dataclasses.replace(model, **drift.fields)
-            # the fit printed and saved is the written model's (it was the trace's drift's)
-            model = dataclasses.replace(model, fit=goodness(data, model))
-            notes += drift.notes
-        body = model.to_json(str(out))
-        outs.write({out: write_text(body)})
-    except SortedRLError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(e.exit_code) from None
+    if out.suffix.lower() != ".json":
+        raise ConfigError(f"--out {out}: a trace model is a .json file")
+    if wandb_run is not None and drift_from is None:
+        raise ConfigError("--run: only with --drift-from (the run of a W&B export to read)")
+    if drift_from is None and (metric != DEFAULT_METRIC or step_column is not None):  # (ignored)
+        which = "--metric" if metric != DEFAULT_METRIC else "--step-column"
+        raise ConfigError(f"{which}: only with --drift-from (a column of the W&B export to read)")
+    outs = Outputs("trace fit", force, inputs=[trace, drift_from])
+    outs.file(out, "--out")
+    data = read_trace(trace)
+    notes = [note for note in [_unfinished_note(data)] if note]
+    model = fit_trace(data, source=trace.name, where=str(trace))
+    notes += _size_notes(data, str(trace))
+    if drift_from is not None:
+        drift = read_wandb_drift(drift_from, model, metric, step_column, wandb_run)
+        model = dataclasses.replace(model, **drift.fields)
+        # the fit printed and saved is the written model's (it was the trace's drift's)
+        model = dataclasses.replace(model, fit=goodness(data, model))
+        notes += drift.notes
+    body = model.to_json(str(out))
+    outs.write({out: write_text(body)})
     for note in notes:
         typer.echo(note, err=True)
     if as_json:
@@ -142,7 +139,7 @@ def _fit_table(fit: dict) -> Table:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("fit")(fit_cmd)
+    app.command("fit")(user_errors(fit_cmd))  # (one error line, Ctrl-C included)
 
 
 __all__ = ["fit_cmd", "register"]

@@ -1,0 +1,152 @@
+"""Ctrl-C at any moment: one `error:` line, exit 130, and outputs whole (helper 106's audit).
+
+The renames that put outputs in place hold the signals back (sortedrl.interrupts), so an
+interrupt between two of them no longer leaves the previous output moved aside or its backup
+behind; a model directory is built in a fresh hidden directory that a failure removes; and an
+interrupt during start-up, option parsing or `trace fit` prints the same one line as elsewhere.
+Interrupts are injected (a signal sent from inside a rename, a KeyboardInterrupt raised from an
+import or a parse), so nothing here depends on timing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal
+
+import pytest
+from typer._click.core import Command  # (typer carries its own click)
+from typer.testing import CliRunner
+
+from sortedrl import cli_common, console
+from sortedrl.cli import app
+from sortedrl.outputs import Outputs, write_text
+from sortedrl.realrun.model import save_aside
+
+runner = CliRunner()
+
+
+class Interrupted(Exception):
+    """What the test's SIGINT handler raises (so pytest's own Ctrl-C handling stays out of it)."""
+
+
+@pytest.fixture
+def sigint_raises():
+    def handler(signum, frame):
+        raise Interrupted
+
+    before = signal.signal(signal.SIGINT, handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def siblings(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("after", [1, 2, 3, 4])
+def test_a_ctrl_c_between_the_renames_waits_until_the_outputs_are_in_place(tmp_path, monkeypatch,
+                                                                            sigint_raises, after):
+    """Two outputs replaced with --force: old a -> backup, tmp -> a, old b -> backup, ... A
+    SIGINT sent from inside rename number ``after`` arrives only when every output is new and
+    every backup gone (it used to leave `.a.old-PID` behind, or `a` moved aside for good)."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("old a")
+    b.write_text("old b")
+    outs = Outputs("test", force=True)
+    outs.file(a, "--a")
+    outs.file(b, "--b")
+    real_rename, calls = os.rename, []
+
+    def rename(src, dst):
+        real_rename(src, dst)
+        calls.append(dst)
+        if len(calls) == after:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(Interrupted):
+        outs.write({a: write_text("new a"), b: write_text("new b")})
+    assert len(calls) == 4  # every rename ran before the interrupt was let through
+    assert (a.read_text(), b.read_text()) == ("new a", "new b")
+    assert siblings(tmp_path) == ["a.txt", "b.txt"]
+
+
+def test_the_signal_mask_is_restored_after_the_outputs_are_written(tmp_path):
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    outs = Outputs("test")
+    out = outs.file(tmp_path / "x.txt", "--out")
+    outs.write({out: write_text("x")})
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
+def test_an_interrupted_model_save_leaves_nothing_and_a_stale_one_is_never_merged(tmp_path):
+    out = tmp_path / "m"
+    stale = tmp_path / ".m.tmp"  # what an interrupted save of an older version left
+    stale.mkdir()
+    (stale / "stale-marker").write_text("x")
+
+    def interrupted(tmp):
+        (tmp / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        save_aside(out, interrupted)
+    assert siblings(tmp_path) == [".m.tmp"]  # nothing of this save is left
+
+    def save(tmp):
+        (tmp / "config.json").write_text("{}")
+
+    save_aside(out, save)
+    assert siblings(out) == ["config.json"]
+    assert siblings(tmp_path) == [".m.tmp", "m"]
+
+
+def test_a_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
+    real_import = builtins.__import__
+
+    def importing(name, *args, **kwargs):
+        if name == "sortedrl.cli":
+            raise KeyboardInterrupt  # as if it came while NumPy or SimPy was being imported
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", importing)
+    with pytest.raises(SystemExit) as e:
+        console.main()
+    assert e.value.code == 130
+    assert capsys.readouterr().err == "error: interrupted (Ctrl-C)\n"
+
+
+def test_a_ctrl_c_while_the_options_are_parsed_is_one_line(monkeypatch):
+    """typer turns it into a silent exit 130; the command group says it."""
+    monkeypatch.setattr(cli_common, "_interrupt_reported", False)
+
+    def parse_args(self, ctx, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Command, "parse_args", parse_args)
+    r = runner.invoke(app, ["trace", "stats", "math-16k"])
+    assert (r.exit_code, r.output) == (130, "error: interrupted (Ctrl-C)\n")
+
+
+def test_a_ctrl_c_in_a_command_is_said_once(monkeypatch):
+    monkeypatch.setattr(cli_common, "_interrupt_reported", False)
+
+    def read_trace(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sortedrl.traces.commands.read_trace", read_trace)
+    r = runner.invoke(app, ["trace", "stats", "math-16k"])
+    assert (r.exit_code, r.output) == (130, "error: interrupted (Ctrl-C)\n")
+
+
+def test_a_ctrl_c_in_trace_fit_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli_common, "_interrupt_reported", False)
+
+    def fit_trace(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sortedrl.traces.fit.fit_trace", fit_trace)
+    r = runner.invoke(app, ["trace", "fit", "math-16k", "--out", str(tmp_path / "m.json")])
+    assert (r.exit_code, r.output) == (130, "error: interrupted (Ctrl-C)\n")
+    assert siblings(tmp_path) == []
