@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import os
 import signal
+import threading
 
 import pytest
 from typer._click.core import Command  # (typer carries its own click)
@@ -72,12 +73,26 @@ def test_a_ctrl_c_between_the_renames_waits_until_the_outputs_are_in_place(tmp_p
     assert siblings(tmp_path) == ["a.txt", "b.txt"]
 
 
-def test_the_signal_mask_is_restored_after_the_outputs_are_written(tmp_path):
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+def test_the_signal_handlers_are_restored_after_the_outputs_are_written(tmp_path):
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = [signal.getsignal(s) for s in held]
     outs = Outputs("test")
     out = outs.file(tmp_path / "x.txt", "--out")
     outs.write({out: write_text("x")})
-    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+    assert [signal.getsignal(s) for s in held] == before
+
+
+def test_a_signal_is_held_back_while_another_thread_runs(tmp_path, monkeypatch, sigint_raises):
+    """A process-directed signal may be taken by any thread (a progress display's): it still
+    waits for the renames (blocking it in the main thread alone did not)."""
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait)
+    busy.start()
+    try:
+        test_a_ctrl_c_between_the_renames_waits_until_the_outputs_are_in_place(tmp_path, monkeypatch, None, 1)
+    finally:
+        stop.set()
+        busy.join()
 
 
 def test_an_interrupted_model_save_leaves_nothing_and_a_stale_one_is_never_merged(tmp_path):
