@@ -77,13 +77,14 @@ def span_table(tl: Timeline) -> np.ndarray:
     sample), so that a plot does not depend on the order its file stored the records in."""
     cols = tl.columns("span")
     order = np.lexsort((cols["sample"], cols["engine"], cols["t_end"], cols["t"]))
-    ends = cols["end"].strings()
+    end = cols["end"]  # its few label strings, indexed by the sorted codes (not every span's)
+    names = np.array(end.names or [""], dtype=str)
     dtype = np.dtype([(name, typ) for name, typ, _ in SPAN_FIELDS]
-                     + [("end", f"U{max(7, ends.dtype.itemsize // 4)}")])
-    out = np.empty(len(ends), dtype=dtype)
+                     + [("end", f"U{max(7, names.dtype.itemsize // 4)}")])
+    out = np.empty(order.size, dtype=dtype)
     for name, _, field in SPAN_FIELDS:
         out[name] = cols[field][order]
-    out["end"] = ends[order]
+    out["end"] = names[end.codes[order]]
     return out
 
 

@@ -163,6 +163,53 @@ def test_plot_command_writes_html_and_perfetto(small, tmp_path):
     assert "engine 0: rollout" in (rundir / "timeline.html").read_text()
 
 
+def _count_span_tables(monkeypatch) -> list[int]:
+    """Count the calls of ``span_table`` under any name a module imported it by."""
+    import sys
+
+    from sortedrl import metrics
+
+    calls, built = [], metrics.span_table
+
+    def counted(tl):
+        calls.append(tl.count("span"))
+        return built(tl)
+
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "span_table", None) is built:
+            monkeypatch.setattr(mod, "span_table", counted)
+    return calls
+
+
+def test_plot_and_report_build_the_span_table_at_most_once(small, compare_dir, tmp_path,
+                                                            monkeypatch):
+    # the sorted span table is the plot's peak (1.8 GiB at 8M samples): plot --perfetto built it
+    # three times (a check read_timeline already makes, the page's lanes, the trace's lanes)
+    calls = _count_span_tables(monkeypatch)
+    r = runner.invoke(app, ["plot", str(small[0]), "--out", str(tmp_path / "p.html"),
+                            "--perfetto", str(tmp_path / "p.json")])
+    assert r.exit_code == 0, r.output
+    assert calls == [small[1].timeline.count("span")]
+    calls.clear()
+    r = runner.invoke(app, ["report", str(compare_dir[0]), "--out", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    assert calls == []  # the response lengths are read from the columns
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_span_that_ends_before_it_starts_is_refused_by_either_jsonl_reader(tmp_path, monkeypatch,
+                                                                          fast):
+    # plot no longer checks this on the span table: read_timeline does, on every path
+    if not fast:
+        monkeypatch.setattr("sortedrl.timeline_file.read_jsonl_fast", lambda path: None)
+    run = _corrupt("timeline.jsonl", META + '\n{"kind": "span", "t": 2, "t_end": 1, "engine": 0, '
+                   '"sample": 0, "attempt": 0, "version": 0, "tokens": 1, "end": "finish"}\n')(tmp_path)
+    r = runner.invoke(app, ["plot", str(run), "--out", str(tmp_path / "p.html")])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.splitlines() == [f"error: {run / 'timeline.jsonl'}: a 'span' record ends before "
+                                     "it starts (t_end < t)"]
+
+
 def _corrupt(name: str, text: str | bytes):
     def make(root: Path) -> Path:
         run = root / "run"

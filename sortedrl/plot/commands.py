@@ -25,6 +25,7 @@ def plot(
 ) -> None:
     """Plot one run's timeline as a self-contained HTML page (works offline)."""
     from sortedrl.plot.inputs import check_dir, load_run
+    from sortedrl.plot.lanes import lanes
     from sortedrl.plot.perfetto import perfetto_json
     from sortedrl.plot.timeline_plot import timeline_page
 
@@ -36,10 +37,11 @@ def plot(
         progress.phase(f"reading {rundir}")
         tl, summary = load_run(rundir)
         progress.phase("drawing the timeline")
-        files = {out: write_text(timeline_page(tl, summary))}
+        ln = lanes(tl)  # the span table, built once for the page and the trace
+        files = {out: write_text(timeline_page(tl, summary, ln))}
         if perfetto is not None:
             progress.phase("building the Perfetto trace")
-            files[perfetto] = write_text(perfetto_json(tl))
+            files[perfetto] = write_text(perfetto_json(tl, ln))
         outs.write(files, progress.file)  # all built first: a failure leaves nothing half-written
     print_notes(outs)
     if perfetto is not None:

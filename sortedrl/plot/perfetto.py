@@ -81,9 +81,10 @@ def assign_slots(t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
     return slots
 
 
-def trace_events(tl: Timeline) -> dict:
-    """The trace-event document of ``tl`` (see the module docstring)."""
-    ln = L.lanes(tl)
+def trace_events(tl: Timeline, ln: L.Lanes | None = None) -> dict:
+    """The trace-event document of ``tl`` (see the module docstring); ``ln``: its lanes if the
+    caller has them (``plot --perfetto`` draws the page and the trace from one span table)."""
+    ln = ln if ln is not None else L.lanes(tl)
     E, sp = ln.engines, ln.spans
     prefills = tl.rows("prefill") if ln.detailed else []
     events: list[dict] = []
@@ -168,8 +169,8 @@ def _tool_events(tl: Timeline, ln: L.Lanes, pid: int) -> list[dict]:
     return events
 
 
-def perfetto_json(tl: Timeline) -> str:
-    return json.dumps(trace_events(tl), separators=(",", ":")) + "\n"
+def perfetto_json(tl: Timeline, ln: L.Lanes | None = None) -> str:
+    return json.dumps(trace_events(tl, ln), separators=(",", ":")) + "\n"
 
 
 def write_perfetto(tl: Timeline, path: str | Path) -> Path:

@@ -28,7 +28,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sortedrl.errors import SortedRLError
-from sortedrl.metrics import rank_rate, span_table
+from sortedrl.metrics import rank_rate
 from sortedrl.plot.inputs import (
     PlotError,
     load_compare,
@@ -54,16 +54,17 @@ PALETTE = qualitative.Plotly
 
 def response_lengths(tl: Timeline) -> np.ndarray:
     """Lengths of the finished samples: the span tokens of each one's final attempt, summed."""
-    sp = span_table(tl)
-    if sp.size == 0:
+    sp = tl.columns("span")  # in any order: the sums are of integers, exact (no span table)
+    sample, attempt = sp["sample"], sp["attempt"]
+    if sample.size == 0:
         return np.zeros(0, dtype=np.int64)
-    n = int(sp["sample"].max()) + 1
+    n = int(sample.max()) + 1
     last = np.full(n, -1, dtype=np.int64)
-    np.maximum.at(last, sp["sample"], sp["attempt"])
-    final = sp["attempt"] == last[sp["sample"]]
-    tokens = np.bincount(sp["sample"][final], weights=sp["tokens"][final], minlength=n)
+    np.maximum.at(last, sample, attempt)
+    final = attempt == last[sample]
+    tokens = np.bincount(sample[final], weights=sp["tokens"][final], minlength=n)
     done = np.zeros(n, dtype=bool)
-    done[sp["sample"][final & (sp["end"] == "finish")]] = True
+    done[sample[final & (sp["end"] == "finish")]] = True
     return tokens[done].astype(np.int64)
 
 

@@ -73,10 +73,12 @@ def step_rows(tl: Timeline) -> list[tuple]:
         tr["samples"].lengths().tolist(), tr["tokens"].tolist(), strict=True))]
 
 
-def timeline_figure(tl: Timeline, summary: dict | None = None) -> go.Figure:
-    """The three-panel timeline figure of ``tl`` (see the module docstring)."""
+def timeline_figure(tl: Timeline, summary: dict | None = None,
+                    ln: L.Lanes | None = None) -> go.Figure:
+    """The three-panel timeline figure of ``tl`` (see the module docstring); ``ln``: its lanes
+    if the caller has them (``plot --perfetto`` draws both from one span table)."""
     summary = summary if summary is not None else summarize(tl)
-    ln = L.lanes(tl)
+    ln = ln if ln is not None else L.lanes(tl)
     E = ln.engines
     # each panel tall enough for its lanes and for its legend (about 20 px an entry)
     heights = [max(34 * (E + 1) + 40, LEGEND_PX * (2 * E + 3) + 40),
@@ -268,10 +270,11 @@ def _version_curves(fig: go.Figure, ln: L.Lanes) -> None:
                                                "<extra></extra>"), row=3, col=1)
 
 
-def timeline_page(tl: Timeline, summary: dict | None = None) -> str:
-    """The complete HTML page: figure and step table, plotly.js inlined."""
+def timeline_page(tl: Timeline, summary: dict | None = None, ln: L.Lanes | None = None) -> str:
+    """The complete HTML page: figure and step table, plotly.js inlined (``ln``: as for
+    :func:`timeline_figure`)."""
     summary = summary if summary is not None else summarize(tl)
-    fig = timeline_figure(tl, summary)
+    fig = timeline_figure(tl, summary, ln)
     rows = step_rows(tl)
     # each duration from the start and end as shown, so that start + duration = end on the page
     shown = [(*r[:4], round(r[3], 3) - round(r[2], 3), *r[5:]) for r in rows[:STEP_ROWS_SHOWN]]
