@@ -147,7 +147,3 @@ def pyarrow_modules(path: Path) -> tuple[Any, Any]:
             "(pip install 'sortedrl[parquet]') or use .jsonl/.csv"
         ) from None
     return pq, pa
-
-
-def py_columns(trace: Trace) -> dict[str, list[Any]]:
-    return {k: v.tolist() for k, v in trace.columns().items()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,19 +31,35 @@ from sortedrl.traces._codec import (
     meta_dict,
     no_gc,
     parse_meta,
-    py_columns,
 )
 from sortedrl.traces.schema import COLUMNS, Trace
+
+CHUNK_ROWS = 65_536  # rows turned into Python values at a time by the writers
+
+
+def row_chunks(trace: Trace) -> Iterator[tuple[dict[str, list[Any]], dict[str, np.ndarray]]]:
+    """The trace ``CHUNK_ROWS`` rows at a time: its columns as Python lists, and the turn
+    columns of those rows (offsets from 0). The writers turned every column into a list at
+    once, 3.6 GiB for an 8M-row CSV against 1.6 GiB for Parquet; a chunk at a time their memory
+    stays that of the trace, and the bytes written are the same."""
+    columns, turns = trace.columns(), trace.turn_columns()
+    for a in range(0, len(trace), CHUNK_ROWS):
+        b = min(a + CHUNK_ROWS, len(trace))
+        chunk_turns = {}
+        if turns:
+            off = turns["turn_offsets"][a:b + 1]
+            lo, hi = int(off[0]), int(off[-1])
+            chunk_turns = {c: v[lo:hi] for c, v in turns.items() if c != "turn_offsets"}
+            chunk_turns["turn_offsets"] = off - lo
+        yield {k: v[a:b].tolist() for k, v in columns.items()}, chunk_turns
 
 
 def write_jsonl(trace: Trace, f: IO[str]) -> None:
     f.write(json.dumps(meta_dict(trace.meta)) + "\n")
-    cols = py_columns(trace)
-    turns = _turn_codec.jsonl_turns(trace)
-    if turns is not None:
-        cols[_turn_codec.JSONL_FIELD] = turns  # already JSON, written as is
-    names = list(cols)
-    quoted: dict[str, str] = {}
+    names = list(trace.columns())
+    if trace.has_turns:
+        names.append(_turn_codec.JSONL_FIELD)  # already JSON, written as is
+    quoted: dict[str, str] = {}  # a prompt's id repeats over its group; cleared every chunk
 
     def q(s: str) -> str:
         out = quoted.get(s)
@@ -62,15 +78,13 @@ def write_jsonl(trace: Trace, f: IO[str]) -> None:
         else:
             fmt.append(str)
     keys = [json.dumps(n) + ": " for n in names]
-    buf: list[str] = []
-    for row in zip(*cols.values(), strict=True):
-        buf.append(
+    for cols, turns in row_chunks(trace):
+        quoted.clear()
+        if turns:
+            cols[_turn_codec.JSONL_FIELD] = _turn_codec.jsonl_turns_of(turns)
+        f.write("".join(
             "{" + ", ".join(k + g(v) for k, g, v in zip(keys, fmt, row, strict=True)) + "}\n"
-        )
-        if len(buf) >= 8192:
-            f.write("".join(buf))
-            buf.clear()
-    f.write("".join(buf))
+            for row in zip(*cols.values(), strict=True)))
 
 
 def read_jsonl(path: Path, f: IO[str]) -> Trace:
@@ -180,23 +194,23 @@ def _typed(path: Path, columns: dict[str, list[Any]], lines: list[int]) -> dict[
 
 def write_csv(trace: Trace, f: IO[str]) -> None:
     f.write(CSV_META_PREFIX + json.dumps(meta_dict(trace.meta)) + "\n")
-    cols = py_columns(trace)
-    cols.update(_turn_codec.csv_cells(trace))
-    if "truncated" in cols:
-        cols["truncated"] = ["true" if v else "false" for v in cols["truncated"]]
-    if "reward" in cols:
-        cols["reward"] = [repr(v) for v in cols["reward"]]
     w = csv.writer(f, lineterminator="\n")
-    w.writerow(list(cols))
-    rows = zip(*cols.values(), strict=True)
-    if not any("\r" in "".join(cols[c]) for c in STR_COLUMNS if c in cols):
-        w.writerows(rows)
-        return
     # QUOTE_MINIMAL quotes only the "\n" of our line terminator, so a bare "\r" would end the
-    # record on reading: quote every field of the rows that contain one.
+    # record on reading: every field of a row that holds one is quoted.
     quote_all = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
-    for row in rows:
-        (quote_all if any("\r" in v for v in row if isinstance(v, str)) else w).writerow(row)
+    w.writerow(list(trace.columns()) + (list(_turn_codec.CSV_COLUMNS) if trace.has_turns else []))
+    for cols, turns in row_chunks(trace):
+        cols.update(_turn_codec.csv_cells_of(turns))
+        if "truncated" in cols:
+            cols["truncated"] = ["true" if v else "false" for v in cols["truncated"]]
+        if "reward" in cols:
+            cols["reward"] = [repr(v) for v in cols["reward"]]
+        rows = zip(*cols.values(), strict=True)
+        if not any("\r" in "".join(cols[c]) for c in STR_COLUMNS if c in cols):
+            w.writerows(rows)
+            continue
+        for row in rows:
+            (quote_all if any("\r" in v for v in row if isinstance(v, str)) else w).writerow(row)
 
 
 def read_csv(path: Path, f: IO[str]) -> Trace:

@@ -32,13 +32,12 @@ _JSONL_KEY_SET = set(JSONL_KEYS.values())
 # -- JSONL -----------------------------------------------------------------------------------
 
 
-def jsonl_turns(trace: Trace) -> list[str] | None:
-    """The encoded ``turns`` value of every row, or None for a trace without turns."""
-    if trace.turn_offsets is None:
-        return None
-    gen = per_row(trace.turn_offsets, trace.turn_gen)
-    tool_s = per_row(trace.turn_offsets, trace.turn_tool_s)
-    tool_tokens = per_row(trace.turn_offsets, trace.turn_tool_tokens)
+def jsonl_turns_of(turns: dict[str, np.ndarray]) -> list[str]:
+    """The encoded ``turns`` value of every row of the turn columns ``turns`` (offsets from 0;
+    a chunk of a trace's rows, :func:`sortedrl.traces._text.row_chunks`)."""
+    gen = per_row(turns["turn_offsets"], turns["turn_gen"])
+    tool_s = per_row(turns["turn_offsets"], turns["turn_tool_s"])
+    tool_tokens = per_row(turns["turn_offsets"], turns["turn_tool_tokens"])
     return [
         "["
         + ", ".join(
@@ -90,14 +89,15 @@ def jsonl_message(msg: str) -> str:
 # -- CSV -------------------------------------------------------------------------------------
 
 
-def csv_cells(trace: Trace) -> dict[str, list[str]]:
-    """The three CSV turn columns (space-separated values per row), or ``{}`` without turns."""
-    if trace.turn_offsets is None:
+def csv_cells_of(turns: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    """The three CSV turn columns (space-separated values per row) of the turn columns
+    ``turns`` (offsets from 0; a chunk of a trace's rows), or ``{}`` for none."""
+    if not turns:
         return {}
     out = {}
     for col in CSV_COLUMNS:
         fmt = repr if col == "turn_tool_s" else str
-        out[col] = [" ".join(map(fmt, row)) for row in per_row(trace.turn_offsets, getattr(trace, col))]
+        out[col] = [" ".join(map(fmt, row)) for row in per_row(turns["turn_offsets"], turns[col])]
     return out
 
 
