@@ -62,6 +62,8 @@ class OneLineUsageErrors(TyperGroup):
     help."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        global _interrupt_reported
+        _interrupt_reported = False  # (a process may run the app more than once: tests, library use)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -76,7 +78,10 @@ class OneLineUsageErrors(TyperGroup):
         except ClickException as e:
             typer.echo(f"error: {usage_line(e)}", err=True)
             sys.exit(2)
-        except typer.Abort:
+        except typer.Abort as e:
+            if isinstance(e.__context__, KeyboardInterrupt):  # (click without typer's own: Ctrl-C)
+                typer.echo("error: interrupted (Ctrl-C)", err=True)
+                sys.exit(INTERRUPTED)
             typer.echo("error: aborted", err=True)
             sys.exit(1)
         if code == INTERRUPTED and not _interrupt_reported:  # Ctrl-C while typer parsed the options

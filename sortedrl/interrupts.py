@@ -6,7 +6,9 @@ model directories of :mod:`sortedrl.realrun.model`) are short, but an interrupt 
 them would leave the previous output moved aside and not restored, or its backup not removed.
 So they run with the signals' handlers swapped for one that notes them; when the renames are
 done the handlers are put back and each signal that arrived is raised again, and handled as usual
-(``KeyboardInterrupt``, or the CLI's ``Terminated``). Python runs signal handlers in the main
+(``KeyboardInterrupt``, or the CLI's ``Terminated``). The block also covers removing the
+previous output (a run directory's few files); should that take long (a slow network disk), the
+same signal a second time goes through at once. Python runs signal handlers in the main
 thread only, so this is where it works; elsewhere the renames run as they are. (Blocking the
 signals with ``pthread_sigmask`` is no good here: it holds them back from the calling thread only,
 and a progress display's thread takes them instead.)
@@ -23,16 +25,34 @@ HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def signals_deferred():
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block ends, then are handled as usual."""
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block ends, then are handled as usual; the same
+    signal a second time goes through at once (a user who presses Ctrl-C again means it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     arrived: list[int] = []
-    before = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in HELD}
+    before: dict[int, object] = {}
+
+    def note(signum: int, frame) -> None:
+        handler = before.get(signum)
+        if signum in arrived and callable(handler):
+            handler(signum, frame)
+        arrived.append(signum)
+
     try:
+        for signum in HELD:  # each old handler is kept as it is swapped: a partial swap is undone
+            before[signum] = signal.signal(signum, note)
         yield
     finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
+        _restore(list(before.items()))
         for signum in dict.fromkeys(arrived):  # each once, in the order they came
             signal.raise_signal(signum)
+
+
+def _restore(handlers: list) -> None:
+    """Put every handler back, even when one put back raises at once (a Ctrl-C that waited)."""
+    if handlers:
+        try:
+            signal.signal(*handlers[0])
+        finally:
+            _restore(handlers[1:])

@@ -14,10 +14,16 @@ import builtins
 import os
 import signal
 import threading
+import tomllib
+from pathlib import Path
 
 import pytest
-from typer._click.core import Command  # (typer carries its own click)
 from typer.testing import CliRunner
+
+try:  # typer 0.2x carries its own click (as cli_common imports it)
+    from typer._click.core import Command
+except ImportError:  # pragma: no cover - older typer
+    from click.core import Command
 
 from sortedrl import cli_common, console
 from sortedrl.cli import app
@@ -165,3 +171,38 @@ def test_a_ctrl_c_in_trace_fit_is_one_line_and_writes_nothing(tmp_path, monkeypa
     r = runner.invoke(app, ["trace", "fit", "math-16k", "--out", str(tmp_path / "m.json")])
     assert (r.exit_code, r.output) == (130, "error: interrupted (Ctrl-C)\n")
     assert siblings(tmp_path) == []
+
+
+def test_the_console_script_is_the_one_that_catches_a_ctrl_c_during_start_up():
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"] == {"sortedrl": "sortedrl.console:main"}
+
+
+def test_a_second_ctrl_c_goes_through_at_once(tmp_path, monkeypatch, sigint_raises):
+    """A removal that hangs (a slow network disk) is not waited out by a user who presses
+    Ctrl-C again: the second one interrupts it; the handlers are put back either way."""
+    from sortedrl import interrupts
+
+    held = [signal.getsignal(s) for s in interrupts.HELD]
+    with pytest.raises(Interrupted):
+        with interrupts.signals_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            raise AssertionError("the second Ctrl-C did not go through")
+    assert [signal.getsignal(s) for s in interrupts.HELD] == held
+
+
+def test_the_same_app_run_twice_says_a_parse_time_ctrl_c_each_time(monkeypatch):
+    def read_trace(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sortedrl.traces.commands.read_trace", read_trace)
+    first = runner.invoke(app, ["trace", "stats", "math-16k"])
+    assert (first.exit_code, first.output) == (130, "error: interrupted (Ctrl-C)\n")
+
+    def parse_args(self, ctx, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Command, "parse_args", parse_args)
+    second = runner.invoke(app, ["trace", "stats", "math-16k"])
+    assert (second.exit_code, second.output) == (130, "error: interrupted (Ctrl-C)\n")

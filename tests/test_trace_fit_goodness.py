@@ -85,3 +85,12 @@ def test_model_draws_are_capped_for_a_big_trace() -> None:
     many = SimpleNamespace(step=np.array([0, 599_999]), num_groups=600_000,
                            meta=SimpleNamespace(group_size=8))
     assert model_prompts(many) == (600_000, 1)
+
+
+def test_a_cap_far_above_the_lengths_takes_ks_from_the_draws() -> None:
+    """Runaway responses at a cap of 1e9 tokens: counts per length would be 8 GB; the KS
+    statistic then comes from the sorted draws, equal to the whole-trace computation still."""
+    model = dataclasses.replace(MODEL, max_response_len=10**9)
+    trace = generate(model, 2, seed=5, prompts=40)
+    assert int(trace.response_len.max()) == 10**9
+    assert goodness(trace, model) == _old_goodness(trace, model)
