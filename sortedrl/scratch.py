@@ -20,15 +20,17 @@ _temp_scratches: set[Path] = set()  # this process's temp_scratch directories no
 
 
 @contextlib.contextmanager
-def temp_scratch(command: str):
+def temp_scratch(command: str, parent: Path | None = None):
     """A scratch directory for a command with no output directory to put it beside (``forecast``
     and ``tune`` keep each draw's or trial's timeline there while they summarise it): in the
-    system's temporary directory (``$TMPDIR``), removed on leaving, whatever happens (a worker
-    process stopped at once removes its own: :func:`remove_temp_scratches`)."""
+    system's temporary directory (``$TMPDIR``), or in ``parent`` (a scratch directory of the
+    process that started this one's: a Ray worker that is killed cannot remove its own, so its
+    driver's removal takes it too), removed on leaving, whatever happens (a worker process
+    stopped at once removes its own: :func:`remove_temp_scratches`)."""
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-"))
+        tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-", dir=parent))
     except OSError as e:
-        raise OutputError(f"{tempfile.gettempdir()}: cannot make {command}'s scratch directory "
+        raise OutputError(f"{parent or tempfile.gettempdir()}: cannot make {command}'s scratch directory "
                           f"({e.strerror or e}; set TMPDIR to a writable directory)") from None
     _temp_scratches.add(tmp)
     try:

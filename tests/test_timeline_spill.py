@@ -25,7 +25,7 @@ from sortedrl.timeline_file import write_npz
 from sortedrl.timeline_spill import Spill
 from sortedrl.traces import write_trace
 from sortedrl.traces.synth import synthesize
-from sortedrl.tune.executors import run_trial
+from sortedrl.tune.executors import RayCluster, run_trial
 from tests.conftest import tiny_cluster
 from tests.test_timeline_files import _same_columns
 
@@ -249,6 +249,33 @@ def test_forecast_and_tune_keep_each_timeline_in_tmpdir(tmp_path, small_chunks, 
     assert run_trial(tr, cluster, 0, ("sortedrl", [])) == {**kept.summary, "gpus": cluster.gpus,
                                                            "gpu_hours": gpu_hours}
     assert roots and roots[0].name.startswith("sortedrl-tune-") and not any(scratch.iterdir())
+
+
+def test_a_ray_started_here_keeps_its_trials_scratch_in_the_drivers(tmp_path, monkeypatch, small_chunks):
+    """ray.shutdown() kills a worker mid-trial (Ctrl-C) before it can remove its scratch, which
+    was left empty in $TMPDIR; on a Ray started here (--ray local) a trial's scratch lies in one
+    of the driver's, which close() removes with whatever a killed worker left in it."""
+    tr = synthesize("math-16k", prompts=12, group_size=4, steps=3, seed=3)
+    cluster = tiny_cluster(engines=2, max_num_seqs=8, kv=40_000)
+    root = tmp_path / "root"
+    root.mkdir()
+    roots = []
+    append = Spill.append
+    monkeypatch.setattr(Spill, "append", lambda self, kind, cols: (roots.append(self.root),
+                                                                   append(self, kind, cols))[1])
+    run_trial(tr, cluster, 0, ("sortedrl", []), scratch_root=root)
+    assert roots and {p.parent for p in roots} == {root} and not any(root.iterdir())
+    pytest.importorskip("ray", reason="Ray is the [ray] extra; make test installs it")
+    executor = RayCluster(tr, cluster, 0, "local")
+    try:
+        made = executor.scratch_root
+        assert made.parent == Path(tempfile.gettempdir()) and made.name.startswith("sortedrl-tune-")
+        (made / "sortedrl-tune-killed").mkdir()  # what a worker killed mid-trial leaves
+        [summary] = executor.map([("sync", [])], lambda n: None)
+        assert summary["samples_trained"] == len(tr)
+    finally:
+        executor.close()
+    assert not made.exists()
 
 
 def test_an_unwritable_tmpdir_is_one_error_line(tmp_path, monkeypatch):

@@ -14,11 +14,13 @@ the search records it under ``skipped`` as it does a cluster shape that cannot r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
@@ -89,8 +91,10 @@ def check_spaces(spaces: list[Space], trace: Trace) -> None:
             raise ConfigError(f"{first}{every}")
 
 
-def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = "resample") -> dict:
-    """A trial's summary, or ``{"skipped": reason}`` when the policy refuses its knobs."""
+def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = "resample",
+              scratch_root: Path | None = None) -> dict:
+    """A trial's summary, or ``{"skipped": reason}`` when the policy refuses its knobs. Its
+    timeline waits in a scratch directory in ``$TMPDIR``, or in ``scratch_root``."""
     name, sets = job
     changes, knobs = split_cluster(sets)
     try:
@@ -100,7 +104,7 @@ def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = 
             raise
         return {SKIPPED: str(e)}
     used = shaped(cluster, changes, trace, policy.placements)
-    with temp_scratch("tune") as spill:  # a long trial's timeline waits on disk, not in memory
+    with temp_scratch("tune", scratch_root) as spill:  # a long trial's timeline waits on disk
         summary = simulate(trace, policy, used, seed=seed, regen=regen, spill_dir=spill).summary
     summary["gpus"] = used.gpus
     summary["gpu_hours"] = round(used.gpus * summary["makespan_s"] / 3600.0, 6)  # as every float
@@ -186,11 +190,17 @@ class RayCluster(Executor):
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
             self.started = True
+        # a Ray started here runs its workers on this machine: their trials' scratch goes in one
+        # of the driver's, which close() removes, since ray.shutdown() kills a worker mid-trial
+        # before it can remove its own (Ctrl-C); a cluster's workers may be on other machines
+        self.scratch = contextlib.ExitStack()
+        self.scratch_root = self.scratch.enter_context(temp_scratch("tune")) if address == "local" else None
         self.trace_ref = ray.put(trace)
         self.remote = ray.remote(run_trial)
 
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
-        refs = [self.remote.remote(self.trace_ref, self.cluster, self.seed, job, self.regen) for job in jobs]
+        refs = [self.remote.remote(self.trace_ref, self.cluster, self.seed, job, self.regen, self.scratch_root)
+                for job in jobs]
         out = []
         for ref in refs:
             out.append(self.ray.get(ref))
@@ -198,8 +208,11 @@ class RayCluster(Executor):
         return out
 
     def close(self) -> None:
-        if self.started:
-            self.ray.shutdown()
+        try:
+            if self.started:
+                self.ray.shutdown()
+        finally:
+            self.scratch.close()
 
 
 def make_executor(trace: Trace, cluster: Cluster, seed: int, workers: int, ray: str | None,
