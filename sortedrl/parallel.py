@@ -77,6 +77,21 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
         process.terminate()
 
 
+def shut_down(pool: ProcessPoolExecutor, stopped: bool) -> None:
+    """``pool.shutdown``, after :func:`stop_workers` when ``stopped``. A signal that lands while
+    the pool's first ``submit`` starts its manager thread (the workers are forked first) leaves
+    a thread that never started, which ``shutdown`` cannot join: the workers are stopped
+    already, so they are only reaped then (else the RuntimeError replaced the interrupt's one
+    line with a traceback)."""
+    try:
+        pool.shutdown(wait=True, cancel_futures=True)
+    except RuntimeError:
+        if not stopped:
+            raise
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.join()
+
+
 def _start(fn: Callable, shared: object) -> None:
     worker_signals()
     _worker.update(fn=fn, shared=shared)
@@ -128,4 +143,4 @@ def _run_in_pool(fn: Callable[[object, object], object], shared: object, jobs: S
     finally:
         if not finished:  # an error, Ctrl-C or SIGTERM: stop the workers now, not after their runs
             stop_workers(pool)
-        pool.shutdown(wait=True, cancel_futures=True)
+        shut_down(pool, stopped=not finished)

@@ -58,6 +58,29 @@ def test_the_first_error_is_raised_and_stops_the_other_workers(tmp_path):
     assert not any(map(_alive, pids))  # both stopped: no job ran its 600 s
 
 
+def test_an_interrupt_while_the_pool_starts_its_manager_thread_stops_the_workers(monkeypatch):
+    """The workers are forked before the pool's manager thread starts: a SIGTERM in between
+    (tests/test_signals.py hit it once) left a thread that shutdown() cannot join, and its
+    RuntimeError replaced the interrupt. Now the interrupt comes out, the workers ended."""
+    from concurrent.futures import process
+
+    forked = []
+    launch = process.ProcessPoolExecutor._launch_processes
+
+    def launched(self):
+        launch(self)
+        forked.extend(self._processes.values())
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(process.ProcessPoolExecutor, "_launch_processes", launched)
+    monkeypatch.setattr(process._ExecutorManagerThread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(_square_slowly, 3, list(range(4)), workers=2)
+    assert len(forked) == 2 and not any(p.is_alive() for p in forked)
+
+
 def _die(shared: None, job: int) -> int:
     if job == 1:
         os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
-from sortedrl.parallel import stop_workers, worker_pool, worker_signals
+from sortedrl.parallel import shut_down, stop_workers, worker_pool, worker_signals
 from sortedrl.policies.base import Policy, parse_params
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.scratch import temp_scratch
@@ -149,22 +149,24 @@ class LocalProcesses(Executor):
         self.forks.__enter__()
         self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_init,
                                         initargs=(trace, cluster, seed, regen))
+        self.stopped = False  # map() stopped the workers (an error, Ctrl-C, SIGTERM)
 
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
-        futures = [self.pool.submit(_run, job) for job in jobs]
         out = []
         try:
+            futures = [self.pool.submit(_run, job) for job in jobs]
             for f in futures:
                 out.append(f.result())
                 done(1)
         except BaseException:  # an error, Ctrl-C or SIGTERM: the other trials would be wasted
             stop_workers(self.pool)
+            self.stopped = True
             raise
         return out
 
     def close(self) -> None:
         try:
-            self.pool.shutdown(cancel_futures=True)
+            shut_down(self.pool, self.stopped)
         finally:
             self.forks.__exit__(None, None, None)
 
