@@ -77,6 +77,9 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
         process.terminate()
 
 
+STOP_WAIT_S = 5.0  # a stopped worker ends at once; one that has not by then lost its SIGTERM
+
+
 def shut_down(pool: ProcessPoolExecutor, stopped: bool) -> None:
     """``pool.shutdown``, after :func:`stop_workers` when ``stopped``. A signal that lands while
     the pool's first ``submit`` starts its manager thread (the workers are forked first) leaves
@@ -89,7 +92,10 @@ def shut_down(pool: ProcessPoolExecutor, stopped: bool) -> None:
         if not stopped:
             raise
         for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.join()
+            process.join(timeout=STOP_WAIT_S)
+            if process.is_alive():  # its SIGTERM came before its handler (CPython clears a
+                process.kill()      # signal that lands between fork and its after-fork reset)
+                process.join()
 
 
 def _start(fn: Callable, shared: object) -> None:
