@@ -58,6 +58,19 @@ def snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*"))}
 
 
+def assert_refused(tmp_path, command: str, path, message: str) -> None:
+    """``simulate --cluster PATH`` or ``profile show PATH`` refuses the file with one line,
+    exit 2, no traceback, and writes nothing."""
+    before = snapshot(tmp_path)
+    args = (["simulate", "--trace", str(TRACE), "--policy", "sync", "--cluster", str(path), "--out", "o"]
+            if command == "simulate" else ["profile", "show", str(path)])
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr == f"error: {path}: {message}\n" and r.stdout == ""
+    assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
+    assert snapshot(tmp_path) == before  # nothing written
+
+
 def test_an_old_name_profile_loads_and_simulates_as_the_new_one(tmp_path):
     old = old_profile(tmp_path)
     new_cost, old_cost = load_cluster(str(PROFILE)).cost(), load_cluster(str(old)).cost()
@@ -137,14 +150,7 @@ def test_both_names_of_a_term_are_one_error_and_nothing_is_written(tmp_path, mon
         raw = make()
     path = tmp_path / "both.json"
     path.write_text(json.dumps(raw))
-    before = snapshot(tmp_path)
-    args = (["simulate", "--trace", str(TRACE), "--policy", "sync", "--cluster", str(path), "--out", "o"]
-            if command == "simulate" else ["profile", "show", str(path)])
-    r = runner.invoke(app, args)
-    assert r.exit_code == 2, r.output
-    assert r.stderr == f"error: {path}: {message}\n" and r.stdout == ""
-    assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
-    assert snapshot(tmp_path) == before  # nothing written
+    assert_refused(tmp_path, command, path, message)
 
 
 def test_profile_show_of_an_old_name_profile_prints_the_new_names(tmp_path):
@@ -241,11 +247,4 @@ def test_a_bad_value_under_an_old_name_is_named_as_written(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "old.json"
     path.write_text(json.dumps(make()))
-    before = snapshot(tmp_path)
-    args = (["simulate", "--trace", str(TRACE), "--policy", "sync", "--cluster", str(path), "--out", "o"]
-            if command == "simulate" else ["profile", "show", str(path)])
-    r = runner.invoke(app, args)
-    assert r.exit_code == 2, r.output
-    assert r.stderr == f"error: {path}: {message}\n" and r.stdout == ""
-    assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
-    assert snapshot(tmp_path) == before  # nothing written
+    assert_refused(tmp_path, command, path, message)
