@@ -4,6 +4,7 @@ not in memory; a field is freed once no one holds it; `simulate` leaves no scrat
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import tempfile
 import weakref
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from sortedrl import scratch as temp_scratch_mod
 from sortedrl import timeline as timeline_mod
 from sortedrl.cli import app
 from sortedrl.compare import parse_specs, run_compare
@@ -276,6 +278,29 @@ def test_a_ray_started_here_keeps_its_trials_scratch_in_the_drivers(tmp_path, mo
     finally:
         executor.close()
     assert not made.exists()
+    # a failure between starting Ray and the first trial leaves neither the scratch nor the Ray
+    import ray
+
+    roots.clear()
+    made_here = []
+    make = temp_scratch_mod.temp_scratch
+
+    @contextlib.contextmanager
+    def recorded(*args):
+        with make(*args) as path:
+            made_here.append(path)
+            yield path
+
+    def put(obj):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("sortedrl.tune.executors.temp_scratch", recorded)
+    monkeypatch.setattr(ray, "put", put)
+    was_up = ray.is_initialized()  # (a Ray an earlier test left up is not this executor's to stop)
+    with pytest.raises(KeyboardInterrupt):
+        RayCluster(tr, cluster, 0, "local")
+    assert ray.is_initialized() == was_up and len(made_here) == 1
+    assert not made_here[0].exists()
 
 
 def test_an_unwritable_tmpdir_is_one_error_line(tmp_path, monkeypatch):

@@ -196,9 +196,13 @@ class RayCluster(Executor):
         # of the driver's, which close() removes, since ray.shutdown() kills a worker mid-trial
         # before it can remove its own (Ctrl-C); a cluster's workers may be on other machines
         self.scratch = contextlib.ExitStack()
-        self.scratch_root = self.scratch.enter_context(temp_scratch("tune")) if address == "local" else None
-        self.trace_ref = ray.put(trace)
-        self.remote = ray.remote(run_trial)
+        try:  # (a failure here, or Ctrl-C, must not leave the scratch or the Ray started here)
+            self.scratch_root = self.scratch.enter_context(temp_scratch("tune")) if address == "local" else None
+            self.trace_ref = ray.put(trace)
+            self.remote = ray.remote(run_trial)
+        except BaseException:
+            self.close()
+            raise
 
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
         refs = [self.remote.remote(self.trace_ref, self.cluster, self.seed, job, self.regen, self.scratch_root)
