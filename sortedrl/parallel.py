@@ -80,16 +80,19 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
 STOP_WAIT_S = 5.0  # a stopped worker ends at once; one that has not by then lost its SIGTERM
 
 
-def shut_down(pool: ProcessPoolExecutor, stopped: bool) -> None:
-    """``pool.shutdown``, after :func:`stop_workers` when ``stopped``. A signal that lands while
+def shut_down(pool: ProcessPoolExecutor, stop: bool) -> None:
+    """``pool.shutdown``; ``stop``: after an error, Ctrl-C or SIGTERM, the workers are stopped
+    first (:func:`stop_workers`), not left to finish their runs. A signal that lands while
     the pool's first ``submit`` starts its manager thread (the workers are forked first) leaves
     a thread that never started, which ``shutdown`` cannot join: the workers are stopped
     already, so they are only reaped then (else the RuntimeError replaced the interrupt's one
     line with a traceback)."""
+    if stop:
+        stop_workers(pool)
     try:
         pool.shutdown(wait=True, cancel_futures=True)
     except RuntimeError:
-        if not stopped:
+        if not stop:
             raise
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.join(timeout=STOP_WAIT_S)
@@ -147,6 +150,4 @@ def _run_in_pool(fn: Callable[[object, object], object], shared: object, jobs: S
         raise SortedRLError(f"a worker process died (out of memory?): {len(jobs)} runs in "
                             f"{min(workers, len(jobs))} processes; try fewer --workers") from None
     finally:
-        if not finished:  # an error, Ctrl-C or SIGTERM: stop the workers now, not after their runs
-            stop_workers(pool)
-        shut_down(pool, stopped=not finished)
+        shut_down(pool, stop=not finished)  # an error, Ctrl-C or SIGTERM: the workers stop now

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
-from sortedrl.parallel import shut_down, stop_workers, worker_pool, worker_signals
+from sortedrl.parallel import shut_down, worker_pool, worker_signals
 from sortedrl.policies.base import Policy, parse_params
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.scratch import temp_scratch
@@ -149,7 +149,7 @@ class LocalProcesses(Executor):
         self.forks.__enter__()
         self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_init,
                                         initargs=(trace, cluster, seed, regen))
-        self.stopped = False  # map() stopped the workers (an error, Ctrl-C, SIGTERM)
+        self.stopped = False  # map() ended in an error, Ctrl-C or SIGTERM: stop the workers
 
     def map(self, jobs: Sequence[Job], done: Callable[[int], None]) -> list[dict]:
         out = []
@@ -159,14 +159,13 @@ class LocalProcesses(Executor):
                 out.append(f.result())
                 done(1)
         except BaseException:  # an error, Ctrl-C or SIGTERM: the other trials would be wasted
-            stop_workers(self.pool)
-            self.stopped = True
+            self.stopped = True  # (close(), which the caller's finally runs at once, stops them)
             raise
         return out
 
     def close(self) -> None:
         try:
-            shut_down(self.pool, self.stopped)
+            shut_down(self.pool, stop=self.stopped)
         finally:
             self.forks.__exit__(None, None, None)
 
