@@ -2,8 +2,8 @@
 
 The run directory holds what ``sortedrl run`` wrote: the timeline, the observed trace and the
 run's configuration (policy, knobs, engine size) in the timeline's meta record. The simulator
-replays the trace with the same policy and knobs on the cluster a calibrated profile describes,
-with the run's ``max_num_seqs``. Steps follow the real run's updates: real step k ends when
+replays the trace with the same policy and knobs (the auto ones at the values the run resolved)
+on the cluster a calibrated profile describes, with the run's ``max_num_seqs``. Steps follow the real run's updates: real step k ends when
 update k ends, and the simulated step k ends when the simulation has trained as many samples
 (a policy whose decisions depend on timing may split them into a different number of updates).
 A step holds its rollout, its update(s), and the sync before it. A real step the simulation has
@@ -183,6 +183,19 @@ def check_run(run: object, where: Path, trust_policy: bool = False) -> dict:
     return run
 
 
+def recorded_auto(meta: dict, where: Path) -> dict:
+    """The knobs the run left at 0 (auto), with the values it resolved them to (``auto_params``
+    in its meta record). The replay pins them: a later release may size an auto knob otherwise
+    (SortedRL's ``update_batch`` changed in Dec 2026), and a replay must run the run's knobs. A
+    recording without them (before Dec 2026) replays its ``sets`` as given."""
+    auto = meta.get("auto_params", {})
+    if not isinstance(auto, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in auto.values()):
+        raise ConfigError(f"{where}: field 'auto_params': expected an object of knob values, "
+                          f"got {json.dumps(auto)[:80]}")
+    return dict(auto)
+
+
 def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False) -> dict:
     """Replay the real run in ``rundir`` on ``profile``'s cluster and compare it, step by step."""
     rundir = Path(rundir)
@@ -200,10 +213,13 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
         cluster = dataclasses.replace(cluster, tool_pool=int(run["tool_pool"]))
     # the profile was checked as it loaded: what fails now is the run's own shape or knobs
     cluster.validate(f"{tl_path}: the run's engines on {cluster.name}")
+    auto = recorded_auto(real_tl.meta, tl_path)
     try:
-        policy = make_policy(run["policy"], list(run.get("sets", [])), trace)
+        policy = make_policy(run["policy"], list(run.get("sets", [])) + [
+            f"{k}={v!r}" for k, v in auto.items()], trace)
     except ConfigError as e:
-        raise ConfigError(f"{tl_path}: field 'run.sets': {str(e).removeprefix('--set ')}") from None
+        field = "run.sets' and 'auto_params" if auto else "run.sets"
+        raise ConfigError(f"{tl_path}: field '{field}': {str(e).removeprefix('--set ')}") from None
     sim = simulate(trace, policy, cluster, seed=int(run.get("seed", 0)),
                    attempt_lengths=dropped_attempts(real_tl, trace.meta.max_response_len))
     steps = compare_steps(real_tl, sim.timeline)
@@ -218,6 +234,7 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
         "profile": str(profile),
         "policy": run["policy"],
         "sets": list(run.get("sets", [])),
+        "auto_params": auto,
         "updates_real": real_tl.count("train"),
         "updates_sim": sim.timeline.count("train"),
         "steps_compared": sum(x["step_err_pct"] is not None for x in steps),

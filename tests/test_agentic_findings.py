@@ -110,9 +110,11 @@ def test_single_turn_bounds_are_unchanged(name, cluster, bound):
 def test_a_dropped_attempts_queued_call_never_gets_a_sandbox():
     # sortedrl (on-policy) drops the unfinished trajectories at each update; one of 4 sandboxes
     # for 32 trajectories keeps calls queued when that happens. A queued call of a dropped
-    # attempt is void: no tool record may start after its attempt was dropped.
+    # attempt is void: no tool record may start after its attempt was dropped. (update_batch=8,
+    # half the 16 slots, for many harvests: the auto trigger is a quarter of the group, 32)
     trace = read_trace_rt2()
-    r = simulate(trace, make_policy("sortedrl", [], trace), _small_cluster(), regen="same")
+    r = simulate(trace, make_policy("sortedrl", ["update_batch=8"], trace), _small_cluster(),
+                 regen="same")
     drops: dict[int, list[float]] = {}
     for t, samples, keep in r.timeline.rows("abort"):
         if not keep:

@@ -247,3 +247,29 @@ def test_a_replay_gives_each_attempt_its_own_length():
     replay = simulate(trace, make_policy("sync", [], trace), tiny_cluster(), attempt_lengths={(0, 0): 7})
     assert [s[6] for s in sorted(plain.timeline.spans, key=lambda s: s[3])] == [3, 5]
     assert [s[6] for s in sorted(replay.timeline.spans, key=lambda s: s[3])] == [7, 5]
+
+
+def test_validate_replays_the_auto_knobs_as_the_run_resolved_them(tmp_path):
+    # a run records its auto knobs (meta auto_params); a later release may size them otherwise,
+    # so the replay pins them: here the run split each step of 8 prompts into two rollouts of 4
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in RUN.iterdir():
+        (run / f.name).write_bytes(f.read_bytes())
+    meta, *rest = (RUN / "timeline.jsonl").read_text().splitlines(keepends=True)
+    head = json.loads(meta)
+    assert "auto_params" not in head and head["params"]["rollout_batch"] == 0  # auto: 8 prompts
+    (run / "timeline.jsonl").write_text(json.dumps({**head, "auto_params": {"rollout_batch": 4}})
+                                        + "\n" + "".join(rest))
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE), "--json"])
+    assert r.exit_code == 0, r.output
+    v = json.loads((run / "validate.json").read_text())
+    assert (v["sets"], v["auto_params"], v["updates_sim"]) == ([], {"rollout_batch": 4}, 8)
+    assert v["sim"]["auto_params"] == {} and v["sim"]["params"]["rollout_batch"] == 4  # pinned
+    (run / "validate.json").unlink()
+    (run / "timeline.jsonl").write_text(json.dumps({**head, "auto_params": {"rollout_batch": "4"}})
+                                        + "\n" + "".join(rest))
+    r = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE)])
+    assert r.exit_code == 2 and not (run / "validate.json").exists()
+    assert r.output.strip() == (f"error: {run / 'timeline.jsonl'}: field 'auto_params': expected an "
+                                'object of knob values, got {"rollout_batch": "4"}')

@@ -78,7 +78,7 @@ def test_wide_prints_every_field_uncut(tmp_path):
     text = " ".join(r.stdout.split())
     assert ("sync: policy sync; trace logic-8k; cluster h100-llama3.1-8b-2gpu; "
             "regen resample; params rollout_batch=") in text
-    assert "on: policy sortedrl; trace " in text and "update_batch=256 (auto)," in text
+    assert "on: policy sortedrl; trace " in text and "update_batch=384 (auto)," in text
     table = r.stdout.split("\nsync: ")[0].splitlines()
     assert max(map(len, table[1:])) < 80, table
 
@@ -87,9 +87,10 @@ def test_auto_knobs_are_shown_as_used(seven):
     r, summaries = seven
     by = {s["label"]: s for s in summaries}
     # 2 engines x 256 slots; 64 prompts per step of 8 responses, 3 steps: the window is half the
-    # 1,536-sample loading group (all 192 prompts: fewer than 4 steps), 1.5 x the slots
+    # 1,536-sample loading group (all 192 prompts: fewer than 4 steps), 1.5 x the slots; an
+    # update is a quarter of the group
     assert by["sortedrl"]["auto_params"] == {"group_prompts": 192, "oversubscribe": 1.5,
-                                             "update_batch": 256}
+                                             "update_batch": 384}
     assert by["sync"]["auto_params"] == {"rollout_batch": 64}
     assert by["async"]["auto_params"] == {"batch": 512, "max_concurrent": 256}  # 1 rollout engine
     assert by["oracle_sorted"]["auto_params"] == {"rollout_batch": 256, "update_batch": 512}
@@ -100,7 +101,7 @@ def test_auto_knobs_are_shown_as_used(seven):
                 and "unbounded" not in f.metadata["help"]}
         assert set(s["auto_params"]) == auto, s["label"]
     text = " ".join(r.stdout.split())
-    assert ("sortedrl: group_prompts=192 (auto), oversubscribe=1.5 (auto), update_batch=256 (auto),"
+    assert ("sortedrl: group_prompts=192 (auto), oversubscribe=1.5 (auto), update_batch=384 (auto),"
             in text)
 
 
@@ -176,7 +177,7 @@ def test_simulate_summary_fits_and_ends_with_the_metrics_line(tmp_path):
     lines = r.stdout.splitlines()
     assert max(map(len, lines[:-1])) <= 80
     assert lines[-2] == "columns are defined in docs/metrics.md; --json prints every field"
-    assert "update_batch=256 (auto)" in " ".join(r.stdout.split())
+    assert "update_batch=384 (auto)" in " ".join(r.stdout.split())
 
 
 def test_progress_names_each_phase_with_the_right_totals(tmp_path, monkeypatch):

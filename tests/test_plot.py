@@ -31,9 +31,10 @@ SMALL_CLUSTER = "h100-llama3.1-8b-2gpu-8seq"
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """sortedrl (harvests, aborts, 12 updates) on 128 samples over 2 engines x 8 slots."""
+    """sortedrl (harvests, aborts, 12 updates) on 128 samples over 2 engines x 8 slots; a
+    harvest every 8 samples (the auto trigger would be a quarter of the 128-sample group)."""
     tr = synthesize("logic-8k", prompts=32, group_size=2, steps=2)
-    r = simulate(tr, make_policy("sortedrl", [], tr), preset(SMALL_CLUSTER))
+    r = simulate(tr, make_policy("sortedrl", ["update_batch=8"], tr), preset(SMALL_CLUSTER))
     return write_run(tmp_path_factory.mktemp("small") / "run", r), r, tr
 
 

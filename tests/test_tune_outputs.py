@@ -290,9 +290,9 @@ def tuned(tmp_path, *args: str) -> dict:
 
 
 def test_a_grid_without_the_defaults_gets_them_first(tmp_path):
-    d = tuned(tmp_path, "--policy", "sortedrl", "--param", "sortedrl.oversubscribe=1,1.1")
+    d = tuned(tmp_path, "--policy", "sortedrl", "--param", "sortedrl.oversubscribe=0.5,0.75")
     assert d["search"] == "grid"
-    assert [t["params"] for t in d["trials"]] == [{}, {"oversubscribe": 1.0}, {"oversubscribe": 1.1}]
+    assert [t["params"] for t in d["trials"]] == [{}, {"oversubscribe": 0.5}, {"oversubscribe": 0.75}]
     rates = [t["summary"]["learnable_tokens_per_s"] for t in d["trials"]]
     assert rates[0] > max(rates[1:])  # here the defaults (1.5 (auto)) beat both values given
     assert d["best"]["overall"] == 0  # was trial 1 of the two: worse than doing nothing

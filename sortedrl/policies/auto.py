@@ -22,7 +22,7 @@ RESOLVED: dict[str, dict[str, Resolve]] = {
     "sync": {"rollout_batch": lambda p, cap: p.batch},
     "sortedrl": {"group_prompts": lambda p, cap: p.group_prompts,
                  "oversubscribe": lambda p, cap: _multiple(p.window, cap),
-                 "update_batch": lambda p, cap: p.update_batch or max(1, cap // 2)},
+                 "update_batch": lambda p, cap: p.update_batch},
     "partial": {"rollout_batch": lambda p, cap: p.n_groups},
     "tail_batch": {"rollout_batch": lambda p, cap: p.P, "responses": lambda p, cap: p.keep},
     "async": {"batch": lambda p, cap: p.B, "max_concurrent": lambda p, cap: cap},

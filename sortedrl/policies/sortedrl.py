@@ -12,11 +12,14 @@ What the paper leaves open, and what we chose:
 - **Defaults from the cluster and the trace**, so the policy keeps its own behaviour on every
   preset and trace size. With S decode slots: the loading group is ``4 x`` the trace's prompts
   per step, and at least twice the oversubscribed window (at most the trace); the window is
-  ``2 x S`` samples, at most half the loading group; ``update_batch`` is ``S / 2``, at most a
-  quarter of the loading group (the paper: 512-prompt rollout batches, 128 per update). So the
-  window never covers the whole loading group: samples wait to be admitted while early harvests
-  train the short ones, instead of SortedRL degenerating into ``sync`` with a larger batch (as it
-  did on 8 x H100's 2,048 slots with a 4,096-sample group).
+  ``2 x S`` samples, at most half the loading group; ``update_batch`` is a quarter of the loading
+  group, one step's worth of samples with the derived group (the paper: 512-prompt rollout
+  batches, 128 per update). So the window never covers the whole loading group: samples wait to
+  be admitted while early harvests train the short ones, instead of SortedRL degenerating into
+  ``sync`` with a larger batch (as it did on 8 x H100's 2,048 slots with a 4,096-sample group).
+  The trigger is not tied to the slots: capped at ``S / 2`` (as it was), a 1,024-prompt x 16 step
+  on 2,048 slots harvested 64 times a loading group, each harvest dropping the window's unfinished
+  responses, and wasted 86% of the generated tokens (docs/policies.md).
 - **Modes**: ``on_policy`` drops unfinished responses at each harvest and regenerates them under
   the new weights (wasted tokens). With ``harvest=groups`` the finished members of incomplete
   groups are regenerated too, so every trained token has staleness 0. ``partial`` pauses them
@@ -72,8 +75,8 @@ class SortedRLParams:
                 "1 leaves slots empty (0: 2, at most half the loading group, so below 1 on a "
                 "small trace)"})
     update_batch: int = field(default=0, metadata={
-        "help": "finished samples that trigger a harvest (0: half the engines' total max_num_seqs, "
-                "at most a quarter of the loading group)"})
+        "help": "finished samples that trigger a harvest (0: a quarter of the loading group, "
+                "one step's worth with the derived group)"})
     harvest: Literal["samples", "groups"] = field(default="groups", metadata={
         "help": "groups: train complete GRPO groups only; samples: any finished samples "
                 "(spreads groups over updates)"})
@@ -173,7 +176,7 @@ class SortedRLPolicy(Policy):
                                                         -(-2 * window // n)), view.num_groups)
         loading = min(self.group_prompts, view.num_groups) * n  # (auto: as loaded; no more exist)
         self.window = window if p.oversubscribe else max(1, min(window, loading // 2))
-        size = p.update_batch or min(slots // 2, loading // 4)
+        size = p.update_batch or loading // 4
         if not p.update_batch and p.harvest == "groups":  # whole groups: a multiple of n
             size -= size % n
         self.update_batch = max(n if p.harvest == "groups" else 1, size)
