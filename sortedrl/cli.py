@@ -121,7 +121,7 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
     """Replay a length trace through a simulated cluster under one policy."""
-    from sortedrl.compare import cluster_for, fit_warnings, placement_note
+    from sortedrl.compare import cluster_for, fit_warnings, placement_note, trainer_bound_note
 
     check_regen(regen)
     tl_name = timeline_file.file_name(timeline)
@@ -150,7 +150,8 @@ def simulate(
                 files[perfetto] = perfetto_writer(result.timeline)
             outs.write(files, progress.file)
     print_notes(outs)
-    notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl)]
+    notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl),
+             trainer_bound_note([(pol.name, result.summary)], cluster_for(pol.placements, cl))]
     for note in filter(None, notes):
         typer.echo(note, err=True)
     if as_json:
@@ -185,11 +186,13 @@ def compare(
 ) -> None:
     """Run several policies on the same trace and cluster; print them side by side."""
     from sortedrl.compare import (
+        cluster_for,
         compare_text,
         fit_warnings,
         gpu_split,
         parse_specs,
         run_compare,
+        trainer_bound_note,
         wide_text,
     )
 
@@ -219,8 +222,12 @@ def compare(
                 files[f"{spec.label}/{tl_name}"] = timeline_file.writer(r.timeline, timeline)
             outs.write({run_dir: files}, progress.file)
     print_notes(outs)
-    for note in fit_warnings(tr, cl, synthetic is not None):
-        typer.echo(note, err=True)
+    moved = [(spec.label, r.summary) for spec, r in results
+             if r.timeline.meta["placement"] == "disaggregated"]
+    for note in [*fit_warnings(tr, cl, synthetic is not None),
+                 trainer_bound_note(moved, cluster_for(("disaggregated",), cl))]:
+        if note:
+            typer.echo(note, err=True)
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))
         return

@@ -8,6 +8,7 @@ gets the same hardware; the summary's ``cluster`` says which placement each one 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,49 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
         out.append(f"warning: {trace.name} has {steps} step, so no policy gets past its warm-up step "
                    "to a steady state; " + ("give --steps 4" if synthetic else "use a trace of several steps"))
     return out
+
+
+def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster) -> str | None:
+    """Say so when runs (label, summary) on a disaggregated split whose trainer pool was sized
+    by default (a quarter of the GPUs, AReaL's 75/25) kept the trainer busier than the rollout
+    engines, and the GPUs allow a larger pool. A policy then looks slow for the split, not for
+    its schedule: on logic-8k at 1,024 prompts x 16 on 8 x H100, `async` on 6+2 took 18,833 s
+    against `sync`'s 6,710 s colocated, and 8,494 s on 3+5. The range to search runs from one
+    more trainer GPU to one past the split that balances the run's busy GPU-seconds (each
+    side's busy time x its GPUs, taken to scale with the GPUs: rollout's tail does not, so the
+    balance overstates the trainer's share), over the splits the GPUs allow."""
+    if ran_on.placement != "disaggregated" or ran_on.train_gpus:
+        return None
+    busier = [(label, s) for label, s in runs if s["train_s"] > s["rollout_s"]]
+    if not busier:
+        return None
+    t, r = ran_on.trainer_gpus, ran_on.rollout_gpus
+    balance = max(ran_on.gpus * s["train_s"] * t / (s["train_s"] * t + s["rollout_s"] * r)
+                  for _, s in busier)  # (above t: the trainer was the busier side)
+    sizes = [n for n in range(t + 1, min(ran_on.gpus, math.ceil(balance) + 2))
+             if _splits(ran_on, n)]
+    if not sizes:  # (on 2 GPUs, 1+1 is the only split)
+        return None
+    busy = lambda key: _share_range([s[key] / s["makespan_s"] for _, s in busier])  # noqa: E731
+    return (f"note: on the {r}+{t} split, {', '.join(label for label, _ in busier)} kept the "
+            f"trainer busier than the rollout engines ({busy('train_s')} of the run against "
+            f"{busy('rollout_s')}): a larger trainer pool may suit this trace; `tune --param "
+            f"cluster.train_gpus={sizes[0]}:{sizes[-1]} --objective makespan_s` searches it "
+            "(train_gpus is a cluster file's field)")
+
+
+def _splits(cluster: Cluster, train_gpus: int) -> bool:
+    """Whether ``cluster``'s GPUs split into ``train_gpus`` trainer GPUs and whole engines."""
+    try:
+        dataclasses.replace(cluster, train_gpus=train_gpus).validate(cluster.name)
+    except ConfigError:  # the rollout GPUs do not split into engines, or the trainer won't fit
+        return False
+    return True
+
+
+def _share_range(shares: list[float]) -> str:
+    lo, hi = round(100 * min(shares)), round(100 * max(shares))
+    return f"{lo}%" if lo == hi else f"{lo}-{hi}%"
 
 
 def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:

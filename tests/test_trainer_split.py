@@ -1,0 +1,96 @@
+"""The note on a default disaggregated split whose trainer was the busier side.
+
+``async`` and ``one_step_off`` given a colocated cluster run on its disaggregated split, a
+quarter of the GPUs training (AReaL's 75/25). On the presets training is a third or more of a
+colocated step, so a quarter is often too few, and the policy looks slow for the split, not for
+its schedule: ``simulate`` and ``compare`` say so, with the ``tune`` range to search.
+
+Run: pytest tests/test_trainer_split.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.compare import cluster_for, trainer_bound_note
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import preset
+from sortedrl.sim.run import simulate
+from sortedrl.traces.synth import synthesize
+
+runner = CliRunner()
+FOUR = ["--synthetic", "math-16k", "--prompts", "64", "--steps", "3", "--cluster", "h100-llama3.1-8b-4gpu"]
+NOTE = ("note: on the 3+1 split, async, one_step_off kept the trainer busier than the rollout "
+        "engines (79-89% of the run against 40-66%): a larger trainer pool may suit this trace; "
+        "`tune --param cluster.train_gpus=2:3 --objective makespan_s` searches it (train_gpus is "
+        "a cluster file's field)")
+
+
+def split_of(name: str):
+    return cluster_for(("disaggregated",), preset(name))
+
+
+def test_compare_and_simulate_say_the_trainer_was_busier_and_what_to_search(tmp_path):
+    r = runner.invoke(app, ["compare", *FOUR, "--policy", "sync", "--policy", "async",
+                            "--policy", "one_step_off", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    assert NOTE in r.stderr.splitlines()
+    s = runner.invoke(app, ["simulate", *FOUR, "--policy", "async", "--out", str(tmp_path / "s")])
+    assert s.exit_code == 0, s.output
+    assert [x for x in s.stderr.splitlines() if "busier" in x] == [
+        "note: on the 3+1 split, async kept the trainer busier than the rollout engines (89% of the "
+        "run against 40%): a larger trainer pool may suit this trace; `tune --param "
+        "cluster.train_gpus=2:3 --objective makespan_s` searches it (train_gpus is a cluster "
+        "file's field)"]
+
+
+def test_the_range_holds_the_best_split():
+    # the note's range (2:3 of 4 GPUs) holds the fastest split for both policies: 2+2
+    trace = synthesize("math-16k", prompts=64, group_size=8, steps=3)
+    base = split_of("h100-llama3.1-8b-4gpu")
+    for name in ("async", "one_step_off"):
+        makespans = {t: simulate(trace, make_policy(name, [], trace),
+                                 dataclasses.replace(base, train_gpus=t).validate("test")
+                                 ).summary["makespan_s"] for t in (1, 2, 3)}
+        assert min(makespans, key=makespans.get) == 2, (name, makespans)
+
+
+def run(train_s: float, rollout_s: float, makespan_s: float = 100.0) -> dict:
+    return {"train_s": train_s, "rollout_s": rollout_s, "makespan_s": makespan_s}
+
+
+def test_the_range_runs_to_one_past_the_balance_of_busy_gpu_seconds():
+    # 6+2: 90 s x 2 trainer GPUs against 30 s x 6 engines balance at 8 x 180 / 360 = 4 of 8
+    split = split_of("h100-llama3.1-8b")
+    assert (split.rollout_gpus, split.trainer_gpus) == (6, 2)
+    note = trainer_bound_note([("a", run(90, 30))], split)
+    assert note == ("note: on the 6+2 split, a kept the trainer busier than the rollout engines "
+                    "(90% of the run against 30%): a larger trainer pool may suit this trace; "
+                    "`tune --param cluster.train_gpus=3:5 --objective makespan_s` searches it "
+                    "(train_gpus is a cluster file's field)")
+    # the busiest trainer sets the range; only the runs whose trainer was busier are named
+    note = trainer_bound_note([("a", run(90, 30)), ("b", run(99, 3)), ("c", run(10, 50))], split)
+    assert "split, a, b kept" in note and "(90-99% of the run against 3-30%)" in note
+    assert "train_gpus=3:7 " in note  # b balances at 8 x 198 / 216 = 7.3: 7, the most 8 GPUs allow
+
+
+def test_no_note_when_the_split_is_chosen_balanced_or_the_only_one():
+    split = split_of("h100-llama3.1-8b")
+    assert trainer_bound_note([("a", run(30, 90))], split) is None  # the engines were busier
+    assert trainer_bound_note([("a", run(50, 50))], split) is None
+    chosen = dataclasses.replace(split, train_gpus=2).validate("test")  # the user's own split
+    assert trainer_bound_note([("a", run(90, 30))], chosen) is None
+    assert trainer_bound_note([("a", run(90, 30))], preset("h100-llama3.1-8b")) is None  # colocated
+    assert trainer_bound_note([("a", run(99, 1))], split_of("h100-llama3.1-8b-2gpu")) is None  # 1+1
+    assert trainer_bound_note([], split) is None
+
+
+def test_the_range_keeps_to_splits_into_whole_engines():
+    # tp 2 on 8 GPUs (6+2: 3 engines): a trainer of 3 or 5 GPUs leaves an odd rollout pool
+    split = split_of("h100-qwen3-32b")
+    assert (split.tp, split.rollout_gpus, split.trainer_gpus) == (2, 6, 2)
+    note = trainer_bound_note([("a", run(99, 3))], split)
+    assert "train_gpus=4:6 " in note
