@@ -165,7 +165,8 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
 def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster) -> str | None:
     """Say so when runs (label, summary) on a disaggregated split whose trainer pool was sized
     by default (a quarter of the GPUs, AReaL's 75/25) kept the trainer busier than the rollout
-    engines, and the GPUs allow a larger pool. A policy then looks slow for the split, not for
+    engines, by enough that their busy GPU-seconds balance at least half a trainer GPU above
+    the split, and the GPUs allow a larger pool. A policy then looks slow for the split, not for
     its schedule: on logic-8k at 1,024 prompts x 16 on 8 x H100, `async` on 6+2 took 18,833 s
     against `sync`'s 6,710 s colocated, and 8,494 s on 3+5. The range to search runs from one
     more trainer GPU to one past the split that balances the run's busy GPU-seconds (each
@@ -173,12 +174,13 @@ def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster) -> str | N
     balance overstates the trainer's share), over the splits the GPUs allow."""
     if ran_on.placement != "disaggregated" or ran_on.train_gpus:
         return None
-    busier = [(label, s) for label, s in runs if s["train_s"] > s["rollout_s"]]
-    if not busier:
-        return None
     t, r = ran_on.trainer_gpus, ran_on.rollout_gpus
-    balance = max(ran_on.gpus * s["train_s"] * t / (s["train_s"] * t + s["rollout_s"] * r)
-                  for _, s in busier)  # (above t: the trainer was the busier side)
+    balances = {label: ran_on.gpus * s["train_s"] * t / (s["train_s"] * t + s["rollout_s"] * r)
+                for label, s in runs if s["train_s"] > 0}  # (above t: the trainer was busier)
+    busier = [(label, s) for label, s in runs if balances.get(label, 0) >= t + 0.5]
+    if not busier:  # (nearly balanced: one GPU more would not round to a better split)
+        return None
+    balance = max(balances[label] for label, _ in busier)
     sizes = [n for n in range(t + 1, min(ran_on.gpus, math.ceil(balance) + 2))
              if _splits(ran_on, n)]
     if not sizes:  # (on 2 GPUs, 1+1 is the only split)

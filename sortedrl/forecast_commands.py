@@ -98,6 +98,8 @@ def forecast(
     if source.trace is not None:  # (a trace model's draws: each its own trace)
         for note in dict.fromkeys(w for cl in cls for w in fit_warnings(source.trace, cl, False)):
             typer.echo(note, err=True)
+    for note in filter(None, (split_note(results, cl) for cl in cls)):
+        typer.echo(note, err=True)
     if report is not None:
         outs.write({report: write_text(report_html(results, trace.name))})
     if as_json:
@@ -107,6 +109,19 @@ def forecast(
                              None if wide else terminal_width(), priced=gpu_hour_price > 0))
     if report is not None:
         typer.echo(f"wrote {report}")
+
+
+def split_note(results: list[dict], cluster) -> str | None:
+    """:func:`~sortedrl.compare.trainer_bound_note` for the forecasts that ran on ``cluster``'s
+    disaggregated split, on their mean busy and wall seconds over the seeds."""
+    from sortedrl.compare import cluster_for, trainer_bound_note
+
+    split = cluster_for(("disaggregated",), cluster)
+    runs = [(r["policy"], {"train_s": r["train_s"], "rollout_s": r["rollout_s"],
+                           "makespan_s": r["wall_s"]})
+            for r in results if r["placement"] == "disaggregated" and r["cluster"] == split.name]
+    note = trainer_bound_note(runs, split)
+    return note and note.replace("note: on the ", f"note: on {split.name}, the ", 1)
 
 
 FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Col("wall", "h"),
