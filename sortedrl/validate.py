@@ -3,8 +3,9 @@
 The run directory holds what ``sortedrl run`` wrote: the timeline, the observed trace and the
 run's configuration (policy, knobs, engine size) in the timeline's meta record. The simulator
 replays the trace with the same policy and knobs (the auto ones at the values the run resolved)
-on the cluster a calibrated profile describes, with the run's ``max_num_seqs``. Steps follow the real run's updates: real step k ends when
-update k ends, and the simulated step k ends when the simulation has trained as many samples
+on the cluster a calibrated profile describes, with the run's ``max_num_seqs``. Steps follow
+the real run's updates: real step k ends when update k ends, and the simulated step k ends when
+the simulation has trained as many samples
 (a policy whose decisions depend on timing may split them into a different number of updates).
 A step holds its rollout, its update(s), and the sync before it. A real step the simulation has
 no update of its own for (it trained those samples in the same update as the step before, or
