@@ -189,8 +189,15 @@ def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster) -> str | N
     return (f"note: on the {r}+{t} split, {', '.join(label for label, _ in busier)} kept the "
             f"trainer busier than the rollout engines ({busy('train_s')} of the run against "
             f"{busy('rollout_s')}): a larger trainer pool may suit this trace; `tune --param "
-            f"cluster.train_gpus={sizes[0]}:{sizes[-1]} --objective makespan_s` searches it "
+            f"cluster.train_gpus={_values(sizes)} --objective makespan_s` searches it "
             "(train_gpus is a cluster file's field)")
+
+
+def _values(sizes: list[int]) -> str:
+    """``3:7`` for a run of sizes, else the sizes themselves (``4,6``: tp 2's whole engines)."""
+    if len(sizes) > 1 and sizes == list(range(sizes[0], sizes[-1] + 1)):
+        return f"{sizes[0]}:{sizes[-1]}"
+    return ",".join(map(str, sizes))
 
 
 def _splits(cluster: Cluster, train_gpus: int) -> bool:

@@ -101,4 +101,7 @@ def test_the_range_keeps_to_splits_into_whole_engines():
     split = split_of("h100-qwen3-32b")
     assert (split.tp, split.rollout_gpus, split.trainer_gpus) == (2, 6, 2)
     note = trainer_bound_note([("a", run(99, 3))], split)
-    assert "train_gpus=4:6 " in note
+    assert "train_gpus=4,6 " in note  # (4:6 would ask for 5 too, which tune skips)
+    # one size: given as it is, not as a range (8 x 33 x 2 / (66 + 18 x 6) = 3.03: 3 to 5 of 8,
+    # of which 4 alone leaves whole engines)
+    assert "train_gpus=4 " in trainer_bound_note([("a", run(33, 18))], split)
