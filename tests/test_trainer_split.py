@@ -105,3 +105,20 @@ def test_the_range_keeps_to_splits_into_whole_engines():
     # one size: given as it is, not as a range (8 x 33 x 2 / (66 + 18 x 6) = 3.03: 3 to 5 of 8,
     # of which 4 alone leaves whole engines)
     assert "train_gpus=4 " in trainer_bound_note([("a", run(33, 18))], split)
+
+
+def test_tune_says_it_of_its_best_trial_on_the_default_split(tmp_path):
+    r = runner.invoke(app, ["tune", *FOUR, "--policy", "sync", "--policy", "async",
+                            "--param", "async.eta=1,2", "--out", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    notes = [x for x in r.stderr.splitlines() if "busier" in x]
+    assert len(notes) == 1 and notes[0].startswith("note: on the 3+1 split, trial ")
+    assert notes[0].endswith(" async kept the trainer busier than the rollout engines (90% of the "
+                             "run against 45%): a larger trainer pool may suit this trace; `tune "
+                             "--param cluster.train_gpus=2:3 --objective makespan_s` searches it "
+                             "(train_gpus is a cluster file's field)")
+    # a search of the cluster's shape says nothing: its trials ran on several splits
+    r = runner.invoke(app, ["tune", *FOUR, "--policy", "async", "--param",
+                            "cluster.train_gpus=1:3", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert not [x for x in r.stderr.splitlines() if "busier" in x]

@@ -109,6 +109,7 @@ def register(app: typer.Typer) -> None:
         print_notes(outs)
         notes = fit_warnings(tr, cl, synthetic is not None)
         notes += [split_note(s.policy, result["trials"], cl) for s in spaces]
+        notes.append(trainer_note(result, cl))
         if not params:  # (a search of one trial a policy, said nowhere)
             notes.append("note: no --param, so each policy ran once with its defaults; --param "
                          "NAME.key=lo:hi or NAME.key=v1,v2,... searches a knob")
@@ -143,6 +144,24 @@ def split_note(policy: str, trials: list[dict], cluster: Cluster) -> str | None:
             + ", ".join(moved[k] for k in sorted(moved))
             + ("; the given trainer and sync terms are scaled to the split as the preset's are"
                if cluster.costs is not None else ""))
+
+
+def trainer_note(result: dict, cluster: Cluster) -> str | None:
+    """:func:`~sortedrl.compare.trainer_bound_note` of the best trials that ran on the given
+    cluster's default split (a search of ``cluster.*`` shapes says nothing: its trials ran on
+    several splits, and ``cluster.train_gpus`` is the knob to add to it)."""
+    from sortedrl.compare import trainer_bound_note
+    from sortedrl.tune.space import as_sets, split_cluster
+
+    trials = result["trials"]
+    if any(split_cluster(as_sets(t["params"]))[0] for t in trials):
+        return None
+    split = cluster_for(("disaggregated",), cluster)
+    runs = [(f"trial {i} {trials[i]['policy']}", trials[i]["summary"])
+            for i in result["best"]["per_policy"].values()
+            if i is not None and cluster_for(policy_class(trials[i]["policy"]).placements,
+                                             cluster).placement == "disaggregated"]
+    return trainer_bound_note(runs, split)
 
 
 def infeasible_message(result: dict) -> str:
