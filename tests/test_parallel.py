@@ -107,13 +107,15 @@ def _children(pid: int) -> list[int]:
 
 def test_ctrl_c_stops_the_workers_exits_130_and_writes_nothing(tmp_path):
     """Ctrl-C during `compare --workers 2`: one line, exit 130, no run directory, no worker
-    left running."""
+    left running. (`update_batch=1024`, sortedrl's auto value before 5 Dec 2026, keeps the
+    run about 20 s long, so that the signal lands mid-run: with the new default the run takes
+    about 5 s, and under a loaded suite the signal could land as the run ended.)"""
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "cmp"
     proc = subprocess.Popen(
         [sys.executable, "-m", "sortedrl.cli", "compare", "--synthetic", "math-16k", "--prompts",
-         "1024", "--steps", "20", "--policy", "sync", "--policy", "sortedrl", "--workers", "2",
-         "--out", str(out)],
+         "1024", "--steps", "20", "--policy", "sync", "--policy", "sortedrl", "--set",
+         "sortedrl.update_batch=1024", "--workers", "2", "--out", str(out)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
         # as a terminal's foreground job (a suite started with `&` has SIGINT ignored), in a
