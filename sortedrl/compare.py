@@ -170,8 +170,9 @@ def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster) -> str | N
     its schedule: on logic-8k at 1,024 prompts x 16 on 8 x H100, `async` on 6+2 took 18,833 s
     against `sync`'s 6,710 s colocated, and 8,494 s on 3+5. The range to search runs from one
     more trainer GPU to one past the split that balances the run's busy GPU-seconds (each
-    side's busy time x its GPUs, taken to scale with the GPUs: rollout's tail does not, so the
-    balance overstates the trainer's share), over the splits the GPUs allow."""
+    side's busy time x its GPUs, taken to scale with the GPUs, which rollout's tail does not:
+    the best split measured on either side of the balance, within the range), over the splits
+    the GPUs allow."""
     if ran_on.placement != "disaggregated" or ran_on.train_gpus:
         return None
     t, r = ran_on.trainer_gpus, ran_on.rollout_gpus
