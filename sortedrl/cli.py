@@ -224,8 +224,8 @@ def compare(
     print_notes(outs)
     moved = [(spec.label, r.summary) for spec, r in results
              if r.timeline.meta["placement"] == "disaggregated"]
-    for note in [*fit_warnings(tr, cl, synthetic is not None),
-                 trainer_bound_note(moved, cluster_for(("disaggregated",), cl))]:
+    for note in [*fit_warnings(tr, cl, synthetic is not None),  # (a 1-GPU cluster has no split)
+                 moved and trainer_bound_note(moved, cluster_for(("disaggregated",), cl))]:
         if note:
             typer.echo(note, err=True)
     if as_json:

@@ -116,11 +116,14 @@ def split_note(results: list[dict], cluster) -> str | None:
     disaggregated split, on their mean busy and wall seconds over the seeds."""
     from sortedrl.compare import cluster_for, trainer_bound_note
 
-    split = cluster_for(("disaggregated",), cluster)
+    try:
+        split = cluster_for(("disaggregated",), cluster)
+    except ConfigError:  # no split of these GPUs (one GPU), so nothing ran on one
+        return None
     runs = [(r["policy"], {"train_s": r["train_s"], "rollout_s": r["rollout_s"],
                            "makespan_s": r["wall_s"]})
             for r in results if r["placement"] == "disaggregated" and r["cluster"] == split.name]
-    note = trainer_bound_note(runs, split)
+    note = trainer_bound_note(runs, split) if runs else None
     return note and note.replace("note: on the ", f"note: on {split.name}, the ", 1)
 
 

@@ -122,3 +122,22 @@ def test_tune_says_it_of_its_best_trial_on_the_default_split(tmp_path):
                             "cluster.train_gpus=1:3", "--out", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
     assert not [x for x in r.stderr.splitlines() if "busier" in x]
+
+
+def test_one_gpu_has_no_split_and_no_note(tmp_path):
+    # the note's split is asked for only when a run ran on one: on 1 GPU compare, forecast and
+    # tune of a colocated policy refused the cluster ("1 trainer GPUs of 1 leave no rollout
+    # engine") before this
+    one = ["--cluster", "h100-llama3.1-8b-1gpu"]
+    r = runner.invoke(app, ["compare", "--synthetic", "math-16k", "--prompts", "8", "--steps", "2",
+                            "--policy", "sync", "--policy", "sortedrl", *one, "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    trace = tmp_path / "t.jsonl"
+    write_trace(synthesize("math-16k", prompts=8, group_size=8, steps=2), trace)
+    f = runner.invoke(app, ["forecast", "--trace", str(trace), "--policy", "sync", "--seeds", "1", *one])
+    assert f.exit_code == 0, f.output
+    t = runner.invoke(app, ["tune", "--trace", str(trace), "--policy", "sync", "--param",
+                            "sync.minibatches=1,2", *one, "--out", str(tmp_path / "t")])
+    assert t.exit_code == 0, t.output
+    for res in (r, f, t):
+        assert "busier" not in res.stderr

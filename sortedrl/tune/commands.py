@@ -156,12 +156,11 @@ def trainer_note(result: dict, cluster: Cluster) -> str | None:
     trials = result["trials"]
     if any(split_cluster(as_sets(t["params"]))[0] for t in trials):
         return None
-    split = cluster_for(("disaggregated",), cluster)
     runs = [(f"trial {i} {trials[i]['policy']}", trials[i]["summary"])
             for i in result["best"]["per_policy"].values()
             if i is not None and cluster_for(policy_class(trials[i]["policy"]).placements,
                                              cluster).placement == "disaggregated"]
-    return trainer_bound_note(runs, split)
+    return runs and trainer_bound_note(runs, cluster_for(("disaggregated",), cluster)) or None
 
 
 def infeasible_message(result: dict) -> str:
