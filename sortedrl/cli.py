@@ -121,7 +121,7 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
     """Replay a length trace through a simulated cluster under one policy."""
-    from sortedrl.compare import cluster_for, fit_warnings, placement_note, trainer_bound_note
+    from sortedrl.compare import cluster_for, fit_warnings, placement_note, trainer_split_note
 
     check_regen(regen)
     tl_name = timeline_file.file_name(timeline)
@@ -150,8 +150,9 @@ def simulate(
                 files[perfetto] = perfetto_writer(result.timeline)
             outs.write(files, progress.file)
     print_notes(outs)
+    split = cluster_for(pol.placements, cl).placement == "disaggregated"
     notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl),
-             trainer_bound_note([(pol.name, result.summary)], cluster_for(pol.placements, cl))]
+             trainer_split_note([(pol.name, result.summary)] if split else [], cl)]
     for note in filter(None, notes):
         typer.echo(note, err=True)
     if as_json:
@@ -186,13 +187,12 @@ def compare(
 ) -> None:
     """Run several policies on the same trace and cluster; print them side by side."""
     from sortedrl.compare import (
-        cluster_for,
         compare_text,
         fit_warnings,
         gpu_split,
         parse_specs,
         run_compare,
-        trainer_bound_note,
+        trainer_split_note,
         wide_text,
     )
 
@@ -224,10 +224,9 @@ def compare(
     print_notes(outs)
     moved = [(spec.label, r.summary) for spec, r in results
              if r.timeline.meta["placement"] == "disaggregated"]
-    for note in [*fit_warnings(tr, cl, synthetic is not None),  # (a 1-GPU cluster has no split)
-                 moved and trainer_bound_note(moved, cluster_for(("disaggregated",), cl))]:
-        if note:
-            typer.echo(note, err=True)
+    for note in filter(None, [*fit_warnings(tr, cl, synthetic is not None),
+                              trainer_split_note(moved, cl)]):
+        typer.echo(note, err=True)
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))
         return

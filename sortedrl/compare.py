@@ -70,11 +70,16 @@ def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster) -> 
     if (not policy_placements or cluster.placement in policy_placements
             or "disaggregated" not in policy_placements):
         return cluster
-    split = dataclasses.replace(cluster, name=f"{cluster.name}-disagg",
+    split = dataclasses.replace(cluster, name=split_name(cluster),
                                 placement="disaggregated").validate(cluster.name)
     if cluster.costs is None:  # the preset's terms follow the split's shape
         return split
     return dataclasses.replace(split, costs=split_costs(cluster, split))
+
+
+def split_name(cluster: Cluster) -> str:
+    """The name of the cluster a disaggregated-only policy runs on (:func:`cluster_for`)."""
+    return cluster.name if cluster.placement == "disaggregated" else f"{cluster.name}-disagg"
 
 
 # the terms that depend on the trainer's GPUs and the sync's link, not on one rollout engine
@@ -162,7 +167,16 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
     return out
 
 
-def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster) -> str | None:
+def trainer_split_note(runs: list[tuple[str, dict]], cluster: Cluster, named: bool = False
+                       ) -> str | None:
+    """:func:`trainer_bound_note` of runs that ran on ``cluster``'s disaggregated split, asking
+    for the split only when some did (one GPU has none). ``named``: the note names the split's
+    cluster (forecast's several clusters)."""
+    return trainer_bound_note(runs, cluster_for(("disaggregated",), cluster), named) if runs else None
+
+
+def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster, named: bool = False
+                       ) -> str | None:
     """Say so when runs (label, summary) on a disaggregated split whose trainer pool was sized
     by default (a quarter of the GPUs, AReaL's 75/25) kept the trainer busier than the rollout
     engines, by enough that their busy GPU-seconds balance at least half a trainer GPU above
@@ -186,10 +200,12 @@ def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster) -> str | N
              if _splits(ran_on, n)]
     if not sizes:  # (on 2 GPUs, 1+1 is the only split)
         return None
-    busy = lambda key: _share_range([s[key] / s["makespan_s"] for _, s in busier])  # noqa: E731
-    return (f"note: on the {r}+{t} split, {', '.join(label for label, _ in busier)} kept the "
-            f"trainer busier than the rollout engines ({busy('train_s')} of the run against "
-            f"{busy('rollout_s')}): a larger trainer pool may suit this trace; `tune --param "
+    train = _share_range([s["train_s"] / s["makespan_s"] for _, s in busier])
+    rollout = _share_range([s["rollout_s"] / s["makespan_s"] for _, s in busier])
+    where = f"{ran_on.name}, the " if named else "the "
+    return (f"note: on {where}{r}+{t} split, {', '.join(label for label, _ in busier)} kept the "
+            f"trainer busier than the rollout engines ({train} of the run against {rollout}): a "
+            "larger trainer pool may suit this trace; `tune --param "
             f"cluster.train_gpus={_values(sizes)} --objective makespan_s` searches it "
             "(train_gpus is a cluster file's field)")
 

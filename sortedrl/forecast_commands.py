@@ -112,19 +112,15 @@ def forecast(
 
 
 def split_note(results: list[dict], cluster) -> str | None:
-    """:func:`~sortedrl.compare.trainer_bound_note` for the forecasts that ran on ``cluster``'s
+    """:func:`~sortedrl.compare.trainer_split_note` for the forecasts that ran on ``cluster``'s
     disaggregated split, on their mean busy and wall seconds over the seeds."""
-    from sortedrl.compare import cluster_for, trainer_bound_note
+    from sortedrl.compare import split_name, trainer_split_note
 
-    try:
-        split = cluster_for(("disaggregated",), cluster)
-    except ConfigError:  # no split of these GPUs (one GPU), so nothing ran on one
-        return None
+    split = split_name(cluster)
     runs = [(r["policy"], {"train_s": r["train_s"], "rollout_s": r["rollout_s"],
                            "makespan_s": r["wall_s"]})
-            for r in results if r["placement"] == "disaggregated" and r["cluster"] == split.name]
-    note = trainer_bound_note(runs, split) if runs else None
-    return note and note.replace("note: on the ", f"note: on {split.name}, the ", 1)
+            for r in results if r["placement"] == "disaggregated" and r["cluster"] == split]
+    return trainer_split_note(runs, cluster, named=True)
 
 
 FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Col("wall", "h"),

@@ -147,10 +147,10 @@ def split_note(policy: str, trials: list[dict], cluster: Cluster) -> str | None:
 
 
 def trainer_note(result: dict, cluster: Cluster) -> str | None:
-    """:func:`~sortedrl.compare.trainer_bound_note` of the best trials that ran on the given
+    """:func:`~sortedrl.compare.trainer_split_note` of the best trials that ran on the given
     cluster's default split (a search of ``cluster.*`` shapes says nothing: its trials ran on
     several splits, and ``cluster.train_gpus`` is the knob to add to it)."""
-    from sortedrl.compare import trainer_bound_note
+    from sortedrl.compare import trainer_split_note
     from sortedrl.tune.space import as_sets, split_cluster
 
     trials = result["trials"]
@@ -160,7 +160,7 @@ def trainer_note(result: dict, cluster: Cluster) -> str | None:
             for i in result["best"]["per_policy"].values()
             if i is not None and cluster_for(policy_class(trials[i]["policy"]).placements,
                                              cluster).placement == "disaggregated"]
-    return runs and trainer_bound_note(runs, cluster_for(("disaggregated",), cluster)) or None
+    return trainer_split_note(runs, cluster)
 
 
 def infeasible_message(result: dict) -> str:
