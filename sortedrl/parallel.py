@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 
 from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.interrupts import signals_deferred
 from sortedrl.scratch import forget_temp_scratches, remove_temp_scratches
 
 _worker: dict = {}  # in a worker process: the job function and what the jobs share
@@ -71,22 +73,32 @@ def _end_worker(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
-def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """End a pool's worker processes now, not after their runs (an error, Ctrl-C, SIGTERM)."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.terminate()
-
-
 STOP_WAIT_S = 5.0  # a stopped worker ends at once; one that has not by then lost its SIGTERM
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End a pool's worker processes now, not after their runs (an error, Ctrl-C, SIGTERM), and
+    reap them. One that has not ended ``STOP_WAIT_S`` after its SIGTERM lost it (CPython clears
+    a signal that lands between the fork and its after-fork reset, and one noted by a deferral
+    the child inherited is never raised there) and is killed."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + STOP_WAIT_S
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def shut_down(pool: ProcessPoolExecutor, stop: bool) -> None:
     """``pool.shutdown``; ``stop``: after an error, Ctrl-C or SIGTERM, the workers are stopped
-    first (:func:`stop_workers`), not left to finish their runs. A signal that lands while
-    the pool's first ``submit`` starts its manager thread (the workers are forked first) leaves
-    a thread that never started, which ``shutdown`` cannot join: the workers are stopped
-    already, so they are only reaped then (else the RuntimeError replaced the interrupt's one
-    line with a traceback)."""
+    first (:func:`stop_workers`), not left to finish their runs. An interrupt raised while the
+    pool's first ``submit`` starts its manager thread (the workers are forked first) leaves a
+    thread that never started, which ``shutdown`` cannot join: the workers are stopped and
+    reaped already, so its RuntimeError is dropped (else it replaced the interrupt's one line
+    with a traceback)."""
     if stop:
         stop_workers(pool)
     try:
@@ -94,11 +106,6 @@ def shut_down(pool: ProcessPoolExecutor, stop: bool) -> None:
     except RuntimeError:
         if not stop:
             raise
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.join(timeout=STOP_WAIT_S)
-            if process.is_alive():  # its SIGTERM came before its handler (CPython clears a
-                process.kill()      # signal that lands between fork and its after-fork reset)
-                process.join()
 
 
 def _start(fn: Callable, shared: object) -> None:
@@ -134,7 +141,12 @@ def _run_in_pool(fn: Callable[[object, object], object], shared: object, jobs: S
                                initargs=(fn, shared), mp_context=get_context("fork"))
     finished = False
     try:
-        futures = [pool.submit(_call, job) for job in jobs]
+        # the first submit forks the workers: a Ctrl-C raised between a fork and the pool's
+        # note of the child's pid left that worker running, unknown to shut_down, blocked on
+        # the job queue forever and holding the terminal's output open; it waits until the
+        # pool knows every worker
+        with signals_deferred():
+            futures = [pool.submit(_call, job) for job in jobs]
         pending = set(futures)
         while pending:
             ended, pending = wait(pending, return_when=FIRST_EXCEPTION)
