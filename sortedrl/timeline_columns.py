@@ -12,11 +12,11 @@ every reader of either format.
 
 from __future__ import annotations
 
-import math
 from itertools import chain
 
 import numpy as np
 
+from sortedrl.jsonio import finite
 from sortedrl.limits import INT32_MAX, MAX_GPUS, MAX_NUM_SEQS
 
 
@@ -205,7 +205,7 @@ def check_meta(meta: dict) -> None:
             raise ValueError(f"field {key!r}: expected an integer{at_least}{below}, got {v!r}")
     for key in _META_FLOATS:
         v = meta.get(key, 0.0)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        if not finite(v) or v < 0:
             raise ValueError(f"field {key!r}: expected a number >= 0, got {v!r}")
     for key, typ in _META_TYPES.items():
         if key in meta and meta[key] is not None and not isinstance(meta[key], typ):

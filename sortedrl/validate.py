@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
 from sortedrl.metrics import missing_meta, span_table, summarize, union_length
 from sortedrl.outputs import Writer, write_json
 from sortedrl.policies.registry import builtin_class, make_policy
@@ -147,7 +148,7 @@ def _ray_terms(profile) -> dict:
 
 
 def _term(v: object, where: str, least: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < least:
+    if not finite(v) or v < least:
         raise ConfigError(f"{where}: expected a number >= {least:g}, got {v!r}")
     return float(v)
 

@@ -88,11 +88,9 @@ def metrics_profile(tmp_path) -> dict:
     ({"measured_terms": [["step_fixed_s"]]},
      "field 'measured_terms': expected a list of strings, got [['step_fixed_s']]"),
     ({"measured_terms": ["step_fixed_s", "bogus"]}, "field 'measured_terms': not a cost term: 'bogus'"),
-    ({"fit": {"engine": {"files": [{}]}}},
-     "field 'fit.engine' is not as `sortedrl calibrate` writes it (KeyError: 'path')"),
-    ({"fit": {"trainer": 5}},
-     "field 'costs' or 'fit' is not as `sortedrl calibrate` writes it (AttributeError: 'int' object "
-     "has no attribute 'get')"),
+    ({"fit": {"engine": {"files": [{}]}}}, "field 'fit.engine.files[0].path': expected a file name, got None"),
+    ({"fit": {"engine": "x"}}, "field 'fit.engine': expected an object, got 'x'"),
+    ({"fit": {"trainer": 5}}, "field 'fit.trainer': expected an object, got 5"),
 ])
 def test_a_hand_edited_base_profile_is_one_error_line_before_any_fit(tmp_path, metrics_profile, edit, message):
     base = tmp_path / "edited.json"
@@ -164,10 +162,30 @@ def one_token_at_once(raw: dict) -> None:
     (lambda r: r.update(request_rate=10.0, start_times=[*r["start_times"][:3], 1e308, *r["start_times"][4:]]),
      "entry 3 of 'start_times', 'ttfts', 'itls': the request ends 1e+308 s into the run, after its "
      "'duration' of 1.62769 s"),
-    (lambda r: [r.pop(k) for k in ("start_times", "queue_times", "itls")] and r["ttfts"].__setitem__(2, 5.0),
-     "entry 2 of 'ttfts': the request ends 5 s into the run, after its 'duration' of 1.62769 s"),
+    (lambda r: [r.pop(k) for k in ("start_times", "queue_times")] and r["itls"].__setitem__(2, [])
+     or r["ttfts"].__setitem__(2, 5.0),
+     "entry 2 of 'ttfts', 'itls': the request ends 5 s into the run, after its 'duration' of 1.62769 s"),
 ])
 def test_times_no_run_can_have_are_refused_naming_the_field_and_request(tmp_path, edit, message):
+    path = bench(tmp_path, edit)
+    assert calibrate_bench(tmp_path, [path]) == f"error: {path}: {message}"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    # output_lens null was a TypeError traceback; the others dropped the latencies without a word
+    # and fitted the file from its totals (a review of the readers, 6 Dec 2026)
+    (lambda r: r.update(output_lens=None), "field 'output_lens': expected a list (saved with --save-detailed?)"),
+    (lambda r: r.pop("output_lens"), "field 'output_lens': expected a list (saved with --save-detailed?)"),
+    (lambda r: r.pop("input_lens"), "field 'input_lens': expected a list (saved with --save-detailed?)"),
+    (lambda r: r.update(ttfts=None), "field 'itls' without 'ttfts': the per-token fit needs both (saved "
+                                     "with --save-detailed?)"),
+    (lambda r: r.pop("itls"), "field 'ttfts' without 'itls': the per-token fit needs both (saved with "
+                              "--save-detailed?)"),
+    (lambda r: r.pop("input_lens") and r.pop("output_lens"),
+     "field 'ttfts' without 'input_lens' and 'output_lens': a request's latencies need its lengths "
+     "(saved with --save-detailed?)"),
+])
+def test_latencies_without_their_lengths_or_partner_are_refused_not_dropped(tmp_path, edit, message):
     path = bench(tmp_path, edit)
     assert calibrate_bench(tmp_path, [path]) == f"error: {path}: {message}"
 

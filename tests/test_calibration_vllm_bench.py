@@ -314,7 +314,9 @@ def test_a_finite_rate_without_send_times_cannot_be_replayed(tmp_path):
 
 def test_unknown_gpu_or_model_in_the_preset_lists_the_known_ones(tmp_path):
     out = tmp_path / "p.json"
-    for name, bad in (("h100-llama9-8b", "model"), ("v100-llama3.1-8b", "GPU")):
+    # a count in other digits (Arabic-Indic 3) is no suffix: it was read as 3 GPUs
+    for name, bad in (("h100-llama9-8b", "model"), ("v100-llama3.1-8b", "GPU"),
+                      ("h100-llama3.1-8b-\u0663gpu", "count")):
         r = runner.invoke(app, ["calibrate", "--from-vllm-bench", str(recorded(4)), "--cluster", name,
                                 "--out", str(out)])
         assert r.exit_code == 2 and not out.exists() and r.output.count("\n") == 1, bad

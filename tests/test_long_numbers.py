@@ -86,6 +86,24 @@ def _bench_lens(tmp: Path) -> list[str]:
             "got 10000000000000000000... (401 characters)")
 
 
+def _profile_cost(tmp: Path) -> list[str]:
+    raw = json.loads((FIX / "cpu-profile.json").read_text())
+    raw["costs"]["step_fixed_s"] = 10**400  # (float() of it raised OverflowError)
+    path = tmp / "p.json"
+    path.write_text(json.dumps(raw))
+    return (["profile", "show", str(path)],
+            f"{path}: field 'costs.step_fixed_s': expected a finite number >= 0, got "
+            "10000000000000000000... (401 characters)")
+
+
+def _cluster_number(tmp: Path) -> list[str]:
+    path = tmp / "c.json"
+    path.write_text('{"preset": "h100-llama3.1-8b", "mbu": 1' + "0" * 400 + "}")
+    return (["simulate", "--synthetic", "logic-8k", "--prompts", "4", "--policy", "sync",
+             "--cluster", str(path), "--out", str(tmp / "out")],
+            f"{path}: field 'mbu': expected a finite number, got 10000000000000000000... (401 characters)")
+
+
 def _metrics(tmp: Path) -> list[str]:
     path = tmp / "m.jsonl"
     lines = (FIX / "metrics" / "verl_metrics.jsonl").read_text().splitlines()
@@ -96,7 +114,7 @@ def _metrics(tmp: Path) -> list[str]:
              "--out", str(tmp / "p.json")], None)
 
 
-@pytest.mark.parametrize("case", [_trace_header, _bench_lens])
+@pytest.mark.parametrize("case", [_trace_header, _bench_lens, _profile_cost, _cluster_number])
 def test_a_number_past_a_float_is_one_error_line(tmp_path, case):
     args, message = case(tmp_path)
     r = runner.invoke(app, args)

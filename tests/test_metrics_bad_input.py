@@ -132,6 +132,32 @@ def test_a_row_of_another_length_than_the_header_is_an_error(tmp_path, cut):
     assert calibrate_error(tmp_path, bad) == f"row 4: {cells} cells, but the header has 13 columns"
 
 
+def test_a_cell_past_the_csv_modules_limit_is_one_error_naming_the_row(tmp_path):
+    lines = csv_lines()  # (it was a _csv.Error traceback)
+    cells = lines[3].split(",")
+    cells[-1] = "7" * 200_000
+    bad = write(tmp_path / "m.csv", [*lines[:3], ",".join(cells), *lines[4:]])
+    assert calibrate_error(tmp_path, bad) == (
+        "row 4: not CSV (field larger than field limit (131072))")
+
+
+def test_a_header_without_rows_says_so_not_that_no_column_was_found(tmp_path):
+    bad = write(tmp_path / "m.csv", csv_lines()[:1])  # (it said "columns found: none")
+    assert calibrate_error(tmp_path, bad) == (
+        "no metric values: no row holds a number in a metric column (W&B's __MIN and __MAX "
+        "columns are not read)")
+
+
+@pytest.mark.parametrize("column", ["prompt_length/mean", "response_length/mean"])
+def test_a_negative_mean_length_is_refused_though_the_sum_is_positive(tmp_path, column):
+    lines = csv_lines()
+    at = next(i for i, h in enumerate(lines[0].split(",")) if h == f'"{RUN} - {column}"')
+    cells = lines[2].split(",")
+    cells[at] = "-50"
+    bad = write(tmp_path / "m.csv", [lines[0], lines[1], ",".join(cells), *lines[3:]])
+    assert calibrate_error(tmp_path, bad) == f"{column} at step 2: -50 is not from 0 to 1e+15"
+
+
 @pytest.mark.parametrize(("value", "message"), [
     ('"x"', "expected a number, got 'x'"), ("true", "expected a number, got True"),
     ("2.5", "expected a whole number of updates, got 2.5"),

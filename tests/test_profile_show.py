@@ -100,15 +100,55 @@ def test_a_hand_edited_record_is_one_error_line_naming_its_field(tmp_path):
                                       "kv_budget_tokens"),  # (as --cluster says: it was an AttributeError)
              ({"fit": 2}, "field 'fit': expected an object, got 2"),
              ({"fit": {**good["fit"], "engine": {"files": [{}]}}},
-              "field 'fit.engine' is not as `sortedrl calibrate` writes it (KeyError: 'path')"),
+              "field 'fit.engine.files[0].path': expected a file name, got None"),
              ({"fit": {**good["fit"], "steps": {"mape": "x"}}},
-              "field 'fit' is not as `sortedrl calibrate` writes it (ValueError: Unknown format "
-              "code 'f' for object of type 'str')")]
+              "field 'fit.steps.mape': expected a number >= 0, got 'x'")]
     for edit, message in cases:
         bad = tmp_path / "p.json"
         bad.write_text(json.dumps({**good, **edit}))
         r = runner.invoke(app, ["profile", "show", str(bad)])
         assert r.exit_code == 2 and r.output == f"error: {bad}: {message}\n", r.output
+
+
+ENGINE_FILE = {"path": "c2-r0.json", "concurrency": 2, "requests": 48, "duration_s": 1.5,
+               "predicted_s": 1.52, "error_pct": 1.3, "latency_mape_pct": 4.0, "steps_measured": 300,
+               "steps_replayed": 301}
+
+
+@pytest.mark.parametrize(("fit", "message"), [
+    # each was printed as if fitted (a review of profile show, 6 Dec 2026)
+    ({"engine": {"files": [{**ENGINE_FILE, "concurrency": "x"}]}},
+     "field 'fit.engine.files[0].concurrency': expected a whole number >= 1, got 'x'"),
+    ({"engine": {"files": [{**ENGINE_FILE, "requests": -48}]}},
+     "field 'fit.engine.files[0].requests': expected a whole number >= 1, got -48"),
+    ({"engine": {"files": [{**ENGINE_FILE, "duration_s": -1}]}},
+     "field 'fit.engine.files[0].duration_s': expected a number >= 1e-300, got -1"),
+    ({"engine": {"files": [{**ENGINE_FILE, "error_pct": float("nan")}]}},
+     "field 'fit.engine.files[0].error_pct': expected a number >= -100, got nan"),
+    ({"engine": {"files": [{**ENGINE_FILE, "steps_measured": 2.5}]}},
+     "field 'fit.engine.files[0].steps_measured': expected a whole number >= 0, got 2.5"),
+    ({"engine": {"files": {}}}, "field 'fit.engine.files': expected a list of the benchmark files "
+                                "fitted, got {}"),
+    ({"engine": []}, "field 'fit.engine': expected an object, got []"),
+    ({"steps": {"mape": float("nan"), "measurements": 10}}, "field 'fit.steps.mape': expected a number "
+                                                             ">= 0, got nan"),
+    ({"steps": {"mape": 0.1, "total_error": -3}}, "field 'fit.steps.total_error': expected a number "
+                                                   ">= -1, got -3"),
+    ({"train": {"mape": -1}}, "field 'fit.train.mape': expected a number >= 0, got -1"),
+    ({"train": {"mape": 0.1, "measurements": 0}}, "field 'fit.train.measurements': expected a whole "
+                                                   "number >= 1, got 0"),
+    ({"sync": {"median": "x"}}, "field 'fit.sync.median': expected a number >= 0, got 'x'"),
+])
+def test_a_fit_record_no_fit_could_write_is_refused_not_shown(tmp_path, fit, message):
+    good = json.loads((FIX / "cpu-profile.json").read_text())
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({**good, "fit": {**good["fit"], **fit}}))
+    r = runner.invoke(app, ["profile", "show", str(bad)])
+    assert (r.exit_code, r.output) == (2, f"error: {bad}: {message}\n")
+    sound = tmp_path / "sound.json"  # the same record as calibrate writes it is shown
+    sound.write_text(json.dumps({**good, "fit": {**good["fit"], "engine": {"files": [ENGINE_FILE]}}}))
+    r = runner.invoke(app, ["profile", "show", str(sound)])
+    assert r.exit_code == 0 and "  c2-r0.json" in r.output, r.output
 
 
 def test_an_infinite_kv_budget_is_one_error_line(tmp_path):

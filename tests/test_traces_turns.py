@@ -139,6 +139,8 @@ def test_round_trip_any_turns(tmp_path_factory, rows) -> None:
          "turn_tool_tokens)"),
         (dict(turn_tool_s=[[0.5, 0.0], [0.0], [float("inf"), 0.0], [0.1, 0.2, 0.0]]),
          "x: row 3: field 'turn_tool_s': turn 1: inf is not finite"),
+        (dict(turn_tool_s=[[0.5, 0.0], [0.0], [10**400, 0.0], [0.1, 0.2, 0.0]]),  # (OverflowError)
+         "x: row 3: field 'turn_tool_s': turn 1: inf is not finite"),
         (dict(turn_tool_s=[[0.5, 0.0], [0.0], [1e308, 0.0], [0.1, 0.2, 0.0]]),  # the clock: inf
          "x: row 3: field 'turn_tool_s': turn 1: 1e+308 is above 1e+09 s (no tool call takes "
          "decades; the simulated clock would overflow)"),

@@ -40,6 +40,7 @@ VERSION_KEYS = ("vllm_version", "engine_version", "version")
 # the fit replays every engine step (one per output token of the longest request) and every
 # request, so a file past these is refused rather than replayed for hours
 MAX_TOKENS = {"input_lens": 2**24, "output_lens": 2**20}  # a request's prompt / output tokens
+LATENCY_LISTS = ("ttfts", "itls")  # per request, with --save-detailed: both or neither
 MAX_REQUESTS = 2**20
 MAX_DURATION_S = 1e7  # about 116 days: a longer benchmark is an edit, not a recording
 END_SLACK = 0.01  # a request may end this share past the duration (rounding in the saved times)
@@ -116,11 +117,19 @@ def _number(raw: dict, key: str, where: str) -> float:
 
 def _requests(raw: dict, where: str, duration: float) -> tuple[list, bool]:
     """(input_lens, output_lens, ttfts, itls, start_times, queue_times) of completed requests."""
-    if "input_lens" not in raw or "output_lens" not in raw:
+    latencies = [k for k in LATENCY_LISTS if raw.get(k) is not None]  # (null: not saved)
+    if "input_lens" not in raw and "output_lens" not in raw:
+        if latencies:  # (else they were dropped without a word, and the fit ran on the totals)
+            raise ConfigError(f"{where}: field {latencies[0]!r} without 'input_lens' and 'output_lens': "
+                              "a request's latencies need its lengths (saved with --save-detailed?)")
         return _from_totals(raw, where, duration), True
+    if len(latencies) == 1:  # (the per-token fit needs both: one alone was dropped without a word)
+        other = next(k for k in LATENCY_LISTS if k not in latencies)
+        raise ConfigError(f"{where}: field {latencies[0]!r} without {other!r}: the per-token fit needs "
+                          "both (saved with --save-detailed?)")
     n = _list(raw, "input_lens", where, None)
-    lists = {k: _list(raw, k, where, n) for k in ("output_lens", "ttfts", "itls", "start_times",
-                                                  "queue_times", "errors")}
+    lists = {k: _list(raw, k, where, n, required=k == "output_lens")
+             for k in ("output_lens", *LATENCY_LISTS, "start_times", "queue_times", "errors")}
     ins, outs = raw["input_lens"], raw["output_lens"]
     for key, vals in (("input_lens", ins), ("output_lens", outs)):
         for i, v in enumerate(vals):
@@ -153,9 +162,11 @@ def _requests(raw: dict, where: str, duration: float) -> tuple[list, bool]:
     return [[ins[i] for i in keep], [outs[i] for i in keep], ttfts, itls, starts, queues], False
 
 
-def _list(raw: dict, key: str, where: str, n: int | None) -> int | bool:
+def _list(raw: dict, key: str, where: str, n: int | None, required: bool = False) -> int | bool:
+    """``input_lens``'s length (``n`` None), else whether ``key`` is listed with ``n`` entries; a
+    ``required`` one must be (null is no list)."""
     v = raw.get(key)
-    if v is None and n is not None:
+    if v is None and n is not None and not required:
         return False
     if not isinstance(v, list):
         raise ConfigError(f"{where}: field {key!r}: expected a list (saved with --save-detailed?)")

@@ -46,6 +46,9 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
     pairs, so ``train_per_pair`` is fitted too (:mod:`~sortedrl.calibration.trace_pairs`). The
     notes of the reading (:attr:`Metrics.notes`) come first in the fit's."""
     parts = {r: c for r in UPDATE_PARTS if (c := _column(metrics, r))}
+    if not metrics:  # (not "columns found: none" for a file whose header names them)
+        raise ConfigError(f"{where}: no metric values: no row holds a number in a metric column "
+                          "(W&B's __MIN and __MAX columns are not read)")
     if "update" not in parts:
         raise ConfigError(f"{where}: no update time: needs one of {', '.join(ROLES['update'])} "
                           f"(columns found: {listing(sorted(metrics))})")
@@ -200,6 +203,9 @@ def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[di
         return total[1], total[0], False
     whole = _column(metrics, "total_mean")
     prompt, resp = _column(metrics, "prompt_mean"), _column(metrics, "response_mean")
+    for mean in (whole, prompt, resp):  # (a negative prompt length passed inside a positive sum)
+        if mean is not None:
+            _check_range(where, mean[0], mean[1])
     if samples_per_step is not None and whole is not None:
         return ({s: samples_per_step * v for s, v in whole[1].items()},
                 f"{samples_per_step} x {whole[0]}", True)

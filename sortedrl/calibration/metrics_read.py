@@ -114,7 +114,11 @@ def _read_jsonl(text: str, where: str) -> Metrics:
 
 
 def _read_csv(text: str, where: str, run: str | None) -> Metrics:
-    rows = list(csv.reader(text.splitlines()))
+    reader = csv.reader(text.splitlines())
+    try:
+        rows = list(reader)
+    except csv.Error as e:  # a cell over the csv module's 131,072 characters
+        raise ConfigError(f"{where}: row {reader.line_num}: not CSV ({e})") from None
     if not rows:
         raise ConfigError(f"{where}: empty CSV")
     header = only_run(rows[0], run, where, ConfigError)  # other runs' columns: blank

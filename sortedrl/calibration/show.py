@@ -13,6 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from sortedrl import jsonio
+from sortedrl.calibration.fit_records import check_cpu_fit, check_engine_fit, check_trainer_fit
 from sortedrl.calibration.metrics_layouts import onload_in_sync
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
@@ -71,6 +72,8 @@ def check_records(raw: dict, where: str) -> None:
         raise ConfigError(f"{where}: field 'fit': expected an object, got {short_repr(fit)}")
     if fit is not None:
         check_trainer_fit(fit.get("trainer"), where)
+        check_engine_fit(fit.get("engine"), where)
+        check_cpu_fit(fit, where)
     for key in ("sources", "measured_terms"):
         v = raw.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
@@ -79,37 +82,6 @@ def check_records(raw: dict, where: str) -> None:
     unknown = [t for t in raw.get("measured_terms", []) if t not in names]
     if unknown:
         raise ConfigError(f"{where}: field 'measured_terms': not a cost term: {', '.join(map(repr, unknown))}")
-
-
-def check_trainer_fit(tr: object, where: str) -> None:
-    """``fit.trainer`` as :func:`~sortedrl.calibration.metrics_fit.fit_metrics` writes it: a
-    hand edit of a wrong type (steps "x", a term NaN, updates_per_row 0) is one error naming
-    its field, not printed as if fitted. ``updates_per_row`` and ``updates``: not in profiles
-    written before them."""
-    if not tr or not isinstance(tr, dict):  # (not an object: render says so, as it always did)
-        return
-
-    def bad(key: str, want: str, v: object) -> ConfigError:
-        return ConfigError(f"{where}: field 'fit.trainer.{key}': expected {want}, got {short_repr(v)}")
-
-    if not isinstance(tr.get("file"), str):
-        raise bad("file", "a file name", tr.get("file"))
-    for key in ("steps", "updates_per_row", "updates"):
-        if (key == "steps" or key in tr) and (type(tr.get(key)) is not int or tr[key] < 1):
-            raise bad(key, "a whole number >= 1", tr.get(key))
-    for key in ("update_mape_pct", "update_s_mean", "tokens_mean", "sync_spread_s"):
-        if (key != "sync_spread_s" or key in tr) and not (finite(tr.get(key)) and tr[key] >= 0):
-            raise bad(key, "a number >= 0", tr.get(key))
-    terms, cols = tr.get("terms"), tr.get("columns")
-    if not isinstance(terms, dict) or not terms:
-        raise bad("terms", "an object of fitted terms", terms)
-    for name, term in terms.items():
-        v = term.get("value") if isinstance(term, dict) else None
-        if not (finite(v) and v >= 0):
-            raise bad(f"terms.{name}.value", "a number >= 0", v)
-    if not isinstance(cols, dict) or not isinstance(cols.get("update"), list) or not all(
-            isinstance(c, str) for c in cols["update"]):
-        raise bad("columns", "an object naming the columns read", cols)
 
 
 def render(raw: dict, path: str) -> list[str]:

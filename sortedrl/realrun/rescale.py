@@ -23,7 +23,6 @@ the host's speed:
 from __future__ import annotations
 
 import copy
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
 
 # Every CostModel field, by what scales it (tests check that none is left out).
 ENGINE_COSTS = ("step_fixed_s", "weight_read_s", "kv_read_s_per_token", "compute_s_per_seq", "step_s_per_seq",
@@ -87,7 +87,7 @@ def run_config(profile: dict, model: str, where: str) -> dict:
 
 
 def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    return finite(v) and v >= 0
 
 
 def speed_ratios(profile: dict, steps: list, updates: list, syncs: list[float] = ()) -> dict:

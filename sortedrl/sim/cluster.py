@@ -313,7 +313,7 @@ COUNT_RANGES = (  # (integer field, least, most)
     ("extra_forwards", 0, INT32_MAX), ("kv_budget_tokens", 0, INT64_MAX))
 _PRESET = re.compile(r"^(?P<gpu>" + "|".join(sorted(map(re.escape, GPUS), key=len, reverse=True))
                      + r"|[a-z0-9]+)-(?P<model>.+?)(?:-tp(?P<tp>\d+))?(?:-(?P<g>\d+)gpu)?"
-                     r"(?:-(?P<seqs>\d+)seq)?(?P<dis>-disagg)?$")
+                     r"(?:-(?P<seqs>\d+)seq)?(?P<dis>-disagg)?$", re.ASCII)  # (not -٣gpu)
 
 
 def preset(name: str) -> Cluster:
@@ -392,6 +392,9 @@ def cluster_from_dict(raw: dict, spec: str, name: str) -> Cluster:
         if key == "costs":
             value, want = parse_costs(value, spec), CostModel
         if want is float and isinstance(value, int) and not isinstance(value, bool):
+            if not jsonio.finite(value):  # (float() of a 400-digit integer raised OverflowError)
+                raise ConfigError(f"{spec}: field {labels.get(key, repr(key))}: expected a finite "
+                                  f"number, got {short_repr(value)}")
             value = float(value)
         if type(value) is not want:
             raise ConfigError(f"{spec}: field {labels.get(key, repr(key))}: expected {want.__name__}, "

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import ConfigError
+from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cluster import LEGACY_FIELDS, Cluster
 from sortedrl.sim.cost import (
@@ -204,9 +205,9 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
                 raise ConfigError(f"{where}: field 'costs.{f.name}': expected true or false, got {v!r}")
             vals[f.name] = v
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+        if not finite(v) or v < 0:
             raise ConfigError(f"{where}: field {as_written(f.name, given['costs'], 'costs.')}: "
-                              f"expected a number >= 0, got {v!r}")
+                              f"expected a number >= 0, got {short_repr(v)}")
         vals[f.name] = _count(f.name, v, where) if f.name in _INT_COSTS else float(v)
     for term in ("engine_contention", "train_contention", "peer_step_factor",  # a shared host slows,
                  "engine_contention_one", "train_contention_one"):  # never speeds up (0: not measured)
@@ -332,9 +333,9 @@ def parse_costs(raw: object, where: str) -> CostModel:
                 raise ConfigError(f"{where}: field 'costs.{n}': expected true or false, got {v!r}")
             vals[n] = v
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if not finite(v) or v < 0:
             raise ConfigError(f"{where}: field {as_written(n, given, 'costs.')}: expected a finite number "
-                              f">= 0, got {v!r}")
+                              f">= 0, got {short_repr(v)}")
         vals[n] = _count(n, v, where) if n in _INT_COSTS else float(v)
     _check_step_time(vals, where, given)
     return CostModel(**vals)

@@ -125,7 +125,7 @@ def check_model(model: TraceModel, where: str) -> None:
             continue
         if v is None and f.name in ("pass_alpha", "pass_beta"):  # no reward in the trace
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not jsonio.finite(v):
             raise TraceError(f"{where}: field '{f.name}': {v!r} is not a finite number")
     for name in NONNEGATIVE:
         if getattr(model, name) < 0:

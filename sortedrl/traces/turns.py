@@ -19,6 +19,7 @@ with offsets, or per row as lists) and reorders them with the rows; :mod:`schema
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -208,7 +209,7 @@ def _floats(raw: Any, at: Callable[[int, str], str]) -> np.ndarray:
         for j, v in enumerate(vals):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
                 raise TraceError(at(j, col) + f": {v!r} is not a number")
-            arr[j] = float(v)
+            arr[j] = float(v) if not isinstance(v, int) or abs(v) < 2**1023 else math.inf  # (no OverflowError)
     bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0) | (arr > MAX_TOOL_S))
     if bad.size:
         j = int(bad[0])
