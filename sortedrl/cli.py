@@ -54,6 +54,7 @@ from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
 from sortedrl.progress import Phases
 from sortedrl.realrun.commands import register as register_real
+from sortedrl.realrun.engine import quiet_torch
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import load_cluster, preset_names
 from sortedrl.sim.hardware import GPUS, MODELS
@@ -90,6 +91,8 @@ def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command not in REAL_RUNNER_COMMANDS:
         pin_malloc_threshold()
+    else:  # before torch loads, which reads its C++ log level once
+        quiet_torch()
     end_cleanly_on_termination()
     try:
         app()
@@ -114,7 +117,7 @@ def simulate(
     group_size: int = GROUP_SIZE,
     steps: int = STEPS,
     regen: str = REGEN,
-    out: Path = typer.Option(None, "--out", help="run directory (default runs/TRACE-POLICY-CLUSTER[-seedN])"),
+    out: Path = typer.Option(None, "--out", help="run directory (default runs/TRACE-POLICY-CLUSTER, and -seedN for --seed N)"),
     perfetto: Path = typer.Option(None, "--perfetto", help="also export the timeline as Chrome trace-event JSON"),
     timeline: str = TIMELINE,
     force: bool = FORCE,
@@ -178,7 +181,7 @@ def compare(
     group_size: int = GROUP_SIZE,
     steps: int = STEPS,
     regen: str = REGEN,
-    out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE-CLUSTER[-seedN])"),
+    out: Path = typer.Option(None, "--out", help="output directory (default runs/compare-TRACE-CLUSTER, and -seedN for --seed N)"),
     timeline: str = TIMELINE,
     force: bool = FORCE,
     workers: int = WORKERS,

@@ -341,7 +341,7 @@ TRACE = typer.Option(None, "--trace", "--trace-model", callback=lambda p: p and 
                           f"{bundled_help()}), or a trace model from `trace fit`")
 SYNTHETIC = typer.Option(None, "--synthetic", help=f"synthetic preset ({', '.join(preset_names())})")
 CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help=(
-    "a preset {gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg] (`sortedrl clusters` lists them with their "
+    "a preset GPU-MODEL, optionally with -tpN, -Ngpu, -Nseq, -disagg (`sortedrl clusters` lists them with their "
     "tp and GPUs; defaults 8 GPUs unless the model needs more, 256 seqs per engine, colocated), a "
     "cluster JSON file, or a calibrated profile"))
 SEED = typer.Option(0, "--seed", help="seed (synthetic traces, searches)")

@@ -132,7 +132,8 @@ FORECAST_COLS = [Col("policy", left=True), Col("cluster", left=True, hide=1), Co
 def forecast_text(results: list[dict], title: str, width: int | None, priced: bool = False) -> str:
     """The terminal view: wall-clock with its interval, GPU-hours, cost, step times and the
     shares of wall-clock per activity (all keys are in --json). ``priced`` (``--gpu-hour-price``
-    given): the cost column is never hidden to fit, other columns go first."""
+    given): the cost column is never hidden to fit, other columns go first; nor is the cluster
+    column when the runs are on several clusters."""
     rows = []
     for r in results:
         shares = "/".join(f"{100 * r[k] / r['wall_s']:.0f}" if r["wall_s"] else "0"
@@ -149,7 +150,10 @@ def forecast_text(results: list[dict], title: str, width: int | None, priced: bo
         notes.append("cost: give --gpu-hour-price ($ per GPU-hour)")
     notes += filter(None, [updates_note([(f"{r['policy']} @ {r['cluster']}", r["updates"])
                                          for r in results])])
-    cols = [dataclasses.replace(c, hide=0) if priced and c.title == "cost" else c for c in FORECAST_COLS]
+    kept = {"cost"} if priced else set()
+    if len({r["cluster"] for r in results}) > 1:  # (its rows would read alike without it)
+        kept.add("cluster")
+    cols = [dataclasses.replace(c, hide=0) if c.title in kept else c for c in FORECAST_COLS]
     return render(cols, rows, width, title, notes)
 
 

@@ -112,6 +112,12 @@ CASES = {
         lambda t: ["trace", "fit", str(FIX / "run-sync" / "trace.jsonl"), "--out", "m.json",
                    "--drift-from", str(t)],
         "cannot read it (Is a directory)"),
+    # (it said "no step column 'step'; found: {"step": 1, ...", the JSON read as CSV cells)
+    "a metrics JSONL given as the W&B drift export": (
+        lambda t: ["trace", "fit", str(FIX / "run-sync" / "trace.jsonl"), "--out", "m.json",
+                   "--drift-from", str(FIX / "metrics" / "verl_metrics.jsonl"), "--step-column", "step"],
+        "verl_metrics.jsonl: JSON, not a CSV: --drift-from reads a W&B \"Export CSV\" of the response "
+        "length (a metrics JSONL goes to `calibrate --from-metrics`)"),
     "a TRL table that is not UTF-8": (
         lambda t: ["trace", "import", str(Path(_write(t / "trl" / "c.json", b"\xff\xfe{")).parent),
                    "--from", "trl", "--out", "i.jsonl"],

@@ -225,6 +225,26 @@ def test_a_run_too_large_for_memory_is_one_error_line_and_writes_nothing(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_model_files_and_checkpoint_tensors_get_the_users_umask(tmp_path):
+    """safetensors writes its files 0600 whatever the umask: the model's weights were private
+    beside its 0644 config (a review of the README's first hour, 6 Dec 2026)."""
+    torch = pytest.importorskip("torch")  # (under CI a skip fails: conftest)
+    from sortedrl.realrun.checkpoint import save_tensors
+    from sortedrl.realrun.model import init_model
+
+    old = os.umask(0o027)
+    try:
+        init_model(tmp_path / "m", warmup_steps=0)
+        save_tensors(tmp_path / "t.safetensors", {"w": torch.zeros(2)})
+    finally:
+        os.umask(old)
+    files = sorted(p for p in (tmp_path / "m").rglob("*") if p.is_file())
+    assert "model.safetensors" in [p.name for p in files]
+    assert {p.name: p.stat().st_mode & 0o777 for p in files} == {p.name: 0o640 for p in files}
+    assert (tmp_path / "m").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "t.safetensors").stat().st_mode & 0o777 == 0o640
+
+
 def test_force_replaces_a_directory_whole_and_keeps_the_users_umask(ws):
     import os
 

@@ -154,6 +154,25 @@ def test_help_is_still_shown():
     assert r.exit_code == 0 and "--policy" in r.stdout and r.stderr == ""
 
 
+def _commands(group, path=()):
+    for name, cmd in getattr(group, "commands", {}).items():
+        yield (*path, name)
+        yield from _commands(cmd, (*path, name))
+
+
+def test_no_help_text_is_cut_at_80_columns():
+    """rich cuts a word longer than its column with an ellipsis: the preset grammar and the
+    default --out were cut in `simulate`, `compare` and `tune --help` at 80 columns (a review of
+    the README's first hour, 6 Dec 2026)."""
+    import typer.main
+
+    commands = list(_commands(typer.main.get_command(app)))
+    assert ("trace", "import") in commands and ("simulate",) in commands
+    for cmd in commands:
+        r = runner.invoke(app, [*cmd, "--help"], env={"COLUMNS": "80"})
+        assert r.exit_code == 0 and "…" not in r.stdout, (cmd, [x for x in r.stdout.splitlines() if "…" in x])
+
+
 def test_out_into_someone_elses_directory_is_refused_and_force_replaces_it(tmp_path):
     # issue 15: --out into a non-empty directory that is not a previous run of the same command
     # is refused (it used to merge into it); --force replaces it whole.

@@ -142,6 +142,14 @@ def test_the_cost_asked_for_is_shown_at_80_columns(model_file) -> None:
     assert "cost" not in hidden
     free = CliRunner().invoke(app, args, env={"COLUMNS": "80"})  # no price: cost hides first, as before
     assert "cost" not in free.stdout.splitlines()[1]
+    # a table too wide for the terminal even so (the README's, with its long step times, at 80)
+    # hid the cluster column, and the rows on 8 and 16 GPUs read alike (a review of the README,
+    # 6 Dec 2026): with several clusters it stays, priced or not
+    for shown in (CliRunner().invoke(app, args, env={"COLUMNS": "60"}),
+                  CliRunner().invoke(app, [*args, "--gpu-hour-price", "2.5"], env={"COLUMNS": "60"})):
+        assert shown.exit_code == 0, shown.output
+        assert shown.stdout.splitlines()[1].split()[:2] == ["policy", "cluster"], shown.stdout
+        assert "one_step_off  h100-llama3.1-8b-16gpu-disagg" in shown.stdout
 
 
 def test_an_unpriced_forecast_shows_no_cost(model_file) -> None:

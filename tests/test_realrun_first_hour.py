@@ -60,7 +60,9 @@ def test_no_vllm_leaves_no_run_directory_then_a_quiet_run_and_a_resume_that_chan
 
     r = _cli(args)  # vLLM back: the same command runs
     assert r.returncode == 0, r.stderr
-    assert "Failed to load weights" not in r.stderr and " WARNING " not in r.stderr, r.stderr
+    # nothing on stderr: no "Failed to load weights" (vLLM), no "Triton not available" or "NUMA
+    # binding" (torch), no progress bars (vLLM's and transformers' weight loading)
+    assert r.stderr == "", r.stderr
     assert json.loads((out / "summary.json").read_text())["updates"] == 2
     done = _files(out)
 
@@ -68,6 +70,11 @@ def test_no_vllm_leaves_no_run_directory_then_a_quiet_run_and_a_resume_that_chan
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"error: --resume: {out}: the run is complete (2 of 2 steps); nothing to resume\n"
     assert _files(out) == done
+
+
+def test_model_init_prints_one_line_and_no_progress_bar(tmp_path):
+    r = _cli(["model", "init", "--out", str(tmp_path / "m"), "--warmup-steps", "0"])
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"wrote {tmp_path / 'm'}\n", "")
 
 
 @pytest.mark.parametrize("mine, shown", [(None, ["an error"]), ("WARNING", ["a warning", "an error"])])

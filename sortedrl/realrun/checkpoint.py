@@ -19,6 +19,7 @@ engine) when there was a push.
 from __future__ import annotations
 
 import json
+import os
 from array import array
 from collections import deque
 from collections.abc import Callable
@@ -30,6 +31,7 @@ import numpy as np
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
+from sortedrl.outputs import umask
 from sortedrl.policies.base import SampleState, params_dict
 
 STATE = "state.json"
@@ -311,6 +313,7 @@ def save_tensors(path: Path, tensors: dict) -> None:
 
     # clones: tied weights share storage, which safetensors refuses
     save_file({k: v.detach().clone().contiguous() for k, v in tensors.items()}, str(path))
+    os.chmod(path, 0o666 & ~umask())  # (safetensors writes 0600, whatever the umask)
 
 
 def load_tensors(path: Path) -> dict:

@@ -15,6 +15,7 @@ code runs CUDA vLLM. Imports of vLLM happen only when an engine is built.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -30,7 +31,25 @@ def import_vllm(kv_cache_gib: int = 1) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: direct worker access
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")  # its own deprecations
+    quiet_torch()
     import vllm  # noqa: F401
+
+
+def quiet_torch() -> None:
+    """torch's warnings that vLLM's CPU worker sets off in every run that works, at ERROR too
+    unless the user set them: "Triton not available" (its Python log) and "NUMA binding: Using
+    MEMBIND policy" (its C++ log, whose level is read when torch loads, so this runs first)."""
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    if "TORCH_LOGS" not in os.environ:
+        logging.getLogger("torch._library.triton").setLevel(logging.ERROR)
+
+
+def quiet_transformers() -> None:
+    """No progress bars from transformers ("Loading weights", "Writing model shards"): the
+    tiny model loads and saves in a blink, and a bar in a run's output reads as noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 @dataclass
@@ -87,7 +106,7 @@ class VllmEngine:
         self.engine = LLMEngine.from_engine_args(EngineArgs(
             model=model_dir, enforce_eager=True, max_model_len=max_model_len,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max(8192, max_num_seqs * max_model_len),
-            seed=seed, logprobs_mode="processed_logprobs", dtype=dtype,
+            seed=seed, logprobs_mode="processed_logprobs", dtype=dtype, use_tqdm_on_load=False,
             # on a GPU the colocated trainer shares the device: vLLM takes only its share, and
             # sleeps (weights to host, KV cache freed) while the trainer updates
             **({"gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": True}

@@ -53,6 +53,9 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from sortedrl.realrun.engine import quiet_transformers
+
+    quiet_transformers()
     out = Path(out)
     if hidden % 32 or hidden < 64:
         raise ConfigError(f"--hidden {hidden}: must be a multiple of 32 and >= 64 (vLLM CPU head size)")
@@ -96,6 +99,9 @@ def save_aside(out: Path, save: Callable[[Path], None]) -> None:
     try:
         os.chmod(tmp, 0o777 & ~umask())
         save(tmp)
+        for f in tmp.rglob("*"):  # safetensors writes its files 0600, whatever the umask
+            if f.is_file() and not f.is_symlink():
+                os.chmod(f, 0o666 & ~umask())
         with signals_deferred():
             if out.exists():
                 out.rmdir()

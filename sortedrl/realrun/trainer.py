@@ -131,6 +131,9 @@ class GRPOTrainer:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from sortedrl.realrun.engine import quiet_transformers
+
+        quiet_transformers()
         torch.manual_seed(seed)
         self.torch = torch
         self.device = torch.device(device)

@@ -159,6 +159,9 @@ def _rows(p: Path) -> list[list[str]]:
         raise TraceError(f"{p}: cannot read it ({e.strerror or e})") from None
     if not rows:
         raise TraceError(f"{p}: empty file")
+    if rows[0] and rows[0][0].lstrip().startswith(("{", "[")):  # (its "columns" were JSON pieces)
+        raise TraceError(f"{p}: JSON, not a CSV: --drift-from reads a W&B \"Export CSV\" of the "
+                         "response length (a metrics JSONL goes to `calibrate --from-metrics`)")
     return rows
 
 
