@@ -18,7 +18,7 @@ What the paper leaves open, and what we chose:
   be admitted while early harvests train the short ones, instead of SortedRL degenerating into
   ``sync`` with a larger batch (as it did on 8 x H100's 2,048 slots with a 4,096-sample group).
   The trigger is not tied to the slots: capped at ``S / 2`` (as it was), a 1,024-prompt x 16 step
-  on 2,048 slots harvested 64 times a loading group, each harvest dropping the window's unfinished
+  on 2,048 slots harvested 55 times a loading group, each harvest dropping the window's unfinished
   responses, and wasted 86% of the generated tokens (docs/policies.md).
 - **Modes**: ``on_policy`` drops unfinished responses at each harvest and regenerates them under
   the new weights (wasted tokens). With ``harvest=groups`` the finished members of incomplete
