@@ -243,6 +243,8 @@ def _slime(out: Export, p: dict, cluster: Cluster | None) -> None:
             c.append(f"set --over-sampling-batch-size to {p['over_sample']} x --rollout-batch-size")
         if p["keep_partial"]:
             o["--partial-rollout"] = True
+        if groups:  # (without it slime's default batch ran beside an over-sampling sized on ours)
+            o["--rollout-batch-size"] = groups
         c.append("APRIL: slime samples --over-sampling-batch-size prompts and stops at "
                  "--rollout-batch-size complete groups, as our partial policy does")
         if p["max_span"]:

@@ -44,6 +44,17 @@ def _one_error(args: list[str]) -> str:
 # -- slime: a .pt that is no torch.save file ----------------------------------------------------
 
 
+def test_a_truncated_torch_save_file_is_named_by_torchs_first_sentence(tmp_path):
+    torch = pytest.importorskip("torch")  # (the line was cut at 160 characters, mid-sentence)
+    whole = tmp_path / "whole.pt"
+    torch.save({"samples": [{"tokens": [1, 2]}]}, whole)
+    bad = tmp_path / "a.pt"
+    bad.write_bytes(whole.read_bytes()[:300])
+    line = _one_error(["trace", "import", str(bad), "--from", "slime", "--out", str(tmp_path / "t.jsonl")])
+    assert line == (f"error: {bad}: not a torch.save file: PytorchStreamReader failed reading zip "
+                    "archive: failed finding central directory.")
+
+
 @pytest.mark.parametrize("content, why", [
     # a text file renamed .pt: the safe unpickler's KeyError / IndexError were tracebacks
     (b"hello\n", "corrupt pickle stream (KeyError: 101)"),

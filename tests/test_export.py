@@ -175,6 +175,16 @@ def test_conversions() -> None:
         (1, 4), (1, 8), (2, 6), (2, 8), (3, 8), (1, 7)]
 
 
+def test_slime_partial_writes_the_rollout_batch_its_over_sampling_is_sized_on() -> None:
+    # (only --over-sampling-batch-size was written: slime's default rollout batch ran beside it)
+    slime = export("slime", "partial", ["rollout_batch=16"])
+    assert slime.lines()[:3] == ["--over-sampling-batch-size 32", "--partial-rollout",
+                                 "--rollout-batch-size 16"]
+    derived = export("slime", "partial", [], auto={"rollout_batch": 24})  # a tune trial's run
+    assert derived.overrides["--rollout-batch-size"] == 24
+    assert derived.overrides["--over-sampling-batch-size"] == 48
+
+
 def test_no_equivalent_exits_2() -> None:
     r = CliRunner().invoke(app, ["export", "areal", "tail_batch"])
     assert r.exit_code == 2

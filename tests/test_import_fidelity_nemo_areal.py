@@ -217,6 +217,23 @@ def test_nemo_gym_a_step_on_some_rollouts_only_is_one_error_line(tmp_path) -> No
                     "every rollout a step, or none: steps then come from time)")
 
 
+def test_nemo_gym_a_failed_rollout_with_no_time_is_counted_in_the_note(tmp_path) -> None:
+    """In a JSONL of bare records a failed rollout may carry no time at all: it has no step, so
+    its group cannot count it (a review found the docs saying it always does): B, with 3 timed
+    rollouts of 4, is short and dropped here only because D and E set n = 4; the note says so."""
+    recs = [{"instance_id": X, **_metrics(T0, k)} for X in (D, E) for k in range(4)]
+    recs += [{"instance_id": B, **_metrics(T0, k)} for k in range(3)] + [{"instance_id": B, **FAILED}]
+    path = tmp_path / "gym.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    trace, report = import_framework("nemo-gym", path)
+    assert (report.rows, report.groups, report.group_size, report.dropped_rows) == (11, 2, 4, 3)
+    assert report.notes[0] == (
+        "skipped 1 NeMo-Gym rollouts without per_turn_metrics (the agent failed: no call times "
+        "or token counts; NeMo-Gym scores them 0): a group that lost one is short and dropped; 1 "
+        "of them had no time at all (no step, generation_start_timestamp or directory timestamp), "
+        "so no step and no group could count them")
+
+
 def test_nemo_gym_failed_rollouts_are_skipped_and_unresolved_ones_score_0(tmp_path) -> None:
     """One failed rollout stopped the whole import (per_turn_metrics: none), and one rollout
     without 'resolved' dropped the reward column. Now: A, D, E are kept (A's rollout 2 never

@@ -25,7 +25,9 @@ taken as UTC, as NeMo-Gym's converter takes it.
 
 A rollout whose agent failed has no ``per_turn_metrics`` (the file keeps ``resolved: false``,
 or no ``resolved`` when it never got that far): it has no call times or token counts, so it is
-skipped (a note counts them) but still counts in its group, which is then short and dropped.
+skipped (a note counts them) but still counts in its group, which is then short and dropped;
+one with no time at all (no ``step``, start time or directory timestamp) has no step, so no
+group counts it (the note says how many).
 The reward is ``resolved`` as NeMo-Gym scores it (``1.0 if resolved else 0.0``): a missing or
 null ``resolved`` is 0 (a note counts them), else a ``reward`` field when present.
 
@@ -90,6 +92,7 @@ def read_nemo_gym(path: Path) -> tuple[Rows, int]:
         raise TraceError(f"{path}: none of the {len(rollouts)} NeMo-Gym rollouts has "
                          "per_turn_metrics (each agent failed): nothing to import")
     groups, n, split, timed = _groups(rollouts)
+    stats["unplaced"] = sum(r.step is None and r.start is None for r in rollouts)
     for key, step, members in groups:
         for r in members:
             if r.row is not None:
@@ -190,7 +193,10 @@ def _notes(notes: list[str], stats: dict, n: int, split: int, timed: int | None)
     if stats["skipped"]:
         notes.append(f"skipped {stats['skipped']} NeMo-Gym rollouts without per_turn_metrics "
                      "(the agent failed: no call times or token counts; NeMo-Gym scores them "
-                     "0): a group that lost one is short and dropped")
+                     "0): a group that lost one is short and dropped"
+                     + (f"; {stats['unplaced']} of them had no time at all (no step, "
+                        "generation_start_timestamp or directory timestamp), so no step and no "
+                        "group could count them" if stats["unplaced"] else ""))
     if stats["unresolved"]:
         notes.append(f"{stats['unresolved']} NeMo-Gym rollouts have no 'resolved' (never "
                      "evaluated): reward 0, as NeMo-Gym scores them")

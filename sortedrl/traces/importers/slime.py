@@ -110,7 +110,10 @@ def load_pt(path: Path) -> object:
             kind = f"{type(e).__module__}.{kind}"  # struct.error
         detail = (str(e).strip().splitlines() or [""])[0]
         why = f"corrupt pickle stream ({kind}{': ' + detail if detail else ''})"
-    raise TraceError(f"{path}: not a torch.save file: {why[:160]}")
+    if len(why) > 160:  # its first sentence (torch's zip error goes on with a paragraph of advice)
+        why = re.split(r"(?<=\.)\s+", why, maxsplit=1)[0]
+        why = why if len(why) <= 160 else why[:157] + "..."
+    raise TraceError(f"{path}: not a torch.save file: {why}")
 
 
 EVAL_FILE = re.compile(r"(?:^|[^0-9A-Za-z])eval_\d+\.pt$")  # the template's "eval_{rollout_id}"
