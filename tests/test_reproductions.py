@@ -3,7 +3,7 @@
 Tolerances are stated up front in docs/reproductions.md and repeated here beside each row; they
 are checks of shape and rough size, not targets a preset was tuned to. Where our number does not
 reproduce the published size, the test says so and pins ours within its band, and the page says
-why they differ. Setups are the issue's (small enough to keep this file near 15 s).
+why they differ. Setups are the issue's (small enough to keep this file at a few seconds).
 
 Run: pytest tests/test_reproductions.py
 """
