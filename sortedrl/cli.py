@@ -233,7 +233,8 @@ def compare(
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))
         return
-    title = f"{len(specs)} policies on {tr.name} ({len(tr):,} samples), cluster {cl.name}"
+    title = (f"{len(specs)} polic{'y' if len(specs) == 1 else 'ies'} on {tr.name} ({len(tr):,} samples), "
+             f"cluster {cl.name}")
     splits = [gpu_split(r.timeline.meta) for _, r in results]
     typer.echo(wide_text(summaries, title, terminal_width()) if wide
                else compare_text(summaries, splits, cl, title, terminal_width()))

@@ -50,11 +50,17 @@ def parse_specs(policies: list[str], sets: list[str]) -> list[PolicySpec]:
             raise OutputError(f"{e} (or name it LABEL=NAME)" if not sep else str(e)) from None
         if label in labels:
             raise ConfigError(f"--policy {p!r}: label {label!r} is used twice (name them LABEL=NAME)")
+        same = next((x for x in labels if x.lower() == label.lower()), None)
+        if same is not None:  # (one directory on a case-insensitive file system)
+            raise ConfigError(f"--policy {p!r}: labels {same!r} and {label!r} differ only in case; "
+                              "a label names a directory, so choose another")
         policy_class(name)  # unknown names fail here, before any work
         labels[label] = name
     per: dict[str, list[str]] = {label: [] for label in labels}
     for s in sets:
-        target, dot, kv = s.partition(".")
+        # the longest label the spec starts with: a label may hold a dot (--set a.b.key=value)
+        target = max((x for x in per if s.startswith(x + ".")), key=len, default=None)
+        target, dot, kv = (target, ".", s[len(target) + 1:]) if target else s.partition(".")
         if not dot or "=" not in kv or "=" in target:
             raise ConfigError(f"--set {s!r}: compare needs LABEL.key=value (labels: {', '.join(labels)})")
         if target not in per:

@@ -215,7 +215,8 @@ class Outputs:
         real = Path(os.path.normpath(out))  # (as checked; relative as given, for the messages)
         if not real.is_dir():
             raise OutputError(f"{option} {out}: exists and is not a directory")
-        if not any(real.iterdir()):
+        if not any(real.iterdir()):  # replaced without a word, if it can be moved at all
+            _check_movable(real, option, out)
             return
         if self.force:
             note = f"note: replacing {out} (--force)"
@@ -234,7 +235,8 @@ class Outputs:
         if locked is not None:
             raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "
                               f"(its files cannot be removed)")
-        self.notes.append(note)
+        if note is not None:
+            self.notes.append(note)
 
     # -- writing, after the work -----------------------------------------------------------------
 
@@ -350,6 +352,19 @@ def _renames(staged: list[tuple[Path, Path]]) -> None:
             except OSError as e:
                 raise OutputError(f"{path}: written, but the previous one could not be removed "
                                   f"({e.strerror or e}); it is left at {backup}") from None
+
+
+def _check_movable(empty: Path, option: str, out: Path) -> None:
+    """An empty directory is replaced by renames, which its mode does not stop but an immutable
+    flag, or a sticky parent it is someone else's in, does: an immutable one failed the command
+    at its very end, after the work. So rename it aside and back now (signals held meanwhile)."""
+    probe = empty.with_name(f".{empty.name}.probe-{os.getpid()}")
+    with signals_deferred():
+        try:
+            os.rename(empty, probe)
+        except OSError as e:
+            raise OutputError(f"{option} {out}: cannot be replaced ({e.strerror or e})") from None
+        os.rename(probe, empty)
 
 
 def _write_protected(top: Path) -> str | None:

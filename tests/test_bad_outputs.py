@@ -302,6 +302,26 @@ def test_a_write_protected_previous_run_is_refused_before_any_work(ws):
     assert after == before
 
 
+def test_an_empty_out_directory_that_cannot_be_moved_is_refused_before_any_work(ws):
+    """An empty --out directory passed the checks, and an immutable one failed the command at
+    its end, after the whole run (a review, 6 Dec 2026). Its rename is tried first now."""
+    if os.geteuid() != 0:
+        pytest.skip("setting an immutable flag needs root (CI runs as root)")
+    (ws / "frozen").mkdir()
+    subprocess.run(["chattr", "+i", str(ws / "frozen")], check=True)
+    try:
+        r = runner.invoke(app, [*SIM, "--out", "frozen"])
+        left = sorted(p.name for p in ws.iterdir())
+    finally:
+        subprocess.run(["chattr", "-i", str(ws / "frozen")], check=True)
+    assert (r.exit_code, r.stderr) == (2, "error: --out frozen: cannot be replaced (Operation not "
+                                          "permitted)\n")
+    assert "frozen" in left and not [n for n in left if n.startswith(".")]  # no probe left
+    assert runner.invoke(app, [*SIM, "--out", "frozen"]).exit_code == 0  # an empty one: replaced
+    assert sorted(p.name for p in (ws / "frozen").iterdir()) == [".sortedrl-run", "summary.json",
+                                                                  "timeline.npz"]
+
+
 def test_an_old_output_that_cannot_be_removed_is_named(tmp_path, monkeypatch):
     """Should the old output resist removal once the new one is in place (a race with the
     check above), the error says so and where the old one is, not that nothing was written."""

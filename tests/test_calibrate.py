@@ -135,6 +135,9 @@ def test_validate_prints_the_error_table_for_a_recorded_run(tmp_path):
     # deterministic: a second validation gives the same numbers
     r2 = runner.invoke(app, ["validate", str(run), "--profile", str(PROFILE), "--json"])
     assert json.loads(r2.stdout) == v
+    # its own validate.json is replaced with a note, as plot and report replace theirs (it was
+    # replaced without a word)
+    assert r2.stderr.splitlines()[-1] == f"note: replacing {run / 'validate.json'}"
 
 
 def split_updates(run: Path) -> None:

@@ -97,6 +97,8 @@ def test_workers_write_the_same_run_directory_byte_for_byte(tmp_path):
     (["--policy", "sync", "--policy", "bogus"], "unknown policy 'bogus'"),
     (["--policy", "sync", "--set", "sync.minibatches=0"], "minibatches must be >= 1"),
     (["--policy", "sync", "--workers", "0"], "--workers 0: must be >= 1"),
+    # (both were accepted: A/ and a/ are one directory on a case-insensitive file system)
+    (["--policy", "A=sync", "--policy", "a=sortedrl"], "labels 'A' and 'a' differ only in case"),
 ])
 def test_compare_errors(tmp_path, args, message):
     out = tmp_path / "o"
@@ -105,6 +107,21 @@ def test_compare_errors(tmp_path, args, message):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
     assert not out.exists()
+
+
+def test_one_policy_is_one_policy(tmp_path):
+    r = compare("--trace", str(DATA / "logic-8k.jsonl"), "--policy", "sync", "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0 and r.stdout.startswith("1 policy on logic-8k.jsonl"), r.stdout  # was "1 policies"
+
+
+def test_a_label_with_a_dot_takes_its_knobs(tmp_path):
+    """`--set a.b.minibatches=2` said "no policy labelled 'a'": a label may hold a dot."""
+    r = compare("--trace", str(DATA / "logic-8k.jsonl"), "--policy", "a.b=sync", "--policy", "a=sync",
+                "--set", "a.b.minibatches=2", "--out", str(tmp_path / "o"), "--json")
+    assert r.exit_code == 0, r.output
+    runs = {x["label"]: x for x in json.loads(r.stdout)}
+    assert (runs["a.b"]["params"]["minibatches"], runs["a"]["params"]["minibatches"]) == (2, 1)
+    assert (runs["a.b"]["updates"], runs["a"]["updates"]) == (2, 1)
 
 
 USER_POLICY = """

@@ -81,6 +81,18 @@ def test_html_is_offline(small, compare_dir, tmp_path):
 # -- report ---------------------------------------------------------------------------------------
 
 
+def test_the_hatching_is_explained_only_when_an_oracle_run_is_shown(compare_dir, tmp_path):
+    out = compare_dir[0]
+    said = "Hatched bars are oracle runs"
+    assert said in report_page(out)
+    plain = tmp_path / "plain"  # the same runs without the oracle (it was said of every report)
+    shutil.copytree(out, plain, ignore=shutil.ignore_patterns("oracle_sorted"))
+    kept = [s for s in json.loads((out / "compare.json").read_text()) if s["label"] != "oracle_sorted"]
+    (plain / "compare.json").write_text(json.dumps(kept))
+    page = report_page(plain)
+    assert said not in page and "Bars from " in page
+
+
 def test_report_bars_histogram_and_table(compare_dir):
     out, summaries, tr = compare_dir
     fig = bars_figure(summaries)

@@ -109,6 +109,16 @@ def test_local_processes_and_ray_give_identical_trials(tmp_path):
     assert best["summary"]["staleness_max"] <= 2
 
 
+def test_a_ray_address_that_does_not_answer_is_one_line_at_once(tmp_path):
+    pytest.importorskip("ray", reason="Ray is the [ray] extra; make test installs it")
+    # (Ray retried for 20 s, printing a line of its own each time, before the error)
+    r = tune("--synthetic", "math-16k", "--prompts", "8", "--steps", "1", "--policy", "sync",
+             "--cluster", "h100-llama3.1-8b-1gpu", "--ray", "127.0.0.1:1", "--out", str(tmp_path / "o"))
+    assert r.exit_code == 2 and not (tmp_path / "o").exists()
+    assert r.stderr.startswith("error: --ray 127.0.0.1:1: no Ray cluster answers within 10 s (")
+    assert r.stderr.count("\n") == 1, r.stderr
+
+
 @pytest.mark.parametrize("param, message", [
     ("sortedrl.update_batch=512:64", "lo (512) is above hi (64)"),
     ("sortedrl.update_batch=a:b", "lo and hi must be integers"),

@@ -108,7 +108,7 @@ def test_a_tune_whose_every_trial_is_skipped_is_one_error(tiny, tmp_path):
     r = tune(*tiny, "--policy", "sync", "--param", "cluster.tp=2,3", "--out", str(out))
     assert r.exit_code == 2 and r.stdout == ""
     assert r.stderr == ("error: no trial could run (2 skipped); the first: tiny[tp=2]: field "
-                        "'train_gpus': 1 trainer GPUs of 1 leave no rollout engine of tp=2\n"), r.stderr
+                        "'tp': an engine of tp=2 needs 2 GPUs, and the cluster has 1\n"), r.stderr
     assert not out.exists()
 
 
@@ -122,8 +122,9 @@ def test_a_cluster_plan_counts_skipped_shapes_and_knobs_as_trials(tiny, tmp_path
     d = json.loads((out / "tune.json").read_text())
     assert [t["params"] for t in d["trials"]] == [{"cluster.tp": 1, "filter_groups": False}]
     assert [(s["params"], s["reason"]) for s in d["skipped"]] == [
-        ({"cluster.tp": 2, "filter_groups": False}, "tiny[tp=2]: field 'train_gpus': 1 trainer "
-         "GPUs of 1 leave no rollout engine of tp=2"),
-        ({"cluster.tp": 2, "filter_groups": True}, "tiny[tp=2]: field 'train_gpus': 1 trainer "
-         "GPUs of 1 leave no rollout engine of tp=2"),
+        # (it blamed 'train_gpus', which a colocated cluster does not use)
+        ({"cluster.tp": 2, "filter_groups": False}, "tiny[tp=2]: field 'tp': an engine of tp=2 "
+         "needs 2 GPUs, and the cluster has 1"),
+        ({"cluster.tp": 2, "filter_groups": True}, "tiny[tp=2]: field 'tp': an engine of tp=2 "
+         "needs 2 GPUs, and the cluster has 1"),
         ({"cluster.tp": 1, "filter_groups": True}, f"--param sortedrl.filter_groups=true: {NO_REWARD}")]

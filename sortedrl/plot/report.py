@@ -296,9 +296,10 @@ def report_page(root: Path, out: Path | None = None) -> str:
         raise PlotError(f"{root}: neither compare.json nor tune.json here (run sortedrl compare "
                         "or sortedrl tune with --out first)")
     entries, source = bar_entries(root)
+    hatched = (" Hatched bars are oracle runs: upper references that read true lengths, not "
+               "deployable policies." if any(s.get("oracle") for s in entries) else "")
     parts = [f"<h1>Report: {html.escape(str(root))}</h1>",
-             f'<p class="note">Bars from {html.escape(source)}. Hatched bars are oracle runs: '
-             "upper references that read true lengths, not deployable policies.</p>",
+             f'<p class="note">Bars from {html.escape(source)}.{hatched}</p>',
              figure_div(bars_figure(entries), "bars")]
     labels = [str(s["label"]) for s in entries] if (root / "compare.json").exists() else []
     found = find_lengths(root, labels)

@@ -19,6 +19,7 @@ share.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -39,16 +40,17 @@ def connect(address: str | None, num_cpus: int | None = None, wait_s: float = 10
 
     remote = bool(address) and address != "auto"
     if remote:
-        _check_reachable(address, wait_s)
+        check_reachable(address, wait_s)
     if ray.is_initialized():
         return
     env = {"env_vars": _actor_env()}
     if remote:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, runtime_env=env)
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, runtime_env=env,
+                 logging_level=logging.ERROR)
         return
     try:
         ray.init(address=address, num_cpus=None if address else (num_cpus or os.cpu_count() or 2),
-                 include_dashboard=False, log_to_driver=False, runtime_env=env)
+                 include_dashboard=False, log_to_driver=False, runtime_env=env, logging_level=logging.ERROR)
     except ConnectionError as exc:
         raise ConfigError(f"--ray {address}: no Ray cluster answers ({exc})") from None
 
@@ -59,7 +61,7 @@ def _actor_env() -> dict[str, str]:
     return {**ACTOR_ENV, "PYTHONPATH": path}
 
 
-def _check_reachable(address: str, wait_s: float) -> None:
+def check_reachable(address: str, wait_s: float) -> None:
     hostport = address.split("://", 1)[-1]
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():

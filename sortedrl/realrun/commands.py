@@ -17,6 +17,7 @@ from sortedrl.cli_common import (
     err,
     given_options,
     perfetto_writer,
+    print_notes,
     summary_text,
     user_errors,
 )
@@ -269,6 +270,7 @@ def register(app: typer.Typer) -> None:
             if plot is not None:
                 files[plot] = lambda p: overlay_html(result, p)
             outs.write(files, progress.file)
+        print_notes(outs)  # (validate.json replaced without a word, where plot and report said so)
         if as_json:
             typer.echo((rundir / "validate.json").read_text(), nl=False)
             return

@@ -232,6 +232,9 @@ class Cluster:
         if self.chunked_prefill and self.max_num_batched_tokens <= self.max_num_seqs:
             raise ConfigError(f"{where}: field 'max_num_batched_tokens': must be > max_num_seqs "
                               f"({self.max_num_seqs}), got {self.max_num_batched_tokens}")
+        if self.rollout_gpus < self.tp and self.placement == "colocated":  # (it blamed train_gpus,
+            raise ConfigError(f"{where}: field 'tp': an engine of tp={self.tp} needs {self.tp} GPUs, "
+                              f"and the cluster has {self.gpus}")  # which no colocated cluster uses)
         if self.rollout_gpus < self.tp:
             raise ConfigError(f"{where}: field 'train_gpus': {self.trainer_gpus} trainer GPUs of {self.gpus} "
                               f"leave no rollout engine of tp={self.tp}")

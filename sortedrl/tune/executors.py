@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import logging
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -185,9 +186,13 @@ class RayCluster(Executor):
         self.ray = ray
         self.started = False
         if not ray.is_initialized():
-            try:
+            if address not in ("local", "auto"):  # (else Ray retried for 20 s, 20 log lines)
+                from sortedrl.realrun.actors import check_reachable
+
+                check_reachable(address, 10.0)
+            try:  # (its INFO line, "Started a local Ray instance", is not ours to print)
                 ray.init(address=None if address == "local" else address,
-                         include_dashboard=False, log_to_driver=False)
+                         include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
             self.started = True
