@@ -16,6 +16,21 @@ from sortedrl.tune.space import parse_spaces
 from tests.conftest import make_trace, tiny_cluster
 
 
+def test_a_split_that_changes_nothing_is_one_trial() -> None:
+    """`cluster.train_gpus` ran a colocated policy once a value, identical runs shown as shapes,
+    and 0 (the default quarter) as a trial beside the value it stands for (a review, 6 Dec
+    2026): sync is one trial here, async one a split it can run."""
+    trace = make_trace([3, 3, 3, 3, 5, 5, 5, 5], group_size=4)
+    spaces = parse_spaces(["sync", "async"], ["cluster.train_gpus=0,1,2", "cluster.gpus=4"])
+    result = Tuner(spaces, TuneConfig(objective="makespan_s", budget=16),
+                   Executor(trace, tiny_cluster(max_num_seqs=4), 0)).run()
+    ran = [(t["policy"], t["params"]) for t in result["trials"]]
+    assert ran == [("sync", {"cluster.gpus": 4}),
+                   ("async", {"cluster.gpus": 4, "cluster.train_gpus": 1}),
+                   ("async", {"cluster.gpus": 4, "cluster.train_gpus": 2})], ran
+    assert result["skipped"] == []
+
+
 def test_small_grid_against_hand_computed_makespans() -> None:
     # Four 3-token samples, sync, one sequence per engine; each sample: prefill 2 s (step_fixed_s + weight_read_s)
     # and 2 decode steps of 2 s = 6 s; then train 10 s and sync 5 s (tests/conftest.py costs).

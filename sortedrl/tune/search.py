@@ -49,6 +49,8 @@ from sortedrl.policies.registry import policy_class
 from sortedrl.tune.executors import SKIPPED, Executor, shaped
 from sortedrl.tune.space import CLUSTER, Space, as_sets, split_cluster
 
+SPLIT = f"{CLUSTER}.train_gpus"
+
 OBJECTIVES = {"learnable_tokens_per_s": 1.0, "tokens_per_s": 1.0, "makespan_s": -1.0,
               "gpu_hours": -1.0}  # +1 max, -1 min
 
@@ -105,11 +107,25 @@ class Tuner:
     def _fresh(self, policy: str, candidates: list[dict]) -> list[dict]:
         out = []
         for p in candidates:
+            if SPLIT in p and self._colocated(policy, p):  # the split is not used: one trial, not
+                p = {k: v for k, v in p.items() if k != SPLIT}  # one a value, shown as a shape
+            elif p.get(SPLIT) == 0:  # 0: the default quarter, the same trial as its value
+                gpus = p.get(f"{CLUSTER}.gpus", self.ex.cluster.gpus)
+                p = {**p, SPLIT: max(1, gpus // 4)}
             k = self._key(policy, p)
             if k not in self.seen:
                 self.seen.add(k)
                 out.append(p)
         return out
+
+    def _colocated(self, policy: str, params: dict) -> bool:
+        """Whether ``policy`` runs colocated on the trial's cluster (``compare.cluster_for``'s
+        rule), where every GPU trains and ``cluster.train_gpus`` changes nothing."""
+        placement = params.get(f"{CLUSTER}.placement", self.ex.cluster.placement)
+        wants = policy_class(policy).placements
+        if wants and placement not in wants and "disaggregated" in wants:
+            placement = "disaggregated"
+        return placement == "colocated"
 
     def _runnable(self, batch: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
         """The trials whose cluster shape can run the trace; the others go to ``skipped``."""
