@@ -68,6 +68,22 @@ def test_max_staleness_is_a_hard_constraint(tiny, tmp_path):
     assert d["trials"][d["best"]["overall"]]["summary"]["staleness_max"] == 0
 
 
+def test_a_gpu_hours_tune_shows_the_gpu_hours_it_ranked_by(tmp_path):
+    """By `--objective gpu_hours` the table had no GPU-hours column: the ranking's own figure
+    was not shown (a review, 6 Dec 2026); the other objectives keep the table as it was."""
+    args = ["--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "sync",
+            "--param", "cluster.gpus=1,2", "--cluster", "h100-llama3.1-8b-2gpu"]
+    r = tune(*args, "--objective", "gpu_hours", "--out", str(tmp_path / "g"))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[1].split()[-1] == "GPU-h" and lines[2].split()[-1] == "h"
+    d = json.loads((tmp_path / "g" / "tune.json").read_text())
+    best = d["trials"][d["best"]["overall"]]
+    assert lines[4].split()[-1] == f"{best['summary']['gpu_hours']:.3f}"
+    plain = tune(*args, "--out", str(tmp_path / "p"))
+    assert "GPU-h" not in plain.stdout.splitlines()[1]
+
+
 def test_async_eta_search_respects_the_bound(tmp_path):
     r = tune("--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "async",
              "--param", "async.eta=0:4", "--param", "async.drop_stale=true",  # eta bounds tokens too

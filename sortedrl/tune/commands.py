@@ -181,7 +181,7 @@ def infeasible_message(result: dict) -> str:
 
 TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("learnable", "tok/s", hide=3),
              Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "versions"), Col("updates", "count", hide=4),
-             Col("GPUs", "r+t", hide=1)]
+             Col("GPUs", "r+t", hide=1), Col("GPU-h", "h")]  # (GPU-h: --objective gpu_hours only)
 
 
 def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
@@ -190,7 +190,7 @@ def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
             fmt("learnable_tokens_per_s", s.get("learnable_tokens_per_s", 0)),
             f"{s[rate] / top:.2f}x" if top > 0 else "-",
             fmt("makespan_s", s["makespan_s"]), f"{fmt('staleness_mean', s['staleness_mean'])}/{s['staleness_max']}",
-            f"{s['updates']:,}", splits.get(t["id"], splits[t["policy"]])]
+            f"{s['updates']:,}", splits.get(t["id"], splits[t["policy"]]), fmt("gpu_hours", s.get("gpu_hours", 0))]
 
 
 def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
@@ -201,7 +201,8 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     trials = result["trials"]
     learnable = all("learnable_tokens_per_s" in t["summary"] for t in trials)
     rate = "learnable_tokens_per_s" if learnable else "tokens_per_s"
-    cols = [c for c in TUNE_COLS if learnable or c.title != "learnable"]
+    cols = [c for c in TUNE_COLS if (learnable or c.title != "learnable")  # the ranking's own column
+            and (c.title != "GPU-h" or result["objective"] == "gpu_hours")]
     keep = [i for i, c in enumerate(TUNE_COLS) if c in cols]
 
     def rows(ts: list[dict]) -> list[list[str]]:
