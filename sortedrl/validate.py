@@ -210,6 +210,9 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
         raise ConfigError(f"{tl_path}: {why}")
     run = check_run(real_tl.meta.get("run"), tl_path, trust_policy)
     trace = read_trace(rundir / "trace.jsonl")
+    if not str(profile).endswith(".json"):  # (it was read as a preset name: "unknown cluster preset")
+        raise ConfigError(f"--profile {profile}: not a profile: give the .json file `sortedrl "
+                          "calibrate` wrote (or a cluster file)")
     cluster = run_cluster(load_cluster(str(profile)), real_tl.meta, _ray_terms(profile))
     if trace.turn_offsets is not None and "tool_pool" in run:  # a multi-turn run's sandboxes
         cluster = dataclasses.replace(cluster, tool_pool=int(run["tool_pool"]))

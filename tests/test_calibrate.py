@@ -220,6 +220,10 @@ def test_validate_errors(tmp_path):
     r = runner.invoke(app, ["validate", str(PROFILE)])
     assert r.exit_code == 2 and r.stderr == (f"error: {PROFILE}: not a directory (validate takes the "
                                              "directory of a `sortedrl run`)\n")
+    # another file of the run as the profile was "unknown cluster preset 'RUN/trace.jsonl'"
+    r = runner.invoke(app, ["validate", str(RUN), "--profile", str(RUN / "trace.jsonl")])
+    assert r.exit_code == 2 and r.stderr == (f"error: --profile {RUN / 'trace.jsonl'}: not a profile: give "
+                                             "the .json file `sortedrl calibrate` wrote (or a cluster file)\n")
     # a simulated run was reported as its missing profile.json
     sim = tmp_path / "sim"
     r = runner.invoke(app, ["simulate", "--synthetic", "math-16k", "--prompts", "8", "--steps", "1",
