@@ -139,13 +139,16 @@ def test_a_ray_address_that_does_not_answer_is_one_line_at_once(tmp_path):
     ("sortedrl.update_batch=512:64", "lo (512) is above hi (64)"),
     ("sortedrl.update_batch=a:b", "lo and hi must be integers"),
     ("sortedrl.mode=1:3", "mode is not numeric; give a list of values instead"),
-    ("sortedrl.mode=fast,slow", "error: --param mode=fast: expected one of on_policy, partial"),  # was --set
+    # (was --set, then `--param mode=fast`, without the policy or the list it came from)
+    ("sortedrl.mode=on_policy,fast", "error: --param 'sortedrl.mode=on_policy,fast': mode=fast: expected "
+                                     "one of on_policy, partial"),
     ("sortedrl.nope=1:2", "unknown parameter for policy sortedrl"),
     ("sync.minibatches=1,2", "policy 'sync' is not among the --policy list (sortedrl)"),
     ("sortedrl.oversubscribe=0:2:log", "a log range needs lo > 0"),
     ("sortedrl.oversubscribe=1:2:lin", "a range is lo:hi or lo:hi:log"),
     ("sortedrl.update_batch", "expected NAME.key=lo:hi[:log] or NAME.key=v1,v2,..."),
-    ("sortedrl.oversubscribe=-1:2", "error: --param: policy sortedrl: oversubscribe must be >= 0, got -1.0"),
+    ("sortedrl.oversubscribe=-1:2", "error: --param 'sortedrl.oversubscribe=-1:2': policy sortedrl: "
+                                    "oversubscribe must be >= 0, got -1.0"),
 ])
 def test_bad_params_get_one_line_errors(tmp_path, param, message):
     out = tmp_path / "o"

@@ -163,6 +163,15 @@ def split_cluster(sets: list[str]) -> tuple[dict, list[str]]:
     return changes, knobs
 
 
+def _value(cls: type, key: str, value: object, name: str, where: str) -> object:
+    """The policy's params with ``key=value``, its error naming the whole ``--param`` spec (it
+    named `--param mode=bogus`, without the policy or the list the value came from)."""
+    try:
+        return parse_params(cls.Params, [f"{key}={value}"], name, "--param")
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {str(e).removeprefix('--param').lstrip(': ')}") from None
+
+
 def _parse_one(spec: str, policies: list[str]) -> tuple[str, Dim]:
     where = f"--param {spec!r}"
     target, eq, raw = spec.partition("=")
@@ -192,14 +201,14 @@ def _parse_one(spec: str, policies: list[str]) -> tuple[str, Dim]:
         if log and lo <= 0:
             raise ConfigError(f"{where}: a log range needs lo > 0")
         for v in (lo, hi):  # the policy's own checks (e.g. minibatches >= 1)
-            parse_params(cls.Params, [f"{key}={v}"], name, "--param")
+            _value(cls, key, v, name, where)
         return name, Dim(key, "int" if hint is int else "float", lo=lo, hi=hi, log=log)
     values = []
     for item in raw.split(","):
         item = item.strip()
         if not item:
             raise ConfigError(f"{where}: an empty value in the list")
-        values.append(getattr(parse_params(cls.Params, [f"{key}={item}"], name, "--param"), key))
+        values.append(getattr(_value(cls, key, item, name, where), key))
     if len(set(values)) != len(values):
         raise ConfigError(f"{where}: a value is listed twice")
     return name, Dim(key, "choice", values=tuple(values))
