@@ -235,8 +235,7 @@ class Outputs:
         if locked is not None:
             raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "
                               f"(its files cannot be removed)")
-        if note is not None:
-            self.notes.append(note)
+        self.notes.append(note)
 
     # -- writing, after the work -----------------------------------------------------------------
 
