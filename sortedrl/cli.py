@@ -143,8 +143,9 @@ def simulate(
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
         pol = make_policy(policy, sets, tr)
         progress.phase(f"simulating {pol.name}", total=len(tr))
+        ran_on = cluster_for(pol.placements, cl)
         with outs.scratch(run_dir) as spill:  # a long run's timeline waits there, not in memory
-            result = run_simulation(tr, pol, cluster_for(pol.placements, cl), seed=seed,
+            result = run_simulation(tr, pol, ran_on, seed=seed,
                                     progress=progress, regen=regen, spill_dir=spill)
             summary = write_json(result.summary, run_dir / "summary.json")  # (checked now)
             files: dict = {run_dir: {"summary.json": summary,
@@ -153,7 +154,7 @@ def simulate(
                 files[perfetto] = perfetto_writer(result.timeline)
             outs.write(files, progress.file)
     print_notes(outs)
-    split = cluster_for(pol.placements, cl).placement == "disaggregated"
+    split = ran_on.placement == "disaggregated"
     notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl),
              trainer_split_note([(pol.name, result.summary)] if split else [], cl)]
     for note in filter(None, notes):

@@ -69,12 +69,21 @@ def parse_specs(policies: list[str], sets: list[str]) -> list[PolicySpec]:
     return [PolicySpec(label, name, tuple(per[label])) for label, name in labels.items()]
 
 
+def placement_for(policy_placements: tuple[str, ...] | None, placement: str) -> str:
+    """The placement a policy runs on, given a cluster's: the same, or ``disaggregated`` when
+    the policy needs separate pools (the rule of :func:`cluster_for`, without building the
+    split)."""
+    if (not policy_placements or placement in policy_placements
+            or "disaggregated" not in policy_placements):
+        return placement
+    return "disaggregated"
+
+
 def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster) -> Cluster:
     """The cluster a policy runs on: the given one, or its disaggregated split if it must. (A
     policy that runs only colocated gets the given cluster, and ``simulate`` refuses a
     disaggregated one: there is no colocated form of separate pools to fall back to.)"""
-    if (not policy_placements or cluster.placement in policy_placements
-            or "disaggregated" not in policy_placements):
+    if placement_for(policy_placements, cluster.placement) == cluster.placement:
         return cluster
     split = dataclasses.replace(cluster, name=split_name(cluster),
                                 placement="disaggregated").validate(cluster.name)

@@ -302,18 +302,30 @@ def test_a_write_protected_previous_run_is_refused_before_any_work(ws):
     assert after == before
 
 
-def test_an_empty_out_directory_that_cannot_be_moved_is_refused_before_any_work(ws):
+def test_an_empty_out_directory_that_cannot_be_moved_is_refused_before_any_work(ws, monkeypatch):
     """An empty --out directory passed the checks, and an immutable one failed the command at
-    its end, after the whole run (a review, 6 Dec 2026). Its rename is tried first now."""
-    if os.geteuid() != 0:
-        pytest.skip("setting an immutable flag needs root (CI runs as root)")
+    its end, after the whole run (a review, 6 Dec 2026). Its rename is tried first now. As root
+    the directory is made immutable (`chattr +i`); a user may not set that flag, so there the
+    kernel's answer to renaming such a directory (EPERM) is given by the rename itself."""
+    import contextlib
+    import errno
+
     (ws / "frozen").mkdir()
-    subprocess.run(["chattr", "+i", str(ws / "frozen")], check=True)
-    try:
+    rename = os.rename
+
+    def refused(src, dst, *a, **k):
+        if os.path.basename(src) == "frozen":
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), src)
+        return rename(src, dst, *a, **k)
+
+    with contextlib.ExitStack() as stack:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "+i", str(ws / "frozen")], check=True)
+            stack.callback(subprocess.run, ["chattr", "-i", str(ws / "frozen")], check=True)
+        else:
+            stack.enter_context(monkeypatch.context()).setattr(os, "rename", refused)
         r = runner.invoke(app, [*SIM, "--out", "frozen"])
         left = sorted(p.name for p in ws.iterdir())
-    finally:
-        subprocess.run(["chattr", "-i", str(ws / "frozen")], check=True)
     assert (r.exit_code, r.stderr) == (2, "error: --out frozen: cannot be replaced (Operation not "
                                           "permitted)\n")
     assert "frozen" in left and not [n for n in left if n.startswith(".")]  # no probe left

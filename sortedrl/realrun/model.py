@@ -99,9 +99,10 @@ def save_aside(out: Path, save: Callable[[Path], None]) -> None:
     try:
         os.chmod(tmp, 0o777 & ~umask())
         save(tmp)
+        mode = 0o666 & ~umask()
         for f in tmp.rglob("*"):  # safetensors writes its files 0600, whatever the umask
             if f.is_file() and not f.is_symlink():
-                os.chmod(f, 0o666 & ~umask())
+                os.chmod(f, mode)
         with signals_deferred():
             if out.exists():
                 out.rmdir()

@@ -26,7 +26,15 @@ from sortedrl.cli_common import (
     source_name,
     user_errors,
 )
-from sortedrl.compare import STALE_NOTE, cluster_for, fit_warnings, placement_note, updates_note
+from sortedrl.compare import (
+    STALE_NOTE,
+    cluster_for,
+    fit_warnings,
+    placement_for,
+    placement_note,
+    trainer_split_note,
+    updates_note,
+)
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.auto import knob_text
@@ -150,7 +158,6 @@ def trainer_note(result: dict, cluster: Cluster) -> str | None:
     """:func:`~sortedrl.compare.trainer_split_note` of the best trials that ran on the given
     cluster's default split (a search of ``cluster.*`` shapes says nothing: its trials ran on
     several splits, and ``cluster.train_gpus`` is the knob to add to it)."""
-    from sortedrl.compare import trainer_split_note
     from sortedrl.tune.space import as_sets, split_cluster
 
     trials = result["trials"]
@@ -158,8 +165,8 @@ def trainer_note(result: dict, cluster: Cluster) -> str | None:
         return None
     runs = [(f"trial {i} {trials[i]['policy']}", trials[i]["summary"])
             for i in result["best"]["per_policy"].values()
-            if i is not None and cluster_for(policy_class(trials[i]["policy"]).placements,
-                                             cluster).placement == "disaggregated"]
+            if i is not None and placement_for(policy_class(trials[i]["policy"]).placements,
+                                               cluster.placement) == "disaggregated"]
     return trainer_split_note(runs, cluster)
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from scipy.stats import qmc
 
+from sortedrl.compare import placement_for
 from sortedrl.errors import ConfigError
 from sortedrl.metrics import rank_rate
 from sortedrl.policies.registry import policy_class
@@ -119,13 +120,10 @@ class Tuner:
         return out
 
     def _colocated(self, policy: str, params: dict) -> bool:
-        """Whether ``policy`` runs colocated on the trial's cluster (``compare.cluster_for``'s
-        rule), where every GPU trains and ``cluster.train_gpus`` changes nothing."""
+        """Whether ``policy`` runs colocated on the trial's cluster, where every GPU trains and
+        ``cluster.train_gpus`` changes nothing."""
         placement = params.get(f"{CLUSTER}.placement", self.ex.cluster.placement)
-        wants = policy_class(policy).placements
-        if wants and placement not in wants and "disaggregated" in wants:
-            placement = "disaggregated"
-        return placement == "colocated"
+        return placement_for(policy_class(policy).placements, placement) == "colocated"
 
     def _runnable(self, batch: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
         """The trials whose cluster shape can run the trace; the others go to ``skipped``."""
