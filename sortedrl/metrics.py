@@ -336,7 +336,8 @@ def summarize(tl: Timeline) -> dict:
         "preemptions": int(np.count_nonzero(sp["end"] == "preempt")),
         **tools,
     }
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    # + 0.0: a ratio that rounds to zero from below (float error) is 0, not -0
+    return {k: (round(v, 6) + 0.0 if isinstance(v, float) else v) for k, v in out.items()}
 
 
 from sortedrl.metrics_tools import tool_summary  # noqa: E402  (it uses union_length above)

@@ -55,6 +55,19 @@ def complete_groups(view: ClusterView, samples) -> list[int]:
     return [g for g, c in count.items() if c == view.group_size]
 
 
+def completion_order(view: ClusterView, samples) -> list[int]:
+    """Groups all of whose samples are among ``samples`` (finished ones, in finish order), in
+    the order they completed (their last member's finish)."""
+    count: dict[int, int] = {}
+    out = []
+    for i in samples:
+        g = view.group_of(i)
+        c = count[g] = count.get(g, 0) + 1
+        if c == view.group_size:
+            out.append(g)
+    return out
+
+
 # -- dynamic sampling (DAPO's filter_groups) ------------------------------------------------------
 
 

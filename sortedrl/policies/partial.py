@@ -9,7 +9,10 @@ are off-policy at 2x); ``max_span`` optionally bounds it as MindSpeed-RL's
 ``max_span`` versions behind is regenerated instead. ``keep_partial=false`` drops the partials
 instead, which is verl's "reorder rollout" (strictly on-policy, the aborted work wasted); it
 refuses a ``max_span`` above 0, which would have nothing to age and so no effect.
-Complete groups are what is trained, so GRPO advantages always see a whole group.
+Complete groups are what is trained, so GRPO advantages always see a whole group, and exactly N
+of them a step (slime asserts its batch is ``rollout_batch_size``): the first N to complete.
+Groups that complete in the same engine step beyond N wait, finished, for the next step (slime
+drops them; its code notes they are not put back), or are regenerated with ``keep_partial=false``.
 ``filter_groups`` is DAPO's dynamic sampling: a group that completes with all rewards equal is
 filtered at once, does not count towards the N, and a fresh prompt group from the dataloader
 takes its place in flight.
@@ -32,6 +35,7 @@ from sortedrl.policies.base import (
 )
 from sortedrl.policies.common import (
     complete_groups,
+    completion_order,
     flat_groups,
     in_flight,
     refuse_negative,
@@ -153,7 +157,10 @@ class PartialRolloutPolicy(Policy):
             out.append(Abort(tuple(running), keep_tokens=self.params.keep_partial))
         finished = tuple(i for i in view.finished() if view.group_of(i) not in self.filtered)
         batch, regen = [], []
+        first_n = set(completion_order(view, finished)[: self.n_groups])  # the rest wait
         for g in complete_groups(view, finished):
+            if g not in first_n:
+                continue
             members = list(view.group_samples(g))
             old = [i for i in members if self._stale(view, i)]
             if old:  # a member is too stale: regenerate it, the group waits
