@@ -25,7 +25,7 @@ from sortedrl.compare import count_text, fit_warnings, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
-from sortedrl.tables import Col, fmt, render, terminal_width
+from sortedrl.tables import FORMATS, Col, fmt, render, terminal_width
 
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 MAX_GPU_HOUR_PRICE = 1e6  # $ per GPU-hour, far above any (1.7e308 made the cost infinite)
@@ -176,11 +176,14 @@ def report_html(results: list[dict], source: str) -> str:
     parts.update_layout(barmode="group", title="where the time goes (h; rollout and training "
                         "overlap on a disaggregated cluster)", yaxis_title="hours")
     rows = [[r[k] for k, _ in COLUMNS] for r in results]
+    whole = all(r["updates"] == int(r["updates"]) for r in results)  # as count_text prints them
+    formats = [",.0f" if k == "updates" and whole else ",.2f" if k == "updates"
+               else FORMATS.get(k, ",.1f" if u == "s" else None) for k, u in COLUMNS]
     return page(f"sortedrl forecast: {source}", [
         f"<h1>Forecast of {source}</h1>",
         '<p class="note">Definitions and units: docs/metrics.md ("Forecast").</p>',
         figure_div(wall, "forecast-wall"), figure_div(parts, "forecast-parts"),
-        table([f"{k} ({u})" if u else k for k, u in COLUMNS], rows, "forecast-table")])
+        table([f"{k} ({u})" if u else k for k, u in COLUMNS], rows, "forecast-table", formats)])
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import math
 
 import numpy as np
@@ -101,6 +102,25 @@ def test_report_is_written_offline(model_file, tmp_path) -> None:
     assert 'id="forecast-wall"' in html and 'id="forecast-table"' in html
     assert "<script src=" not in html  # plotly.js inlined, nothing from a CDN
     assert "forecast of model.json" in r.output and f"wrote {report}" in r.output
+
+
+def test_the_report_table_prints_each_figure_at_its_one_precision(model_file, tmp_path) -> None:
+    # docs/metrics.md "Printed precision": the HTML report as the terminal (it printed raw
+    # floats: wall_h 17.075, cost 341.504, updates 300.000)
+    report = tmp_path / "f.html"
+    r = run(["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync",
+             "--seeds", "2", "--gpu-hour-price", "2.5", "--report", str(report), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)[0]
+    html = report.read_text()
+    body = html[html.index('id="forecast-table"'):]
+    head = re.findall(r"<th>([^<]*)</th>", body[: body.index("</thead>")])
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", body[: body.index("</tbody>")])
+    row = dict(zip([h.split(" (")[0] for h in head], cells, strict=True))
+    assert row["wall_h"] == f"{out['wall_h']:,.2f}" and row["cost"] == f"{out['cost']:,.2f}"
+    assert row["gpu_hours"] == f"{out['gpu_hours']:,.3f}" and row["sync_s"] == f"{out['sync_s']:,.2f}"
+    assert row["wall_s"] == f"{out['wall_s']:,.1f}" and row["idle_s"] == f"{out['idle_s']:,.1f}"
+    assert row["updates"] == f"{out['updates']:,.0f}" and row["gpus"] == str(out["gpus"])
 
 
 @pytest.mark.parametrize("args, message", [

@@ -57,6 +57,19 @@ def test_verl_cap_and_uid_grouping(tokenizer, tmp_path) -> None:
     assert trace.truncated.tolist() == [False, False, True, False]
 
 
+def test_a_dump_over_the_cap_given_names_the_sample_and_what_to_do(tokenizer) -> None:
+    # a framework never generates past its cap: a longer response means the cap given is wrong
+    # (a table's rows are clipped instead); sample 19 of the fixture has 14 tokens
+    trace, _ = import_framework("verl", DUMPS / "verl_rollout", tokenizer)
+    assert trace.response_len[19] == 14
+    with pytest.raises(TraceError) as e:
+        import_framework("verl", DUMPS / "verl_rollout", tokenizer, max_response_len=13)
+    assert str(e.value) == (f"{DUMPS / 'verl_rollout'}: sample 19 (step 2, prompt "
+                            f"{trace.prompt_id[19]}) has 14 response tokens, above "
+                            "--max-response-len 13: give the run's cap, or leave it out (the "
+                            "longest response then sets it)")
+
+
 def test_slime_debug_rollout() -> None:
     trace, report = import_framework("slime", DUMPS / "slime_rollout")
     assert (report.files, report.rows, report.groups, report.steps) == (2, 32, 8, 2)

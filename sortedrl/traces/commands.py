@@ -58,7 +58,9 @@ def import_cmd(
         str | None, typer.Option(help="Column holding the response length (tables).")] = None,
     group_size: Annotated[int, typer.Option(help="Consecutive rows per prompt (GRPO n).")] = 1,
     max_response_len: Annotated[
-        int | None, typer.Option(help="Generation cap in tokens; longer rows are clipped. Default: the longest row's length (its rows then count as truncated).")
+        int | None, typer.Option(help="Generation cap in tokens; a table's longer rows are clipped to it, a --from dump's "
+                            "are refused (the framework generated them: the cap is not the run's). Default: the "
+                            "longest row's length (its rows then count as truncated).")
     ] = None,
     source: Annotated[str | None, typer.Option(help="Source label. Default: file name.")] = None,
     framework: Annotated[str | None, typer.Option(

@@ -306,9 +306,12 @@ def to_trace(rows: Rows, framework: str, files: int, where: str,
         raise TraceError(f"{where}: sample {i}: response has {rows.response_len[i]} tokens; "
                          f"need at least 1")
     cap = int(response.max()) if max_response_len is None else max_response_len
-    if response.max() > cap:
-        raise TraceError(f"{where}: a response has {int(response.max())} tokens, above "
-                         f"--max-response-len {cap}")
+    if response.max() > cap:  # a framework generated it: the cap given is not the run's
+        i = int(order[int(np.argmax(response))])
+        raise TraceError(f"{where}: sample {i} (step {rows.step[i]}, prompt "
+                         f"{prompt_name(rows.name[i])}) has {int(response.max())} response "
+                         f"tokens, above --max-response-len {cap}: give the run's cap, or leave "
+                         "it out (the longest response then sets it)")
     at_cap = np.array([rows.stopped_at_cap[i] for i in order], dtype=object)
     truncated = np.where(at_cap == None, response >= cap, at_cap == True)  # noqa: E711,E712
     truncated = truncated.astype(bool)
