@@ -31,9 +31,12 @@ sizes of one RL step (thousands of responses):
   log-mean and the runaway share that give the logged mean and share at the cap under this
   model's cap and spread, and their slopes per step.
 
+Turns (a multi-turn trace): :func:`sortedrl.traces.model_turns.fit_turns`, after the lengths.
+
 Goodness of fit compares the data's response lengths with a large draw from the model over the
 same steps (20 times the data, at most 4M samples): quantiles side by side and the two-sample
-Kolmogorov-Smirnov statistic.
+Kolmogorov-Smirnov statistic; with turns, also the mean tool calls, tool seconds and tool-output
+tokens per trajectory.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ import math
 import numpy as np
 
 from sortedrl.errors import TraceError
-from sortedrl.traces.model import TraceModel, check_model, draw_lengths
+from sortedrl.traces.model import TraceModel, check_model, draw_lengths, draw_tool_load
+from sortedrl.traces.model_turns import fit_turns, has_turns
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.wandb_drift import SIBLINGS, drift_from_wandb  # noqa: F401  (re-exported)
 
@@ -94,6 +98,9 @@ def fit_trace(trace: Trace, source: str = "", where: str = "") -> TraceModel:
         prompt_sigma=float(plen.std()), prompt_min=int(trace.prompt_len.min()),
         prompt_max=int(trace.prompt_len.max()), pass_alpha=alpha, pass_beta=beta,
         source=source or trace.meta.source or trace.name)
+    if trace.turn_offsets is not None:  # calls per token: solved on the model's own lengths
+        steps, prompts = model_prompts(trace)
+        model = dataclasses.replace(model, **fit_turns(trace, draw_lengths(model, steps, 0, prompts)))
     check_model(model, "fitted model")
     return dataclasses.replace(model, fit=goodness(trace, model))
 
@@ -272,7 +279,7 @@ def goodness(trace: Trace, model: TraceModel) -> dict:
         ks = ks_from_counts(np.bincount(data, minlength=top), np.bincount(sim, minlength=top))
     else:  # a cap far above the lengths (1e9 tokens): counts would not fit, the draws do
         ks = ks_statistic(data, sim)
-    return {
+    fit = {
         "quantiles": [{"q": q, "data": float(np.quantile(data, q)),
                        "model": float(np.quantile(sim, q))} for q in QUANTILES],
         "mean_data": float(data.mean()), "mean_model": float(sim.mean()),
@@ -281,6 +288,26 @@ def goodness(trace: Trace, model: TraceModel) -> dict:
         "ks": ks,
         "samples": int(data.size), "model_samples": int(sim.size),
     }
+    if has_turns(model):  # per trajectory, means: those of the whole generated trace
+        rows = len(trace)
+        data_calls = 0 if trace.turn_offsets is None else (trace.turn_offsets[-1] - rows) / rows
+        # at most MAX_MODEL_SAMPLES calls (about): 4M trajectories of agentic-swe held 33M calls
+        room = MAX_MODEL_SAMPLES / (steps * trace.meta.group_size * max(1.0, data_calls))
+        calls, seconds, tokens = draw_tool_load(model, steps, seed=0,
+                                                prompts=max(1, min(prompts, int(room))))
+        fit.update({
+            "calls_data": float(data_calls), "calls_model": float(calls.mean()),
+            "tool_s_data": _per_row(trace.turn_tool_s, rows),
+            "tool_s_model": float(seconds.sum() / calls.size),
+            "tool_tokens_data": _per_row(trace.turn_tool_tokens, rows),
+            "tool_tokens_model": float(tokens.sum() / calls.size),
+            "tool_model_samples": int(calls.size),
+        })
+    return fit
+
+
+def _per_row(values: np.ndarray | None, rows: int) -> float:
+    return 0.0 if values is None else float(values.sum() / rows)
 
 
 def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:

@@ -114,14 +114,34 @@ def _size_notes(trace, where: str) -> list[str]:
     return notes
 
 
+# the unit of each model parameter, as trace fit prints it (docs/traces.md)
+UNITS = {
+    "max_response_len": "tokens", "group_size": "samples per prompt",
+    "prompts_per_step": "prompts", "mu0": "log tokens", "sigma_between": "log tokens",
+    "sigma_within": "log tokens", "drift": "log tokens per step", "runaway_share": "share",
+    "prompt_median": "tokens", "prompt_sigma": "log tokens", "prompt_min": "tokens",
+    "prompt_max": "tokens", "runaway_drift": "share per step",
+    "max_drift": "log tokens per step", "pass_alpha": "Beta shape", "pass_beta": "Beta shape",
+    "calls_per_token": "calls per token", "max_turns": "turns", "tool_median_s": "s",
+    "tool_sigma": "log s", "tool_max_s": "s", "tool_zero_share": "share of calls",
+    "obs_median": "tokens", "obs_sigma": "log tokens", "obs_max": "tokens",
+    "obs_zero_share": "share of calls",
+}
+
+
 def _params_table(model) -> Table:
+    from sortedrl.traces.model_turns import TURN_FIELDS
+
     table = Table(title=f"length model of {model.source}")
     table.add_column("parameter")
     table.add_column("value", justify="right")
+    table.add_column("unit")
     for f in dataclasses.fields(model):
-        if f.name not in ("fit", "source"):
-            v = getattr(model, f.name)
-            table.add_row(f.name, "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+        v = getattr(model, f.name)
+        if f.name in ("fit", "source") or (v is None and f.name in TURN_FIELDS):
+            continue  # (a model without turns has none of their fields)
+        shown = "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+        table.add_row(f.name, shown, UNITS[f.name])
     return table
 
 
@@ -129,12 +149,23 @@ def _fit_table(fit: dict) -> Table:
     table = Table(title=f"goodness of fit: KS statistic {fit['ks']:.4f} "
                         f"({fit['samples']} samples vs {fit['model_samples']} drawn)")
     table.add_column("response_len")
-    table.add_column("data (tok)", justify="right")
-    table.add_column("model (tok)", justify="right")
+    table.add_column("data", justify="right")
+    table.add_column("model", justify="right")
+    table.add_column("unit")
     for row in fit["quantiles"]:
-        table.add_row(f"p{round(row['q'] * 100)}", *(fmt("response_len_quantile", row[k]) for k in ("data", "model")))
-    table.add_row("mean", *(fmt("response_len_mean", fit[k]) for k in ("mean_data", "mean_model")))
-    table.add_row("truncated share", f"{fit['truncated_data']:.4f}", f"{fit['truncated_model']:.4f}")
+        table.add_row(f"p{round(row['q'] * 100)}",
+                      *(fmt("response_len_quantile", row[k]) for k in ("data", "model")), "tokens")
+    table.add_row("mean", *(fmt("response_len_mean", fit[k]) for k in ("mean_data", "mean_model")),
+                  "tokens")
+    table.add_row("truncated share", f"{fit['truncated_data']:.4f}", f"{fit['truncated_model']:.4f}",
+                  "share of samples")
+    if "calls_data" in fit:  # a model with turns: its tool load per trajectory (means)
+        table.add_section()
+        for label, key, unit, digits in (("tool calls", "calls", "calls per trajectory", 3),
+                                         ("tool time", "tool_s", "s per trajectory", 3),
+                                         ("tool output", "tool_tokens", "tokens per trajectory", 1)):
+            table.add_row(label, f"{fit[key + '_data']:,.{digits}f}",
+                          f"{fit[key + '_model']:,.{digits}f}", unit)
     return table
 
 

@@ -13,9 +13,14 @@ reduced to what a trace identifies, for prompt ``p``, sample ``k`` and step ``t`
 * reward: each prompt has a pass rate ``q_p ~ Beta(pass_alpha, pass_beta)`` and each sample
   passes (reward 1) with probability ``q_p``, 0 otherwise (the parametrisation of per-prompt pass
   rates in GRPO: a group with ``q_p`` of 0 or 1 teaches nothing);
-* ``prompt_len = clip(round(lognormal(log prompt_median, prompt_sigma)), prompt_min, prompt_max)``.
+* ``prompt_len = clip(round(lognormal(log prompt_median, prompt_sigma)), prompt_min, prompt_max)``;
+* turns, for a model fitted on a multi-turn (agentic) trace: tool calls per trajectory in
+  proportion to its length, each call's seconds and tool-output tokens lognormal
+  (:mod:`sortedrl.traces.model_turns`); drawn after everything above, so the lengths, prompt
+  lengths and rewards are those of the same model without turns.
 
-Stored as JSON with the key ``sortedrl_trace_model``; every field is checked on load.
+Stored as JSON with the key ``sortedrl_trace_model``; every field is checked on load. The turn
+fields are all present or all absent (a model without turns is written as before them).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT32_MAX
+from sortedrl.traces import model_turns
+from sortedrl.traces.model_turns import TURN_FIELDS
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 
 VERSION = 1
@@ -55,11 +62,25 @@ class TraceModel:
     max_drift: float = 0.0  # log change of the per-step max per step (W&B; reported only)
     pass_alpha: float | None = None  # Beta pass-rate prior; None: the trace had no reward
     pass_beta: float | None = None
+    # turns (sortedrl.traces.model_turns): all None for a model of single-turn trajectories
+    calls_per_token: float | None = None  # tool calls per generated token (Poisson rate)
+    max_turns: int | None = None  # turns per trajectory, at most (calls: at most this - 1)
+    tool_median_s: float | None = None  # s, median of a call's seconds (those above 0)
+    tool_sigma: float | None = None  # std of log seconds of a call
+    tool_max_s: float | None = None  # s, the longest call (a timeout): draws clipped to it
+    tool_zero_share: float | None = None  # share of calls that take 0 s
+    obs_median: float | None = None  # tokens, median tool output of a call (those above 0)
+    obs_sigma: float | None = None  # std of log tool-output tokens of a call
+    obs_max: int | None = None  # tokens, the largest tool output of a call: draws clipped to it
+    obs_zero_share: float | None = None  # share of calls that output 0 tokens
     source: str = ""
     fit: dict = field(default_factory=dict, compare=False)  # goodness of fit, for the record
 
     def to_json(self, what: str = "the trace model") -> str:
         body = {"sortedrl_trace_model": VERSION, **dataclasses.asdict(self)}
+        for name in TURN_FIELDS:  # a model without turns: the file it always was
+            if body[name] is None:
+                del body[name]
         return jsonio.dumps(body, what, indent=2) + "\n"
 
 
@@ -121,7 +142,7 @@ def check_model(model: TraceModel, where: str) -> None:
         raise TraceError(f"{where}: field 'fit': {model.fit!r} is not an object")
     for f in dataclasses.fields(TraceModel):
         v = getattr(model, f.name)
-        if f.name in ("source", "fit") or f.name in POSITIVE:
+        if f.name in ("source", "fit") or f.name in POSITIVE or f.name in TURN_FIELDS:
             continue
         if v is None and f.name in ("pass_alpha", "pass_beta"):  # no reward in the trace
             continue
@@ -151,6 +172,7 @@ def check_model(model: TraceModel, where: str) -> None:
         v = getattr(model, name)
         if v is not None and v <= 0:
             raise TraceError(f"{where}: field '{name}': {v} must be > 0")
+    model_turns.check_turns(model, where, MAX_SPREAD)
 
 
 def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None = None) -> Trace:
@@ -166,9 +188,7 @@ def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None =
     step, response = _draw_lengths(model, rng, steps, per_step)
     cap = model.max_response_len
     truncated = response == cap
-    plen = np.rint(np.exp(math.log(model.prompt_median)
-                          + model.prompt_sigma * rng.standard_normal(groups)))
-    plen = np.clip(plen, model.prompt_min, model.prompt_max).astype(np.int64)
+    plen, reward = _draw_prompts_rewards(model, rng, groups)
     columns = {
         "prompt_id": np.repeat(np.array([f"m{g:07d}" for g in range(groups)]), n),
         "sample": np.tile(np.arange(n, dtype=np.int64), groups),
@@ -178,9 +198,10 @@ def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None =
         "step": np.repeat(step, n),
         "finish_reason": np.where(truncated, "length", "stop"),
     }
-    if model.pass_alpha is not None:
-        rate = np.repeat(rng.beta(model.pass_alpha, model.pass_beta, size=groups), n)
-        columns["reward"] = (rng.random(groups * n) < rate).astype(np.float64)
+    if reward is not None:
+        columns["reward"] = reward
+    if model_turns.has_turns(model):
+        columns.update(model_turns.draw_turns(model, rng, response))
     name = f"model:{model.source or 'fit'} steps={steps} seed={seed}"
     meta = TraceMeta(max_response_len=cap, group_size=n, source=name)
     return Trace(meta=meta, name=Path(model.source or "model").stem or "model", **columns)
@@ -194,6 +215,34 @@ def draw_lengths(model: TraceModel, steps: int, seed: int = 0, prompts: int | No
     per_step = model.prompts_per_step if prompts is None else prompts
     check_samples(per_step, model.group_size, steps)
     return _draw_lengths(model, np.random.default_rng(seed), steps, per_step)[1]
+
+
+def draw_tool_load(model: TraceModel, steps: int, seed: int = 0,
+                   prompts: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's tool calls, and every call's seconds and tool-output tokens, of
+    :func:`generate` with the same arguments, value for value (a model with turns): what the
+    goodness of fit compares, without the prompt ids and turn splits of a whole trace."""
+    per_step = model.prompts_per_step if prompts is None else prompts
+    check_samples(per_step, model.group_size, steps)
+    rng = np.random.default_rng(seed)
+    response = _draw_lengths(model, rng, steps, per_step)[1]
+    _draw_prompts_rewards(model, rng, per_step * steps)  # (drawn before the turns in generate)
+    calls = model_turns.draw_calls(model, rng, response)
+    return (calls, *model_turns.draw_tools(model, rng, int(calls.sum())))
+
+
+def _draw_prompts_rewards(model: TraceModel, rng: np.random.Generator,
+                          groups: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each group's prompt length, and every sample's reward (None without pass rates): the
+    draws after the lengths."""
+    plen = np.rint(np.exp(math.log(model.prompt_median)
+                          + model.prompt_sigma * rng.standard_normal(groups)))
+    plen = np.clip(plen, model.prompt_min, model.prompt_max).astype(np.int64)
+    if model.pass_alpha is None:
+        return plen, None
+    n = model.group_size
+    rate = np.repeat(rng.beta(model.pass_alpha, model.pass_beta, size=groups), n)
+    return plen, (rng.random(groups * n) < rate).astype(np.float64)
 
 
 def _draw_lengths(model: TraceModel, rng: np.random.Generator, steps: int,
