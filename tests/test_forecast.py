@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import math
+import re
 
 import numpy as np
 import pytest
