@@ -365,6 +365,8 @@ class Controller(Admission):
             raise self._bad("sync while the trainer is busy")
         if s.syncing:
             raise self._bad("sync while a sync is running")
+        if self.done:  # every sample is trained: no engine will run these weights
+            return
         if s.placement == "colocated" and self.rollout_on:
             self.rollout_on = False
             self.backend.set_rollout(False)
