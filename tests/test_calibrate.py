@@ -126,7 +126,8 @@ def test_validate_prints_the_error_table_for_a_recorded_run(tmp_path):
     assert v["sim"]["samples_trained"] == v["real"]["samples_trained"] == 128
     # the replay itself, pinned: the recorded run's trace on the committed profile
     assert [round(s["sim_step_s"], 6) for s in v["steps"]] == [0.111623, 0.131802, 0.130904, 0.12703]
-    assert (v["sim"]["makespan_s"], v["sim"]["bubble_ratio"]) == (0.509258, 0.723793)
+    # (makespan: no sync after the last update since 6 Dec 2026; the recording, older, has one)
+    assert (v["sim"]["makespan_s"], v["sim"]["bubble_ratio"]) == (0.501358, 0.723793)
     assert round(v["step_time_mape"], 4) == 5.6876
     for word in ("real step s", "sim step s", "step_time_mape", "bubble_ratio_abs_err"):
         assert word in r.stdout

@@ -20,16 +20,16 @@ def run(trace, cluster, sets=()):
 
 def test_two_samples_one_engine_exact_makespan():
     # step cost = step_fixed_s + weight_read_s = 2 s, prefill = step_fixed_s + weight_read_s = 2 s,
-    # train = 10 s, sync = 5 s.
+    # train = 10 s, sync = 5 s, but none after the last update (no engine runs its weights).
     # Both admitted together: one prefill (2 s) gives each its first token; the 3-token sample
     # needs 2 more decode steps (4 s), the 5-token one 4 more (8 s).
     r = run(make_trace([3, 5]), tiny_cluster())
     spans = sorted(r.timeline.spans, key=lambda s: s[3])
     assert [(s[0], s[1], s[6], s[7]) for s in spans] == [(0.0, 6.0, 3, "finish"), (0.0, 10.0, 5, "finish")]
     assert r.timeline.trains[0][:2] == (10.0, 20.0)
-    assert r.timeline.syncs == [(20.0, 25.0, 1)]  # pushes the new version
+    assert r.timeline.syncs == []
     s = r.summary
-    assert s["makespan_s"] == 25.0
+    assert s["makespan_s"] == 20.0
     assert s["rollout_s"] == 10.0
     # busy slot-seconds 6 + 10 = 16 over 4 slots x 10 s
     assert s["bubble_ratio"] == pytest.approx(1 - 16 / 40)
@@ -122,3 +122,12 @@ def test_a_span_aborted_in_its_prefill_adds_no_staleness():
     assert spans == [(46.0, 46.0, 0, 0, "abort"), (63.0, 65.0, 1, 1, "finish")]
     s = r.summary
     assert (s["staleness_mean"], s["staleness_p95"], s["staleness_max"]) == (0.0, 0, 0)
+
+
+def test_the_weights_are_pushed_between_steps_not_after_the_last():
+    # the run above twice: step 0 ends its update at 20 and pushes version 1 (20-25) for step 1,
+    # which rolls out 25-35 and trains 35-45; nothing runs version 2, so it is not pushed
+    r = run(make_trace([3, 5, 3, 5], steps=[0, 0, 1, 1]), tiny_cluster())
+    assert [t[:2] for t in r.timeline.trains] == [(10.0, 20.0), (35.0, 45.0)]
+    assert r.timeline.syncs == [(20.0, 25.0, 1)]
+    assert (r.summary["makespan_s"], r.summary["sync_s"]) == (45.0, 5.0)

@@ -2,7 +2,7 @@
 
 Costs (tests/conftest.py): a decode step is step_fixed_s + weight_read_s = 2 s; with
 prefill_s_per_token = 0.5 s/token a prefill of T tokens is step_fixed_s + max(weight_read_s, 0.5 T)
-= 1 + max(1, T/2) s; an update 10 s; a sync 5 s.
+= 1 + max(1, T/2) s; an update 10 s; a sync 5 s (none after the last update).
 
 Run: pytest tests/test_sim_turns.py
 """
@@ -42,14 +42,14 @@ def test_two_turns_pool_of_two_exact_makespan():
     # 0: both prefill 2+2 tokens: 1 + 2 = 3 s; one step to 5 s ends turn 0 (2 tokens), both
     # leave; 5-10: both tool calls at once; 10: both rejoin with their context cached: prefill
     # the 4+4 tool tokens only, 1 + 4 = 5 s, to 15 (first token of turn 1); 2 steps to 19.
-    # Update 19-29, sync 29-34.
+    # Update 19-29 (no sync after the last update).
     r = run(pool=2)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 10.0, 19.0, 3, "finish"),
                         (1, 0.0, 5.0, 2, "tool"), (1, 10.0, 19.0, 3, "finish")]
     assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0, 4), (5.0, 5.0, 10.0, 0, 1, 0, 0, 4)]
     assert r.timeline.prefills[1][:2] == (10.0, 15.0)
     s = r.summary
-    assert s["makespan_s"] == 34.0
+    assert s["makespan_s"] == 29.0
     assert (s["tool_calls"], s["tool_s"], s["sandbox_wait_s"]) == (2, 10.0, 0.0)
     assert s["generated_tokens"] == s["useful_tokens"] == 10  # tool output is never counted
     assert s["recomputed_tokens"] == 0
@@ -65,13 +65,13 @@ def test_two_turns_pool_of_one_queues_the_second_call():
     # as above to 5 s; sample 0 gets the sandbox 5-10, sample 1 waits for it and runs 10-15.
     # 10: sample 0 prefills its 4 tool tokens (3 s) to 13, steps to 15 (2 tokens of turn 1).
     # 15: sample 1 back: prefill 3 s stalls the engine to 18; both step 18-20: sample 0 ends
-    # turn 1 (3 tokens); sample 1 steps to 22. Update 22-32, sync 32-37.
+    # turn 1 (3 tokens); sample 1 steps to 22. Update 22-32.
     r = run(pool=1)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 10.0, 20.0, 3, "finish"),
                         (1, 0.0, 5.0, 2, "tool"), (1, 15.0, 22.0, 3, "finish")]
     assert r.timeline.tools == [(5.0, 5.0, 10.0, 0, 0, 0, 0, 4), (5.0, 10.0, 15.0, 0, 1, 0, 0, 4)]
     s = r.summary
-    assert s["makespan_s"] == 37.0
+    assert s["makespan_s"] == 32.0
     assert (s["tool_s"], s["sandbox_wait_s"]) == (10.0, 5.0)
     # 5-10 two away, no slot busy; 10-15 one away (waiting for the sandbox) beside one running
     assert s["bubble_tool_ratio"] == pytest.approx(15 / 88, abs=1e-6)
@@ -79,18 +79,18 @@ def test_two_turns_pool_of_one_queues_the_second_call():
 
 def test_evicted_context_is_prefilled_again():
     # without prefix caching nothing is kept: at 10 each prefills prompt 2 + 2 generated + 4 tool
-    # tokens = 8, 16 in all: 1 + 8 = 9 s to 19; 2 steps to 23; update to 33, sync to 38.
+    # tokens = 8, 16 in all: 1 + 8 = 9 s to 19; 2 steps to 23; update to 33.
     # The 2 generated tokens of each are recomputed.
     r = run(pool=2, prefix_caching=False)
-    assert r.summary["makespan_s"] == 38.0
+    assert r.summary["makespan_s"] == 33.0
     assert r.summary["recomputed_tokens"] == 4
 
 
-@pytest.mark.parametrize("pool, makespan, freed", [(2, 34.0, 38.0), (1, 37.0, 39.0)])
+@pytest.mark.parametrize("pool, makespan, freed", [(2, 29.0, 33.0), (1, 32.0, 34.0)])
 def test_a_held_slot_keeps_the_context_without_prefix_caching(pool, makespan, freed):
     # tool_holds_slot: each trajectory keeps its slot and its KV (prompt 2 + 2 tokens) through
     # its tool call, so on return only the 4 tool tokens are prefilled even with prefix caching
-    # off: the same timeline as the cached runs above (34 s and 37 s), not 38 s and 39 s.
+    # off: the same timeline as the cached runs above (29 s and 32 s), not 33 s and 34 s.
     r = run(pool=pool, prefix_caching=False, tool_holds_slot=True)
     free = run(pool=pool, prefix_caching=False)
     assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (makespan, 0)
@@ -102,14 +102,14 @@ def test_a_held_slot_blocks_the_next_trajectory():
     # max_num_seqs 1. Sample 0 alone: prefill 2 tokens 0-2 (1 + max(1, 1)), one step to 4 ends
     # turn 0; its 5 s tool call 4-9 keeps the only slot, so sample 1 waits. 9: 4 tool tokens
     # prefilled 9-12, 2 steps to 16. Sample 1 then: 16-18 prefill, 18-20 step, tool 20-25,
-    # 25-28 prefill, 2 steps to 32. Update 32-42, sync 42-47. With the slot freed (38 s) sample 1
+    # 25-28 prefill, 2 steps to 32. Update 32-42. With the slot freed (33 s) sample 1
     # runs its first turn during sample 0's tool call.
     r = run(pool=2, max_num_seqs=1, tool_holds_slot=True)
     assert spans(r) == [(0, 0.0, 4.0, 2, "tool"), (0, 9.0, 16.0, 3, "finish"),
                         (1, 16.0, 20.0, 2, "tool"), (1, 25.0, 32.0, 3, "finish")]
     assert r.timeline.tools == [(4.0, 4.0, 9.0, 0, 0, 0, 0, 4), (20.0, 20.0, 25.0, 0, 1, 0, 0, 4)]
-    assert r.summary["makespan_s"] == 47.0
-    assert run(pool=2, max_num_seqs=1).summary["makespan_s"] == 38.0
+    assert r.summary["makespan_s"] == 42.0
+    assert run(pool=2, max_num_seqs=1).summary["makespan_s"] == 33.0
     # 4-9 and 20-25 the one slot is held idle by a trajectory on a tool call: 10 of 32
     # slot-seconds of rollout, all of it tool bubble
     assert r.summary["bubble_tool_ratio"] == pytest.approx(10 / 32, abs=1e-6)
@@ -120,14 +120,14 @@ def test_a_held_slot_keeps_its_kv_out_of_the_budget():
     # KV tokens, so sample 1 (kv 4) may grow to 8 only; at 10 sample 0 is back and gives them
     # up, but its context (2 + 6 tokens) does not fit beside sample 1 (kv 7 at 11): it waits at
     # the head of the queue until sample 1 finishes at 17, then prefills its 4 tool tokens only,
-    # 17-20, 2 steps to 24; update to 34, sync to 39 (41 s when the context was evicted).
+    # 17-20, 2 steps to 24; update to 34 (36 s when the context was evicted).
     trace = make_turn_trace(TWO_TURNS[:1] + [[(8, 0.0, 0)]], prompt_lens=[2, 2])
     tight = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5, kv=12), tool_pool=1, tool_holds_slot=True)
     r = simulate(trace, make_policy("sync", [], trace), tight, audit=True)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 17.0, 24.0, 3, "finish"),
                         (1, 0.0, 17.0, 8, "finish")]
     assert r.timeline.prefills[1] == (17.0, 20.0, 0, [0], 4, 0)
-    assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (39.0, 0)
+    assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (34.0, 0)
 
 
 def test_a_held_slot_holds_its_groups_shared_prompt_once():
@@ -137,7 +137,7 @@ def test_a_held_slot_holds_its_groups_shared_prompt_once():
     # tool call, reserving its own 2 tokens: the prompt stays held once, by sample 1 running
     # (kv 12, budget 24). Sample 1 steps on without preemption. The tool returns at 13.5;
     # sample 0 rejoins at the step boundary 14.5, prefills 1 token 14.5-16.5, makes its 2 tokens
-    # by 18.5; sample 1 its 8 by 22.5; update to 32.5, sync to 37.5. (Counting the prompt again
+    # by 18.5; sample 1 its 8 by 22.5; update to 32.5. (Counting the prompt again
     # for the held slot left a budget of 14: sample 1 was preempted at 12.5 and recomputed.)
     trace = make_turn_trace([[(2, 5.0, 0), (2, 0.0, 0)], [(8, 0.0, 0)]], prompt_lens=[10, 10],
                             group_size=2)
@@ -146,7 +146,7 @@ def test_a_held_slot_holds_its_groups_shared_prompt_once():
     assert spans(r) == [(0, 0.0, 8.5, 2, "tool"), (0, 14.5, 18.5, 2, "finish"),
                         (1, 0.0, 22.5, 8, "finish")]
     assert [p[:2] + p[3:5] for p in r.timeline.prefills] == [(0.0, 6.5, [0, 1], 11), (14.5, 16.5, [0], 1)]
-    assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (37.5, 0)
+    assert (r.summary["makespan_s"], r.summary["recomputed_tokens"]) == (32.5, 0)
 
 
 def test_kv_budget_evicts_the_cached_context():
@@ -156,14 +156,14 @@ def test_kv_budget_evicts_the_cached_context():
     # 2 + 6 tokens does not fit beside sample 1 (kv 7 at 11 + 8 + room > 12): it queues. The
     # cache is evicted as sample 1 grows past 12 - 4 = 8 tokens of KV, and sample 1 finishes
     # at 17. Sample 0 then prefills its whole context: 2 + 2 generated + 4 tool tokens = 8,
-    # 1 + 4 = 5 s to 22; 2 steps to 26; update to 36, sync to 41. 2 tokens recomputed.
+    # 1 + 4 = 5 s to 22; 2 steps to 26; update to 36. 2 tokens recomputed.
     trace = make_turn_trace(TWO_TURNS[:1] + [[(8, 0.0, 0)]], prompt_lens=[2, 2])
     tight = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5, kv=12), tool_pool=1)
     r = simulate(trace, make_policy("sync", [], trace), tight, audit=True)
     assert spans(r) == [(0, 0.0, 5.0, 2, "tool"), (0, 17.0, 26.0, 3, "finish"),
                         (1, 0.0, 17.0, 8, "finish")]
     assert r.timeline.prefills[1] == (17.0, 22.0, 0, [0], 8, 2)
-    assert r.summary["makespan_s"] == 41.0
+    assert r.summary["makespan_s"] == 36.0
     assert r.summary["recomputed_tokens"] == 2
 
 
@@ -191,10 +191,10 @@ def test_staleness_is_counted_per_token_across_turns():
     assert r.timeline.trains[1][4] == 2 + 10 + 2  # the tool output is in the trained sequence
     s = r.summary
     assert (s["staleness_mean"], s["staleness_max"]) == (round(4 / 13, 6), 1)
-    assert (s["makespan_s"], s["recomputed_tokens"]) == (75.0, 4)
+    assert (s["makespan_s"], s["recomputed_tokens"]) == (70.0, 4)  # the last update's end
 
 
-@pytest.mark.parametrize("tool_s, makespan", [(40.0, 71.0), (5.0, 48.0)])
+@pytest.mark.parametrize("tool_s, makespan", [(40.0, 66.0), (5.0, 43.0)])
 def test_partial_rollout_interrupts_at_a_turn_boundary(tool_s, makespan):
     # partial (N = 1 group, 2 in flight), one engine, prefill_s_per_token = 0. Sample 1 ends its 2-token turn 0 at
     # 4 and leaves for its tool call; sample 0 finishes at 6, so the step harvests: sample 1,
@@ -202,7 +202,7 @@ def test_partial_rollout_interrupts_at_a_turn_boundary(tool_s, makespan):
     # Update 6-16, sync 16-21; the next step resumes it at 21. With a 40 s tool it waits away
     # until the call returns at 44; with 5 s the output came back at 9 and waits with it. Either
     # way it prefills its whole context (2 + 2 + 2: the sync emptied the cache) in 2 s and makes
-    # turn 1's 6 tokens under v1: 44 + 2 + 10 = 56 (or 21 + 12 = 33), update 10 s, sync 5 s.
+    # turn 1's 6 tokens under v1: 44 + 2 + 10 = 56 (or 21 + 12 = 33), update 10 s, no sync after it.
     trace = make_turn_trace([[(3, 0.0, 0)], [(2, tool_s, 2), (6, 0.0, 0)]], prompt_lens=[2, 2])
     cluster = dataclasses.replace(tiny_cluster(), tool_pool=1)
     r = simulate(trace, make_policy("partial", ["rollout_batch=1", "over_sample=2"], trace),
@@ -252,7 +252,7 @@ def test_a_run_whose_regenerated_attempt_cannot_fit_stops_with_that_error():
         simulate(trace, make_policy("partial", sets, trace), cluster)
     # every attempt repeating its recorded trajectory fits (the longest holds 26,562 tokens)
     same = simulate(trace, make_policy("partial", sets, trace), cluster, regen="same", audit=True)
-    assert (same.summary["samples_trained"], same.summary["makespan_s"]) == (20, 885.878435)
+    assert (same.summary["samples_trained"], same.summary["makespan_s"]) == (20, 885.733824)  # no sync after the last update (0.145 s)
 
 
 def test_a_tool_call_of_zero_seconds_never_returns_before_now():

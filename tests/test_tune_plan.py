@@ -33,17 +33,17 @@ def test_a_split_that_changes_nothing_is_one_trial() -> None:
 
 def test_small_grid_against_hand_computed_makespans() -> None:
     # Four 3-token samples, sync, one sequence per engine; each sample: prefill 2 s (step_fixed_s + weight_read_s)
-    # and 2 decode steps of 2 s = 6 s; then train 10 s and sync 5 s (tests/conftest.py costs).
-    # E engines (gpus / tp) take ceil(4 / E) samples one after another:
-    # E=1: 24 + 15 = 39 s; E=2: 12 + 15 = 27 s; E=3: 2 samples on one engine: 27 s; E=4: 21 s.
+    # and 2 decode steps of 2 s = 6 s; then train 10 s (tests/conftest.py costs; no sync after
+    # the last update). E engines (gpus / tp) take ceil(4 / E) samples one after another:
+    # E=1: 24 + 10 = 34 s; E=2: 12 + 10 = 22 s; E=3: 2 samples on one engine: 22 s; E=4: 16 s.
     trace = make_trace([3, 3, 3, 3])
     spaces = parse_spaces(["sync"], ["cluster.gpus=1,2,3,4", "cluster.tp=1,2"])
     result = Tuner(spaces, TuneConfig(objective="makespan_s", budget=16),
                    Executor(trace, tiny_cluster(max_num_seqs=1), 0)).run()
     got = {(t["params"]["cluster.gpus"], t["params"]["cluster.tp"]):
            (t["summary"]["makespan_s"], t["summary"]["gpu_hours"]) for t in result["trials"]}
-    gpu_s = {(1, 1): (39.0, 39.0), (2, 1): (27.0, 54.0), (3, 1): (27.0, 81.0),
-             (4, 1): (21.0, 84.0), (2, 2): (39.0, 78.0), (4, 2): (27.0, 108.0)}
+    gpu_s = {(1, 1): (34.0, 34.0), (2, 1): (22.0, 44.0), (3, 1): (22.0, 66.0),
+             (4, 1): (16.0, 64.0), (2, 2): (34.0, 68.0), (4, 2): (22.0, 88.0)}
     # GPU-seconds in hours, rounded to 6 decimals as every float tune writes
     assert got == {k: (m, round(s / 3600, 6)) for k, (m, s) in gpu_s.items()}
     # gpus 1 and 3 do not split into tp=2 engines: skipped, never simulated
@@ -54,7 +54,7 @@ def test_small_grid_against_hand_computed_makespans() -> None:
     front = [(trials[i]["params"]["cluster.gpus"], trials[i]["params"]["cluster.tp"])
              for i in result["cluster_pareto"]["front"]]
     assert front == [(4, 1), (2, 1), (1, 1)]  # fastest first
-    # scaled to [0, 1]: (27 s, 54 GPU-s) lies 1/3 + 1/3 from the corner, 1/3 below the line
+    # scaled to [0, 1]: (22 s, 44 GPU-s) lies 1/3 + 1/3 from the corner, 1/3 below the line
     k = result["cluster_pareto"]["knee"]
     assert (trials[k]["params"]["cluster.gpus"], trials[k]["params"]["cluster.tp"]) == (2, 1)
     assert trials[result["best"]["overall"]]["params"]["cluster.gpus"] == 4  # fastest
