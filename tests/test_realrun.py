@@ -416,6 +416,43 @@ def test_a_model_config_transformers_refuses_is_one_error_line(tiny_model, tmp_p
                                "it (")
 
 
+def test_weights_cut_short_or_of_another_size_are_one_error_line(tiny_model, tmp_path):
+    """A model.safetensors cut short, or one of another hidden size beside this config, went to
+    vLLM: a traceback of 107 and 404 lines, exit 1 (a review, 6 Dec 2026)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "m"
+    shutil.copytree(tiny_model, bad)
+    weights = bad / "model.safetensors"
+    whole = weights.read_bytes()
+    weights.write_bytes(whole[:1000])
+    args = ["run", "--model", str(bad), "--policy", "sync", "--steps", "1", "--out", str(tmp_path / "o")]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and not (tmp_path / "o").exists()
+    assert r.stderr.startswith(f"error: --model {weights}: not readable safetensors weights (")
+    assert r.stderr.count("\n") == 1, r.stderr
+    weights.write_bytes(whole)
+    tensors = load_file(str(weights))
+    name = "model.embed_tokens.weight"
+    rows, cols = tensors[name].shape
+    save_file({**tensors, name: torch.zeros(rows, cols + 32)}, str(weights))
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and not (tmp_path / "o").exists()
+    assert r.stderr == (f"error: --model {weights}: tensor {name} has shape [{rows}, {cols + 32}], "
+                        f"but config.json's model has shape [{rows}, {cols}] (weights of another "
+                        "model?)\n")
+
+
+@pytest.mark.parametrize("option", ["--steps", "--prompts", "--group-size", "--max-tokens"])
+def test_a_size_below_one_is_named(tiny_model, tmp_path, option):
+    # all four were one line naming all four: "--steps, --prompts, --group-size and --max-tokens"
+    r = run(tiny_model, tmp_path / "o", "--policy", "sync", "--steps", "1", option, "0")
+    assert r.exit_code == 2 and r.stderr == f"error: {option} 0: must be >= 1\n"
+
+
 # -- the user's own task -----------------------------------------------------------------------
 
 def always_one(prompt: str, answer: str, response: str) -> float:
@@ -536,10 +573,10 @@ def test_resume_keeps_the_runs_settings_and_a_cut_checkpoint_is_one_error(tiny_m
     r = run(tiny_model, out, *common, "--resume", "--task", "sort-long", "--kl", "0.1")
     assert r.exit_code == 2 and r.stderr.startswith(
         f"error: --resume: {out} was started with --task sort --kl 0.0, not --task sort-long --kl 0.1;")
-    r = run(tiny_model, out, *common)
+    r = run(tiny_model, out, *common)  # (it said: use --resume, which said: nothing to resume)
     assert r.exit_code == 2 and r.stderr == (
-        f"error: --out {out}: holds a run (use --resume to continue it from its last checkpoint, "
-        "or --force to start it over)\n")
+        f"error: --out {out}: holds a complete run (use --force to start it over, or another "
+        "--out)\n")
     assert _files(out) == done
 
     model = out / "checkpoint" / "model.safetensors"
@@ -561,3 +598,12 @@ def test_resume_keeps_the_runs_settings_and_a_cut_checkpoint_is_one_error(tiny_m
     r = run(tiny_model, out, *common, "--resume", "--objective", "decoupled")
     assert r.exit_code == 2 and r.stderr.startswith(
         f"error: --resume: {out} was started with --objective bypass, not --objective decoupled;")
+
+
+@pytest.mark.parametrize("option", ["--repeats", "--max-num-seqs", "--max-tokens", "--prompts",
+                                    "--group-size"])
+def test_calibrate_names_its_size_below_one(tiny_model, tmp_path, option):
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--model", tiny_model, "--out", str(out), option, "0"])
+    assert r.exit_code == 2 and r.stderr == f"error: {option} 0: must be >= 1\n"
+    assert not out.exists()

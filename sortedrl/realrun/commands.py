@@ -202,8 +202,11 @@ def register(app: typer.Typer) -> None:
         for name, value in (("--ray-engines", ray_engines), ("--warm-tokens", warm_tokens)):
             if value < 0:
                 raise ConfigError(f"{name} {value}: must be >= 0")
-        if min(repeats, max_num_seqs, max_tokens, prompts, group_size) < 1:
-            raise ConfigError("--repeats, --max-num-seqs, --max-tokens, --prompts and --group-size must be >= 1")
+        for flag, value in (("--repeats", repeats), ("--max-num-seqs", max_num_seqs),
+                            ("--max-tokens", max_tokens), ("--prompts", prompts),
+                            ("--group-size", group_size)):
+            if value < 1:
+                raise ConfigError(f"{flag} {value}: must be >= 1")
         from sortedrl.realrun.task import get_task
 
         get_task(task)  # an unknown task fails before any measurement

@@ -240,7 +240,31 @@ def check_model_dir(path: str | Path) -> Path:
             said = " ".join(str(e).split())[:300]
             raise ConfigError(f"--model {p}/{name}: transformers cannot load it "
                               f"({type(e).__name__}: {said})") from None
+    check_weights(p, AutoConfig.from_pretrained(str(p)))
     return p
+
+
+def check_weights(p: Path, config) -> None:
+    """Each ``*.safetensors`` file of ``p`` readable (its header checked against its size), and
+    every tensor in it one of the model's, of the shape ``config`` gives: a file cut short or of
+    another model size was a vLLM traceback of a hundred lines or more."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        expected = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+    for path in sorted(p.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+        except (OSError, SafetensorError) as e:
+            raise ConfigError(f"--model {path}: not readable safetensors weights ({e})") from None
+        for name, shape in shapes.items():
+            if expected.get(name, shape) != shape or name not in expected:
+                want = f"shape {list(expected[name])}" if name in expected else "no such tensor"
+                raise ConfigError(f"--model {path}: tensor {name} has shape {list(shape)}, but "
+                                  f"config.json's model has {want} (weights of another model?)")
 
 
 def load_tokenizer(model_dir: str | Path):

@@ -230,8 +230,10 @@ def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool, task: str
     """One error line for a run that cannot start: RUNDIR (and, resumed, the settings it started
     with), sizes, device, sampling, engines."""
     check_run_dir(cfg, out, resume, force, task)
-    if cfg.steps < 1 or cfg.prompts < 1 or cfg.group_size < 1 or cfg.max_tokens < 1:
-        raise ConfigError("--steps, --prompts, --group-size and --max-tokens must be >= 1")
+    for flag, value in (("--steps", cfg.steps), ("--prompts", cfg.prompts),
+                        ("--group-size", cfg.group_size), ("--max-tokens", cfg.max_tokens)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: must be >= 1")
     check_device(cfg)
     if cfg.objective not in OBJECTIVES:
         raise ConfigError(f"--objective {cfg.objective}: expected one of {', '.join(OBJECTIVES)}")

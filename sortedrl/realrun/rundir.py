@@ -68,6 +68,9 @@ def check_run_dir(cfg, out: Path, resume: bool, force: bool, task: str) -> None:
         raise ConfigError(f"--out {out}: exists, is not empty and does not hold a `sortedrl run` "
                           "(no timeline.jsonl of a real run); give another directory")
     if not force:
+        if _finished(out):  # nothing to resume: --resume would only say so
+            raise ConfigError(f"--out {out}: holds a complete run (use --force to start it "
+                              "over, or another --out)")
         how = ("use --resume to continue it from its last checkpoint, or --force to start it "
                "over" if _has_checkpoint(out) else "it has no checkpoint to resume from: use "
                "--force to start it over")
@@ -222,11 +225,16 @@ def _check_resumable(cfg, out: Path, task: str) -> None:
                           "--resume to start it over)")
 
 
+def _finished(out: Path) -> bool:
+    """Whether the files a run writes when it ends are there (its summary and its trace)."""
+    return (out / "summary.json").is_file() and (out / "trace.jsonl").is_file()
+
+
 def check_not_complete(out: Path, state: dict, steps: int) -> None:
     """--resume of a run that finished (its checkpoint, read back and checked, has every sample
     trained or discarded, and the files written at the end are there): one error line, before
     any file is touched or an engine starts."""
-    if not ((out / "summary.json").is_file() and (out / "trace.jsonl").is_file()):
+    if not _finished(out):
         return
     samples = state["public"].get("state")
     if isinstance(samples, bytearray) and all(s in (SampleState.TRAINED, SampleState.DISCARDED) for s in samples):
