@@ -353,7 +353,7 @@ GROUP_SIZE = typer.Option(None, "--group-size", show_default=False,
 STEPS = typer.Option(4, "--steps", help="synthetic or trace model: training steps (the first is every "
                                         "policy's warm-up)")
 TIMELINE = typer.Option("npz", "--timeline", help="timeline file format: npz (columnar, fast, the "
-                        "default) or jsonl (text); on the bundled math-16k 54-137 and 141-385 bytes a "
+                        "default) or jsonl (text); on the bundled math-16k 54-114 and 141-326 bytes a "
                         "sample, by policy, and more where samples are regenerated or preempted (a row "
                         "per attempt and span); docs/metrics.md")
 FORCE = typer.Option(False, "--force", help="replace existing outputs (written atomically)")

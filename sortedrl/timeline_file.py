@@ -3,7 +3,7 @@
 
 Why NumPy's ``.npz`` for the columnar file: a timeline is ten tables of different lengths (spans,
 prefills, updates...), and one ``.npz`` holds them all in one file, each column a plain array
-written at disk speed (54-137 bytes a sample on the bundled math-16k, by policy, against 141-385
+written at disk speed (54-114 bytes a sample on the bundled math-16k, by policy, against 141-326
 and several seconds of formatting a million samples as JSONL). It needs nothing beyond numpy, and
 ``np.load(path)`` reads it from any Python. Parquet and Arrow IPC hold one table per file.
 
