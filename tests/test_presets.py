@@ -180,7 +180,10 @@ def test_moe_presets_by_hand():
     dsv3 = 61 * mla + 58 * moe + 3 * 3 * 7168 * 18432 + 2 * 129280 * 7168
     assert MODELS["deepseek-v3"].params == dsv3
     c = preset("h200-deepseek-v3-tp8-128gpu")  # FP8: one byte a weight
-    assert c.kv_budget == int((8 * 0.9 * 141e9 - dsv3) // 70272)
+    # MLA's latent is whole on each of the 8 GPUs (vLLM: one KV head, never split by tp): a GPU
+    # holds 0.9 x 141 GB less its eighth of the weights, 70,272 bytes a token
+    assert c.kv_budget == int((8 * 0.9 * 141e9 - dsv3) // (70272 * 8))
+    assert c.kv_budget == int((0.9 * 141e9 - dsv3 / 8) // 70272)
     assert c.gpus == 128 and preset("h200-deepseek-v3").gpus == 128  # 16 bytes x 671B over 141 GB
 
 
@@ -331,3 +334,25 @@ def test_all_to_all_against_deepep_low_latency_kernels():
         else:
             assert d < 0.85 * dispatch, ep
     assert all_to_all_s(128, 8, 7168, 2, 8, 8, nvlink, net) < 0.75 * DEEPEP_LOW_LATENCY[8][1]
+
+
+def test_kv_copies_follow_vllms_split_of_kv_heads():
+    """vLLM's ``get_num_kv_heads``: ``max(1, kv_heads // tp)`` heads a GPU, and 1 for MLA: past
+    the model's KV heads each GPU holds a copy, and MLA's latent is on every GPU whole. The
+    DeepSeek-V3 presets counted the latent split over 32 GPUs: 23.2M KV tokens an engine where
+    vLLM holds 0.73M, and a 32 x too small KV read (a review, 6 Dec 2026)."""
+    dsv3, qwen = MODELS["deepseek-v3"], MODELS["qwen3-30b-a3b"]
+    h100 = preset("h100-deepseek-v3")  # tp 32, one engine
+    assert h100.tp == 32 and h100.kv_bytes_per_token == 32 * 70272
+    assert h100.kv_budget == int((0.9 * 80e9 - dsv3.weight_bytes / 32) // 70272) == 726_184
+    assert h100.cost().kv_read_s_per_token == pytest.approx(70272 / (3.35e12 * 0.80))  # one GPU's read
+    # ep 8 of tp 8: attention data-parallel over the shards, each with its own sequences
+    shards = dataclasses.replace(preset("h200-deepseek-v3-tp8-128gpu"), ep=8)
+    assert shards.kv_bytes_per_token == 70272
+    # Qwen3-30B-A3B has 4 KV heads: tp 2 splits them, tp 8 holds each on two GPUs
+    assert preset("h100-qwen3-30b-a3b-tp2").kv_bytes_per_token == qwen.kv_bytes_per_token
+    tp8 = preset("h100-qwen3-30b-a3b-tp8")
+    assert tp8.kv_bytes_per_token == 2 * qwen.kv_bytes_per_token == 2 * 48 * 4 * 128 * 4
+    assert tp8.kv_budget == int((8 * 0.9 * 80e9 - qwen.weight_bytes) // (2 * qwen.kv_bytes_per_token))
+    # a dense model with as many KV heads as GPUs or more: no copy (Llama-3.1-70B, 8 heads, tp 4)
+    assert preset("h100-llama3.1-70b").kv_bytes_per_token == MODELS["llama3.1-70b"].kv_bytes_per_token

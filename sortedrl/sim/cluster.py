@@ -111,7 +111,23 @@ class Cluster:
             return self.kv_budget_tokens
         g, m = GPUS[self.gpu], MODELS[self.model]
         free = self.tp * g.hbm_bytes * self.gpu_mem_util - m.weight_bytes
-        return max(0, int(free // m.kv_bytes_per_token))
+        return max(0, int(free // self.kv_bytes_per_token))
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token takes in an engine, all its GPUs together: the model's KV
+        (:attr:`Model.kv_bytes_per_token`) times the copies vLLM keeps. Attention runs tensor-
+        parallel over ``tp / ep`` GPUs (with ``ep`` > 1 it is data-parallel over the shards,
+        each holding its own sequences); vLLM splits the KV heads over them, one head at least a
+        GPU, so past the model's KV heads each GPU holds a copy (``get_num_kv_heads``:
+        ``max(1, kv_heads // tp)``), and MLA's latent is not split at all: it is one head, whole
+        on every attention GPU ("When using MLA during decode it becomes MQA")."""
+        m = MODELS[self.model]
+        ranks = self.tp // self.ep
+        if m.kv_lora_rank:
+            return m.kv_bytes_per_token * ranks
+        per_head = m.kv_bytes_per_token // m.kv_heads
+        return per_head * ranks * max(1, m.kv_heads // ranks)
 
     @property
     def kv_admit_budget(self) -> int:
@@ -133,7 +149,7 @@ class Cluster:
         return CostModel(
             step_fixed_s=d["step_fixed_s"] + m.n_layers * (d["ops_layer_s"] + d["attn_layer_s"]),
             weight_read_s=dense_bytes / (bw * d["mbu"]),
-            kv_read_s_per_token=m.kv_bytes_per_token / (bw * d["mbu_kv"]),
+            kv_read_s_per_token=self.kv_bytes_per_token / (bw * d["mbu_kv"]),  # every copy is read
             compute_s_per_seq=(1.0 / d["mfu"] - d["seq_share"]) * seq_flops,
             step_s_per_seq=d["seq_share"] * seq_flops + a2a,
             prefill_s_per_token=2.0 * active / (fl * self.mfu_prefill) + a2a,
