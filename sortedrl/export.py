@@ -81,6 +81,7 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
     if params.get("filter_groups"):
         {"verl": _verl_filter, "slime": _slime_filter, "areal": _areal_filter}[framework](out)
     _batch(out, group_size, prompts)
+    _minibatches(out, params)
     if cluster is not None:
         {"verl": _verl_cluster, "slime": _slime_cluster, "areal": _areal_cluster}[framework](
             out, cluster)
@@ -110,9 +111,6 @@ def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
     c = out.caveats
     if out.policy == "sync":
         out.entry = base
-        if p["minibatches"] > 1:
-            c.append(f"minibatches={p['minibatches']}: set actor_rollout_ref.actor."
-                     f"ppo_mini_batch_size to data.train_batch_size / {p['minibatches']}")
     elif out.policy in ("partial", "sortedrl"):
         out.entry = base
         c.append(NO_VERL_OVERSAMPLING)
@@ -291,6 +289,30 @@ def _slime_filter(out: Export) -> None:
 
 
 # -- shared -----------------------------------------------------------------------------------------
+
+
+VERL_MINI_BATCH = 256  # prompts: actor.ppo_mini_batch_size in verl 0.9.1's ppo_trainer.yaml
+
+
+def _minibatches(out: Export, p: dict) -> None:
+    """The optimizer updates a batch makes, as the simulated run made them: ``minibatches`` for
+    ``sync``, one for the others. Left to the frameworks' defaults, verl splits a batch into
+    minibatches of 256 prompts (and refuses a smaller train_batch_size) and AReaL into 4."""
+    if out.policy == "async" and out.framework == "verl":
+        return  # (verl_async writes ppo_mini_batch_size: an update's prompts)
+    updates = p.get("minibatches", 1)
+    o = out.overrides
+    if out.framework == "areal":
+        o["actor.ppo_n_minibatches"] = updates  # (its default, 4 in AReaL 1.0.4: 4 updates a batch)
+    elif out.framework == "verl":
+        key, batch = "actor_rollout_ref.actor.ppo_mini_batch_size", o.get("data.train_batch_size")
+        if isinstance(batch, int) and batch % updates == 0:
+            o[key] = batch // updates
+        else:  # the batch is not known here, or does not split evenly
+            out.caveats.append(f"{updates} update(s) a step: set {key} to data.train_batch_size / "
+                               f"{updates} (verl's default, {VERL_MINI_BATCH} prompts, makes "
+                               f"train_batch_size / {VERL_MINI_BATCH} updates a step and refuses "
+                               f"a smaller train_batch_size)")
 
 
 def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:

@@ -149,7 +149,8 @@ def test_every_areal_key_is_in_its_config(areal_fields) -> None:
         assert not missing, (result.policy, missing)
         seen |= set(result.overrides)
     assert {"rollout.max_head_offpolicyness", "rollout.max_concurrent_rollouts",
-            "rollout.consumer_batch_size", "cluster.n_gpus_per_node", "gconfig.n_samples"} <= seen
+            "rollout.consumer_batch_size", "cluster.n_gpus_per_node", "gconfig.n_samples",
+            "actor.ppo_n_minibatches"} <= seen
     assert not areal_has(areal_fields, "rollout.no_such_field")  # the check can fail
 
 
@@ -275,6 +276,25 @@ def test_an_export_with_nothing_to_override_says_so():
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[1:] == [
         "# nothing to override: verl's defaults are this policy; --prompts, --group-size and "
-        "--cluster add the run's shape"]
+        "--cluster add the run's shape",
+        "# caveat: 1 update(s) a step: set actor_rollout_ref.actor.ppo_mini_batch_size to "
+        "data.train_batch_size / 1 (verl's default, 256 prompts, makes train_batch_size / 256 "
+        "updates a step and refuses a smaller train_batch_size)"]
     r = CliRunner().invoke(app, ["export", "verl", "sync", "--prompts", "64"])
     assert "nothing to override" not in r.stdout and "data.train_batch_size=64" in r.stdout
+    assert "actor_rollout_ref.actor.ppo_mini_batch_size=64" in r.stdout
+
+
+@pytest.mark.parametrize("framework, sets, prompts, line", [
+    # verl's default minibatch, 256 prompts, refused a train_batch_size of 32 (and split 512
+    # into 2 updates); AReaL's default ppo_n_minibatches, 4, made 4 updates of each batch
+    ("verl", [], 32, "actor_rollout_ref.actor.ppo_mini_batch_size=32"),
+    ("verl", ["minibatches=4"], 512, "actor_rollout_ref.actor.ppo_mini_batch_size=128"),
+    ("areal", [], 32, "actor.ppo_n_minibatches=1"),
+    ("areal", ["minibatches=2"], 32, "actor.ppo_n_minibatches=2"),
+])
+def test_an_export_makes_the_simulated_updates_a_step(framework, sets, prompts, line):
+    args = [x for s in sets for x in ("--set", s)]
+    r = CliRunner().invoke(app, ["export", framework, "sync", *args, "--prompts", str(prompts)])
+    assert r.exit_code == 0, r.output
+    assert line in r.stdout.splitlines()

@@ -95,7 +95,8 @@ def test_drop_stale_says_neither_peer_drops_stale_responses(framework) -> None:
 @pytest.mark.parametrize("policy, sets", [("partial", ["over_sample=4"]), ("sortedrl", ["oversubscribe=3"])])
 def test_verl_partial_policies_write_no_dead_over_sample_rate(policy, sets) -> None:
     got = export("verl", policy, sets, prompts=64)
-    assert got.overrides == {"data.train_batch_size": 64}  # was over_sample_rate=0.75 / 0.666667
+    assert got.overrides == {"data.train_batch_size": 64,  # was over_sample_rate=0.75 / 0.666667
+                             "actor_rollout_ref.actor.ppo_mini_batch_size": 64}  # one update
     assert got.caveats[0].startswith("over-sampling: verl has no over-sampling with early stop: "
                                      "actor_rollout_ref.rollout.over_sample_rate is read by nothing")
 
@@ -108,7 +109,8 @@ def test_areal_async_counts_rollouts_of_n_samples() -> None:
         "train_dataset.batch_size=32",
         "rollout.consumer_batch_size=32",
         "rollout.max_concurrent_rollouts=64",
-        "gconfig.n_samples=8"]
+        "gconfig.n_samples=8",
+        "actor.ppo_n_minibatches=1"]  # one update a batch (AReaL's default: 4)
     got = export("areal", "async", ["max_concurrent=512"], group_size=8, prompts=32)
     assert got.caveats[1] == ("units: AReaL's consumer_batch_size and max_concurrent_rollouts "
                               "count rollouts (one prompt's n samples), ours samples: ours / n, "

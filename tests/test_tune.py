@@ -84,6 +84,22 @@ def test_a_gpu_hours_tune_shows_the_gpu_hours_it_ranked_by(tmp_path):
     assert "GPU-h" not in plain.stdout.splitlines()[1]
 
 
+def test_a_search_over_train_gpus_refines_a_colocated_trial(tmp_path):
+    """A colocated policy's trials drop cluster.train_gpus (unused there); the search's
+    refinement then read it from such a trial: KeyError traceback, exit 1 (a review, 6 Dec
+    2026). It refines the other parameters, and the disaggregated policy keeps the split."""
+    r = tune("--synthetic", "math-16k", "--prompts", "32", "--steps", "2",
+             "--cluster", "h100-llama3.1-8b-2gpu", "--policy", "sync", "--policy", "async",
+             "--param", "cluster.gpus=2,4,8", "--param", "cluster.train_gpus=1:3",
+             "--budget", "12", "--out", str(tmp_path / "o"), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["search"] != "grid"
+    sync = [t["params"] for t in d["trials"] if t["policy"] == "sync"]
+    assert sync and all("cluster.train_gpus" not in p for p in sync)
+    assert any("cluster.train_gpus" in t["params"] for t in d["trials"] if t["policy"] == "async")
+
+
 def test_async_eta_search_respects_the_bound(tmp_path):
     r = tune("--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "async",
              "--param", "async.eta=0:4", "--param", "async.drop_stale=true",  # eta bounds tokens too

@@ -325,6 +325,8 @@ def _split(budget: int, parts: int) -> list[int]:
 def _neighbours(space: Space, params: dict, step: float) -> list[dict]:
     out = []
     for d in space.dims:
+        if d.key not in params:  # dropped from a trial where it is unused (train_gpus, colocated)
+            continue
         here = params[d.key]
         if d.kind == "choice":
             moves = [v for v in d.values if v != here]
