@@ -314,7 +314,27 @@ def test_a_summary_without_the_numbers_the_plot_shows_is_one_error_line(small, t
      r"tune\.json: trial 0: a planned trial needs an integer 'id' and a 'params' object$"),
     ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": 1, "staleness_mean": 0, '
                    '"learnable_tokens_per_s": "x"}}]}'},
-     r"tune\.json: trial 0: summary's 'learnable_tokens_per_s' is not a number$"),
+     r"tune\.json: trial 0: summary's 'learnable_tokens_per_s' is not a finite number$"),
+    # a review of hand-edited files (6 Dec 2026): these drew a page of nan, a duplicate bar or
+    # no knee, where export refused the same file
+    ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": NaN, "staleness_mean": 0}}]}'},
+     r"tune\.json: trial 0: summary has no finite number 'tokens_per_s'$"),
+    ({"tune.json": '{"trials": [{"feasible": "yes", "summary": {"tokens_per_s": 1, '
+                   '"staleness_mean": 0}}]}'},
+     r"tune\.json: trial 0: 'feasible' must be true or false, got 'yes'$"),
+    ({"tune.json": '{"trials": [{"id": 0, "params": {}, "summary": {"tokens_per_s": 1, '
+                   '"staleness_mean": 0, "gpu_hours": 1, "makespan_s": 2}}], '
+                   '"cluster_pareto": {"front": [0], "knee": 999}}'},
+     r"tune\.json: 'cluster_pareto' knee: no trial with id 999$"),
+    ({"tune.json": '{"trials": [{"id": 0, "params": {}, "summary": {"tokens_per_s": 1, '
+                   '"staleness_mean": 0, "gpu_hours": 1, "makespan_s": NaN}}], '
+                   '"cluster_pareto": {"front": [0]}}'},
+     r"tune\.json: trial 0: summary's 'gpu_hours' and 'makespan_s' must be finite numbers$"),
+    ({"compare.json": '[{"label": "a", "makespan_s": 1, "bubble_ratio": 0, "tokens_per_s": 1, '
+                      '"staleness_mean": 0}, {"label": "a", "makespan_s": 2, "bubble_ratio": 0, '
+                      '"tokens_per_s": 1, "staleness_mean": 0}]'},
+     r"compare\.json: entry 1: label 'a' is also an earlier entry's \(compare writes each label "
+     r"once\)$"),
     ({"tune.json": '{"trials": [{"summary": {"tokens_per_s": 1, "staleness_mean": 0}}], '
                    '"cluster_pareto": {"front": 3}}'},
      r"tune\.json: 'cluster_pareto' must be an object with a list 'front'$"),

@@ -102,15 +102,21 @@ def test_an_older_front_with_infeasible_trials_is_recomputed_over_feasible_ones(
     assert (list(star.x), list(star.y)) == ([1.5], [15.0])
 
 
-@pytest.mark.parametrize("best", [3, {"overall": 5, "per_policy": {}},
-                                  {"overall": 0, "per_policy": {"a": "0"}}])
-def test_a_bad_best_is_one_error_line(tmp_path, best):
+SHAPE = ("'best' must be an object {\"overall\": trial id, \"per_policy\": {policy: trial id}} "
+         "(null: no feasible trial)")
+
+
+@pytest.mark.parametrize("best, message", [
+    (3, SHAPE), ({"overall": 0, "per_policy": {"a": "0"}}, SHAPE),
+    # these said the shape was wrong, or drew a page (a review, 6 Dec 2026)
+    ({"overall": 5, "per_policy": {}}, "'best' overall: no trial with id 5"),
+    ({"overall": 0, "per_policy": {"b": 0}}, "'best' b: trial 0 is a trial of 'a', not of 'b'"),
+])
+def test_a_bad_best_is_one_error_line(tmp_path, best, message):
     trials = [{"id": 0, "policy": "a", "summary": summary(1.0, 0.0, 1.0)}]
     (tmp_path / "tune.json").write_text(json.dumps({"trials": trials, "best": best}))
     r = runner.invoke(app, ["report", str(tmp_path)])
-    assert r.exit_code == 2 and r.stderr == (
-        f"error: {tmp_path / 'tune.json'}: 'best' must be an object {{\"overall\": trial id, "
-        "\"per_policy\": {policy: trial id}} (null: no feasible trial)\n"), r.output
+    assert r.exit_code == 2 and r.stderr == f"error: {tmp_path / 'tune.json'}: {message}\n", r.output
 
 
 # -- export: the tuned cluster, rebuilt from tune.json ----------------------------------------------

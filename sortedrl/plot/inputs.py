@@ -168,6 +168,9 @@ def load_compare(path: Path) -> list[dict]:
         if not all(_finite(s[k]) for k in BAR_KEYS):
             raise PlotError(f"{path}: entry {n} ({label}): "
                             f"{', '.join(BAR_KEYS)} must be finite numbers")
+        if any(e.get("label") == label for e in raw[:n]):  # (one bar a label: plotly merges them)
+            raise PlotError(f"{path}: entry {n}: label {label!r} is also an earlier entry's "
+                            "(compare writes each label once)")
     return raw
 
 
@@ -185,12 +188,15 @@ def load_tune(path: Path) -> dict:
         if not isinstance(t, dict) or not isinstance(t.get("summary"), dict):
             raise PlotError(f"{path}: trial {n} has no 'summary' object")
         for key in ("tokens_per_s", "staleness_mean"):
-            if not isinstance(t["summary"].get(key), int | float):
-                raise PlotError(f"{path}: trial {n}: summary has no number {key!r}")
+            if not _finite(t["summary"].get(key)):
+                raise PlotError(f"{path}: trial {n}: summary has no finite number {key!r}")
         rate = t["summary"].get("learnable_tokens_per_s", 0)  # ranks the trials when present
-        if not isinstance(rate, int | float) or isinstance(rate, bool):
+        if not _finite(rate):
             raise PlotError(f"{path}: trial {n}: summary's 'learnable_tokens_per_s' is not a "
-                            "number")
+                            "finite number")
+        if not isinstance(t.get("feasible", True), bool):
+            raise PlotError(f"{path}: trial {n}: 'feasible' must be true or false, got "
+                            f"{short_repr(t['feasible'])}")
     pareto = raw.get("pareto", [])
     if not isinstance(pareto, list) or not all(
             isinstance(i, int) and 0 <= i < len(raw["trials"]) for i in pareto):
@@ -210,11 +216,19 @@ def _check_best(path: Path, raw: dict) -> None:
     def is_id(v: object) -> bool:
         return v is None or (type(v) is int and v in ids)
 
-    if (not isinstance(best, dict) or not is_id(best.get("overall"))
-            or not isinstance(best.get("per_policy", {}), dict)
-            or not all(is_id(v) for v in best.get("per_policy", {}).values())):
+    if (not isinstance(best, dict) or not isinstance(best.get("per_policy", {}), dict)
+            or not all(v is None or type(v) is int for v in
+                       [best.get("overall"), *best.get("per_policy", {}).values()])):
         raise PlotError(f"{path}: 'best' must be an object {{\"overall\": trial id, \"per_policy\": "
                         f"{{policy: trial id}}}} (null: no feasible trial)")
+    for where, v in [("overall", best.get("overall")), *best.get("per_policy", {}).items()]:
+        if not is_id(v):
+            raise PlotError(f"{path}: 'best' {where}: no trial with id {v}")
+    index = {_trial_id(t, n): t for n, t in enumerate(raw["trials"])}
+    for policy, v in best.get("per_policy", {}).items():
+        if v is not None and trial_policy(index[v]) != policy:
+            raise PlotError(f"{path}: 'best' {policy}: trial {v} is a trial of "
+                            f"{short_repr(trial_policy(index[v]))}, not of {short_repr(policy)}")
 
 
 def _trial_id(t: dict, n: int) -> object:
@@ -271,6 +285,9 @@ def _check_plan(path: Path, raw: dict) -> None:
             raise PlotError(f"{path}: trial {n}: a planned trial needs an integer 'id' and a "
                             "'params' object")
         drawn = ("gpu_hours", "makespan_s")
-        if not all(isinstance(t["summary"].get(k), int | float) for k in drawn):
+        if not all(_finite(t["summary"].get(k)) for k in drawn):
             raise PlotError(f"{path}: trial {n}: summary's 'gpu_hours' and 'makespan_s' must be "
-                            "numbers")
+                            "finite numbers")
+    knee, ids = plan.get("knee"), {t.get("id") for t in raw["trials"]}
+    if knee is not None and (type(knee) is not int or knee not in ids):
+        raise PlotError(f"{path}: 'cluster_pareto' knee: no trial with id {short_repr(knee)}")
