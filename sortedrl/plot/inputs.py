@@ -211,24 +211,19 @@ def load_tune(path: Path) -> dict:
 def _check_best(path: Path, raw: dict) -> None:
     """``best`` as tune writes it: ``{"overall": id, "per_policy": {policy: id}}``, each id a
     trial's or null."""
-    best, ids = raw["best"], {_trial_id(t, n) for n, t in enumerate(raw["trials"])}
-
-    def is_id(v: object) -> bool:
-        return v is None or (type(v) is int and v in ids)
-
+    best, by_id = raw["best"], {_trial_id(t, n): t for n, t in enumerate(raw["trials"])}
     if (not isinstance(best, dict) or not isinstance(best.get("per_policy", {}), dict)
             or not all(v is None or type(v) is int for v in
                        [best.get("overall"), *best.get("per_policy", {}).values()])):
         raise PlotError(f"{path}: 'best' must be an object {{\"overall\": trial id, \"per_policy\": "
                         f"{{policy: trial id}}}} (null: no feasible trial)")
     for where, v in [("overall", best.get("overall")), *best.get("per_policy", {}).items()]:
-        if not is_id(v):
+        if v is not None and v not in by_id:
             raise PlotError(f"{path}: 'best' {where}: no trial with id {v}")
-    index = {_trial_id(t, n): t for n, t in enumerate(raw["trials"])}
     for policy, v in best.get("per_policy", {}).items():
-        if v is not None and trial_policy(index[v]) != policy:
+        if v is not None and trial_policy(by_id[v]) != policy:
             raise PlotError(f"{path}: 'best' {policy}: trial {v} is a trial of "
-                            f"{short_repr(trial_policy(index[v]))}, not of {short_repr(policy)}")
+                            f"{short_repr(trial_policy(by_id[v]))}, not of {short_repr(policy)}")
 
 
 def _trial_id(t: dict, n: int) -> object:

@@ -233,14 +233,15 @@ def check_model_dir(path: str | Path) -> Path:
         raise ConfigError(f"--model {p}/config.json: line {e.lineno}: not valid JSON ({e.msg})") from None
     from transformers import AutoConfig
 
+    loaded = {}
     for name, load in (("config.json", AutoConfig.from_pretrained), ("tokenizer.json", load_tokenizer)):
         try:
-            load(str(p))
+            loaded[name] = load(str(p))
         except Exception as e:  # transformers' own checks (a field of the wrong type, ...)
             said = " ".join(str(e).split())[:300]
             raise ConfigError(f"--model {p}/{name}: transformers cannot load it "
                               f"({type(e).__name__}: {said})") from None
-    check_weights(p, AutoConfig.from_pretrained(str(p)))
+    check_weights(p, loaded["config.json"])
     return p
 
 

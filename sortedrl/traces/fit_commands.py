@@ -19,6 +19,7 @@ from sortedrl.cli_common import user_errors
 from sortedrl.errors import ConfigError
 from sortedrl.tables import fmt
 from sortedrl.traces.io import bundled_names, resolve_bundled
+from sortedrl.traces.model_turns import TURN_FIELDS
 
 DEFAULT_METRIC = "response_length/mean"  # verl's mean response length, as W&B exports it
 
@@ -130,8 +131,6 @@ UNITS = {
 
 
 def _params_table(model) -> Table:
-    from sortedrl.traces.model_turns import TURN_FIELDS
-
     table = Table(title=f"length model of {model.source}")
     table.add_column("parameter")
     table.add_column("value", justify="right")
