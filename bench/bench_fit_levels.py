@@ -11,7 +11,10 @@ duration against ``K + T0 x steps`` (steps read off the tokens' arrival times, o
 all files), and how many single-level predictions would hold within 5% with that exact per-step
 cost ``T0`` and each level's own ``K``. Prints figures, asserts nothing.
 
-Run: python bench/bench_fit_levels.py [--dir DIR] [--cluster PRESET]
+``--host-schedule overlapped`` fits and replays in the schedule of a GPU server (the host work
+beside the steps; docs/calibration.md), about 10x slower (its host work is searched).
+
+Run: python bench/bench_fit_levels.py [--dir DIR] [--cluster PRESET] [--host-schedule serial|overlapped]
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=HERE)
     ap.add_argument("--cluster", default="h100-llama3.1-8b-1gpu-32seq")
+    ap.add_argument("--host-schedule", default="serial", choices=["serial", "overlapped"])
     a = ap.parse_args()
     cl = preset(a.cluster)
     runs = defaultdict(list)  # level -> its repeats
@@ -50,9 +54,10 @@ def main() -> None:
     print("fit on        " + "".join(f"{f'c{c}':>9}" for c in levels) + "  poorly determined")
     pairs, twos = [], []
     for sub in subsets:
-        fit = fit_bench([r for c in sub for r in runs[c]], cl)
+        fit = fit_bench([r for c in sub for r in runs[c]], cl, schedule=a.host_schedule)
         lat = fit["host_s"]
-        errs = [100 * (statistics.median(predict_duration(r, fit["costs"], cl.max_num_seqs, lat) for r in runs[c])
+        errs = [100 * (statistics.median(predict_duration(r, fit["costs"], cl.max_num_seqs, lat, a.host_schedule)
+                                         for r in runs[c])
                        / statistics.median(r.duration_s for r in runs[c]) - 1) for c in levels]
         label = "+".join(f"c{c}" for c in sub)
         print(f"{label:<13}" + "".join(f"{e:>+8.1f}%" for e in errs) + "  " + ", ".join(fit["uncertain"]))

@@ -32,10 +32,11 @@ MODEL_FIXED = ("weight_read_s", "compute_s_per_seq", "prefill_s_per_pair", "admi
 
 def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
                   samples_per_step: int | None = None, updates_per_row: int | None = None,
-                  run: str | None = None, trace: Path | None = None) -> dict:
+                  run: str | None = None, trace: Path | None = None, host_schedule: str = "serial") -> dict:
     """The profile JSON: every input is read and fitted before anything is written. ``run``:
     the run to read of a W&B export of several (``--run``); ``trace``: the length trace of the
-    metrics' run (``--trace``), whose per-step samples fit ``train_per_pair`` too."""
+    metrics' run (``--trace``), whose per-step samples fit ``train_per_pair`` too;
+    ``host_schedule``: the replay's host schedule for the benchmark files (``--host-schedule``)."""
     _check_inputs(bench, metrics)
     cluster = load_cluster(cluster_spec)
     base = _base_profile(cluster_spec, cluster)
@@ -46,7 +47,7 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
         runs = [read_bench(p) for p in bench]
         check_enough(runs)  # (too few files is said first: two copies are too few as well)
         bench, runs = _in_fit_order(bench, runs, _distinct(bench))
-        engine = fit_bench(runs, cluster)
+        engine = fit_bench(runs, cluster, schedule=host_schedule)
         costs = engine.pop("costs")  # with the preset's trainer terms
         fit["engine"] = {"source": "vllm-bench", "fixed_by_model": list(MODEL_FIXED), **engine}
         measured |= set(engine["terms"]) | set(MODEL_FIXED)

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from sortedrl.calibration.build import build_profile
+from sortedrl.calibration.replay import SCHEDULES
 from sortedrl.calibration.show import (
     full_batch_note,
     load_profile,
@@ -42,7 +43,7 @@ def check_profile_name(out: Path) -> None:
 def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
                        samples_per_step: int | None = None, force: bool = False,
                        updates_per_row: int | None = None, run: str | None = None,
-                       trace: Path | None = None) -> None:
+                       trace: Path | None = None, host_schedule: str = "serial") -> None:
     """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
     check_profile_name(out)
     if cluster is None:
@@ -57,10 +58,15 @@ def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | N
         raise ConfigError(RUN_ONLY_WITH_METRICS)
     if trace is not None and metrics is None:
         raise ConfigError(TRACE_ONLY_WITH_METRICS)
+    if host_schedule not in SCHEDULES:
+        raise ConfigError(f"--host-schedule: {host_schedule!r} is not one of {', '.join(SCHEDULES)}")
+    if host_schedule != "serial" and not bench:
+        raise ConfigError("--host-schedule: only with --from-vllm-bench (the schedule its replay assumes)")
     inputs = [*bench, metrics, trace, Path(cluster) if cluster.endswith(".json") else None]
     outs = Outputs("calibrate", force, inputs=inputs)
     outs.file(out, "--out")
-    profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row, run, trace)
+    profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row, run, trace,
+                            host_schedule)
     outs.write({out: write_json(profile, out)})
     print_notes(outs)
     typer.echo(f"wrote {out}")

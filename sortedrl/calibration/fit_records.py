@@ -63,6 +63,8 @@ def check_engine_fit(eng: object, where: str) -> None:
         return
     if not isinstance(eng, dict):
         raise _bad(where, "fit.engine", "an object", eng)
+    if eng.get("schedule") is not None and eng["schedule"] not in ("serial", "overlapped"):
+        raise _bad(where, "fit.engine.schedule", "serial or overlapped (--host-schedule)", eng["schedule"])
     files = eng.get("files")
     if not isinstance(files, list) or not files:
         raise _bad(where, "fit.engine.files", "a list of the benchmark files fitted", files)

@@ -104,8 +104,20 @@ class _Host:
         return busy / self.host_s
 
 
-def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) -> Replay:
-    """Predict the benchmark's duration on ``costs`` with ``host_s`` of host work per request."""
+SCHEDULES = ("serial", "overlapped")
+
+
+def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int,
+           schedule: str = "serial") -> Replay:
+    """Predict the benchmark's duration on ``costs`` with ``host_s`` of host work per request.
+    ``schedule``: ``serial`` (the module's doc: the host work runs first and stretches the step
+    in progress) or ``overlapped`` (a GPU server: the host work runs beside the engine's steps,
+    which it does not stretch; a request reaches the engine ``host_s`` after its send, host work
+    still one request at a time, and joins the first step that starts after that, also one that
+    starts at its send when ``host_s`` is 0)."""
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"unknown host schedule {schedule!r}: expected one of {', '.join(SCHEDULES)}")
+    overlap = schedule == "overlapped"
     if not (math.isfinite(host_s) and host_s >= 0):
         raise ConfigError(f"{run.path}: host work per request of {host_s!r} s: expected a finite number >= 0")
     n = len(run.input_lens)
@@ -141,7 +153,13 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) ->
             most -= 1
 
     def advance(t: float, work: float) -> float:
-        """When a step needing ``work`` s of engine time from ``t`` ends: the host runs first."""
+        """When a step needing ``work`` s of engine time from ``t`` ends: the host runs first
+        (overlapped: beside it; the arrivals within the step are sent as they come)."""
+        if overlap:
+            end = t + work
+            while next_arrival() <= end:
+                send(next_arrival())
+            return end
         while True:
             send(t)
             if host.free_at > t:
@@ -157,7 +175,7 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) ->
     step = running = kv = 0
     send(t)
     while pending or host.next_job < len(host.jobs) or ready or running:
-        release(t, t)
+        release(t, math.inf if overlap else t)
         if not running and not ready:
             # the idle engine starts a step as soon as one request is through the host (the
             # others' host work then runs during that step, also when it takes no time)
@@ -167,7 +185,7 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) ->
                 send(t)
                 continue
             t = max(t, through)
-            release(t, math.inf, most=1)
+            release(t, math.inf, most=math.inf if overlap else 1)
         admitted, tokens, pairs = [], 0, 0
         while ready and running < max_num_seqs:
             _, i = heapq.heappop(ready)
@@ -181,7 +199,7 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) ->
             raise ConfigError(f"{run.path}: the replay's step {step} ends at {t + work:g} s, past any "
                               "real time: the cost terms or the host work are not usable")
         t = advance(t, work)
-        units = host.busy_units(span_start, t)
+        units = 0.0 if overlap else host.busy_units(span_start, t)  # (overlapped: no engine time)
         rows.append((1.0, running, kv, tokens, len(admitted), units))
         idles.append(max(0.0, t - span_start - work - units * host_s))
         starts.append(span_start)

@@ -212,7 +212,12 @@ def _engine_fit(eng: dict | None) -> list[str]:
     for key in ("host_s", "host_stderr_s", "latency_s", "latency_stderr_s"):  # (a hand edit hid the line)
         if eng.get(key) is not None and not (finite(eng[key]) and eng[key] >= 0):
             raise ValueError(f"{key} {eng[key]!r}: expected seconds >= 0")
-    if isinstance(eng.get("host_s"), (int, float)):
+    if isinstance(eng.get("host_s"), (int, float)) and eng.get("schedule") == "overlapped":
+        out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms (--host-schedule overlapped: "
+                   "time from a request's send to the engine, beside its steps; "
+                   + ("the value whose fit leaves the smallest residual, no standard error)"
+                      if eng.get("host_searched") else "held, not fitted)"))
+    elif isinstance(eng.get("host_s"), (int, float)):
         out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms "
                    f"(stderr {1e3 * (eng.get('host_stderr_s') or 0.0):.3f} ms; CPU time outside the engine that "
                    "runs ahead of its steps; fitted when the files hold per-request latencies, else 0)")

