@@ -135,8 +135,10 @@ def test_a_summary_without_lists_gives_every_request_the_mean_lengths(tmp_path):
 LEVELS, REPEATS = (2, 4, 8, 16), 3
 # The issue's acceptance: fitted on one level's files, the profile predicts another level's median
 # duration within 5%. Every pair that holds on the recorded files (python bench/bench_fit_levels.py);
-# the other two (c8 -> c16 +9.8%, c16 -> c2 -6.6%) are in docs/calibration.md with why.
+# the other two (c8 -> c16 +9.8%, c16 -> c2 -6.6%) are in docs/calibration.md with why, and MISSED
+# pins their errors (percent, as measured on these files) within 1.5 points.
 CLAIMED = ((2, 4), (2, 8), (2, 16), (4, 2), (4, 8), (4, 16), (8, 2), (8, 4), (16, 4), (16, 8))
+MISSED = ((8, 16, 9.8), (16, 2, -6.6))
 
 
 def recorded(c: int, k: int = 0) -> Path:
@@ -271,15 +273,30 @@ def test_one_level_reproduces_its_files_and_its_drain_separates_the_terms():
     assert fit["uncertain"] == [] and fit["unidentified"] == []
 
 
-@pytest.mark.parametrize(("fit_on", "other"), CLAIMED)
-def test_one_level_predicts_another_levels_median_duration_within_5_percent(fit_on, other):
-    """Fitted on the three repeats of one level (recorded back to back with the others, one round
-    after another), the profile predicts the median duration of another level's repeats."""
+def one_level_error(fit_on: int, other: int) -> float:
+    """Fitted on the three repeats of level ``fit_on``, the error of the predicted median duration
+    of level ``other``'s repeats (a fraction)."""
     fit = fit_bench(level(fit_on), preset(PRESET))
     runs = level(other)
     predicted = statistics.median(predict_duration(r, fit["costs"], 32, fit["host_s"]) for r in runs)
-    measured = statistics.median(r.duration_s for r in runs)
-    assert abs(predicted / measured - 1) < 0.05, (fit_on, other, predicted, measured)
+    return predicted / statistics.median(r.duration_s for r in runs) - 1
+
+
+@pytest.mark.parametrize(("fit_on", "other"), CLAIMED)
+def test_one_level_predicts_another_levels_median_duration_within_5_percent_on_the_pairs_that_held(
+        fit_on, other):
+    """Fitted on the three repeats of one level (recorded back to back with the others, one round
+    after another), the profile predicts the median duration of another level's repeats. Only the
+    pairs that held on this recording (CLAIMED, listed after it was measured); MISSED has the rest."""
+    assert abs(one_level_error(fit_on, other)) < 0.05, (fit_on, other)
+
+
+@pytest.mark.parametrize(("fit_on", "other", "error_pct"), MISSED)
+def test_one_level_misses_5_percent_on_the_other_pairs_by_the_error_measured(fit_on, other, error_pct):
+    """The two pairs of this recording that miss 5% (c8 -> c16 +9.82%, c16 -> c2 -6.63%), pinned
+    within 1.5 points of the error measured, so a change that moves them shows."""
+    error = 100 * one_level_error(fit_on, other)
+    assert abs(error) > 5 and error == pytest.approx(error_pct, abs=1.5), (fit_on, other, error)
 
 
 def test_a_finite_request_rate_replays_the_arrivals_and_recovers_known_terms(tmp_path):
@@ -339,6 +356,9 @@ def test_one_level_is_flagged_as_an_extrapolation(tmp_path):
     shown = runner.invoke(app, ["profile", "show", str(out)])
     assert shown.exit_code == 0 and f"  {note}" in shown.output.splitlines()
     assert (len(CLAIMED), len(LONG_CLAIMED)) == (10, 9)  # the pairs each recording's tests assert
+    every_pair = {(a, b) for a in LEVELS for b in LEVELS if a != b}  # the rest are pinned as misses
+    for held, missed in ((CLAIMED, MISSED), (LONG_CLAIMED, LONG_MISSED)):
+        assert set(held) | {(a, b) for a, b, _ in missed} == every_pair and len(held) + len(missed) == 12
 
 
 # -- longer recordings: 128 prompts per file ----------------------------------------------------------
@@ -350,8 +370,10 @@ LONG_PROMPTS = 128
 # c4 -> c16 +9.7%) are in docs/calibration.md with why: one level barely fixes the per-step cost,
 # which is all a prediction at another level needs. These are the pairs that held on this
 # recording, listed after it was measured (the fit is unchanged): a regression guard, not a claim
-# about other recordings (the held-out ones gave 8 and 9 of 12).
+# about other recordings (the held-out ones gave 8 and 9 of 12). LONG_MISSED pins the three misses
+# (percent, as measured on these files) within 1.5 points.
 LONG_CLAIMED = ((2, 4), (4, 2), (4, 8), (8, 2), (8, 4), (8, 16), (16, 2), (16, 4), (16, 8))
+LONG_MISSED = ((2, 8, 10.3), (2, 16, 19.0), (4, 16, 9.7))
 
 
 def long_level(c: int) -> list:
@@ -398,9 +420,19 @@ def test_two_levels_predict_every_level_within_5_percent(fit_on):
 
 
 @pytest.mark.parametrize(("fit_on", "other"), LONG_CLAIMED)
-def test_one_long_level_predicts_another_levels_median_duration_within_5_percent(fit_on, other):
+def test_one_long_level_predicts_another_levels_median_duration_within_5_percent_on_the_pairs_that_held(
+        fit_on, other):
+    """Only the pairs that held on this recording (LONG_CLAIMED); LONG_MISSED has the rest."""
     fit = fit_bench(long_level(fit_on), preset(PRESET))
     assert abs(median_error(fit, other)) < 0.05, (fit_on, other)
+
+
+@pytest.mark.parametrize(("fit_on", "other", "error_pct"), LONG_MISSED)
+def test_one_long_level_misses_5_percent_on_the_other_pairs_by_the_error_measured(fit_on, other, error_pct):
+    """The three pairs of this recording that miss 5% (c2 -> c8 +10.33%, c2 -> c16 +18.96%,
+    c4 -> c16 +9.73%), pinned within 1.5 points of the error measured."""
+    error = 100 * median_error(fit_bench(long_level(fit_on), preset(PRESET)), other)
+    assert abs(error) > 5 and error == pytest.approx(error_pct, abs=1.5), (fit_on, other, error)
 
 
 def test_a_term_loose_at_the_full_batch_is_flagged_where_the_fit_extrapolates_badly(tmp_path):

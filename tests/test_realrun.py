@@ -78,9 +78,10 @@ def test_adapter_adds_steps_aborts_resumes_and_pushes_weights(tiny_model):
 
     # push different weights: generation changes and matches HF greedy of the new model exactly
     hf = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    noise = torch.Generator().manual_seed(0)  # the same new weights every run
     with torch.no_grad():
         for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.5)
+            p.add_(torch.randn(p.shape, generator=noise, dtype=p.dtype) * 0.5)
     eng.load_weights(hf.state_dict(), 1)
     eng.add(2, "c", prompt, 0, 12, 0.0, 1)
     after = drain()[2].tokens

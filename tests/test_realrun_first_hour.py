@@ -127,13 +127,27 @@ def test_the_tiny_models_tokenizer_keeps_every_word(tiny_model):
 
 def test_model_init_dataset_tokenizer_covers_every_row(tmp_path):
     """`model init` trains the tokenizer on 2,000 drawn rows: a larger file's other rows were <unk>."""
+    from sortedrl.errors import ConfigError
     from sortedrl.realrun.dataset import DatasetTask
     from sortedrl.realrun.model import build_tokenizer
 
     data = tmp_path / "many.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"w{k} =", "answer": f"a{k}"}) + "\n" for k in range(2500)))
     task = DatasetTask(data)
-    task.check_tokens(build_tokenizer(task.corpus(2000, 0)), "m")  # raises at a row with an unknown word
+    drawn = task.corpus(2000, 0)
+    tok = build_tokenizer(drawn)
+    task.check_tokens(tok, "m")  # raises at a row with an unknown word
+    # every word of the file: 2,500 prompt words, 2,500 answers, "=" and the 4 special tokens
+    assert len(tok) == 2 * 2500 + 1 + 4
+    # the 500 rows beyond the first 2,000 drawn read as three known words each, none <unk>
+    beyond = sorted({f"w{k} = a{k}" for k in range(2500)} - set(drawn[:2000]))
+    assert len(beyond) == 500
+    ids = tok(beyond, add_special_tokens=False)["input_ids"]
+    assert all(len(row) == 3 and tok.unk_token_id not in row for row in ids)
+    # trained on those 2,000 drawn rows alone (as before), the check stops at the first other row
+    with pytest.raises(ConfigError, match="many.jsonl: row 1: the tokenizer of --model m does not know "
+                                          "every word of its prompt"):
+        task.check_tokens(build_tokenizer(drawn[:2000]), "m")
 
 
 def test_a_run_whose_engine_fails_to_start_leaves_rundir_as_it_was(tiny_model, tmp_path, monkeypatch):

@@ -83,7 +83,8 @@ def test_lengths_drift_upward_over_steps(preset: str) -> None:
     assert steps.tolist() == list(range(200))
     means = [np.log(t.response_len[t.step == s]).mean() for s in steps]
     slope = np.polyfit(steps, means, 1)[0]
-    assert slope == pytest.approx(PRESETS[preset].drift, rel=0.3)
+    # deterministic (seed 0): 1.027x the preset's drift for logic-8k, 1.029x for math-16k
+    assert slope == pytest.approx(PRESETS[preset].drift, rel=0.05)
     per_step = trace_stats(t)["per_step"]
     assert per_step[-1]["mean_response_len"] > per_step[0]["mean_response_len"]
 
