@@ -32,6 +32,7 @@ from sortedrl.jsonio import finite
 from sortedrl.metrics import missing_meta, span_table, summarize, union_length
 from sortedrl.outputs import Writer, write_json
 from sortedrl.policies.registry import builtin_class, make_policy
+from sortedrl.run_summary import check_matches, is_real_run, read_summary
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.run import simulate
 from sortedrl.tables import PERCENT, percent
@@ -199,15 +200,28 @@ def recorded_auto(meta: dict, where: Path) -> dict:
 
 
 def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False) -> dict:
-    """Replay the real run in ``rundir`` on ``profile``'s cluster and compare it, step by step."""
+    """Replay the real run in ``rundir`` on ``profile``'s cluster and compare it, step by step.
+
+    The run must have finished (its ``trace.jsonl`` is written at its end), and its timeline must
+    be the whole run that its ``summary.json`` describes, checked as ``plot`` checks it
+    (:func:`sortedrl.run_summary.check_matches`): the replay covers the whole trace, and a
+    timeline cut at a line boundary still parses."""
     rundir = Path(rundir)
     tl_path = find_timeline(rundir, "timeline.jsonl")
-    for path in (tl_path, rundir / "trace.jsonl"):
-        if not path.exists():
-            raise ConfigError(f"{rundir}: missing {path.name} (not a run directory from sortedrl run?)")
+    if not tl_path.exists():
+        raise ConfigError(f"{rundir}: missing {tl_path.name} (not a run directory from sortedrl run?)")
     real_tl = read_timeline(tl_path)
     if why := missing_meta(real_tl.meta):
         raise ConfigError(f"{tl_path}: {why}")
+    if not (rundir / "trace.jsonl").exists():
+        raise ConfigError(f"{rundir}: missing trace.jsonl " + (
+            "(the run has not finished: `sortedrl run` writes it at its end; resume an interrupted "
+            "run with --resume, or draw it as it is with `sortedrl plot`)" if is_real_run(real_tl.meta)
+            else "(not a run directory from sortedrl run?)"))
+    summary_path = rundir / "summary.json"
+    if summary_path.exists():  # (a finished run's: the replay covers its whole trace.jsonl)
+        check_matches(tl_path, real_tl, summary_path, read_summary(summary_path, ConfigError),
+                      ConfigError, "validate")
     run = check_run(real_tl.meta.get("run"), tl_path, trust_policy)
     trace = read_trace(rundir / "trace.jsonl")
     if not str(profile).endswith(".json"):  # (it was read as a preset name: "unknown cluster preset")

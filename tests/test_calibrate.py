@@ -144,7 +144,10 @@ def test_validate_prints_the_error_table_for_a_recorded_run(tmp_path):
 def split_updates(run: Path) -> None:
     """Cut every update of the recorded ``sync`` run into two of 16 samples each, as a run that
     trained half batches would have: 8 real updates, where the replay (sync, 32 samples an
-    update) makes 4."""
+    update) makes 4. Its summary.json counts them, as that run's would (validate refuses a
+    timeline whose updates are not its summary's)."""
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "updates": 2 * summary["updates"]}))
     lines = []
     for line in (run / "timeline.jsonl").read_text().splitlines():
         r = json.loads(line)

@@ -14,8 +14,9 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.limits import short_repr
-from sortedrl.metrics import makespan_of, missing_meta, rank_rate, summarize
+from sortedrl.metrics import missing_meta, rank_rate, summarize
 from sortedrl.outputs import is_label
+from sortedrl.run_summary import check_matches, is_finished, mismatch, read_summary
 from sortedrl.timeline import SCHEMA, Timeline
 from sortedrl.timeline_file import NAMES, find_timeline, read_timeline
 
@@ -24,10 +25,6 @@ META_KEYS = ("policy", "trace", "cluster", "engines", "max_num_seqs", "samples_t
 
 BAR_KEYS = ("makespan_s", "bubble_ratio", "tokens_per_s", "staleness_mean")
 """Summary keys every compared policy needs for the report's bars."""
-
-TITLE_KEYS = ("makespan_s", "bubble_ratio", "tokens_per_s")
-"""Summary keys a run's plot shows in its title."""
-
 
 class PlotError(SortedRLError):
     """A run, compare or tune directory that cannot be plotted."""
@@ -77,7 +74,7 @@ def load_json(path: Path) -> object:
 def load_run(rundir: Path) -> tuple[Timeline, dict]:
     """A run directory's timeline and summary (recomputed from the timeline if absent, or if a
     real run's unfinished summary no longer matches it); a finished run's summary must match
-    its timeline (:func:`_check_matches`)."""
+    its timeline (:func:`sortedrl.run_summary.check_matches`, as ``validate`` checks it)."""
     if not rundir.is_dir():
         raise PlotError(f"{rundir}: no such directory")
     tl_path = find_timeline(rundir)
@@ -87,14 +84,11 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
     tl = load_timeline(tl_path)
     summary_path = rundir / "summary.json"
     if summary_path.exists():
-        summary = load_json(summary_path)
-        if not isinstance(summary, dict):
-            raise PlotError(f"{summary_path}: expected a JSON object (a run summary)")
-        _check_summary(summary_path, summary)
-        if not is_real_run(tl.meta) or (rundir / "trace.jsonl").is_file():
-            _check_matches(tl_path, tl, summary_path, summary)
+        summary = read_summary(summary_path, PlotError)
+        if is_finished(rundir, tl.meta):
+            check_matches(tl_path, tl, summary_path, summary, PlotError, "plot")
             return tl, summary
-        if _mismatch(tl, summary) is None:
+        if mismatch(tl, summary) is None:
             return tl, summary
         # a real run's summary from before it was resumed (its timeline since cut back to a
         # checkpoint and appended to): the timeline is the run, summarised below
@@ -104,50 +98,6 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
         return tl, summarize(tl)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise PlotError(f"{tl_path}: cannot summarise ({e!r})") from None
-
-
-MATCH_TOLERANCE_S = 1e-3
-"""How far a timeline's last end may lie from its summary's ``makespan_s`` (both are written
-from the same numbers; this only absorbs rounding)."""
-
-
-def is_real_run(meta: dict) -> bool:
-    """A ``sortedrl run`` timeline (appended as the run goes), not a simulation's (written once)."""
-    return meta.get("backend") == "vllm"
-
-
-def _mismatch(tl: Timeline, summary: dict) -> str | None:
-    """How ``tl`` disagrees with ``summary`` (its number of updates, its end), or None."""
-    end = makespan_of(tl)
-    updates, makespan = summary.get("updates"), float(summary["makespan_s"])
-    if isinstance(updates, int) and not isinstance(updates, bool) and updates != tl.count("train"):
-        return f"train records: {tl.count('train'):,}, the summary's updates: {updates:,}"
-    if abs(end - makespan) > MATCH_TOLERANCE_S + 1e-9 * abs(makespan):
-        return f"it ends at {end:,.3f} s, the summary's makespan is {makespan:,.3f} s"
-    return None
-
-
-def _check_matches(tl_path: Path, tl: Timeline, summary_path: Path, summary: dict) -> None:
-    """A finished run's timeline must be the one its summary was computed from: a timeline cut
-    at a line boundary still parses, and would be drawn under the whole run's numbers.
-
-    Checked for a simulation's directory (``simulate`` and ``compare`` write the summary and the
-    timeline together) and for a real run that finished (``trace.jsonl`` is written after
-    ``summary.json``); a real run still going, or resumed after its summary was written, appends
-    to its timeline while the old summary stays, so its summary is not checked but replaced."""
-    if why := _mismatch(tl, summary):
-        raise PlotError(f"{tl_path}: does not match {summary_path} ({why}): truncated? (write "
-                        "the run again, or delete summary.json to plot the timeline as it is)")
-
-
-def _check_summary(path: Path, summary: dict) -> None:
-    """The numbers the plot reads from a run's summary (an edited or older file may lack them)."""
-    for key in TITLE_KEYS:
-        v = summary.get(key)
-        if not jsonio.finite(v):
-            got = "missing" if key not in summary else f"expected a number, got {short_repr(v)}"
-            raise PlotError(f"{path}: field {key!r}: {got} (delete the file to recompute the "
-                            "summary from the timeline)")
 
 
 def load_compare(path: Path) -> list[dict]:
