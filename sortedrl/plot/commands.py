@@ -18,7 +18,7 @@ from sortedrl.timeline_file import NAMES
 
 def plot(
     rundir: Path = typer.Argument(..., help="run directory (summary.json, timeline.npz or .jsonl)"),
-    out: Path = typer.Option(None, "--out", help="HTML file (default RUNDIR/timeline.html)"),
+    out: Path = typer.Option(None, "--out", help="HTML file, FILE.html (default RUNDIR/timeline.html)"),
     perfetto: Path = typer.Option(None, "--perfetto",
                                   help="also write the timeline as Chrome trace-event JSON"),
     force: bool = FORCE,
@@ -26,12 +26,14 @@ def plot(
     """Plot one run's timeline as a self-contained HTML page (works offline)."""
     from sortedrl.plot.inputs import check_dir, load_run
     from sortedrl.plot.lanes import lanes
+    from sortedrl.plot.page import check_html_out
     from sortedrl.plot.perfetto import perfetto_json
     from sortedrl.plot.timeline_plot import timeline_page
 
     check_dir(rundir, "a run directory")  # before --out's default, RUNDIR/timeline.html
     outs = Outputs("plot", force, inputs=[rundir / "summary.json", *(rundir / n for n in NAMES)])
     out = outs.file(out, "--out", default=rundir / "timeline.html")
+    check_html_out(out, "--out", "plot")
     perfetto = outs.file(perfetto, "--perfetto")
     with Phases(err) as progress:
         progress.phase(f"reading {rundir}")
@@ -51,16 +53,18 @@ def plot(
 
 def report(
     dir: Path = typer.Argument(..., help="compare or tune output directory"),
-    out: Path = typer.Option(None, "--out", help="HTML file (default DIR/report.html)"),
+    out: Path = typer.Option(None, "--out", help="HTML file, FILE.html (default DIR/report.html)"),
     force: bool = FORCE,
 ) -> None:
     """Compare the policies of a compare or tune directory in one HTML page (works offline)."""
     from sortedrl.plot.inputs import check_dir
+    from sortedrl.plot.page import check_html_out
     from sortedrl.plot.report import report_inputs, report_page
 
     check_dir(dir, "a compare or tune directory")  # before --out's default, DIR/report.html
     outs = Outputs("report", force, inputs=report_inputs(dir))
     out = outs.file(out, "--out", default=dir / "report.html")
+    check_html_out(out, "--out", "report")
     with Phases(err) as progress:
         progress.phase(f"reading {dir} and drawing the report")
         page = report_page(dir, out)

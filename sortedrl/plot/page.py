@@ -94,6 +94,14 @@ def _num(v: object) -> str:
     return str(v)
 
 
+def check_html_out(path: Path | None, option: str, command: str) -> None:
+    """An output ``command`` writes a page to, checked before any work: the page is HTML, and a
+    browser or file manager goes by the ending (``--out x.png`` held HTML and would not open as
+    an image). Any case of ``.html`` (``None``: not given)."""
+    if path is not None and path.suffix.lower() != ".html":
+        raise PlotError(f"{option} {path}: {command} writes an HTML page (give a .html file)")
+
+
 def page(title: str, parts: Sequence[str]) -> str:
     """A complete HTML document with plotly.js inlined, then ``parts`` (HTML snippets) in order."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -242,7 +242,7 @@ def register(app: typer.Typer) -> None:
     def validate(
         rundir: Path = typer.Argument(..., help="run directory written by `sortedrl run`"),
         profile: Path = typer.Option(None, "--profile", help="calibrated profile (default RUNDIR/profile.json)"),
-        plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated"),
+        plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated (FILE.html)"),
         force: bool = FORCE,
         wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
         as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
@@ -269,6 +269,10 @@ def register(app: typer.Typer) -> None:
                                                             if p.is_file() and p.name != "validate.json")])
         written = outs.file(None, "validate.json", default=rundir / "validate.json")
         plot = outs.file(plot, "--plot")
+        if plot is not None:  # (before the replay)
+            from sortedrl.plot.page import check_html_out
+
+            check_html_out(plot, "--plot", "validate --plot")
         with Phases(err) as progress:
             progress.phase(f"replaying {rundir} in the simulator")
             result = run_validation(rundir, profile, trust_policy)
