@@ -47,7 +47,8 @@ def test_a_metrics_profile_says_which_terms_are_assumed(tmp_path):
     assert lines[2] == ("  cluster: preset h100-llama3.1-8b: 8 x h100, tp 1, colocated; max_num_seqs 256, "
                         f"KV budget {json.loads(out.read_text())['engine_config']['kv_budget_tokens']} tokens/engine")
     # (the unit column is as wide as its longest unit, "x step while training, one engine busy")
-    assert "  train_fix                      4  s/update                                metrics fit" in lines
+    # a noise-free file: the standard error is float dust (3e-15 s), printed as 0
+    assert "  train_fix                      4  s/update                                metrics fit, stderr 0" in lines
     step_fixed_s = next(x for x in lines if x.startswith("  step_fixed_s "))  # the preset's value: gpu's to change
     assert step_fixed_s.endswith("  s/step                                  preset (not measured)")
     i = lines.index("  update time = timing_s/update_actor + timing_s/old_log_prob + timing_s/ref; "
@@ -77,7 +78,7 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
                         f"model {json.loads(bench[0].read_text())['model_id']}; engine vllm 0.32.0")
     assert next(x for x in lines if x.startswith("  weight_read_s ")).endswith("set by the vllm-bench model")
     assert next(x for x in lines if x.startswith("  step_fixed_s ")).split()[2:4] == ["s/step", "vllm-bench"]
-    assert next(x for x in lines if x.startswith("  train_fix ")).endswith("metrics fit")
+    assert next(x for x in lines if x.startswith("  train_fix ")).endswith("metrics fit, stderr 0")
     i = lines.index("engine fit (vllm bench serve, 2 file(s)): duration predicted by replaying each "
                     "benchmark on the profile")
     assert [x.split()[:3] for x in lines[i + 2:i + 4]] == [["c4-r0.json", "4", "48"], ["c16-r0.json", "16", "48"]]

@@ -32,8 +32,8 @@ def _number(where: str, field: str, v: object, least: float | None = 0.0) -> Non
 def check_trainer_fit(tr: object, where: str) -> None:
     """``fit.trainer`` as :func:`~sortedrl.calibration.metrics_fit.fit_metrics` writes it: a
     hand edit of a wrong type (steps "x", a term NaN, updates_per_row 0) is one error naming
-    its field, not printed as if fitted. ``updates_per_row`` and ``updates``: not in profiles
-    written before them."""
+    its field, not printed as if fitted. ``updates_per_row``, ``updates`` and a term's ``stderr``:
+    not in profiles written before them."""
     if tr is None or tr == {}:
         return
     if not isinstance(tr, dict):
@@ -51,6 +51,8 @@ def check_trainer_fit(tr: object, where: str) -> None:
         raise _bad(where, "fit.trainer.terms", "an object of fitted terms", terms)
     for name, term in terms.items():
         _number(where, f"fit.trainer.terms.{name}.value", term.get("value") if isinstance(term, dict) else None)
+        if "stderr" in term:  # (not in profiles written before it)
+            _number(where, f"fit.trainer.terms.{name}.stderr", term["stderr"])
     if not isinstance(cols, dict) or not isinstance(cols.get("update"), list) or not all(
             isinstance(c, str) for c in cols["update"]):
         raise _bad(where, "fit.trainer.columns", "an object naming the columns read", cols)

@@ -10,9 +10,11 @@ passes for old and reference log-probs) is fitted by linear least squares over t
 (:func:`~sortedrl.calibration.metrics_layouts.sync_column`). With the run's length trace
 (``--trace``) each row's tokens and attention pairs come from its samples and
 ``n·train_fix + train_per_token·tokens + train_per_pair·pairs`` is fitted
-(:mod:`~sortedrl.calibration.trace_pairs`). Reading the file (which files are accepted, the
-metric names of each role, :data:`~sortedrl.calibration.metrics_read.ROLES`):
-:mod:`sortedrl.calibration.metrics_read`.
+(:mod:`~sortedrl.calibration.trace_pairs`). Each fitted update term keeps its standard error,
+as the vllm-bench fit's (:func:`term_errors`), and a note names each term it leaves poorly
+determined; the median sync has none (its spread is kept instead). Reading the file (which
+files are accepted, the metric names of each role,
+:data:`~sortedrl.calibration.metrics_read.ROLES`): :mod:`sortedrl.calibration.metrics_read`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sortedrl.calibration.metrics_layouts import (
 )
 from sortedrl.calibration.metrics_read import ROLES, UPDATE_PARTS, listing
 from sortedrl.calibration.trace_pairs import TraceSteps
+from sortedrl.calibration.vllm_bench import UNCERTAIN, fit_stderr
 from sortedrl.errors import ConfigError
 
 
@@ -134,7 +137,8 @@ TERM_UNITS = (("train_fix", "s/update"), ("train_per_token", "s/token"), ("train
 def _fit_record(where: str, k: int, steps: list[int], X: np.ndarray, t: np.ndarray, parts: dict,
                 columns: dict) -> dict:
     """Non-negative least squares of the update times ``t`` on the columns of ``X`` (updates,
-    tokens[, pairs] a row), each row weighed by 1 / its time."""
+    tokens[, pairs] a row), each row weighed by 1 / its time; each term with its standard error
+    (:func:`term_errors`), and a note for each it leaves poorly determined."""
     from scipy.optimize import lsq_linear
 
     w = 1.0 / np.maximum(t, 1e-12)
@@ -142,16 +146,57 @@ def _fit_record(where: str, k: int, steps: list[int], X: np.ndarray, t: np.ndarr
     x = lsq_linear((X / scale) * w[:, None], t * w, bounds=(0.0, np.inf)).x / scale
     pred = X @ x
     N, T = X[:, 0], X[:, 1]
-    return {"source": "metrics", "file": where, "steps": len(steps), "updates_per_row": k,
-            "updates": int(N.sum()),
-            "columns": {"update": [c[0] for c in parts.values()], **columns},
-            "terms": {name: {"value": float(v), "unit": unit} for (name, unit), v in zip(TERM_UNITS[:len(x)], x, strict=True)},
-            "update_mape_pct": float(100.0 * np.mean(np.abs(pred - t) / t)),
-            "update_s_mean": float((t / N).mean()), "tokens_mean": float((T / N).mean())}
+    err = term_errors(X, t, w, x)
+    units = TERM_UNITS[:len(x)]
+    fit = {"source": "metrics", "file": where, "steps": len(steps), "updates_per_row": k,
+           "updates": int(N.sum()),
+           "columns": {"update": [c[0] for c in parts.values()], **columns},
+           "terms": {name: {"value": float(v), "stderr": e, "unit": unit}
+                     for (name, unit), v, e in zip(units, x, err, strict=True)},
+           "update_mape_pct": float(100.0 * np.mean(np.abs(pred - t) / t)),
+           "update_s_mean": float((t / N).mean()), "tokens_mean": float((T / N).mean())}
+    notes = _poorly_determined(fit["terms"], (X / N[:, None]).mean(axis=0), fit["update_s_mean"],
+                               pairs_fitted=len(x) == 3)
+    if notes:
+        fit["notes"] = notes
+    return fit
+
+
+def term_errors(X: np.ndarray, t: np.ndarray, w: np.ndarray, x: np.ndarray) -> list[float]:
+    """The standard error of each fitted term, as the vllm-bench fit's
+    (:func:`~sortedrl.calibration.vllm_bench.fit_stderr`: weighted residual variance, dof = rows -
+    terms and at least 1, times the pseudo-inverse of the weighted normal matrix), taken on the
+    columns scaled to a largest value of 1 and scaled back: the same figures, but the
+    pseudo-inverse no longer drops the updates column as noise beside the pairs' (1 against
+    ~1e9 a row, ~1e18 in the normal matrix, past its cut-off of ~1e-15 of the largest)."""
+    scale = X.max(axis=0)
+    return [float(e) for e in np.asarray(fit_stderr(X / scale, t, w, x * scale)) / scale]
+
+
+def _poorly_determined(terms: dict, feature_mean: np.ndarray, update_s_mean: float,
+                      pairs_fitted: bool) -> list[str]:
+    """A note for each term whose standard error moves the mean update time by more than
+    :data:`~sortedrl.calibration.vllm_bench.UNCERTAIN` (stderr x the term's mean feature per
+    update: 1, the tokens, the pairs), the vllm-bench fit's rule. 15 steps of 100k-200k tokens at
+    5% noise gave train_fix 2.64 +- 1.05 s for a true 2.0, 12% of the 8.95 s mean update: flagged;
+    over 150k-300k tokens, 2.63 +- 1.04 s is 8.6% of a 12.1 s update: not flagged. The two terms'
+    errors are anti-correlated (-0.98 in the first case, where an update of the mean tokens is
+    known to 0.19 s): the rule says how far off an update far from the logged lengths may be."""
+    vary = "tokens and lengths" if pairs_fitted else "tokens"
+    notes = []
+    for (name, term), f in zip(terms.items(), feature_mean, strict=True):
+        moved = term["stderr"] * f / update_s_mean
+        if moved > UNCERTAIN:
+            notes.append(f"{name} {term['value']:.3g} +- {term['stderr']:.3g} {term['unit']} is poorly "
+                         f"determined: one standard error moves the mean update ({update_s_mean:.3g} s) by "
+                         f"{100 * moved:.0f}%; record more steps, or steps whose {vary} vary more")
+    return notes
 
 
 def _with_sync(fit: dict, sync: tuple | None, notes: list[str], upper: bool, pairs_fitted: bool) -> dict:
-    """``fit`` with the median sync (when a sync column was read) and the notes."""
+    """``fit`` with the median sync (when a sync column was read) and the notes. The median
+    gets no standard error: a median's depends on the shape of the syncs' spread, which a run's
+    few syncs do not pin; ``sync_spread_s`` (max - min) is kept, and printed, instead."""
     if sync is not None and sync[1]:
         vals = np.array(sorted(sync[1].values()))
         fit["terms"]["sync_s"] = {"value": float(np.median(vals)), "unit": "s/sync"}
@@ -162,6 +207,7 @@ def _with_sync(fit: dict, sync: tuple | None, notes: list[str], upper: bool, pai
     fix = fit["terms"]["train_fix"]["value"]
     if fix <= AT_BOUND * fit["update_s_mean"]:
         notes = [*notes, fix_at_bound_note(fix, pairs_fitted)]
+    notes = [*notes, *fit.pop("notes", [])]  # the terms poorly determined (_fit_record)
     if notes:
         fit["notes"] = notes
     return fit

@@ -140,7 +140,8 @@ NEGLIGIBLE_S = 1e-9
 
 def at_bound(name: str, value: object) -> bool:
     """Whether a measured term's value is its bound 0 in all but float dust: at :data:`MOST` of
-    its unit (1 of a plain seconds term) it adds under :data:`NEGLIGIBLE_S`."""
+    its unit (1 of a plain seconds term) it adds under :data:`NEGLIGIBLE_S`. A standard error
+    that is dust (a fit of noise-free rows, 3e-15 s) prints as 0 by the same rule."""
     if name not in MOST and not UNITS.get(name, "").startswith("s/") or name == "step_table":
         return False
     return isinstance(value, float) and 0 < value * MOST.get(name, 1.0) < NEGLIGIBLE_S
@@ -160,7 +161,7 @@ def _terms(raw: dict) -> list[str]:
         elif name in stderr:
             part, err = stderr[name]
             src = f"{'vllm-bench' if part == 'engine' else 'metrics'} fit" + (
-                f", stderr {_fmt(err)}" if isinstance(err, (int, float)) else "")
+                f", stderr {'0' if at_bound(name, err) else _fmt(err)}" if isinstance(err, (int, float)) else "")
         elif name in (fit.get("engine") or {}).get("fixed_by_model", ()):
             src = "set by the vllm-bench model"
         elif name in (fit.get("trainer") or {}).get("fixed_by_model", ()):

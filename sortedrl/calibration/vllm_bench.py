@@ -97,7 +97,7 @@ def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = Non
         return {**fit, "host_stderr_s": None, "host_searched": True}
     terms, host, reps, (X, y, w, x) = _fit_at(runs, cluster, host_s, schedule)
     costs = engine_costs(terms, cluster.cost())
-    err = _stderr(X, y, w, x) if host_s is None else [*_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
+    err = fit_stderr(X, y, w, x) if host_s is None else [*fit_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
     return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
                       for (k, v), s in zip(terms.items(), err[:len(terms)], strict=True)},
             "host_s": host,
@@ -213,7 +213,12 @@ def _solve(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return r.x / scale
 
 
-def _stderr(X: np.ndarray, y: np.ndarray, w: np.ndarray, x: np.ndarray) -> list[float]:
+def fit_stderr(X: np.ndarray, y: np.ndarray, w: np.ndarray, x: np.ndarray) -> list[float]:
+    """The standard error of each fitted term ``x`` of the weighted least squares of ``y`` on
+    ``X`` (rows weighed by ``w``): the square root of the diagonal of the weighted residual
+    variance (dof = rows - terms, at least 1) times the pseudo-inverse of the weighted normal
+    matrix. The bounds are not in it: a term at its bound 0 gets the error of the unbounded fit.
+    The metrics fit uses it too (:func:`~sortedrl.calibration.metrics_fit.term_errors`)."""
     A = X * w[:, None]
     resid = A @ x - y * w
     dof = max(1, len(y) - len(x))
