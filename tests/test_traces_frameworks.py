@@ -64,8 +64,8 @@ def test_a_dump_over_the_cap_given_names_the_sample_and_what_to_do(tokenizer) ->
     assert trace.response_len[19] == 14
     with pytest.raises(TraceError) as e:
         import_framework("verl", DUMPS / "verl_rollout", tokenizer, max_response_len=13)
-    assert str(e.value) == (f"{DUMPS / 'verl_rollout'}: sample 19 (step 2, prompt "
-                            f"{trace.prompt_id[19]}) has 14 response tokens, above "
+    assert str(e.value) == (f"{DUMPS / 'verl_rollout' / '2.jsonl'}: line 4 (step 2, prompt "
+                            f"{trace.prompt_id[19]}): 14 response tokens, above "
                             "--max-response-len 13: give the run's cap, or leave it out (the "
                             "longest response then sets it)")
 

@@ -22,6 +22,7 @@ from sortedrl.progress import Phases
 from sortedrl.tables import METRICS_LINE
 from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
+from sortedrl.traces.importers import check_framework
 from sortedrl.traces.io import FORMATS, bundled_names, read_trace, resolve_bundled, write_trace
 from sortedrl.traces.stats import format_stats, trace_stats
 from sortedrl.traces.synth import preset_names
@@ -43,20 +44,33 @@ def _output(out: Path, force: bool, inputs: list[Path], scanned: list[Path] = ()
     return outs
 
 
+# the options only some sources read, and why: given to another, each is an error, not ignored
+ONLY_FOR = {
+    "--decode-tps": (("areal",), "it stands in for the token counts AReaL does not log"),
+    "--prompt-len": (("areal",), "it stands in for the token counts AReaL does not log"),
+    "--tokenizer": (("verl", "trl"), "their dumps hold text; the others hold token counts"),
+    "--reward-columns": (("trl",), "it names the reward-function columns of TRL's completions "
+                                   "table"),
+    "--group-size": ((None,), "a framework's dump gives its own groups"),
+    "--prompt-len-col": ((None,), "a framework's dump is read in its own layout"),
+    "--response-len-col": ((None,), "a framework's dump is read in its own layout"),
+}
+
 FORCE = typer.Option("--force", help="Overwrite an existing --out file (written atomically).")
 
 
 @app.command("import")
 @user_errors
 def import_cmd(
-    file: Annotated[Path, typer.Argument(help="Per-request table (CSV/JSONL), or with --from a "
-                                              "framework's dump file or directory.")],
+    file: Annotated[Path, typer.Argument(help="Per-request table (CSV, JSONL or Parquet), or "
+                                              "with --from a framework's dump file or directory.")],
     out: Annotated[Path, typer.Option(help="Output trace (.jsonl, .csv or .parquet).")],
     prompt_len_col: Annotated[
         str | None, typer.Option(help="Column holding the prompt length (tables).")] = None,
     response_len_col: Annotated[
         str | None, typer.Option(help="Column holding the response length (tables).")] = None,
-    group_size: Annotated[int, typer.Option(help="Consecutive rows per prompt (GRPO n).")] = 1,
+    group_size: Annotated[int | None, typer.Option(
+        help="Consecutive rows per prompt (GRPO n; tables). Default 1.", show_default=False)] = None,
     max_response_len: Annotated[
         int | None, typer.Option(help="Generation cap in tokens; a table's longer rows are clipped to it, a --from dump's "
                             "are refused (the framework generated them: the cap is not the run's). Default: the "
@@ -83,10 +97,16 @@ def import_cmd(
     force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Turn a public per-request table, or an RL framework's rollout dump, into a length trace."""
-    for flag, value in (("--decode-tps", decode_tps), ("--prompt-len", prompt_len)):
-        if value is not None and framework != "areal":
-            raise ConfigError(f"{flag}: only for --from areal (it stands in for the token counts "
-                              "AReaL does not log); remove it")
+    if framework is not None:
+        check_framework(framework)
+    given = {"--decode-tps": decode_tps, "--prompt-len": prompt_len, "--tokenizer": tokenizer,
+             "--reward-columns": reward_columns, "--group-size": group_size,
+             "--prompt-len-col": prompt_len_col, "--response-len-col": response_len_col}
+    for flag, (frameworks, why) in ONLY_FOR.items():  # an option that would be ignored
+        if given[flag] is not None and framework not in frameworks:
+            which = ("a table import, without --from" if frameworks == (None,)
+                     else "--from " + " or ".join(frameworks))
+            raise ConfigError(f"{flag}: only for {which} ({why}); remove it")
     # a dump directory is read as a whole: an --out inside it would be read by the next import
     outs = _output(out, force, [file] if file.is_file() else [p for p in file.rglob("*") if p.is_file()],
                    [] if file.is_file() else [file])
@@ -98,6 +118,7 @@ def import_cmd(
     if prompt_len_col is None or response_len_col is None:
         raise ConfigError("give --prompt-len-col and --response-len-col for a table, "
                           "or --from FRAMEWORK for a framework's dump")
+    group_size = 1 if group_size is None else group_size
     with Phases(err) as progress:
         progress.phase(f"reading {file}")
         trace, report = import_table_with_report(
@@ -106,19 +127,19 @@ def import_cmd(
         outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     if report.dropped_rows:
         typer.echo(
-            f"note: dropped {report.dropped_rows} trailing rows that do not fill a group of "
-            f"{group_size}",
+            f"note: dropped {report.dropped_rows:,} trailing rows that do not fill a group of "
+            f"{group_size:,}",
             err=True,
         )
     if report.clipped_rows:
         typer.echo(
-            f"note: clipped {report.clipped_rows} responses to max_response_len "
-            f"{trace.meta.max_response_len}",
+            f"note: clipped {report.clipped_rows:,} responses to max_response_len "
+            f"{trace.meta.max_response_len:,}",
             err=True,
         )
     typer.echo(
-        f"wrote {out}: {report.rows} rows read, {report.prompts} prompts x {group_size}, "
-        f"{report.dropped_rows} rows dropped, {report.clipped_rows} clipped"
+        f"wrote {out}: {report.rows:,} rows read, {report.prompts:,} prompts x {group_size:,}, "
+        f"{report.dropped_rows:,} rows dropped, {report.clipped_rows:,} clipped"
     )
 
 
@@ -132,12 +153,12 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     if report.dropped_groups:
-        typer.echo(f"note: dropped {report.dropped_groups} groups ({report.dropped_rows} "
+        typer.echo(f"note: dropped {report.dropped_groups:,} groups ({report.dropped_rows:,} "
                    f"samples) whose size is not a multiple of the group size "
-                   f"{report.group_size} (a filtered or aborted sample)", err=True)
-    typer.echo(f"wrote {out}: {report.rows} samples from {report.files} {framework} file(s), "
-               f"{report.groups} groups x {report.group_size} over {report.steps} step(s), "
-               f"cap {trace.meta.max_response_len} tokens")
+                   f"{report.group_size:,} (a filtered or aborted sample)", err=True)
+    typer.echo(f"wrote {out}: {report.rows:,} samples from {report.files:,} {framework} file(s), "
+               f"{report.groups:,} groups x {report.group_size:,} over {report.steps:,} step(s), "
+               f"cap {trace.meta.max_response_len:,} tokens")
 
 
 @app.command("synth")

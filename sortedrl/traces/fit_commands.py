@@ -130,6 +130,15 @@ UNITS = {
 }
 
 
+def _shown(v: object, unit: str) -> str:
+    """A parameter as printed (docs/metrics.md, printed precision): counts and tokens with
+    thousands separators (a float in tokens to 1 decimal), other floats to 4 significant
+    digits."""
+    if isinstance(v, float):
+        return f"{v:,.1f}" if unit == "tokens" else f"{v:.4g}"
+    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+
 def _params_table(model) -> Table:
     table = Table(title=f"length model of {model.source}")
     table.add_column("parameter")
@@ -139,14 +148,14 @@ def _params_table(model) -> Table:
         v = getattr(model, f.name)
         if f.name in ("fit", "source") or (v is None and f.name in TURN_FIELDS):
             continue  # (a model without turns has none of their fields)
-        shown = "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+        shown = "-" if v is None else _shown(v, UNITS[f.name])
         table.add_row(f.name, shown, UNITS[f.name])
     return table
 
 
 def _fit_table(fit: dict) -> Table:
     table = Table(title=f"goodness of fit: KS statistic {fit['ks']:.4f} "
-                        f"({fit['samples']} samples vs {fit['model_samples']} drawn)")
+                        f"({fit['samples']:,} samples vs {fit['model_samples']:,} drawn)")
     table.add_column("response_len")
     table.add_column("data", justify="right")
     table.add_column("model", justify="right")

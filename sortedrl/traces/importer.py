@@ -2,9 +2,9 @@
 
 Public request logs such as the Azure LLM inference traces give a prompt length and a response
 length per request, but no prompts, groups or caps. :func:`import_table` reads such a table (CSV
-with a header, or JSONL of objects; told apart by content, not extension), groups consecutive rows
-into GRPO groups and applies a generation cap, so the simulator can replay real length
-distributions. What was dropped or clipped is reported in an :class:`ImportReport`.
+with a header, JSONL of objects, or Parquet; told apart by content, not extension), groups
+consecutive rows into GRPO groups and applies a generation cap, so the simulator can replay real
+length distributions. What was dropped or clipped is reported in an :class:`ImportReport`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,8 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError, TraceError
-from sortedrl.limits import INT32_MAX
+from sortedrl.limits import INT32_MAX, short_repr
 from sortedrl.traces.schema import Trace, TraceMeta
-
-_MAX_LEN = 2**40  # far above any token count; keeps int64 arithmetic safe
 
 
 @dataclass(frozen=True)
@@ -80,21 +79,15 @@ def import_table_with_report(
                           f"{max_response_len:,}")
     cols = (prompt_len_col, response_len_col)
     try:
-        with open(p, encoding="utf-8-sig", newline="") as f:
-            text = f.read()
+        data = p.read_bytes()
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{p}: is a directory, not a table") from None
-    except UnicodeDecodeError as e:
-        raise TraceError(f"{p}: not UTF-8 text (byte {e.start})") from None
-    head = text.lstrip()
-    if not head:
-        raise TraceError(f"{p}: empty file")
-    try:
-        values, lines = _read_jsonl(p, text, cols) if head[0] == "{" else _read_csv(p, text, cols)
-    except csv.Error as e:
-        raise TraceError(f"{p}: bad CSV: {e}") from None
+    if data[:4] == b"PAR1":
+        values, lines = _read_parquet(p, cols)
+    else:
+        values, lines = _read_text(p, data, cols)
 
     rows = len(lines)
     groups = rows // group_size
@@ -123,8 +116,34 @@ def import_table_with_report(
     return trace, ImportReport(rows, groups, rows - kept, clipped)
 
 
-def _length(p: Path, line: int, col: str, v: Any) -> int:
-    """A positive integer length from a table cell, or a TraceError naming file, line, column."""
+# a compressed file's first bytes, named when the file is not text
+COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
+              (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
+
+
+def _read_text(p: Path, data: bytes, cols: tuple[str, str]) -> tuple[list[list[int]], list[int]]:
+    """A CSV with a header, or JSONL of objects (told apart by the first character)."""
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        text = data[bom:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        kind = next((kind for magic, kind in COMPRESSED if data.startswith(magic)), None)
+        if kind is not None:
+            raise TraceError(f"{p}: {kind}-compressed: decompress it first (a table import reads "
+                             "CSV, JSONL or Parquet)") from None
+        raise TraceError(f"{p}: not UTF-8 text (byte {bom + e.start})") from None
+    head = text.lstrip()
+    if not head:
+        raise TraceError(f"{p}: empty file")
+    try:
+        return _read_jsonl(p, text, cols) if head[0] == "{" else _read_csv(p, text, cols)
+    except csv.Error as e:
+        raise TraceError(f"{p}: bad CSV: {e}") from None
+
+
+def _length(p: Path, at: str, col: str, v: Any) -> int:
+    """A positive integer length from a table cell, or a TraceError naming file, line (a
+    Parquet file's row), column; at most INT32_MAX, as lengths are 32-bit in a run."""
     out: int | None = None
     if isinstance(v, bool):
         out = None
@@ -142,14 +161,23 @@ def _length(p: Path, line: int, col: str, v: Any) -> int:
                 out = int(f) if f.is_integer() else None
             except (ValueError, OverflowError):
                 out = None
-    if out is None or out < 1 or out > _MAX_LEN:
-        raise TraceError(f"{p}: line {line}: column {col!r}: {v!r} is not a positive integer")
+    if v is None:
+        raise TraceError(f"{p}: {at}: column {col!r} is null")
+    if out is None or out < 1:
+        raise TraceError(f"{p}: {at}: column {col!r}: {short_repr(v)} is not a positive integer")
+    if out > INT32_MAX:
+        raise TraceError(f"{p}: {at}: column {col!r}: {out:,} is above {INT32_MAX:,}, the "
+                         "largest length (lengths are 32-bit in a run)")
     return out
 
 
 def _missing(p: Path, col: str, available: list[str]) -> TraceError:
     shown = ", ".join(a if a.isprintable() else repr(a) for a in available)
     return TraceError(f"{p}: no column {col!r}; available columns: {shown}")
+
+
+def _twice(p: Path, at: str, col: str) -> TraceError:
+    return TraceError(f"{p}: {at}column {col!r} appears twice (rename one of them)")
 
 
 def _read_csv(p: Path, text: str, cols: tuple[str, str]) -> tuple[list[list[int]], list[int]]:
@@ -163,6 +191,8 @@ def _read_csv(p: Path, text: str, cols: tuple[str, str]) -> tuple[list[list[int]
     for col in cols:
         if col not in names:
             raise _missing(p, col, names)
+        if names.count(col) > 1:  # (another column given twice is not read: let it be)
+            raise _twice(p, f"line {reader.line_num}: ", col)
         idx.append(names.index(col))
     values: list[list[int]] = [[], []]
     lines: list[int] = []
@@ -174,11 +204,35 @@ def _read_csv(p: Path, text: str, cols: tuple[str, str]) -> tuple[list[list[int]
         if len(rec) != len(names):
             raise TraceError(f"{p}: line {start}: expected {len(names)} fields, got {len(rec)}")
         for k in (0, 1):
-            values[k].append(_length(p, start, cols[k], rec[idx[k]]))
+            values[k].append(_length(p, f"line {start}", cols[k], rec[idx[k]]))
         lines.append(start)
     if not lines:
         raise TraceError(f"{p}: no data rows after the header")
     return values, lines
+
+
+class _Object(dict):
+    """A JSON object that remembers the keys it was given twice (a dict keeps the last)."""
+
+    twice: frozenset[str] = frozenset()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> _Object:
+    obj = _Object(pairs)
+    if len(obj) < len(pairs):
+        counts = Counter(k for k, _ in pairs)
+        obj.twice = frozenset(k for k, n in counts.items() if n > 1)
+    return obj
+
+
+def _loads(raw: str) -> object:
+    """``jsonio.loads`` (every malformed input a JSONDecodeError), objects as :class:`_Object`."""
+    try:
+        return json.loads(raw, object_pairs_hook=_pairs)
+    except (RecursionError, ValueError) as e:
+        if isinstance(e, json.JSONDecodeError):
+            raise
+        return jsonio.loads(raw)  # raises the JSONDecodeError jsonio makes of it
 
 
 def _read_jsonl(p: Path, text: str, cols: tuple[str, str]) -> tuple[list[list[int]], list[int]]:
@@ -188,18 +242,44 @@ def _read_jsonl(p: Path, text: str, cols: tuple[str, str]) -> tuple[list[list[in
         if not raw.strip():
             continue
         try:
-            obj = jsonio.loads(raw.rstrip("\r"))
+            obj = _loads(raw.rstrip("\r"))
         except json.JSONDecodeError as e:
             raise TraceError(
                 f"{p}: line {lineno}: bad JSON: {e.msg} (column {e.pos + 1})"
             ) from None
-        if type(obj) is not dict:
+        if not isinstance(obj, _Object):
             raise TraceError(f"{p}: line {lineno}: expected a JSON object")
         for k, col in enumerate(cols):
             if col not in obj:
                 if not lines:
                     raise _missing(p, col, list(obj))
                 raise TraceError(f"{p}: line {lineno}: missing column {col!r}")
-            values[k].append(_length(p, lineno, col, obj[col]))
+            if col in obj.twice:  # (another key given twice is not read: let it be)
+                raise _twice(p, f"line {lineno}: ", col)
+            values[k].append(_length(p, f"line {lineno}", col, obj[col]))
         lines.append(lineno)
     return values, lines
+
+
+def _read_parquet(p: Path, cols: tuple[str, str]) -> tuple[list[list[int]], list[int]]:
+    """The two columns of a Parquet table; rows are named by their 1-based number."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(p).names
+        for col in cols:
+            if col not in names:
+                raise _missing(p, col, names)
+            if names.count(col) > 1:
+                raise _twice(p, "", col)
+        table = pq.read_table(p, columns=list(cols))
+        columns = [table.column(c).to_pylist() for c in cols]
+    except (pa.ArrowException, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise TraceError(f"{p}: not a Parquet file: {first[:160]}") from None
+    values = [[_length(p, f"row {i + 1}", col, v) for i, v in enumerate(column)]
+              for col, column in zip(cols, columns, strict=True)]
+    if not values[0]:
+        raise TraceError(f"{p}: no data rows")
+    return values, list(range(1, len(values[0]) + 1))

@@ -18,6 +18,11 @@ from sortedrl.traces.schema import Trace
 FRAMEWORKS = ("verl", "slime", "nemo-rl", "trl", "areal", "nemo-gym")
 
 
+def check_framework(framework: str) -> None:
+    if framework not in FRAMEWORKS:
+        raise ConfigError(f"--from {framework!r}: unknown framework; known: {', '.join(FRAMEWORKS)}")
+
+
 def import_framework(framework: str, path: str | Path, tokenizer: str | Path | None = None,
                      max_response_len: int | None = None, source: str | None = None,
                      decode_tps: float | None = None, prompt_len: int | None = None,
@@ -58,9 +63,9 @@ def import_framework(framework: str, path: str | Path, tokenizer: str | Path | N
 
         rows, files = read_nemo_gym(p)
     else:
-        raise ConfigError(f"--from {framework!r}: unknown framework; known: {', '.join(FRAMEWORKS)}")
+        check_framework(framework)
     return to_trace(rows, framework, files, str(p), max_response_len,
                     source or f"{framework}:{p.name}")
 
 
-__all__ = ["FRAMEWORKS", "FrameworkReport", "import_framework"]
+__all__ = ["FRAMEWORKS", "FrameworkReport", "check_framework", "import_framework"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from sortedrl import jsonio
 from sortedrl.errors import TraceError
-from sortedrl.limits import INT64_MAX
+from sortedrl.limits import INT32_MAX, INT64_MAX, short_repr
 from sortedrl.traces.schema import Trace, TraceMeta
 
 
@@ -55,11 +55,14 @@ class Rows:
     reward: list[float | None] = field(default_factory=list)
     stopped_at_cap: list[bool | None] = field(default_factory=list)  # None: unknown (text dumps)
     turns: list[Turns | None] = field(default_factory=list)  # None: one turn, no tool call
+    where: list[str | None] = field(default_factory=list)  # file and line (row, sample) read
     notes: list[str] = field(default_factory=list)  # assumptions, printed by the CLI
 
     def add(self, key: str, step: int, prompt_len: int, response_len: int,
             reward: float | None, stopped_at_cap: bool | None = None,
-            turns: Turns | None = None, name: str | None = None) -> None:
+            turns: Turns | None = None, name: str | None = None,
+            where: str | None = None) -> None:
+        self.where.append(where)
         self.turns.append(turns)
         self.key.append(key)
         self.name.append(key if name is None else name)
@@ -157,11 +160,14 @@ def dump_files(path: Path, pattern: str | tuple[str, ...], what: str) -> list[Pa
 
 
 def read_jsonl(path: Path):
-    """Yield (line number, object) for each non-empty line; one-line errors for bad JSON."""
+    """Yield (line number, object) for each non-empty line; one-line errors for bad JSON and for
+    a file with no line at all (a dump cut short must not vanish from the trace unsaid)."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise TraceError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    if not text.strip():
+        raise empty_file(path)
     for lineno, raw in enumerate(text.split("\n"), 1):
         if not raw.strip():
             continue
@@ -174,7 +180,13 @@ def read_jsonl(path: Path):
         yield lineno, obj
 
 
-def whole_number(where: str, name: str, value: object, minimum: int = 0) -> int:
+def empty_file(path: Path) -> TraceError:
+    return TraceError(f"{path}: empty file (a dump cut short? remove it to import the others)")
+
+
+def whole_number(where: str, name: str, value: object, minimum: int = 0,
+                 maximum: int = INT64_MAX) -> int:
+    """An integer field; ``maximum=INT32_MAX`` for a token count (32-bit in a run)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or (isinstance(value, float) and not value.is_integer())):  # (NaN and inf are not)
         raise TraceError(f"{where}: field '{name}': {value!r} is not an integer")
@@ -182,6 +194,9 @@ def whole_number(where: str, name: str, value: object, minimum: int = 0) -> int:
         raise TraceError(f"{where}: field '{name}': {value!r} is below {minimum}")
     if int(value) > INT64_MAX:  # the trace's columns are int64
         raise TraceError(f"{where}: field '{name}': {int(value):,} is past 2**63")
+    if int(value) > maximum:
+        raise TraceError(f"{where}: field '{name}': {int(value):,} is above {maximum:,}, the "
+                         "largest token count (lengths are 32-bit in a run)")
     return int(value)
 
 
@@ -239,6 +254,18 @@ class TokenCounter:
         encoded = self.tokenizer.encode_batch(texts, add_special_tokens=False)
         return [len(e.ids) for e in encoded]
 
+    def responses(self, records: list[tuple[str, dict]], name: str) -> list[int]:
+        """Token counts of each record's response text ``name``; one error line naming the
+        first that counts none (the end-of-sequence token is decoded away and not counted)."""
+        counts = self.count([obj[name] for _, obj in records])
+        for (where, obj), n in zip(records, counts, strict=True):
+            if n < 1:
+                raise TraceError(f"{where}: field '{name}': {short_repr(obj[name])} counts 0 "
+                                 "tokens; a response needs at least 1 (a response of only the "
+                                 "end-of-sequence token decodes to empty text, and that token is "
+                                 "not counted): remove the record (its group is then dropped)")
+        return counts
+
 
 # -- rows -> trace ----------------------------------------------------------------------------------
 
@@ -293,24 +320,41 @@ def prompt_ids(rows: Rows, groups: list[list[int]]) -> list[str]:
     return out
 
 
+def _at(rows: Rows, i: int, where: str) -> str:
+    """Where row ``i`` was read (file and line, row or sample), else its place in the dump."""
+    at = rows.where[i] if i < len(rows.where) else None
+    return at or f"{where}: sample {i}"
+
+
+def _check_lengths(rows: Rows, order: list[int], where: str) -> None:
+    """One error line naming the first kept row whose response has no token, or whose prompt or
+    response is past the 32-bit lengths of a run (Python ints: a sum of turns may pass int64)."""
+    i = min(order, key=rows.response_len.__getitem__)
+    if rows.response_len[i] < 1:
+        raise TraceError(f"{_at(rows, i, where)}: response has {rows.response_len[i]} tokens; "
+                         "need at least 1")
+    for name, values in (("prompt", rows.prompt_len), ("response", rows.response_len)):
+        i = max(order, key=values.__getitem__)
+        if values[i] > INT32_MAX:
+            raise TraceError(f"{_at(rows, i, where)}: {name} has {values[i]:,} tokens, above "
+                             f"{INT32_MAX:,} (lengths are 32-bit in a run)")
+
+
 def to_trace(rows: Rows, framework: str, files: int, where: str,
              max_response_len: int | None, source: str) -> tuple[Trace, FrameworkReport]:
     """Group rows by (step, key) (:func:`form_groups`), keep full groups, and build the trace."""
     if not rows.key:
         raise TraceError(f"{where}: the dump holds no samples")
     kept, group_size, split, dropped = form_groups(rows)
+    _check_lengths(rows, [i for idx in kept for i in idx], where)
     order = np.array([i for idx in kept for i in idx], dtype=np.int64)
     response = np.array(rows.response_len, dtype=np.int64)[order]
-    if response.min() < 1:
-        i = int(order[int(np.argmin(response))])
-        raise TraceError(f"{where}: sample {i}: response has {rows.response_len[i]} tokens; "
-                         f"need at least 1")
     cap = int(response.max()) if max_response_len is None else max_response_len
     if response.max() > cap:  # a framework generated it: the cap given is not the run's
         i = int(order[int(np.argmax(response))])
-        raise TraceError(f"{where}: sample {i} (step {rows.step[i]}, prompt "
-                         f"{prompt_name(rows.name[i])}) has {int(response.max())} response "
-                         f"tokens, above --max-response-len {cap}: give the run's cap, or leave "
+        raise TraceError(f"{_at(rows, i, where)} (step {rows.step[i]}, prompt "
+                         f"{prompt_name(rows.name[i])}): {int(response.max()):,} response "
+                         f"tokens, above --max-response-len {cap:,}: give the run's cap, or leave "
                          "it out (the longest response then sets it)")
     at_cap = np.array([rows.stopped_at_cap[i] for i in order], dtype=object)
     truncated = np.where(at_cap == None, response >= cap, at_cap == True)  # noqa: E711,E712
@@ -326,7 +370,8 @@ def to_trace(rows: Rows, framework: str, files: int, where: str,
         "step": np.array(rows.step, dtype=np.int64)[order],
         "finish_reason": np.where(truncated, "length", "stop"),
     }
-    if all(r is not None for r in rewards):
+    missing = [i for i, r in zip(order.tolist(), rewards, strict=True) if r is None]
+    if not missing:
         columns["reward"] = np.array(rewards, dtype=np.float64)
     if any(rows.turns[i] is not None for i in order):
         for k, col in enumerate(("turn_gen", "turn_tool_s", "turn_tool_tokens")):
@@ -334,6 +379,10 @@ def to_trace(rows: Rows, framework: str, files: int, where: str,
     meta = TraceMeta(max_response_len=cap, group_size=group_size, source=source)
     trace = Trace.from_columns(columns, meta, where=where)
     notes = list(rows.notes)
+    if missing and len(missing) < len(rewards):  # (a dump with no reward at all: no note)
+        notes.append(f"no reward for {len(missing)} of {len(rewards)} samples (the first: "
+                     f"{_at(rows, missing[0], where)}): the trace has no reward column (a "
+                     "trace's reward is on every row or on none)")
     if split:
         notes.append(f"split {split} group(s) holding a multiple of {group_size} samples (a "
                      f"prompt drawn more than once in one step, grouped by its text) into "

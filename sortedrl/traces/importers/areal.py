@@ -45,7 +45,7 @@ from pathlib import Path
 
 from sortedrl.errors import TraceError
 from sortedrl.jsonio import finite
-from sortedrl.limits import short_repr
+from sortedrl.limits import INT32_MAX, short_repr
 from sortedrl.traces.importers._common import (
     Rows,
     check_layout,
@@ -57,7 +57,6 @@ from sortedrl.traces.importers._common import (
 )
 
 REQUIRED = ("task_id", "session_id", "status", "phases")
-MAX_TOKENS = 2**31 - 1  # a trace stores token counts as int32
 KEPT = ("accepted", "rejected")
 
 
@@ -86,24 +85,24 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
             tool_tok = _tool_tokens(where, obj, len(gen))
             no_tool_tokens += "turn_tool_tokens" not in obj and len(gen) > 1
             if "prompt_tokens" in obj:
-                p_len = whole_number(where, "prompt_tokens", obj["prompt_tokens"], 1)
+                p_len = whole_number(where, "prompt_tokens", obj["prompt_tokens"], 1, INT32_MAX)
             else:
                 p_len, default_prompt = prompt_len or 1, default_prompt + 1
             start, end = _session_span(where, obj, span)
             turns = (gen, tool_s, tool_tok) if len(gen) > 1 else None
             rank = check_text(where, "rank", obj.get("rank", 0))
             key = f"areal:{rank}:{check_text(where, 'task_id', obj['task_id'])}"
-            sessions.setdefault(key, []).append((start, end, p_len, gen, turns))
+            sessions.setdefault(key, []).append((start, end, p_len, gen, turns, where))
     reused = 0
     for key, members in sessions.items():
         members.sort(key=lambda m: m[0])  # stable: a tie keeps the file order
         run, reach = 0, float("-inf")
-        for start, end, p_len, gen, turns in members:
+        for start, end, p_len, gen, turns, where in members:
             if start > reach and reach > float("-inf"):  # all before it had ended: a new run
                 run += 1
             reach = max(reach, end)
             rows.add(key if run == 0 else f"{key}#{run + 1}", 0, p_len, sum(gen), None,
-                     turns=turns)
+                     turns=turns, where=where)
         reused += run > 0
     _notes(rows, skipped, estimated, decode_tps, default_prompt, prompt_len, no_tool_tokens)
     if outside:
@@ -177,16 +176,16 @@ def _turn_tokens(where: str, obj: dict, gen_s: list[float], decode_tps: float | 
         if not isinstance(given, list) or len(given) != len(gen_s):
             raise TraceError(f"{where}: field 'turn_tokens': expected a list of {len(gen_s)} "
                              f"counts (one per generate phase), got {given!r}")
-        return [whole_number(f"{where}: turn {k + 1}", "turn_tokens", v, 1)
+        return [whole_number(f"{where}: turn {k + 1}", "turn_tokens", v, 1, INT32_MAX)
                 for k, v in enumerate(given)]
     if decode_tps is None:
         raise TraceError(f"{where}: AReaL's session tracer logs no token counts: add a field "
                          "'turn_tokens' (generated tokens per generate phase) to its session "
                          "record, or give --decode-tps to estimate them from the generate seconds")
     counts = [decode_tps * s for s in gen_s]
-    if not all(c < MAX_TOKENS for c in counts):
+    if not all(c < INT32_MAX for c in counts):
         raise TraceError(f"{where}: --decode-tps {decode_tps:g} x the generate seconds gives "
-                         f"{max(counts):.3g} tokens for a turn, past {MAX_TOKENS:,}; give the "
+                         f"{max(counts):.3g} tokens for a turn, past {INT32_MAX:,}; give the "
                          "decode rate in tokens per second")
     return [max(1, round(c)) for c in counts]
 
@@ -198,7 +197,7 @@ def _tool_tokens(where: str, obj: dict, turns: int) -> list[int]:
     if not isinstance(given, list) or len(given) not in (turns, turns - 1):
         raise TraceError(f"{where}: field 'turn_tool_tokens': expected a list of {turns - 1} "
                          f"counts (one per tool call between turns), got {given!r}")
-    counts = [whole_number(f"{where}: call {k + 1}", "turn_tool_tokens", v)
+    counts = [whole_number(f"{where}: call {k + 1}", "turn_tool_tokens", v, 0, INT32_MAX)
               for k, v in enumerate(given[:turns - 1])]
     return counts + [0]
 

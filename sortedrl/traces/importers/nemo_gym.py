@@ -61,6 +61,7 @@ from sortedrl.traces.importers._common import (
     Rows,
     check_text,
     covered_seconds,
+    empty_file,
     number_or_none,
     read_jsonl,
     whole_number,
@@ -98,7 +99,7 @@ def read_nemo_gym(path: Path) -> tuple[Rows, int]:
             if r.row is not None:
                 prompt, (gen, tool_s, tool_tok), reward = r.row
                 turns = (gen, tool_s, tool_tok) if len(gen) > 1 else None
-                rows.add(key, step, prompt, sum(gen), reward, turns=turns)
+                rows.add(key, step, prompt, sum(gen), reward, turns=turns, where=r.where)
     _notes(rows.notes, stats, n, split, timed)
     return rows, len(files)
 
@@ -230,9 +231,16 @@ def _records(path: Path):
                 yield where, _instance(where, obj, None), obj, None
             continue
         try:
-            obj = jsonio.loads(f.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TraceError(f"{f}: not a JSON object ({e.__class__.__name__})") from None
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceError(f"{f}: not UTF-8 text (byte {e.start})") from None
+        if not text.strip():
+            raise empty_file(f)
+        try:
+            obj = jsonio.loads(text)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{f}: line {e.lineno}: bad JSON: {e.msg} (column {e.colno})") \
+                from None
         if type(obj) is not dict:
             raise TraceError(f"{f}: expected a JSON object")
         parts = f.parent.name.rsplit("_", 2)  # <instance_id>_<timestamp_ms>_<hash>

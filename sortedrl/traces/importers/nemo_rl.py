@@ -64,9 +64,9 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
             reward = number_or_none(where, "rewards", _one(where, obj, "rewards"))
             turns = turns_from_mask(where, "token_loss_mask", mask[prompt:], None)
             if len(turns[0]) == 1:
-                rows.add(key, step, max(1, total - response), response, reward)
+                rows.add(key, step, max(1, total - response), response, reward, where=where)
             else:
-                rows.add(key, step, max(1, prompt), response, reward, turns=turns)
+                rows.add(key, step, max(1, prompt), response, reward, turns=turns, where=where)
     return rows, len(files)
 
 

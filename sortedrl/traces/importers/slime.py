@@ -251,14 +251,15 @@ def add_trajectories(rows: Rows, calls: list[Call]) -> None:
             turns = _turns(c, folded=False)
             response = c.response if turns is None else sum(turns[0])
             rows.add(c.key, c.step, c.prompt, response, c.reward,
-                     stopped_at_cap=c.truncated, turns=turns, name=c.name)
+                     stopped_at_cap=c.truncated, turns=turns, name=c.name, where=c.where)
             continue
         turns, unknown = _fold(traj)
         reward, mixed = _trajectory_reward(traj)
         resent += unknown
         differ += mixed
         rows.add(traj[0].key, traj[0].step, traj[0].prompt, sum(turns[0]), reward,
-                 stopped_at_cap=traj[-1].truncated, turns=turns, name=traj[0].name)
+                 stopped_at_cap=traj[-1].truncated, turns=turns, name=traj[0].name,
+                 where=traj[-1].where)
     _notes(rows, calls, trajectories, resent, differ)
 
 

@@ -235,7 +235,7 @@ def read_trl(path: Path, tokenizer: Path | None,
     weights, note = _reward_weights(path, records, reward_columns)
     counter = TokenCounter(tokenizer, "trl", "'prompt', 'completion'")
     prompt_tokens = counter.count([o["prompt"] for _, o in records])
-    response_tokens = counter.count([o["completion"] for _, o in records])
+    response_tokens = counter.responses(records, "completion")
     rows = Rows()
     if note:
         rows.notes.append(note)
@@ -246,5 +246,5 @@ def read_trl(path: Path, tokenizer: Path | None,
     for (where, obj), step, p_len, r_len in zip(records, steps, prompt_tokens, response_tokens,
                                                 strict=True):
         rows.add(f"text:{obj['prompt']}", step, p_len, r_len,
-                 _reward(where, obj, weights) if weights else None)
+                 _reward(where, obj, weights) if weights else None, where=where)
     return rows, len(files)

@@ -82,7 +82,7 @@ def read_verl(path: Path, tokenizer: Path | None) -> tuple[Rows, int]:
             records.append((where, obj))
     counter = TokenCounter(tokenizer, "verl", "'input', 'output'")
     prompt_tokens = counter.count([obj["input"] for _, obj in records])
-    response_tokens = counter.count([obj["output"] for _, obj in records])
+    response_tokens = counter.responses(records, "output")
     sessions: dict[tuple[int, str, object], list[Output]] = {}  # (step, key, session) -> outputs
     for (where, obj), p_len, r_len in zip(records, prompt_tokens, response_tokens, strict=True):
         step = whole_number(where, "step", obj["step"])
@@ -107,7 +107,7 @@ def read_verl(path: Path, tokenizer: Path | None) -> tuple[Rows, int]:
         folded += len(outputs) > 1
         response, turns = _fold(outputs)
         rows.add(key, step, outputs[0].prompt_len, response, outputs[-1].score, turns=turns,
-                 name=outputs[0].text)
+                 name=outputs[0].text, where=outputs[-1].where)
     if folded:
         rows.notes.append(f"verl V1: {folded} session(s) had several agent-loop outputs "
                           f"('uid' {{uid}}_{{session}}_{{index}} with index > 0); each session "
