@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sortedrl import __version__, timeline_file
+from sortedrl.broken_pipe import rich_raises_broken_pipes
 from sortedrl.calibration.commands import profile_app
 from sortedrl.cli_common import (
     CLUSTER,
@@ -94,6 +95,7 @@ def main() -> None:
     else:  # before torch loads, which reads its C++ log level once
         quiet_torch()
     end_cleanly_on_termination()
+    rich_raises_broken_pipes()  # (`| head`: a quiet exit 141, as every command's, not rich's 1)
     try:
         app()
     except Terminated as e:  # outside a command's own reporting (user_errors)

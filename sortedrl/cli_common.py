@@ -4,7 +4,8 @@ and tables.
 Every command turns a :class:`~sortedrl.errors.SortedRLError` into one ``error: ...`` line on
 stderr and exit code 2, with no traceback and no half-written output; Ctrl-C into one line and
 exit code 130 (128 + SIGINT, as a shell reports it), SIGTERM and SIGHUP likewise (143, 129),
-outputs being written all or nothing.
+outputs being written all or nothing; a reader of stdout that goes away (``| head``) into a
+quiet exit 141, as SIGPIPE gives (:mod:`sortedrl.broken_pipe`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from sortedrl.broken_pipe import exit_if_reader_gone, reader_gone_exits
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
@@ -59,9 +61,25 @@ class OneLineUsageErrors(TyperGroup):
     """The top-level command group: a usage error (an unknown option, a value of the wrong type,
     a missing argument) is one ``error:`` line and exit 2, as every other bad input is, instead
     of typer's usage banner and boxed message. A group run with no arguments still shows its
-    help."""
+    help. A reader of stdout (or stderr) that goes away ends the command quietly, exit 141
+    (:mod:`sortedrl.broken_pipe`): caught around the options' parsing (``--help``,
+    ``--version``) and every command, before click's own handler takes it (exit 1), and around
+    the error lines printed here."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    def make_context(self, *args, **kwargs):
+        with reader_gone_exits():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx):
+        with reader_gone_exits():
+            return super().invoke(ctx)
+
+    def main(self, *args, **kwargs):
+        with reader_gone_exits():
+            return self._one_line_errors(*args, **kwargs)
+
+    def _one_line_errors(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+                         **extra):
         global _interrupt_reported
         _interrupt_reported = False  # (a process may run the app more than once: tests, library use)
         if not standalone_mode:
@@ -148,7 +166,7 @@ def user_errors(fn: Callable) -> Callable:
     """Report every failure a user can cause as one ``error:`` line and exit 2: a
     SortedRLError, a number that is not finite, a missing optional extra, an OS error, a run
     too large for memory; Ctrl-C as one line and exit 130, SIGTERM and SIGHUP as one line and
-    exit 143 and 129."""
+    exit 143 and 129; a reader of stdout that went away as nothing and exit 141."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -162,6 +180,7 @@ def user_errors(fn: Callable) -> Callable:
                 raise
             message, code = f"`{_command_path(fn)}` needs {top}, which is not installed: {EXTRAS[top]}", 2
         except OSError as e:
+            exit_if_reader_gone(e)  # (`| head`: not a failure; any other broken pipe is)
             message, code = os_error_line(e), 2
         except MemoryError:
             message, code = ("out of memory: the run needs more than this machine has (give fewer "

@@ -3,6 +3,12 @@ config overrides of verl, slime or AReaL (see :mod:`sortedrl.export`).
 
 Prints the overrides one per line, ready for the framework's command line, then each caveat as a
 ``# caveat:`` line; ``--json`` prints them as one object. Writes no file.
+
+A trial that broke the tune's ``--max-staleness`` (``"feasible": false`` in tune.json; only
+``--trial ID`` picks one, never the best or the knee) is exported all the same, as asked, with a
+``warning:`` line on stderr naming the trial and the bound it broke, and the same line at the top
+of what is printed (``# warning: ...``, or a ``warning`` field first in ``--json``), so that the
+caveat stays with the settings wherever they are saved.
 """
 
 from __future__ import annotations
@@ -43,9 +49,15 @@ def export_cmd(
 
         cl = dataclasses.replace(cl, **c.shape).validate(f"{c.where}: field 'params' on cluster {cl.name}")
     result = export(framework, c.policy, c.knobs, cl, group_size, prompts, c.auto, c.samples)
+    warning = f"{c.where} is infeasible: {c.infeasible}" if c.infeasible else None
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
     if as_json:
-        typer.echo(jsonio.dumps(result.as_dict(), "the export", indent=2))
+        shown = {"warning": warning, **result.as_dict()} if warning else result.as_dict()
+        typer.echo(jsonio.dumps(shown, "the export", indent=2))
         return
+    if warning:
+        typer.echo(f"# warning: {warning}")
     typer.echo(f"# {framework}: {c.policy} {json.dumps(result.params)} -> {result.entry}")
     for line in result.lines():
         typer.echo(line)
@@ -66,6 +78,7 @@ class Chosen(NamedTuple):
     where: str  # where they come from, for errors
     auto: dict  # the trial's auto knobs as its run resolved them (summary.auto_params)
     samples: int | None = None  # the trial's run: samples in all (summary.samples_total)
+    infeasible: str | None = None  # why tune marked the trial infeasible (None: it is feasible)
 
 
 def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
@@ -111,7 +124,29 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     if base is not None and not isinstance(base, str):
         raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
     return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
-                  _auto_params(match[0], where), _samples_total(match[0], where))
+                  _auto_params(match[0], where), _samples_total(match[0], where),
+                  _infeasible(result, match[0], where))
+
+
+def _infeasible(result: dict, trial: dict, where: str) -> str | None:
+    """Why tune marked the trial infeasible (its staleness_max over --max-staleness, the only
+    bound a trial can break), with the best feasible trial to export instead; None when it is
+    feasible (a hand-written trial without the field is taken as feasible, as report does)."""
+    feasible = trial.get("feasible", True)
+    if not isinstance(feasible, bool):
+        raise ConfigError(f"{where}: field 'feasible': expected true or false, got {_shown(feasible)}")
+    if feasible:
+        return None
+    bound, summary = result.get("max_staleness"), trial.get("summary")
+    worst = summary.get("staleness_max") if isinstance(summary, dict) else None
+    if jsonio.finite(bound) and jsonio.finite(worst) and worst > bound:
+        why = f"its staleness_max {worst} is over the tune's --max-staleness {bound}"
+    else:  # (a hand-edited file: the mark without the figures behind it)
+        why = "tune.json marks it \"feasible\": false"
+    best = result.get("best")
+    overall = best.get("overall") if isinstance(best, dict) else None
+    named = _is_id(overall) and overall != trial["id"]  # (a hand-edited best may name this one)
+    return why + (f"; the best feasible trial is {overall}" if named else "")
 
 
 def _auto_params(trial: dict, where: str) -> dict:
