@@ -52,7 +52,7 @@ from sortedrl.forecast_commands import register as register_forecast
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.parallel import check_workers
 from sortedrl.policies.base import parse_params
-from sortedrl.policies.registry import BUILTIN, make_policy, policy_class
+from sortedrl.policies.registry import BUILTIN, make_policy, policy_class, summary_of
 from sortedrl.progress import Phases
 from sortedrl.realrun.commands import register as register_real
 from sortedrl.realrun.engine import quiet_torch
@@ -261,9 +261,8 @@ def list_policies(
     classes = {name: policy_class(name, "policies") for name in names} if names else BUILTIN
     console = Console()
     for name, cls in classes.items():
-        doc = (cls.__doc__ or "").strip().splitlines() or [""]
         shown = name if name == cls.name else f"{name} ({cls.name})"
-        console.print(f"[bold]{escape(shown)}[/bold]: {escape(doc[0])}", highlight=False)
+        console.print(f"[bold]{escape(shown)}[/bold]: {escape(summary_of(cls))}", highlight=False)
         for f in dataclasses.fields(cls.Params):
             given = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             default = (repr(f.default) if f.default is not dataclasses.MISSING else "(a default factory)"

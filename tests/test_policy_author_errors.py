@@ -166,7 +166,7 @@ def test_ids_that_are_no_sequence_are_one_error_line(ids, got):
     (Train(7), "Train.samples must be a tuple or list of sample ids"),
     (Abort("01"), "Abort.samples must be a tuple or list of sample ids"),
     (Filter(3), "Filter.groups must be a tuple or list of group ids"),
-    (Admit((0,), engine="0"), "illegal action: admit to unknown engine '0'"),
+    (Admit((0,), engine="0"), "illegal action from on_start: admit to unknown engine '0'"),
 ])
 def test_each_action_names_its_field(action, line):
     class Wrong(AdmitAll):

@@ -33,12 +33,18 @@ SIGNATURES = {
 }
 HOOKS = tuple(h for h in SIGNATURES if h.startswith("on_"))
 CLOSE = 0.8  # difflib ratio: on_finish, on_stat, on_sync_don are typos; on_step, on_batch are not
+# what may follow a ``*_done`` hook's stem (``on_sync``) in a name meant as the hook: on_sync,
+# on_synced, on_sync_end, on_update_finished
+ENDINGS = ("", "d", "ed", "end", "ended", "fin", "finish", "finished", "complete", "completed")
+SHORTEST = 3  # letters after "on" for a truncated hook (on_fin, on_upd) to count as one
 
 
 def check_policy_class(cls: type) -> None:
     """One-line errors (ConfigError) for a policy class that cannot run under interface v2."""
     who = cls.__name__
     _check_misspelled_hooks(cls, who)
+    if getattr(cls, "wants_oracle", False) is True and not callable(getattr(cls, "attach_oracle", None)):
+        raise ConfigError(no_attach_oracle(who))
     if cls.on_event is Policy.on_event and cls.on_start is Policy.on_start:
         raise ConfigError(f"policy {who} overrides neither on_event nor on_start, so it would "
                           f"never admit a sample: implement on_start (and the hooks it needs: "
@@ -63,6 +69,11 @@ def _check_name(cls: type, who: str) -> None:
                           "(summaries and tables show it)")
 
 
+def no_attach_oracle(who: str) -> str:
+    return (f"policy {who} sets wants_oracle but has no attach_oracle method: define "
+            "attach_oracle(self, oracle), which gets the true lengths (oracle.predict(view, sample))")
+
+
 def _check_misspelled_hooks(cls: type, who: str) -> None:
     """A method named like a hook (``on_sync_don``) is never called: say which one was meant.
     Other ``on_*`` helpers (``on_step``, ``on_batch``) are the class's own business."""
@@ -70,13 +81,52 @@ def _check_misspelled_hooks(cls: type, who: str) -> None:
         if not is_users(klass):
             continue
         for attr, value in vars(klass).items():
-            if (not attr.lower().startswith("on_") or attr in SIGNATURES
-                    or not (inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod)))):
-                continue
-            close = difflib.get_close_matches(attr.lower(), HOOKS, n=1, cutoff=CLOSE)
-            if close:
-                raise ConfigError(f"policy {who} defines {attr}, which is not a hook: did you "
-                                  f"mean {close[0]}?")
+            if inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod)):
+                meant = meant_hook(cls, attr)
+                if meant:
+                    raise ConfigError(f"policy {who} defines {attr}, which is not a hook: did you "
+                                      f"mean {meant}?")
+
+
+def _plain(name: str) -> str:
+    return name.casefold().replace("_", "")
+
+
+def meant_hook(cls: type, attr: str) -> str | None:
+    """The hook that a method named ``attr`` of ``cls`` was likely meant to be, or None.
+
+    Only names like a hook's are looked at: ``on_`` in any case, or camelCase ``onX``. Meant as
+    a hook: the same name but for case and underscores (``onFinished``, ``On_Start``); a typo
+    (difflib, ``CLOSE``: ``on_finsihed``, ``on_idel``); or, where the class does not define that
+    hook (then a helper of that name is its own), a truncation (``on_fin``, ``on_upd``) or a
+    ``*_done`` hook's stem with another ending (``on_sync``, ``on_synced``, ``on_update_end``).
+    A class that routes events itself (``on_event``) keeps such truncations and stems as
+    helpers (its ``on_event`` may call an ``on_update`` of its own)."""
+    if attr in SIGNATURES or not (attr.lower().startswith("on_")
+                                  or (attr[:2] in ("on", "On") and attr[2:3].isupper())):
+        return None
+    plain = _plain(attr)
+    for hook in HOOKS:
+        if plain == _plain(hook):
+            return hook
+    close = difflib.get_close_matches(attr.lower(), HOOKS, n=1, cutoff=CLOSE)
+    if close:
+        return close[0]
+    close = difflib.get_close_matches(plain, [_plain(h) for h in HOOKS], n=1, cutoff=CLOSE)
+    if close and not (plain.startswith(close[0].removesuffix("done"))  # (on_finished_batch;
+                      or close[0].startswith(plain)):  # on_update, on_updated: below)
+        return next(h for h in HOOKS if _plain(h) == close[0])
+    if getattr(cls, "on_event", Policy.on_event) is not Policy.on_event:
+        return None
+    for hook in HOOKS:
+        if getattr(cls, hook, None) is not getattr(Policy, hook):
+            continue  # the class has that hook: a name like it is a helper
+        full = _plain(hook)
+        stem = full.removesuffix("done")
+        if (len(plain) >= 2 + SHORTEST and full.startswith(plain)) or (
+                stem != full and plain.startswith(stem) and plain[len(stem):] in ENDINGS):
+            return hook
+    return None
 
 
 def _check_signature(cls: type, hook: str, who: str) -> None:

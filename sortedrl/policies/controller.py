@@ -14,7 +14,9 @@ Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError
   to have nothing running, and rollout stays stopped until the update and any sync are done;
 - a hook returns a list of actions (a tuple or None too), and an action's ids are a tuple, list
   or range (a 1-D integer NumPy array is converted): checked once per action, not per sample;
-- a sample is regenerated fewer than ``MAX_ATTEMPTS`` times (more: the policy loops forever).
+- a sample is regenerated fewer than ``MAX_ATTEMPTS`` times, and the run does not loop
+  (regenerating or syncing with no progress: :mod:`sortedrl.policies.loops`).
+An illegal action's error names the hook that returned it (``illegal action from on_idle:``).
 
 It also serves the policy's standing orders (:mod:`sortedrl.policies.orders`): a finish that
 wakes no ``WakeOn`` condition is handled here without calling the policy. Per-engine loads,
@@ -46,8 +48,17 @@ from sortedrl.policies.base import (
     WakeOn,
 )
 from sortedrl.policies.deferred import DeferredFinishes, group_counts, typed_view
+from sortedrl.policies.loops import RegenWatch, SyncWatch, stall_reason
 from sortedrl.policies.orders import StandingOrders
-from sortedrl.policies.returns import ID_FIELD, ID_SEQUENCES, not_a_list, users_bug, with_id_tuple
+from sortedrl.policies.returns import (
+    ID_FIELD,
+    ID_SEQUENCES,
+    hook_name,
+    not_a_list,
+    not_an_action,
+    users_bug,
+    with_id_tuple,
+)
 from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
 
@@ -78,6 +89,9 @@ class Controller(Admission):
         self._dispatching = False
         self.orders = StandingOrders()
         self.deferred: DeferredFinishes | None = None  # finishes booked in batches (its doc)
+        self.event: Event | None = None  # the event whose hook's actions are being applied
+        self.regens = RegenWatch(len(prompt_len))
+        self.syncs = SyncWatch()
 
     def defer_finishes(self, lengths) -> DeferredFinishes:
         """A sink for the finishes of a policy that never hears one, booked before the next
@@ -95,17 +109,11 @@ class Controller(Admission):
             self.deferred.book()
         if not self.done:
             raise PolicyError(f"policy {self.policy.name} stalled at t={self.backend.now():.3f}s: "
-                              + self._stall_reason())
+                              + stall_reason(self.s.state))
 
     @property
     def done(self) -> bool:
         return self.settled == len(self.s.state)
-
-    def _stall_reason(self) -> str:
-        counts = {st.name.lower(): 0 for st in SampleState}
-        for st in self.s.state:
-            counts[SampleState(st).name.lower()] += 1
-        return ", ".join(f"{v} {k}" for k, v in counts.items() if v) + " samples, nothing in flight"
 
     def start(self) -> None:
         self.dispatch(Event(EventKind.STARTED))
@@ -124,6 +132,9 @@ class Controller(Admission):
             if event.kind is EventKind.FINISHED:
                 event = self.orders.deliver(event, self.hears(event.samples))
             if event is not None:
+                if event.kind is EventKind.TURN_DONE:
+                    self.syncs.turns += 1  # progress, as a finish is
+                self.event = event
                 try:
                     actions = self.policy.on_event(event, self.view)
                 except Exception as e:  # a user's policy's bug: one line naming where it is
@@ -138,6 +149,7 @@ class Controller(Admission):
                         raise not_a_list(self.policy, actions, event)
                 for action in actions:
                     self._apply(action)
+            self.event = None  # (a Keep's top-up is the controller's own)
             self.serve_keep()
             if (self.s.placement == "colocated" and not self.rollout_on
                     and not self.s.trainer_busy and not self.s.syncing):
@@ -220,10 +232,16 @@ class Controller(Admission):
         elif isinstance(action, (Keep, WakeOn)):
             self.orders.set(action, self.s, self.policy)
         else:
-            raise PolicyError(f"policy {self.policy.name} returned {action!r}, which is not an action")
+            raise not_an_action(self.policy, action, self.event)
+
+    @property
+    def hook(self) -> str | None:
+        """The hook whose actions are being applied (None: the controller's own, a ``Keep``'s)."""
+        return None if self.event is None else hook_name(self.policy, self.event)
 
     def _bad(self, what: str) -> PolicyError:
-        return PolicyError(f"policy {self.policy.name}: illegal action: {what}")
+        by = f" from {self.hook}" if self.event is not None else ""
+        return PolicyError(f"policy {self.policy.name}: illegal action{by}: {what}")
 
     def _check_ids(self, samples: tuple[int, ...], verb: str) -> None:
         n = len(self.s.state)
@@ -246,6 +264,8 @@ class Controller(Admission):
             if s.state[i] not in allowed:
                 raise self._bad(f"abort (keep_tokens={act.keep_tokens}) of sample {i}, which is "
                                 f"{SampleState(s.state[i]).name.lower()}")
+        if not act.keep_tokens and self.regens.dropped(len(samples)):
+            raise self.regens.error(self.policy.name, self.hook)
         tokens = dict(zip(live, self.backend.abort(live), strict=True)) if live else {}
         self.timeline.abort(self.backend.now(), samples, act.keep_tokens)
         for i in live:
@@ -291,6 +311,7 @@ class Controller(Admission):
             s.next_group += 1
         self.settled += len(act.samples)
         if act.samples:
+            self.regens.count = 0
             self.timeline.discard(self.backend.now(), list(act.samples))
 
     def _filter(self, act: Filter) -> None:
@@ -315,6 +336,7 @@ class Controller(Admission):
             del s.buffer[i]
         self.settled += len(dropped)
         if dropped:
+            self.regens.count = 0
             self.timeline.filter(self.backend.now(), dropped)
 
     def _train(self, act: Train) -> None:
@@ -348,6 +370,7 @@ class Controller(Admission):
         for i in act.samples:
             del buffer[i]
         self.settled += len(act.samples)
+        self.regens.count = 0
         s.trainer_busy = True
         self.backend.train(list(act.samples), s.version)
 
@@ -367,6 +390,9 @@ class Controller(Admission):
             raise self._bad("sync while a sync is running")
         if self.done:  # every sample is trained: no engine will run these weights
             return
+        if self.syncs.synced((s.version, self.settled, s.admitted, len(s.buffer), len(s.paused),
+                              s.started_count, self.syncs.turns)):
+            raise self.syncs.error(self.policy.name, self.hook)
         if s.placement == "colocated" and self.rollout_on:
             self.rollout_on = False
             self.backend.set_rollout(False)

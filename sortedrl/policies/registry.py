@@ -11,7 +11,7 @@ import inspect
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.policies.async_rl import AsyncPolicy
 from sortedrl.policies.base import Policy, RunContext, parse_params
-from sortedrl.policies.checks import check_policy_class
+from sortedrl.policies.checks import check_policy_class, no_attach_oracle
 from sortedrl.policies.one_step_off import OneStepOffPolicy
 from sortedrl.policies.oracle_sorted import OracleSortedPolicy
 from sortedrl.policies.partial import PartialRolloutPolicy
@@ -50,6 +50,12 @@ def policy_class(name: str, option: str = "--policy") -> type[Policy]:
         raise ConfigError(f"{option} {name!r}: {cls_name!r} is not a Policy subclass in {mod.__name__}")
     check_policy_class(cls)
     return cls
+
+
+def summary_of(cls: type) -> str:
+    """The first paragraph of a policy class's docstring, on one line (``sortedrl policies``)."""
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    return " ".join(doc.split("\n\n", 1)[0].split())
 
 
 def builtin_class(name: object, where: str) -> type[Policy]:
@@ -93,10 +99,30 @@ def make_policy(name: str, sets: list[str], trace) -> Policy:
         raise ConfigError(f"{trace.name}: policy {name}: filter_groups=true needs a reward column, "
                           "and this trace has none")
     if getattr(policy, "wants_oracle", False):
-        lengths = getattr(trace, "response_len", None)
-        if lengths is None:  # a real run: no length exists before it is generated
-            raise ConfigError(f"policy {name} reads true response lengths (an oracle), which a real "
-                              "run does not know before generating them (oracle_sorted: --set "
-                              "predictor=history)")
-        policy.attach_oracle(OracleLengths(lengths.tolist()))
+        attach_oracle(policy, name, trace)
     return policy
+
+
+def attach_oracle(policy: Policy, name: str, trace) -> None:
+    """Hand ``policy`` the trace's true lengths (its ``attach_oracle``) and label it an oracle:
+    ``policy.oracle`` is what every output reads (the summary's ``"oracle"``, the banner,
+    compare's star), whoever wrote the policy. A value the policy gives ``oracle`` itself (the
+    oracle object, say) is kept if it is true."""
+    attach = getattr(policy, "attach_oracle", None)
+    if not callable(attach):
+        raise ConfigError(no_attach_oracle(name))
+    lengths = getattr(trace, "response_len", None)
+    if lengths is None:  # a real run: no length exists before it is generated
+        raise ConfigError(f"policy {name} reads true response lengths (an oracle), which a real "
+                          "run does not know before generating them (oracle_sorted: --set "
+                          "predictor=history)")
+    try:
+        attach(OracleLengths(lengths.tolist()))
+    except SortedRLError:
+        raise
+    except Exception as e:
+        if not is_users(type(policy)):
+            raise
+        raise ConfigError(f"policy {name} raised {raised(e)}") from None
+    if not policy.oracle:
+        policy.oracle = True

@@ -35,6 +35,8 @@ HOOK_OF = {EventKind.STARTED: "on_start", EventKind.FINISHED: "on_finished",
 ID_FIELD = {Admit: "samples", Abort: "samples", Discard: "samples", Train: "samples",
             Filter: "groups"}  # the actions that name samples (groups), and the field
 ID_SEQUENCES = (tuple, list, range)  # taken as they are; a 1-D integer NumPy array is converted
+ACTIONS = (Admit, Abort, Discard, Filter, Train, Sync, Keep, WakeOn)
+SHOWN_ITEMS = 3  # items of a list an error line shows
 
 
 def users_bug(policy: Policy, e: Exception) -> Exception:
@@ -50,11 +52,30 @@ def users_bug(policy: Policy, e: Exception) -> Exception:
     return PolicyError(f"policy {name}: {e} (at {where})") if where else e
 
 
+def hook_name(policy: Policy, event) -> str:
+    """The hook that handled ``event``: its own, or ``on_event`` for an old-style policy."""
+    return HOOK_OF[event.kind] if type(policy).on_event is Policy.on_event else "on_event"
+
+
 def not_a_list(policy: Policy, returned: object, event) -> PolicyError:
     """The error for a hook (named by ``event``'s kind) that returned no list of actions."""
-    hook = HOOK_OF[event.kind] if type(policy).on_event is Policy.on_event else "on_event"
-    return PolicyError(f"policy {policy.name}: {hook} returned {_shown(returned)}, expected a "
-                       "list of actions")
+    return PolicyError(f"policy {policy.name}: {hook_name(policy, event)} returned "
+                       f"{_shown(returned)}, expected a list of actions")
+
+
+def not_an_action(policy: Policy, item: object, event) -> PolicyError:
+    """The error for an item of a hook's list that is no action: an action's class (``Sync``
+    for ``Sync()``), a list inside the list, or anything else, shown short."""
+    hook = hook_name(policy, event) if event is not None else "a hook"
+    head = f"policy {policy.name}: {hook} returned"
+    if isinstance(item, type) and item in ACTIONS:
+        call = f"{item.__name__}()" if item in (Sync, Keep, WakeOn) else f"{item.__name__}(...)"
+        return PolicyError(f"{head} the class {item.__name__} in its list, not an action: write "
+                           f"{call}, an instance")
+    if isinstance(item, (list, tuple)):
+        return PolicyError(f"{head} a {type(item).__name__} inside its list of actions "
+                           f"({_shown(item)}): return one flat list")
+    return PolicyError(f"{head} {_shown(item)} in its list, which is not an action")
 
 
 def with_id_tuple(policy: str, action, field: str):
@@ -69,8 +90,14 @@ def with_id_tuple(policy: str, action, field: str):
                       f"array), got {got}")
 
 
-def _shown(value: object) -> str:
-    """An action as ``Admit(...)`` (its ids could fill a screen), anything else cut short."""
+def _shown(value: object, depth: int = 2) -> str:
+    """An action as ``Admit(...)`` (its ids could fill a screen), a list or tuple as its first
+    items shown so (two levels deep), anything else cut short."""
     if type(value) in ID_FIELD or isinstance(value, (Keep, WakeOn)):
         return f"{type(value).__name__}(...)"
+    if type(value) in (list, tuple):
+        items = [_shown(v, depth - 1) for v in value[:SHOWN_ITEMS]] if depth else ["..."]
+        text = ", ".join(items + (["..."] if depth and len(value) > SHOWN_ITEMS else []))
+        one = type(value) is tuple and len(value) == 1 and depth  # (x,)
+        return f"[{text}]" if type(value) is list else f"({text}{',' if one else ''})"
     return "Sync()" if isinstance(value, Sync) else short_repr(value)

@@ -134,7 +134,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
     meta = {
         "backend": "sim",
         "policy": policy.name,
-        "oracle": policy.oracle,
+        "oracle": bool(policy.oracle),  # (a policy may hold its oracle object there)
         "params": params_dict(policy.params),
         "trace": trace.name,
         "cluster": cluster.name,
