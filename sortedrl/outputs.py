@@ -9,9 +9,15 @@ renamed into place; if any rename fails, the ones already made are undone, so a 
 either all its outputs or none of them (and the previous ones, if it was replacing them).
 
 A run directory holds a small marker, ``.sortedrl-run``, naming the command (and its options)
-that wrote it. A directory is replaced without ``--force`` only when it is empty or holds a
-previous run of the same command; a default directory (no ``--out``) only when it holds a run
-of the same command with the same options, since its name cannot tell the user what is in it.
+that wrote it, and every file and folder it wrote there. A directory is replaced without
+``--force`` only when it is empty or holds a previous run of the same command with the same
+options and nothing else: replacing it deletes all it holds, so a file of the user's in it (notes,
+a folder of their own) makes it refused, naming the file, as a directory of someone else's files
+is. What ``plot`` and ``report`` add to a run directory (their default pages) counts as the
+run's; a marker written before the list was recorded is read by the names each command writes.
+
+An output that is a symbolic link is refused: the new output would replace the link, not be
+written where it points (a link among the parents is followed, as any path is).
 
 Labels that become directory names (``compare --policy LABEL=NAME``) go through
 :func:`check_label`, so a label can never name a path outside ``--out``.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -41,6 +48,16 @@ from sortedrl.errors import SortedRLError
 from sortedrl.interrupts import signals_deferred
 
 MARKER = ".sortedrl-run"
+_TIMELINES = ("timeline.npz", "timeline.jsonl")  # timeline_file.NAMES (a test keeps them equal)
+_ADDED = ("timeline.html", "report.html")  # the default pages of `plot` and `report`
+_ONE_RUN = frozenset({"summary.json", *_TIMELINES, "timeline.html"})
+# what each command's run directory holds, by name, for a marker that does not list its files
+# (written before it did): the top level's names, and those of each subfolder (compare's LABEL/)
+_LAYOUTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "simulate": (_ONE_RUN | {"report.html"}, frozenset()),
+    "compare": (frozenset({"compare.json", "report.html"}), _ONE_RUN),
+    "tune": (frozenset({"tune.json", "report.html"}), frozenset()),
+}
 Writer = Callable[[Path], None]  # writes one file at the path it is given
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
@@ -114,12 +131,13 @@ class Outputs:
         out = Path(path if given else default)
         self.identity = {"command": self.command, **(identity or {})}
         self._check_place(out, option)
+        _check_not_link(out, option, "directory")
         real = _abs(out)
         if Path.cwd().is_relative_to(real.resolve()):
             raise OutputError(f"{option} {out}: is the current directory or holds it; give a new directory")
+        self._check_inputs(out, option, is_dir=True)  # (first: --force would not help)
         if real.exists():
             self._check_replace_dir(out, option, given)
-        self._check_inputs(out, option, is_dir=True)
         return self._add(out, option, is_dir=True)
 
     def file(self, path: Path | None, option: str, default: Path | None = None) -> Path | None:
@@ -130,6 +148,7 @@ class Outputs:
             return None
         out = Path(path if path is not None else default)
         self._check_place(out, option)
+        _check_not_link(out, option, "file")
         real = _abs(out)
         if real.is_dir():
             raise OutputError(f"{option} {out}: is a directory, not a file")
@@ -226,7 +245,12 @@ class Outputs:
                 what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
                 raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "
                                   f"or --force to replace it")
-            if previous != self.identity:  # (an explicit --out too: it held results of their own)
+            foreign = foreign_entry(real, previous)
+            if foreign is not None:  # (replacing the run would delete it with the run)
+                raise OutputError(f"{option} {out}: not empty (a `sortedrl {self.command}` run and files "
+                                  f"not written by sortedrl: {foreign}); give another directory, or "
+                                  f"--force to replace it, deleting them")
+            if _identity(previous) != self.identity:  # (an explicit --out too: it held results of their own)
                 keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; {keep}, "
                                   f"or --force to replace it")
@@ -293,7 +317,8 @@ class Outputs:
                     _make_parents(dest, [])
                     self._tick()
                     write(dest)
-                (tmp / MARKER).write_text(json.dumps(self.identity, sort_keys=True) + "\n")
+                marker = {**self.identity, "files": _listing(tmp)}  # (what a rerun may replace)
+                (tmp / MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
             else:
                 self._tick()
                 what(tmp)
@@ -318,6 +343,80 @@ def read_marker(out: Path) -> dict:
     except (OSError, ValueError, RecursionError):
         return {}
     return raw if isinstance(raw, dict) and isinstance(raw.get("command"), str) else {}
+
+
+def _identity(marker: dict) -> dict:
+    """The command and options of a marker (without the list of what it wrote)."""
+    return {k: v for k, v in marker.items() if k != "files"}
+
+
+def _listing(top: Path) -> list[str]:
+    """Every file and folder under ``top``, relative, a folder's with a trailing ``/``."""
+    out = []
+    for folder, dirs, files in os.walk(top):
+        rel = Path(folder).relative_to(top)
+        out += [(rel / d).as_posix() + "/" for d in dirs] + [(rel / f).as_posix() for f in files]
+    return sorted(out)
+
+
+def foreign_entry(top: Path, marker: dict) -> str | None:
+    """The first entry under the run directory ``top`` (sorted, a folder before what it holds)
+    that neither the command of its ``marker`` wrote nor ``plot`` or ``report`` added (their
+    default pages, and a temporary one a killed ``plot`` left), as ``name`` or ``folder/``;
+    None when there is none. A marker that lists no files is read by :data:`_LAYOUTS`."""
+    written = marker.get("files")
+    if isinstance(written, list) and all(isinstance(w, str) for w in written):
+        dirs = {w.rstrip("/") for w in written if w.endswith("/")}
+        files = {w for w in written if not w.endswith("/")}
+        files |= {"report.html"} | {posixpath.join(posixpath.dirname(f), "timeline.html")
+                                     for f in files if posixpath.basename(f) in _TIMELINES}
+    else:
+        top_names, sub_names = _LAYOUTS.get(marker.get("command"), (frozenset(), frozenset()))
+        files, dirs = set(top_names), set()
+        if sub_names:
+            with os.scandir(top) as it:
+                dirs = {e.name for e in it if e.is_dir(follow_symlinks=False) and is_label(e.name)}
+            files |= {f"{d}/{n}" for d in dirs for n in sub_names}
+    return _first_foreign(top, "", files, dirs)
+
+
+def _first_foreign(folder: Path, prefix: str, files: set[str], dirs: set[str]) -> str | None:
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        rel = prefix + e.name
+        if rel == MARKER:
+            continue
+        if e.is_dir(follow_symlinks=False):
+            if rel not in dirs:
+                return rel + "/"
+            try:
+                found = _first_foreign(Path(e.path), rel + "/", files, dirs)
+            except OSError:  # (unreadable: what it holds cannot be told to be the run's)
+                return rel + "/"
+            if found is not None:
+                return found
+        elif rel not in files and not _stale_page(prefix, e.name, files):
+            return rel
+    return None
+
+
+def _stale_page(prefix: str, name: str, files: set[str]) -> bool:
+    """Whether ``name`` is a default page's temporary or backup that a killed ``plot`` or
+    ``report`` left (``Outputs.write``: ``.timeline.html.tmp-*``, ``.timeline.html.old-PID``)."""
+    return any(prefix + page in files and (name.startswith(f".{page}.tmp-") or name.startswith(f".{page}.old-"))
+               for page in _ADDED)
+
+
+def _check_not_link(out: Path, option: str, what: str) -> None:
+    """An output may not be a symbolic link: its new contents are renamed onto the path, which
+    would replace the link, not write where it points."""
+    link = _abs(out)
+    if link.is_symlink():
+        real = os.path.realpath(link)  # (where it points, as a path from here)
+        rel = os.path.relpath(real)
+        raise OutputError(f"{option} {out}: is a symbolic link to {real if rel.startswith('..') else rel}; "
+                          f"give the {what} it points to, or another path")
 
 
 def _commit(staged: list[tuple[Path, Path]]) -> None:
