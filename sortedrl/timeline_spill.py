@@ -108,15 +108,21 @@ class SpilledColumns(Mapping):
         self._spill, self._kind, self._labels = spill, kind, labels
         self._types = dict(schema)
         self._counts = spill.counts(kind)
-        self._held: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        # plain references, no callback: a WeakValueDictionary ran its callback (Python code)
+        # each time a field was freed, constantly while the outputs are written, and a Ctrl-C
+        # that lands in a callback is printed as "Exception ignored" and dropped, so the run
+        # went on to replace its outputs. A dead reference is replaced when the field is asked
+        # for again; there are at most as many as the kind has fields.
+        self._held: dict[str, weakref.ref] = {}
 
     def __getitem__(self, name: str):
-        col = self._held.get(name)
+        ref = self._held.get(name)
+        col = ref() if ref is not None else None
         if col is None:
             typ = self._types[name]  # KeyError for an unknown field, as a dict
             col = self._spill.load(self._kind, name, typ, self._labels(self._kind, name),
                                    self._counts)
-            self._held[name] = col
+            self._held[name] = weakref.ref(col)
         return col
 
     def __contains__(self, name: object) -> bool:  # (Mapping's would read the field)
