@@ -145,7 +145,7 @@ def simulate(
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
         pol = make_policy(policy, sets, tr)
         progress.phase(f"simulating {pol.name}", total=len(tr))
-        ran_on = cluster_for(pol.placements, cl)
+        ran_on = cluster_for(pol.placements, cl, pol.name)
         with outs.scratch(run_dir) as spill:  # a long run's timeline waits there, not in memory
             result = run_simulation(tr, pol, ran_on, seed=seed,
                                     progress=progress, regen=regen, spill_dir=spill)

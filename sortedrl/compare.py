@@ -79,17 +79,90 @@ def placement_for(policy_placements: tuple[str, ...] | None, placement: str) -> 
     return "disaggregated"
 
 
-def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster) -> Cluster:
+def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster,
+                policy: str | None = None) -> Cluster:
     """The cluster a policy runs on: the given one, or its disaggregated split if it must. (A
     policy that runs only colocated gets the given cluster, and ``simulate`` refuses a
-    disaggregated one: there is no colocated form of separate pools to fall back to.)"""
+    disaggregated one: there is no colocated form of separate pools to fall back to.)
+    ``policy``: its name, for the error when the GPUs have no split (:func:`check_split`)."""
     if placement_for(policy_placements, cluster.placement) == cluster.placement:
         return cluster
+    check_split(cluster, policy)
     split = dataclasses.replace(cluster, name=split_name(cluster),
                                 placement="disaggregated").validate(cluster.name)
     if cluster.costs is None:  # the preset's terms follow the split's shape
         return split
     return dataclasses.replace(split, costs=split_costs(cluster, split))
+
+
+def check_split(cluster: Cluster, policy: str | None = None) -> None:
+    """One error line, about the policy and the cluster's GPUs, when the default split (a
+    quarter of the GPUs train, at least 1) leaves no whole rollout engines: the split's own
+    check blamed its ``train_gpus``, which the user never set (``field 'train_gpus': 1 trainer
+    GPUs of 1 leave no rollout engine of tp=1`` for ``async`` on one GPU). A cluster file's
+    ``train_gpus`` is checked by the split as it was given."""
+    if cluster.train_gpus or cluster.placement == "disaggregated":
+        return
+    trainer = max(1, cluster.gpus // 4)  # (Cluster.trainer_gpus)
+    rollout = cluster.gpus - trainer
+    if _whole_engines(cluster.gpus, cluster.tp):
+        return
+    gpus, example = _more_gpus(cluster)
+    more = f"{gpus}{' or more' if cluster.tp == 1 else ''} GPUs" if gpus else "more GPUs"
+    more += f", e.g. {example}" if example else ""
+    who = f"policy {policy}" if policy else "this policy"
+    head = f"{who} needs separate rollout and training GPUs (a disaggregated cluster); "
+    if cluster.gpus == 1:
+        raise ConfigError(head + f"{cluster.name} has 1 GPU: give a cluster of {more}")
+    engines = "no engine" if rollout < cluster.tp else "not whole engines"
+    raise ConfigError(head + f"{cluster.name}'s {cluster.gpus} GPUs split into {trainer} to train and "
+                      f"{rollout} to roll out, {engines} of tp={cluster.tp}: give a cluster of {more} "
+                      "(or a cluster file with train_gpus)")
+
+
+def _more_gpus(cluster: Cluster) -> tuple[int | None, str | None]:
+    """The fewest GPUs, more than ``cluster``'s, whose default split leaves whole engines (and,
+    for a preset, the preset of that many GPUs, whose split also holds its trainer)."""
+    named = _is_preset(cluster)
+    for n in range(cluster.gpus + 1, max(1024, 4 * cluster.gpus)):
+        if _whole_engines(n, cluster.tp):
+            if not named:
+                return n, None
+            if example := _preset_with_gpus(cluster, n):
+                return n, example
+    return None, None
+
+
+def _whole_engines(gpus: int, tp: int) -> bool:
+    """Whether the default split of ``gpus`` (a quarter train, at least 1: ``Cluster.trainer_gpus``)
+    leaves whole engines of ``tp`` GPUs, at least one."""
+    rollout = gpus - max(1, gpus // 4)
+    return rollout >= tp and rollout % tp == 0
+
+
+def _is_preset(cluster: Cluster) -> bool:
+    from sortedrl.sim.cluster import preset
+
+    try:
+        return preset(cluster.name) == cluster
+    except ConfigError:
+        return False
+
+
+def _preset_with_gpus(cluster: Cluster, gpus: int) -> str | None:
+    """The name of the preset ``cluster`` with ``gpus`` GPUs, if its split holds; else None."""
+    from sortedrl.sim.cluster import _PRESET, preset
+
+    m = _PRESET.match(cluster.name)
+    if m is None or m["dis"]:
+        return None
+    name = (f"{m['gpu']}-{m['model']}" + (f"-tp{m['tp']}" if m["tp"] else "") + f"-{gpus}gpu"
+            + (f"-{m['seqs']}seq" if m["seqs"] else ""))
+    try:
+        dataclasses.replace(preset(name), placement="disaggregated").validate(name)
+    except ConfigError:
+        return None
+    return name
 
 
 def split_name(cluster: Cluster) -> str:
@@ -275,7 +348,7 @@ def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
     if spill_dir is not None:
         spill = spill_dir / spec.label
         spill.mkdir()
-    return simulate(trace, policy, cluster_for(policy.placements, cluster), seed=seed,
+    return simulate(trace, policy, cluster_for(policy.placements, cluster, policy.name), seed=seed,
                     progress=progress, regen=regen, spill_dir=spill)
 
 
@@ -287,8 +360,9 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
     that many processes at once (the same results). ``spill_dir`` (empty; the caller removes
     it once done with the timelines) keeps each long run's timeline on disk, in a directory
     named by its label."""
-    for s in specs:  # every policy's knobs checked before any run
-        make_policy(s.name, list(s.sets), trace)
+    for s in specs:  # every policy's knobs, and the GPUs it runs on, checked before any run
+        policy = make_policy(s.name, list(s.sets), trace)
+        cluster_for(policy.placements, cluster, policy.name)
     if workers > 1 and len(specs) > 1:
         if hasattr(progress, "phase"):
             progress.phase(f"simulating {len(specs)} policies in {min(workers, len(specs))} "

@@ -251,6 +251,11 @@ class Cluster:
         if self.rollout_gpus < self.tp and self.placement == "colocated":  # (it blamed train_gpus,
             raise ConfigError(f"{where}: field 'tp': an engine of tp={self.tp} needs {self.tp} GPUs, "
                               f"and the cluster has {self.gpus}")  # which no colocated cluster uses)
+        if self.rollout_gpus < self.tp and not self.train_gpus:  # (the default trainer: not the user's)
+            many = self.gpus > 1
+            raise ConfigError(f"{where}: field 'gpus': {self.gpus} GPU{'s' if many else ''} leave{'' if many else 's'} "
+                              f"no rollout engine of tp={self.tp} beside the trainer's {self.trainer_gpus} (a "
+                              f"quarter of the GPUs, at least 1, where train_gpus is not given)")
         if self.rollout_gpus < self.tp:
             raise ConfigError(f"{where}: field 'train_gpus': {self.trainer_gpus} trainer GPUs of {self.gpus} "
                               f"leave no rollout engine of tp={self.tp}")
