@@ -71,8 +71,9 @@ def mismatch(tl: Timeline, summary: dict) -> str | None:
 def check_matches(tl_path: Path, tl: Timeline, summary_path: Path, summary: dict,
                   error: type[Exception], command: str) -> None:
     """A finished run's timeline must be the one its summary was computed from: one ``error``
-    otherwise, which says what ``command`` (``plot``, ``validate``) does once summary.json is
-    deleted."""
+    otherwise. ``plot`` can draw a cut timeline once summary.json is deleted and says so;
+    ``validate`` cannot replay one (its trace.jsonl holds the whole run), so it does not."""
     if why := mismatch(tl, summary):
-        raise error(f"{tl_path}: does not match {summary_path} ({why}): truncated? (write the run "
-                    f"again, or delete summary.json to {command} the timeline as it is)")
+        fix = "write the run again" + (", or delete summary.json to plot the timeline as it is"
+                                       if command == "plot" else "")
+        raise error(f"{tl_path}: does not match {summary_path} ({why}): truncated? ({fix})")

@@ -199,6 +199,18 @@ def recorded_auto(meta: dict, where: Path) -> dict:
     return dict(auto)
 
 
+def _check_settles_the_trace(tl_path: Path, tl: Timeline, trace_path: Path, samples: int) -> None:
+    """A finished run trains, discards or filters each sample of its trace.jsonl once: a
+    timeline that settles fewer was cut short (with or without its summary.json), and a replay
+    of the whole trace against it would compare two different runs. (A trace with fewer samples
+    than the timeline settles is replayed: the steps it never reached are not compared.)"""
+    settled = sum(tl.columns(kind)["samples"].values.size for kind in ("train", "discard", "filter")
+                  if tl.count(kind))
+    if settled < samples:
+        raise ConfigError(f"{tl_path}: trains or drops {settled:,} samples, {trace_path} holds {samples:,}: "
+                          "truncated? (write the run again)")
+
+
 def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False) -> dict:
     """Replay the real run in ``rundir`` on ``profile``'s cluster and compare it, step by step.
 
@@ -224,6 +236,7 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
                       ConfigError, "validate")
     run = check_run(real_tl.meta.get("run"), tl_path, trust_policy)
     trace = read_trace(rundir / "trace.jsonl")
+    _check_settles_the_trace(tl_path, real_tl, rundir / "trace.jsonl", len(trace))
     if not str(profile).endswith(".json"):  # (it was read as a preset name: "unknown cluster preset")
         raise ConfigError(f"--profile {profile}: not a profile: give the .json file `sortedrl "
                           "calibrate` wrote (or a cluster file)")

@@ -59,11 +59,12 @@ def test_a_truncated_timeline_is_refused_as_plot_refuses_it(tmp_path, drop, why)
     assert r.exit_code == 2, r.output
     assert r.stderr.splitlines() == [
         f"error: {run / 'timeline.jsonl'}: does not match {run / 'summary.json'} ({why}): truncated? "
-        "(write the run again, or delete summary.json to validate the timeline as it is)"]
+        "(write the run again)"]
     assert files(tmp_path) == before  # no validate.json, no overlay
-    p = plot(run, tmp_path / "p.html")  # the same check, the same words
+    p = plot(run, tmp_path / "p.html")  # the same check; plot can draw the cut timeline, and says how
     assert p.exit_code == 2 and p.stderr.splitlines() == [
-        r.stderr.splitlines()[0].replace("to validate the timeline", "to plot the timeline")]
+        r.stderr.splitlines()[0].replace("(write the run again)", "(write the run again, or delete "
+                                         "summary.json to plot the timeline as it is)")]
     assert files(tmp_path) == before
 
 
@@ -77,14 +78,19 @@ def test_the_whole_run_still_validates_and_plots(tmp_path):
     assert plot(run, tmp_path / "p.html").exit_code == 0
 
 
-def test_without_summary_json_the_timeline_is_validated_as_it_is_as_plot_draws_it(tmp_path):
-    """Nothing to check a timeline against: both commands take it as it is (the way out the
-    error line gives)."""
+def test_without_summary_json_a_cut_timeline_is_still_refused_and_plot_draws_it(tmp_path):
+    """validate replays the whole trace.jsonl, so the timeline must settle every sample of it,
+    summary.json or not (deleting the summary validated a cut run: makespan error 1.3% where the
+    whole run's is 7.0%); plot draws a timeline as it is."""
     run = copy_run(tmp_path / "run", 3)
     (run / "summary.json").unlink()
+    before = files(tmp_path)
     r = validate(run, "--json")
-    assert r.exit_code == 0, r.output
-    assert (json.loads(r.stdout)["updates_real"], json.loads(r.stdout)["updates_sim"]) == (3, 4)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.splitlines() == [
+        f"error: {run / 'timeline.jsonl'}: trains or drops 96 samples, {run / 'trace.jsonl'} holds 128: "
+        "truncated? (write the run again)"]
+    assert files(tmp_path) == before
     assert plot(run, tmp_path / "p.html").exit_code == 0
 
 

@@ -51,7 +51,7 @@ def check_trainer_fit(tr: object, where: str) -> None:
         raise _bad(where, "fit.trainer.terms", "an object of fitted terms", terms)
     for name, term in terms.items():
         _number(where, f"fit.trainer.terms.{name}.value", term.get("value") if isinstance(term, dict) else None)
-        if "stderr" in term:  # (not in profiles written before it)
+        if term.get("stderr") is not None:  # (not in profiles written before it; null: no step to spare)
             _number(where, f"fit.trainer.terms.{name}.stderr", term["stderr"])
     if not isinstance(cols, dict) or not isinstance(cols.get("update"), list) or not all(
             isinstance(c, str) for c in cols["update"]):

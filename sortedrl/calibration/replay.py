@@ -51,7 +51,7 @@ class Replay:
     duration_s: float
     features: np.ndarray  # sums over spans of (1, running, KV tokens, prefilled tokens, admitted, host units)
     step_features: np.ndarray  # the same per step span (steps x columns)
-    step_idle_s: np.ndarray  # per span, time neither the engine nor the host worked
+    step_idle_s: np.ndarray  # per span, time neither the engine nor the host worked (overlapped: the engine idle)
     step_start_s: np.ndarray  # when each step's span began (the previous step's end)
     step_end_s: np.ndarray  # when each step ended (its tokens streamed)
     admit_step: np.ndarray  # per request, the step that prefilled it (and gave its first token)

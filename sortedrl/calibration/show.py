@@ -215,9 +215,9 @@ def _engine_fit(eng: dict | None) -> list[str]:
             raise ValueError(f"{key} {eng[key]!r}: expected seconds >= 0")
     if isinstance(eng.get("host_s"), (int, float)) and eng.get("schedule") == "overlapped":
         out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms (--host-schedule overlapped: "
-                   "time from a request's send to the engine, beside its steps; "
+                   "one request at a time, beside the engine's steps; "
                    + ("the value whose fit leaves the smallest residual, no standard error)"
-                      if eng.get("host_searched") else "held, not fitted)"))
+                      if eng.get("host_searched") else "not fitted: the files hold no per-request latencies)"))
     elif isinstance(eng.get("host_s"), (int, float)):
         out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms "
                    f"(stderr {1e3 * (eng.get('host_stderr_s') or 0.0):.3f} ms; CPU time outside the engine that "
