@@ -172,7 +172,7 @@ def test_as_many_steps_as_terms_give_no_error_rather_than_0(tmp_path):
     tr = json.loads(out.read_text())["fit"]["trainer"]
     assert [tr["terms"][k]["stderr"] for k in ("train_fix", "train_per_token")] == [None, None]
     assert abs(tr["terms"]["train_fix"]["value"] / FIX - 1) > 0.2  # the noise moved it, unseen
-    note = ("2 step(s) for 2 terms: the fit passes through every step, so it has no standard error and "
+    note = ("2 step(s) for 2 terms: no step to spare, so the fit has no standard error and "
             "cannot say how well the terms are determined; record more steps")
     assert tr["notes"][0] == note and f"  {note}" in printed.splitlines()
     lines = _show(out)

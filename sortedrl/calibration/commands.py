@@ -14,6 +14,7 @@ import typer
 from sortedrl.calibration.build import build_profile
 from sortedrl.calibration.replay import SCHEDULES
 from sortedrl.calibration.show import (
+    exact_note,
     full_batch_note,
     load_profile,
     merged_note,
@@ -93,6 +94,8 @@ def _summary(profile: dict) -> list[str]:
                 out.append(f"  {Path(f['path']).name}: {merged_note(f)}")
         if one_level_note(eng):
             out.append(f"  {one_level_note(eng)}")
+        if exact_note(eng):
+            out.append(f"  {exact_note(eng)}")
         wide = full_batch_note(eng)
         if wide:
             out.append(f"  {wide}")

@@ -167,7 +167,7 @@ def exact_note(rows: int, terms: int) -> str:
     """The note for a fit with no step to spare: it passes through every step, so its residual
     says nothing of the noise and no standard error is given (``stderr`` null), rather than the
     0 that a residual of 0 makes (2 steps of +2% and -1% noise gave train_fix +27%, "stderr 0")."""
-    return (f"{rows} step(s) for {terms} terms: the fit passes through every step, so it has no standard "
+    return (f"{rows} step(s) for {terms} terms: no step to spare, so the fit has no standard "
             "error and cannot say how well the terms are determined; record more steps")
 
 

@@ -234,6 +234,8 @@ def _engine_fit(eng: dict | None) -> list[str]:
         out.append(f"  {wide}")
     if one_level_note(eng):
         out.append(f"  {one_level_note(eng)}")
+    if exact_note(eng):
+        out.append(f"  {exact_note(eng)}")
     if eng.get("unidentified"):
         out.append(f"  not separable in these files: {', '.join(eng['unidentified'])} (only a combination "
                    "of them is fitted; benchmark other lengths or concurrencies to tell them apart)")
@@ -349,6 +351,17 @@ def full_batch_note(eng: dict) -> str | None:
     return (f"at the full batch ({fb['batch']} sequences, a {1e3 * fb['step_s']:.2f} ms decode step) one standard "
             f"error of {terms} of the step: the files hardly vary the batch; record a concurrency level "
             "near the batch you will run")
+
+
+def exact_note(eng: dict) -> str | None:
+    """A warning when the fit had no row to spare (as many files without latencies as terms):
+    it passes through every file, so it has no standard error to flag anything with."""
+    if not eng.get("exact"):
+        return None
+    n = len(eng.get("files", []))
+    return (f"{n} file(s) for as many terms: no file to spare, so the fit has no standard "
+            "error and cannot say how well the terms are determined; record more files, or save with "
+            "--save-detailed")
 
 
 def one_level_note(eng: dict) -> str | None:

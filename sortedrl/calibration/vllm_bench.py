@@ -99,10 +99,14 @@ def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = Non
     terms, host, reps, (X, y, w, x) = _fit_at(runs, cluster, host_s, schedule)
     costs = engine_costs(terms, cluster.cost())
     err = fit_stderr(X, y, w, x) if host_s is None else [*fit_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
-    return {"terms": {k: {"value": v, "stderr": s, "unit": TERM_UNITS[k]}
+    exact = len(y) <= X.shape[1] - (host_s is not None)  # no row to spare: a residual of 0, no error
+    if exact:
+        err = [0.0] * len(err)  # (nothing flagged from it; the profile writes null)
+    return {"terms": {k: {"value": v, "stderr": None if exact else s, "unit": TERM_UNITS[k]}
                       for (k, v), s in zip(terms.items(), err[:len(terms)], strict=True)},
             "host_s": host,
-            "host_stderr_s": err[-1],
+            "host_stderr_s": None if exact else err[-1],
+            **({"exact": True} if exact else {}),
             "unidentified": _unidentified(X * w[:, None], held=host_s is not None),
             "uncertain": _uncertain(reps, x, err),
             "full_batch": _full_batch(reps, x, err, cluster.max_num_seqs),
