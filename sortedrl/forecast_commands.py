@@ -114,7 +114,8 @@ def forecast(
 def split_note(results: list[dict], cluster) -> str | None:
     """:func:`~sortedrl.compare.trainer_split_note` for the forecasts that ran on ``cluster``'s
     disaggregated split, on their mean busy and wall seconds over the seeds."""
-    from sortedrl.compare import split_name, trainer_split_note
+    from sortedrl.cluster_split import split_name
+    from sortedrl.compare import trainer_split_note
 
     split = split_name(cluster)
     runs = [(r["policy"], {"train_s": r["train_s"], "rollout_s": r["rollout_s"],

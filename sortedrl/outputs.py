@@ -35,8 +35,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import posixpath
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -46,20 +44,9 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.interrupts import signals_deferred
+from sortedrl.run_marker import MARKER, foreign_entry, identity, is_label, listing, read_marker
 
-MARKER = ".sortedrl-run"
-_TIMELINES = ("timeline.npz", "timeline.jsonl")  # timeline_file.NAMES (a test keeps them equal)
-_ADDED = ("timeline.html", "report.html")  # the default pages of `plot` and `report`
-_ONE_RUN = frozenset({"summary.json", *_TIMELINES, "timeline.html"})
-# what each command's run directory holds, by name, for a marker that does not list its files
-# (written before it did): the top level's names, and those of each subfolder (compare's LABEL/)
-_LAYOUTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "simulate": (_ONE_RUN | {"report.html"}, frozenset()),
-    "compare": (frozenset({"compare.json", "report.html"}), _ONE_RUN),
-    "tune": (frozenset({"tune.json", "report.html"}), frozenset()),
-}
 Writer = Callable[[Path], None]  # writes one file at the path it is given
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
 
 class OutputError(SortedRLError):
@@ -70,12 +57,6 @@ def umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def is_label(label: object) -> bool:
-    """Whether ``label`` can name a directory inside an output directory (:func:`check_label`)."""
-    return (isinstance(label, str) and _LABEL.fullmatch(label) is not None
-            and not label.endswith(".") and ".." not in label)
 
 
 def check_label(label: str, reserved: Iterable[str] = (), option: str = "--policy") -> str:
@@ -250,7 +231,7 @@ class Outputs:
                 raise OutputError(f"{option} {out}: not empty (a `sortedrl {self.command}` run and files "
                                   f"not written by sortedrl: {foreign}); give another directory, or "
                                   f"--force to replace it, deleting them")
-            if _identity(previous) != self.identity:  # (an explicit --out too: it held results of their own)
+            if identity(previous) != self.identity:  # (an explicit --out too: it held results of their own)
                 keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; {keep}, "
                                   f"or --force to replace it")
@@ -317,7 +298,7 @@ class Outputs:
                     _make_parents(dest, [])
                     self._tick()
                     write(dest)
-                marker = {**self.identity, "files": _listing(tmp)}  # (what a rerun may replace)
+                marker = {**self.identity, "files": listing(tmp)}  # (what a rerun may replace)
                 (tmp / MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
             else:
                 self._tick()
@@ -333,79 +314,6 @@ class Outputs:
         if self._progress is not None:
             self._progress()
             self._written += 1
-
-
-def read_marker(out: Path) -> dict:
-    """The command and options recorded in a run directory, or {} if none (or not as we write
-    it: a marker without a command string is no marker)."""
-    try:
-        raw = json.loads((out / MARKER).read_text())
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return raw if isinstance(raw, dict) and isinstance(raw.get("command"), str) else {}
-
-
-def _identity(marker: dict) -> dict:
-    """The command and options of a marker (without the list of what it wrote)."""
-    return {k: v for k, v in marker.items() if k != "files"}
-
-
-def _listing(top: Path) -> list[str]:
-    """Every file and folder under ``top``, relative, a folder's with a trailing ``/``."""
-    out = []
-    for folder, dirs, files in os.walk(top):
-        rel = Path(folder).relative_to(top)
-        out += [(rel / d).as_posix() + "/" for d in dirs] + [(rel / f).as_posix() for f in files]
-    return sorted(out)
-
-
-def foreign_entry(top: Path, marker: dict) -> str | None:
-    """The first entry under the run directory ``top`` (sorted, a folder before what it holds)
-    that neither the command of its ``marker`` wrote nor ``plot`` or ``report`` added (their
-    default pages, and a temporary one a killed ``plot`` left), as ``name`` or ``folder/``;
-    None when there is none. A marker that lists no files is read by :data:`_LAYOUTS`."""
-    written = marker.get("files")
-    if isinstance(written, list) and all(isinstance(w, str) for w in written):
-        dirs = {w.rstrip("/") for w in written if w.endswith("/")}
-        files = {w for w in written if not w.endswith("/")}
-        files |= {"report.html"} | {posixpath.join(posixpath.dirname(f), "timeline.html")
-                                     for f in files if posixpath.basename(f) in _TIMELINES}
-    else:
-        top_names, sub_names = _LAYOUTS.get(marker.get("command"), (frozenset(), frozenset()))
-        files, dirs = set(top_names), set()
-        if sub_names:
-            with os.scandir(top) as it:
-                dirs = {e.name for e in it if e.is_dir(follow_symlinks=False) and is_label(e.name)}
-            files |= {f"{d}/{n}" for d in dirs for n in sub_names}
-    return _first_foreign(top, "", files, dirs)
-
-
-def _first_foreign(folder: Path, prefix: str, files: set[str], dirs: set[str]) -> str | None:
-    with os.scandir(folder) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    for e in entries:
-        rel = prefix + e.name
-        if rel == MARKER:
-            continue
-        if e.is_dir(follow_symlinks=False):
-            if rel not in dirs:
-                return rel + "/"
-            try:
-                found = _first_foreign(Path(e.path), rel + "/", files, dirs)
-            except OSError:  # (unreadable: what it holds cannot be told to be the run's)
-                return rel + "/"
-            if found is not None:
-                return found
-        elif rel not in files and not _stale_page(prefix, e.name, files):
-            return rel
-    return None
-
-
-def _stale_page(prefix: str, name: str, files: set[str]) -> bool:
-    """Whether ``name`` is a default page's temporary or backup that a killed ``plot`` or
-    ``report`` left (``Outputs.write``: ``.timeline.html.tmp-*``, ``.timeline.html.old-PID``)."""
-    return any(prefix + page in files and (name.startswith(f".{page}.tmp-") or name.startswith(f".{page}.old-"))
-               for page in _ADDED)
 
 
 def _check_not_link(out: Path, option: str, what: str) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from sortedrl import run_marker
 from sortedrl.cli import app
 from sortedrl.outputs import MARKER
 from sortedrl.timeline_file import NAMES
@@ -161,8 +162,7 @@ def test_an_old_marker_is_read_by_the_names_its_command_writes(ws):
 
 
 def test_the_timeline_names_are_the_ones_the_check_knows():
-    from sortedrl import outputs
-    assert outputs._TIMELINES == NAMES
+    assert run_marker._TIMELINES == NAMES
 
 
 # -- 2. links -----------------------------------------------------------------------------------------
@@ -214,3 +214,31 @@ def test_an_input_inside_out_is_the_first_error(ws):
     for force in ([], ["--force"]):
         refused(["simulate", "--trace", "s/trace.jsonl", "--policy", "sync", "--out", "s", *force],
                 f"--out s: holds the input {ws / 's' / 'trace.jsonl'}; write the output elsewhere", ws)
+
+
+def test_files_a_file_browser_drops_do_not_block_a_rerun(ws):
+    """Finder's .DS_Store and AppleDouble ._ files, Explorer's Thumbs.db and desktop.ini appear
+    when someone looks at a run: they are not the user's work, and go with the run."""
+    ok([*SIM, "--out", "u/run"])
+    run = ws / "u" / "run"
+    for name in (".DS_Store", "._summary.json", "Thumbs.db", "desktop.ini"):
+        (run / name).write_bytes(b"\x00")
+    ok([*SIM, "--out", "u/run"])
+    assert not any((run / name).exists() for name in (".DS_Store", "._summary.json", "Thumbs.db", "desktop.ini"))
+    assert (run / "summary.json").is_file()
+
+
+def test_runs_rundir_behind_a_link_is_used_with_force_as_without(ws):
+    """`sortedrl run` writes into a linked RUNDIR, and --force empties it in place (start_over):
+    its --force check is made on the directory the link names, not refused as a link."""
+    import shutil
+    from types import SimpleNamespace
+
+    from sortedrl.realrun.rundir import check_run_dir
+
+    shutil.copytree(Path(__file__).parent / "fixtures" / "run-sync", ws / "big" / "run")
+    (ws / "link").symlink_to("big/run")
+    cfg = SimpleNamespace(model=str(ws / "model"), dataset=None)
+    check_run_dir(cfg, ws / "link", resume=False, force=True, task="sort")  # no error
+    with pytest.raises(Exception, match="holds a complete run|holds a run"):
+        check_run_dir(cfg, ws / "link", resume=False, force=False, task="sort")

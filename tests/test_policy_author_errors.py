@@ -252,7 +252,7 @@ def test_a_misspelled_hook_is_one_error_line_naming_the_hook(typo, hook):
     cls = type("Typo", (Named,), {typo: lambda self, view: []})
     with pytest.raises(ConfigError) as e:
         check_policy_class(cls)
-    assert str(e.value) == f"policy Typo defines {typo}, which is not a hook: did you mean {hook}?"
+    assert str(e.value) == f"policy Typo defines {typo}, which is not a hook: did you mean {hook}? (a helper of yours: rename it)"
 
 
 def test_helpers_named_on_something_else_are_the_class_s_own():

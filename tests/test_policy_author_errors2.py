@@ -260,7 +260,7 @@ def test_more_misspelled_hooks_are_one_error_line(typo, hook):
     cls = type("Typo", (Named,), {typo: lambda self, view: []})
     with pytest.raises(ConfigError) as e:
         check_policy_class(cls)
-    assert str(e.value) == f"policy Typo defines {typo}, which is not a hook: did you mean {hook}?"
+    assert str(e.value) == f"policy Typo defines {typo}, which is not a hook: did you mean {hook}? (a helper of yours: rename it)"
 
 
 def test_the_audits_typos_through_the_cli(tmp_path, monkeypatch):
@@ -268,7 +268,7 @@ def test_the_audits_typos_through_the_cli(tmp_path, monkeypatch):
            "    def on_start(self, view):\n        return []\n"
            "    def on_update(self, view):\n        return [Sync()]\n")
     assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", "typos:Typo") == (
-        "error: policy Typo defines on_update, which is not a hook: did you mean on_update_done?")
+        "error: policy Typo defines on_update, which is not a hook: did you mean on_update_done? (a helper of yours: rename it)")
 
 
 HELPERS = ("on_step", "on_batch", "on_finished_batch", "onFinishedBatch", "on_tick", "on_end",

@@ -1,5 +1,5 @@
 """Round trip: a run simulated on a preset, logged as verl logs it, fitted back by
-``calibrate --from-metrics``, and moved to the disaggregated split (``compare.split_costs``).
+``calibrate --from-metrics``, and moved to the disaggregated split (``cluster_split.split_costs``).
 
 The audit's run (colocated h100-llama3.1-8b-2gpu): the update time has an attention-pair term
 (Σ L(L+1)/2 a step) that verl's metrics cannot give (it logs the lengths' mean, max and min),
@@ -22,7 +22,8 @@ import pytest
 from sortedrl.calibration.build import build_profile
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.show import render
-from sortedrl.compare import TRAINER_TERMS, cluster_for, split_costs
+from sortedrl.cluster_split import TRAINER_TERMS, split_costs
+from sortedrl.compare import cluster_for
 from sortedrl.sim.cluster import Cluster, load_cluster, preset
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.profile import write_profile

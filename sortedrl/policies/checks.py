@@ -85,7 +85,7 @@ def _check_misspelled_hooks(cls: type, who: str) -> None:
                 meant = meant_hook(cls, attr)
                 if meant:
                     raise ConfigError(f"policy {who} defines {attr}, which is not a hook: did you "
-                                      f"mean {meant}?")
+                                      f"mean {meant}? (a helper of yours: rename it)")
 
 
 def _plain(name: str) -> str:

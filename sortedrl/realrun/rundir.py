@@ -76,9 +76,11 @@ def check_run_dir(cfg, out: Path, resume: bool, force: bool, task: str) -> None:
                "--force to start it over")
         raise ConfigError(f"--out {out}: holds a run ({how})")
     # the checks every command's --force makes: not the current directory, no input inside,
-    # every file removable
+    # every file removable; on the directory a link names (start_over empties it in place, so a
+    # linked RUNDIR is used, with or without --force, as the run writes into it)
     inputs = [Path(p) for p in (cfg.model, cfg.dataset) if p]
-    Outputs("run", True, inputs=inputs).run_dir(out, out)
+    target = out.resolve() if out.is_symlink() else out
+    Outputs("run", True, inputs=inputs).run_dir(target, target)
 
 
 def start_over(out: Path) -> None:

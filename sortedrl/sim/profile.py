@@ -51,7 +51,7 @@ TRAIN_TERMS = ("train_fix", "train_per_token")
 # max_num_batched_tokens, kv_watermark, sleep, tool_pool, tool_holds_slot) drive the simulated
 # engines; the trainer and link settings (train_fix, sync_fix, trainer_offload, host_gbs,
 # gpus_per_node, net_gbps) scale the trainer and sync terms to a disaggregated split
-# (compare.split_costs); the rest (decode_model, mbu, mfu, step_fixed_s, ep, gpu_mem_util, ...) only
+# (cluster_split.split_costs); the rest (decode_model, mbu, mfu, step_fixed_s, ep, gpu_mem_util, ...) only
 # derive a preset's costs, price nothing beside explicit ones, and are kept so the cluster reads
 # back whole.
 SHAPE = ("gpu", "model", "gpus", "tp", "placement", "train_gpus")

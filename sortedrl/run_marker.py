@@ -1,0 +1,118 @@
+"""What a run directory holds: the marker a command writes there, and what in it is not the run's.
+
+Split out of :mod:`sortedrl.outputs`, which decides whether a directory may be replaced: it may
+without ``--force`` only when everything in it is the previous run's. The marker
+(``.sortedrl-run``) names the command and its options and lists every file and folder the
+command wrote; what ``plot`` and ``report`` add (their default pages, and a temporary or backup
+one a killed ``plot`` left) counts as the run's, and so do the files an operating system drops in
+a folder someone browsed (``.DS_Store``, ``._*``, ``Thumbs.db``, ``desktop.ini``), which are
+deleted with the run as before. A marker written before the list was recorded is read by the
+names each command writes (:data:`_LAYOUTS`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+from pathlib import Path
+
+MARKER = ".sortedrl-run"
+_TIMELINES = ("timeline.npz", "timeline.jsonl")  # timeline_file.NAMES (a test keeps them equal)
+_ADDED = ("timeline.html", "report.html")  # the default pages of `plot` and `report`
+_ONE_RUN = frozenset({"summary.json", *_TIMELINES, "timeline.html"})
+# what each command's run directory holds, by name, for a marker that does not list its files
+# (written before it did): the top level's names, and those of each subfolder (compare's LABEL/)
+_LAYOUTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "simulate": (_ONE_RUN | {"report.html"}, frozenset()),
+    "compare": (frozenset({"compare.json", "report.html"}), _ONE_RUN),
+    "tune": (frozenset({"tune.json", "report.html"}), frozenset()),
+}
+# dropped by a file browser, not the user's work: deleted with the run (Finder, AppleDouble, Explorer)
+OS_METADATA = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def is_label(label: object) -> bool:
+    """Whether ``label`` can name a directory inside an output directory (:func:`check_label`)."""
+    return (isinstance(label, str) and _LABEL.fullmatch(label) is not None
+            and not label.endswith(".") and ".." not in label)
+
+
+def read_marker(out: Path) -> dict:
+    """The command and options recorded in a run directory, or {} if none (or not as we write
+    it: a marker without a command string is no marker)."""
+    try:
+        raw = json.loads((out / MARKER).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return raw if isinstance(raw, dict) and isinstance(raw.get("command"), str) else {}
+
+
+def identity(marker: dict) -> dict:
+    """The command and options of a marker (without the list of what it wrote)."""
+    return {k: v for k, v in marker.items() if k != "files"}
+
+
+def listing(top: Path) -> list[str]:
+    """Every file and folder under ``top``, relative, a folder's with a trailing ``/``."""
+    out = []
+    for folder, dirs, files in os.walk(top):
+        rel = Path(folder).relative_to(top)
+        out += [(rel / d).as_posix() + "/" for d in dirs] + [(rel / f).as_posix() for f in files]
+    return sorted(out)
+
+
+def foreign_entry(top: Path, marker: dict) -> str | None:
+    """The first entry under the run directory ``top`` (sorted, a folder before what it holds)
+    that neither the command of its ``marker`` wrote nor ``plot`` or ``report`` added (their
+    default pages, and a temporary one a killed ``plot`` left), as ``name`` or ``folder/``;
+    None when there is none. A marker that lists no files is read by :data:`_LAYOUTS`."""
+    written = marker.get("files")
+    if isinstance(written, list) and all(isinstance(w, str) for w in written):
+        dirs = {w.rstrip("/") for w in written if w.endswith("/")}
+        files = {w for w in written if not w.endswith("/")}
+        files |= {"report.html"} | {posixpath.join(posixpath.dirname(f), "timeline.html")
+                                     for f in files if posixpath.basename(f) in _TIMELINES}
+    else:
+        top_names, sub_names = _LAYOUTS.get(marker.get("command"), (frozenset(), frozenset()))
+        files, dirs = set(top_names), set()
+        if sub_names:
+            with os.scandir(top) as it:
+                dirs = {e.name for e in it if e.is_dir(follow_symlinks=False) and is_label(e.name)}
+            files |= {f"{d}/{n}" for d in dirs for n in sub_names}
+    return _first_foreign(top, "", files, dirs)
+
+
+def _first_foreign(folder: Path, prefix: str, files: set[str], dirs: set[str]) -> str | None:
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        rel = prefix + e.name
+        if rel == MARKER:
+            continue
+        if e.is_dir(follow_symlinks=False):
+            if rel not in dirs:
+                return rel + "/"
+            try:
+                found = _first_foreign(Path(e.path), rel + "/", files, dirs)
+            except OSError:  # (unreadable: what it holds cannot be told to be the run's)
+                return rel + "/"
+            if found is not None:
+                return found
+        elif rel not in files and not _stale_page(prefix, e.name, files) and not _os_metadata(e.name):
+            return rel
+    return None
+
+
+def _stale_page(prefix: str, name: str, files: set[str]) -> bool:
+    """Whether ``name`` is a default page's temporary or backup that a killed ``plot`` or
+    ``report`` left (``Outputs.write``: ``.timeline.html.tmp-*``, ``.timeline.html.old-PID``)."""
+    return any(prefix + page in files and (name.startswith(f".{page}.tmp-") or name.startswith(f".{page}.old-"))
+               for page in _ADDED)
+
+
+def _os_metadata(name: str) -> bool:
+    """A file a file browser drops in a folder it showed (:data:`OS_METADATA`, macOS's ``._*``)."""
+    return name in OS_METADATA or name.startswith("._")
