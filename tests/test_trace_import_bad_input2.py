@@ -35,7 +35,8 @@ def tok(tmp_path_factory) -> Path:
 
 
 def _import(tmp_path: Path, args: list):
-    out = tmp_path / "t.jsonl"
+    """``trace import ARGS --out TMP/out.jsonl`` (test_trace_import_table_input2 uses it too)."""
+    out = tmp_path / "out.jsonl"
     r = runner.invoke(app, ["trace", "import", *map(str, args), "--out", str(out)])
     assert "Traceback" not in r.output, r.output
     return r, out

@@ -17,26 +17,11 @@ from typer.testing import CliRunner
 
 from sortedrl.cli import app
 from sortedrl.traces.io import read_trace
+from tests.test_trace_import_bad_input2 import _import, _one_error
 
 runner = CliRunner()
 FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
 COLS = ["--prompt-len-col", "p", "--response-len-col", "r"]
-
-
-def _import(tmp_path: Path, args: list):
-    out = tmp_path / "out.jsonl"
-    r = runner.invoke(app, ["trace", "import", *map(str, args), "--out", str(out)])
-    assert "Traceback" not in r.output, r.output
-    return r, out
-
-
-def _one_error(tmp_path: Path, args: list) -> str:
-    r, out = _import(tmp_path, args)
-    assert r.exit_code == 2, r.output
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert not out.exists()
-    return lines[0]
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:

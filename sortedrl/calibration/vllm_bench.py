@@ -98,10 +98,13 @@ def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = Non
         return {**fit, "host_stderr_s": None, "host_searched": True}
     terms, host, reps, (X, y, w, x) = _fit_at(runs, cluster, host_s, schedule)
     costs = engine_costs(terms, cluster.cost())
-    err = fit_stderr(X, y, w, x) if host_s is None else [*fit_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
     exact = len(y) <= X.shape[1] - (host_s is not None)  # no row to spare: a residual of 0, no error
     if exact:
-        err = [0.0] * len(err)  # (nothing flagged from it; the profile writes null)
+        err = [0.0] * X.shape[1]  # (nothing flagged from it; the profile writes null)
+    elif host_s is None:
+        err = fit_stderr(X, y, w, x)
+    else:
+        err = [*fit_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
     return {"terms": {k: {"value": v, "stderr": None if exact else s, "unit": TERM_UNITS[k]}
                       for (k, v), s in zip(terms.items(), err[:len(terms)], strict=True)},
             "host_s": host,
