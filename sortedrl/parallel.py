@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -50,7 +51,13 @@ def worker_pool():
     parent's scratch directories) as it starts, before any of its Python runs. The pool's
     initializer does the same, too late for a SIGTERM that lands between the fork and it (the
     parent stopping the pool at once): the child then ran the parent's handler, and its
-    bootstrap printed a traceback beside the parent's one line."""
+    bootstrap printed a traceback beside the parent's one line.
+
+    The temporary directory is looked up here, in the parent, so that the children inherit it:
+    a child that looked it up itself (its first scratch directory) would probe ``$TMPDIR`` with
+    a file of a random name, which a SIGTERM in that moment left there (the worker ends with
+    ``os._exit``, past the probe's clean-up)."""
+    tempfile.gettempdir()
     _pools[0] += 1
     try:
         yield

@@ -14,6 +14,7 @@ import contextlib
 import tempfile
 from pathlib import Path
 
+from sortedrl.interrupts import signals_deferred
 from sortedrl.outputs import OutputError, remove_path
 
 _temp_scratches: set[Path] = set()  # this process's temp_scratch directories now in use
@@ -27,18 +28,21 @@ def temp_scratch(command: str, parent: Path | None = None):
     process that started this one's: a Ray worker that is killed cannot remove its own, so its
     driver's removal takes it too), removed on leaving, whatever happens (a worker process
     stopped at once removes its own: :func:`remove_temp_scratches`)."""
+    tmp = None
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-", dir=parent))
-    except OSError as e:
-        raise OutputError(f"{parent or tempfile.gettempdir()}: cannot make {command}'s scratch directory "
-                          f"({e.strerror or e}; set TMPDIR to a writable directory)") from None
-    _temp_scratches.add(tmp)
-    try:
+        with signals_deferred():  # a stop between the mkdir and the bookkeeping would leave it behind
+            try:
+                tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-", dir=parent))
+            except OSError as e:
+                raise OutputError(f"{parent or tempfile.gettempdir()}: cannot make {command}'s scratch "
+                                  f"directory ({e.strerror or e}; set TMPDIR to a writable directory)") from None
+            _temp_scratches.add(tmp)
         yield tmp
     finally:
-        with contextlib.suppress(OSError):
-            remove_path(tmp)
-        _temp_scratches.discard(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                remove_path(tmp)
+            _temp_scratches.discard(tmp)
 
 
 def remove_temp_scratches() -> None:
