@@ -117,7 +117,8 @@ def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> 
         "policy": spec.label, "name": spec.name, "cluster": ran_on.name,
         "placement": ran_on.placement, "gpus": ran_on.gpus, "seeds": len(draws),
         "wall_s": wall, "wall_s_low": min(walls), "wall_s_high": max(walls),
-        "wall_h": wall / 3600.0, "gpu_hours": gpu_hours, "cost": gpu_hours * gpu_hour_price,
+        "wall_h": wall / 3600.0, "gpu_hours": gpu_hours,
+        "cost": gpu_hours * gpu_hour_price if gpu_hour_price > 0 else None,  # (no price: null, as the table's -)
         "updates": pooled.size / len(draws),  # (a mean: draws may differ)
         "step_s_p50": float(np.percentile(pooled, 50)),
         "step_s_p90": float(np.percentile(pooled, 90)),

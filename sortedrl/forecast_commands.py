@@ -29,7 +29,7 @@ from sortedrl.tables import FORMATS, Col, fmt, render, terminal_width
 
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 MAX_GPU_HOUR_PRICE = 1e6  # $ per GPU-hour, far above any (1.7e308 made the cost infinite)
-COLUMNS = (("policy", ""), ("cluster", ""), ("gpus", ""), ("wall_h", "h"), ("wall_s", "s"),
+COLUMNS = (("policy", ""), ("cluster", ""), ("gpus", "GPUs"), ("wall_h", "h"), ("wall_s", "s"),
            ("wall_s_low", "s"), ("wall_s_high", "s"), ("gpu_hours", "GPU-h"), ("cost", "$"), ("updates", "count"),
            ("step_s_p50", "s"), ("step_s_p90", "s"), ("step_s_max", "s"), ("rollout_s", "s"),
            ("train_s", "s"), ("sync_s", "s"), ("offload_s", "s"), ("idle_s", "s"))
@@ -176,7 +176,7 @@ def report_html(results: list[dict], source: str) -> str:
                        for key in ("rollout_s", "train_s", "sync_s", "offload_s", "idle_s")])
     parts.update_layout(barmode="group", title="where the time goes (h; rollout and training "
                         "overlap on a disaggregated cluster)", yaxis_title="hours")
-    rows = [[r[k] for k, _ in COLUMNS] for r in results]
+    rows = [["-" if r[k] is None else r[k] for k, _ in COLUMNS] for r in results]  # (cost: no price)
     whole = all(r["updates"] == int(r["updates"]) for r in results)  # as count_text prints them
     formats = [",.0f" if k == "updates" and whole else ",.2f" if k == "updates"
                else FORMATS.get(k, ",.1f" if u == "s" else None) for k, u in COLUMNS]

@@ -182,3 +182,26 @@ def test_an_unpriced_forecast_shows_no_cost(model_file) -> None:
     cost = lines[1].split().index("cost")
     assert lines[4].split()[cost] == "-", lines
     assert "cost: give --gpu-hour-price ($ per GPU-hour)" in r.stdout
+
+
+def test_the_json_cost_is_null_without_a_price(model_file, tmp_path) -> None:
+    """`forecast --json` wrote `cost: 0.0` without --gpu-hour-price, where the table prints `-`:
+    a run priced at nothing read as a free run. It is null without a price (docs/metrics.md,
+    "Forecast"), the number with one, and the --report table says `-` as the terminal does."""
+    args = ["forecast", "--trace-model", str(model_file), "--steps", "2", "--policy", "sync",
+            "--seeds", "1", "--json"]
+    free = run([*args, "--report", str(tmp_path / "f.html")])
+    assert free.exit_code == 0, free.output
+    (out,) = json.loads(free.stdout)
+    assert out["cost"] is None and out["gpu_hours"] > 0
+    body = (tmp_path / "f.html").read_text()
+    body = body[body.index('id="forecast-table"'):]
+    head = re.findall(r"<th>([^<]*)</th>", body[: body.index("</thead>")])
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", body[: body.index("</tbody>")])
+    row = dict(zip(head, cells, strict=True))
+    assert row["cost ($)"] == "-" and row["gpus (GPUs)"] == str(out["gpus"])
+    priced = run([*args, "--gpu-hour-price", "2.5"])
+    assert priced.exit_code == 0, priced.output
+    (paid,) = json.loads(priced.stdout)
+    assert paid["cost"] > 0 and paid["cost"] == pytest.approx(2.5 * paid["gpu_hours"], abs=1e-5)
+    assert paid["gpu_hours"] == out["gpu_hours"]

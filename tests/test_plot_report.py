@@ -388,14 +388,23 @@ def test_headline_table_one_precision_a_column_and_no_empty_timeline_column(comp
         return heads, rows
 
     heads, rows = body(report_page(root))
-    assert heads == ["policy", "oracle", "cluster", "makespan (s)", "bubble ratio", "useful tokens/s",
-                     "staleness mean", "staleness max", "wasted tokens", "efficiency"]
+    # each with its unit (docs/metrics.md); the bubble as the terminal's `bubble %` prints it, and
+    # learnable tokens/s, the rate compare and tune rank by (the report showed only useful)
+    assert heads == ["policy", "oracle", "cluster", "makespan (s)", "bubble (%)", "useful tokens/s",
+                     "learnable tokens/s", "staleness mean (versions)", "staleness max (versions)",
+                     "wasted (tokens)", "efficiency"]
     for s, row in zip(summaries, rows, strict=True):
-        assert row[3:] == [f"{s['makespan_s']:,.1f}", f"{s['bubble_ratio']:.1%}", f"{s['tokens_per_s']:,.0f}",
-                           f"{s['staleness_mean']:.2f}", f"{s['staleness_max']:,}",
-                           f"{s['wasted_tokens']:,}", f"{s['efficiency']:.3f}"]
+        assert row[3:] == [f"{s['makespan_s']:,.1f}", f"{100 * s['bubble_ratio']:.1f}", f"{s['tokens_per_s']:,.0f}",
+                           f"{s['learnable_tokens_per_s']:,.0f}", f"{s['staleness_mean']:.2f}",
+                           f"{s['staleness_max']:,}", f"{s['wasted_tokens']:,}", f"{s['efficiency']:.3f}"]
     (root / "sync" / "timeline.html").write_text("<html></html>")
     heads, rows = body(report_page(root))
     assert heads[-1] == "timeline"
     assert rows[0][-1] == '<a href="sync/timeline.html">timeline</a>'
     assert [row[-1] for row in rows[1:]] == ["-"] * (len(rows) - 1)
+    # a compare.json written before learnable tokens were counted: the column says '-'
+    old = [{k: v for k, v in s.items() if k != "learnable_tokens_per_s"} for s in summaries]
+    (root / "compare.json").write_text(json.dumps(old))
+    heads, rows = body(report_page(root))
+    col = heads.index("learnable tokens/s")
+    assert [row[col] for row in rows] == ["-"] * len(rows)

@@ -13,7 +13,8 @@ It reads a ``compare`` output directory (``compare.json`` plus one run directory
 - for ``tune.json``, every trial's learnable tokens/s (the rate tune ranks by and built its
   ``pareto`` from) against its mean staleness, with the Pareto front (feasible trials)
   highlighted and the best trial (``best.overall``) as a star;
-- a table of the headline numbers, linking each run's ``timeline.html`` where one exists.
+- a table of the headline numbers, learnable tokens/s among them (what ``compare`` and ``tune``
+  rank by), linking each run's ``timeline.html`` where one exists.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from sortedrl.plot.inputs import (
     tune_front,
 )
 from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
-from sortedrl.tables import AS_PERCENT, FORMATS
+from sortedrl.tables import AS_PERCENT, FORMATS, PERCENT
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import NAMES, find_timeline
 
@@ -263,10 +264,13 @@ def _params(params: object) -> str:
     return "defaults" if params is None else str(params)
 
 
+# each header with its unit; the bubble as the terminal's `bubble %` columns print it (100 x the
+# ratio, the unit in the header); learnable tokens/s beside useful: compare and tune rank by it
 SUMMARY_COLS = (("policy", None), ("oracle", None), ("cluster", None), ("makespan (s)", FORMATS["makespan_s"]),
-                ("bubble ratio", AS_PERCENT), ("useful tokens/s", FORMATS["tokens_per_s"]),
-                ("staleness mean", FORMATS["staleness_mean"]), ("staleness max", None), ("wasted tokens", None),
-                ("efficiency", FORMATS["efficiency"]),
+                ("bubble (%)", PERCENT), ("useful tokens/s", FORMATS["tokens_per_s"]),
+                ("learnable tokens/s", FORMATS["learnable_tokens_per_s"]),
+                ("staleness mean (versions)", FORMATS["staleness_mean"]), ("staleness max (versions)", None),
+                ("wasted (tokens)", None), ("efficiency", FORMATS["efficiency"]),
                 ("timeline", None))
 
 
@@ -277,8 +281,9 @@ def _summary_table(root: Path, entries: list[dict], base: Path) -> str:
     for s in entries:
         timeline = root / str(s["label"]) / "timeline.html"
         rows.append((_name(s), "yes" if s.get("oracle") else "no", str(s.get("cluster", "")),
-                     float(s["makespan_s"]), float(s["bubble_ratio"]),
-                     float(s["tokens_per_s"]), float(s["staleness_mean"]),
+                     float(s["makespan_s"]), 100 * float(s["bubble_ratio"]), float(s["tokens_per_s"]),
+                     s.get("learnable_tokens_per_s", "-"),  # ("-": a summary from before it was counted)
+                     float(s["staleness_mean"]),
                      s.get("staleness_max", ""), s.get("wasted_tokens", ""),
                      s.get("efficiency", ""),
                      Link("timeline", os.path.relpath(timeline, base)) if timeline.is_file()
