@@ -93,8 +93,8 @@ def test_a_sampled_space_skips_the_clashing_trials_the_same_on_local_processes(t
     assert d["skipped"] and all(s["params"]["responses"] > 1 for s in d["skipped"])
     for s in d["skipped"]:
         p = s["params"]
-        assert s["reason"] == (f"--param tail_batch.responses={p['responses']}, tail_batch.eta="
-                               f"{p['eta']}: policy tail_batch: responses ({p['responses']}) is "
+        assert s["reason"] == (f"--param tail_batch.eta={p['eta']}, tail_batch.responses="  # (by key)
+                               f"{p['responses']}: policy tail_batch: responses ({p['responses']}) is "
                                "above the trace's group size (1)")
     assert all(t["params"].get("responses", 0) <= 1 for t in d["trials"])
     assert len(d["trials"]) + len(d["skipped"]) == 5

@@ -39,10 +39,11 @@ def bounded(tmp_path_factory):
 
 def test_the_pareto_front_holds_feasible_trials_only(bounded):
     _, d = bounded
+    # (the policies' trials in the order of their names; best.per_policy in the --policy order)
     assert [(t["policy"], t["feasible"], t["summary"]["staleness_max"]) for t in d["trials"]] == [
-        ("sync", True, 0), ("partial", False, 2), ("partial", False, 2), ("partial", False, 2)]
-    assert d["best"] == {"overall": 0, "per_policy": {"sync": 0, "partial": None}}
-    assert d["pareto"] == [0]  # was [0, 1, 2, 3]: the infeasible partial trials on it too
+        ("partial", False, 2), ("partial", False, 2), ("partial", False, 2), ("sync", True, 0)]
+    assert d["best"] == {"overall": 3, "per_policy": {"sync": 3, "partial": None}}
+    assert d["pareto"] == [3]  # was [0, 1, 2, 3]: the infeasible partial trials on it too
     assert d["pareto"] == pareto([t for t in d["trials"] if t["feasible"]])
 
 
@@ -308,15 +309,15 @@ def test_a_grid_holding_the_defaults_adds_none_and_a_plan_adds_them_per_shape(tm
     d = tuned(tmp_path, "--policy", "sync", "--param", "sync.minibatches=1,2",  # 1: the default
               "--policy", "sortedrl", "--param", "sortedrl.oversubscribe=1.5,2",
               "--param", "cluster.gpus=2,4")
-    assert [(t["policy"], t["params"]) for t in d["trials"]] == [
-        ("sync", {"cluster.gpus": 2, "minibatches": 1}), ("sync", {"cluster.gpus": 2, "minibatches": 2}),
-        ("sync", {"cluster.gpus": 4, "minibatches": 1}), ("sync", {"cluster.gpus": 4, "minibatches": 2}),
+    assert [(t["policy"], t["params"]) for t in d["trials"]] == [  # (policies by name)
         ("sortedrl", {"cluster.gpus": 2}), ("sortedrl", {"cluster.gpus": 4}),  # defaults per shape
         ("sortedrl", {"cluster.gpus": 2, "oversubscribe": 1.5}),
         ("sortedrl", {"cluster.gpus": 2, "oversubscribe": 2.0}),
         ("sortedrl", {"cluster.gpus": 4, "oversubscribe": 1.5}),
-        ("sortedrl", {"cluster.gpus": 4, "oversubscribe": 2.0})]
-    assert [t["summary"]["gpus"] for t in d["trials"]] == [2, 2, 4, 4, 2, 4, 2, 2, 4, 4]
+        ("sortedrl", {"cluster.gpus": 4, "oversubscribe": 2.0}),
+        ("sync", {"cluster.gpus": 2, "minibatches": 1}), ("sync", {"cluster.gpus": 2, "minibatches": 2}),
+        ("sync", {"cluster.gpus": 4, "minibatches": 1}), ("sync", {"cluster.gpus": 4, "minibatches": 2})]
+    assert [t["summary"]["gpus"] for t in d["trials"]] == [2, 4, 2, 2, 4, 4, 2, 2, 4, 4]
 
 
 def test_a_users_policy_with_a_knob_without_default_gets_no_defaults_trial(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """The tuner: grid when the space is small, else quasi-random search then local refinement.
 
 Budget accounting is per policy: each ``--policy`` gets an equal share of ``--budget`` trials
-(small finite spaces take only their size and leave the rest to the others). The policy's
+(small finite spaces take only their size and leave the rest to the others; a remainder goes one
+trial each to the first policies by name). The policy's
 defaults are a trial (unless a knob of a user's policy has no default), so the best feasible
 trial is never worse than leaving its knobs alone, when that meets ``--max-staleness``. A policy
 whose space is finite and fits its share (with the defaults) is searched exhaustively: its grid,
@@ -11,6 +12,12 @@ the ``--cluster`` as given (when its share is more than one trial), 60% of the r
 samples a scrambled Sobol sequence (``scipy.stats.qmc``, seeded) and the rest refines: each round
 tries the neighbours of the policy's best feasible trial (one step up and down along each
 axis, every other value of a list) and halves the step when a round finds nothing better.
+
+The order of the ``--policy`` and ``--param`` flags changes nothing: policies are searched in
+the order of their names (the k-th by name samples with seed ``--seed`` + k, and its trials are
+numbered in that order: a policy alone is the 0th) and each policy's dimensions are in the order
+of their keys (:func:`~sortedrl.tune.space.parse_spaces`), so the same flags in any order write
+the same ``tune.json``, but for the order of ``best.per_policy`` (the ``--policy`` order).
 
 ``--max-staleness`` is a hard constraint on ``staleness_max`` (no trained token more than that
 many versions behind); trials that break it are kept in ``tune.json`` as infeasible, never best
@@ -93,9 +100,11 @@ def _has_defaults(policy: str) -> bool:
 class Tuner:
     def __init__(self, spaces: list[Space], cfg: TuneConfig, executor: Executor,
                  progress: Callable[[int], None] = lambda n: None) -> None:
-        self.spaces, self.cfg, self.ex, self.progress = spaces, cfg, executor, progress
-        self.defaults = [defaults_trials(s) for s in spaces]
-        self.sizes = [s.size + len(d) for s, d in zip(spaces, self.defaults, strict=True)]
+        self.given = spaces  # (the report lists each policy's best in the --policy order)
+        self.spaces = sorted(spaces, key=lambda s: s.policy)  # searched by name: see the docstring
+        self.cfg, self.ex, self.progress = cfg, executor, progress
+        self.defaults = [defaults_trials(s) for s in self.spaces]
+        self.sizes = [s.size + len(d) for s, d in zip(self.spaces, self.defaults, strict=True)]
         self.trials: list[dict] = []
         self.skipped: list[dict] = []
         self.seen: set[tuple] = set()
@@ -250,7 +259,7 @@ class Tuner:
             "trials": self.trials,
             "best": {"overall": overall["id"] if overall else None,
                      "per_policy": {s.policy: (b["id"] if (b := self.best(s.policy)) else None)
-                                    for s in self.spaces}},
+                                    for s in self.given}},
             "pareto": pareto([t for t in self.trials if t["feasible"]]),
             **self._plan(),
         }
@@ -318,6 +327,8 @@ def _undominated(pts: list[tuple[tuple, int]]) -> list[tuple[tuple, int]]:
 
 
 def _split(budget: int, parts: int) -> list[int]:
+    """``budget`` in ``parts`` shares as equal as can be, the remainder to the first parts (the
+    first policies by name: :class:`Tuner` holds them in that order)."""
     base, extra = divmod(budget, parts)
     return [base + (1 if k < extra else 0) for k in range(parts)]
 

@@ -90,7 +90,9 @@ class Space:
 
 
 def parse_spaces(policies: list[str], params: list[str]) -> list[Space]:
-    """One space per ``--policy``, from the ``--param`` strings that name it."""
+    """One space per ``--policy`` (in the order given), from the ``--param`` strings that name it:
+    its ``cluster.*`` dimensions sorted by key, then its knobs sorted by key, whatever the order
+    of the flags (so that the order changes neither the samples nor the grid)."""
     if not policies:
         raise ConfigError("tune needs at least one --policy")
     if len(set(policies)) != len(policies):
@@ -110,7 +112,10 @@ def parse_spaces(policies: list[str], params: list[str]) -> list[Space]:
         if dim.key in dims[name]:
             raise ConfigError(f"--param {spec!r}: {name}.{dim.key} is given twice")
         dims[name][dim.key] = dim
-    return [Space(name, tuple(shape.values()) + tuple(dims[name].values())) for name in policies]
+    # in the order of the keys, not of the flags (the i-th Sobol coordinate samples the i-th
+    # dimension, and a grid runs in this order): the cluster's shape first, then the knobs
+    first = tuple(shape[k] for k in sorted(shape))
+    return [Space(name, first + tuple(dims[name][k] for k in sorted(dims[name]))) for name in policies]
 
 
 def _parse_cluster(spec: str) -> Dim:
