@@ -34,6 +34,7 @@ from sortedrl.cli_common import (
     WORKERS,
     OneLineUsageErrors,
     Terminated,
+    cluster_source,
     end_cleanly_on_termination,
     err,
     input_files,
@@ -44,6 +45,7 @@ from sortedrl.cli_common import (
     slug,
     source_name,
     summary_text,
+    trace_source,
     user_errors,
 )
 from sortedrl.compare import gpu_split
@@ -136,8 +138,8 @@ def simulate(
     outs = Outputs("simulate", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),
-                           identity=dict(source=str(trace or synthetic), policy=policy, sets=sets,
-                                         cluster=cluster, seed=seed, prompts=prompts,
+                           identity=dict(source=trace_source(trace, synthetic), policy=policy, sets=sets,
+                                         cluster=cluster_source(cluster), seed=seed, prompts=prompts,
                                          group_size=group_size, steps=steps, regen=regen))
     perfetto = outs.file(perfetto, "--perfetto")
     with Phases(err) as progress:
@@ -210,8 +212,8 @@ def compare(
     outs = Outputs("compare", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")),
-                           identity=dict(source=str(trace or synthetic), policies=policies, sets=sets,
-                                         cluster=cluster, seed=seed, prompts=prompts,
+                           identity=dict(source=trace_source(trace, synthetic), policies=policies, sets=sets,
+                                         cluster=cluster_source(cluster), seed=seed, prompts=prompts,
                                          group_size=group_size, steps=steps, regen=regen))
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")

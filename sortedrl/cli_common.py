@@ -28,7 +28,7 @@ from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
-from sortedrl.traces.io import bundled_help, read_trace, resolve_bundled
+from sortedrl.traces.io import BUNDLED, bundled_help, read_trace, resolve_bundled
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import AGENTIC_PRESETS, PRESETS, preset_names, synthesize
 
@@ -304,6 +304,22 @@ def input_files(*paths: Path | str | None) -> list[Path]:
 def source_name(trace: Path | None, synthetic: str | None) -> str:
     """What a default run directory calls the trace: the file's stem or the preset's name."""
     return Path(trace).stem if trace is not None else str(synthetic)
+
+
+def trace_source(trace: Path | None, synthetic: str | None) -> str:
+    """What a run directory's marker records as the run's trace (``source``): a file as its
+    resolved absolute path, the same however it was typed and never another file of the same
+    name seen from another directory; a bundled trace (``math-16k``) and a synthetic preset as
+    they are."""
+    if trace is None:
+        return str(synthetic)
+    return str(trace) if Path(trace).parent == BUNDLED else str(Path(trace).resolve())
+
+
+def cluster_source(cluster: str) -> str:
+    """What a marker records as the run's ``--cluster``: a file (``.json``: a cluster file or a
+    profile) as its resolved absolute path, as :func:`trace_source` a trace; a preset as named."""
+    return str(Path(cluster).resolve()) if cluster.endswith(".json") else cluster
 
 
 def slug(text: str) -> str:

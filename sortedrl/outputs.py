@@ -44,7 +44,7 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.errors import SortedRLError
 from sortedrl.interrupts import signals_deferred
-from sortedrl.run_marker import MARKER, foreign_entry, identity, is_label, listing, read_marker
+from sortedrl.run_marker import MARKER, foreign_entry, is_label, listing, read_marker, same_options
 
 Writer = Callable[[Path], None]  # writes one file at the path it is given
 
@@ -231,7 +231,7 @@ class Outputs:
                 raise OutputError(f"{option} {out}: not empty (a `sortedrl {self.command}` run and files "
                                   f"not written by sortedrl: {foreign}); give another directory, or "
                                   f"--force to replace it, deleting them")
-            if identity(previous) != self.identity:  # (an explicit --out too: it held results of their own)
+            if not same_options(previous, self.identity):  # (an explicit --out too: it held results of their own)
                 keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; {keep}, "
                                   f"or --force to replace it")

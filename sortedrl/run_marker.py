@@ -7,7 +7,9 @@ command wrote; what ``plot`` and ``report`` add (their default pages, and a temp
 one a killed ``plot`` left) counts as the run's, and so do the files an operating system drops in
 a folder someone browsed (``.DS_Store``, ``._*``, ``Thumbs.db``, ``desktop.ini``), which are
 deleted with the run as before. A marker written before the list was recorded is read by the
-names each command writes (:data:`_LAYOUTS`).
+names each command writes (:data:`_LAYOUTS`). A trace or cluster file among the options is
+recorded by its resolved path; an older marker's path as typed is read from the current
+directory (:func:`same_options`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _LAYOUTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 # dropped by a file browser, not the user's work: deleted with the run (Finder, AppleDouble, Explorer)
 OS_METADATA = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+_PATHS = ("source", "cluster")  # the options that may name a file: recorded by resolved path
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
 
@@ -53,6 +56,21 @@ def read_marker(out: Path) -> dict:
 def identity(marker: dict) -> dict:
     """The command and options of a marker (without the list of what it wrote)."""
     return {k: v for k, v in marker.items() if k != "files"}
+
+
+def same_options(marker: dict, current: dict) -> bool:
+    """Whether a run directory's ``marker`` records the command and options ``current`` (an
+    identity as :meth:`~sortedrl.outputs.Outputs.run_dir` builds it). Its trace (``source``) and
+    ``cluster`` files match when they name, from the current directory, the files ``current``
+    names by their resolved paths: a marker written before the paths were resolved holds them
+    as they were typed, relative perhaps, and is the same run only if they still reach those
+    files (else it is a run with other options, replaced only with ``--force``)."""
+    previous = identity(marker)
+    for key in _PATHS:
+        old, new = previous.get(key), current.get(key)
+        if isinstance(old, str) and isinstance(new, str) and old != new and os.path.isfile(old):
+            previous[key] = str(Path(old).resolve())
+    return previous == current
 
 
 def listing(top: Path) -> list[str]:

@@ -18,12 +18,14 @@ from sortedrl.cli_common import (
     STEPS,
     SYNTHETIC,
     TRACE,
+    cluster_source,
     err,
     input_files,
     load_input_trace,
     print_notes,
     slug,
     source_name,
+    trace_source,
     user_errors,
 )
 from sortedrl.compare import (
@@ -92,9 +94,9 @@ def register(app: typer.Typer) -> None:
         cl = load_cluster(cluster)
         outs = Outputs("tune", force, inputs=input_files(trace, cluster))
         run_dir = outs.run_dir(out, Path("runs") / slug(f"tune-{source_name(trace, synthetic)}-{cl.name}"),
-                               identity=dict(source=str(trace or synthetic), policies=policies, params=params,
+                               identity=dict(source=trace_source(trace, synthetic), policies=policies, params=params,
                                              objective=objective, max_staleness=max_staleness, budget=budget,
-                                             cluster=cluster, seed=seed, prompts=prompts,
+                                             cluster=cluster_source(cluster), seed=seed, prompts=prompts,
                                              group_size=group_size, steps=steps, regen=regen))
         with Phases(err) as progress:
             progress.phase(f"reading {trace or synthetic}")
