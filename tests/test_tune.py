@@ -76,7 +76,10 @@ def test_a_gpu_hours_tune_shows_the_gpu_hours_it_ranked_by(tmp_path):
     r = tune(*args, "--objective", "gpu_hours", "--out", str(tmp_path / "g"))
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    assert lines[1].split()[-1] == "GPU-h" and lines[2].split()[-1] == "h"
+    # its title is its unit (the unit row said h, under GPU-hours): nothing under it, as in the
+    # plan's and forecast's tables
+    assert lines[1].split()[-1] == "GPU-h" and lines[2].split()[-1] == "r+t"
+    assert len(lines[2].rstrip()) < lines[1].index("GPU-h")
     d = json.loads((tmp_path / "g" / "tune.json").read_text())
     best = d["trials"][d["best"]["overall"]]
     assert lines[4].split()[-1] == f"{best['summary']['gpu_hours']:.3f}"

@@ -188,9 +188,11 @@ def infeasible_message(result: dict) -> str:
             "that bounds staleness (sync, sortedrl)")
 
 
+# GPU-h: --objective gpu_hours only; its title is its unit, as in the plan's and forecast's tables
+# (it had the unit h, under a figure in GPU-hours)
 TUNE_COLS = [Col("policy", left=True), Col("trial"), Col("useful", "tok/s"), Col("learnable", "tok/s", hide=3),
              Col("vs", "best"), Col("makespan", "s", hide=2), Col("stale", "versions"), Col("updates", "count", hide=4),
-             Col("GPUs", "r+t", hide=1), Col("GPU-h", "h")]  # (GPU-h: --objective gpu_hours only)
+             Col("GPUs", "r+t", hide=1), Col("GPU-h")]
 
 
 def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
