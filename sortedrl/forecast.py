@@ -87,6 +87,7 @@ class Draw(NamedTuple):
     step_s: np.ndarray  # seconds between update ends (:func:`step_times`)
     parts: dict[str, float]  # :func:`time_parts`
     summary: dict
+    seed: int = 0  # the draw's seed
 
 
 def _draw(shared: tuple, job: tuple) -> Draw:
@@ -100,7 +101,7 @@ def _draw(shared: tuple, job: tuple) -> Draw:
     with temp_scratch("forecast") as spill:  # a whole run's timeline waits on disk, not in memory
         result = simulate(trace, policy, ran_on, seed=seed, progress=progress, spill_dir=spill)
         return Draw(ran_on, float(result.summary["makespan_s"]), step_times(result.timeline),
-                    time_parts(result), result.summary)
+                    time_parts(result), result.summary, seed)
 
 
 def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> dict:
@@ -116,6 +117,7 @@ def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> 
     out = {
         "policy": spec.label, "name": spec.name, "cluster": ran_on.name,
         "placement": ran_on.placement, "gpus": ran_on.gpus, "seeds": len(draws),
+        "seed": draws[0].seed,  # the first: the seeds are seed .. seed + seeds - 1 (--seed, --seeds)
         "wall_s": wall, "wall_s_low": min(walls), "wall_s_high": max(walls),
         "wall_h": wall / 3600.0, "gpu_hours": gpu_hours,
         "cost": gpu_hours * gpu_hour_price if gpu_hour_price > 0 else None,  # (no price: null, as the table's -)

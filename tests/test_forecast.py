@@ -44,6 +44,7 @@ def test_forecast_is_the_mean_of_its_simulations(model_file) -> None:
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert [o["policy"] for o in out] == ["sync", "fast"]
+    assert [(o["seeds"], o["seed"]) for o in out] == [(3, 5), (3, 5)]  # (--seed was in no field)
     cluster = load_cluster("h100-llama3.1-8b")
     for o, name in zip(out, ["sync", "sortedrl"], strict=True):
         walls, steps = [], []
@@ -86,8 +87,8 @@ def test_fixed_trace_runs_once(tmp_path) -> None:
              "--cluster", "h100-llama3.1-8b", "--cluster", "h100-llama3.1-8b-16gpu", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert [(o["cluster"], o["gpus"], o["seeds"]) for o in out] == [
-        ("h100-llama3.1-8b", 8, 1), ("h100-llama3.1-8b-16gpu", 16, 1)]
+    assert [(o["cluster"], o["gpus"], o["seeds"], o["seed"]) for o in out] == [
+        ("h100-llama3.1-8b", 8, 1, 0), ("h100-llama3.1-8b-16gpu", 16, 1, 0)]
     expected = simulate(trace, make_policy("sync", [], trace), load_cluster("h100-llama3.1-8b"),
                         seed=0).summary["makespan_s"]
     assert out[0]["wall_s"] == out[0]["wall_s_low"] == out[0]["wall_s_high"] == expected
