@@ -289,7 +289,7 @@ def list_clusters(
                                 "placement": c.placement, "rollout_gpus": c.rollout_gpus,
                                 "trainer_gpus": c.trainer_gpus} for c in clusters], indent=2))
         return
-    cols = [Col("preset", left=True), Col("GPUs", "roll+train"), Col("tp"), Col("engines", "x seqs"),
+    cols = [Col("preset", left=True), Col("GPUs", "roll+train"), Col("tp", "GPUs/engine"), Col("engines", "x seqs"),
             Col("KV", "tok/engine", hide=1)]
     rows = [[c.name, f"{c.rollout_gpus}+{c.trainer_gpus}" if c.placement == "disaggregated" else f"{c.gpus} shared",
              str(c.tp), f"{c.engines} x {c.max_num_seqs}", f"{c.kv_budget:,}"] for c in clusters]
