@@ -8,16 +8,21 @@ traceback instead. :func:`loads` reports such a number as malformed JSON at its 
 for Python's recursion limit is malformed JSON too. :func:`dumps` writes JSON that is JSON:
 Python writes an infinite or NaN float as ``Infinity`` or ``NaN``, which JSON readers refuse.
 :func:`read` reads a JSON file whose every failure (missing, a directory, not UTF-8, not JSON)
-is one error line naming the file, as every JSON input of the CLI needs.
+is one error line naming the file, as every JSON input of the CLI needs; a pipe or FIFO is read
+once (:mod:`sortedrl.streams`). :func:`text` decodes a file's bytes as UTF-8 after any byte-order
+mark (Windows editors write one; ``json.loads`` refuses it), naming a bad byte by its offset in
+the file.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
 from pathlib import Path
 
+from sortedrl import streams
 from sortedrl.errors import SortedRLError
 
 
@@ -42,7 +47,8 @@ def read(path: Path | str, error: type[Exception], missing: str = "no such file"
     when it is not there, ``bad`` (formatted with ``line``, ``msg`` and ``e``, the decode
     error) when it is not JSON, and what the system said when it cannot be read."""
     try:
-        return loads(Path(path).read_text(encoding="utf-8"))
+        data = streams.take(path)
+        return loads(text(Path(path).read_bytes() if data is None else data))
     except FileNotFoundError:
         raise error(f"{path}: {missing}") from None
     except UnicodeDecodeError as e:
@@ -51,6 +57,16 @@ def read(path: Path | str, error: type[Exception], missing: str = "no such file"
         raise error(f"{path}: cannot read it ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise error(f"{path}: " + bad.format(line=e.lineno, msg=e.msg, e=e)) from None
+
+
+def text(data: bytes) -> str:
+    """``data`` decoded as UTF-8, after a byte-order mark if it starts with one; a
+    UnicodeDecodeError's ``start`` is the bad byte's offset in ``data`` (the mark counted)."""
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return str(memoryview(data)[bom:], "utf-8")
+    except UnicodeDecodeError as e:
+        raise UnicodeDecodeError(e.encoding, data, e.start + bom, e.end + bom, e.reason) from None
 
 
 def finite(value: object) -> bool:

@@ -134,7 +134,7 @@ def _ray_terms(profile) -> dict:
     profiles: ``fit.runner.ray_round_s``, from one async run, for any number busy), the weight
     push, and the factor of an engine step beside its peers."""
     try:
-        raw = json.loads(Path(profile).read_text())
+        raw = json.loads(Path(profile).read_text(encoding="utf-8-sig"))  # (a BOM: as load_cluster)
     except (OSError, ValueError, RecursionError):  # (load_cluster read it first, and says why)
         return {}
     fit = (raw.get("fit") or {}) if isinstance(raw, dict) else {}

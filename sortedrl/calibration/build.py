@@ -154,7 +154,7 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
     costs (:data:`~sortedrl.sim.profile.CLUSTER_FIELDS`: a profile of unchanged costs simulates as
     the base does)."""
     if spec.endswith(".json"):
-        raw = json.loads(Path(spec).read_text(encoding="utf-8"))
+        raw = json.loads(Path(spec).read_text(encoding="utf-8-sig"))  # (as load_cluster reads it)
         if is_profile(raw):
             raw = read_names(raw, spec)  # written with the cost terms' new names
             _check_base(raw, spec)
@@ -185,7 +185,7 @@ def _costs_json(costs: CostModel) -> dict:
 
 def _model_id(path: Path) -> str | None:
     try:
-        v = json.loads(Path(path).read_text()).get("model_id")
+        v = json.loads(Path(path).read_text(encoding="utf-8-sig")).get("model_id")
     except (OSError, ValueError, AttributeError):
         return None
     return str(v) if v else None

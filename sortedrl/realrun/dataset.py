@@ -115,7 +115,7 @@ class DatasetTask:
 def read_rows(path: Path) -> tuple[list[int], list[Problem]]:
     """The file's rows, and the line number of each."""
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # (after a byte-order mark)
     except FileNotFoundError:
         raise ConfigError(f"--dataset {path}: file not found") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -49,12 +49,13 @@ def to_arrow(trace: Trace, pa: Any) -> Any:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def read_parquet(path: Path) -> Trace:
+def read_parquet(path: Path, data: bytes | None = None) -> Trace:
+    """The trace in the Parquet file ``path`` (``data``: its bytes, when already read: a pipe's)."""
     pq, pa = pyarrow_modules(path)
-    if path.stat().st_size == 0:  # also raises FileNotFoundError, reported by read_trace
+    if (path.stat().st_size if data is None else len(data)) == 0:  # (FileNotFoundError: read_trace's)
         raise TraceError(f"{path}: empty file")
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path if data is None else pa.BufferReader(data))
     except (pa.ArrowException, OSError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TraceError(f"{path}: not a readable Parquet file: {msg}") from None

@@ -6,6 +6,7 @@ module is its public face: format choice, atomic writes and the file-level error
 not UTF-8). The formats themselves live in ``_text`` (JSONL, CSV) and ``_parquet``; the rules they
 share (metadata, inference, column typing) in ``_codec``; ``_fast`` reads clean JSONL and CSV
 files with pyarrow's parsers, about ten times faster, and hands every other file to ``_text``.
+A pipe or FIFO is read once, whole, and every reader parses those bytes (:mod:`sortedrl.streams`).
 
 Formats (chosen by extension on write; by extension, then by content, on read):
 
@@ -21,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import os
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from sortedrl import jsonio, streams
 from sortedrl.errors import TraceError
 from sortedrl.traces import _fast, _parquet, _text
 from sortedrl.traces._codec import pyarrow_modules
@@ -74,36 +77,43 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     """Read a trace file; the format comes from the extension, else from the content.
 
     Missing metadata is inferred: ``group_size = max(sample) + 1``,
-    ``max_response_len = max(response_len)`` and ``source`` = the file name.
+    ``max_response_len = max(response_len)`` and ``source`` = the file name. A pipe or FIFO
+    (``<(zcat run.jsonl.gz)``, ``/dev/stdin``) is read once, whole, and parsed from memory.
     """
     p = Path(path)
     fmt = FORMATS.get(p.suffix.lower())
+    data = None
     try:
+        data = streams.take(p)
         if fmt is None:
-            fmt = _sniff(p)
+            fmt = _sniff(p, data)
         if fmt == "parquet":
-            return _parquet.read_parquet(p)
-        trace = _read_fast(p, fmt)
+            return _parquet.read_parquet(p, data)
+        trace = _read_fast(p, fmt, data)
         if trace is not None:
             return trace
+        if data is not None:
+            f = io.StringIO(jsonio.text(data), newline="")
+            return _text.read_jsonl(p, f) if fmt == "jsonl" else _text.read_csv(p, f)
         with open(p, encoding="utf-8-sig", newline="") as f:
             return _text.read_jsonl(p, f) if fmt == "jsonl" else _text.read_csv(p, f)
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{p}: is a directory, not a trace file") from None
-    except UnicodeDecodeError:  # (its offset is within the chunk that was being decoded)
-        raise TraceError(f"{p}: not UTF-8 text (byte {_first_bad_byte(p)})") from None
+    except UnicodeDecodeError:  # (the offset of a chunk's error is within that chunk)
+        raise TraceError(f"{p}: not UTF-8 text (byte {_first_bad_byte(p, data)})") from None
     except csv.Error as e:
         raise TraceError(f"{p}: bad CSV: {e}") from None
     finally:
         _release_arrow_memory()
 
 
-def _first_bad_byte(path: Path) -> int:
-    """The offset in the file of its first byte that is not UTF-8."""
+def _first_bad_byte(path: Path, data: bytes | None) -> int:
+    """The offset in the file of its first byte that is not UTF-8 (``data``: its bytes, when
+    already read)."""
     try:
-        path.read_bytes().decode("utf-8")
+        (path.read_bytes() if data is None else data).decode("utf-8")
     except UnicodeDecodeError as e:
         return e.start
     return 0  # (not reached: the file had such a byte)
@@ -117,12 +127,13 @@ def _release_arrow_memory() -> None:
         pa.default_memory_pool().release_unused()
 
 
-def _read_fast(path: Path, fmt: str) -> Trace | None:
+def _read_fast(path: Path, fmt: str, data: bytes | None = None) -> Trace | None:
     """The trace through pyarrow's parsers (``_fast``), or None: then the standard-library
-    reader, the reference, reads it (and names the line of any error)."""
+    reader, the reference, reads it (and names the line of any error). ``data``: the file's
+    bytes, when already read (a pipe's)."""
     read = _fast.read_jsonl_fast if fmt == "jsonl" else _fast.read_csv_fast
     try:
-        return read(path, path.read_bytes())
+        return read(path, path.read_bytes() if data is None else data)
     except TraceError:
         return None
 
@@ -176,10 +187,14 @@ def atomic_write(path: str | os.PathLike[str], emit: Callable[[str], None]) -> N
         raise
 
 
-def _sniff(path: Path) -> str:
-    """Guess the format of a file whose extension says nothing: Parquet, JSONL or CSV."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
+def _sniff(path: Path, data: bytes | None = None) -> str:
+    """Guess the format of a file whose extension says nothing: Parquet, JSONL or CSV (from its
+    first 4 KiB; ``data``: the file's bytes, when already read)."""
+    if data is None:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    else:
+        head = data[:4096]
     if head.startswith(b"PAR1"):
         return "parquet"
     stripped = head.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n")

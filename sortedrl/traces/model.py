@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sortedrl import jsonio
+from sortedrl import jsonio, streams
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT32_MAX
 from sortedrl.traces import model_turns
@@ -93,12 +93,16 @@ MAX_SPREAD = 50.0
 
 
 def is_trace_model(path: Path) -> bool:
-    """Whether ``path`` holds a trace model (a JSON object with ``sortedrl_trace_model``)."""
+    """Whether ``path`` holds a trace model (a JSON object with ``sortedrl_trace_model``). A pipe
+    or FIFO is read whole here and kept for the reader that follows (:mod:`sortedrl.streams`)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(200)
+        head = streams.peek(path)
+        if head is None:
+            with open(path, "rb") as f:
+                head = f.read(200)
     except OSError:
         return False
+    head = head[:200]
     return b'"sortedrl_trace_model"' in head
 
 

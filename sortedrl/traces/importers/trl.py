@@ -115,7 +115,7 @@ def _records(f: Path) -> list[tuple[str, dict]]:
     if f.suffix == ".parquet":
         return _parquet(f)
     try:
-        text = f.read_text(encoding="utf-8")
+        text = jsonio.text(f.read_bytes())  # (after a byte-order mark, if any)
     except UnicodeDecodeError as e:
         raise TraceError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if text.lstrip()[:1] == "{":

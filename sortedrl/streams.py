@@ -1,0 +1,61 @@
+"""Inputs that can be read only once: a pipe, a FIFO, ``/dev/stdin``, ``<(zcat run.jsonl.gz)``.
+
+An input file is read by several readers in turn: ``--trace`` is peeked at by
+:func:`~sortedrl.traces.model.is_trace_model` (a trace model?), then ``read_trace`` sniffs its
+format and parses it (and its fast parser may hand the file to the reference one, which starts
+again). A regular file can be opened as often as each reader likes; a pipe's bytes are gone once
+read (the next reader saw an empty file), and a FIFO's writer is gone once the first reader
+closes it (the next open waited for a writer forever).
+
+So an input that is neither a regular file nor a directory is read whole, once, into memory, and
+its bytes are handed to every reader: :func:`peek` keeps them for a later reader, :func:`take`
+hands them to the last one and forgets them. A regular file is never read here (``None``): its
+readers keep their own, faster, paths.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+_kept: dict[tuple[str, int, int], bytes] = {}
+
+
+def _key(path: str | os.PathLike[str]) -> tuple[str, int, int] | None:
+    """The input's key, or None for a regular file, a directory or a path that is not there
+    (their readers say what is wrong)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return os.fspath(path), st.st_dev, st.st_ino
+
+
+def peek(path: str | os.PathLike[str]) -> bytes | None:
+    """The bytes of a read-once input, kept for the next reader; None for a regular file."""
+    key = _key(path)
+    if key is None:
+        return None
+    if key not in _kept:
+        _kept[key] = _read(path)
+    return _kept[key]
+
+
+def take(path: str | os.PathLike[str]) -> bytes | None:
+    """The bytes of a read-once input, for its last reader (they are not kept after); None for
+    a regular file."""
+    key = _key(path)
+    if key is None:
+        return None
+    data = _kept.pop(key, None)
+    return _read(path) if data is None else data
+
+
+def _read(path: str | os.PathLike[str]) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+__all__ = ["peek", "take"]

@@ -1,0 +1,136 @@
+"""A trace read from a pipe or a FIFO (``<(zcat run.jsonl.gz)``, ``/dev/stdin``, ``mkfifo``)
+reads as the same file does: its bytes are read once and every reader parses them
+(:mod:`sortedrl.streams`). A pipe read a second time was empty (``error: /dev/fd/63: empty
+file``) and a FIFO opened a second time waited for a writer for good, so each command runs in a
+subprocess with a timeout: a regression fails instead of hanging the suite.
+
+Run: pytest tests/test_read_once_inputs.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from sortedrl.traces import synthesize, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+WAIT_S = 120  # a guard against a hang, not a timing: each command takes a few seconds
+CLUSTER = ["--policy", "sync", "--cluster", "h100-llama3.1-8b-2gpu"]
+
+
+def _cli(args: list[str], cwd: Path, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """``sortedrl ARGS`` in a subprocess (this checkout's package), with ``stdin`` piped."""
+    r = subprocess.run([sys.executable, "-m", "sortedrl.cli", *args], cwd=cwd, input=stdin,
+                       capture_output=True, timeout=WAIT_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+class _Fifo:
+    """A FIFO at ``path`` that a thread fills with ``data`` once, as ``cat f > fifo &`` does."""
+
+    def __init__(self, path: Path, data: bytes) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.thread = threading.Thread(target=self._write, args=(data,), daemon=True)
+        self.thread.start()
+
+    def _write(self, data: bytes) -> None:
+        with open(self.path, "wb") as f:  # (waits for a reader)
+            f.write(data)
+
+    def close(self) -> None:
+        """Let a writer that no reader came for finish (its open returns with this one)."""
+        if self.thread.is_alive():
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            self.thread.join(WAIT_S)
+            os.close(fd)
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    t = synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=0)
+    path = tmp_path / "file" / "t.jsonl"
+    path.parent.mkdir()
+    write_trace(t, path)
+    return path
+
+
+def _fifo(tmp_path: Path, name: str, data: bytes, request) -> Path:
+    (tmp_path / "fifo").mkdir(exist_ok=True)
+    fifo = _Fifo(tmp_path / "fifo" / name, data)
+    request.addfinalizer(fifo.close)
+    return fifo.path
+
+
+def test_trace_stats_reads_a_fifo_and_stdin_as_the_file(tmp_path, small, request):
+    code, want, err = _cli(["trace", "stats", str(small), "--json"], tmp_path)
+    assert (code, err) == (0, "")
+    fifo = _fifo(tmp_path, "t.jsonl", small.read_bytes(), request)
+    assert _cli(["trace", "stats", str(fifo), "--json"], tmp_path) == (0, want, "")
+    assert _cli(["trace", "stats", "/dev/stdin", "--json"], tmp_path, small.read_bytes()) == (0, want, "")
+    assert json.loads(want)["count"] == 32
+
+
+def test_a_fifo_without_an_extension_is_sniffed_from_its_bytes(tmp_path, small, request):
+    """Parquet and CSV too: the format is told from the bytes already read."""
+    for suffix in (".csv", ".parquet"):
+        other = small.with_suffix(suffix)
+        write_trace(synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=0), other)
+        code, want, _ = _cli(["trace", "stats", str(other), "--json"], tmp_path)
+        fifo = _fifo(tmp_path, f"noext{suffix[1:]}", other.read_bytes(), request)
+        assert code == 0 and _cli(["trace", "stats", str(fifo), "--json"], tmp_path) == (0, want, "")
+
+
+def test_simulate_reads_its_trace_from_a_fifo(tmp_path, small, request):
+    code, _, err = _cli(["simulate", "--trace", str(small), *CLUSTER, "--out", "a"], tmp_path)
+    assert code == 0, err
+    fifo = _fifo(tmp_path, "t.jsonl", small.read_bytes(), request)
+    code, out, err = _cli(["simulate", "--trace", str(fifo), *CLUSTER, "--out", "b"], tmp_path)
+    assert code == 0, err
+    assert out.endswith("wrote b/summary.json and b/timeline.npz\n")
+    assert (json.loads((tmp_path / "b" / "summary.json").read_text())
+            == json.loads((tmp_path / "a" / "summary.json").read_text()))
+
+
+def test_trace_fit_from_stdin_and_a_model_from_a_fifo(tmp_path, small, request):
+    """``trace fit /dev/stdin``; then ``simulate --trace-model`` and ``forecast --trace-model``
+    read the model from a FIFO each (peeked at as a model, then loaded: one read)."""
+    code, _, err = _cli(["trace", "fit", str(small), "--out", "a.json", "--json"], tmp_path)
+    assert code == 0, err
+    code, out, err = _cli(["trace", "fit", "/dev/stdin", "--out", "b.json", "--json"], tmp_path,
+                          small.read_bytes())
+    assert code == 0, err
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    assert (a.pop("source"), b.pop("source")) == ("t.jsonl", "stdin")
+    assert a == b and json.loads(out)["mu0"] == b["mu0"]
+    model = (tmp_path / "a.json").read_bytes()
+    fifo = _fifo(tmp_path, "m.json", model, request)
+    code, out, err = _cli(["simulate", "--trace-model", str(fifo), "--steps", "2", *CLUSTER,
+                           "--out", "s"], tmp_path)
+    assert (code, out.splitlines()[-1]) == (0, "wrote s/summary.json and s/timeline.npz"), err
+    fifo = _fifo(tmp_path, "m2.json", model, request)
+    code, out, err = _cli(["forecast", "--trace-model", str(fifo), "--steps", "2", *CLUSTER,
+                           "--json"], tmp_path)
+    assert code == 0, err
+    assert [r["policy"] for r in json.loads(out)] == ["sync"]
+
+
+def test_forecast_reads_a_trace_from_stdin(tmp_path, small):
+    code, want, err = _cli(["forecast", "--trace", str(small), *CLUSTER, "--json"], tmp_path)
+    assert code == 0 and "a step of t.jsonl has 16 samples" in err
+    got = _cli(["forecast", "--trace", "/dev/stdin", *CLUSTER, "--json"], tmp_path, small.read_bytes())
+    assert got == (0, want, err.replace("t.jsonl", "stdin"))
+
+
+def test_an_empty_or_compressed_pipe_is_one_error_line(tmp_path):
+    assert _cli(["trace", "stats", "/dev/stdin"], tmp_path, b"") == (
+        2, "", "error: /dev/stdin: empty file\n")
+    assert _cli(["trace", "stats", "/dev/stdin"], tmp_path, b"\x1f\x8b\x08\x00") == (
+        2, "", "error: /dev/stdin: not UTF-8 text (byte 1)\n")
