@@ -10,7 +10,7 @@ traces live in ``sortedrl/traces/data/``; see ``docs/traces.md``.
 from sortedrl.traces.importer import ImportReport, import_table, import_table_with_report
 from sortedrl.traces.io import read_trace, write_trace
 from sortedrl.traces.schema import Trace, TraceMeta
-from sortedrl.traces.stats import format_stats, trace_stats
+from sortedrl.traces.stats import format_stats, print_stats, trace_stats
 from sortedrl.traces.synth import PRESETS, SynthParams, synthesize
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "format_stats",
     "import_table",
     "import_table_with_report",
+    "print_stats",
     "read_trace",
     "synthesize",
     "trace_stats",

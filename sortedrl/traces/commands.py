@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from sortedrl import jsonio
 from sortedrl.cli_common import err, synthesized, user_errors
@@ -24,7 +23,7 @@ from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.importers import check_framework
 from sortedrl.traces.io import FORMATS, bundled_names, read_trace, resolve_bundled, write_trace
-from sortedrl.traces.stats import format_stats, trace_stats
+from sortedrl.traces.stats import print_stats, trace_stats
 from sortedrl.traces.synth import preset_names
 
 app = typer.Typer(
@@ -210,5 +209,5 @@ def stats_cmd(
     if as_json:
         typer.echo(jsonio.dumps(stats, f"{file}: the statistics", indent=2))
     else:
-        Console().print(format_stats(stats))
+        print_stats(stats)
         typer.echo(METRICS_LINE)

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sortedrl.cli_common import user_errors
@@ -80,7 +81,7 @@ def fit_cmd(
     console = Console()
     console.print(_params_table(model))
     console.print(_fit_table(model.fit))
-    console.print(f"wrote {out}")
+    typer.echo(f"wrote {out}")  # (plain: a path is not rich markup, nor wrapped)
 
 
 def _unfinished_note(trace) -> str:
@@ -140,7 +141,7 @@ def _shown(v: object, unit: str) -> str:
 
 
 def _params_table(model) -> Table:
-    table = Table(title=f"length model of {model.source}")
+    table = Table(title=f"length model of {escape(model.source)}")  # (a file name: not markup)
     table.add_column("parameter")
     table.add_column("value", justify="right")
     table.add_column("unit")

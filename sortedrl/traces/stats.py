@@ -16,7 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from rich.console import Group
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from sortedrl.errors import TraceError
@@ -181,20 +183,23 @@ def _fmt(key: str, v: Any) -> str:
 
 
 def format_stats(stats: dict[str, Any]) -> Group:
-    """A rich renderable: a statistics table, plus a per-step table when the trace has steps."""
+    """A rich renderable: a statistics table, plus a per-step table when the trace has steps.
+    Text from the trace (its source) is shown as it is, never read as rich markup; only the
+    value column may narrow, and a value too long for it folds onto the next line, never cut
+    (:func:`print_stats` keeps the console wide enough for every cell but the source)."""
     table = Table(title="trace statistics", show_header=True, header_style="bold")
-    table.add_column("statistic")
-    table.add_column("value", justify="right")
-    table.add_column("unit")
+    table.add_column("statistic", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold")
+    table.add_column("unit", no_wrap=True)
     for key, label in _LABELS.items():
         if key in stats:
-            table.add_row(label, _fmt(key, stats[key]), UNITS[key])
+            table.add_row(label, escape(_fmt(key, stats[key])), UNITS[key])
     parts: list[Table] = [table]
     per_step = stats.get("per_step")
     if per_step:
         steps = Table(title="per step", show_header=True, header_style="bold")
         for col in ("step", "samples", "mean response len (tok)"):
-            steps.add_column(col, justify="right")
+            steps.add_column(col, justify="right", no_wrap=True)
         rows = per_step
         if len(rows) > MAX_STEP_ROWS:
             half = MAX_STEP_ROWS // 2
@@ -209,3 +214,15 @@ def format_stats(stats: dict[str, Any]) -> Group:
                 )
         parts.append(steps)
     return Group(*parts)
+
+
+def print_stats(stats: dict[str, Any], console: Console | None = None) -> None:
+    """Print :func:`format_stats`'s tables on a console at least as wide as their every cell but
+    the source (which folds): a number or label is never cut or split, and a terminal narrower
+    than that wraps the lines instead, as :mod:`sortedrl.tables` keeps a cell whole."""
+    console = console or Console()
+    bare = format_stats({k: v for k, v in stats.items() if k != "source"})
+    need = Measurement.get(console, console.options.update(max_width=10_000), bare).maximum
+    if console.width < need:
+        console.width = need
+    console.print(format_stats(stats))
