@@ -163,7 +163,7 @@ def test_parquet_table_errors_name_the_row_and_column(tmp_path) -> None:
     assert _one_error(tmp_path, [f, *COLS]) == f"error: {f}: row 1: column 'r': 2,147,483,648 {ABOVE}"
     f = _parquet(tmp_path, [pa.array([1]), pa.array([2])], ["p", "len"])
     assert _one_error(tmp_path, [f, *COLS]) == (
-        f"error: {f}: no column 'r'; available columns: p, len")
+        f"error: {f}: no column 'r'; available columns: 'p', 'len'")
     f = _parquet(tmp_path, [pa.array([1]), pa.array([2]), pa.array([3])], ["p", "r", "r"])
     assert _one_error(tmp_path, [f, *COLS]) == (
         f"error: {f}: column 'r' appears twice (rename one of them)")

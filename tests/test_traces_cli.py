@@ -86,7 +86,7 @@ def test_import_error_leaves_no_output(tmp_path: Path) -> None:
     )
     assert line == (
         f"error: {FIXTURE}: no column 'prefill'; available columns: "
-        "arrived_at, num_prefill_tokens, num_decode_tokens"
+        "'arrived_at', 'num_prefill_tokens', 'num_decode_tokens'"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -92,12 +92,12 @@ def _err(tmp_path: Path, content: str, **kw: object) -> str:
 
 
 def test_missing_column_lists_available(tmp_path: Path) -> None:
-    assert _err(tmp_path, "pl,resp\n1,2\n") == "no column 'rl'; available columns: pl, resp"
+    assert _err(tmp_path, "pl,resp\n1,2\n") == "no column 'rl'; available columns: 'pl', 'resp'"
     p = tmp_path / "t.jsonl"
     p.write_text('{"pl": 1, "x": 2}\n')
     with pytest.raises(TraceError) as e:
         import_table(p, "pl", "rl")
-    assert str(e.value) == f"{p}: no column 'rl'; available columns: pl, x"
+    assert str(e.value) == f"{p}: no column 'rl'; available columns: 'pl', 'x'"
     p.write_text('{"pl": 1, "rl": 2}\n{"pl": 1}\n')
     with pytest.raises(TraceError) as e:
         import_table(p, "pl", "rl")

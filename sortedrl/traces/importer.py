@@ -172,7 +172,8 @@ def _length(p: Path, at: str, col: str, v: Any) -> int:
 
 
 def _missing(p: Path, col: str, available: list[str]) -> TraceError:
-    shown = ", ".join(a if a.isprintable() else repr(a) for a in available)
+    """The names quoted (repr), so that a space or a control character in one shows."""
+    shown = ", ".join(repr(a) for a in available)
     return TraceError(f"{p}: no column {col!r}; available columns: {shown}")
 
 
@@ -186,14 +187,15 @@ def _read_csv(p: Path, text: str, cols: tuple[str, str]) -> tuple[list[list[int]
     for header in reader:
         if header:
             break
-    names = [h.strip() for h in header]
+    names = [h.strip() for h in header]  # (" prompt tokens" after "arrived at, ")
     idx = []
     for col in cols:
-        if col not in names:
+        name = col.strip()  # the name as the file spells it matches too: stripped alike
+        if name not in names:
             raise _missing(p, col, names)
-        if names.count(col) > 1:  # (another column given twice is not read: let it be)
+        if names.count(name) > 1:  # (another column given twice is not read: let it be)
             raise _twice(p, f"line {reader.line_num}: ", col)
-        idx.append(names.index(col))
+        idx.append(names.index(name))
     values: list[list[int]] = [[], []]
     lines: list[int] = []
     prev = reader.line_num

@@ -57,8 +57,10 @@ def bundled_names() -> list[str]:
 
 def resolve_bundled(path: Path) -> Path:
     """``path``, or the bundled trace it names when no such file exists: a bare name such as
-    ``math-16k`` or ``math-16k.jsonl`` reaches the package's copy from any directory."""
-    if path.exists() or path.parent != Path(".") or path.name.startswith("."):
+    ``math-16k`` or ``math-16k.jsonl`` reaches the package's copy from any directory. Only a
+    file of that name is read instead (README): a directory of that name does not hide it."""
+    shadowed = path.exists() and not path.is_dir()
+    if shadowed or path.parent != Path(".") or path.name.startswith("."):
         return path
     stem = path.name.removesuffix(".jsonl")
     return BUNDLED / f"{stem}.jsonl" if stem in bundled_names() else path
