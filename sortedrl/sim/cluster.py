@@ -392,16 +392,21 @@ def load_cluster(spec: str) -> Cluster:
 
     if is_profile(raw):  # a calibrated profile from `sortedrl calibrate`
         return profile_cluster(raw, spec, path.stem)
-    return cluster_from_dict(raw, spec, path.stem)
+    return cluster_from_dict(raw, spec, path.stem, written=True)
 
 
 # the one Cluster field that was named as a cost term (the roofline's fixed step cost): a cluster
 # file (or a profile's ``cluster`` object, a tune.json's ``cluster_fields``) may still say t_fix
 LEGACY_FIELDS = {"t_fix": LEGACY_NAMES["t_fix"]}
+# the fields that only decode_model "roofline" reads (Cluster.cost); "measured" has its own terms
+ROOFLINE_FIELDS = ("mbu", "mfu", "step_fixed_s")
 
 
-def cluster_from_dict(raw: dict, spec: str, name: str) -> Cluster:
-    """A cluster file's object (or a cluster's fields, as tune.json records them), checked."""
+def cluster_from_dict(raw: dict, spec: str, name: str, written: bool = False) -> Cluster:
+    """A cluster file's object (or a cluster's fields, as tune.json records them), checked.
+    ``written``: a file the user wrote, where a field the cluster's decode model does not read
+    (:data:`ROOFLINE_FIELDS` without ``"decode_model": "roofline"``) is refused: it was ignored
+    without a word (tune.json records every field, used or not)."""
     from sortedrl.sim.profile import parse_costs
 
     labels = written_labels(raw, "", LEGACY_FIELDS)  # (an error names t_fix so)
@@ -424,4 +429,12 @@ def cluster_from_dict(raw: dict, spec: str, name: str) -> Cluster:
             raise ConfigError(f"{spec}: field {labels.get(key, repr(key))}: expected {want.__name__}, "
                               f"got {value!r}")
         changes[key] = value
-    return dataclasses.replace(base, **changes).validate(spec, labels)
+    cluster = dataclasses.replace(base, **changes).validate(spec, labels)
+    unused = [key for key in ROOFLINE_FIELDS if key in raw] if cluster.decode_model != "roofline" else []
+    if written and unused:
+        named, one = [labels.get(k, repr(k)) for k in unused], len(unused) == 1
+        raise ConfigError(f"{spec}: field{'' if one else 's'} {', '.join(named[:-1]) + ' and ' * (not one) + named[-1]}: "
+                          f"only decode_model 'roofline' uses {'it' if one else 'them'}, and this cluster's is "
+                          f"{cluster.decode_model!r} (its own fitted terms: docs/calibration.md, Decode step); "
+                          f"add \"decode_model\": \"roofline\" or remove {'it' if one else 'them'}")
+    return cluster
