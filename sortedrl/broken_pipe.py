@@ -28,7 +28,9 @@ mid-run would remove what was staged on its way out.
 
 The CLI's command group (``cli_common.OneLineUsageErrors``) catches it around option parsing
 (``--help``, ``--version``) and every command, before click's own handler (which exits 1), and
-:func:`rich_raises_broken_pipes` stops rich's consoles from exiting 1 on their own.
+:func:`rich_raises_broken_pipes` stops rich's consoles from exiting 1 on their own. There any
+other failed write (``sortedrl --version > /dev/full``: no space left on the device) is one
+``error:`` line and exit 2, as a command reports it (it was a 100-line traceback and exit 1).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Callable
 
 READER_GONE = 128 + signal.SIGPIPE  # 141, as a shell reports a process SIGPIPE ended
 
@@ -75,14 +78,46 @@ def exit_if_reader_gone(error: BaseException) -> None:
 
 
 @contextlib.contextmanager
-def reader_gone_exits():
+def reader_gone_exits(line: Callable[[OSError], str] | None = None):
     """A block in which a write to stdout or stderr whose reader has gone ends the process
-    quietly (:func:`exit_if_reader_gone`); any other error goes on up."""
+    quietly (:func:`exit_if_reader_gone`). Given ``line``, any other OS error (a write to a full
+    disk) ends it with the one line ``error: line(error)`` on stderr and exit code 2; without,
+    it goes on up, as every other error does."""
     try:
         yield
-    except BrokenPipeError as e:
+    except OSError as e:
         exit_if_reader_gone(e)
-        raise
+        if line is None:
+            raise
+        exit_with_error(f"error: {line(e)}", 2)
+
+
+def exit_with_error(message: str, code: int) -> None:
+    """Print ``message`` on stderr and exit with ``code``, whichever stream cannot be written
+    (:func:`drop_if_unwritable`)."""
+    drop_if_unwritable(sys.stdout)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(message + "\n")
+    drop_if_unwritable(sys.stderr)
+    sys.exit(code)
+
+
+def drop_if_unwritable(stream) -> None:
+    """Flush ``stream``; if that fails (a full disk), point it at ``/dev/null``, so that what is
+    still buffered cannot fail again at the interpreter's last flush (which exits 120)."""
+    try:
+        stream.flush()
+    except (OSError, ValueError):  # (ValueError: closed)
+        _to_devnull(stream)
+
+
+def _to_devnull(stream) -> None:
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # (replaced: a test's capture)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
 
 
 def rich_raises_broken_pipes() -> None:

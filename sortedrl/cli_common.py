@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from sortedrl.broken_pipe import exit_if_reader_gone, reader_gone_exits
+from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
@@ -64,18 +64,19 @@ class OneLineUsageErrors(TyperGroup):
     help. A reader of stdout (or stderr) that goes away ends the command quietly, exit 141
     (:mod:`sortedrl.broken_pipe`): caught around the options' parsing (``--help``,
     ``--version``) and every command, before click's own handler takes it (exit 1), and around
-    the error lines printed here."""
+    the error lines printed here; any other failed write there (a full disk) is one ``error:``
+    line and exit 2, as in a command."""
 
     def make_context(self, *args, **kwargs):
-        with reader_gone_exits():
+        with reader_gone_exits(os_error_line):
             return super().make_context(*args, **kwargs)
 
     def invoke(self, ctx):
-        with reader_gone_exits():
+        with reader_gone_exits(os_error_line):
             return super().invoke(ctx)
 
     def main(self, *args, **kwargs):
-        with reader_gone_exits():
+        with reader_gone_exits(os_error_line):
             return self._one_line_errors(*args, **kwargs)
 
     def _one_line_errors(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
@@ -191,6 +192,7 @@ def user_errors(fn: Callable) -> Callable:
             message, code = "interrupted (Ctrl-C)", INTERRUPTED
         except Terminated as e:
             message, code = str(e), e.exit_code
+        drop_if_unwritable(sys.stdout)  # (a full disk: its buffer would fail the exit, 120)
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)
     return wrapper

@@ -3,9 +3,11 @@ on stderr and exit code 141 (128 + SIGPIPE, what a shell reports for ``cat`` or 
 for every command, ``--help`` and ``--version`` included; the files a command writes are written
 in full first. Before, a command printed ``error: output: Broken pipe`` and exited 2 or 120 (the
 interpreter's last flush failing too); those whose output rich prints, and ``--help``, exited 1.
-A broken pipe that is not stdout's or stderr's is still an error.
+A broken pipe that is not stdout's or stderr's is still an error, and any other failed write to
+stdout (``> /dev/full``) is one ``error:`` line and exit 2, ``--help`` and ``--version`` included.
 
-Each test but the last two starts a real ``sortedrl`` process with a real pipe for its stdout.
+Each test but the last two starts a real ``sortedrl`` process with a real pipe (or ``/dev/full``)
+for its stdout.
 Which write meets the closed pipe must not depend on timing: either the reader is gone before
 the process starts (``| true``), or the pipe holds one page and the output is several, so the
 process is still writing when the reader, having read its first line, closes it (``| head -1``).
@@ -126,6 +128,30 @@ def test_an_error_line_whose_reader_is_gone_is_quiet(tmp_path):
         os.close(write)
     out, _ = proc.communicate(timeout=300)
     assert (proc.returncode, out) == (READER_GONE, b"")
+
+
+@pytest.mark.parametrize("args", [
+    ["--version"],  # (printed while the options are parsed: a 100-line traceback, exit 1)
+    ["--help"],
+    ["simulate", "--help"],
+    ["trace", "--help"],
+    ["clusters"],  # (a command: already so)
+    ["policies"],
+])
+def test_a_full_disk_on_stdout_is_one_error_line_and_exit_2(tmp_path, args):
+    """``sortedrl --version > /dev/full``: every write fails with ENOSPC. As a command reports
+    it: one line, exit 2, and nothing more at the interpreter's last flush."""
+    with open("/dev/full", "wb") as full:
+        proc = start(args, tmp_path, full.fileno())
+    _, err = proc.communicate(timeout=300)
+    assert (proc.returncode, err.decode()) == (2, "error: output: No space left on device\n")
+
+
+def test_stdout_and_stderr_on_a_full_disk_exit_2_quietly(tmp_path):
+    with open("/dev/full", "wb") as full:
+        proc = start(["--version"], tmp_path, full.fileno(), stderr=full.fileno())
+    proc.communicate(timeout=300)
+    assert proc.returncode == 2
 
 
 @contextlib.contextmanager
