@@ -28,6 +28,7 @@ from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
+from sortedrl.terminal import prepare as prepare_terminal
 from sortedrl.traces.io import BUNDLED, bundled_help, read_trace, resolve_bundled
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import AGENTIC_PRESETS, PRESETS, preset_names, synthesize
@@ -76,6 +77,7 @@ class OneLineUsageErrors(TyperGroup):
             return super().invoke(ctx)
 
     def main(self, *args, **kwargs):
+        prepare_terminal(err)  # COLUMNS read alike by every console; help never cut
         with reader_gone_exits(os_error_line):
             return self._one_line_errors(*args, **kwargs)
 

@@ -13,6 +13,9 @@ import sys
 
 def main() -> None:
     try:
+        from sortedrl.terminal import normalise_columns
+
+        normalise_columns()  # (before typer reads TERMINAL_WIDTH, and a console COLUMNS)
         from sortedrl.cli import main as cli_main
 
         cli_main()
