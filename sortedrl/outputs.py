@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sortedrl import jsonio
+from sortedrl.aside import aside, suffix
 from sortedrl.errors import SortedRLError
 from sortedrl.interrupts import signals_deferred
 from sortedrl.run_marker import MARKER, foreign_entry, is_label, listing, read_marker, same_options
@@ -160,7 +161,7 @@ class Outputs:
             parent = parent.parent
         tmp = None
         try:
-            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{Path(path).name}.scratch-"))
+            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=aside(Path(path).name, "scratch-")))
             yield tmp
         except OSError as e:
             if tmp is not None:
@@ -283,9 +284,10 @@ class Outputs:
         """Build one output beside its target; on a failure remove what was built."""
         is_dir = self.targets[path].is_dir
         if is_dir:
-            tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-")).absolute()
+            tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=aside(path.name, "tmp-"))).absolute()
         else:
-            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-", suffix=path.suffix)
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, "tmp-"),
+                                        suffix=suffix(path.suffix))
             os.close(fd)
             tmp = Path(name).absolute()
         try:
@@ -340,7 +342,7 @@ def _renames(staged: list[tuple[Path, Path]]) -> None:
         for path, tmp in staged:
             backup = None
             if path.exists() or path.is_symlink():
-                backup = path.with_name(f".{path.name}.old-{os.getpid()}")
+                backup = path.with_name(aside(path.name, "old-") + str(os.getpid()))
                 remove_path(backup)
                 os.rename(path, backup)
             done.append((path, backup))
@@ -364,7 +366,7 @@ def _check_movable(empty: Path, option: str, out: Path) -> None:
     """An empty directory is replaced by renames, which its mode does not stop but an immutable
     flag, or a sticky parent it is someone else's in, does: an immutable one failed the command
     at its very end, after the work. So rename it aside and back now (signals held meanwhile)."""
-    probe = empty.with_name(f".{empty.name}.probe-{os.getpid()}")
+    probe = empty.with_name(aside(empty.name, "probe-") + str(os.getpid()))
     with signals_deferred():
         try:
             os.rename(empty, probe)

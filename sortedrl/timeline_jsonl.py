@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sortedrl import jsonio
+from sortedrl.aside import aside
 from sortedrl.errors import SortedRLError
 from sortedrl.timeline_columns import (
     _LIST,
@@ -126,7 +127,7 @@ def write_atomic(path: str | Path, emit, mode: str) -> None:
     """Call ``emit(file)`` on a temp file beside ``path``, then rename it into place; on any
     failure (Ctrl-C included) remove the temp file and leave ``path`` as it was."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, ""), suffix=".tmp")
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode

@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from sortedrl.aside import aside
 from sortedrl.plot.inputs import PlotError
 
 
@@ -122,7 +123,7 @@ def atomic_write(files: dict[Path, str]) -> None:
             if path.is_dir():
                 raise PlotError(f"{path}: is a directory, not a file")
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, ""), suffix=".tmp")
             temps.append((tmp, path))
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)

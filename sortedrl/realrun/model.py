@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sortedrl import jsonio
+from sortedrl.aside import aside
 from sortedrl.errors import ConfigError
 from sortedrl.interrupts import signals_deferred
 from sortedrl.outputs import umask
@@ -95,7 +96,7 @@ def save_aside(out: Path, save: Callable[[Path], None]) -> None:
     into place: a failure or Ctrl-C removes it, so nothing half-written stays (nor is merged into
     the next run's), and two runs never share one."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=aside(out.name, "tmp-")))
     try:
         os.chmod(tmp, 0o777 & ~umask())
         save(tmp)

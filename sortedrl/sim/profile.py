@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sortedrl.aside import aside
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
@@ -130,7 +131,7 @@ def _report(names, x, err, mape, n) -> dict:
 
 def write_profile(path: str | Path, profile: dict) -> None:
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, ""), suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(profile, f, indent=2)
         f.write("\n")
