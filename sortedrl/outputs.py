@@ -4,9 +4,15 @@ Why this exists: a command that runs for minutes and then fails to write, or tha
 its own input, or that merges into (or silently replaces) someone's directory, costs the user more
 than the run. So every command declares its outputs first (:class:`Outputs`), each is checked at
 once (writable, not a file where a directory goes, not an input, not someone else's directory),
-and only then does the work start. At the end every output is built in a temporary sibling and
-renamed into place; if any rename fails, the ones already made are undone, so a command leaves
-either all its outputs or none of them (and the previous ones, if it was replacing them).
+and only then does the work start. At the end every output is built aside and moved into place
+(:mod:`sortedrl.outputs_commit`, which says exactly what is guaranteed): a new output or a file
+is built in a temporary sibling and renamed onto its path; a run directory that exists already
+(an empty one of the user's, a mount point, a previous run) is kept, with its mode, group and
+mount, and written into: the new entries are built in a hidden directory inside it and moved
+in, in place of what it held. If any move fails, the ones already made are undone, so a
+command leaves either all its outputs or none of them (and the previous ones, if it was
+replacing them). A directory written into must be writable itself (not its parent): that is
+tried before the work.
 
 A run directory holds a small marker, ``.sortedrl-run``, naming the command (and its options)
 that wrote it, and every file and folder it wrote there. A directory is replaced without
@@ -35,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,15 +49,19 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
-from sortedrl.errors import SortedRLError
 from sortedrl.interrupts import signals_deferred
-from sortedrl.run_marker import MARKER, foreign_entry, is_label, listing, read_marker, same_options
+from sortedrl.outputs_commit import NEW, PROBE, SCRATCH, OutputError, commit, remove_path
+from sortedrl.run_marker import (
+    MARKER,
+    foreign_entry,
+    is_label,
+    is_work_entry,
+    listing,
+    read_marker,
+    same_options,
+)
 
 Writer = Callable[[Path], None]  # writes one file at the path it is given
-
-
-class OutputError(SortedRLError):
-    """An output path that cannot be written, or may not be (an input, someone else's files)."""
 
 
 def umask() -> int:
@@ -88,6 +98,7 @@ class _Target:
     path: Path
     option: str
     is_dir: bool
+    into: bool = False  # a directory that exists: written into (outputs_commit)
 
 
 class Outputs:
@@ -101,6 +112,7 @@ class Outputs:
         # directories read as a whole (a framework's dump): no output may lie inside one
         self.scanned = {Path(p).resolve(): Path(p) for p in scanned}
         self.targets: dict[Path, _Target] = {}
+        self.work: set[Path] = set()  # the scratch directories in use inside a directory written into
         self.notes: list[str] = []
         self.identity: dict = {}
 
@@ -112,15 +124,16 @@ class Outputs:
         given = path is not None
         out = Path(path if given else default)
         self.identity = {"command": self.command, **(identity or {})}
-        self._check_place(out, option)
-        _check_not_link(out, option, "directory")
         real = _abs(out)
+        into = real.is_dir() and not real.is_symlink()  # (written into: its parent is not written)
+        self._check_place(out, option, parent=not into)
+        _check_not_link(out, option, "directory")
         if Path.cwd().is_relative_to(real.resolve()):
             raise OutputError(f"{option} {out}: is the current directory or holds it; give a new directory")
         self._check_inputs(out, option, is_dir=True)  # (first: --force would not help)
         if real.exists():
             self._check_replace_dir(out, option, given)
-        return self._add(out, option, is_dir=True)
+        return self._add(out, option, is_dir=True, into=into)
 
     def file(self, path: Path | None, option: str, default: Path | None = None) -> Path | None:
         """Check an output file (``None`` and no ``default``: the option was not given). A
@@ -154,24 +167,29 @@ class Outputs:
     def scratch(self, path: Path):
         """A temporary directory for a command's work files (a long simulation's timeline,
         spilled: ``timeline_spill``), in the nearest existing directory of the output ``path``:
-        the place checked writable for it, on the disk that will hold it. Removed on leaving,
-        whatever happens (Ctrl-C included); nothing in it is an output."""
-        parent = Path(os.path.abspath(path)).parent
+        the place checked writable for it, on the disk that will hold it (inside a directory
+        written into, which may be all that is writable). Removed on leaving, whatever happens
+        (Ctrl-C included); nothing in it is an output."""
+        target = self.targets.get(_abs(path))
+        parent, prefix = _abs(path).parent, aside(Path(path).name, "scratch-")
+        if target is not None and target.into:
+            parent, prefix = _abs(path), SCRATCH
         while not parent.exists():
             parent = parent.parent
         tmp = None
         try:
-            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=aside(Path(path).name, "scratch-")))
+            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+            self.work.add(tmp)
             yield tmp
         except OSError as e:
             if tmp is not None:
                 raise
             # before any work: the output will not be writable either
-            target = self.targets.get(Path(os.path.abspath(path)))
             where = f"{target.option} {target.path}" if target else str(path)
             raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
         finally:
             if tmp is not None:
+                self.work.discard(tmp)
                 with contextlib.suppress(OSError):  # (the error in flight, if any, is the one
                     remove_path(tmp)  # to report)
 
@@ -189,18 +207,22 @@ class Outputs:
                 raise OutputError(f"{option} {out}: is inside the input directory {name}; "
                                   "write the output elsewhere")
 
-    def _add(self, out: Path, option: str, is_dir: bool) -> Path:
+    def _add(self, out: Path, option: str, is_dir: bool, into: bool = False) -> Path:
         key = _abs(out)
         for other in self.targets.values():
             mine = _abs(other.path)
             if key == mine or key.is_relative_to(mine) or mine.is_relative_to(key):
                 raise OutputError(f"{option} {out}: overlaps {other.option} {other.path}; give separate paths")
-        self.targets[key] = _Target(out, option, is_dir)
+        self.targets[key] = _Target(out, option, is_dir, into)
         return out
 
-    def _check_place(self, out: Path, option: str) -> None:
+    def _check_place(self, out: Path, option: str, parent: bool = True) -> None:
+        """A name, and (``parent``: an output made or renamed there) a writable directory to
+        make it in."""
         if not Path(os.path.abspath(out)).name:
             raise OutputError(f"{option} {out}: give a file or directory name")
+        if not parent:
+            return
         parent = Path(os.path.abspath(out)).parent
         while not parent.exists():
             if parent.is_symlink():
@@ -216,8 +238,9 @@ class Outputs:
         real = Path(os.path.normpath(out))  # (as checked; relative as given, for the messages)
         if not real.is_dir():
             raise OutputError(f"{option} {out}: exists and is not a directory")
-        if not any(real.iterdir()):  # replaced without a word, if it can be moved at all
-            _check_movable(real, option, out)
+        # (empty but for the work directories a killed command left, not a previous run moved aside)
+        if all(is_work_entry(name, ("new", "scratch", "probe")) for name in os.listdir(real)):
+            _check_writable_into(real, option, out)  # written into without a word, if it can be
             return
         if self.force:
             note = f"note: replacing {out} (--force)"
@@ -241,6 +264,7 @@ class Outputs:
         if locked is not None:
             raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "
                               f"(its files cannot be removed)")
+        _check_writable_into(real, option, out)
         self.notes.append(note)
 
     # -- writing, after the work -----------------------------------------------------------------
@@ -268,7 +292,7 @@ class Outputs:
                 _make_parents(dest, made_dirs)
                 staged.append((dest, self._stage(dest, what)))
             target = None
-            _commit(staged)
+            commit(staged, into=[p for p, _ in staged if self.targets[p].into], keep=self.work)
         except BaseException as e:
             for _, tmp in staged:
                 remove_path(tmp)
@@ -276,23 +300,27 @@ class Outputs:
                 with contextlib.suppress(OSError):
                     d.rmdir()
             if isinstance(e, OSError):
+                target = target or (self.targets.get(_abs(e.filename)) if e.filename else None)
                 where = f"{target.option} {target.path}" if target else str(e.filename or "output")
                 raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
             raise
 
     def _stage(self, path: Path, what: Writer | dict[str, Writer]) -> Path:
-        """Build one output beside its target; on a failure remove what was built."""
-        is_dir = self.targets[path].is_dir
+        """Build one output beside its target (a directory written into: inside it); on a
+        failure remove what was built."""
+        is_dir, into = self.targets[path].is_dir, self.targets[path].into
         if is_dir:
-            tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=aside(path.name, "tmp-"))).absolute()
+            where, prefix = (path, NEW) if into else (path.parent, aside(path.name, "tmp-"))
+            tmp = Path(tempfile.mkdtemp(dir=where, prefix=prefix)).absolute()
         else:
             fd, name = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, "tmp-"),
                                         suffix=suffix(path.suffix))
             os.close(fd)
             tmp = Path(name).absolute()
         try:
+            if is_dir and not into:  # (mkdtemp's 0700; the setgid bit of a parent's kept, and so its group)
+                os.chmod(tmp, 0o777 & ~umask() | os.stat(tmp).st_mode & stat.S_ISGID)
             if is_dir:
-                os.chmod(tmp, 0o777 & ~umask())
                 for name, write in (what.items() if isinstance(what, dict) else [(".", what)]):
                     dest = tmp / name
                     if not Path(os.path.abspath(dest)).is_relative_to(tmp):
@@ -329,50 +357,15 @@ def _check_not_link(out: Path, option: str, what: str) -> None:
                           f"give the {what} it points to, or another path")
 
 
-def _commit(staged: list[tuple[Path, Path]]) -> None:
-    """Rename each staged temp onto its target; on a failure, undo the ones already done. An
-    interrupt waits until the outputs are in place and the previous ones removed."""
-    with signals_deferred():
-        _renames(staged)
-
-
-def _renames(staged: list[tuple[Path, Path]]) -> None:
-    done: list[tuple[Path, Path | None]] = []
-    try:
-        for path, tmp in staged:
-            backup = None
-            if path.exists() or path.is_symlink():
-                backup = path.with_name(aside(path.name, "old-") + str(os.getpid()))
-                remove_path(backup)
-                os.rename(path, backup)
-            done.append((path, backup))
-            os.rename(tmp, path)
-    except BaseException:
-        for path, backup in reversed(done):
-            remove_path(path)
-            if backup is not None:
-                os.rename(backup, path)
-        raise
-    for path, backup in done:  # (the outputs are in place: a failure here only leaves the old one)
-        if backup is not None:
-            try:
-                remove_path(backup)
-            except OSError as e:
-                raise OutputError(f"{path}: written, but the previous one could not be removed "
-                                  f"({e.strerror or e}); it is left at {backup}") from None
-
-
-def _check_movable(empty: Path, option: str, out: Path) -> None:
-    """An empty directory is replaced by renames, which its mode does not stop but an immutable
-    flag, or a sticky parent it is someone else's in, does: an immutable one failed the command
-    at its very end, after the work. So rename it aside and back now (signals held meanwhile)."""
-    probe = empty.with_name(aside(empty.name, "probe-") + str(os.getpid()))
+def _check_writable_into(folder: Path, option: str, out: Path) -> None:
+    """An existing directory is written into (:mod:`sortedrl.outputs_commit`): make and remove a
+    work directory in it now, so that one that cannot be written (its mode, an immutable flag, a
+    read-only mount) is refused before the work, not at its very end. Signals held meanwhile."""
     with signals_deferred():
         try:
-            os.rename(empty, probe)
+            os.rmdir(tempfile.mkdtemp(dir=folder, prefix=PROBE))
         except OSError as e:
-            raise OutputError(f"{option} {out}: cannot be replaced ({e.strerror or e})") from None
-        os.rename(probe, empty)
+            raise OutputError(f"{option} {out}: cannot write into it ({e.strerror or e})") from None
 
 
 def _write_protected(top: Path) -> str | None:
@@ -400,15 +393,6 @@ def _make_parents(path: Path, made: list[Path]) -> None:
 def _abs(path: Path | str) -> Path:
     """``path`` absolute, ``..`` taken off as a shell's ``cd`` does: what is checked and written."""
     return Path(os.path.abspath(path))
-
-
-def remove_path(path: Path) -> None:
-    """Remove a file, link or directory tree; nothing if it is gone already."""
-    with contextlib.suppress(FileNotFoundError):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
 
 
 def _read_only(path: Path) -> bool:

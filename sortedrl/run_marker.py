@@ -9,7 +9,10 @@ a folder someone browsed (``.DS_Store``, ``._*``, ``Thumbs.db``, ``desktop.ini``
 deleted with the run as before. A marker written before the list was recorded is read by the
 names each command writes (:data:`_LAYOUTS`). A trace or cluster file among the options is
 recorded by its resolved path; an older marker's path as typed is read from the current
-directory (:func:`same_options`).
+directory (:func:`same_options`). The work directories a command makes in a run directory it
+writes into (``.sortedrl-new-*``, ``-old-*``, ``-scratch-*``, ``-probe-*``:
+:mod:`sortedrl.outputs_commit`), left there by a command killed outright, count as the run's
+(:func:`is_work_entry`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ _LAYOUTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 # dropped by a file browser, not the user's work: deleted with the run (Finder, AppleDouble, Explorer)
 OS_METADATA = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+# the work directories of a command writing into a run directory (outputs_commit), by tag
+WORK_PREFIX = ".sortedrl-"
+WORK_TAGS = ("new", "old", "scratch", "probe")
 _PATHS = ("source", "cluster")  # the options that may name a file: recorded by resolved path
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
@@ -41,6 +47,12 @@ def is_label(label: object) -> bool:
     """Whether ``label`` can name a directory inside an output directory (:func:`check_label`)."""
     return (isinstance(label, str) and _LABEL.fullmatch(label) is not None
             and not label.endswith(".") and ".." not in label)
+
+
+def is_work_entry(name: str, tags: tuple[str, ...] = WORK_TAGS) -> bool:
+    """Whether ``name``, at the top of a run directory, is a work directory of sortedrl's
+    (:data:`WORK_TAGS`, or those of ``tags``)."""
+    return any(name.startswith(f"{WORK_PREFIX}{tag}-") for tag in tags)
 
 
 def read_marker(out: Path) -> dict:
@@ -108,7 +120,7 @@ def _first_foreign(folder: Path, prefix: str, files: set[str], dirs: set[str]) -
         entries = sorted(it, key=lambda e: e.name)
     for e in entries:
         rel = prefix + e.name
-        if rel == MARKER:
+        if rel == MARKER or (not prefix and e.is_dir(follow_symlinks=False) and is_work_entry(e.name)):
             continue
         if e.is_dir(follow_symlinks=False):
             if rel not in dirs:

@@ -246,8 +246,12 @@ def test_model_files_and_checkpoint_tensors_get_the_users_umask(tmp_path):
 
 
 def test_force_replaces_a_directory_whole_and_keeps_the_users_umask(ws):
+    """Everything in it is replaced; the directory itself is the user's and keeps its mode (it
+    was replaced by a new one, 0o750 here, until the audit cliout41), what is written in it gets
+    the umask."""
     import os
 
+    mode = (ws / "mine").stat().st_mode & 0o777
     old = os.umask(0o027)
     try:
         r = runner.invoke(app, [*SIM, "--out", "mine", "--force", "--perfetto", "old.json"])
@@ -255,7 +259,7 @@ def test_force_replaces_a_directory_whole_and_keeps_the_users_umask(ws):
         os.umask(old)
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (ws / "mine").iterdir()) == [".sortedrl-run", "summary.json", "timeline.npz"]
-    assert (ws / "mine").stat().st_mode & 0o777 == 0o750
+    assert (ws / "mine").stat().st_mode & 0o777 == mode == 0o777 & ~old
     assert (ws / "mine" / "summary.json").stat().st_mode & 0o777 == 0o640
     assert (ws / "old.json").stat().st_mode & 0o777 == 0o640 and (ws / "old.json").read_text() != "{}"
     assert not [p for p in ws.iterdir() if p.name.startswith(".")]  # no temp or backup left
@@ -302,33 +306,35 @@ def test_a_write_protected_previous_run_is_refused_before_any_work(ws):
     assert after == before
 
 
-def test_an_empty_out_directory_that_cannot_be_moved_is_refused_before_any_work(ws, monkeypatch):
+def test_an_empty_out_directory_that_cannot_be_written_is_refused_before_any_work(ws, monkeypatch):
     """An empty --out directory passed the checks, and an immutable one failed the command at
-    its end, after the whole run (a review, 6 Dec 2026). Its rename is tried first now. As root
-    the directory is made immutable (`chattr +i`); a user may not set that flag, so there the
-    kernel's answer to renaming such a directory (EPERM) is given by the rename itself."""
+    its end, after the whole run (a review, 6 Dec 2026). Writing into it is tried first now (it
+    is written into, not replaced: audit cliout41). As root the directory is made immutable
+    (`chattr +i`); a user may not set that flag, so there the kernel's answer to making a
+    directory in such a directory (EPERM) is given by the mkdir itself."""
     import contextlib
     import errno
 
     (ws / "frozen").mkdir()
-    rename = os.rename
+    mkdir = os.mkdir
 
-    def refused(src, dst, *a, **k):
-        if os.path.basename(src) == "frozen":
-            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), src)
-        return rename(src, dst, *a, **k)
+    def refused(path, *a, **k):
+        if os.path.basename(os.path.dirname(os.path.abspath(path))) == "frozen":
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), path)
+        return mkdir(path, *a, **k)
 
     with contextlib.ExitStack() as stack:
         if os.geteuid() == 0:
             subprocess.run(["chattr", "+i", str(ws / "frozen")], check=True)
             stack.callback(subprocess.run, ["chattr", "-i", str(ws / "frozen")], check=True)
         else:
-            stack.enter_context(monkeypatch.context()).setattr(os, "rename", refused)
+            stack.enter_context(monkeypatch.context()).setattr(os, "mkdir", refused)
         r = runner.invoke(app, [*SIM, "--out", "frozen"])
         left = sorted(p.name for p in ws.iterdir())
-    assert (r.exit_code, r.stderr) == (2, "error: --out frozen: cannot be replaced (Operation not "
+    assert (r.exit_code, r.stderr) == (2, "error: --out frozen: cannot write into it (Operation not "
                                           "permitted)\n")
     assert "frozen" in left and not [n for n in left if n.startswith(".")]  # no probe left
+    assert list((ws / "frozen").iterdir()) == []
     assert runner.invoke(app, [*SIM, "--out", "frozen"]).exit_code == 0  # an empty one: replaced
     assert sorted(p.name for p in (ws / "frozen").iterdir()) == [".sortedrl-run", "summary.json",
                                                                   "timeline.npz"]
@@ -337,21 +343,21 @@ def test_an_empty_out_directory_that_cannot_be_moved_is_refused_before_any_work(
 def test_an_old_output_that_cannot_be_removed_is_named(tmp_path, monkeypatch):
     """Should the old output resist removal once the new one is in place (a race with the
     check above), the error says so and where the old one is, not that nothing was written."""
-    from sortedrl import outputs
+    from sortedrl import outputs, outputs_commit
 
     target, staged = tmp_path / "out.txt", tmp_path / "new.txt"
     target.write_text("old")
     staged.write_text("new")
-    remove = outputs.remove_path
+    remove = outputs_commit.remove_path
 
     def stuck(path):
         if path.name.startswith(".out.txt.old-") and path.exists():
             raise PermissionError(13, "Permission denied", str(path))
         remove(path)
 
-    monkeypatch.setattr(outputs, "remove_path", stuck)
+    monkeypatch.setattr(outputs_commit, "remove_path", stuck)
     with pytest.raises(outputs.OutputError) as e:
-        outputs._commit([(target, staged)])
+        outputs_commit.commit([(target, staged)])
     backup = tmp_path / f".out.txt.old-{os.getpid()}"
     assert str(e.value) == (f"{target}: written, but the previous one could not be removed "
                             f"(Permission denied); it is left at {backup}")
