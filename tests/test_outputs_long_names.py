@@ -95,3 +95,18 @@ def test_the_other_writers_of_a_file_beside_its_name(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["t" * 249 + ".jsonl", "p" * 250 + ".json", "h" * 250 + ".html", "m" * 255])
     assert (tmp_path / ("m" * 255) / "config.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("command", [
+    ["trace", "synth", "logic-8k", "--prompts", "4", "--group-size", "2", "--steps", "1"],
+    ["trace", "import", "{csv}", "--prompt-len-col", "p", "--response-len-col", "r", "--group-size", "2"],
+])
+def test_a_trace_of_a_long_name_is_written(ws, command):
+    # trace synth and trace import wrote through traces.io.atomic_write, whose temporary file
+    # (.NAME.XXXXXXXX.tmp) still took the name whole: 240 letters failed, File name too long
+    (ws / "in.csv").write_text("p,r\n10,20\n11,21\n12,22\n13,23\n")
+    name = "t" * 240 + ".jsonl"
+    r = runner.invoke(app, [*(a.format(csv=ws / "in.csv") for a in command), "--out", name])
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(ws)) == sorted(["in.csv", name])  # (no temporary left)
+    assert json.loads((ws / name).read_text().splitlines()[0])  # the header record, whole

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sortedrl import jsonio, streams
+from sortedrl.aside import aside
 from sortedrl.errors import TraceError
 from sortedrl.traces import _fast, _parquet, _text
 from sortedrl.traces._codec import pyarrow_modules
@@ -171,7 +172,7 @@ def atomic_write(path: str | os.PathLike[str], emit: Callable[[str], None]) -> N
     """
     p = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        fd, tmp = tempfile.mkstemp(prefix=aside(p.name, ""), suffix=".tmp", dir=p.parent)
     except OSError as e:
         raise TraceError(f"{p}: cannot write: {e.strerror or e}") from None
     os.close(fd)
