@@ -50,15 +50,24 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
 from sortedrl.interrupts import signals_deferred
-from sortedrl.outputs_commit import NEW, PROBE, SCRATCH, OutputError, commit, remove_path
+from sortedrl.outputs_commit import (
+    OutputError,
+    check_writable_into,
+    commit,
+    dir_lock,
+    remove_path,
+    write_protected,
+)
 from sortedrl.run_marker import (
     MARKER,
     foreign_entry,
     is_label,
-    is_work_entry,
+    is_live_work,
+    is_work_dir,
     listing,
     read_marker,
     same_options,
+    work_prefix,
 )
 
 Writer = Callable[[Path], None]  # writes one file at the path it is given
@@ -132,7 +141,8 @@ class Outputs:
             raise OutputError(f"{option} {out}: is the current directory or holds it; give a new directory")
         self._check_inputs(out, option, is_dir=True)  # (first: --force would not help)
         if real.exists():
-            self._check_replace_dir(out, option, given)
+            with dir_lock(real, shared=True):  # (not while another command moves its outputs in)
+                self._check_replace_dir(out, option, given)
         return self._add(out, option, is_dir=True, into=into)
 
     def file(self, path: Path | None, option: str, default: Path | None = None) -> Path | None:
@@ -173,20 +183,19 @@ class Outputs:
         target = self.targets.get(_abs(path))
         parent, prefix = _abs(path).parent, aside(Path(path).name, "scratch-")
         if target is not None and target.into:
-            parent, prefix = _abs(path), SCRATCH
+            parent, prefix = _abs(path), work_prefix("scratch")
         while not parent.exists():
             parent = parent.parent
         tmp = None
         try:
-            tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
-            self.work.add(tmp)
+            with signals_deferred():  # (a stop between the mkdir and the bookkeeping would leave it)
+                try:
+                    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+                except OSError as e:  # before any work: the output will not be writable either
+                    where = f"{target.option} {target.path}" if target else str(path)
+                    raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
+                self.work.add(tmp)
             yield tmp
-        except OSError as e:
-            if tmp is not None:
-                raise
-            # before any work: the output will not be writable either
-            where = f"{target.option} {target.path}" if target else str(path)
-            raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
         finally:
             if tmp is not None:
                 self.work.discard(tmp)
@@ -238,9 +247,10 @@ class Outputs:
         real = Path(os.path.normpath(out))  # (as checked; relative as given, for the messages)
         if not real.is_dir():
             raise OutputError(f"{option} {out}: exists and is not a directory")
-        # (empty but for the work directories a killed command left, not a previous run moved aside)
-        if all(is_work_entry(name, ("new", "scratch", "probe")) for name in os.listdir(real)):
-            _check_writable_into(real, option, out)  # written into without a word, if it can be
+        # (empty but for another command's live work and the work directories a killed one left,
+        # not a previous run moved aside)
+        if all(is_live_work(real, n) or is_work_dir(real, n, ("new", "scratch", "probe")) for n in os.listdir(real)):
+            check_writable_into(real, option, out)  # written into without a word, if it can be
             return
         if self.force:
             note = f"note: replacing {out} (--force)"
@@ -260,11 +270,11 @@ class Outputs:
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; {keep}, "
                                   f"or --force to replace it")
             note = f"note: replacing the previous `sortedrl {self.command}` run in {out}"
-        locked = _write_protected(real)  # replacing it removes every file in it
+        locked = write_protected(real)  # replacing it removes every file in it
         if locked is not None:
             raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "
                               f"(its files cannot be removed)")
-        _check_writable_into(real, option, out)
+        check_writable_into(real, option, out)
         self.notes.append(note)
 
     # -- writing, after the work -----------------------------------------------------------------
@@ -310,7 +320,7 @@ class Outputs:
         failure remove what was built."""
         is_dir, into = self.targets[path].is_dir, self.targets[path].into
         if is_dir:
-            where, prefix = (path, NEW) if into else (path.parent, aside(path.name, "tmp-"))
+            where, prefix = (path, work_prefix("new")) if into else (path.parent, aside(path.name, "tmp-"))
             tmp = Path(tempfile.mkdtemp(dir=where, prefix=prefix)).absolute()
         else:
             fd, name = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, "tmp-"),
@@ -339,7 +349,6 @@ class Outputs:
             raise
         return tmp
 
-
     def _tick(self) -> None:
         if self._progress is not None:
             self._progress()
@@ -355,26 +364,6 @@ def _check_not_link(out: Path, option: str, what: str) -> None:
         rel = os.path.relpath(real)
         raise OutputError(f"{option} {out}: is a symbolic link to {real if rel.startswith('..') else rel}; "
                           f"give the {what} it points to, or another path")
-
-
-def _check_writable_into(folder: Path, option: str, out: Path) -> None:
-    """An existing directory is written into (:mod:`sortedrl.outputs_commit`): make and remove a
-    work directory in it now, so that one that cannot be written (its mode, an immutable flag, a
-    read-only mount) is refused before the work, not at its very end. Signals held meanwhile."""
-    with signals_deferred():
-        try:
-            os.rmdir(tempfile.mkdtemp(dir=folder, prefix=PROBE))
-        except OSError as e:
-            raise OutputError(f"{option} {out}: cannot write into it ({e.strerror or e})") from None
-
-
-def _write_protected(top: Path) -> str | None:
-    """The first folder under ``top`` (itself included) whose files this user cannot remove."""
-    unreadable: list[str] = []
-    for folder, _, _ in os.walk(top, onerror=lambda e: unreadable.append(e.filename)):
-        if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
-            return folder
-    return unreadable[0] if unreadable else None
 
 
 def _make_parents(path: Path, made: list[Path]) -> None:

@@ -21,14 +21,23 @@ directory written into changes by one rename per entry it holds, not by one rena
 process killed outright (SIGKILL, a power cut) between two of those renames can leave it part
 old and part new. It then holds no marker (moved out first, in last), its other entries lie in
 its ``.sortedrl-old-*`` and ``.sortedrl-new-*`` directories, and a rerun refuses it (files not
-written by sortedrl) rather than mistake it for a run. Work directories a killed command left
-in a run directory (``.sortedrl-new-*``, ``-old-*``, ``-scratch-*``) are otherwise counted as
-the run's, and removed with it (:func:`sortedrl.run_marker.is_work_entry`).
+written by sortedrl) rather than mistake it for a run, naming the ``.sortedrl-old-*`` directory
+that holds the previous run. Work directories a killed command left in a run directory
+(``.sortedrl-new-*``, ``-old-*``, ``-scratch-*``) are otherwise counted as the run's, and removed
+with it (:func:`sortedrl.run_marker.is_work_entry`).
+
+Two commands may write into the same directory at once (the last to finish wins, as when each
+replaced it): each work directory is named with the process that made it, and one of another
+process still running is its own, never moved or removed here
+(:func:`sortedrl.run_marker.is_live_work`); the moves into a directory hold an exclusive
+``flock`` on it (:func:`dir_lock`), and the check of what it holds a shared one, so neither
+command sees the other's half-done moves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -38,9 +47,7 @@ from pathlib import Path
 from sortedrl.aside import aside
 from sortedrl.errors import SortedRLError
 from sortedrl.interrupts import signals_deferred
-from sortedrl.run_marker import MARKER, WORK_PREFIX
-
-NEW, OLD, SCRATCH, PROBE = (f"{WORK_PREFIX}{tag}-" for tag in ("new", "old", "scratch", "probe"))
+from sortedrl.run_marker import MARKER, is_live_work, work_prefix
 
 
 def commit(staged: list[tuple[Path, Path]], into: Collection[Path] = (), keep: Collection[Path] = ()) -> None:
@@ -49,8 +56,28 @@ def commit(staged: list[tuple[Path, Path]], into: Collection[Path] = (), keep: C
     its own but those in ``keep`` (this command's work directories). On a failure the ones
     already done are undone. An interrupt waits until the outputs are in place and the
     previous ones removed."""
-    with signals_deferred():
+    with signals_deferred(), contextlib.ExitStack() as locks:
+        for path in sorted(set(into)):
+            locks.enter_context(dir_lock(path))
         _renames(staged, set(into), {Path(k) for k in keep})
+
+
+@contextlib.contextmanager
+def dir_lock(path: Path, shared: bool = False):
+    """An advisory lock on the directory ``path`` (``flock``: exclusive, or ``shared``) while
+    the block runs, so that two commands writing into it do not interleave their moves; none
+    where it cannot be taken (a filesystem without locks)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _renames(staged: list[tuple[Path, Path]], into: set[Path], keep: set[Path]) -> None:
@@ -95,7 +122,8 @@ def _renames(staged: list[tuple[Path, Path]], into: set[Path], keep: set[Path]) 
 class _Into:
     """The moves that write the entries built in ``new`` into the directory ``out``, and their
     undoing: ``out``'s entries (but ``keep``) into a backup directory inside it, the marker
-    first; then ``new``'s into ``out``, the marker last."""
+    first; then ``new``'s into ``out``, the marker last. Another running command's work
+    directories stay where they are (:func:`~sortedrl.run_marker.is_live_work`)."""
 
     def __init__(self, out: Path, new: Path, keep: set[Path]) -> None:
         self.out, self.new, self.keep = out, new, keep
@@ -104,9 +132,10 @@ class _Into:
         self.moved_in: list[str] = []
 
     def do(self) -> None:
-        self.backup = Path(tempfile.mkdtemp(dir=self.out, prefix=OLD))
+        self.backup = Path(tempfile.mkdtemp(dir=self.out, prefix=work_prefix("old")))
         for name in sorted(os.listdir(self.out), key=lambda n: (n != MARKER, n)):
-            if self.out / name not in self.keep and self.out / name != self.backup:
+            if (self.out / name not in self.keep and self.out / name != self.backup
+                    and not is_live_work(self.out, name)):
                 os.rename(self.out / name, self.backup / name)
                 self.moved_out.append(name)
         for name in sorted(os.listdir(self.new), key=lambda n: (n == MARKER, n)):
@@ -130,6 +159,26 @@ def _restore(path: Path, backup: Path | None) -> None:
 
 class OutputError(SortedRLError):
     """An output path that cannot be written, or may not be (an input, someone else's files)."""
+
+
+def check_writable_into(folder: Path, option: str, out: Path) -> None:
+    """An existing directory is written into (:mod:`sortedrl.outputs_commit`): make and remove a
+    work directory in it now, so that one that cannot be written (its mode, an immutable flag, a
+    read-only mount) is refused before the work, not at its very end. Signals held meanwhile."""
+    with signals_deferred():
+        try:
+            os.rmdir(tempfile.mkdtemp(dir=folder, prefix=work_prefix("probe")))
+        except OSError as e:
+            raise OutputError(f"{option} {out}: cannot write into it ({e.strerror or e})") from None
+
+
+def write_protected(top: Path) -> str | None:
+    """The first folder under ``top`` (itself included) whose files this user cannot remove."""
+    unreadable: list[str] = []
+    for folder, _, _ in os.walk(top, onerror=lambda e: unreadable.append(e.filename)):
+        if not os.access(folder, os.R_OK | os.W_OK | os.X_OK):
+            return folder
+    return unreadable[0] if unreadable else None
 
 
 def remove_path(path: Path) -> None:

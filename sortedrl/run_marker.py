@@ -10,9 +10,13 @@ deleted with the run as before. A marker written before the list was recorded is
 names each command writes (:data:`_LAYOUTS`). A trace or cluster file among the options is
 recorded by its resolved path; an older marker's path as typed is read from the current
 directory (:func:`same_options`). The work directories a command makes in a run directory it
-writes into (``.sortedrl-new-*``, ``-old-*``, ``-scratch-*``, ``-probe-*``:
+writes into (``.sortedrl-new-PID-*``, ``-old-PID-*``, ``-scratch-PID-*``, ``-probe-PID-*``:
 :mod:`sortedrl.outputs_commit`), left there by a command killed outright, count as the run's
-(:func:`is_work_entry`).
+(:func:`is_work_entry`). Each is named with the process that made it (:func:`work_prefix`): one
+of a process that is still running and is not this one is another command's live work, writing
+into the same directory at the same time (:func:`is_live_work`): never moved, never removed,
+and not counted against the directory being empty. One of a process that is gone, or named
+without one (as before the names held it), is left over.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ OS_METADATA = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
 # the work directories of a command writing into a run directory (outputs_commit), by tag
 WORK_PREFIX = ".sortedrl-"
 WORK_TAGS = ("new", "old", "scratch", "probe")
+_WORK_NAME = re.compile(r"\.sortedrl-(?:new|old|scratch|probe)-([0-9]+)-")  # (mkdtemp's part has no '-')
 _PATHS = ("source", "cluster")  # the options that may name a file: recorded by resolved path
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
@@ -53,6 +58,39 @@ def is_work_entry(name: str, tags: tuple[str, ...] = WORK_TAGS) -> bool:
     """Whether ``name``, at the top of a run directory, is a work directory of sortedrl's
     (:data:`WORK_TAGS`, or those of ``tags``)."""
     return any(name.startswith(f"{WORK_PREFIX}{tag}-") for tag in tags)
+
+
+def work_prefix(tag: str) -> str:
+    """The name's start of a work directory this process makes (``.sortedrl-TAG-PID-``)."""
+    return f"{WORK_PREFIX}{tag}-{os.getpid()}-"
+
+
+def is_work_dir(top: Path, name: str, tags: tuple[str, ...] = WORK_TAGS) -> bool:
+    """Whether the entry ``name`` of ``top`` is a work directory (a directory, not a link: a
+    user's file of such a name is the user's)."""
+    return is_work_entry(name, tags) and os.path.isdir(top / name) and not os.path.islink(top / name)
+
+
+def is_live_work(top: Path, name: str) -> bool:
+    """Whether the entry ``name`` of ``top`` is a work directory of another process that is
+    running now (another command writing into ``top``): it is that command's to move or remove."""
+    found = _WORK_NAME.match(name)
+    return (found is not None and int(found[1]) != os.getpid() and _alive(int(found[1]))
+            and is_work_dir(top, name))
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process: running)
+        return True
+    except (OverflowError, OSError):
+        return False
+    return True
 
 
 def read_marker(out: Path) -> dict:
