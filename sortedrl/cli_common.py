@@ -314,10 +314,11 @@ def trace_source(trace: Path | None, synthetic: str | None) -> str:
     """What a run directory's marker records as the run's trace (``source``): a file as its
     resolved absolute path, the same however it was typed and never another file of the same
     name seen from another directory; a bundled trace (``math-16k``) and a synthetic preset as
-    they are."""
+    they are; so is a pipe (``/dev/stdin``), not as its ``/proc/PID/fd/pipe:[N]``, new each run."""
     if trace is None:
         return str(synthetic)
-    return str(trace) if Path(trace).parent == BUNDLED else str(Path(trace).resolve())
+    regular = Path(trace).parent != BUNDLED and Path(trace).is_file()  # (links followed)
+    return str(Path(trace).resolve()) if regular else str(trace)
 
 
 def cluster_source(cluster: str) -> str:

@@ -99,6 +99,17 @@ def test_simulate_reads_its_trace_from_a_fifo(tmp_path, small, request):
             == json.loads((tmp_path / "a" / "summary.json").read_text()))
 
 
+def test_a_piped_trace_rerun_into_its_out_is_the_same_run(tmp_path, small):
+    """The marker records ``/dev/stdin`` as typed, not the ``/proc/PID/fd/pipe:[N]`` it resolves
+    to, new each run: the second run is a rerun, not another run's directory refused."""
+    for again in (False, True):
+        code, out, err = _cli(["simulate", "--trace", "/dev/stdin", *CLUSTER, "--out", "p"], tmp_path,
+                              small.read_bytes())
+        assert (code, out.splitlines()[-1]) == (0, "wrote p/summary.json and p/timeline.npz"), err
+        assert ("note: replacing the previous `sortedrl simulate` run in p" in err) == again
+        assert json.loads((tmp_path / "p" / ".sortedrl-run").read_text())["source"] == "/dev/stdin"
+
+
 def test_trace_fit_from_stdin_and_a_model_from_a_fifo(tmp_path, small, request):
     """``trace fit /dev/stdin``; then ``simulate --trace-model`` and ``forecast --trace-model``
     read the model from a FIFO each (peeked at as a model, then loaded: one read)."""
