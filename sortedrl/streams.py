@@ -8,9 +8,12 @@ read (the next reader saw an empty file), and a FIFO's writer is gone once the f
 closes it (the next open waited for a writer forever).
 
 So an input that is neither a regular file nor a directory is read whole, once, into memory, and
-its bytes are handed to every reader: :func:`peek` keeps them for a later reader, :func:`take`
-hands them to the last one and forgets them. A regular file is never read here (``None``): its
-readers keep their own, faster, paths.
+its bytes are handed to every reader, kept for the rest of the process: :func:`peek` and
+:func:`take` alike. (``take`` forgot them after the reader it took for the last, so the same
+FIFO given to two options, ``trace fit ff --drift-from ff``, was opened again and waited for a
+writer forever, and ``/dev/stdin`` twice read as an empty file.) The key is the input's device
+and inode, so ``/dev/stdin`` and ``/dev/fd/0`` are the same input. A regular file is never read
+here (``None``): its readers keep their own, faster, paths.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from __future__ import annotations
 import os
 import stat
 
-_kept: dict[tuple[str, int, int], bytes] = {}
+_kept: dict[tuple[int, int], bytes] = {}
 
 
-def _key(path: str | os.PathLike[str]) -> tuple[str, int, int] | None:
+def _key(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     """The input's key, or None for a regular file, a directory or a path that is not there
     (their readers say what is wrong)."""
     try:
@@ -30,11 +33,11 @@ def _key(path: str | os.PathLike[str]) -> tuple[str, int, int] | None:
         return None
     if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
         return None
-    return os.fspath(path), st.st_dev, st.st_ino
+    return st.st_dev, st.st_ino
 
 
 def peek(path: str | os.PathLike[str]) -> bytes | None:
-    """The bytes of a read-once input, kept for the next reader; None for a regular file."""
+    """The bytes of a read-once input, kept for every later reader; None for a regular file."""
     key = _key(path)
     if key is None:
         return None
@@ -44,13 +47,9 @@ def peek(path: str | os.PathLike[str]) -> bytes | None:
 
 
 def take(path: str | os.PathLike[str]) -> bytes | None:
-    """The bytes of a read-once input, for its last reader (they are not kept after); None for
-    a regular file."""
-    key = _key(path)
-    if key is None:
-        return None
-    data = _kept.pop(key, None)
-    return _read(path) if data is None else data
+    """The bytes of a read-once input for a reader that parses them (as :func:`peek`: they stay
+    kept for any other reader of the same input); None for a regular file."""
+    return peek(path)
 
 
 def _read(path: str | os.PathLike[str]) -> bytes:

@@ -133,6 +133,37 @@ def test_trace_fit_from_stdin_and_a_model_from_a_fifo(tmp_path, small, request):
     assert [r["policy"] for r in json.loads(out)] == ["sync"]
 
 
+JSON_NOT_CSV = ("JSON, not a CSV: --drift-from reads a W&B \"Export CSV\" of the response length "
+                "(a metrics JSONL goes to `calibrate --from-metrics`)\n")
+
+
+def test_one_read_once_input_given_to_two_options_reaches_both(tmp_path, small, request):
+    """``trace fit ff --drift-from ff``: the FIFO was read for the trace, then opened again for
+    --drift-from and waited for a writer for good; ``/dev/stdin`` twice read as empty. Both
+    readers now get the same bytes: here a trace, which --drift-from refuses as not a CSV."""
+    fifo = _fifo(tmp_path, "t.jsonl", small.read_bytes(), request)
+    assert _cli(["trace", "fit", "fifo/t.jsonl", "--drift-from", "fifo/t.jsonl", "--out", "f.json"],
+                tmp_path) == (2, "", "error: fifo/t.jsonl: " + JSON_NOT_CSV)
+    assert _cli(["trace", "fit", "/dev/stdin", "--drift-from", "/dev/stdin", "--out", "f.json"],
+                tmp_path, small.read_bytes()) == (2, "", "error: /dev/stdin: " + JSON_NOT_CSV)
+    assert not (tmp_path / "f.json").exists()
+
+
+def test_a_pipes_bytes_are_kept_for_every_reader(tmp_path):
+    from sortedrl import streams
+
+    r, w = os.pipe()
+    os.write(w, b"a,b\n1,2\n")
+    os.close(w)
+    try:
+        where = f"/dev/fd/{r}"
+        assert [streams.peek(where), streams.take(where), streams.take(where), streams.take(f"/proc/self/fd/{r}")] \
+            == [b"a,b\n1,2\n"] * 4
+        assert streams.take(tmp_path) is None and streams.take(ROOT / "pyproject.toml") is None
+    finally:
+        os.close(r)
+
+
 def test_forecast_reads_a_trace_from_stdin(tmp_path, small):
     code, want, err = _cli(["forecast", "--trace", str(small), *CLUSTER, "--json"], tmp_path)
     assert code == 0 and "a step of t.jsonl has 16 samples" in err

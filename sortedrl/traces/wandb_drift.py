@@ -32,6 +32,7 @@ several runs is read with ``--run`` naming one (:mod:`sortedrl.wandb_runs`).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
+from sortedrl import jsonio, streams
 from sortedrl.errors import TraceError
 from sortedrl.wandb_runs import only_run, present, repeated_note, step_number
 
@@ -148,9 +150,13 @@ def read_wandb_drift(path: str | Path, model, metric: str = "response_length/mea
 
 
 def _rows(p: Path) -> list[list[str]]:
-    try:
-        with open(p, encoding="utf-8-sig", newline="") as f:
-            rows = list(csv.reader(f))
+    try:  # (a pipe or FIFO read once, whole, its bytes kept for any other option naming it)
+        data = streams.take(p)
+        if data is not None:
+            rows = list(csv.reader(io.StringIO(jsonio.text(data), newline="")))
+        else:
+            with open(p, encoding="utf-8-sig", newline="") as f:
+                rows = list(csv.reader(f))
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
     except (UnicodeDecodeError, csv.Error) as e:
