@@ -141,7 +141,7 @@ def test_one_read_once_input_given_to_two_options_reaches_both(tmp_path, small, 
     """``trace fit ff --drift-from ff``: the FIFO was read for the trace, then opened again for
     --drift-from and waited for a writer for good; ``/dev/stdin`` twice read as empty. Both
     readers now get the same bytes: here a trace, which --drift-from refuses as not a CSV."""
-    fifo = _fifo(tmp_path, "t.jsonl", small.read_bytes(), request)
+    assert _fifo(tmp_path, "t.jsonl", small.read_bytes(), request) == tmp_path / "fifo" / "t.jsonl"
     assert _cli(["trace", "fit", "fifo/t.jsonl", "--drift-from", "fifo/t.jsonl", "--out", "f.json"],
                 tmp_path) == (2, "", "error: fifo/t.jsonl: " + JSON_NOT_CSV)
     assert _cli(["trace", "fit", "/dev/stdin", "--drift-from", "/dev/stdin", "--out", "f.json"],
