@@ -18,9 +18,12 @@ text. Where the terminal is narrower than the table, rich shortens every column 
 what no longer fits with an ellipsis (``--trace,--trac…`` at 60 columns, a default path at 70).
 :func:`install_help_layout` has the help text give way first (it wraps, and a word longer than
 its column is folded onto the next line, never cut); the option names and types keep their
-width while the help column keeps at least :data:`MIN_HELP` columns. Narrower than that (below
-about 60 columns for ``run --gpu-memory-utilization``) each option is printed as a line of its
-names and type and, indented under it, its help: a name is whole at any width from MIN_WIDTH.
+width while the help column keeps at least :data:`MIN_HELP` columns, and as many as the longest
+word of any help text in the table (a 10-column help column split ``module:Clas|s`` and
+``--save-resu|lt`` at 56-64 columns). Narrower than that (below about 75 columns for ``simulate``)
+each option is printed as a line of its names and type and, indented under it, its help: a name
+is whole at any width from MIN_WIDTH, and a word of the help is split only when it is longer
+than that indented line.
 The commands panel's names are typer's own fixed-width column, its help wraps the same way.
 """
 
@@ -30,6 +33,7 @@ import os
 import re
 from collections.abc import MutableMapping
 
+from rich.cells import cell_len
 from rich.columns import Columns
 from rich.console import RenderHook
 from rich.measure import Measurement
@@ -39,7 +43,7 @@ from rich.table import Table
 from rich.text import Text
 
 MIN_WIDTH = 40  # the narrowest terminal laid out for (tables.terminal_width's floor)
-MIN_HELP = 10  # the narrowest help column beside option names kept on one line
+MIN_HELP = 24  # the narrowest help column beside option names kept on one line (10 split words)
 # the terminal's width as the user gives it: to every console, and to typer's help (read when
 # typer is imported: TERMINAL_WIDTH=abc failed that import with a traceback)
 WIDTH_VARIABLES = ("COLUMNS", "TERMINAL_WIDTH")
@@ -117,7 +121,8 @@ class Uncut:
         widths = [max((Measurement.get(console, options, cell).maximum for cell in column.cells), default=0)
                   + _padding(table, i) for i, column in enumerate(columns)]
         edges = ((2 if table.show_edge else 0) + len(columns) - 1) if table.box else 0
-        fits = sum(widths[:-1]) + _padding(table, len(columns) - 1) + MIN_HELP + edges <= options.max_width
+        help_min = max([MIN_HELP, *(_longest_word(cell) for cell in columns[-1].cells)])  # (no word split)
+        fits = sum(widths[:-1]) + _padding(table, len(columns) - 1) + help_min + edges <= options.max_width
         for column in columns:
             column.overflow = "fold"
             for cell in column.cells:
@@ -139,6 +144,14 @@ class Uncut:
 def _text(cell) -> Text:
     """A cell of the names' columns as Text (typer's are Text, or a string)."""
     return cell if isinstance(cell, Text) else Text(str(cell or ""))
+
+
+def _longest_word(renderable) -> int:
+    """The cells of the longest word of a help cell (a Text, a string, typer's Columns of them)."""
+    if isinstance(renderable, Columns):
+        return max((_longest_word(item) for item in renderable.renderables), default=0)
+    plain = renderable.plain if isinstance(renderable, Text) else str(renderable or "")
+    return max((cell_len(word) for word in plain.split()), default=0)
 
 
 def _fold(renderable) -> None:

@@ -10,6 +10,7 @@ Run: pytest tests/test_terminal_width.py
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import subprocess
@@ -102,15 +103,40 @@ def test_no_help_page_cuts_anything_at_any_width(width):
 
 
 def test_the_help_text_gives_way_before_the_names():
-    """At 60 columns the names keep their column and the help wraps beside them; at 40 the
-    widest (run's --gpu-memory-utilization) has a line of its own, its help indented under it."""
+    """At 80 columns the names keep their column and the help wraps beside them, its longest
+    word (runs/TRACE-POLICY-CLUSTER,) whole; at 60 (a help column of 10 split words there) and
+    at 40 each option has a line of its own, its help indented under it."""
+    r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "80"})
+    assert "│    --trace,--trace-model        <path>       length trace (.jsonl, .csv,     │" in r.stdout.splitlines()
+    assert "│                                              runs/TRACE-POLICY-CLUSTER, and  │" in r.stdout.splitlines()
     r = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "60"})
-    assert "│    --trace,--trace-model        <path>       length      │" in r.stdout.splitlines()
-    assert "│                                              runs/TRACE- │" in r.stdout.splitlines()
-    assert "│                                              POLICY-CLUS │" in r.stdout.splitlines()
+    lines = r.stdout.splitlines()
+    at = lines.index("│   --trace,--trace-model <path>                           │")
+    assert lines[at + 1] == "│     length trace (.jsonl, .csv, .parquet; a bundled one  │"
     r = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "40"})
     lines = r.stdout.splitlines()
     at = lines.index("│   --gpu-memory-utilization <float>   │")
     assert lines[at + 1:at + 3] == ["│     cuda: vLLM's share of the GPU    │",
                                     "│     (the colocated trainer uses the  │"]
     assert "│ * --model <path>                     │" in lines
+
+
+def words(text: str) -> collections.Counter:
+    """The words of a help page (split at spaces, as rich wraps), without the panels' borders."""
+    return collections.Counter(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+
+@pytest.mark.parametrize("path", [path for path, _ in COMMANDS], ids=lambda p: " ".join(p) or "sortedrl")
+def test_no_word_of_a_help_page_is_split_at_any_width(path):
+    """A review (rev41): a 10-column help column split words at 56-64 columns (``COLUMNS=60
+    simulate --help``: ``module:Clas|s``, ``agentic-ret|ool``; ``COLUMNS=58 calibrate --help``:
+    ``--save-resu|lt``). At every width from 40 to 100 each word of the page as printed 1000
+    wide is printed whole as often, but a word longer than a help line indented in its panel
+    (the terminal's width less 8: ``{gpu}-{model}[-tpN][-Ngpu][-Nseq][-disagg].``, 44, at 40-51)."""
+    wide = words(runner.invoke(app, [*path, "--help"], env={"COLUMNS": "1000"}).stdout)
+    for width in range(40, 101):
+        r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(width)})
+        assert r.exit_code == 0, r.output
+        narrow = words(r.stdout)
+        split = sorted(w for w, n in wide.items() if narrow[w] < n and cell_len(w) <= width - 8)
+        assert split == [], (width, split)
