@@ -61,6 +61,7 @@ from sortedrl.outputs_commit import (
 from sortedrl.run_marker import (
     MARKER,
     foreign_entry,
+    interrupted_write,
     is_label,
     is_live_work,
     is_work_dir,
@@ -256,6 +257,10 @@ class Outputs:
             note = f"note: replacing {out} (--force)"
         else:
             previous = read_marker(real)
+            moved = interrupted_write(real) if not previous else None
+            if moved is not None:
+                raise OutputError(f"{option} {out}: holds an interrupted sortedrl write; the previous run "
+                                  f"is in {out}/{moved}: move its entries back into {out}, or --force to discard it")
             if previous.get("command") != self.command:
                 what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
                 raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "

@@ -93,6 +93,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def interrupted_write(top: Path) -> str | None:
+    """The name of the left-over ``.sortedrl-old-*`` directory of ``top`` that holds a previous
+    run (its marker) moved aside by a command killed while it moved its outputs in, if any."""
+    for name in sorted(os.listdir(top)):
+        if (is_work_dir(top, name, ("old",)) and not is_live_work(top, name)
+                and os.path.isfile(top / name / MARKER)):
+            return name
+    return None
+
+
 def read_marker(out: Path) -> dict:
     """The command and options recorded in a run directory, or {} if none (or not as we write
     it: a marker without a command string is no marker)."""

@@ -257,3 +257,38 @@ def test_the_scratch_directory_is_inside_a_directory_written_into(ws, monkeypatc
     assert seen[0].parent == ws / "out" and seen[0].name.startswith(".sortedrl-scratch-")
     assert seen[1].parent == ws and seen[1].name.startswith(".new.scratch-")
     assert names(ws) == ["new", "out"] and names(ws / "out") == RUN
+
+
+def test_an_interrupted_write_names_the_folder_holding_the_previous_run(ws):
+    """A command killed outright between its moves (the state built here by hand) leaves the
+    previous run, marker first, in a ``.sortedrl-old-*`` folder: the rerun says so and names
+    it, rather than call it files not written by sortedrl and point at --force alone, which
+    deletes it. Its entries moved back, the rerun replaces it; --force discards it."""
+    ok([*SIM, "--out", "run"])
+    old = ws / "run" / ".sortedrl-old-k1ll3d00"
+    old.mkdir()
+    for name in RUN:
+        os.rename(ws / "run" / name, old / name)
+    (ws / "run" / ".sortedrl-new-k1ll3d00").mkdir()
+    (ws / "run" / ".sortedrl-new-k1ll3d00" / "timeline.npz").write_text("the new run's, not yet moved in")
+    (ws / "run" / ".sortedrl-scratch-k1ll3d00").mkdir()
+    message = ("error: --out run: holds an interrupted sortedrl write; the previous run is in "
+               "run/.sortedrl-old-k1ll3d00: move its entries back into run, or --force to discard it\n")
+    for moved_in in (False, True):  # (killed before or after the first new entry was moved in)
+        if moved_in:
+            (ws / "run" / "summary.json").write_text("{}")
+        before = snapshot(ws)
+        r = runner.invoke(app, [*SIM, "--out", "run"])
+        assert (r.exit_code, r.stderr) == (2, message)
+        assert snapshot(ws) == before
+    (ws / "run" / "summary.json").unlink()
+    for name in RUN:
+        os.rename(old / name, ws / "run" / name)
+    r = ok([*SIM, "--out", "run"])
+    assert "note: replacing the previous `sortedrl simulate` run in run" in r.stderr
+    assert names(ws / "run") == RUN  # (the work folders left over went with the previous run)
+    old.mkdir()
+    for name in RUN:
+        os.rename(ws / "run" / name, old / name)
+    r = ok([*SIM, "--out", "run", "--force"])
+    assert "note: replacing run (--force)" in r.stderr and names(ws / "run") == RUN
