@@ -292,3 +292,25 @@ def test_an_interrupted_write_names_the_folder_holding_the_previous_run(ws):
         os.rename(ws / "run" / name, old / name)
     r = ok([*SIM, "--out", "run", "--force"])
     assert "note: replacing run (--force)" in r.stderr and names(ws / "run") == RUN
+
+
+def test_a_ctrl_c_as_the_scratch_folder_is_made_leaves_none(ws, monkeypatch, sigint_raises):
+    """The in---out scratch folder is made and noted with signals held (as scratch.temp_scratch
+    does), its removal in a finally over the whole: a Ctrl-C just after the mkdir left it."""
+    import sortedrl.outputs as outputs
+
+    (ws / "out").mkdir()
+    outs = Outputs("simulate")
+    out = outs.run_dir(Path("out"), Path("out"))
+    made, mkdtemp = [], outputs.tempfile.mkdtemp
+
+    def interrupted(*args, **kwargs):
+        made.append(mkdtemp(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGINT)
+        return made[-1]
+
+    monkeypatch.setattr(outputs.tempfile, "mkdtemp", interrupted)
+    with pytest.raises(Interrupted), outs.scratch(out):
+        raise AssertionError("the interrupt waits for the folder to be noted, then stops the block")
+    assert Path(made[0]).name.startswith(f".sortedrl-scratch-{os.getpid()}-")
+    assert names(ws / "out") == [] and outs.work == set()
