@@ -67,6 +67,8 @@ def write_run(out: Path, result) -> Path:
 
 import pytest  # noqa: E402
 
+from tests.cli_helpers import sigint_raises  # noqa: E402, F401 (a fixture for every test file)
+
 _CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

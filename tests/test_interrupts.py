@@ -29,22 +29,9 @@ from sortedrl import cli_common, console
 from sortedrl.cli import app
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.realrun.model import save_aside
+from tests.cli_helpers import Interrupted  # (the sigint_raises fixture: conftest.py)
 
 runner = CliRunner()
-
-
-class Interrupted(Exception):
-    """What the test's SIGINT handler raises (so pytest's own Ctrl-C handling stays out of it)."""
-
-
-@pytest.fixture
-def sigint_raises():
-    def handler(signum, frame):
-        raise Interrupted
-
-    before = signal.signal(signal.SIGINT, handler)
-    yield
-    signal.signal(signal.SIGINT, before)
 
 
 def siblings(folder) -> list[str]:

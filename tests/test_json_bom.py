@@ -13,32 +13,18 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from sortedrl import jsonio
-from sortedrl.cli import app
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import load_cluster
-from sortedrl.traces import synthesize, write_trace
 from sortedrl.traces.importers import import_framework
 from sortedrl.traces.model import load_model
+from tests.cli_helpers import fittable_trace as _fittable
+from tests.cli_helpers import invoke_ok as _ok
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 DUMPS = FIX / "frameworks"
 BOM = b"\xef\xbb\xbf"
-runner = CliRunner()
-
-
-def _ok(args: list[str], **kw) -> str:
-    r = runner.invoke(app, args, **kw)
-    assert r.exit_code == 0 and r.exception is None, r.output[-2000:]
-    return r.stdout
-
-
-def _fittable(path: Path) -> Path:
-    """A trace ``trace fit`` takes: 16 prompts of 2 over 2 steps."""
-    write_trace(synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=0), path)
-    return path
 
 
 # -- a UTF-8 byte-order mark before JSON ------------------------------------------------------

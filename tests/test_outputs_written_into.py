@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 from sortedrl.cli import app
 from sortedrl.outputs import MARKER, Outputs, write_text
+from tests.cli_helpers import Interrupted  # (the sigint_raises fixture: conftest.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -182,20 +183,6 @@ def test_a_failed_move_leaves_the_previous_run_whole(ws, monkeypatch):
     assert (r.exit_code, r.stderr.splitlines()[-1]) == (2, "error: --out run: cannot write (Permission denied)")
     assert moved == ["summary.json", "timeline.npz", MARKER]  # (the marker moves in last)
     assert snapshot(ws) == before
-
-
-class Interrupted(Exception):
-    """What the test's SIGINT handler raises (so pytest's own Ctrl-C handling stays out of it)."""
-
-
-@pytest.fixture
-def sigint_raises():
-    def handler(signum, frame):
-        raise Interrupted
-
-    before = signal.signal(signal.SIGINT, handler)
-    yield
-    signal.signal(signal.SIGINT, before)
 
 
 def test_a_ctrl_c_during_the_moves_waits_until_the_new_run_is_in(ws, monkeypatch, sigint_raises):

@@ -9,39 +9,15 @@ Run: pytest tests/test_trace_stats_display.py
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from typer.testing import CliRunner
-
-from sortedrl.cli import app
-from sortedrl.traces import read_trace, synthesize, trace_stats, write_trace
+from sortedrl.traces import read_trace, trace_stats
 from sortedrl.traces.io import BUNDLED
+from tests.cli_helpers import fittable_trace as _fittable
+from tests.cli_helpers import four_sample_trace as _trace
+from tests.cli_helpers import invoke_ok as _ok
 
 LONG = ("s3://my-bucket/experiments/2025-01-15/grpo-qwen3-8b-math/rollouts/"
         "step_000100_to_000200/requests.csv")
-runner = CliRunner()
-
-
-def _trace(path: Path, source: str) -> Path:
-    """Four samples, two prompts of two, two at the 16,384 cap."""
-    rows = [{"sortedrl_trace": 1, "max_response_len": 16384, "group_size": 2, "source": source}]
-    for i, (p, r) in enumerate([(10, 16384), (12, 1200), (20, 345), (30, 16384)]):
-        rows.append({"prompt_id": f"p{i // 2}", "sample": i % 2, "prompt_len": p,
-                     "response_len": r, "truncated": r == 16384})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def _ok(args: list[str], **kw) -> str:
-    r = runner.invoke(app, args, **kw)
-    assert r.exit_code == 0 and r.exception is None, r.output[-2000:]
-    return r.stdout
-
-
-def _fittable(path: Path) -> Path:
-    """A trace ``trace fit`` takes: 16 prompts of 2 over 2 steps."""
-    write_trace(synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=0), path)
-    return path
 
 
 # -- square brackets are text, not rich markup ----------------------------------------------

@@ -10,29 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from sortedrl.cli import app
 from sortedrl.traces.io import BUNDLED, resolve_bundled
-
-runner = CliRunner()
-
-
-def _trace(path: Path, source: str) -> Path:
-    """Four samples, two prompts of two, two at the 16,384 cap."""
-    rows = [{"sortedrl_trace": 1, "max_response_len": 16384, "group_size": 2, "source": source}]
-    for i, (p, r) in enumerate([(10, 16384), (12, 1200), (20, 345), (30, 16384)]):
-        rows.append({"prompt_id": f"p{i // 2}", "sample": i % 2, "prompt_len": p,
-                     "response_len": r, "truncated": r == 16384})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def _ok(args: list[str], **kw) -> str:
-    r = runner.invoke(app, args, **kw)
-    assert r.exit_code == 0 and r.exception is None, r.output[-2000:]
-    return r.stdout
-
+from tests.cli_helpers import four_sample_trace as _trace
+from tests.cli_helpers import invoke_ok as _ok
+from tests.cli_helpers import runner
 
 # -- a CSV header name with spaces around it ---------------------------------------------------
 

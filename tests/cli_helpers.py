@@ -1,0 +1,54 @@
+"""Helpers shared by the CLI tests of traces and outputs: a CliRunner call that must succeed,
+small trace files written by hand or synthesised, and a SIGINT that raises an exception of the
+test's own (so pytest's Ctrl-C handling stays out of it)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+from sortedrl.traces import synthesize, write_trace
+
+runner = CliRunner()
+
+
+def invoke_ok(args: list[str], **kw) -> str:
+    """``sortedrl ARGS`` in process; it must exit 0. Its stdout."""
+    r = runner.invoke(app, args, **kw)
+    assert r.exit_code == 0 and r.exception is None, r.output[-2000:]
+    return r.stdout
+
+
+def four_sample_trace(path: Path, source: str) -> Path:
+    """Four samples, two prompts of two, two at the 16,384 cap."""
+    rows = [{"sortedrl_trace": 1, "max_response_len": 16384, "group_size": 2, "source": source}]
+    for i, (p, r) in enumerate([(10, 16384), (12, 1200), (20, 345), (30, 16384)]):
+        rows.append({"prompt_id": f"p{i // 2}", "sample": i % 2, "prompt_len": p,
+                     "response_len": r, "truncated": r == 16384})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def fittable_trace(path: Path) -> Path:
+    """A trace ``trace fit`` takes: 16 prompts of 2 over 2 steps."""
+    write_trace(synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=0), path)
+    return path
+
+
+class Interrupted(Exception):
+    """What :func:`sigint_raises`'s SIGINT handler raises."""
+
+
+@pytest.fixture
+def sigint_raises():
+    def handler(signum, frame):
+        raise Interrupted
+
+    before = signal.signal(signal.SIGINT, handler)
+    yield
+    signal.signal(signal.SIGINT, before)
