@@ -49,7 +49,6 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
-from sortedrl.interrupts import signals_deferred
 from sortedrl.outputs_commit import (
     OutputError,
     check_writable_into,
@@ -70,6 +69,7 @@ from sortedrl.run_marker import (
     same_options,
     work_prefix,
 )
+from sortedrl.scratch import noted_tempdir
 
 Writer = Callable[[Path], None]  # writes one file at the path it is given
 
@@ -187,21 +187,10 @@ class Outputs:
             parent, prefix = _abs(path), work_prefix("scratch")
         while not parent.exists():
             parent = parent.parent
-        tmp = None
-        try:
-            with signals_deferred():  # (a stop between the mkdir and the bookkeeping would leave it)
-                try:
-                    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
-                except OSError as e:  # before any work: the output will not be writable either
-                    where = f"{target.option} {target.path}" if target else str(path)
-                    raise OutputError(f"{where}: cannot write ({e.strerror or e})") from None
-                self.work.add(tmp)
+        where = f"{target.option} {target.path}" if target else str(path)
+        # (an error making it comes before any work: the output will not be writable either)
+        with noted_tempdir(parent, prefix, self.work, lambda e: f"{where}: cannot write ({e.strerror or e})") as tmp:
             yield tmp
-        finally:
-            if tmp is not None:
-                self.work.discard(tmp)
-                with contextlib.suppress(OSError):  # (the error in flight, if any, is the one
-                    remove_path(tmp)  # to report)
 
     def _check_inputs(self, out: Path, option: str, is_dir: bool) -> None:
         """No output may be an input, hold one, or lie inside a directory read as a whole (a

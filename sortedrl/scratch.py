@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from sortedrl.interrupts import signals_deferred
-from sortedrl.outputs import OutputError, remove_path
+from sortedrl.outputs_commit import OutputError, remove_path
 
 _temp_scratches: set[Path] = set()  # this process's temp_scratch directories now in use
 
@@ -28,21 +29,34 @@ def temp_scratch(command: str, parent: Path | None = None):
     process that started this one's: a Ray worker that is killed cannot remove its own, so its
     driver's removal takes it too), removed on leaving, whatever happens (a worker process
     stopped at once removes its own: :func:`remove_temp_scratches`)."""
+    def failed(e: OSError) -> str:
+        return (f"{parent or tempfile.gettempdir()}: cannot make {command}'s scratch directory "
+                f"({e.strerror or e}; set TMPDIR to a writable directory)")
+
+    with noted_tempdir(parent, f"sortedrl-{command}-", _temp_scratches, failed) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def noted_tempdir(parent: Path | None, prefix: str, noted: set[Path], failed: Callable[[OSError], str]):
+    """A directory made by ``mkdtemp`` in ``parent`` and added to ``noted`` with the stop signals
+    held (a stop between the two would leave a directory nobody knows to remove), removed and
+    forgotten on leaving, whatever happens (removed first: a worker stopped in between removes
+    what is still noted). One that cannot be made: :class:`OutputError` ``failed(error)``."""
     tmp = None
     try:
-        with signals_deferred():  # a stop between the mkdir and the bookkeeping would leave it behind
+        with signals_deferred():
             try:
-                tmp = Path(tempfile.mkdtemp(prefix=f"sortedrl-{command}-", dir=parent))
+                tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
             except OSError as e:
-                raise OutputError(f"{parent or tempfile.gettempdir()}: cannot make {command}'s scratch "
-                                  f"directory ({e.strerror or e}; set TMPDIR to a writable directory)") from None
-            _temp_scratches.add(tmp)
+                raise OutputError(failed(e)) from None
+            noted.add(tmp)
         yield tmp
     finally:
         if tmp is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # (the error in flight, if any, is the one to report)
                 remove_path(tmp)
-            _temp_scratches.discard(tmp)
+            noted.discard(tmp)
 
 
 def remove_temp_scratches() -> None:
