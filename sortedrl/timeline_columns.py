@@ -183,7 +183,7 @@ def concat_chunks(fields: Fields, parts: list[dict[str, Column]]) -> dict[str, C
 _META_INTS = {"engines": 1, "max_num_seqs": 1, "tp": 1, "gpus": 1, "trainer_gpus": 1,
               "group_size": 1, "samples_total": 0, "kv_budget": 0, "seed": None}
 _META_UNBOUNDED = ("kv_budget", "seed")
-# a cluster's shape has tighter bounds (sim/cluster.py): a reader loops over engines and lanes
+# a cluster's shape has tighter bounds (sim/cluster_spec.py): a reader loops over engines and lanes
 _META_MOST = {"engines": MAX_GPUS, "gpus": MAX_GPUS, "trainer_gpus": MAX_GPUS, "tp": MAX_GPUS,
               "max_num_seqs": MAX_NUM_SEQS}
 _META_FLOATS = ("lower_bound_s", "regen_sigma")

@@ -47,7 +47,7 @@ from sortedrl.traces.schema import Trace
 
 
 class SimBackend(Backend):
-    """Runs a trace on a simulated :class:`~sortedrl.sim.cluster.Cluster`."""
+    """Runs a trace on a simulated :class:`~sortedrl.sim.cluster_spec.Cluster`."""
 
     # a policy that never hears a finish gets its finishes booked in batches (policies/deferred.py);
     # False books each as it happens (the tests compare the two)

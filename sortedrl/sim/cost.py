@@ -12,7 +12,7 @@ token, ``compute_s_per_seq·B`` is the compute that the weight read cannot hide,
 ``step_s_per_seq`` is the cost each running sequence adds to a step (in the GPU presets its 2·P
 FLOPs at peak: measured steps grow with B well below the roofline's ridge), and ``step_fixed_s``
 holds the per-step and per-layer fixed costs (all per engine, after tensor parallelism; the
-derivation is in cluster.py and docs/calibration.md). The terms' former short names (t_fix,
+derivation is in cluster_spec.py and docs/calibration.md). The terms' former short names (t_fix,
 a0, a1, c1, s1, ...) are still read from older files: :data:`LEGACY_NAMES`.
 Between two membership changes ``B`` is constant and ``S`` grows by ``B`` per step, so the memory
 term is linear in the step index and the sum of ``k`` steps is a piecewise quadratic:
