@@ -86,8 +86,8 @@ def test_unknown_layout_lists_the_columns_found_and_needed(tmp_path):
                             "--out", str(out)])
     assert r.exit_code == 2
     assert r.output.strip().splitlines() == [
-        f"error: {bad}: no update time: needs one of timing_s/update_actor, timing/ppo_train "
-        "(columns found: loss, reward)"]
+        f"error: {bad}: no update time: needs one of timing_s/update_actor, timing/ppo_train, "
+        "timeperf/train_step, perf/train_time, perf/actor_train_time (columns found: loss, reward)"]
     assert not out.exists()
 
 

@@ -16,10 +16,12 @@ from pathlib import Path
 from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_layouts import onload_in_sync
-from sortedrl.calibration.metrics_read import read_metrics
+from sortedrl.calibration.metrics_names import SEPARATE_SYNC
+from sortedrl.calibration.metrics_read import read_metrics_files
 from sortedrl.calibration.show import check_records, render
 from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.calibration.vllm_bench import check_enough, fit_bench
+from sortedrl.cluster_split import check_split, split_name
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.sim.cost import CostModel
@@ -30,13 +32,15 @@ MODEL_FIXED = ("weight_read_s", "compute_s_per_seq", "prefill_s_per_pair", "admi
                "step_table")
 
 
-def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
+def build_profile(bench: list[Path], metrics: list[Path] | Path | None, cluster_spec: str,
                   samples_per_step: int | None = None, updates_per_row: int | None = None,
                   run: str | None = None, trace: Path | None = None, host_schedule: str = "serial") -> dict:
     """The profile JSON: every input is read and fitted before anything is written. ``run``:
-    the run to read of a W&B export of several (``--run``); ``trace``: the length trace of the
+    the run to read of a W&B export of several (``--run``); ``metrics``: the metrics file, or the
+    files of one run (merged by step); ``trace``: the length trace of the
     metrics' run (``--trace``), whose per-step samples fit ``train_per_pair`` too;
     ``host_schedule``: the replay's host schedule for the benchmark files (``--host-schedule``)."""
+    metrics = [metrics] if isinstance(metrics, (str, Path)) else list(metrics or [])
     _check_inputs(bench, metrics)
     cluster = load_cluster(cluster_spec)
     base = _base_profile(cluster_spec, cluster)
@@ -57,11 +61,16 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
         models = sorted({_model_id(p) for p in bench} - {None})
         if models:
             base["model"] = ", ".join(models)
-    if metrics is not None:
+    if metrics:
         steps = TraceSteps(trace, costs) if trace is not None else None
-        trainer = fit_metrics(read_metrics(metrics, run), str(metrics), samples_per_step, updates_per_row, steps)
+        where = " + ".join(map(str, metrics))
+        trainer = fit_metrics(read_metrics_files(metrics, run), where, samples_per_step, updates_per_row, steps)
         fixed, notes = _trainer_form(trainer, cluster, costs)
-        costs = dataclasses.replace(costs, **fixed, **{k: v["value"] for k, v in trainer["terms"].items()})
+        fitted = {k: v["value"] for k, v in trainer["terms"].items()}
+        if trainer["columns"].get("sync") in SEPARATE_SYNC and cluster.placement == "colocated":
+            fitted["sync_s"], note = _separate_sync(trainer["columns"]["sync"], fitted["sync_s"], cluster, where)
+            notes.append(note)
+        costs = dataclasses.replace(costs, **fixed, **fitted)
         fit["trainer"] = {**trainer, "fixed_by_model": list(fixed)}
         if notes:
             fit["trainer"]["notes"] = [*trainer.get("notes", []), *notes]
@@ -69,7 +78,7 @@ def build_profile(bench: list[Path], metrics: Path | None, cluster_spec: str,
     names = [f.name for f in dataclasses.fields(CostModel)]
     fit["from_preset"] = [n for n in names if n not in measured]
     base.update(costs=_costs_json(costs), fit=fit, measured_terms=sorted(measured),
-                sources=[*base.get("sources", []), *map(str, bench), *([str(metrics)] if metrics else []),
+                sources=[*base.get("sources", []), *map(str, bench), *map(str, metrics),
                          *([str(trace)] if trace is not None and metrics else [])])
     # what --cluster would refuse is not written (durations of a few ns fitted step_fixed_s = 0)
     profile_cluster(json.loads(json.dumps(base)), "the fitted profile (not written)", "check")
@@ -105,6 +114,30 @@ def _trainer_form(trainer: dict, cluster: Cluster, base: CostModel) -> tuple[dic
     return fixed, notes
 
 
+def _separate_sync(column: str, measured: float, cluster: Cluster, where: str) -> tuple[float, str]:
+    """``sync_s`` of a colocated profile from a sync measured between separate rollout and trainer
+    GPUs (verl's one-step-off ``timing_s/sync_rollout_weights``), and the note saying so. A policy
+    that needs separate pools runs a colocated profile on its disaggregated split, whose
+    ``sync_s`` is the profile's times the preset's split / colocated syncs
+    (:func:`~sortedrl.cluster_split.split_costs`): the measured sync is taken as the split's, so
+    the profile holds it times the preset's colocated / split syncs, which the split maps back to
+    the measured sync. Its onload stays (a pure sync: the run had no sleeping rollout)."""
+    try:
+        check_split(cluster)
+        split = dataclasses.replace(cluster, name=split_name(cluster), placement="disaggregated",
+                                    costs=None).validate(cluster.name)
+    except ConfigError:
+        raise ConfigError(f"{where}: {column} is a sync between separate rollout and trainer GPUs (verl's "
+                          f"one-step-off trainer), but --cluster {cluster.name} has no disaggregated split: "
+                          "give the disaggregated cluster the run used") from None
+    was, now = dataclasses.replace(cluster, costs=None).cost().sync_s, split.cost().sync_s
+    value = measured * (was / now)
+    return value, (f"sync_s {value:.4g} s (the measured {measured:.4g} s x {was / now:.4g}): {column} is verl's "
+                   "one-step-off sync between separate rollout and trainer GPUs; on this colocated cluster it is "
+                   f"scaled by the preset's colocated / disaggregated syncs ({was:.4g} / {now:.4g} s), so the "
+                   f"policies that run on the split ({split.name}) sync in the measured time")
+
+
 def _metrics_only_form(base: CostModel) -> tuple[dict, list[str]]:
     """The pair and padding terms a fit of the metrics alone sets, and a note for each a base gave."""
     fixed = {"train_per_pair": 0.0, "train_padded": False, "train_micro_pairs": 0.0}
@@ -118,8 +151,8 @@ def _metrics_only_form(base: CostModel) -> tuple[dict, list[str]]:
     return fixed, notes
 
 
-def _check_inputs(bench: list[Path], metrics: Path | None) -> None:
-    if not bench and metrics is None:
+def _check_inputs(bench: list[Path], metrics: list[Path]) -> None:
+    if not bench and not metrics:
         raise ConfigError("give --from-vllm-bench FILE.json ... and/or --from-metrics FILE")
 
 

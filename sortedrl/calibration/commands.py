@@ -41,29 +41,30 @@ def check_profile_name(out: Path) -> None:
         raise ConfigError(f"--out {out}: a profile is a .json file (--cluster reads no other)")
 
 
-def calibrate_measured(bench: list[Path], metrics: Path | None, cluster: str | None, out: Path,
+def calibrate_measured(bench: list[Path], metrics: list[Path], cluster: str | None, out: Path,
                        samples_per_step: int | None = None, force: bool = False,
                        updates_per_row: int | None = None, run: str | None = None,
                        trace: Path | None = None, host_schedule: str = "serial") -> None:
-    """Fit a profile from benchmark files and/or a metrics file; write it all-or-nothing."""
+    """Fit a profile from benchmark files and/or metrics files (of one run, merged by step); write
+    it all-or-nothing."""
     check_profile_name(out)
     if cluster is None:
         raise ConfigError("--cluster: give the preset (or profile) whose shape and unmeasured terms "
                           "the profile keeps, e.g. --cluster h100-llama3.1-8b")
     if samples_per_step is not None and samples_per_step < 1:
         raise ConfigError(f"--samples-per-step: must be >= 1, got {samples_per_step}")
-    if updates_per_row is not None and (updates_per_row < 1 or metrics is None):
+    if updates_per_row is not None and (updates_per_row < 1 or not metrics):
         raise ConfigError(f"--updates-per-row: must be >= 1, got {updates_per_row}" if updates_per_row < 1
                           else "--updates-per-row: only with --from-metrics (the updates a logged row holds)")
-    if run is not None and metrics is None:
+    if run is not None and not metrics:
         raise ConfigError(RUN_ONLY_WITH_METRICS)
-    if trace is not None and metrics is None:
+    if trace is not None and not metrics:
         raise ConfigError(TRACE_ONLY_WITH_METRICS)
     if host_schedule not in SCHEDULES:
         raise ConfigError(f"--host-schedule: {host_schedule!r} is not one of {', '.join(SCHEDULES)}")
     if host_schedule != "serial" and not bench:
         raise ConfigError("--host-schedule: only with --from-vllm-bench (the schedule its replay assumes)")
-    inputs = [*bench, metrics, trace, Path(cluster) if cluster.endswith(".json") else None]
+    inputs = [*bench, *metrics, trace, Path(cluster) if cluster.endswith(".json") else None]
     outs = Outputs("calibrate", force, inputs=inputs)
     outs.file(out, "--out")
     profile = build_profile(list(bench), metrics, cluster, samples_per_step, updates_per_row, run, trace,

@@ -27,7 +27,7 @@ from sortedrl.calibration.metrics_layouts import (
     sync_column,
     updates_per_row,
 )
-from sortedrl.calibration.metrics_read import ROLES, UPDATE_PARTS, listing
+from sortedrl.calibration.metrics_names import INCLUDES, ROLES, TOKEN_RATE, UPDATE_PARTS, listing
 from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.calibration.vllm_bench import UNCERTAIN, fit_stderr
 from sortedrl.errors import ConfigError
@@ -41,6 +41,14 @@ def _column(metrics: dict, role: str) -> tuple[str, dict[int, float]] | None:
     return None
 
 
+def update_parts(metrics: dict) -> dict[str, tuple[str, dict[int, float]]]:
+    """Role -> (name, column) of each update part logged, less those the update column already
+    holds (:data:`~sortedrl.calibration.metrics_names.INCLUDES`: slime's ``perf/train_time``)."""
+    parts = {r: c for r in UPDATE_PARTS if (c := _column(metrics, r))}
+    held = INCLUDES.get(parts["update"][0], ()) if "update" in parts else ()
+    return {r: c for r, c in parts.items() if r == "update" or c[0] not in held}
+
+
 def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_step: int | None = None,
                 updates: int | None = None, trace: TraceSteps | None = None) -> dict:
     """Fit ``train_fix``, ``train_per_token`` and ``sync_s``; says which columns it used.
@@ -48,7 +56,7 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
     ``trace``: the run's length trace (``--trace``), which gives each row's tokens and attention
     pairs, so ``train_per_pair`` is fitted too (:mod:`~sortedrl.calibration.trace_pairs`). The
     notes of the reading (:attr:`Metrics.notes`) come first in the fit's."""
-    parts = {r: c for r in UPDATE_PARTS if (c := _column(metrics, r))}
+    parts = update_parts(metrics)
     if not metrics:  # (not "columns found: none" for a file whose header names them)
         raise ConfigError(f"{where}: no metric values: no row holds a number in a metric column "
                           "(W&B's __MIN and __MAX columns are not read)")
@@ -256,6 +264,10 @@ def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[di
     total = _column(metrics, "tokens")
     if total is not None:
         return total[1], total[0], False
+    rate, time = (named(metrics, name) for name in TOKEN_RATE)
+    if rate is not None and time is not None:  # slime: training throughput x training time
+        steps = set(rate[1]) & set(time[1])
+        return {s: rate[1][s] * time[1][s] for s in steps}, f"{rate[0]} x {time[0]}", False
     whole = _column(metrics, "total_mean")
     prompt, resp = _column(metrics, "prompt_mean"), _column(metrics, "response_mean")
     for mean in (whole, prompt, resp):  # (a negative prompt length passed inside a positive sum)
@@ -264,9 +276,15 @@ def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[di
     if samples_per_step is not None and whole is not None:
         return ({s: samples_per_step * v for s, v in whole[1].items()},
                 f"{samples_per_step} x {whole[0]}", True)
-    if samples_per_step is None or prompt is None or resp is None:
+    logged = [m[0] for m in ((whole,) if whole is not None else (prompt, resp)) if m is not None]
+    if samples_per_step is None and (whole is not None or (prompt is not None and resp is not None)):
+        raise ConfigError(f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or --samples-per-step N (the "
+                          f"samples trained in one update) with the mean lengths this file logs "
+                          f"({' + '.join(logged)}): only --samples-per-step is missing")
+    if prompt is None or resp is None:
         raise ConfigError(
-            f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or {ROLES['total_mean'][0]} "
+            f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or {' and '.join(TOKEN_RATE)} (slime), "
+            f"or {ROLES['total_mean'][0]} "
             f"(OpenRLHF) or {ROLES['prompt_mean'][0]} and {ROLES['response_mean'][0]} with --samples-per-step "
             f"(columns found: {listing(sorted(metrics))})")
     steps = set(prompt[1]) & set(resp[1])

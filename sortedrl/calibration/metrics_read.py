@@ -1,55 +1,49 @@
-"""Reading an RL framework's per-step metrics file for ``calibrate --from-metrics``: metric name
--> {step: value}, checked (:func:`read_metrics`); :mod:`sortedrl.calibration.metrics_fit` fits
-them. Metric names map to roles through :data:`ROLES`, the one table docs/calibration.md
-documents; a name may carry OpenRLHF's ``train/`` prefix (its W&B and TensorBoard loggers put
-it before every key). Accepted files:
+"""Reading an RL framework's per-step metrics files for ``calibrate --from-metrics``: metric name
+-> {step: value}, checked (:func:`read_metrics`), several files merged by step
+(:func:`read_metrics_files`); :mod:`sortedrl.calibration.metrics_fit` fits them. Metric names map
+to roles through :data:`~sortedrl.calibration.metrics_names.ROLES`, the one table
+docs/calibration.md documents; a name may carry OpenRLHF's ``train/`` prefix (its W&B and
+TensorBoard loggers put it before every key). Accepted files:
 - verl's file logger (``VERL_FILE_LOGGER_PATH``): JSON lines ``{"step": N, "data": {...}}``,
   or flat lines ``{"step": N, "metric": value, ...}``;
+- verl's console logger (its default, ``.log`` / ``.txt``): lines ``step:N - key:value - ...``
+  (``verl/utils/logger/aggregate_logger.py`` ``concat_dict_to_str``), maybe after Ray's
+  ``(TaskRunner pid=1234)`` and its colour codes; other lines are other output, skipped;
 - a CSV with one column per metric (``step`` or ``Step`` plus metric names);
-- a W&B "export CSV": columns ``Step`` (or ``train/global_step``, OpenRLHF's x-axis) and
-  ``<run> - <metric>`` (split at the last `` - ``: a run name may hold one, a metric name never
-  does); the ``__MIN``/``__MAX`` columns are the plot's downsampling buckets and are ignored.
-  An export of several runs is read with ``--run`` naming one (:mod:`sortedrl.wandb_runs`).
-A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines, a metric of
-:data:`ROLES` whose value is text, a bool or a container is an error; other keys' are ignored.
-A step logged again with other values (a run resumed from an earlier checkpoint into the same
-log logs the steps after it twice) is read from its last logging, and the fit notes it
+- a W&B "export CSV": columns ``Step`` (or a framework's x-axis: OpenRLHF's
+  ``train/global_step``, slime's ``rollout/step``) and ``<run> - <metric>`` (split at the last
+  `` - ``: a run name may hold one, a metric name never does); the ``__MIN``/``__MAX`` columns
+  are the plot's downsampling buckets and are ignored. An export of several runs is read with
+  ``--run`` naming one (:mod:`sortedrl.wandb_runs`);
+- a W&B API history CSV (``run.history().to_csv()``): a blank index column, the metrics, and
+  W&B's own ``_step`` (the step when no other step column is there), ``_runtime``, ``_timestamp``.
+A gzip-compressed file (told by its first bytes) is read decompressed, its format from the name
+without ``.gz``. A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines and
+the console log, a metric of the table whose value is not a number is an error; other keys' are
+ignored. A step logged again with other values (a run resumed from an earlier checkpoint into the
+same log logs the steps after it twice) is read from its last logging, and the fit notes it
 (:func:`~sortedrl.wandb_runs.repeated_note`); logged again with the same values, it is read once.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
+import re
+import zlib
 from pathlib import Path
 
 from sortedrl import jsonio
-from sortedrl.calibration.metrics_layouts import GLOBAL_STEP, PREFIX, STEP_METRIC
+from sortedrl.calibration.metrics_layouts import GLOBAL_STEP
+from sortedrl.calibration.metrics_names import KNOWN, STEP_METRICS, WANDB_STEP, listing
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, repeated_note, step_number
 
-# role -> metric names, verl first, then OpenRLHF (each also read with OpenRLHF's "train/" prefix).
-# Update time is the sum of the roles marked "update" that are present; tokens come from total
-# tokens, or from mean lengths x samples per update.
-ROLES: dict[str, tuple[str, ...]] = {
-    "update": ("timing_s/update_actor", "timing/ppo_train"),
-    "old_log_prob": ("timing_s/old_log_prob",),
-    "ref": ("timing_s/ref",),
-    "experience": ("timing/make_experience",),  # OpenRLHF: the forward passes before training
-    # verl's trainer from v0.7.1 (ray_trainer.py: colocated, with the rollout's wake-up), verl's
-    # one-step-off trainer (one_step_off_policy/ray_trainer.py), OpenRLHF (ppo_trainer.py);
-    # verl v0.7.0 and earlier log none (the sync is inside timing_s/gen)
-    "sync": ("timing_s/update_weights", "timing_s/sync_rollout_weights", "timing/broadcast"),
-    "tokens": ("perf/total_num_tokens",),
-    "total_mean": ("total_length",),  # OpenRLHF: prompt + response, the mean of a trained sample
-    "prompt_mean": ("prompt_length/mean",),
-    "response_mean": ("response_length/mean",),
-}
-UPDATE_PARTS = ("update", "old_log_prob", "ref", "experience")
-KNOWN = frozenset(p + name for names in ROLES.values() for name in names for p in ("", PREFIX)) | {GLOBAL_STEP}
+FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".log": "console", ".txt": "console"}
 
 
 class Metrics(dict):
@@ -61,26 +55,109 @@ class Metrics(dict):
         self.notes: list[str] = list(notes or [])
 
 
+def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
+    """The metrics of several files merged by step (a W&B chart export is one panel a file: the
+    update time in one, the tokens in another). A metric that two files give at one step with
+    different values is an error (which to fit is unclear); the same value twice is read once.
+    A file named twice is an error."""
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        first = seen.setdefault(Path(p).resolve(), p)
+        if first is not p:
+            also = "" if str(first) == str(p) else f" (the same file as {first})"
+            raise ConfigError(f"{p}: metrics file given twice{also}; give each file once")
+    merged = Metrics()
+    origin: dict[str, Path] = {}  # metric -> the file it was first read from
+    for p in paths:
+        one = read_metrics(p, run)
+        for name, column in one.items():
+            into = merged.setdefault(name, {})
+            for step, value in column.items():
+                if into.get(step, value) != value:
+                    raise ConfigError(f"{p}: metric {name!r} at step {step}: {value:g}, but {origin[name]} "
+                                      f"gives {into[step]:g}: which to fit is unclear")
+                into[step] = value
+            origin.setdefault(name, p)
+        merged.notes += one.notes
+    return merged
+
+
 def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
-    """Metric name -> {step: value} from a JSONL or CSV metrics file; ``run``: the run to read
-    of a W&B export (``--run``)."""
+    """Metric name -> {step: value} from one metrics file; ``run``: the run to read of a W&B
+    export (``--run``)."""
     where = str(path)
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{where}: metrics file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where}: a directory, not a metrics file") from None
+    name = p.name.lower()
+    if raw[:2] == b"\x1f\x8b":  # gzip's magic number: metrics.jsonl.gz, or a .csv that is gzipped
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ConfigError(f"{where}: gzip-compressed, but it does not decompress ({e}); decompress it "
+                              "with gunzip and give the file it writes") from None
+        name = name.removesuffix(".gz")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
     text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
-    if p.suffix.lower() == ".csv":
+    kind = FORMATS.get(Path(name).suffix)
+    if kind == "csv":
         return _read_csv(text, where, run)
-    if p.suffix.lower() in (".jsonl", ".json") and run is not None:
-        raise ConfigError(f"--run {run}: {where} is JSON lines (verl / OpenRLHF): --run applies to "
-                          "W&B export CSVs only")
-    if p.suffix.lower() in (".jsonl", ".json"):
+    if kind is not None and run is not None:
+        shown = "JSON lines (verl's file logger)" if kind == "json" else "a console log (verl's)"
+        raise ConfigError(f"--run {run}: {where} is {shown}: --run applies to W&B export CSVs only")
+    if kind == "json":
         return _read_jsonl(text, where)
-    raise ConfigError(f"{where}: unknown metrics format {p.suffix!r} (known: .jsonl, .csv)")
+    if kind == "console":
+        return _read_console(text, where)
+    raise ConfigError(f"{where}: unknown metrics format {Path(name).suffix!r} (known: "
+                      f"{', '.join(FORMATS)}, each maybe gzip-compressed)")
+
+
+# verl's LocalLogger line, after Ray's "(TaskRunner pid=1234) " and any ANSI colour codes
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_CONSOLE = re.compile(r"^(?:\([^()]*\)\s+)?step:(\S+) - (.*)$")
+_NUMPY = re.compile(r"^np\.(?:float|int|uint)\d*\((.*)\)$")  # pprint.pformat of numpy 2's scalars
+
+
+def _read_console(text: str, where: str) -> Metrics:
+    """verl's console logger: ``step:N - key:value - key:value``, a value as ``pprint.pformat``
+    writes a number (``1.5``, ``nan``, ``np.float64(1.5)``). A line of no such form is not read."""
+    out: dict[str, dict[int, float]] = {}
+    repeated: set[int] = set()
+    for n, line in enumerate(text.splitlines(), 1):
+        m = _CONSOLE.match(_COLOUR.sub("", line).strip())
+        if m is None:
+            continue
+        try:
+            step = step_number(float(m[1]))
+        except ValueError:
+            step = None
+        if step is None:
+            raise ConfigError(f"{where}: line {n}: 'step:{m[1]}' is not a step number (a whole number from 0 "
+                              "to below 2**53)")
+        for item in m[2].split(" - "):
+            key, colon, cell = item.rpartition(":")
+            key = key.strip()
+            if not colon or not key:
+                raise ConfigError(f"{where}: line {n}: {short_repr(item)} is not key:value")
+            cell = _NUMPY.sub(r"\1", cell.strip())
+            try:
+                value = float(cell)
+            except ValueError:
+                if key in KNOWN:
+                    raise ConfigError(f"{where}: line {n}: metric {key!r}: expected a number, got "
+                                      f"{short_repr(cell)}") from None
+                continue
+            if math.isfinite(value):
+                _store(out, key, step, value, f"{where}: line {n}: metric {key!r}", repeated)
+    return _metrics(out, where, repeated)
 
 
 def _read_jsonl(text: str, where: str) -> Metrics:
@@ -190,16 +267,19 @@ def _row_step(header: list[str], row: list[str], cols: list[int], optional: bool
 
 
 def _step_columns(header: list[str], where: str) -> tuple[list[int], bool]:
-    """The step columns: ``step`` / ``Step``, else OpenRLHF's W&B x-axis ``train/global_step``
-    (a metric column, empty in rows that did not log it: True); several (``Step`` and ``step``)
-    must agree in every row."""
+    """The step columns: ``step`` / ``Step``, else a framework's W&B x-axis (OpenRLHF's
+    ``train/global_step``, slime's ``rollout/step``), else W&B's own ``_step`` of a history CSV
+    (each a metric column, empty in rows that did not log it: True); several (``Step`` and
+    ``step``) must agree in every row."""
     cols = [i for i, h in enumerate(header) if h.strip().lower() == "step"]
     if cols:
         return cols, False
-    cols = [i for i, h in enumerate(header) if h and metric_of(h) == STEP_METRIC]
-    if cols:
-        return cols, True
-    raise ConfigError(f"{where}: no 'Step' (or '{STEP_METRIC}') column (columns found: {listing(present(header))})")
+    for metric in (*STEP_METRICS, WANDB_STEP):
+        cols = [i for i, h in enumerate(header) if h and metric_of(h) == metric]
+        if cols:
+            return cols, True
+    raise ConfigError(f"{where}: no 'Step' (or {', '.join(map(repr, STEP_METRICS))} or {WANDB_STEP!r}) column "
+                      f"(columns found: {listing(present(header))})")
 
 
 def _csv_names(header: list[str], step_cols: list[int], where: str) -> dict[int, str]:
@@ -218,7 +298,3 @@ def _csv_names(header: list[str], step_cols: list[int], where: str) -> dict[int,
         names[i] = metric_of(h)
     return names
 
-
-def listing(items: list[str], most: int = 12) -> str:
-    shown = ", ".join(items[:most])
-    return shown + (f", ... ({len(items)} in all)" if len(items) > most else "") if items else "none"

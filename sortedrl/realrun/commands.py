@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:
         rescale: Path = typer.Option(None, "--rescale", help="with --model: a profile from `calibrate --model`; measure this host's speed now against it (one short run of its calibration's sync run, about 20 s a repeat) and write it with its time terms scaled"),
         ray_engines: int = typer.Option(0, "--ray-engines", help="with --model: also measure a disaggregated run on Ray with this many engine actors, and how much they and the trainer actor slow each other on this host's cores (what validate adds to runs on Ray; 0: none)"),
         bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
-        metrics: Path = typer.Option(None, "--from-metrics", help="per-step metrics of verl / OpenRLHF (.jsonl) or a W&B export (.csv)"),
+        metrics: list[Path] = typer.Option([], "--from-metrics", help="per-step metrics of one run: verl's file logger (.jsonl) or console log (.log, .txt), a W&B export or history CSV (.csv: verl, OpenRLHF, AReaL, slime), maybe gzipped; repeat the flag to merge files by step (a W&B chart export is one panel a file)"),
         cluster: str = typer.Option(None, "--cluster", help="with --from-*: preset or profile for the shape and the terms not measured"),
         samples_per_step: int = typer.Option(None, "--samples-per-step", help="with --from-metrics and no token count: samples trained per update"),
         updates_per_row: int = typer.Option(None, "--updates-per-row", help="with --from-metrics: updates a logged row sums (verl fully-async: trigger_parameter_sync_step; default 1)"),
@@ -162,8 +162,8 @@ def register(app: typer.Typer) -> None:
         if rescale is not None:
             from sortedrl.realrun.rescale import check_rescale_options
 
-            check_rescale_options(ctx, bench or metrics is not None)
-        if bench or metrics is not None:
+            check_rescale_options(ctx, bool(bench or metrics))
+        if bench or metrics:
             from sortedrl.calibration.commands import calibrate_measured
 
             runner_only = given_options(ctx, ("model", "engine", "max_num_seqs", "repeats", "seed", "task",
