@@ -98,8 +98,8 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as e:
-            raise ConfigError(f"{where}: gzip-compressed, but it does not decompress ({e}); decompress it "
-                              "with gunzip and give the file it writes") from None
+            raise ConfigError(f"{where}: gzip-compressed, but it does not decompress ({e}): it is damaged "
+                              "or cut short") from None
         name = name.removesuffix(".gz")
     try:
         text = raw.decode("utf-8")
