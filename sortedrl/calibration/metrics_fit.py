@@ -14,7 +14,7 @@ passes for old and reference log-probs) is fitted by linear least squares over t
 as the vllm-bench fit's (:func:`term_errors`), and a note names each term it leaves poorly
 determined; the median sync has none (its spread is kept instead). Reading the file (which
 files are accepted, the metric names of each role,
-:data:`~sortedrl.calibration.metrics_read.ROLES`): :mod:`sortedrl.calibration.metrics_read`.
+:data:`~sortedrl.calibration.metrics_names.ROLES`): :mod:`sortedrl.calibration.metrics_read`.
 """
 
 from __future__ import annotations
