@@ -60,11 +60,11 @@ def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
     update time in one, the tokens in another). A metric that two files give at one step with
     different values is an error (which to fit is unclear); the same value twice is read once.
     A file named twice is an error."""
-    seen: dict[Path, Path] = {}
-    for p in paths:
-        first = seen.setdefault(Path(p).resolve(), p)
-        if first is not p:
-            also = "" if str(first) == str(p) else f" (the same file as {first})"
+    seen: dict[Path, int] = {}
+    for i, p in enumerate(paths):
+        first = seen.setdefault(Path(p).resolve(), i)
+        if first != i:
+            also = "" if str(paths[first]) == str(p) else f" (the same file as {paths[first]})"
             raise ConfigError(f"{p}: metrics file given twice{also}; give each file once")
     merged = Metrics()
     origin: dict[str, Path] = {}  # metric -> the file it was first read from
