@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from sortedrl.calibration.file_options import STRAY, FileListCommand
 from sortedrl.cli_common import (
     FORCE,
     LazyProgress,
@@ -125,7 +126,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"wrote {out}/{', '.join(wrote)}" + (f" and {perfetto}" if perfetto is not None else ""))
 
 
-    @app.command(context_settings={"allow_extra_args": True})
+    # (the names after a --from-* file go to that flag: FileListCommand; any other is refused)
+    @app.command(cls=FileListCommand, context_settings={"allow_extra_args": True})
     @user_errors
     def calibrate(
         ctx: typer.Context,
@@ -143,7 +145,7 @@ def register(app: typer.Typer) -> None:
         rescale: Path = typer.Option(None, "--rescale", help="with --model: a profile from `calibrate --model`; measure this host's speed now against it (one short run of its calibration's sync run, about 20 s a repeat) and write it with its time terms scaled"),
         ray_engines: int = typer.Option(0, "--ray-engines", help="with --model: also measure a disaggregated run on Ray with this many engine actors, and how much they and the trainer actor slow each other on this host's cores (what validate adds to runs on Ray; 0: none)"),
         bench: list[Path] = typer.Option([], "--from-vllm-bench", help="`vllm bench serve --save-result` JSON files (FILE ... or repeat the flag)"),
-        metrics: list[Path] = typer.Option([], "--from-metrics", help="per-step metrics of one run: verl's file logger (.jsonl) or console log (.log, .txt), a W&B export or history CSV (.csv: verl, OpenRLHF, AReaL, slime), maybe gzipped; repeat the flag to merge files by step (a W&B chart export is one panel a file)"),
+        metrics: list[Path] = typer.Option([], "--from-metrics", help="per-step metrics of one run: verl's file logger (.jsonl, .json) or console log (.log, .txt), a W&B export or history CSV (.csv: verl, OpenRLHF, AReaL, slime), maybe gzipped (.gz); several files (FILE ... or repeat the flag) are merged by step (a W&B chart export is one panel a file)"),
         cluster: str = typer.Option(None, "--cluster", help="with --from-*: preset or profile for the shape and the terms not measured"),
         samples_per_step: int = typer.Option(None, "--samples-per-step", help="with --from-metrics and no token count: samples trained per update"),
         updates_per_row: int = typer.Option(None, "--updates-per-row", help="with --from-metrics: updates a logged row sums (verl fully-async: trigger_parameter_sync_step; default 1)"),
@@ -154,8 +156,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fit the cost model: measure the real engine here (--model), or fit GPU measurements
         (--from-vllm-bench, --from-metrics)."""
-        if ctx.args and not bench:
-            raise ConfigError(f"unexpected argument {ctx.args[0]!r}")
+        if ctx.args:
+            raise ConfigError(STRAY.format(ctx.args[0]))
         from sortedrl.calibration.commands import check_profile_name
 
         check_profile_name(out)  # (--model, --rescale and --from-* alike, before any work)
@@ -172,7 +174,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError(f"{', '.join(runner_only)}: only with --model, without --from-vllm-bench / "
                                   "--from-metrics (they choose the measurements taken here)")
 
-            return calibrate_measured([*bench, *map(Path, ctx.args)], metrics, cluster, out, samples_per_step,
+            return calibrate_measured(bench, metrics, cluster, out, samples_per_step,
                                       force, updates_per_row, wandb_run, trace, host_schedule)
         if updates_per_row is not None:
             raise ConfigError("--updates-per-row: only with --from-metrics (the updates a logged row holds)")

@@ -1,0 +1,51 @@
+"""Options that take several files after one flag: ``calibrate --from-vllm-bench a.json b.json``
+and ``--from-metrics a.csv b.csv``, each file belonging to the flag it follows.
+
+click gives an option one value; the names after it are extra arguments, and which flag they
+followed is lost by then. :class:`FileListCommand` restores it before click parses: each name
+after a file option's value, up to the next option, is given that option again
+(``--from-metrics a.csv b.csv`` reads as ``--from-metrics a.csv --from-metrics b.csv``). The
+command has no positional arguments, so such a name can be nothing else; one anywhere else is
+left to the command, which refuses it (:data:`STRAY`).
+"""
+
+from __future__ import annotations
+
+from typer.core import TyperCommand
+
+FILE_OPTIONS = ("--from-vllm-bench", "--from-metrics")
+STRAY = ("unexpected argument {!r}: give each file after --from-vllm-bench or --from-metrics "
+         "(FILE ... or repeat the flag)")
+
+
+def spread(args: list[str], options: tuple[str, ...] = FILE_OPTIONS) -> list[str]:
+    """``args`` with each name that follows a file option's value (before the next option, or
+    ``--``) preceded by that option."""
+    out: list[str] = []
+    owner: str | None = None  # the file option whose values the names are, while they last
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            return [*out, *args[i:]]
+        if a in options and i + 1 < len(args):
+            out += [a, args[i + 1]]
+            owner, i = a, i + 2
+            continue
+        flag = a.partition("=")[0]
+        if a.startswith("-") and a != "-":
+            owner = flag if flag in options and "=" in a else None
+            out.append(a)
+        elif owner is not None:
+            out += [owner, a]
+        else:
+            out.append(a)
+        i += 1
+    return out
+
+
+class FileListCommand(TyperCommand):
+    """A typer command whose file options (:data:`FILE_OPTIONS`) take every name after them."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, spread(list(args)))
