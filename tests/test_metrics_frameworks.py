@@ -188,7 +188,7 @@ def test_two_files_giving_one_metric_two_values_at_a_step_is_one_error(tmp_path)
     other.write_text("\n".join(text) + "\n")
     code, lines = calibrate("--from-metrics", str(PANELS[0]), "--from-metrics", str(other), "--samples-per-step",
                             "128", "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
-    assert (code, lines) == (2, [f"error: {other}: metric 'train/timing/ppo_train' at step 2: 12, but "
+    assert (code, lines) == (2, [f"error: {other}: metric 'train/timing/ppo_train' at step 2: 12.0, but "
                                  f"{PANELS[0]} gives 11.4: which to fit is unclear"])
 
 

@@ -25,8 +25,10 @@ ROLES: dict[str, tuple[str, ...]] = {
     "ref": ("timing_s/ref", "timeperf/ref_logp", "perf/ref_log_probs_time"),
     "experience": ("timing/make_experience",),  # OpenRLHF: the forward passes before training
     # PPO's critic (verl ray_trainer.py: compute_values, update_critic; its fully-async trainer
-    # counts both as trainer time); OpenRLHF's timing/ppo_train already holds its critic's training
-    "values": ("timing_s/values",),
+    # counts both as trainer time; AReaL areal/trainer/rl_trainer.py: record_timing("critic_values")
+    # around the critic's compute_values); OpenRLHF's timing/ppo_train already holds its critic's
+    # training
+    "values": ("timing_s/values", "timeperf/critic_values"),
     "critic": ("timing_s/update_critic", "timeperf/critic_train_step"),
     # verl's one-step-off trainer (one_step_off_policy/ray_trainer.py) times its sync as
     # sync_rollout_weights around _fit_update_weights, whose own update_weights timer is logged

@@ -1,6 +1,7 @@
 """Reading an RL framework's per-step metrics files for ``calibrate --from-metrics``: metric name
 -> {step: value}, checked (:func:`read_metrics`), several files merged by step
-(:func:`read_metrics_files`); :mod:`sortedrl.calibration.metrics_fit` fits them. Metric names map
+(:func:`read_metrics_files`, on one step axis: :func:`step_axis`);
+:mod:`sortedrl.calibration.metrics_fit` fits them. Metric names map
 to roles through :data:`~sortedrl.calibration.metrics_names.ROLES`, the one table
 docs/calibration.md documents; a name may carry OpenRLHF's ``train/`` prefix (its W&B and
 TensorBoard loggers put it before every key). Accepted files:
@@ -8,7 +9,8 @@ TensorBoard loggers put it before every key). Accepted files:
   or flat lines ``{"step": N, "metric": value, ...}``;
 - verl's console logger (its default, ``.log`` / ``.txt``): lines ``step:N - key:value - ...``
   (``verl/utils/logger/aggregate_logger.py`` ``concat_dict_to_str``), maybe after Ray's
-  ``(TaskRunner pid=1234)`` and its colour codes; other lines are other output, skipped;
+  ``(TaskRunner pid=1234)`` and its colour codes or bracketed prefixes (``[2025-01-01 10:00:00]``);
+  other lines are other output, skipped (a log of none is an error); a key may hold `` - ``;
 - a CSV with one column per metric (``step`` or ``Step`` plus metric names);
 - a W&B "export CSV": columns ``Step`` (or a framework's x-axis: OpenRLHF's
   ``train/global_step``, slime's ``rollout/step``) and ``<run> - <metric>`` (split at the last
@@ -18,9 +20,9 @@ TensorBoard loggers put it before every key). Accepted files:
 - a W&B API history CSV (``run.history().to_csv()``): a blank index column, the metrics, and
   W&B's own ``_step`` (the step when no other step column is there), ``_runtime``, ``_timestamp``.
 A gzip-compressed file (told by its first bytes) is read decompressed, its format from the name
-without ``.gz``. A UTF-8 byte-order mark (Excel's, some exports') is skipped. In JSON lines and
-the console log, a metric of the table whose value is not a number is an error; other keys' are
-ignored. A step logged again with other values (a run resumed from an earlier checkpoint into the
+without ``.gz``; a plain file named ``.gz`` is read as it is, and noted. A UTF-8 byte-order
+mark (Excel's, some exports') is skipped. In JSON lines and the console log, a metric of the
+table whose value is not a number is an error; other keys' are ignored. A step logged again with other values (a run resumed from an earlier checkpoint into the
 same log logs the steps after it twice) is read from its last logging, and the fit notes it
 (:func:`~sortedrl.wandb_runs.repeated_note`); logged again with the same values, it is read once.
 """
@@ -48,11 +50,24 @@ FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".log": "console", 
 
 class Metrics(dict):
     """Metric name -> {step: value}, with the notes on how the file was read (``notes``), which
-    :func:`fit_metrics` records with its own (``fit.trainer.notes``)."""
+    :func:`fit_metrics` records with its own (``fit.trainer.notes``), and the column its steps
+    were read from (``step_column``, as the file names it)."""
 
-    def __init__(self, *args, notes: list[str] | None = None, **kwargs) -> None:
+    def __init__(self, *args, notes: list[str] | None = None, step_column: str = "step", **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.notes: list[str] = list(notes or [])
+        self.step_column = step_column
+
+
+def step_axis(column: str) -> str:
+    """The counter a step column numbers its rows by: a framework's own W&B x-axis
+    (:data:`~sortedrl.calibration.metrics_names.STEP_METRICS`: OpenRLHF's ``train/global_step``,
+    from 1, slime's ``rollout/step``), else ``"step"``: W&B's ``Step`` and ``_step`` (its own
+    counter of loggings, from 0, unless the framework sets it: verl sets it to its ``step``, from
+    1) and verl's ``step`` (its file and console loggers). Files of two axes are not merged: no
+    rule maps one onto the other for every framework."""
+    metric = metric_of(column)
+    return metric if metric in STEP_METRICS else "step"
 
 
 def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
@@ -68,14 +83,24 @@ def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
             raise ConfigError(f"{p}: metrics file given twice{also}; give each file once")
     merged = Metrics()
     origin: dict[str, Path] = {}  # metric -> the file it was first read from
+    base: tuple[Path, str] | None = None  # the first file and its step column: the others' axis
     for p in paths:
         one = read_metrics(p, run)
+        if base is None:
+            base = (p, one.step_column)
+            merged.step_column = one.step_column
+        elif step_axis(one.step_column) != step_axis(base[1]):  # (Step from 0, global_step from 1)
+            raise ConfigError(
+                f"{p}: steps numbered by {one.step_column!r}, but {base[0]} by {base[1]!r}: two step "
+                "counters (W&B's Step or _step; a framework's train/global_step or rollout/step) that "
+                "need not start at the same number, so merging by step number could pair different "
+                "steps; export both with the same x-axis")
         for name, column in one.items():
             into = merged.setdefault(name, {})
             for step, value in column.items():
-                if into.get(step, value) != value:
-                    raise ConfigError(f"{p}: metric {name!r} at step {step}: {value:g}, but {origin[name]} "
-                                      f"gives {into[step]:g}: which to fit is unclear")
+                if into.get(step, value) != value:  # (repr: 8.6 and 8.600000000000001 told apart)
+                    raise ConfigError(f"{p}: metric {name!r} at step {step}: {value!r}, but {origin[name]} "
+                                      f"gives {into[step]!r}: which to fit is unclear")
                 into[step] = value
             origin.setdefault(name, p)
         merged.notes += one.notes
@@ -93,20 +118,37 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
         raise ConfigError(f"{where}: metrics file not found") from None
     except IsADirectoryError:
         raise ConfigError(f"{where}: a directory, not a metrics file") from None
-    name = p.name.lower()
-    if raw[:2] == b"\x1f\x8b":  # gzip's magic number: metrics.jsonl.gz, or a .csv that is gzipped
+    name = p.name.lower().removesuffix(".gz")  # the format: the suffix inside .gz
+    gzipped = raw[:2] == b"\x1f\x8b"  # gzip's magic number: metrics.jsonl.gz, or a .csv that is gzipped
+    notes = []
+    if gzipped:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as e:
             raise ConfigError(f"{where}: gzip-compressed, but it does not decompress ({e}): it is damaged "
                               "or cut short") from None
-        name = name.removesuffix(".gz")
+    elif name != p.name.lower():
+        notes.append(f"{where}: named .gz, but not gzip-compressed: read as plain text")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
+        plain = " named .gz, but not gzip-compressed, and" if notes else ""
+        raise ConfigError(f"{where}:{plain} not UTF-8 text (byte {e.start})") from None
     text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
     kind = FORMATS.get(Path(name).suffix)
+    if kind is None:
+        inner = " (gzip-compressed)" if gzipped else ""
+        suffix = Path(name).suffix
+        said = f"unknown metrics format {suffix!r}" if suffix else \
+            f"no format suffix{' inside .gz' if name != p.name.lower() else ''}"
+        raise ConfigError(f"{where}{inner}: {said} (known: {', '.join(FORMATS)}, each maybe gzip-compressed "
+                          "as .gz): name the file by its format, e.g. metrics.jsonl.gz")
+    read = _read_by_kind(kind, text, where, run)
+    read.notes[:0] = notes
+    return read
+
+
+def _read_by_kind(kind: str, text: str, where: str, run: str | None) -> Metrics:
     if kind == "csv":
         return _read_csv(text, where, run)
     if kind is not None and run is not None:
@@ -114,27 +156,28 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
         raise ConfigError(f"--run {run}: {where} is {shown}: --run applies to W&B export CSVs only")
     if kind == "json":
         return _read_jsonl(text, where)
-    if kind == "console":
-        return _read_console(text, where)
-    raise ConfigError(f"{where}: unknown metrics format {Path(name).suffix!r} (known: "
-                      f"{', '.join(FORMATS)}, each maybe gzip-compressed)")
+    return _read_console(text, where)
 
 
-# verl's LocalLogger line, after Ray's "(TaskRunner pid=1234) " and any ANSI colour codes
+# verl's LocalLogger line, after Ray's "(TaskRunner pid=1234) " and any ANSI colour codes, and
+# after bracketed prefixes a log collector adds ("[2025-01-01 10:00:00] ", "[rank0] ")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
-_CONSOLE = re.compile(r"^(?:\([^()]*\)\s+)?step:(\S+) - (.*)$")
+_CONSOLE = re.compile(r"^(?:\([^()]*\)\s+|\[[^\[\]]*\]\s*)*step:(\S+) - (.*)$")
 _NUMPY = re.compile(r"^np\.(?:float|int|uint)\d*\((.*)\)$")  # pprint.pformat of numpy 2's scalars
 
 
 def _read_console(text: str, where: str) -> Metrics:
     """verl's console logger: ``step:N - key:value - key:value``, a value as ``pprint.pformat``
-    writes a number (``1.5``, ``nan``, ``np.float64(1.5)``). A line of no such form is not read."""
+    writes a number (``1.5``, ``nan``, ``np.float64(1.5)``). A line of no such form is not read;
+    a file of none is an error."""
     out: dict[str, dict[int, float]] = {}
     repeated: set[int] = set()
+    found = False
     for n, line in enumerate(text.splitlines(), 1):
         m = _CONSOLE.match(_COLOUR.sub("", line).strip())
         if m is None:
             continue
+        found = True
         try:
             step = step_number(float(m[1]))
         except ValueError:
@@ -142,7 +185,7 @@ def _read_console(text: str, where: str) -> Metrics:
         if step is None:
             raise ConfigError(f"{where}: line {n}: 'step:{m[1]}' is not a step number (a whole number from 0 "
                               "to below 2**53)")
-        for item in m[2].split(" - "):
+        for item in _items(m[2]):
             key, colon, cell = item.rpartition(":")
             key = key.strip()
             if not colon or not key:
@@ -157,7 +200,37 @@ def _read_console(text: str, where: str) -> Metrics:
                 continue
             if math.isfinite(value):
                 _store(out, key, step, value, f"{where}: line {n}: metric {key!r}", repeated)
+    if not found:
+        raise ConfigError(f"{where}: no 'step:N - key:value' line (verl's console logger's form) in this log")
     return _metrics(out, where, repeated)
+
+
+def _items(body: str) -> list[str]:
+    """The ``key:value`` items of a console line, split at `` - ``, where a piece without ``:``
+    belongs to a neighbour: the rest of a quoted value (``pprint``'s ``'a - b'``) when the item
+    before opens a quote it does not close, else the start of the next item's key (a key holding
+    `` - ``: ``val-core/a - b/reward:0.5``), or, last on the line, the end of the item before."""
+    items: list[str] = []
+    pending: list[str] = []  # pieces without ':' waiting for the rest of their key
+    for piece in body.split(" - "):
+        if items and not pending and _open_quote(items[-1]):
+            items[-1] += " - " + piece
+        elif ":" in piece:
+            items.append(" - ".join([*pending, piece]))
+            pending = []
+        else:
+            pending.append(piece)
+    if pending and items:
+        items[-1] = " - ".join([items[-1], *pending])
+    elif pending:
+        items.append(" - ".join(pending))  # (no item at all: "is not key:value")
+    return items
+
+
+def _open_quote(item: str) -> bool:
+    """Whether the value of ``item`` (after its first ``:``) opens a quote it does not close."""
+    value = item.partition(":")[2].strip()
+    return value[:1] in ("'", '"') and (len(value) < 2 or not value.endswith(value[0]))
 
 
 def _read_jsonl(text: str, where: str) -> Metrics:
@@ -222,7 +295,7 @@ def _read_csv(text: str, where: str, run: str | None) -> Metrics:
                                   f"got {cell!r}") from None
             if math.isfinite(value):  # NaN or inf: not logged, as the JSONL reader skips them
                 _store(out, name, step, value, f"{where}: row {n}: column {header[col]!r}", repeated)
-    return _metrics(out, where, repeated)
+    return _metrics(out, where, repeated, header[step_cols[0]].strip())
 
 
 def _store(out: dict[str, dict[int, float]], name: str, step: int, value: float, at: str,
@@ -238,10 +311,12 @@ def _store(out: dict[str, dict[int, float]], name: str, step: int, value: float,
     column[step] = value
 
 
-def _metrics(out: dict[str, dict[int, float]], where: str, repeated: set[int]) -> Metrics:
+def _metrics(out: dict[str, dict[int, float]], where: str, repeated: set[int],
+             step_column: str = "step") -> Metrics:
     """The metrics read, with one note (for the file, not a step) when steps were logged again
-    with other values."""
-    return Metrics(out, notes=[repeated_note(where, len(repeated))] if repeated else [])
+    with other values; ``step_column``: the column the steps were read from."""
+    return Metrics(out, notes=[repeated_note(where, len(repeated))] if repeated else [],
+                   step_column=step_column)
 
 
 def _row_step(header: list[str], row: list[str], cols: list[int], optional: bool, at: str) -> int | None:
