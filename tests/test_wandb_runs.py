@@ -151,7 +151,7 @@ def test_an_unknown_run_lists_the_runs_found(tmp_path, command) -> None:
 def test_run_on_json_lines_is_an_error(tmp_path) -> None:
     verl = Path(__file__).resolve().parent / "fixtures" / "metrics" / "verl_metrics.jsonl"
     line = _one_error(_calibrate(verl, tmp_path / "out.json", FIRST))
-    assert line == (f"error: --run {FIRST}: {verl} is JSON lines (verl / OpenRLHF): --run applies "
+    assert line == (f"error: --run {FIRST}: {verl} is JSON lines (verl's file logger): --run applies "
                     "to W&B export CSVs only")
 
 
