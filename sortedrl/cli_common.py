@@ -23,13 +23,14 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from sortedrl import streams
 from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
 from sortedrl.terminal import prepare as prepare_terminal
-from sortedrl.traces.io import BUNDLED, bundled_help, read_trace, resolve_bundled
+from sortedrl.traces.io import BUNDLED, bundled_help, read_trace, resolve_bundled, trace_label
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import AGENTIC_PRESETS, PRESETS, preset_names, synthesize
 
@@ -306,19 +307,24 @@ def input_files(*paths: Path | str | None) -> list[Path]:
 
 
 def source_name(trace: Path | None, synthetic: str | None) -> str:
-    """What a default run directory calls the trace: the file's stem or the preset's name."""
-    return Path(trace).stem if trace is not None else str(synthetic)
+    """What a default run directory calls the trace: the file's stem or the preset's name; a
+    pipe's as the summary will (``trace_label``: its metadata's source, else stdin or pipe)."""
+    return Path(trace_label(trace)).stem if trace is not None else str(synthetic)
 
 
 def trace_source(trace: Path | None, synthetic: str | None) -> str:
     """What a run directory's marker records as the run's trace (``source``): a file as its
     resolved absolute path, the same however it was typed and never another file of the same
     name seen from another directory; a bundled trace (``math-16k``) and a synthetic preset as
-    they are; so is a pipe (``/dev/stdin``), not as its ``/proc/PID/fd/pipe:[N]``, new each run."""
+    they are; a pipe or FIFO (``/dev/stdin``, ``<(zcat run.jsonl.gz)``) by the hash of its bytes
+    (``pipe sha256:HEX``): its path is a descriptor's, the same for every trace piped in."""
     if trace is None:
         return str(synthetic)
     regular = Path(trace).parent != BUNDLED and Path(trace).is_file()  # (links followed)
-    return str(Path(trace).resolve()) if regular else str(trace)
+    if regular:
+        return str(Path(trace).resolve())
+    digest = streams.digest(trace)
+    return str(trace) if digest is None else f"pipe {digest}"
 
 
 def cluster_source(cluster: str) -> str:

@@ -14,12 +14,21 @@ FIFO given to two options, ``trace fit ff --drift-from ff``, was opened again an
 writer forever, and ``/dev/stdin`` twice read as an empty file.) The key is the input's device
 and inode, so ``/dev/stdin`` and ``/dev/fd/0`` are the same input. A regular file is never read
 here (``None``): its readers keep their own, faster, paths.
+
+Such an input is also named here. A descriptor's path (``<(...)`` is ``/dev/fd/63``) says
+nothing of what came through it, and the shell gives the same number to every such argument:
+:func:`label` names it by the trace's own metadata (``source``), else ``stdin`` or ``pipe``, for
+the summary's ``trace`` and a default run directory; :func:`digest` tells two of them apart by
+their bytes, for a run directory's marker (another trace piped in is a run with other options,
+the same bytes piped again a re-run).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
+from pathlib import PurePath
 
 _kept: dict[tuple[int, int], bytes] = {}
 
@@ -52,9 +61,34 @@ def take(path: str | os.PathLike[str]) -> bytes | None:
     return peek(path)
 
 
+def digest(path: str | os.PathLike[str]) -> str | None:
+    """``sha256:HEX`` of a read-once input's bytes (read and kept now); None for a regular file."""
+    data = peek(path)
+    return None if data is None else f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def is_descriptor(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names an open file by its number (``/dev/fd/63``, ``/proc/self/fd/0``)."""
+    p = PurePath(path)
+    return p.name.isdigit() and p.parent.name == "fd"
+
+
+def label(path: str | os.PathLike[str], source: object = None) -> str:
+    """What an input read from ``path`` is called: its file name (``t.jsonl``, a FIFO's own name,
+    ``stdin``); a descriptor's is the first word of the trace's own ``source`` (``run.jsonl``,
+    ``synth:math-16k``; of a path, its file name), else ``stdin`` for descriptor 0 and ``pipe`` for any other."""
+    if not is_descriptor(path):
+        return PurePath(path).name
+    words = source.split() if isinstance(source, str) else []
+    name = PurePath(words[0]).name if words else ""  # (a path's file name)
+    if name:
+        return name
+    return "stdin" if PurePath(path).name == "0" else "pipe"
+
+
 def _read(path: str | os.PathLike[str]) -> bytes:
     with open(path, "rb") as f:
         return f.read()
 
 
-__all__ = ["peek", "take"]
+__all__ = ["digest", "is_descriptor", "label", "peek", "take"]

@@ -9,6 +9,7 @@ Run: pytest tests/test_read_once_inputs.py
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -100,14 +101,56 @@ def test_simulate_reads_its_trace_from_a_fifo(tmp_path, small, request):
 
 
 def test_a_piped_trace_rerun_into_its_out_is_the_same_run(tmp_path, small):
-    """The marker records ``/dev/stdin`` as typed, not the ``/proc/PID/fd/pipe:[N]`` it resolves
-    to, new each run: the second run is a rerun, not another run's directory refused."""
+    """The marker records a piped trace by the hash of its bytes, not the
+    ``/proc/PID/fd/pipe:[N]`` it resolves to, new each run: the second run is a rerun, not
+    another run's directory refused."""
     for again in (False, True):
         code, out, err = _cli(["simulate", "--trace", "/dev/stdin", *CLUSTER, "--out", "p"], tmp_path,
                               small.read_bytes())
         assert (code, out.splitlines()[-1]) == (0, "wrote p/summary.json and p/timeline.npz"), err
         assert ("note: replacing the previous `sortedrl simulate` run in p" in err) == again
-        assert json.loads((tmp_path / "p" / ".sortedrl-run").read_text())["source"] == "/dev/stdin"
+        assert json.loads((tmp_path / "p" / ".sortedrl-run").read_text())["source"] == _hashed(small)
+
+
+def _hashed(path: Path) -> str:
+    return "pipe sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _shell(line: str, cwd: Path) -> tuple[int, str, str]:
+    """``line`` in bash, with ``S`` the sortedrl command (for ``<(cat t.jsonl)``)."""
+    r = subprocess.run(["bash", "-c", f"S() {{ {sys.executable} -m sortedrl.cli \"$@\"; }}; {line}"], cwd=cwd,
+                       capture_output=True, timeout=WAIT_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def test_a_process_substitution_is_named_by_its_metadata_and_told_apart_by_its_bytes(tmp_path):
+    """``--trace <(cat a.jsonl)`` is ``/dev/fd/63``, as is the next one: the run was named
+    ``runs/63-sync-...``, its summary's trace "63", and another trace piped in replaced it
+    silently. Now it is named by the trace's own source (else ``pipe``), and its marker holds
+    the hash of its bytes: another trace is a run with other options, the same one a re-run."""
+    for name, seed in (("a", 0), ("b", 1)):
+        write_trace(synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=seed), tmp_path / f"{name}.jsonl")
+    (tmp_path / "c.jsonl").write_text("".join((tmp_path / "a.jsonl").read_text().splitlines(True)[1:]))
+    run = tmp_path / "runs" / "synth_math-16k-sync-h100-llama3.1-8b-2gpu"
+    simulate = "S simulate --policy sync --cluster h100-llama3.1-8b-2gpu --trace"
+    code, out, err = _shell(f"{simulate} <(cat a.jsonl)", tmp_path)
+    assert (code, out.splitlines()[-1]) == (
+        0, f"wrote {run.relative_to(tmp_path)}/summary.json and {run.relative_to(tmp_path)}/timeline.npz"), err
+    first = (run / "summary.json").read_bytes()
+    assert json.loads(first)["trace"] == "synth:math-16k"
+    assert json.loads((run / ".sortedrl-run").read_text())["source"] == _hashed(tmp_path / "a.jsonl")
+    assert _shell(f"{simulate} <(cat b.jsonl)", tmp_path) == (
+        2, "", f"error: {run.relative_to(tmp_path)} holds a `sortedrl simulate` run with other options; "
+        "give --out DIR to keep both, or --force to replace it\n")
+    assert (run / "summary.json").read_bytes() == first
+    code, _, err = _shell(f"{simulate} <(cat a.jsonl)", tmp_path)
+    assert code == 0 and f"note: replacing the previous `sortedrl simulate` run in {run.relative_to(tmp_path)}\n" in err
+    assert (run / "summary.json").read_bytes() == first
+    code, _, err = _shell(f"{simulate} <(cat c.jsonl) --json", tmp_path)  # (no metadata line)
+    assert code == 0, err
+    headless = tmp_path / "runs" / "pipe-sync-h100-llama3.1-8b-2gpu"
+    assert json.loads((headless / "summary.json").read_text())["trace"] == "pipe"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [headless.name, run.name]
 
 
 def test_trace_fit_from_stdin_and_a_model_from_a_fifo(tmp_path, small, request):

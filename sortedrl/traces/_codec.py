@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from sortedrl import streams
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT64_MAX
 from sortedrl.traces.schema import COLUMNS, REQUIRED, Trace, TraceMeta
@@ -101,10 +102,11 @@ def build(
     meta = TraceMeta(
         max_response_len=given.get("max_response_len", inferred.get("max_response_len", 1)),
         group_size=given.get("group_size", inferred.get("group_size", 1)),
-        source=given.get("source", path.name),
+        source=given.get("source", streams.label(path)),
     )
     try:
-        return Trace.from_columns(columns, meta, where=where, rows=rows, name=path.name, owned=True)
+        return Trace.from_columns(columns, meta, where=where, rows=rows, owned=True,
+                                  name=streams.label(path, given.get("source")))
     except TraceError as e:
         if unit == "row":
             raise

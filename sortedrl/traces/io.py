@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from sortedrl import jsonio, streams
 from sortedrl.aside import aside
 from sortedrl.errors import TraceError
 from sortedrl.traces import _fast, _parquet, _text
-from sortedrl.traces._codec import pyarrow_modules
+from sortedrl.traces._codec import CSV_META_PREFIX, MAGIC, pyarrow_modules
 from sortedrl.traces.schema import Trace
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
@@ -190,6 +191,22 @@ def atomic_write(path: str | os.PathLike[str], emit: Callable[[str], None]) -> N
         raise
 
 
+def trace_label(path: str | os.PathLike[str]) -> str:
+    """What the trace at ``path`` is called before it is read (a default run directory's name):
+    as :func:`read_trace` will name it (:func:`sortedrl.streams.label`): a descriptor's
+    (``<(zcat run.jsonl.gz)``) by the ``source`` of its JSONL or CSV metadata line."""
+    if not streams.is_descriptor(path):
+        return streams.label(path)
+    data = streams.peek(path) or b""
+    first = data[:65536].removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0].decode("utf-8", "replace")
+    first = first.removeprefix(CSV_META_PREFIX)
+    try:
+        meta = json.loads(first)
+    except ValueError:
+        meta = None
+    return streams.label(path, meta.get("source") if isinstance(meta, dict) and MAGIC in meta else None)
+
+
 def _sniff(path: Path, data: bytes | None = None) -> str:
     """Guess the format of a file whose extension says nothing: Parquet, JSONL or CSV (from its
     first 4 KiB; ``data``: the file's bytes, when already read)."""
@@ -206,4 +223,4 @@ def _sniff(path: Path, data: bytes | None = None) -> str:
     return "jsonl" if stripped.startswith(b"{") else "csv"
 
 
-__all__ = ["FORMATS", "atomic_write", "read_trace", "write_trace"]
+__all__ = ["FORMATS", "atomic_write", "read_trace", "trace_label", "write_trace"]
