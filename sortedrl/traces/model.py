@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sortedrl import jsonio, streams
+from sortedrl import file_kinds, jsonio
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT32_MAX
 from sortedrl.traces import model_turns
@@ -90,20 +90,22 @@ SPREADS = ("sigma_between", "sigma_within", "prompt_sigma")
 # Largest spread (std of a log length): every length a trace holds (1 to 2**31, 21.5 log units)
 # lies within half of it, and no fit comes near it. 1e308 overflowed the draws (NaN lengths).
 MAX_SPREAD = 50.0
+_MODEL_KEY = b'"sortedrl_trace_model"'
+_MODEL_MAX = 1 << 20  # bytes: a model is a few hundred; a file over this is no model of ours
 
 
 def is_trace_model(path: Path) -> bool:
-    """Whether ``path`` holds a trace model (a JSON object with ``sortedrl_trace_model``). A pipe
-    or FIFO is read whole here and kept for the reader that follows (:mod:`sortedrl.streams`)."""
-    try:
-        head = streams.peek(path)
-        if head is None:
-            with open(path, "rb") as f:
-                head = f.read(200)
-    except OSError:
+    """Whether ``path`` holds a trace model: a JSON object with ``sortedrl_trace_model`` (first,
+    as ``trace fit`` writes it, or anywhere in a file that is one JSON object, its keys sorted
+    by ``jq -S``: :func:`sortedrl.file_kinds.json_document`). A pipe or FIFO is read whole here
+    and kept for the reader that follows (:mod:`sortedrl.streams`)."""
+    data = file_kinds.head(path, _MODEL_MAX + 1)
+    if data is None or _MODEL_KEY not in data:  # (a trace: the key is in no line of it)
         return False
-    head = head[:200]
-    return b'"sortedrl_trace_model"' in head
+    if _MODEL_KEY in data[:200]:
+        return True
+    doc = file_kinds.json_document(data, _MODEL_MAX)
+    return isinstance(doc, dict) and "sortedrl_trace_model" in doc
 
 
 def load_model(path: str | Path) -> TraceModel:
