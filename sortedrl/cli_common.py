@@ -25,7 +25,7 @@ from typer.core import TyperGroup
 
 from sortedrl import streams
 from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
-from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.errors import ConfigError, SortedRLError, TraceError
 from sortedrl.progress import Phases
 from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
@@ -317,9 +317,12 @@ def trace_source(trace: Path | None, synthetic: str | None) -> str:
     resolved absolute path, the same however it was typed and never another file of the same
     name seen from another directory; a bundled trace (``math-16k``) and a synthetic preset as
     they are; a pipe or FIFO (``/dev/stdin``, ``<(zcat run.jsonl.gz)``) by the hash of its bytes
-    (``pipe sha256:HEX``): its path is a descriptor's, the same for every trace piped in."""
+    (``pipe sha256:HEX``): its path is a descriptor's, the same for every trace piped in. A trace
+    that is not there is an error here, before the outputs are checked (it is what is wrong)."""
     if trace is None:
         return str(synthetic)
+    if not Path(trace).exists():
+        raise TraceError(f"{trace}: no such file")
     regular = Path(trace).parent != BUNDLED and Path(trace).is_file()  # (links followed)
     if regular:
         return str(Path(trace).resolve())

@@ -59,6 +59,7 @@ from sortedrl.outputs_commit import (
 )
 from sortedrl.run_marker import (
     MARKER,
+    differences,
     foreign_entry,
     interrupted_write,
     is_label,
@@ -261,7 +262,8 @@ class Outputs:
                                   f"--force to replace it, deleting them")
             if not same_options(previous, self.identity):  # (an explicit --out too: it held results of their own)
                 keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
-                raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options; {keep}, "
+                raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options "
+                                  f"({differences(previous, self.identity)}); {keep}, "
                                   f"or --force to replace it")
             note = f"note: replacing the previous `sortedrl {self.command}` run in {out}"
         locked = write_protected(real)  # replacing it removes every file in it

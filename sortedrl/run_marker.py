@@ -9,7 +9,8 @@ a folder someone browsed (``.DS_Store``, ``._*``, ``Thumbs.db``, ``desktop.ini``
 deleted with the run as before. A marker written before the list was recorded is read by the
 names each command writes (:data:`_LAYOUTS`). A trace or cluster file among the options is
 recorded by its resolved path; an older marker's path as typed is read from the current
-directory (:func:`same_options`). The work directories a command makes in a run directory it
+directory (:func:`same_options`); the knobs match in any order, and a run of other options is
+refused naming them (:func:`differences`). The work directories a command makes in a run directory it
 writes into (``.sortedrl-new-PID-*``, ``-old-PID-*``, ``-scratch-PID-*``, ``-probe-PID-*``:
 :mod:`sortedrl.outputs_commit`), left there by a command killed outright, count as the run's
 (:func:`is_work_entry`). Each is named with the process that made it (:func:`work_prefix`): one
@@ -45,6 +46,11 @@ WORK_PREFIX = ".sortedrl-"
 WORK_TAGS = ("new", "old", "scratch", "probe")
 _WORK_NAME = re.compile(r"\.sortedrl-(?:new|old|scratch|probe)-([0-9]+)-")  # (mkdtemp's part has no '-')
 _PATHS = ("source", "cluster")  # the options that may name a file: recorded by resolved path
+# the knobs, each set by its key: their order changes no output, a run's files byte for byte
+# (not --policy's: compare lists its policies in that order, tune its best per policy)
+_UNORDERED = ("sets", "params")
+_OPTIONS = {"source": "--trace", "policies": "--policy", "sets": "--set", "params": "--param"}  # (the others: --KEY)
+_HASH = re.compile(r"(sha256:[0-9a-f]{12})[0-9a-f]+")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
 
@@ -124,13 +130,49 @@ def same_options(marker: dict, current: dict) -> bool:
     ``cluster`` files match when they name, from the current directory, the files ``current``
     names by their resolved paths: a marker written before the paths were resolved holds them
     as they were typed, relative perhaps, and is the same run only if they still reach those
-    files (else it is a run with other options, replaced only with ``--force``)."""
+    files (else it is a run with other options, replaced only with ``--force``). The knobs
+    (``--set``, ``--param``) match in any order (:func:`_canonical`)."""
+    previous, current = _comparable(marker, current)
+    return previous == current
+
+
+def differences(marker: dict, current: dict) -> str:
+    """The options in which ``current`` differs from the run of ``marker``, each as
+    ``--seed: 1 then 2`` (the marker's value, then this command's), joined by ``; ``."""
+    previous, current = _comparable(marker, current)
+    return "; ".join(f"{_OPTIONS.get(key, '--' + key.replace('_', '-'))}: {_shown(previous.get(key))} "
+                     f"then {_shown(current.get(key))}"
+                     for key in sorted(previous.keys() | current.keys())
+                     if previous.get(key) != current.get(key))
+
+
+def _comparable(marker: dict, current: dict) -> tuple[dict, dict]:
     previous = identity(marker)
     for key in _PATHS:
         old, new = previous.get(key), current.get(key)
         if isinstance(old, str) and isinstance(new, str) and old != new and os.path.isfile(old):
             previous[key] = str(Path(old).resolve())
-    return previous == current
+    return _canonical(previous), _canonical(current)
+
+
+def _canonical(options: dict) -> dict:
+    """``options`` with the knobs of :data:`_UNORDERED` sorted: their order changes no output
+    (each is set by its key), unless a key is given twice (the last wins): then kept as given."""
+    out = dict(options)
+    for key in _UNORDERED:
+        given = out.get(key)
+        if isinstance(given, list) and all(isinstance(g, str) for g in given):
+            targets = ["".join(g.partition("=")[0].split()) for g in given]  # (LABEL.key, spaces aside)
+            if len(set(targets)) == len(targets):
+                out[key] = sorted(given)
+    return out
+
+
+def _shown(value: object) -> str:
+    """An option's value in a message: a list's items by spaces, a hash shortened."""
+    if isinstance(value, list):
+        return " ".join(map(_shown, value)) or "none"
+    return "none" if value is None else _HASH.sub(r"\1...", str(value))
 
 
 def listing(top: Path) -> list[str]:

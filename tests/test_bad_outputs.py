@@ -276,7 +276,8 @@ def test_default_run_directory_names_what_differs(ws):
     r = runner.invoke(app, [*SIM, "--set", "minibatches=2"])
     assert r.exit_code == 2
     assert r.stderr.strip() == ("error: runs/trace-sync-h100-llama3.1-8b holds a `sortedrl simulate` run "
-                                "with other options; give --out DIR to keep both, or --force to replace it")
+                                "with other options (--set: none then minibatches=2); give --out DIR to keep "
+                                "both, or --force to replace it")
 
 
 def _as_user(args: list[str]) -> list[str]:

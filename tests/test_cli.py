@@ -207,8 +207,8 @@ def test_a_previous_run_with_other_options_in_a_named_out_is_kept_without_force(
     before = {p: p.read_bytes() for p in out.iterdir() if p.is_file()}
     r = invoke("simulate", "--trace", LOGIC, "--policy", "partial", "--out", str(out))
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr == (f"error: {out} holds a `sortedrl simulate` run with other options; give another "
-                        "directory to keep both, or --force to replace it\n")
+    assert r.stderr == (f"error: {out} holds a `sortedrl simulate` run with other options (--policy: sync "
+                        "then partial); give another directory to keep both, or --force to replace it\n")
     assert {p: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     r = invoke("simulate", "--trace", LOGIC, "--policy", "partial", "--out", str(out), "--force")
     assert r.exit_code == 0 and not (out / "report.html").exists()

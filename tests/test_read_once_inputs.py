@@ -140,7 +140,8 @@ def test_a_process_substitution_is_named_by_its_metadata_and_told_apart_by_its_b
     assert json.loads(first)["trace"] == "synth:math-16k"
     assert json.loads((run / ".sortedrl-run").read_text())["source"] == _hashed(tmp_path / "a.jsonl")
     assert _shell(f"{simulate} <(cat b.jsonl)", tmp_path) == (
-        2, "", f"error: {run.relative_to(tmp_path)} holds a `sortedrl simulate` run with other options; "
+        2, "", f"error: {run.relative_to(tmp_path)} holds a `sortedrl simulate` run with other options "
+        f"(--trace: {_hashed(tmp_path / 'a.jsonl')[:24]}... then {_hashed(tmp_path / 'b.jsonl')[:24]}...); "
         "give --out DIR to keep both, or --force to replace it\n")
     assert (run / "summary.json").read_bytes() == first
     code, _, err = _shell(f"{simulate} <(cat a.jsonl)", tmp_path)

@@ -73,7 +73,8 @@ def test_another_file_of_the_same_name_is_another_run(two_dirs, monkeypatch, com
     monkeypatch.chdir(root / "b")
     r = invoke(command, "t.jsonl", out)
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr == (f"error: {out} holds a `sortedrl {command}` run with other options; give "
+    assert r.stderr == (f"error: {out} holds a `sortedrl {command}` run with other options (--trace: "
+                        f"{root / 'a' / 't.jsonl'} then {root / 'b' / 't.jsonl'}); give "
                         "another directory to keep both, or --force to replace it\n")
     assert source(out) == str(root / "a" / "t.jsonl")  # (left as it was)
 
@@ -89,12 +90,14 @@ def test_a_marker_of_the_path_as_typed_is_read_from_the_current_directory(two_di
     same = invoke("simulate", str(root / "a" / "t.jsonl"), out)
     assert same.exit_code == 0, same.output
     assert source(out) == str(root / "a" / "t.jsonl")  # (rewritten resolved)
-    refused = (f"error: {out} holds a `sortedrl simulate` run with other options; give another "
-               "directory to keep both, or --force to replace it\n")
-    for where in (root / "b", root):  # its t.jsonl is another file; there is none
+    # its t.jsonl is another file (named resolved); there is none (named as typed)
+    for where, previous in ((root / "b", root / "b" / "t.jsonl"), (root, "t.jsonl")):
         (out / MARKER).write_text(old)
         monkeypatch.chdir(where)
         r = invoke("simulate", str(root / "a" / "t.jsonl"), out)
+        refused = (f"error: {out} holds a `sortedrl simulate` run with other options (--trace: {previous} "
+                   f"then {root / 'a' / 't.jsonl'}); give another directory to keep both, or --force "
+                   "to replace it\n")
         assert (r.exit_code, r.stderr) == (2, refused), r.output
 
 
