@@ -41,3 +41,52 @@ def json_document(data: bytes | None, limit: int = MAX_DOCUMENT) -> object | Non
         return jsonio.loads(jsonio.text(data))
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
+
+
+# -- what a file is, when it is no trace --------------------------------------------------------
+
+_RUN_TRACE = "a `sortedrl run` directory's trace is its trace.jsonl"
+_KINDS = {  # what each file is, and where it goes
+    "profile": "a calibrated profile (`sortedrl calibrate`), not a trace; give it to --cluster",
+    "cluster": "a cluster file, not a trace; give it to --cluster",
+    "model": "a trace model (`sortedrl trace fit`), not a trace; give it to --trace-model",
+    "tune": "a `sortedrl tune` result (tune.json), not a trace; give it to `sortedrl export`, "
+            "or its directory to `sortedrl report`",
+    "compare": "a `sortedrl compare` result (compare.json), not a trace; give its directory to "
+               "`sortedrl report`",
+    "validate": "a `sortedrl validate` result (validate.json), not a trace",
+    "summary": f"a run's summary (summary.json), not a trace; give its directory to `sortedrl plot` ({_RUN_TRACE})",
+    "timeline": f"a run's timeline, not a trace; give it to `sortedrl plot` ({_RUN_TRACE})",
+}
+
+
+def not_a_trace(path: str | os.PathLike[str]) -> str | None:
+    """The error for a file of sortedrl's own given where a trace goes (``PATH: is a calibrated
+    profile, not a trace; give it to --cluster``), or None when it is none of them (what the
+    trace reader found wrong is then the error). For a reader's error path: it reads the file."""
+    kind = own_kind(head(path))
+    return None if kind is None else f"{path}: is {_KINDS[kind]}"
+
+
+def own_kind(data: bytes | None) -> str | None:
+    """Which of sortedrl's own files ``data`` (a file's bytes) is (a key of :data:`_KINDS`)."""
+    if data is None:
+        return None
+    if data.startswith(b"PK\x03\x04") and b"format.npy" in data[:64]:  # (timeline_file's first member)
+        return "timeline"
+    doc = json_document(data)
+    if doc is None:  # JSONL: a JSONL timeline opens with its meta record
+        first = json_document(data.split(b"\n", 1)[0])
+        return "timeline" if isinstance(first, dict) and first.get("kind") == "meta" else None
+    if isinstance(doc, list):
+        return "compare" if doc and all(isinstance(d, dict) and "label" in d and "makespan_s" in d
+                                        for d in doc) else None
+    if not isinstance(doc, dict):
+        return None
+    for kind, keys in (("profile", {"sortedrl_profile"}), ("model", {"sortedrl_trace_model"}),
+                       ("tune", {"trials", "best"}), ("validate", {"steps_compared", "real", "sim"}),
+                       ("summary", {"makespan_s", "samples_total"}), ("cluster", {"preset"}),
+                       ("cluster", {"gpus", "tp"})):
+        if keys <= doc.keys():
+            return kind
+    return None

@@ -1,9 +1,13 @@
 """A file of sortedrl's own given where another kind goes (an audit of commands chained
-together): a trace model re-saved with its keys sorted is still a trace model.
+together).
 
-A trace model was told from a trace by ``"sortedrl_trace_model"`` in its first 200 bytes, so
-``jq -S`` (the key then comes late) made it a JSONL trace whose first line, ``{``, was "bad
-JSON". Now the key is looked up in the parsed object when the file is one JSON document.
+- A trace model was told from a trace by ``"sortedrl_trace_model"`` in its first 200 bytes, so
+  ``jq -S`` (the key then comes late) made it a JSONL trace whose first line, ``{``, was "bad
+  JSON". Now the key is looked up in the parsed object when the file is one JSON document.
+- A profile, cluster file, trace model, ``tune.json``, ``compare.json``, ``validate.json``,
+  ``summary.json`` or timeline given where a trace goes was a malformed trace ("line 1: bad
+  JSON" of valid JSON, "unknown column '['", "not UTF-8 text"): it is said to be what it is,
+  and where it goes.
 
 Run: pytest tests/test_file_kinds.py
 """
@@ -11,14 +15,22 @@ Run: pytest tests/test_file_kinds.py
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from cli_helpers import fittable_trace, four_sample_trace, invoke_ok
+from cli_helpers import fittable_trace, four_sample_trace, invoke_ok, runner
 
+from sortedrl.cli import app
 from sortedrl.traces.model import is_trace_model
 
 CLUSTER = ["--cluster", "h100-llama3.1-8b-2gpu"]
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures"
+RUN_TRACE = "(a `sortedrl run` directory's trace is its trace.jsonl)"
 
 
 @pytest.fixture
@@ -48,3 +60,43 @@ def test_a_trace_naming_the_key_is_still_a_trace(tmp_path):
     trace = four_sample_trace(tmp_path / "t.jsonl", "x" * 300 + ' "sortedrl_trace_model"')
     assert not is_trace_model(trace)
     assert json.loads(invoke_ok(["trace", "stats", str(trace), "--json"]))["count"] == 4
+
+
+def test_sortedrls_own_files_where_a_trace_goes_are_named(tmp_path, model):
+    small = ["--synthetic", "math-16k", "--prompts", "4", "--group-size", "2", "--steps", "2", *CLUSTER]
+    invoke_ok(["compare", *small, "--policy", "on=sortedrl", "--policy", "sync", "--out", str(tmp_path / "C")])
+    invoke_ok(["tune", *small, "--policy", "sync", "--budget", "1", "--out", str(tmp_path / "T")])
+    shutil.copytree(FIX / "run-sync", tmp_path / "real")
+    invoke_ok(["validate", str(tmp_path / "real"), "--profile", str(FIX / "cpu-profile.json")])
+    (tmp_path / "cl.json").write_text('{"preset": "h100-llama3.1-8b-2gpu"}')
+    tune = "a `sortedrl tune` result (tune.json), not a trace; give it to `sortedrl export`, or its directory to `sortedrl report`"
+    summary = f"a run's summary (summary.json), not a trace; give its directory to `sortedrl plot` {RUN_TRACE}"
+    timeline = f"a run's timeline, not a trace; give it to `sortedrl plot` {RUN_TRACE}"
+    cases = {
+        FIX / "cpu-profile.json": "a calibrated profile (`sortedrl calibrate`), not a trace; give it to --cluster",
+        tmp_path / "cl.json": "a cluster file, not a trace; give it to --cluster",
+        model: "a trace model (`sortedrl trace fit`), not a trace; give it to --trace-model",
+        tmp_path / "T" / "tune.json": tune,
+        tmp_path / "C" / "compare.json": "a `sortedrl compare` result (compare.json), not a trace; give its "
+                                         "directory to `sortedrl report`",
+        tmp_path / "real" / "validate.json": "a `sortedrl validate` result (validate.json), not a trace",
+        tmp_path / "C" / "on" / "summary.json": summary,
+        tmp_path / "real" / "summary.json": summary,
+        tmp_path / "C" / "on" / "timeline.npz": timeline,
+        tmp_path / "real" / "timeline.jsonl": timeline,
+    }
+    for path, what in cases.items():
+        for command in (["trace", "stats", str(path)], ["trace", "fit", str(path), "--out", str(tmp_path / "f.json")]):
+            r = runner.invoke(app, command)
+            assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {path}: is {what}\n"), command
+    assert not (tmp_path / "f.json").exists()
+
+
+def test_simulate_names_a_profile_given_to_trace(tmp_path):
+    """In a real process, as typed (the profile read as a trace was "line 1: bad JSON")."""
+    r = subprocess.run([sys.executable, "-m", "sortedrl.cli", "simulate", "--trace", str(FIX / "cpu-profile.json"),
+                        "--policy", "sync", *CLUSTER, "--out", "s"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {FIX / 'cpu-profile.json'}: is a calibrated profile "
+                                                  "(`sortedrl calibrate`), not a trace; give it to --cluster\n")
+    assert not (tmp_path / "s").exists()

@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sortedrl import jsonio, streams
+from sortedrl import file_kinds, jsonio, streams
 from sortedrl.aside import aside
 from sortedrl.errors import TraceError
 from sortedrl.traces import _fast, _parquet, _text
@@ -82,9 +82,20 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
 
     Missing metadata is inferred: ``group_size = max(sample) + 1``,
     ``max_response_len = max(response_len)`` and ``source`` = the file name. A pipe or FIFO
-    (``<(zcat run.jsonl.gz)``, ``/dev/stdin``) is read once, whole, and parsed from memory.
+    (``<(zcat run.jsonl.gz)``, ``/dev/stdin``) is read once, whole, and parsed from memory. A
+    file of sortedrl's own that is no trace (a profile, a ``summary.json``, a timeline...) is
+    said to be what it is (:func:`sortedrl.file_kinds.not_a_trace`), not a malformed trace.
     """
-    p = Path(path)
+    try:
+        return _read(Path(path))
+    except TraceError:
+        what = file_kinds.not_a_trace(path)
+        if what is None:
+            raise
+        raise TraceError(what) from None
+
+
+def _read(p: Path) -> Trace:
     fmt = FORMATS.get(p.suffix.lower())
     data = None
     try:
