@@ -59,6 +59,7 @@ from sortedrl.outputs_commit import (
 )
 from sortedrl.run_marker import (
     MARKER,
+    compare_part,
     differences,
     foreign_entry,
     interrupted_write,
@@ -251,6 +252,11 @@ class Outputs:
             if moved is not None:
                 raise OutputError(f"{option} {out}: holds an interrupted sortedrl write; the previous run "
                                   f"is in {out}/{moved}: move its entries back into {out}, or --force to discard it")
+            owner = compare_part(real) if not previous else None
+            if owner is not None:
+                raise OutputError(f"{option} {out}: is the {real.name!r} run of the `sortedrl compare` run in "
+                                  f"{owner} (its compare.json holds it too); give another directory, or "
+                                  f"--force to replace it")
             if previous.get("command") != self.command:
                 what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
                 raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "

@@ -119,6 +119,19 @@ def read_marker(out: Path) -> dict:
     return raw if isinstance(raw, dict) and isinstance(raw.get("command"), str) else {}
 
 
+def compare_part(top: Path) -> Path | None:
+    """The ``sortedrl compare`` run directory that ``top`` is one policy's run of (``C`` for
+    ``C/on``: its marker lists ``on/``), or None. Such a directory holds no marker of its own."""
+    parent = Path(os.path.abspath(top)).parent
+    marker = read_marker(parent)
+    if marker.get("command") != "compare" or (Path(top) / MARKER).exists():
+        return None
+    written = marker.get("files")
+    name = Path(os.path.abspath(top)).name
+    listed = f"{name}/" in written if isinstance(written, list) else is_label(name) and os.path.isdir(top)
+    return Path(top).parent if listed else None
+
+
 def identity(marker: dict) -> dict:
     """The command and options of a marker (without the list of what it wrote)."""
     return {k: v for k, v in marker.items() if k != "files"}

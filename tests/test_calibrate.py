@@ -235,8 +235,8 @@ def test_validate_errors(tmp_path):
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["validate", str(sim)])
     assert r.exit_code == 2 and r.stderr == (f"error: {sim}: written by `sortedrl simulate`, not by `sortedrl "
-                                             "run`: validate replays a real run in the simulator (simulated "
-                                             "runs: `sortedrl compare`, `sortedrl report`)\n")
+                                             "run`: validate replays a real run in the simulator (a simulated "
+                                             f"one has no real run to compare with: draw it with `sortedrl plot {sim}`)\n")
 
 
 def test_dropped_attempts_come_from_the_real_timeline():

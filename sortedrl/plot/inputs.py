@@ -124,6 +124,20 @@ def load_compare(path: Path) -> list[dict]:
     return raw
 
 
+def check_compare_runs(root: Path, entries: list[dict]) -> None:
+    """Each policy's run directory of the compare in ``root`` holds the run its ``compare.json``
+    records (``entries``): one replaced since (``simulate --out C/on --force``) would be shown
+    with the old numbers beside its new timeline. A directory without a summary is not checked,
+    nor a field only one of the two has (a compare.json written before the field was)."""
+    for entry in entries:
+        path = root / str(entry["label"]) / "summary.json"
+        run = load_json(path) if path.is_file() else {}
+        if not isinstance(run, dict) or any(entry[k] != v for k, v in run.items() if k in entry and k != "label"):
+            raise PlotError(f"{path}: not the run {root / 'compare.json'} records for {entry['label']!r} "
+                            f"(replaced since?); re-run the compare, or draw that run alone with "
+                            f"`sortedrl plot {path.parent}`")
+
+
 def _finite(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and bool(np.isfinite(value))
 

@@ -32,6 +32,7 @@ from sortedrl.errors import SortedRLError
 from sortedrl.metrics import rank_rate
 from sortedrl.plot.inputs import (
     PlotError,
+    check_compare_runs,
     load_compare,
     load_timeline,
     load_tune,
@@ -103,7 +104,9 @@ def find_lengths(root: Path, labels: list[str]) -> tuple[np.ndarray, str] | None
 def bar_entries(root: Path) -> tuple[list[dict], str]:
     """Per-policy summaries for the bars, and what they are."""
     if (root / "compare.json").exists():
-        return load_compare(root / "compare.json"), f"{root / 'compare.json'}"
+        entries = load_compare(root / "compare.json")
+        check_compare_runs(root, entries)
+        return entries, f"{root / 'compare.json'}"
     tune = load_tune(root / "tune.json")
     trials = tune["trials"]
     per_policy, _ = tune_best(tune)

@@ -25,6 +25,7 @@ from sortedrl.cli_common import (
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, read_marker
 from sortedrl.progress import Phases
+from sortedrl.run_marker import compare_part
 from sortedrl.tables import PERCENT, Col, fmt, percent, render, terminal_width
 
 
@@ -259,11 +260,15 @@ def register(app: typer.Typer) -> None:
         if not rundir.is_dir():
             raise ConfigError(f"{rundir}: no such run directory" if not rundir.exists() else
                               f"{rundir}: not a directory (validate takes the directory of a `sortedrl run`)")
-        made_by = read_marker(rundir).get("command")
+        owner = compare_part(rundir)
+        made_by = "compare" if owner is not None else read_marker(rundir).get("command")
         if made_by and made_by != "run":
-            raise ConfigError(f"{rundir}: written by `sortedrl {made_by}`, not by `sortedrl run`: validate "
-                              "replays a real run in the simulator (simulated runs: `sortedrl compare`, "
-                              "`sortedrl report`)")
+            what = (f"one policy's run of the `sortedrl compare` in {owner}, not a `sortedrl run`"
+                    if owner is not None else f"written by `sortedrl {made_by}`, not by `sortedrl run`")
+            see = (f"draw it with `sortedrl plot {rundir}`" if made_by == "simulate" or owner is not None
+                   else f"report it with `sortedrl report {rundir}`")
+            raise ConfigError(f"{rundir}: {what}: validate replays a real run in "
+                              f"the simulator (a simulated one has no real run to compare with: {see})")
         profile = profile or rundir / "profile.json"
         if not profile.exists():
             raise ConfigError(f"--profile {profile}: not found (make one with `sortedrl calibrate`)")
