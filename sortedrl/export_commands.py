@@ -91,6 +91,8 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     from sortedrl.tune.space import as_sets, split_cluster
 
     path = Path(best)
+    if (path / "compare.json").is_file() and not (path / "tune.json").is_file():
+        raise ConfigError(_not_a_tune(path))
     if path.suffix != ".json" and not (path / "tune.json").is_file():
         if trial is not None:
             raise ConfigError("--trial needs a tune.json")
@@ -126,6 +128,20 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
                   _auto_params(match[0], where), _samples_total(match[0], where),
                   _infeasible(result, match[0], where))
+
+
+def _not_a_tune(path: Path) -> str:
+    """The error for a compare's directory given as BEST (it was "unknown policy 'C'"): how to
+    export one of its runs (by its policy's name and knobs), and which runs it holds."""
+    try:
+        entries = jsonio.read(path / "compare.json", ConfigError)
+    except ConfigError:
+        entries = []
+    runs = [f"{e['label']} ({e['policy']})" for e in entries if isinstance(e, dict)
+            and isinstance(e.get("label"), str) and isinstance(e.get("policy"), str)] if isinstance(entries, list) else []
+    return (f"{path}: a `sortedrl compare` directory, not a tune: export one of its runs by its policy's name "
+            f"and knobs (`sortedrl export FRAMEWORK NAME --set key=value`; the knobs are {path}/LABEL/"
+            "summary.json's 'params')" + (f"; its runs: {', '.join(runs)}" if runs else ""))
 
 
 def _infeasible(result: dict, trial: dict, where: str) -> str | None:

@@ -75,3 +75,11 @@ def test_report_refuses_a_run_replaced_since_the_compare(compared):
         2, "", "error: C/on/summary.json: not the run C/compare.json records for 'on' (replaced since?); "
                "re-run the compare, or draw that run alone with `sortedrl plot C/on`\n")
     assert not (c / "report.html").exists()
+
+
+def test_export_of_a_compare_directory_says_how_to_export_one_of_its_runs(compared):
+    """It was "unknown policy 'C'"."""
+    assert refused(["export", "verl", "C"]) == (
+        2, "", "error: C: a `sortedrl compare` directory, not a tune: export one of its runs by its policy's "
+               "name and knobs (`sortedrl export FRAMEWORK NAME --set key=value`; the knobs are "
+               "C/LABEL/summary.json's 'params'); its runs: on (sortedrl), sync (sync)\n")

@@ -100,3 +100,17 @@ def test_simulate_names_a_profile_given_to_trace(tmp_path):
     assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {FIX / 'cpu-profile.json'}: is a calibrated profile "
                                                   "(`sortedrl calibrate`), not a trace; give it to --cluster\n")
     assert not (tmp_path / "s").exists()
+
+
+def test_a_cluster_that_is_an_existing_file_or_directory_is_no_unknown_preset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fittable_trace(tmp_path / "t.jsonl")
+    (tmp_path / "d").mkdir()
+    run = ["simulate", "--trace", "t.jsonl", "--policy", "sync", "--out", "s", "--cluster"]
+    for cluster, error in (("d", "d: is a directory, not a cluster file or preset"),
+                           ("t.jsonl", 't.jsonl: not a cluster file (a cluster file or a profile is a .json '
+                                       'file: {"preset": NAME, ...}) nor a preset\'s name')):
+        r = runner.invoke(app, [*run, cluster])
+        assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {error}\n")
+    assert runner.invoke(app, [*run, "nope"]).stderr.startswith("error: unknown cluster preset 'nope': ")
+    assert not (tmp_path / "s").exists()

@@ -18,6 +18,7 @@ its constants, so ``from sortedrl.sim.cluster import Cluster, preset`` keeps wor
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 
@@ -87,9 +88,18 @@ def preset_names() -> list[str]:
 
 def load_cluster(spec: str) -> Cluster:
     """A preset name, a JSON file ``{"preset": NAME, field: value, ...}``, or a calibrated
-    profile written by ``sortedrl calibrate``."""
+    profile written by ``sortedrl calibrate``. A name that is no preset but an existing file
+    (not ``.json``) or a directory is said to be no cluster file (not an unknown preset)."""
     if not spec.endswith(".json"):
-        return preset(spec)
+        try:
+            return preset(spec)
+        except ConfigError:
+            if os.path.isdir(spec):
+                raise ConfigError(f"{spec}: is a directory, not a cluster file or preset") from None
+            if os.path.exists(spec):
+                raise ConfigError(f"{spec}: not a cluster file (a cluster file or a profile is a .json "
+                                  "file: {\"preset\": NAME, ...}) nor a preset's name") from None
+            raise
     path = Path(spec)
     raw = jsonio.read(spec, ConfigError, "cluster file not found")
     if not isinstance(raw, dict):
