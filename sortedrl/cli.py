@@ -34,19 +34,21 @@ from sortedrl.cli_common import (
     WORKERS,
     OneLineUsageErrors,
     Terminated,
-    cluster_source,
     end_cleanly_on_termination,
     err,
-    input_files,
-    load_input_trace,
     perfetto_writer,
     pin_malloc_threshold,
     print_notes,
     slug,
-    source_name,
     summary_text,
-    trace_source,
     user_errors,
+)
+from sortedrl.cli_inputs import (
+    cluster_source,
+    input_files,
+    load_input_trace,
+    source_name,
+    trace_source,
 )
 from sortedrl.compare import gpu_split
 from sortedrl.export_commands import register as register_export

@@ -14,7 +14,8 @@ from typing import Annotated
 import typer
 
 from sortedrl import jsonio
-from sortedrl.cli_common import err, synthesized, user_errors
+from sortedrl.cli_common import err, user_errors
+from sortedrl.cli_inputs import synthesized
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.outputs import Outputs
 from sortedrl.progress import Phases

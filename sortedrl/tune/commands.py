@@ -18,15 +18,17 @@ from sortedrl.cli_common import (
     STEPS,
     SYNTHETIC,
     TRACE,
-    cluster_source,
     err,
-    input_files,
-    load_input_trace,
     print_notes,
     slug,
+    user_errors,
+)
+from sortedrl.cli_inputs import (
+    cluster_source,
+    input_files,
+    load_input_trace,
     source_name,
     trace_source,
-    user_errors,
 )
 from sortedrl.compare import (
     STALE_NOTE,
