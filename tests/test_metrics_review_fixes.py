@@ -254,3 +254,14 @@ def test_the_files_after_each_flag_are_its_own_with_both_flags(tmp_path):
     assert raw["sources"] == [*map(str, bench), str(a), str(b)]
     assert [f["path"] for f in raw["fit"]["engine"]["files"]] == list(map(str, bench))
     assert values(raw["fit"]["trainer"]) == pytest.approx({"train_fix": 6.0, "train_per_token": 3e-5}, rel=1e-9)
+
+
+def test_a_file_of_no_token_count_points_to_trace(tmp_path):
+    # AReaL logs no token count: the error named slime's and OpenRLHF's metrics only, not --trace
+    out = tmp_path / "p.json"
+    code, lines = calibrate("--from-metrics", str(FIX / "areal_history.csv"), "--cluster", PRESET,
+                            "--out", str(out))
+    assert code == 2 and len(lines) == 1 and not out.exists()
+    assert lines[0].startswith(f"error: {FIX / 'areal_history.csv'}: no tokens per step: ")
+    assert ("or give --trace with the run's length trace, which holds each step's tokens (AReaL logs no "
+            "token count) (columns found: ") in lines[0]

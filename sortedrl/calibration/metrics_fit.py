@@ -285,8 +285,9 @@ def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[di
         raise ConfigError(
             f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or {' and '.join(TOKEN_RATE)} (slime), "
             f"or {ROLES['total_mean'][0]} "
-            f"(OpenRLHF) or {ROLES['prompt_mean'][0]} and {ROLES['response_mean'][0]} with --samples-per-step "
-            f"(columns found: {listing(sorted(metrics))})")
+            f"(OpenRLHF) or {ROLES['prompt_mean'][0]} and {ROLES['response_mean'][0]} with --samples-per-step, "
+            f"or give --trace with the run's length trace, which holds each step's tokens (AReaL logs no token "
+            f"count) (columns found: {listing(sorted(metrics))})")
     steps = set(prompt[1]) & set(resp[1])
     return ({s: samples_per_step * (prompt[1][s] + resp[1][s]) for s in steps},
             f"{samples_per_step} x ({prompt[0]} + {resp[0]})", True)
