@@ -87,11 +87,12 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     A tune.json may be hand-edited or come from someone else: every field read from it is
     checked, and a bad one is one error naming the file and the field."""
     from sortedrl.policies.base import parse_params
-    from sortedrl.policies.registry import builtin_class
+    from sortedrl.policies.registry import BUILTIN, builtin_class
     from sortedrl.tune.space import as_sets, split_cluster
 
     path = Path(best)
-    if (path / "compare.json").is_file() and not (path / "tune.json").is_file():
+    named = best in BUILTIN or ":" in best  # a policy's name wins over a directory of that name
+    if not named and (path / "compare.json").is_file() and not (path / "tune.json").is_file():
         raise ConfigError(_not_a_tune(path))
     if path.suffix != ".json" and not (path / "tune.json").is_file():
         if trial is not None:

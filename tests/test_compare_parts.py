@@ -83,3 +83,12 @@ def test_export_of_a_compare_directory_says_how_to_export_one_of_its_runs(compar
         2, "", "error: C: a `sortedrl compare` directory, not a tune: export one of its runs by its policy's "
                "name and knobs (`sortedrl export FRAMEWORK NAME --set key=value`; the knobs are "
                "C/LABEL/summary.json's 'params'); its runs: on (sortedrl), sync (sync)\n")
+
+
+def test_export_of_a_policy_name_wins_over_a_compare_directory_of_that_name(compared):
+    """``compare --out sync`` then ``export verl sync`` was refused as a compare directory; the
+    built-in policy's name wins (as it did before the compare check)."""
+    invoke_ok(["compare", *SMALL, "--policy", "on=sortedrl", "--policy", "sync", "--out", "sync"])
+    alone = runner.invoke(app, ["export", "verl", "sync"])
+    assert alone.exit_code == 0, alone.stderr
+    assert alone.stdout.startswith("# verl: sync ")
