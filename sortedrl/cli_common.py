@@ -237,8 +237,9 @@ def given_options(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
 
 
 def slug(text: str) -> str:
-    """``text`` as one safe file name (what default run directories are called)."""
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("._") or "run"
+    """``text`` as one safe file name (what default run directories are called): never empty
+    and never starting with '.' or '-' (a hidden directory, or one read as an option)."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("._-") or "run"
 
 
 def perfetto_writer(timeline) -> Callable[[Path], None]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sortedrl import streams
-from sortedrl.cli_common import get_current_context
+from sortedrl.cli_common import get_current_context, slug
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.traces.io import BUNDLED, read_trace, trace_label
 from sortedrl.traces.schema import Trace
@@ -88,10 +88,16 @@ def input_files(*paths: Path | str | None) -> list[Path]:
     return [Path(p) for p in paths if p is not None and Path(p).exists()]
 
 
+SOURCE_CHARS = 64  # the most of a default run directory's name that the trace's name takes
+
+
 def source_name(trace: Path | None, synthetic: str | None) -> str:
     """What a default run directory calls the trace: the file's stem or the preset's name; a
-    pipe's as the summary will (``trace_label``: its metadata's source, else stdin or pipe)."""
-    return Path(trace_label(trace)).stem if trace is not None else str(synthetic)
+    pipe's as the summary will (``trace_label``: its metadata's source, else stdin or pipe).
+    At most :data:`SOURCE_CHARS` characters, as a file name (:func:`slug`), a file's as a
+    pipe's: a metadata source of 300 characters made a name too long for the filesystem."""
+    name = Path(trace_label(trace)).stem if trace is not None else str(synthetic)
+    return slug(name)[:SOURCE_CHARS].rstrip("._-")
 
 
 def trace_source(trace: Path | None, synthetic: str | None) -> str:

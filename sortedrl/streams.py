@@ -81,7 +81,7 @@ def label(path: str | os.PathLike[str], source: object = None) -> str:
         return PurePath(path).name
     words = source.split() if isinstance(source, str) else []
     name = PurePath(words[0]).name if words else ""  # (a path's file name)
-    if name:
+    if name.strip("."):  # (not '..' of a source "../")
         return name
     return "stdin" if PurePath(path).name == "0" else "pipe"
 

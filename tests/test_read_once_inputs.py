@@ -220,3 +220,28 @@ def test_an_empty_or_compressed_pipe_is_one_error_line(tmp_path):
         2, "", "error: /dev/stdin: empty file\n")
     assert _cli(["trace", "stats", "/dev/stdin"], tmp_path, b"\x1f\x8b\x08\x00") == (
         2, "", "error: /dev/stdin: not UTF-8 text (byte 1)\n")
+
+
+def _sourced(path: Path, source: str) -> Path:
+    """``path``, a small trace whose metadata line's ``source`` is ``source``."""
+    write_trace(synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=0), path)
+    lines = path.read_text().splitlines(True)
+    path.write_text(json.dumps({**json.loads(lines[0]), "source": source}) + "\n" + "".join(lines[1:]))
+    return path
+
+
+def test_a_piped_traces_default_run_directory_is_a_bounded_safe_name(tmp_path):
+    """A metadata source of 300 characters made ``runs/xxx...-sync-...``: "File name too long";
+    a source ``../`` made ``runs/-sync-...`` (read as an option). The trace's part of the name
+    is at most 64 characters and never starts with '-' or '.' (a file's stem as a pipe's)."""
+    _sourced(tmp_path / "long.jsonl", "x" * 300)
+    _sourced(tmp_path / "up.jsonl", "../")
+    simulate = "S simulate --policy sync --cluster h100-llama3.1-8b-2gpu --trace"
+    for trace, name in (("long", "x" * 64), ("up", "pipe")):
+        code, out, err = _shell(f"{simulate} <(cat {trace}.jsonl)", tmp_path)
+        run = f"runs/{name}-sync-h100-llama3.1-8b-2gpu"
+        assert (code, out.splitlines()[-1]) == (0, f"wrote {run}/summary.json and {run}/timeline.npz"), err
+    (tmp_path / "-..jsonl").write_bytes((tmp_path / "up.jsonl").read_bytes())
+    code, out, err = _shell(f"{simulate} ./-..jsonl", tmp_path)
+    run = "runs/run-sync-h100-llama3.1-8b-2gpu"  # (a stem with no name in it)
+    assert (code, out.splitlines()[-1]) == (0, f"wrote {run}/summary.json and {run}/timeline.npz"), err
