@@ -56,7 +56,7 @@ _KINDS = {  # what each file is, and where it goes
                "`sortedrl report`",
     "validate": "a `sortedrl validate` result (validate.json), not a trace",
     "summary": f"a run's summary (summary.json), not a trace; give its directory to `sortedrl plot` ({_RUN_TRACE})",
-    "timeline": f"a run's timeline, not a trace; give it to `sortedrl plot` ({_RUN_TRACE})",
+    "timeline": f"a run's timeline, not a trace; give its directory to `sortedrl plot` ({_RUN_TRACE})",
 }
 
 

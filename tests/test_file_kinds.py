@@ -71,7 +71,7 @@ def test_sortedrls_own_files_where_a_trace_goes_are_named(tmp_path, model):
     (tmp_path / "cl.json").write_text('{"preset": "h100-llama3.1-8b-2gpu"}')
     tune = "a `sortedrl tune` result (tune.json), not a trace; give it to `sortedrl export`, or its directory to `sortedrl report`"
     summary = f"a run's summary (summary.json), not a trace; give its directory to `sortedrl plot` {RUN_TRACE}"
-    timeline = f"a run's timeline, not a trace; give it to `sortedrl plot` {RUN_TRACE}"
+    timeline = f"a run's timeline, not a trace; give its directory to `sortedrl plot` {RUN_TRACE}"
     cases = {
         FIX / "cpu-profile.json": "a calibrated profile (`sortedrl calibrate`), not a trace; give it to --cluster",
         tmp_path / "cl.json": "a cluster file, not a trace; give it to --cluster",
@@ -90,6 +90,9 @@ def test_sortedrls_own_files_where_a_trace_goes_are_named(tmp_path, model):
             r = runner.invoke(app, command)
             assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {path}: is {what}\n"), command
     assert not (tmp_path / "f.json").exists()
+    for run in (tmp_path / "C" / "on", tmp_path / "real"):  # (the timeline itself is "not a run directory")
+        invoke_ok(["plot", str(run)])
+        assert (run / "timeline.html").is_file()
 
 
 def test_simulate_names_a_profile_given_to_trace(tmp_path):
