@@ -68,8 +68,36 @@ def not_a_trace(path: str | os.PathLike[str]) -> str | None:
     return None if kind is None else f"{path}: is {_KINDS[kind]}"
 
 
+# a trace row's columns (traces.schema.REQUIRED but truncated, which a row may lack and still be
+# one; sortedrl_trace: a trace's metadata line): an object holding one is a trace's, never ours
+_TRACE_KEYS = frozenset({"prompt_id", "sample", "prompt_len", "response_len", "sortedrl_trace"})
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+# what each of our JSON documents holds: keys, and a check of their values (a one-line JSONL
+# trace holding ``gpus`` and ``tp``, or ``makespan_s`` and ``samples_total``, is still a trace)
+_DOCUMENTS = (
+    ("profile", lambda d: "sortedrl_profile" in d),
+    ("model", lambda d: "sortedrl_trace_model" in d),
+    ("tune", lambda d: isinstance(d.get("trials"), list) and "best" in d),
+    ("validate", lambda d: {"steps_compared", "real", "sim"} <= d.keys()),
+    ("summary", lambda d: _number(d.get("makespan_s")) and _count(d.get("samples_total"))),
+    ("cluster", lambda d: isinstance(d.get("preset"), str)),
+    ("cluster", lambda d: _count(d.get("gpus")) and _count(d.get("tp"))),
+)
+
+
 def own_kind(data: bytes | None) -> str | None:
-    """Which of sortedrl's own files ``data`` (a file's bytes) is (a key of :data:`_KINDS`)."""
+    """Which of sortedrl's own files ``data`` (a file's bytes) is (a key of :data:`_KINDS`). An
+    object holding a trace's column is a trace's row (a one-line JSONL trace is one JSON
+    document): none of ours, so the trace reader's own error is the error."""
     if data is None:
         return None
     if data.startswith(b"PK\x03\x04") and b"format.npy" in data[:64]:  # (timeline_file's first member)
@@ -77,16 +105,14 @@ def own_kind(data: bytes | None) -> str | None:
     doc = json_document(data)
     if doc is None:  # JSONL: a JSONL timeline opens with its meta record
         first = json_document(data.split(b"\n", 1)[0])
-        return "timeline" if isinstance(first, dict) and first.get("kind") == "meta" else None
+        return "timeline" if isinstance(first, dict) and first.get("kind") == "meta" and not _row(first) else None
     if isinstance(doc, list):
         return "compare" if doc and all(isinstance(d, dict) and "label" in d and "makespan_s" in d
-                                        for d in doc) else None
-    if not isinstance(doc, dict):
+                                        and not _row(d) for d in doc) else None
+    if not isinstance(doc, dict) or _row(doc):
         return None
-    for kind, keys in (("profile", {"sortedrl_profile"}), ("model", {"sortedrl_trace_model"}),
-                       ("tune", {"trials", "best"}), ("validate", {"steps_compared", "real", "sim"}),
-                       ("summary", {"makespan_s", "samples_total"}), ("cluster", {"preset"}),
-                       ("cluster", {"gpus", "tp"})):
-        if keys <= doc.keys():
-            return kind
-    return None
+    return next((kind for kind, holds in _DOCUMENTS if holds(doc)), None)
+
+
+def _row(obj: dict) -> bool:
+    return not _TRACE_KEYS.isdisjoint(obj)

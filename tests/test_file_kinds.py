@@ -117,3 +117,24 @@ def test_a_cluster_that_is_an_existing_file_or_directory_is_no_unknown_preset(tm
         assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {error}\n")
     assert runner.invoke(app, [*run, "nope"]).stderr.startswith("error: unknown cluster preset 'nope': ")
     assert not (tmp_path / "s").exists()
+
+
+ROW = '"prompt_id": "p", "sample": 0, "prompt_len": 3, "response_len": 4'
+KNOWN = "(known: prompt_id, sample, prompt_len, response_len, truncated, step, reward, finish_reason, turns)"
+
+
+@pytest.mark.parametrize(("extra", "error"), [
+    ("", "missing required column 'truncated'"),
+    (', "preset": "x"', f"line 1: unknown column 'preset' {KNOWN}"),
+    (', "gpus": 1, "tp": 1', f"line 1: unknown column 'gpus' {KNOWN}"),
+    (', "makespan_s": 1.0, "samples_total": 1', f"line 1: unknown column 'makespan_s' {KNOWN}"),
+    (', "kind": "meta"', f"line 1: unknown column 'kind' {KNOWN}"),
+])
+def test_a_one_line_trace_is_a_trace_whatever_else_it_holds(tmp_path, extra, error):
+    """A one-line JSONL trace is one JSON document: holding ``preset`` it was "a cluster file,
+    not a trace", hiding what is wrong with it. An object holding a trace's columns is a row."""
+    path = tmp_path / "one.jsonl"
+    for lines in (1, 2):  # (two: JSONL, its first line read as a timeline's meta record)
+        path.write_text(("{" + ROW + extra + "}\n") * lines)
+        r = runner.invoke(app, ["trace", "stats", str(path)])
+        assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {path}: {error}\n")
