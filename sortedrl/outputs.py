@@ -69,6 +69,7 @@ from sortedrl.run_marker import (
     listing,
     read_marker,
     same_options,
+    unrecorded_pipe,
     work_prefix,
 )
 from sortedrl.scratch import noted_tempdir
@@ -268,6 +269,10 @@ class Outputs:
                                   f"--force to replace it, deleting them")
             if not same_options(previous, self.identity):  # (an explicit --out too: it held results of their own)
                 keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
+                if unrecorded_pipe(previous, self.identity):
+                    raise OutputError(f"{out} holds a `sortedrl {self.command}` run whose piped trace was recorded "
+                                      f"without its content (by an older sortedrl), so it cannot be told from this "
+                                      f"one; give --force to replace it, or {keep.removeprefix('give ')}")
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options "
                                   f"({differences(previous, self.identity)}); {keep}, "
                                   f"or --force to replace it")

@@ -26,7 +26,10 @@ import json
 import os
 import posixpath
 import re
+import stat
 from pathlib import Path
+
+from sortedrl import streams
 
 MARKER = ".sortedrl-run"
 _TIMELINES = ("timeline.npz", "timeline.jsonl")  # timeline_file.NAMES (a test keeps them equal)
@@ -157,6 +160,20 @@ def differences(marker: dict, current: dict) -> str:
                      f"then {_shown(current.get(key))}"
                      for key in sorted(previous.keys() | current.keys())
                      if previous.get(key) != current.get(key))
+
+
+def unrecorded_pipe(marker: dict, current: dict) -> bool:
+    """Whether ``marker``'s trace is a pipe recorded by its path (``/dev/fd/63``, ``/dev/stdin``,
+    a FIFO: an older sortedrl, before the hash of its bytes) and ``current``'s a pipe too, all
+    else the same: whether it was this trace cannot be told (the refusal says so)."""
+    old, new = marker.get("source"), current.get("source")
+    if not (isinstance(old, str) and isinstance(new, str) and new.startswith("pipe sha256:")):
+        return False
+    try:
+        fifo = stat.S_ISFIFO(os.stat(old).st_mode) if not streams.is_descriptor(old) else False
+    except (OSError, ValueError):
+        fifo = False
+    return (streams.is_descriptor(old) or old == "/dev/stdin" or fifo) and same_options({**marker, "source": new}, current)
 
 
 def _comparable(marker: dict, current: dict) -> tuple[dict, dict]:

@@ -245,3 +245,24 @@ def test_a_piped_traces_default_run_directory_is_a_bounded_safe_name(tmp_path):
     code, out, err = _shell(f"{simulate} ./-..jsonl", tmp_path)
     run = "runs/run-sync-h100-llama3.1-8b-2gpu"  # (a stem with no name in it)
     assert (code, out.splitlines()[-1]) == (0, f"wrote {run}/summary.json and {run}/timeline.npz"), err
+
+
+def test_a_pipe_recorded_by_an_older_sortedrl_is_refused_saying_why(tmp_path):
+    """A marker written before a pipe was recorded by its bytes holds ``/dev/fd/63``: the same
+    command was refused as a run with other options ("--trace: /dev/fd/63 then pipe
+    sha256:..."). It is still refused (the old trace cannot be checked), saying why."""
+    write_trace(synthesize("math-16k", prompts=8, group_size=2, steps=2, seed=0), tmp_path / "a.jsonl")
+    simulate = "S simulate --policy sync --cluster h100-llama3.1-8b-2gpu --out p --trace"
+    assert _shell(f"{simulate} <(cat a.jsonl)", tmp_path)[0] == 0
+    marker = tmp_path / "p" / ".sortedrl-run"
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "source": "/dev/fd/63"}))
+    assert _shell(f"{simulate} <(cat a.jsonl)", tmp_path) == (
+        2, "", "error: p holds a `sortedrl simulate` run whose piped trace was recorded without its content "
+        "(by an older sortedrl), so it cannot be told from this one; give --force to replace it, or another "
+        "directory to keep both\n")
+    code, _, err = _shell(f"{simulate} <(cat a.jsonl) --seed 1", tmp_path)  # (another option too: named)
+    assert (code, err.splitlines()[-1]) == (2, (
+        "error: p holds a `sortedrl simulate` run with other options (--seed: 0 then 1; --trace: /dev/fd/63 "
+        f"then {_hashed(tmp_path / 'a.jsonl')[:24]}...); give another directory to keep both, or --force to replace it"))
+    code, _, err = _shell(f"{simulate} <(cat a.jsonl) --force", tmp_path)
+    assert code == 0 and "note: replacing p (--force)" in err
