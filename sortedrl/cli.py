@@ -48,6 +48,7 @@ from sortedrl.cli_inputs import (
     input_files,
     load_input_trace,
     source_name,
+    source_names,
     trace_source,
 )
 from sortedrl.compare import gpu_split
@@ -142,7 +143,8 @@ def simulate(
     run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),
                            identity=dict(source=trace_source(trace, synthetic), policy=policy, sets=sets,
                                          cluster=cluster_source(cluster), seed=seed, prompts=prompts,
-                                         group_size=group_size, steps=steps, regen=regen))
+                                         group_size=group_size, steps=steps, regen=regen),
+                           names=source_names(trace, synthetic))
     perfetto = outs.file(perfetto, "--perfetto")
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")
@@ -216,7 +218,8 @@ def compare(
     run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")),
                            identity=dict(source=trace_source(trace, synthetic), policies=policies, sets=sets,
                                          cluster=cluster_source(cluster), seed=seed, prompts=prompts,
-                                         group_size=group_size, steps=steps, regen=regen))
+                                         group_size=group_size, steps=steps, regen=regen),
+                           names=source_names(trace, synthetic))
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")
         tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)

@@ -118,6 +118,20 @@ def trace_source(trace: Path | None, synthetic: str | None) -> str:
     return str(trace) if digest is None else f"pipe {digest}"
 
 
+def source_names(trace: Path | None, synthetic: str | None) -> dict[str, str | None]:
+    """How a re-run's refusal names the options (:func:`sortedrl.run_marker.differences`): the
+    trace's as this command was given it (``--synthetic``, ``--trace-model``, ``--trace``), and
+    None for a shape option with no effect on this run (a trace file's ``--steps``, which only
+    its default was: check_no_shape_options refuses one typed)."""
+    if trace is None:
+        return {"source": "--synthetic"}
+    from sortedrl.traces.model import is_trace_model
+
+    if is_trace_model(trace):
+        return {"source": "--trace-model", "group_size": None}
+    return {"source": "--trace", "prompts": None, "group_size": None, "steps": None}
+
+
 def cluster_source(cluster: str) -> str:
     """What a marker records as the run's ``--cluster``: a file (``.json``: a cluster file or a
     profile) as its resolved absolute path, as :func:`trace_source` a trace; a preset as named."""

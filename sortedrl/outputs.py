@@ -128,15 +128,17 @@ class Outputs:
         self.work: set[Path] = set()  # the scratch directories in use inside a directory written into
         self.notes: list[str] = []
         self.identity: dict = {}
+        self.names: dict[str, str | None] | None = None  # (run_dir's: how a refusal names the options)
 
     # -- checks, before any work -----------------------------------------------------------------
 
     def run_dir(self, path: Path | None, default: Path, identity: dict | None = None,
-                option: str = "--out") -> Path:
-        """Check a run directory (``path``, or ``default`` when the user gave none)."""
+                option: str = "--out", names: dict[str, str | None] | None = None) -> Path:
+        """Check a run directory (``path``, or ``default`` when the user gave none; ``names``: :func:`differences`'s)."""
         given = path is not None
         out = Path(path if given else default)
         self.identity = {"command": self.command, **(identity or {})}
+        self.names = names
         real = _abs(out)
         into = real.is_dir() and not real.is_symlink()  # (written into: its parent is not written)
         self._check_place(out, option, parent=not into)
@@ -269,12 +271,10 @@ class Outputs:
                                   f"--force to replace it, deleting them")
             if not same_options(previous, self.identity):  # (an explicit --out too: it held results of their own)
                 keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
-                if unrecorded_pipe(previous, self.identity):
-                    raise OutputError(f"{out} holds a `sortedrl {self.command}` run whose piped trace was recorded "
-                                      f"without its content (by an older sortedrl), so it cannot be told from this "
-                                      f"one; give --force to replace it, or {keep.removeprefix('give ')}")
+                if (why := unrecorded_pipe(previous, self.identity)) is not None:
+                    raise OutputError(f"{out} holds a `sortedrl {self.command}` run {why}; give --force to replace it, or {keep[5:]}")
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options "
-                                  f"({differences(previous, self.identity)}); {keep}, "
+                                  f"({differences(previous, self.identity, self.names)}); {keep}, "
                                   f"or --force to replace it")
             note = f"note: replacing the previous `sortedrl {self.command}` run in {out}"
         locked = write_protected(real)  # replacing it removes every file in it

@@ -152,28 +152,35 @@ def same_options(marker: dict, current: dict) -> bool:
     return previous == current
 
 
-def differences(marker: dict, current: dict) -> str:
+def differences(marker: dict, current: dict, names: dict[str, str | None] | None = None) -> str:
     """The options in which ``current`` differs from the run of ``marker``, each as
-    ``--seed: 1 then 2`` (the marker's value, then this command's), joined by ``; ``."""
+    ``--seed: 1 then 2`` (the marker's value, then this command's), joined by ``; ``. ``names``:
+    an identity key's option as this command was given it (``source``: ``--synthetic``), None
+    for one with no effect on this run (a trace file's ``steps``: not typed, only its default),
+    named only when nothing else differs."""
     previous, current = _comparable(marker, current)
-    return "; ".join(f"{_OPTIONS.get(key, '--' + key.replace('_', '-'))}: {_shown(previous.get(key))} "
-                     f"then {_shown(current.get(key))}"
-                     for key in sorted(previous.keys() | current.keys())
-                     if previous.get(key) != current.get(key))
+    names = {**_OPTIONS, **(names or {})}
+    differing = [key for key in sorted(previous.keys() | current.keys()) if previous.get(key) != current.get(key)]
+    named = [key for key in differing if names.get(key, "") is not None] or differing
+    return "; ".join(f"{names.get(key) or '--' + key.replace('_', '-')}: {_shown(previous.get(key))} "
+                     f"then {_shown(current.get(key))}" for key in named)
 
 
-def unrecorded_pipe(marker: dict, current: dict) -> bool:
-    """Whether ``marker``'s trace is a pipe recorded by its path (``/dev/fd/63``, ``/dev/stdin``,
-    a FIFO: an older sortedrl, before the hash of its bytes) and ``current``'s a pipe too, all
-    else the same: whether it was this trace cannot be told (the refusal says so)."""
+def unrecorded_pipe(marker: dict, current: dict) -> str | None:
+    """Why the run of ``marker`` cannot be told from ``current``'s when its trace is a pipe
+    recorded by its path (``/dev/fd/63``, ``/dev/stdin``, a FIFO: an older sortedrl, before the
+    hash of its bytes) and ``current``'s a pipe too, all else the same; None otherwise."""
     old, new = marker.get("source"), current.get("source")
     if not (isinstance(old, str) and isinstance(new, str) and new.startswith("pipe sha256:")):
-        return False
+        return None
     try:
         fifo = stat.S_ISFIFO(os.stat(old).st_mode) if not streams.is_descriptor(old) else False
     except (OSError, ValueError):
         fifo = False
-    return (streams.is_descriptor(old) or old == "/dev/stdin" or fifo) and same_options({**marker, "source": new}, current)
+    if (streams.is_descriptor(old) or old == "/dev/stdin" or fifo) and same_options({**marker, "source": new}, current):
+        return ("whose piped trace was recorded without its content (by an older sortedrl), so it cannot be "
+                "told from this one")
+    return None
 
 
 def _comparable(marker: dict, current: dict) -> tuple[dict, dict]:

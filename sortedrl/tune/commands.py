@@ -28,6 +28,7 @@ from sortedrl.cli_inputs import (
     input_files,
     load_input_trace,
     source_name,
+    source_names,
     trace_source,
 )
 from sortedrl.compare import (
@@ -99,7 +100,8 @@ def register(app: typer.Typer) -> None:
                                identity=dict(source=trace_source(trace, synthetic), policies=policies, params=params,
                                              objective=objective, max_staleness=max_staleness, budget=budget,
                                              cluster=cluster_source(cluster), seed=seed, prompts=prompts,
-                                             group_size=group_size, steps=steps, regen=regen))
+                                             group_size=group_size, steps=steps, regen=regen),
+                               names=source_names(trace, synthetic))
         with Phases(err) as progress:
             progress.phase(f"reading {trace or synthetic}")
             tr = load_input_trace(trace, synthetic, prompts, group_size, steps, seed)
