@@ -249,6 +249,8 @@ def _first_foreign(folder: Path, prefix: str, files: set[str], dirs: set[str]) -
         rel = prefix + e.name
         if rel == MARKER or (not prefix and e.is_dir(follow_symlinks=False) and is_work_entry(e.name)):
             continue
+        if prefix and e.name == MARKER and e.is_file(follow_symlinks=False):
+            continue  # a run sortedrl wrote into one of this run's directories (simulate --out C/on --force)
         if e.is_dir(follow_symlinks=False):
             if rel not in dirs:
                 return rel + "/"

@@ -92,3 +92,14 @@ def test_export_of_a_policy_name_wins_over_a_compare_directory_of_that_name(comp
     alone = runner.invoke(app, ["export", "verl", "sync"])
     assert alone.exit_code == 0, alone.stderr
     assert alone.stdout.startswith("# verl: sync ")
+
+
+def test_the_compare_re_run_after_a_run_was_replaced_in_it(compared):
+    """``report C`` says to re-run the compare after ``simulate --out C/on --force``; the re-run
+    was refused, naming the replaced run's own marker as a file sortedrl did not write."""
+    c, _ = compared
+    before = (c / "compare.json").read_bytes()
+    invoke_ok(["simulate", *SMALL, "--policy", "partial", "--out", "C/on", "--force"])
+    invoke_ok(["compare", *SMALL, "--policy", "on=sortedrl", "--policy", "sync", "--out", "C"])
+    assert (c / "compare.json").read_bytes() == before
+    invoke_ok(["report", "C"])
