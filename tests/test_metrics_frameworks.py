@@ -9,31 +9,14 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from metrics_helpers import FIX, PRESET, TOKENS, calibrate, values
 
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_read import read_metrics
-from sortedrl.cli import app
 from sortedrl.compare import cluster_for
 from sortedrl.sim.cluster import load_cluster, preset
-
-FIX = Path(__file__).parent / "fixtures" / "metrics"
-PRESET = "h100-llama3.1-8b"  # colocated, 8 GPUs
-TOKENS = [120000, 180000, 150000, 240000, 210000, 90000]  # of the fixtures' steps, in order
-runner = CliRunner()
-
-
-def calibrate(*args: str) -> tuple[int, list[str]]:
-    r = runner.invoke(app, ["calibrate", *args])
-    return r.exit_code, r.output.splitlines()
-
-
-def values(fit: dict) -> dict[str, float]:
-    return {k: v["value"] for k, v in fit["terms"].items()}
-
 
 # -- verl one-step-off: sync_rollout_weights, not the update_weights inside it ---------------------
 

@@ -11,27 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from metrics_helpers import FIX, PRESET, TOKENS, calibrate, values
 
 from sortedrl.calibration.file_options import spread
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_read import read_metrics, read_metrics_files, step_axis
-from sortedrl.cli import app
 from sortedrl.errors import ConfigError
-
-FIX = Path(__file__).parent / "fixtures" / "metrics"
-PRESET = "h100-llama3.1-8b"
-TOKENS = [120000, 180000, 150000, 240000, 210000, 90000]
-runner = CliRunner()
-
-
-def calibrate(*args: str) -> tuple[int, list[str]]:
-    r = runner.invoke(app, ["calibrate", *args])
-    return r.exit_code, r.output.splitlines()
-
-
-def values(fit: dict) -> dict[str, float]:
-    return {k: v["value"] for k, v in fit["terms"].items()}
 
 
 def panel(path: Path, step: str, first: int, metric: str, cells: list[float]) -> Path:

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from sortedrl.calibration.bench_file import read_bench
+from sortedrl.calibration.file_options import refuse_repeats
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_layouts import onload_in_sync
 from sortedrl.calibration.metrics_names import SEPARATE_SYNC
@@ -167,13 +168,9 @@ def _distinct(bench: list[Path]) -> list[bytes]:
     """Each benchmark file once: a file given twice (by its path, or a copy of it) counted twice
     in the fit, and five copies of one file passed the rule of a file a term (check_enough).
     Returns each file's content digest (SHA-256)."""
-    paths: dict[Path, int] = {}
+    refuse_repeats(bench, "benchmark")
     bodies: dict[bytes, int] = {}
     for i, p in enumerate(bench):
-        first = paths.setdefault(Path(p).resolve(), i)
-        if first != i:
-            also = "" if str(bench[first]) == str(p) else f" (the same file as {bench[first]})"
-            raise ConfigError(f"{p}: benchmark file given twice{also}; give each file once")
         first = bodies.setdefault(hashlib.sha256(Path(p).read_bytes()).digest(), i)
         if first != i:
             raise ConfigError(f"{p}: the same content as {bench[first]}: a benchmark file given twice; "

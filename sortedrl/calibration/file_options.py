@@ -11,7 +11,11 @@ left to the command, which refuses it (:data:`STRAY`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typer.core import TyperCommand
+
+from sortedrl.errors import ConfigError
 
 FILE_OPTIONS = ("--from-vllm-bench", "--from-metrics")
 STRAY = ("unexpected argument {!r}: give each file after --from-vllm-bench or --from-metrics "
@@ -49,3 +53,14 @@ class FileListCommand(TyperCommand):
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         return super().parse_args(ctx, spread(list(args)))
+
+
+def refuse_repeats(paths: list, kind: str) -> None:
+    """One error line for a file given twice to an option (by the same path, or another path to
+    the same file): ``kind`` names the files (``benchmark``, ``metrics``)."""
+    seen: dict[Path, int] = {}
+    for i, p in enumerate(paths):
+        first = seen.setdefault(Path(p).resolve(), i)
+        if first != i:
+            also = "" if str(paths[first]) == str(p) else f" (the same file as {paths[first]})"
+            raise ConfigError(f"{p}: {kind} file given twice{also}; give each file once")

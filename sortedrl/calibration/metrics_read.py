@@ -38,6 +38,7 @@ import zlib
 from pathlib import Path
 
 from sortedrl import jsonio
+from sortedrl.calibration.file_options import refuse_repeats
 from sortedrl.calibration.metrics_layouts import GLOBAL_STEP
 from sortedrl.calibration.metrics_names import KNOWN, STEP_METRICS, WANDB_STEP, listing
 from sortedrl.errors import ConfigError
@@ -75,12 +76,7 @@ def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
     update time in one, the tokens in another). A metric that two files give at one step with
     different values is an error (which to fit is unclear); the same value twice is read once.
     A file named twice is an error."""
-    seen: dict[Path, int] = {}
-    for i, p in enumerate(paths):
-        first = seen.setdefault(Path(p).resolve(), i)
-        if first != i:
-            also = "" if str(paths[first]) == str(p) else f" (the same file as {paths[first]})"
-            raise ConfigError(f"{p}: metrics file given twice{also}; give each file once")
+    refuse_repeats(paths, "metrics")
     merged = Metrics()
     origin: dict[str, Path] = {}  # metric -> the file it was first read from
     base: tuple[Path, str] | None = None  # the first file and its step column: the others' axis
