@@ -89,6 +89,14 @@ def split_name(cluster: Cluster) -> str:
     return cluster.name if cluster.placement == "disaggregated" else f"{cluster.name}-disagg"
 
 
+def split_of(cluster: Cluster, policy: str | None = None) -> Cluster:
+    """The disaggregated split of ``cluster``'s GPUs, its costs as given (:func:`split_costs`
+    scales explicit ones); :func:`check_split` refuses GPUs that have none (``policy``: the
+    policy that needs it, for the error)."""
+    check_split(cluster, policy)
+    return dataclasses.replace(cluster, name=split_name(cluster), placement="disaggregated").validate(cluster.name)
+
+
 # the terms that depend on the trainer's GPUs and the sync's link, not on one rollout engine
 TRAINER_TERMS = ("train_fix", "train_per_token", "train_per_pair", "sync_s")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sortedrl.cluster_split import check_split, split_costs, split_name
+from sortedrl.cluster_split import split_costs, split_of
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import OutputError, check_label
 from sortedrl.parallel import run_jobs
@@ -87,9 +87,7 @@ def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster,
     ``policy``: its name, for the error when the GPUs have no split (:func:`check_split`)."""
     if placement_for(policy_placements, cluster.placement) == cluster.placement:
         return cluster
-    check_split(cluster, policy)
-    split = dataclasses.replace(cluster, name=split_name(cluster),
-                                placement="disaggregated").validate(cluster.name)
+    split = split_of(cluster, policy)
     if cluster.costs is None:  # the preset's terms follow the split's shape
         return split
     return dataclasses.replace(split, costs=split_costs(cluster, split))

@@ -22,7 +22,7 @@ from sortedrl.calibration.metrics_read import read_metrics_files
 from sortedrl.calibration.show import check_records, render
 from sortedrl.calibration.trace_pairs import TraceSteps
 from sortedrl.calibration.vllm_bench import check_enough, fit_bench
-from sortedrl.cluster_split import check_split, split_name
+from sortedrl.cluster_split import split_of
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.sim.cost import CostModel
@@ -124,9 +124,7 @@ def _separate_sync(column: str, measured: float, cluster: Cluster, where: str) -
     the profile holds it times the preset's colocated / split syncs, which the split maps back to
     the measured sync. Its onload stays (a pure sync: the run had no sleeping rollout)."""
     try:
-        check_split(cluster)
-        split = dataclasses.replace(cluster, name=split_name(cluster), placement="disaggregated",
-                                    costs=None).validate(cluster.name)
+        split = split_of(dataclasses.replace(cluster, costs=None))
     except ConfigError:
         raise ConfigError(f"{where}: {column} is a sync between separate rollout and trainer GPUs (verl's "
                           f"one-step-off trainer), but --cluster {cluster.name} has no disaggregated split: "
