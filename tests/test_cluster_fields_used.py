@@ -67,3 +67,31 @@ def test_a_value_check_comes_first_and_recorded_fields_still_load(tmp_path):
     fields = load_cluster(PRESET).fields()
     assert {"mbu", "mfu", "step_fixed_s"} <= set(fields) and fields["decode_model"] == "measured"
     assert cluster_from_dict(dict(fields), "tune.json", PRESET).mbu == fields["mbu"]
+
+
+COSTS = {"step_fixed_s": 0.002, "weight_read_s": 0.01, "kv_read_s_per_token": 1e-7, "compute_s_per_seq": 1e-4,
+         "prefill_s_per_token": 3e-5, "prefill_s_per_pair": 1e-10, "train_per_token": 1e-6,
+         "train_fix": 1.0, "sync_s": 0.5}
+
+
+@pytest.mark.parametrize("fields, named, them", [
+    ({"decode_model": "roofline", "mbu": 0.3}, "fields 'decode_model' and 'mbu'", "them"),
+    ({"mfu_train": 0.1}, "field 'mfu_train'", "it"),
+    ({"recompute": True, "ref_model": False, "extra_forwards": 0, "mfu_prefill": 0.2},
+     "fields 'mfu_prefill', 'extra_forwards', 'ref_model' and 'recompute'", "them"),
+])
+def test_a_cost_deriving_field_beside_explicit_costs_is_refused(tmp_path, monkeypatch, fields, named, them):
+    """Explicit costs give every term: a field that only derives terms priced nothing beside
+    them (an `mbu` of 0.3 next to a preset's own costs gave the same makespan to the digit)."""
+    monkeypatch.chdir(tmp_path)
+    path = cluster_file(tmp_path, costs=COSTS, **fields)
+    r = runner.invoke(app, [*SIM, "--cluster", path])
+    assert (r.exit_code, r.stdout) == (2, "")
+    assert r.stderr == (f"error: {path}: {named} beside 'costs': the costs give every term, so nothing "
+                        f"reads {them}; remove {them}, or remove 'costs' to derive the terms from the "
+                        "preset and these fields\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]  # nothing written
+    # the fields the costs do not replace still load beside them (engine shape, KV, the split's link)
+    path = cluster_file(tmp_path, costs=COSTS, max_num_seqs=32, sync_fix=0.2, gpu_mem_util=0.8)
+    cluster = load_cluster(path)
+    assert (cluster.max_num_seqs, cluster.sync_fix, cluster.cost().sync_s) == (32, 0.2, 0.5)

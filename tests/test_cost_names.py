@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from sortedrl.calibration.show import load_profile
 from sortedrl.cli import app
+from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.cost import LEGACY_NAMES, LEGACY_STEP_FIT_NAMES, CostModel
 
@@ -93,16 +94,24 @@ def test_an_old_name_cluster_file_loads_as_the_new_one(tmp_path):
              "step_s_per_seq": 2e-5, "prefill_s_per_token": 3e-5, "prefill_s_per_pair": 1e-10,
              "admit_s_per_request": 1e-4, "admit_step_s": 5e-4, "policy_event_s": 2e-5,
              "train_per_token": 1e-6, "train_fix": 1.0, "sync_s": 0.5}
-    new = {"preset": "h100-llama3.1-8b-1gpu-16seq", "decode_model": "roofline", "step_fixed_s": 0.003,
-           "costs": costs}
-    old = {"preset": "h100-llama3.1-8b-1gpu-16seq", "decode_model": "roofline", "t_fix": 0.003,
-           "costs": old_names(costs)}
+    new = {"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": costs}
+    old = {"preset": "h100-llama3.1-8b-1gpu-16seq", "costs": old_names(costs)}
     assert set(old["costs"]) == {*LEGACY_NAMES, "train_per_token", "train_fix", "sync_s"}
     for d, raw in (("new", new), ("old", old)):
         (tmp_path / d).mkdir()
         (tmp_path / d / "mine.json").write_text(json.dumps(raw))
     got, want = load_cluster(str(tmp_path / "old" / "mine.json")), load_cluster(str(tmp_path / "new" / "mine.json"))
-    assert got == want and got.step_fixed_s == 0.003 and got.cost() == CostModel(**costs)
+    assert got == want and got.cost() == CostModel(**costs)
+    # beside costs, the cluster-level t_fix (as step_fixed_s) priced nothing: refused, by its name
+    new |= {"decode_model": "roofline", "step_fixed_s": 0.003}
+    old |= {"decode_model": "roofline", "t_fix": 0.003}
+    for d, raw, named in (("new", new, "'step_fixed_s'"), ("old", old, "'t_fix' (now step_fixed_s)")):
+        path = tmp_path / d / "mine.json"
+        path.write_text(json.dumps(raw))
+        with pytest.raises(ConfigError) as err:
+            load_cluster(str(path))
+        assert str(err.value).startswith(f"{path}: fields 'decode_model' and {named} beside 'costs': the costs "
+                                         "give every term, so nothing reads them; remove them")
     # without costs the cluster-level t_fix prices the roofline's steps, as step_fixed_s does
     for raw in (new, old):
         raw.pop("costs")

@@ -116,6 +116,11 @@ def load_cluster(spec: str) -> Cluster:
 LEGACY_FIELDS = {"t_fix": LEGACY_NAMES["t_fix"]}
 # the fields that only decode_model "roofline" reads (Cluster.cost); "measured" has its own terms
 ROOFLINE_FIELDS = ("mbu", "mfu", "step_fixed_s")
+# the fields that derive cost terms and nothing else (Cluster.cost; cluster_split.split_costs
+# scales explicit trainer terms by a ratio in which they cancel): beside explicit ``costs`` they
+# price nothing
+COST_ONLY_FIELDS = ("decode_model", *ROOFLINE_FIELDS, "mfu_prefill", "mfu_train", "extra_forwards",
+                    "ref_model", "recompute")
 
 
 def cluster_from_dict(raw: dict, spec: str, name: str, written: bool = False) -> Cluster:
@@ -146,11 +151,32 @@ def cluster_from_dict(raw: dict, spec: str, name: str, written: bool = False) ->
                               f"got {value!r}")
         changes[key] = value
     cluster = dataclasses.replace(base, **changes).validate(spec, labels)
+    if written and "costs" in raw:
+        _refuse_beside_costs(raw, spec, labels)
     unused = [key for key in ROOFLINE_FIELDS if key in raw] if cluster.decode_model != "roofline" else []
     if written and unused:
-        named, one = [labels.get(k, repr(k)) for k in unused], len(unused) == 1
-        raise ConfigError(f"{spec}: field{'' if one else 's'} {', '.join(named[:-1]) + ' and ' * (not one) + named[-1]}: "
-                          f"only decode_model 'roofline' uses {'it' if one else 'them'}, and this cluster's is "
+        named, them = _fields_named(unused, labels)
+        raise ConfigError(f"{spec}: {named}: only decode_model 'roofline' uses {them}, and this cluster's is "
                           f"{cluster.decode_model!r} (its own fitted terms: docs/calibration.md, Decode step); "
-                          f"add \"decode_model\": \"roofline\" or remove {'it' if one else 'them'}")
+                          f"add \"decode_model\": \"roofline\" or remove {them}")
     return cluster
+
+
+def _fields_named(keys: list[str], labels: dict) -> tuple[str, str]:
+    """``("fields 'a', 'b' and 'c'", "them")``, or ``("field 'a'", "it")``, each named as the
+    file spells it."""
+    named = [labels.get(k, repr(k)) for k in keys]
+    if len(named) == 1:
+        return f"field {named[0]}", "it"
+    return f"fields {', '.join(named[:-1])} and {named[-1]}", "them"
+
+
+def _refuse_beside_costs(raw: dict, spec: str, labels: dict) -> None:
+    """A written cluster file's field that derives cost terms, beside explicit ``costs`` that
+    give every term: it priced nothing, without a word (an ``mbu`` of 0.3 ran as the costs)."""
+    unused = [key for key in COST_ONLY_FIELDS if key in raw]
+    if unused:
+        named, them = _fields_named(unused, labels)
+        raise ConfigError(f"{spec}: {named} beside 'costs': the costs give every term, so nothing reads "
+                          f"{them}; remove {them}, or remove 'costs' to derive the terms from the preset "
+                          "and these fields")
