@@ -11,7 +11,7 @@ import gzip
 import json
 
 import pytest
-from metrics_helpers import FIX, PRESET, TOKENS, calibrate, values
+from metrics_helpers import FIX, PRESET, calibrate, values
 
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_read import read_metrics
@@ -115,9 +115,9 @@ def test_areal_history_csv_sums_its_trainer_timers():
     metrics = read_metrics(FIX / "areal_history.csv")
     assert sorted(metrics["timeperf/train_step"]) == [0, 1, 2, 3, 4, 5]  # the steps of _step
     assert not any(k.startswith("_") or not k for k in metrics)  # _runtime, _timestamp, the index: not metrics
-    # AReaL's token count is not read (give --trace, or a file with the tokens): added here
-    metrics["perf/total_num_tokens"] = dict(enumerate(map(float, TOKENS)))
     fit = fit_metrics(metrics, "areal_history.csv")
+    # the update's unpadded count, not ppo_actor/n_tokens (the padded batch's, logged beside it)
+    assert fit["columns"]["tokens"] == "ppo_actor/update/n_tokens"
     assert fit["columns"]["update"] == ["timeperf/train_step", "timeperf/recompute_logp", "timeperf/ref_logp",
                                         "timeperf/critic_train_step"]
     assert fit["columns"]["sync"] == "timeperf/update_weights"
@@ -185,7 +185,8 @@ def test_total_length_without_samples_per_step_says_only_the_flag_is_missing(tmp
     code, lines = calibrate("--from-metrics", str(PANELS[0]), "--from-metrics", str(PANELS[1]),
                             "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
     assert (code, lines) == (2, [
-        f"error: {PANELS[0]} + {PANELS[1]}: no tokens per step: needs perf/total_num_tokens, or --samples-per-step N "
+        f"error: {PANELS[0]} + {PANELS[1]}: no tokens per step: needs perf/total_num_tokens or "
+        "ppo_actor/update/n_tokens, or --samples-per-step N "
         "(the samples trained in one update) with the mean lengths this file logs (train/total_length): only "
         "--samples-per-step is missing"])
 

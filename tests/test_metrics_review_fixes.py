@@ -86,9 +86,7 @@ def test_areal_critic_values_is_added_to_the_update(tmp_path):
     path = tmp_path / "areal.csv"  # + timeperf/critic_values = 1 + 1e-5·T (rl_trainer.py: critic_values)
     path.write_text(f"{lines[0]},timeperf/critic_values\n" + "".join(
         f"{line},{1 + 1e-5 * t!r}\n" for line, t in zip(lines[1:], TOKENS, strict=True)))
-    metrics = read_metrics(path)
-    metrics["perf/total_num_tokens"] = dict(enumerate(map(float, TOKENS)))  # (AReaL's tokens: not read)
-    fit = fit_metrics(metrics, "areal.csv")
+    fit = fit_metrics(read_metrics(path), "areal.csv")
     assert fit["columns"]["update"] == ["timeperf/train_step", "timeperf/recompute_logp", "timeperf/ref_logp",
                                         "timeperf/critic_values", "timeperf/critic_train_step"]
     # the fixture's 4 + 4e-5·T, and the critic's forward pass
@@ -242,11 +240,15 @@ def test_the_files_after_each_flag_are_its_own_with_both_flags(tmp_path):
 
 
 def test_a_file_of_no_token_count_points_to_trace(tmp_path):
-    # AReaL logs no token count: the error named slime's and OpenRLHF's metrics only, not --trace
+    # the error named slime's and OpenRLHF's metrics only, not --trace
+    rows = [line.split(",") for line in (FIX / "areal_history.csv").read_text().splitlines()]
+    keep = [j for j, name in enumerate(rows[0]) if not name.endswith("n_tokens")]
+    path = tmp_path / "areal.csv"  # AReaL's history without its token counts
+    path.write_text("".join(",".join(row[j] for j in keep) + "\n" for row in rows))
     out = tmp_path / "p.json"
-    code, lines = calibrate("--from-metrics", str(FIX / "areal_history.csv"), "--cluster", PRESET,
-                            "--out", str(out))
+    code, lines = calibrate("--from-metrics", str(path), "--cluster", PRESET, "--out", str(out))
     assert code == 2 and len(lines) == 1 and not out.exists()
-    assert lines[0].startswith(f"error: {FIX / 'areal_history.csv'}: no tokens per step: ")
-    assert ("or give --trace with the run's length trace, which holds each step's tokens (AReaL logs no "
-            "token count) (columns found: ") in lines[0]
+    assert lines[0].startswith(f"error: {path}: no tokens per step: needs perf/total_num_tokens or "
+                               "ppo_actor/update/n_tokens, or ")
+    assert ("or give --trace with the run's length trace, which holds each step's tokens (columns found: "
+            "ppo_actor/task_reward/avg, timeperf/critic_train_step, ") in lines[0]

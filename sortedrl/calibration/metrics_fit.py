@@ -278,16 +278,16 @@ def _tokens(metrics: dict, where: str, samples_per_step: int | None) -> tuple[di
                 f"{samples_per_step} x {whole[0]}", True)
     logged = [m[0] for m in ((whole,) if whole is not None else (prompt, resp)) if m is not None]
     if samples_per_step is None and (whole is not None or (prompt is not None and resp is not None)):
-        raise ConfigError(f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or --samples-per-step N (the "
+        raise ConfigError(f"{where}: no tokens per step: needs {' or '.join(ROLES['tokens'])}, or --samples-per-step N (the "
                           f"samples trained in one update) with the mean lengths this file logs "
                           f"({' + '.join(logged)}): only --samples-per-step is missing")
     if prompt is None or resp is None:
         raise ConfigError(
-            f"{where}: no tokens per step: needs {ROLES['tokens'][0]}, or {' and '.join(TOKEN_RATE)} (slime), "
+            f"{where}: no tokens per step: needs {' or '.join(ROLES['tokens'])}, or {' and '.join(TOKEN_RATE)} (slime), "
             f"or {ROLES['total_mean'][0]} "
             f"(OpenRLHF) or {ROLES['prompt_mean'][0]} and {ROLES['response_mean'][0]} with --samples-per-step, "
-            f"or give --trace with the run's length trace, which holds each step's tokens (AReaL logs no token "
-            f"count) (columns found: {listing(sorted(metrics))})")
+            f"or give --trace with the run's length trace, which holds each step's tokens "
+            f"(columns found: {listing(sorted(metrics))})")
     steps = set(prompt[1]) & set(resp[1])
     return ({s: samples_per_step * (prompt[1][s] + resp[1][s]) for s in steps},
             f"{samples_per_step} x ({prompt[0]} + {resp[0]})", True)

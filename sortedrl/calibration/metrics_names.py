@@ -38,7 +38,11 @@ ROLES: dict[str, tuple[str, ...]] = {
     # is inside timing_s/gen)
     "sync": ("timing_s/sync_rollout_weights", "timing_s/update_weights", "timing/broadcast",
              "timeperf/update_weights", "perf/update_weights_time"),
-    "tokens": ("perf/total_num_tokens",),
+    # verl: the attention mask's sum (unpadded); AReaL (areal/trainer/ppo/actor.py at cbff54d,
+    # the "update" scope's denominator n_tokens: each micro-batch's packed tokens, summed over
+    # the step's micro-batches and data-parallel ranks, so unpadded; not ppo_actor/n_tokens,
+    # counted before the update on the padded batch)
+    "tokens": ("perf/total_num_tokens", "ppo_actor/update/n_tokens"),
     "total_mean": ("total_length",),  # OpenRLHF: prompt + response, the mean of a trained sample
     "prompt_mean": ("prompt_length/mean",),
     "response_mean": ("response_length/mean",),
