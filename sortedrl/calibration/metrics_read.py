@@ -7,6 +7,8 @@ docs/calibration.md documents; a name may carry OpenRLHF's ``train/`` prefix (it
 TensorBoard loggers put it before every key). Accepted files:
 - verl's file logger (``VERL_FILE_LOGGER_PATH``): JSON lines ``{"step": N, "data": {...}}``,
   or flat lines ``{"step": N, "metric": value, ...}``;
+- AReaL's log (``main.log``, its console): the stats table after each ``Train step N/M done.``
+  (:mod:`sortedrl.calibration.metrics_areal_log`);
 - verl's console logger (its default, ``.log`` / ``.txt``): lines ``step:N - key:value - ...``
   (``verl/utils/logger/aggregate_logger.py`` ``concat_dict_to_str``), maybe after Ray's
   ``(TaskRunner pid=1234)`` and its colour codes or bracketed prefixes (``[2025-01-01 10:00:00]``);
@@ -52,12 +54,15 @@ FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".log": "console", 
 class Metrics(dict):
     """Metric name -> {step: value}, with the notes on how the file was read (``notes``), which
     :func:`fit_metrics` records with its own (``fit.trainer.notes``), and the column its steps
-    were read from (``step_column``, as the file names it)."""
+    were read from (``step_column``, as the file names it); ``digits``: the significant digits
+    the file prints its values to (AReaL's log: 5), None for every digit."""
 
-    def __init__(self, *args, notes: list[str] | None = None, step_column: str = "step", **kwargs) -> None:
+    def __init__(self, *args, notes: list[str] | None = None, step_column: str = "step",
+                 digits: int | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.notes: list[str] = list(notes or [])
         self.step_column = step_column
+        self.digits = digits
 
 
 def step_axis(column: str) -> str:
@@ -74,11 +79,12 @@ def step_axis(column: str) -> str:
 def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
     """The metrics of several files merged by step (a W&B chart export is one panel a file: the
     update time in one, the tokens in another). A metric that two files give at one step with
-    different values is an error (which to fit is unclear); the same value twice is read once.
+    different values is an error (which to fit is unclear); the same value twice is read once,
+    and so is a value that a file printing fewer digits gives rounded (the precise one is kept).
     A file named twice is an error."""
     refuse_repeats(paths, "metrics")
     merged = Metrics()
-    origin: dict[str, Path] = {}  # metric -> the file it was first read from
+    origin: dict[str, tuple[Path, int | None]] = {}  # metric -> the file it was first read from, its digits
     base: tuple[Path, str] | None = None  # the first file and its step column: the others' axis
     for p in paths:
         one = read_metrics(p, run)
@@ -93,14 +99,22 @@ def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
                 "steps; export both with the same x-axis")
         for name, column in one.items():
             into = merged.setdefault(name, {})
+            first, digits = origin.setdefault(name, (p, one.digits))
             for step, value in column.items():
-                if into.get(step, value) != value:  # (repr: 8.6 and 8.600000000000001 told apart)
-                    raise ConfigError(f"{p}: metric {name!r} at step {step}: {value!r}, but {origin[name]} "
-                                      f"gives {into[step]!r}: which to fit is unclear")
-                into[step] = value
-            origin.setdefault(name, p)
+                was = into.get(step, value)
+                if not _agree(was, digits, value, one.digits):  # (repr: 8.6 and 8.600000000000001 told apart)
+                    raise ConfigError(f"{p}: metric {name!r} at step {step}: {value!r}, but {first} "
+                                      f"gives {was!r}: which to fit is unclear")
+                into[step] = was if one.digits is not None and digits is None else value
         merged.notes += one.notes
     return merged
+
+
+def _agree(a: float, a_digits: int | None, b: float, b_digits: int | None) -> bool:
+    """Whether two loggings of one value agree: equal, or equal where printed to the fewer
+    significant digits of the two files'."""
+    digits = min((d for d in (a_digits, b_digits) if d is not None), default=None)
+    return a == b or (digits is not None and f"{a:.{digits - 1}e}" == f"{b:.{digits - 1}e}")
 
 
 def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
@@ -148,16 +162,20 @@ def _read_by_kind(kind: str, text: str, where: str, run: str | None) -> Metrics:
     if kind == "csv":
         return _read_csv(text, where, run)
     if kind is not None and run is not None:
-        shown = "JSON lines (verl's file logger)" if kind == "json" else "a console log (verl's)"
+        shown = "JSON lines (verl's file logger)" if kind == "json" else "a console log (verl's or AReaL's)"
         raise ConfigError(f"--run {run}: {where} is {shown}: --run applies to W&B export CSVs only")
     if kind == "json":
         return _read_jsonl(text, where)
+    from sortedrl.calibration.metrics_areal_log import is_areal_log, read_areal_log
+
+    if is_areal_log(text):
+        return read_areal_log(text, where)
     return _read_console(text, where)
 
 
 # verl's LocalLogger line, after Ray's "(TaskRunner pid=1234) " and any ANSI colour codes, and
 # after bracketed prefixes a log collector adds ("[2025-01-01 10:00:00] ", "[rank0] ")
-_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _CONSOLE = re.compile(r"^(?:\([^()]*\)\s+|\[[^\[\]]*\]\s*)*step:(\S+) - (.*)$")
 _NUMPY = re.compile(r"^np\.(?:float|int|uint)\d*\((.*)\)$")  # pprint.pformat of numpy 2's scalars
 
@@ -170,7 +188,7 @@ def _read_console(text: str, where: str) -> Metrics:
     repeated: set[int] = set()
     found = False
     for n, line in enumerate(text.splitlines(), 1):
-        m = _CONSOLE.match(_COLOUR.sub("", line).strip())
+        m = _CONSOLE.match(COLOUR.sub("", line).strip())
         if m is None:
             continue
         found = True
@@ -197,7 +215,8 @@ def _read_console(text: str, where: str) -> Metrics:
             if math.isfinite(value):
                 _store(out, key, step, value, f"{where}: line {n}: metric {key!r}", repeated)
     if not found:
-        raise ConfigError(f"{where}: no 'step:N - key:value' line (verl's console logger's form) in this log")
+        raise ConfigError(f"{where}: no 'step:N - key:value' line (verl's console logger's form) nor AReaL's "
+                          "'Train step N/M done.' and its stats table in this log")
     return _metrics(out, where, repeated)
 
 

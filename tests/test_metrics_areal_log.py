@@ -1,0 +1,94 @@
+"""``calibrate --from-metrics`` reads AReaL's own log (main.log): by default AReaL logs to no W&B
+or TensorBoard, so its log's stats tables are the one per-step record every run has.
+
+The fixture (tests/fixtures/metrics/areal_main.log, written by make_areal_log.py with AReaL's
+tabulate_stats and log format, colour codes included) holds the six steps of areal_history.csv.
+
+Run: pytest tests/test_metrics_areal_log.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from metrics_helpers import FIX, PRESET, TOKENS, calibrate, values
+
+from sortedrl.calibration.metrics_fit import fit_metrics
+from sortedrl.calibration.metrics_read import read_metrics, read_metrics_files
+
+LOG = FIX / "areal_main.log"
+
+
+def test_areal_log_reads_each_steps_table_at_its_wandb_step():
+    metrics = read_metrics(LOG)
+    assert metrics.step_column == "Train step" and metrics.notes == []
+    # "Train step 1/6 done." is W&B's step 0: the same steps as the history CSV
+    assert metrics["ppo_actor/update/n_tokens"] == dict(enumerate(map(float, TOKENS)))
+    # every stat of the history, at its steps, to the five significant digits ".4e" prints
+    history = read_metrics(FIX / "areal_history.csv")
+    assert {k: sorted(v) for k, v in metrics.items()} == {k: sorted(v) for k, v in history.items()}
+    for name, column in history.items():
+        assert metrics[name] == pytest.approx(column, rel=5e-5)
+    assert metrics["ppo_actor/n_tokens"][1] == 229380.0  # 229,376 printed as 2.2938e+05
+
+
+def test_areal_log_fits_alone_as_its_wandb_history_does(tmp_path):
+    out = tmp_path / "p.json"
+    code, lines = calibrate("--from-metrics", str(LOG), "--cluster", PRESET, "--out", str(out))
+    assert code == 0, lines
+    fit = json.loads(out.read_text())["fit"]["trainer"]
+    assert fit["columns"]["tokens"] == "ppo_actor/update/n_tokens"
+    assert values(fit) == pytest.approx({"train_fix": 4.0, "train_per_token": 4e-5, "sync_s": 3.15}, rel=1e-9)
+
+
+def test_areal_log_merges_with_its_wandb_history_by_step(tmp_path):
+    # the log's steps are W&B's (from 0): a history CSV of the same run gives the same values
+    # (its values rounded to five digits agree with the history's, whose every digit is kept)
+    history = FIX / "areal_history.csv"
+    for files in ([LOG, history], [history, LOG]):
+        merged = read_metrics_files(files)
+        assert merged["timeperf/train_step"][3] == 6.800000000000001  # the history's, not the log's 6.8
+        assert merged["ppo_actor/n_tokens"][1] == 229376.0
+        assert values(fit_metrics(merged, "m")) == pytest.approx(
+            {"train_fix": 4.0, "train_per_token": 4e-5, "sync_s": 3.15}, rel=1e-9)
+    # a value that differs beyond the log's digits is a conflict
+    other = tmp_path / "h.csv"
+    other.write_text(history.read_text().replace(",4.4,", ",4.4001,"))
+    code, lines = calibrate("--from-metrics", str(LOG), str(other), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {other}: metric 'timeperf/train_step' at step 0: 4.4001, but {LOG} gives "
+                                 "4.4: which to fit is unclear"])
+
+
+def test_a_resumed_log_reads_the_later_logging_of_a_step(tmp_path):
+    text = LOG.read_text()
+    start = text.index("Train step 5/6")
+    start = text.rindex("\n", 0, start) + 1
+    again = text[start:].replace("4.4000e+00", "9.9000e+00")  # (no step 5 or 6 holds 4.4: unchanged)
+    step4 = text[text.rindex("\n", 0, text.index("Train step 4/6")) + 1:start]
+    path = tmp_path / "main.log"  # resumed after step 3: steps 4-6 logged again, step 4 with other times
+    path.write_text(text + step4.replace("6.8000e+00", "7.0000e+00") + again)
+    metrics = read_metrics(path)
+    assert metrics["timeperf/train_step"][3] == 7.0 and metrics["timeperf/train_step"][4] == 6.2
+    assert metrics.notes == [f"{path}: 1 step(s) logged more than once with other values (a resumed run?): "
+                             "the last logging of each is used"]
+
+
+@pytest.mark.parametrize("cell, message", [
+    ("not-a-number", "metric 'timeperf/train_step': expected a number, got 'not-a-number'"),
+])
+def test_a_bad_value_of_a_read_metric_is_one_error_naming_its_line(tmp_path, cell, message):
+    text = LOG.read_text()
+    path = tmp_path / "main.log"
+    path.write_text(text.replace("6.8000e+00", cell, 1))
+    line = 1 + text[:text.index("6.8000e+00")].count("\n")
+    code, lines = calibrate("--from-metrics", str(path), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {path}: line {line}: {message}"])
+
+
+def test_commit_lines_without_tables_are_one_error(tmp_path):
+    path = tmp_path / "main.log"
+    path.write_text("".join(line + "\n" for line in LOG.read_text().splitlines() if "Train step" in line))
+    code, lines = calibrate("--from-metrics", str(path), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {path}: AReaL's log, but no stats table after its 'Train step N/M "
+                                 "done.' lines (StatsLogger.commit's)"])
