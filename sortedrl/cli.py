@@ -44,12 +44,11 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import (
-    cluster_source,
     input_files,
     load_input_trace,
+    run_identity,
     source_name,
     source_names,
-    trace_source,
 )
 from sortedrl.compare import gpu_split
 from sortedrl.export_commands import register as register_export
@@ -141,9 +140,8 @@ def simulate(
     outs = Outputs("simulate", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),
-                           identity=dict(source=trace_source(trace, synthetic), policy=policy, sets=sets,
-                                         cluster=cluster_source(cluster), seed=seed, prompts=prompts,
-                                         group_size=group_size, steps=steps, regen=regen),
+                           identity=run_identity(trace, synthetic, cluster, seed=seed, prompts=prompts, group_size=group_size,
+                                                 steps=steps, regen=regen, policy=policy, sets=sets),
                            names=source_names(trace, synthetic))
     perfetto = outs.file(perfetto, "--perfetto")
     with Phases(err) as progress:
@@ -216,9 +214,8 @@ def compare(
     outs = Outputs("compare", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")),
-                           identity=dict(source=trace_source(trace, synthetic), policies=policies, sets=sets,
-                                         cluster=cluster_source(cluster), seed=seed, prompts=prompts,
-                                         group_size=group_size, steps=steps, regen=regen),
+                           identity=run_identity(trace, synthetic, cluster, seed=seed, prompts=prompts, group_size=group_size,
+                                                 steps=steps, regen=regen, policies=policies, sets=sets),
                            names=source_names(trace, synthetic))
     with Phases(err) as progress:
         progress.phase(f"reading {trace or synthetic}")

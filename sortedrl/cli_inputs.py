@@ -136,3 +136,13 @@ def cluster_source(cluster: str) -> str:
     """What a marker records as the run's ``--cluster``: a file (``.json``: a cluster file or a
     profile) as its resolved absolute path, as :func:`trace_source` a trace; a preset as named."""
     return str(Path(cluster).resolve()) if cluster.endswith(".json") else cluster
+
+
+def run_identity(trace: Path | None, synthetic: str | None, cluster: str, *, seed: int, prompts: int,
+                 group_size: int, steps: int, regen: bool, **options: object) -> dict:
+    """What a run directory's marker records of the command's inputs (``simulate``, ``compare``,
+    ``tune``): its trace and cluster (:func:`trace_source`, :func:`cluster_source`), the
+    command's own ``options`` (``--policy``, ``--set``, ...) and the shape options, which a
+    re-run must give alike (:meth:`~sortedrl.outputs.Outputs.run_dir`)."""
+    return dict(source=trace_source(trace, synthetic), **options, cluster=cluster_source(cluster), seed=seed,
+                prompts=prompts, group_size=group_size, steps=steps, regen=regen)

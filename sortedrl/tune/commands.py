@@ -24,12 +24,11 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import (
-    cluster_source,
     input_files,
     load_input_trace,
+    run_identity,
     source_name,
     source_names,
-    trace_source,
 )
 from sortedrl.compare import (
     STALE_NOTE,
@@ -97,10 +96,10 @@ def register(app: typer.Typer) -> None:
         cl = load_cluster(cluster)
         outs = Outputs("tune", force, inputs=input_files(trace, cluster))
         run_dir = outs.run_dir(out, Path("runs") / slug(f"tune-{source_name(trace, synthetic)}-{cl.name}"),
-                               identity=dict(source=trace_source(trace, synthetic), policies=policies, params=params,
-                                             objective=objective, max_staleness=max_staleness, budget=budget,
-                                             cluster=cluster_source(cluster), seed=seed, prompts=prompts,
-                                             group_size=group_size, steps=steps, regen=regen),
+                               identity=run_identity(trace, synthetic, cluster, seed=seed, prompts=prompts,
+                                                     group_size=group_size, steps=steps, regen=regen,
+                                                     policies=policies, params=params, objective=objective,
+                                                     max_staleness=max_staleness, budget=budget),
                                names=source_names(trace, synthetic))
         with Phases(err) as progress:
             progress.phase(f"reading {trace or synthetic}")
