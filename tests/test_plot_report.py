@@ -290,6 +290,11 @@ def test_a_summary_without_the_numbers_the_plot_shows_is_one_error_line(small, t
 @pytest.mark.parametrize("files, message", [
     (None, r"cmp: no such directory$"),
     ({}, r"cmp: neither compare\.json nor tune\.json here"),
+    # one run's directory (simulate's, run's): plot draws it
+    ({"summary.json": "{}"}, r"cmp: one run \(summary\.json\), not a compare or tune directory: draw it with "
+                             r"`sortedrl plot \S*cmp`; report compares the runs of `sortedrl compare` or "
+                             r"`sortedrl tune` \(their --out\)$"),
+    ({"timeline.jsonl": ""}, r"cmp: one run \(timeline\.jsonl\), not a compare or tune directory"),
     ({"compare.json": "[{"}, r"compare\.json: line 1: not valid JSON"),
     ({"compare.json": "{}"}, r"compare\.json: expected a non-empty JSON list of summaries"),
     ({"compare.json": '[{"label": "a", "makespan_s": 1}]'}, r"compare\.json: entry 0 has no "

@@ -301,6 +301,11 @@ def report_page(root: Path, out: Path | None = None) -> str:
     if not root.is_dir():
         raise PlotError(f"{root}: no such directory")
     if not (root / "compare.json").exists() and not (root / "tune.json").exists():
+        one = next((name for name in ("summary.json", "timeline.npz", "timeline.jsonl") if (root / name).is_file()), None)
+        if one is not None:  # (a simulate, run or forecast directory: one run, which plot draws)
+            raise PlotError(f"{root}: one run ({one}), not a compare or tune directory: draw it with "
+                            f"`sortedrl plot {root}`; report compares the runs of `sortedrl compare` or "
+                            "`sortedrl tune` (their --out)")
         raise PlotError(f"{root}: neither compare.json nor tune.json here (run sortedrl compare "
                         "or sortedrl tune with --out first)")
     entries, source = bar_entries(root)
