@@ -48,7 +48,9 @@ def read(path: Path | str, error: type[Exception], missing: str = "no such file"
     error) when it is not JSON, and what the system said when it cannot be read."""
     try:
         data = streams.take(path)
-        return loads(text(Path(path).read_bytes() if data is None else data))
+        if data is None:  # (the head checked before the rest: a model's 16 GB of weights)
+            data = read_text_bytes(path, error)
+        return loads(text(data))
     except FileNotFoundError:
         raise error(f"{path}: {missing}") from None
     except UnicodeDecodeError as e:
@@ -57,6 +59,32 @@ def read(path: Path | str, error: type[Exception], missing: str = "no such file"
         raise error(f"{path}: cannot read it ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise error(f"{path}: " + bad.format(line=e.lineno, msg=e.msg, e=e)) from None
+
+
+TEXT_HEAD = 1 << 16  # bytes of a text input checked before the rest is read
+
+
+def not_text(head: bytes) -> str | None:
+    """Why a file that starts with ``head`` is no text (``binary data (a NUL byte at byte N)``,
+    which no JSON, JSONL or CSV input holds, or ``not UTF-8 text (byte N)``); None when it may
+    be. ``head`` may end inside a character."""
+    nul = head.find(b"\0")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head[:nul] if nul >= 0 else head, final=False)
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 text (byte {e.start})"
+    return None if nul < 0 else f"binary data (a NUL byte at byte {nul})"
+
+
+def read_text_bytes(path: Path | str, error: type[Exception], binary: tuple[bytes, ...] = ()) -> bytes:
+    """The bytes of a text input file, read whole only once its first :data:`TEXT_HEAD` bytes may
+    be text (:func:`not_text`), else one ``error`` naming the file; a file that starts with one
+    of the ``binary`` magic numbers (``PAR1``, gzip's) is read whole as it is. OSError as open's."""
+    with open(path, "rb") as f:
+        head = f.read(TEXT_HEAD)
+        if not head.startswith(binary) and (why := not_text(head)) is not None:  # (startswith(()): False)
+            raise error(f"{path}: {why}")
+        return head + f.read()
 
 
 def text(data: bytes) -> str:

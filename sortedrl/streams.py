@@ -86,9 +86,20 @@ def label(path: str | os.PathLike[str], source: object = None) -> str:
     return "stdin" if PurePath(path).name == "0" else "pipe"
 
 
+HEAD = 1 << 16  # bytes read before the rest, to tell binary data
+# the binary inputs a reader takes (a Parquet trace; gzip and zip): no others hold a NUL byte
+BINARY = (b"PAR1", b"\x1f\x8b", b"PK\x03\x04")
+
+
 def _read(path: str | os.PathLike[str]) -> bytes:
+    """The input's bytes; of binary data that no reader takes (a NUL byte in its first
+    :data:`HEAD` bytes, not after one of :data:`BINARY`'s magic numbers), the first ``HEAD``
+    only, which its reader refuses: ``/dev/zero`` never ends."""
     with open(path, "rb") as f:
-        return f.read()
+        head = f.read(HEAD)
+        if b"\0" in head and not head.startswith(BINARY):
+            return head
+        return head + f.read()
 
 
 __all__ = ["digest", "is_descriptor", "label", "peek", "take"]

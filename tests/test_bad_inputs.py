@@ -121,7 +121,7 @@ CASES = {
     "a TRL table that is not UTF-8": (
         lambda t: ["trace", "import", str(Path(_write(t / "trl" / "c.json", b"\xff\xfe{")).parent),
                    "--from", "trl", "--out", "i.jsonl"],
-        "c.json: not UTF-8 text (invalid start byte at byte 0)"),
+        "c.json: not UTF-8 text (byte 0)"),
     # Latin-1 JSON (a UnicodeDecodeError traceback from every command taking --cluster)
     "a cluster file that is not UTF-8": (
         lambda t: ["simulate", *SMALL, "--policy", "sync", "--cluster",

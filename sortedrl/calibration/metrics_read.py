@@ -123,7 +123,9 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
     where = str(path)
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        # (gzip, or a file named .gz, which says so if it is not: read as they are)
+        gz = p.name.lower().endswith(".gz")
+        raw = p.read_bytes() if gz else jsonio.read_text_bytes(p, ConfigError, binary=(b"\x1f\x8b",))
     except FileNotFoundError:
         raise ConfigError(f"{where}: metrics file not found") from None
     except IsADirectoryError:

@@ -20,6 +20,7 @@ Round trips are exact: ``read_trace(p) == t`` after ``write_trace(t, p)``, float
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import csv
 import io
@@ -104,6 +105,7 @@ def _read(p: Path) -> Trace:
             fmt = _sniff(p, data)
         if fmt == "parquet":
             return _parquet.read_parquet(p, data)
+        _check_text_head(p, data)
         trace = _read_fast(p, fmt, data)
         if trace is not None:
             return trace
@@ -124,11 +126,36 @@ def _read(p: Path) -> Trace:
         _release_arrow_memory()
 
 
+def _check_text_head(path: Path, data: bytes | None) -> None:
+    """Refuse a file whose first bytes are no text (:func:`~sortedrl.jsonio.not_text`) before it
+    is parsed: a model's weights given by mistake (``model.safetensors``, 16 GB) were read whole,
+    into memory, to say so."""
+    if data is None:
+        with open(path, "rb") as f:
+            head = f.read(jsonio.TEXT_HEAD)
+    else:
+        head = data[:jsonio.TEXT_HEAD]
+    why = jsonio.not_text(head)
+    if why is not None:
+        raise TraceError(f"{path}: {why}" + (", not a JSONL or CSV trace" if why.startswith("binary") else ""))
+
+
 def _first_bad_byte(path: Path, data: bytes | None) -> int:
     """The offset in the file of its first byte that is not UTF-8 (``data``: its bytes, when
-    already read)."""
+    already read), read in chunks."""
+    if data is None:
+        decoder, at = codecs.getincrementaldecoder("utf-8")(), 0
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                pending = len(decoder.getstate()[0])  # a character's start, carried from the last chunk
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as e:  # (its offsets count the carried bytes first)
+                    return at - pending + e.start
+                at += len(chunk)
+        return 0  # (not reached: the file had such a byte)
     try:
-        (path.read_bytes() if data is None else data).decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError as e:
         return e.start
     return 0  # (not reached: the file had such a byte)

@@ -163,7 +163,7 @@ def read_jsonl(path: Path):
     """Yield (line number, object) for each non-empty line; one-line errors for bad JSON and for
     a file with no line at all (a dump cut short must not vanish from the trace unsaid)."""
     try:
-        text = jsonio.text(path.read_bytes())  # (after a byte-order mark, if any)
+        text = jsonio.text(jsonio.read_text_bytes(path, TraceError))  # (after a byte-order mark, if any)
     except UnicodeDecodeError as e:
         raise TraceError(f"{path}: not UTF-8 text (byte {e.start})") from None
     if not text.strip():

@@ -231,7 +231,7 @@ def _records(path: Path):
                 yield where, _instance(where, obj, None), obj, None
             continue
         try:
-            text = jsonio.text(f.read_bytes())  # (after a byte-order mark, if any)
+            text = jsonio.text(jsonio.read_text_bytes(f, TraceError))  # (after a byte-order mark, if any)
         except UnicodeDecodeError as e:
             raise TraceError(f"{f}: not UTF-8 text (byte {e.start})") from None
         if not text.strip():

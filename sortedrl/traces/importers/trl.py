@@ -115,9 +115,9 @@ def _records(f: Path) -> list[tuple[str, dict]]:
     if f.suffix == ".parquet":
         return _parquet(f)
     try:
-        text = jsonio.text(f.read_bytes())  # (after a byte-order mark, if any)
+        text = jsonio.text(jsonio.read_text_bytes(f, TraceError))  # (after a byte-order mark, if any)
     except UnicodeDecodeError as e:
-        raise TraceError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise TraceError(f"{f}: not UTF-8 text (byte {e.start})") from None
     if text.lstrip()[:1] == "{":
         table = _table_json(f, text)
         if table is not None:
