@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 
+from sortedrl.calibration.metrics_console import COLOUR
 from sortedrl.calibration.metrics_names import KNOWN
-from sortedrl.calibration.metrics_read import COLOUR, Metrics, _metrics, _store
+from sortedrl.calibration.metrics_read import Metrics, _metrics, _store
 from sortedrl.errors import ConfigError
 from sortedrl.limits import short_repr
 

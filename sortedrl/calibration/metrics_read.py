@@ -10,9 +10,10 @@ TensorBoard loggers put it before every key). Accepted files:
 - AReaL's log (``main.log``, its console): the stats table after each ``Train step N/M done.``
   (:mod:`sortedrl.calibration.metrics_areal_log`);
 - verl's console logger (its default, ``.log`` / ``.txt``): lines ``step:N - key:value - ...``
-  (``verl/utils/logger/aggregate_logger.py`` ``concat_dict_to_str``), maybe after Ray's
-  ``(TaskRunner pid=1234)`` and its colour codes or bracketed prefixes (``[2025-01-01 10:00:00]``);
-  other lines are other output, skipped (a log of none is an error); a key may hold `` - ``;
+  (:mod:`sortedrl.calibration.metrics_console`); other lines are other output, skipped (a log
+  of none is an error);
+- a TensorBoard event file (``events.out.tfevents.*``), on the step each framework passed
+  (:mod:`sortedrl.calibration.metrics_tfevents`);
 - a CSV with one column per metric (``step`` or ``Step`` plus metric names);
 - a W&B "export CSV": columns ``Step`` (or a framework's x-axis: OpenRLHF's
   ``train/global_step``, slime's ``rollout/step``) and ``<run> - <metric>`` (split at the last
@@ -35,7 +36,6 @@ import csv
 import gzip
 import json
 import math
-import re
 import zlib
 from pathlib import Path
 
@@ -48,6 +48,7 @@ from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, repeated_note, step_number
 
+TB_STEP = "TensorBoard step"  # an event file's steps: what its framework passed add_scalar
 FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".log": "console", ".txt": "console"}
 
 
@@ -72,6 +73,8 @@ def step_axis(column: str) -> str:
     counter of loggings, from 0, unless the framework sets it: verl sets it to its ``step``, from
     1) and verl's ``step`` (its file and console loggers). Files of two axes are not merged: no
     rule maps one onto the other for every framework."""
+    if column == TB_STEP:  # (each framework passes its own step: event files merge only together)
+        return column
     metric = metric_of(column)
     return metric if metric in STEP_METRICS else "step"
 
@@ -117,15 +120,21 @@ def _agree(a: float, a_digits: int | None, b: float, b_digits: int | None) -> bo
     return a == b or (digits is not None and f"{a:.{digits - 1}e}" == f"{b:.{digits - 1}e}")
 
 
+def is_tfevents(name: str) -> bool:
+    """Whether a file's name is a TensorBoard event file's (``events.out.tfevents.<time>...``)."""
+    return "tfevents" in name.lower()
+
+
 def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
     """Metric name -> {step: value} from one metrics file; ``run``: the run to read of a W&B
     export (``--run``)."""
     where = str(path)
     p = Path(path)
     try:
-        # (gzip, or a file named .gz, which says so if it is not: read as they are)
-        gz = p.name.lower().endswith(".gz")
-        raw = p.read_bytes() if gz else jsonio.read_text_bytes(p, ConfigError, binary=(b"\x1f\x8b",))
+        # (gzip, or a file named .gz, which says so if it is not, and TensorBoard's binary event
+        # files: read as they are)
+        whole = p.name.lower().endswith(".gz") or is_tfevents(p.name)
+        raw = p.read_bytes() if whole else jsonio.read_text_bytes(p, ConfigError, binary=(b"\x1f\x8b",))
     except FileNotFoundError:
         raise ConfigError(f"{where}: metrics file not found") from None
     except IsADirectoryError:
@@ -141,6 +150,15 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
                               "or cut short") from None
     elif name != p.name.lower():
         notes.append(f"{where}: named .gz, but not gzip-compressed: read as plain text")
+    if is_tfevents(name):
+        from sortedrl.calibration.metrics_tfevents import read_tfevents
+
+        if run is not None:
+            raise ConfigError(f"--run {run}: {where} is a TensorBoard event file (one run's): --run applies "
+                              "to W&B export CSVs only")
+        read = read_tfevents(raw, where)
+        read.notes[:0] = notes
+        return read
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -169,85 +187,11 @@ def _read_by_kind(kind: str, text: str, where: str, run: str | None) -> Metrics:
     if kind == "json":
         return _read_jsonl(text, where)
     from sortedrl.calibration.metrics_areal_log import is_areal_log, read_areal_log
+    from sortedrl.calibration.metrics_console import read_console
 
     if is_areal_log(text):
         return read_areal_log(text, where)
-    return _read_console(text, where)
-
-
-# verl's LocalLogger line, after Ray's "(TaskRunner pid=1234) " and any ANSI colour codes, and
-# after bracketed prefixes a log collector adds ("[2025-01-01 10:00:00] ", "[rank0] ")
-COLOUR = re.compile(r"\x1b\[[0-9;]*m")
-_CONSOLE = re.compile(r"^(?:\([^()]*\)\s+|\[[^\[\]]*\]\s*)*step:(\S+) - (.*)$")
-_NUMPY = re.compile(r"^np\.(?:float|int|uint)\d*\((.*)\)$")  # pprint.pformat of numpy 2's scalars
-
-
-def _read_console(text: str, where: str) -> Metrics:
-    """verl's console logger: ``step:N - key:value - key:value``, a value as ``pprint.pformat``
-    writes a number (``1.5``, ``nan``, ``np.float64(1.5)``). A line of no such form is not read;
-    a file of none is an error."""
-    out: dict[str, dict[int, float]] = {}
-    repeated: set[int] = set()
-    found = False
-    for n, line in enumerate(text.splitlines(), 1):
-        m = _CONSOLE.match(COLOUR.sub("", line).strip())
-        if m is None:
-            continue
-        found = True
-        try:
-            step = step_number(float(m[1]))
-        except ValueError:
-            step = None
-        if step is None:
-            raise ConfigError(f"{where}: line {n}: 'step:{m[1]}' is not a step number (a whole number from 0 "
-                              "to below 2**53)")
-        for item in _items(m[2]):
-            key, colon, cell = item.rpartition(":")
-            key = key.strip()
-            if not colon or not key:
-                raise ConfigError(f"{where}: line {n}: {short_repr(item)} is not key:value")
-            cell = _NUMPY.sub(r"\1", cell.strip())
-            try:
-                value = float(cell)
-            except ValueError:
-                if key in KNOWN:
-                    raise ConfigError(f"{where}: line {n}: metric {key!r}: expected a number, got "
-                                      f"{short_repr(cell)}") from None
-                continue
-            if math.isfinite(value):
-                _store(out, key, step, value, f"{where}: line {n}: metric {key!r}", repeated)
-    if not found:
-        raise ConfigError(f"{where}: no 'step:N - key:value' line (verl's console logger's form) nor AReaL's "
-                          "'Train step N/M done.' and its stats table in this log")
-    return _metrics(out, where, repeated)
-
-
-def _items(body: str) -> list[str]:
-    """The ``key:value`` items of a console line, split at `` - ``, where a piece without ``:``
-    belongs to a neighbour: the rest of a quoted value (``pprint``'s ``'a - b'``) when the item
-    before opens a quote it does not close, else the start of the next item's key (a key holding
-    `` - ``: ``val-core/a - b/reward:0.5``), or, last on the line, the end of the item before."""
-    items: list[str] = []
-    pending: list[str] = []  # pieces without ':' waiting for the rest of their key
-    for piece in body.split(" - "):
-        if items and not pending and _open_quote(items[-1]):
-            items[-1] += " - " + piece
-        elif ":" in piece:
-            items.append(" - ".join([*pending, piece]))
-            pending = []
-        else:
-            pending.append(piece)
-    if pending and items:
-        items[-1] = " - ".join([items[-1], *pending])
-    elif pending:
-        items.append(" - ".join(pending))  # (no item at all: "is not key:value")
-    return items
-
-
-def _open_quote(item: str) -> bool:
-    """Whether the value of ``item`` (after its first ``:``) opens a quote it does not close."""
-    value = item.partition(":")[2].strip()
-    return value[:1] in ("'", '"') and (len(value) < 2 or not value.endswith(value[0]))
+    return read_console(text, where)
 
 
 def _read_jsonl(text: str, where: str) -> Metrics:

@@ -1,0 +1,176 @@
+"""Reading TensorBoard event files (``events.out.tfevents.*``) for ``calibrate --from-metrics``.
+
+verl (``trainer.logger=['tensorboard']``, ``verl/utils/tracking.py``), OpenRLHF
+(``--use_tensorboard``, ``openrlhf/utils/logging_utils.py``: ``train/<key>``), slime
+(``--use-tensorboard``) and AReaL (``stats_logger.tensorboard.path``) each write their step
+metrics with ``SummaryWriter.add_scalar(key, value, step)``: torch's or tensorboardX's, which
+write the same file. It is a TFRecord file (records of a little-endian length, its masked
+CRC-32C, the data and its CRC) of ``Event`` protocol buffers (``tensorboard/compat/proto/
+event.proto``): ``step`` (field 2) and a ``Summary`` (field 5) of ``Value``s, each a ``tag``
+(1) and a ``simple_value`` (2, a 32-bit float), or a scalar ``tensor`` (8) as TensorFlow 2's
+writer puts it. Read here with no TensorBoard installed: the wire format is a few rules.
+
+The step is what the framework passed, which differs between them (verl's and OpenRLHF's
+global step, from 1; slime's rollout step; AReaL's W&B step, from 0), so an event file is
+merged only with other event files. A last record cut short (a run still writing) is left out
+and noted; a value is a 32-bit float, whose six significant digits are what a merge compares.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from sortedrl.calibration.metrics_read import TB_STEP, Metrics, _metrics, _store
+from sortedrl.errors import ConfigError
+from sortedrl.wandb_runs import step_number
+
+DIGITS = 6  # a float32 holds six significant decimal digits whatever they are
+DT_FLOAT, DT_DOUBLE = 1, 2  # TensorProto dtypes (tensorflow/core/framework/types.proto)
+
+
+def read_tfevents(raw: bytes, where: str) -> Metrics:
+    """Tag -> {step: value} of the scalar summaries in an event file's bytes."""
+    out: dict[str, dict[int, float]] = {}
+    repeated: set[int] = set()
+    notes: list[str] = []
+    pos = records = 0
+    while pos < len(raw):
+        if len(raw) - pos < 12:
+            notes.append(f"{where}: its last record is cut short (a run still writing?): left out")
+            break
+        length, length_crc = struct.unpack_from("<QI", raw, pos)
+        if _masked_crc(raw[pos:pos + 8]) != length_crc:
+            raise ConfigError(f"{where}: byte {pos}: not a TensorBoard event record (its length's "
+                              "checksum does not match): not an event file, or damaged")
+        if pos + 16 + length > len(raw):
+            notes.append(f"{where}: its last record is cut short (a run still writing?): left out")
+            break
+        data = raw[pos + 12:pos + 12 + length]
+        try:
+            _event(data, out, repeated, f"{where}: record {records}")
+        except (IndexError, struct.error, ValueError) as e:
+            raise ConfigError(f"{where}: record {records}: not a TensorBoard event ({e})") from None
+        pos += 16 + length
+        records += 1
+    if not out:
+        raise ConfigError(f"{where}: a TensorBoard event file of no scalar (add_scalar) values")
+    metrics = _metrics(out, where, repeated, step_column=TB_STEP)
+    metrics.notes += notes
+    metrics.digits = DIGITS
+    return metrics
+
+
+def _event(data: bytes, out: dict, repeated: set[int], at: str) -> None:
+    step, summaries = 0, []
+    for field, _, value in _fields(data):
+        if field == 2:
+            step = value - (1 << 64) if value >= 1 << 63 else value  # int64
+        elif field == 5:
+            summaries.append(value)
+    if not summaries:
+        return  # the file's version record, a graph, a log message
+    if step_number(float(step)) is None:
+        raise ConfigError(f"{at}: step {step}: expected a whole number from 0 to below 2**53")
+    for summary in summaries:
+        for field, _, value in _fields(summary):
+            if field == 1:
+                tag, number = _scalar(value)
+                if tag is not None and number is not None and number == number and abs(number) != float("inf"):
+                    _store(out, tag, step, number, f"{at}: tag {tag!r}", repeated)
+
+
+def _scalar(value: bytes) -> tuple[str | None, float | None]:
+    """A ``Summary.Value``'s tag and scalar: its ``simple_value``, or a one-element float or
+    double tensor; None for any other (an image, a histogram, text)."""
+    tag = number = None
+    for field, wire, item in _fields(value):
+        if field == 1 and wire == 2:
+            tag = item.decode("utf-8", "replace")
+        elif field == 2 and wire == 5:
+            number = struct.unpack("<f", item)[0]
+        elif field == 8 and wire == 2:
+            number = _tensor_scalar(item)
+    return tag, number
+
+
+def _tensor_scalar(tensor: bytes) -> float | None:
+    dtype, values = 0, []
+    for field, wire, item in _fields(tensor):
+        if field == 1:
+            dtype = item
+        elif field == 4:  # tensor_content: the raw little-endian values
+            values += _unpack(item, dtype)
+        elif field == 5 and wire == 2:  # float_val, packed
+            values += struct.unpack(f"<{len(item) // 4}f", item)
+        elif field == 5 and wire == 5:
+            values += struct.unpack("<f", item)
+        elif field == 6 and wire == 2:  # double_val, packed
+            values += struct.unpack(f"<{len(item) // 8}d", item)
+        elif field == 6 and wire == 1:
+            values += struct.unpack("<d", item)
+    return float(values[0]) if dtype in (DT_FLOAT, DT_DOUBLE) and len(values) == 1 else None
+
+
+def _unpack(content: bytes, dtype: int) -> tuple[float, ...]:
+    if dtype == DT_FLOAT and len(content) % 4 == 0:
+        return struct.unpack(f"<{len(content) // 4}f", content)
+    if dtype == DT_DOUBLE and len(content) % 8 == 0:
+        return struct.unpack(f"<{len(content) // 8}d", content)
+    return ()
+
+
+def _fields(buf: bytes):
+    """``(field number, wire type, value)`` of each field of a protocol buffer message: an int
+    for a varint, bytes for the rest."""
+    i, end = 0, len(buf)
+    while i < end:
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, i = buf[i:i + size], i + size
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            value, i = buf[i:i + size], i + size
+        else:
+            raise ValueError(f"wire type {wire} at byte {i}")
+        if i > end:
+            raise ValueError("a field runs past the record's end")
+        yield field, wire, value
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError(f"a varint of more than 10 bytes at byte {i}")
+
+
+def _crc_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1  # CRC-32C (Castagnoli), reflected
+        table.append(c)
+    return table
+
+
+_CRC = _crc_table()
+
+
+def _masked_crc(data: bytes) -> int:
+    """TFRecord's masked CRC-32C of ``data`` (tensorflow/core/lib/hash/crc32c.h ``Mask``)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
