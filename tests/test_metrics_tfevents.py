@@ -115,3 +115,9 @@ def test_run_names_no_run_of_an_event_file(tmp_path):
                             "--out", str(tmp_path / "p.json"))
     assert (code, lines) == (2, [f"error: --run x: {path} is a TensorBoard event file (one run's): --run applies "
                                  "to W&B export CSVs only"])
+
+
+def test_a_tensorboard_directory_points_at_its_event_files(tmp_path):
+    code, lines = calibrate("--from-metrics", str(TB / "verl"), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {TB / 'verl'}: a directory, not a metrics file (a TensorBoard log "
+                                 f"directory: give its event files, {TB / 'verl' / EVENTS})"])

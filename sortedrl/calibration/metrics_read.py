@@ -138,7 +138,10 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
     except FileNotFoundError:
         raise ConfigError(f"{where}: metrics file not found") from None
     except IsADirectoryError:
-        raise ConfigError(f"{where}: a directory, not a metrics file") from None
+        events = sorted(f.name for f in p.glob("*tfevents*") if f.is_file())
+        hint = f" (a TensorBoard log directory: give its event files, {p / events[0]}{' ...' if len(events) > 1 else ''})" \
+            if events else ""
+        raise ConfigError(f"{where}: a directory, not a metrics file{hint}") from None
     name = p.name.lower().removesuffix(".gz")  # the format: the suffix inside .gz
     gzipped = raw[:2] == b"\x1f\x8b"  # gzip's magic number: metrics.jsonl.gz, or a .csv that is gzipped
     notes = []
