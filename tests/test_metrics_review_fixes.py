@@ -199,8 +199,9 @@ def test_a_log_of_no_step_line_says_so(tmp_path):
     bad = tmp_path / "run.log"  # (it said: no metric values ... W&B's __MIN and __MAX columns)
     bad.write_text("INFO starting\nTraining Progress: 0%\n2025-01-01 10:00:00 step 1 loss 0.5\n")
     code, lines = calibrate("--from-metrics", str(bad), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
-    assert (code, lines) == (2, [f"error: {bad}: no 'step:N - key:value' line (verl's console logger's form) "
-                                 "nor AReaL's 'Train step N/M done.' and its stats table in this log"])
+    assert (code, lines) == (2, [f"error: {bad}: no 'step:N - key:value' line (verl's console logger's form), "
+                                 "AReaL's 'Train step N/M done.' and its stats table, or slime's 'perf N: {...}' "
+                                 "in this log"])
 
 
 def test_a_bracketed_timestamp_before_step_is_read(tmp_path):

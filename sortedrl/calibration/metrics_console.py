@@ -58,8 +58,8 @@ def read_console(text: str, where: str) -> Metrics:
             if math.isfinite(value):
                 _store(out, key, step, value, f"{where}: line {n}: metric {key!r}", repeated)
     if not found:
-        raise ConfigError(f"{where}: no 'step:N - key:value' line (verl's console logger's form) nor AReaL's "
-                          "'Train step N/M done.' and its stats table in this log")
+        raise ConfigError(f"{where}: no 'step:N - key:value' line (verl's console logger's form), AReaL's "
+                          "'Train step N/M done.' and its stats table, or slime's 'perf N: {...}' in this log")
     return _metrics(out, where, repeated)
 
 

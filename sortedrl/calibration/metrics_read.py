@@ -73,8 +73,8 @@ def step_axis(column: str) -> str:
     counter of loggings, from 0, unless the framework sets it: verl sets it to its ``step``, from
     1) and verl's ``step`` (its file and console loggers). Files of two axes are not merged: no
     rule maps one onto the other for every framework."""
-    if column == TB_STEP:  # (each framework passes its own step: event files merge only together)
-        return column
+    if column in (TB_STEP, "perf rollout_id"):  # (an event file's step is its framework's, slime's console
+        return column                              # rollout id W&B's rollout/step only by default)
     metric = metric_of(column)
     return metric if metric in STEP_METRICS else "step"
 
@@ -185,15 +185,18 @@ def _read_by_kind(kind: str, text: str, where: str, run: str | None) -> Metrics:
     if kind == "csv":
         return _read_csv(text, where, run)
     if kind is not None and run is not None:
-        shown = "JSON lines (verl's file logger)" if kind == "json" else "a console log (verl's or AReaL's)"
+        shown = "JSON lines (verl's file logger)" if kind == "json" else "a console log (verl's, AReaL's or slime's)"
         raise ConfigError(f"--run {run}: {where} is {shown}: --run applies to W&B export CSVs only")
     if kind == "json":
         return _read_jsonl(text, where)
     from sortedrl.calibration.metrics_areal_log import is_areal_log, read_areal_log
     from sortedrl.calibration.metrics_console import read_console
+    from sortedrl.calibration.metrics_slime_log import is_slime_log, read_slime_log
 
     if is_areal_log(text):
         return read_areal_log(text, where)
+    if is_slime_log(text):
+        return read_slime_log(text, where)
     return read_console(text, where)
 
 
