@@ -4,6 +4,7 @@ a fit's term values."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -23,3 +24,10 @@ def calibrate(*args: str) -> tuple[int, list[str]]:
 
 def values(fit: dict) -> dict[str, float]:
     return {k: v["value"] for k, v in fit["terms"].items()}
+
+
+def trainer_fit(out: Path, *args: str) -> dict:
+    """``calibrate ARGS --cluster PRESET --out OUT``, which must succeed: the profile's trainer fit."""
+    code, lines = calibrate(*args, "--cluster", PRESET, "--out", str(out))
+    assert code == 0, lines
+    return json.loads(out.read_text())["fit"]["trainer"]

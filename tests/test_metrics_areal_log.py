@@ -9,10 +9,8 @@ Run: pytest tests/test_metrics_areal_log.py
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from metrics_helpers import FIX, PRESET, TOKENS, calibrate, values
+from metrics_helpers import FIX, PRESET, TOKENS, calibrate, trainer_fit, values
 
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_read import read_metrics, read_metrics_files
@@ -34,10 +32,7 @@ def test_areal_log_reads_each_steps_table_at_its_wandb_step():
 
 
 def test_areal_log_fits_alone_as_its_wandb_history_does(tmp_path):
-    out = tmp_path / "p.json"
-    code, lines = calibrate("--from-metrics", str(LOG), "--cluster", PRESET, "--out", str(out))
-    assert code == 0, lines
-    fit = json.loads(out.read_text())["fit"]["trainer"]
+    fit = trainer_fit(tmp_path / "p.json", "--from-metrics", str(LOG))
     assert fit["columns"]["tokens"] == "ppo_actor/update/n_tokens"
     assert values(fit) == pytest.approx({"train_fix": 4.0, "train_per_token": 4e-5, "sync_s": 3.15}, rel=1e-9)
 

@@ -9,10 +9,8 @@ Run: pytest tests/test_metrics_slime_log.py
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from metrics_helpers import FIX, PRESET, calibrate, values
+from metrics_helpers import FIX, PRESET, calibrate, trainer_fit, values
 
 from sortedrl.calibration.metrics_read import read_metrics
 
@@ -29,10 +27,7 @@ def test_slime_console_holds_what_its_wandb_export_does():
 
 
 def test_slime_console_fits_alone(tmp_path):
-    out = tmp_path / "p.json"
-    code, lines = calibrate("--from-metrics", str(LOG), "--cluster", PRESET, "--out", str(out))
-    assert code == 0, lines
-    fit = json.loads(out.read_text())["fit"]["trainer"]
+    fit = trainer_fit(tmp_path / "p.json", "--from-metrics", str(LOG))
     assert fit["columns"]["tokens"] == "perf/actor_train_tok_per_s x perf/actor_train_time"
     assert values(fit) == pytest.approx({"train_fix": 4.0, "train_per_token": 3e-5, "sync_s": 2.5}, rel=1e-9)
 

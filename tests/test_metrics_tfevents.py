@@ -10,10 +10,8 @@ Run: pytest tests/test_metrics_tfevents.py
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from metrics_helpers import FIX, PRESET, TOKENS, calibrate, values
+from metrics_helpers import FIX, PRESET, TOKENS, calibrate, trainer_fit, values
 
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_read import read_metrics, read_metrics_files
@@ -43,11 +41,9 @@ def test_each_frameworks_event_file_fits_its_terms(tmp_path, framework, samples,
     metrics = read_metrics(path)
     assert metrics.step_column == "TensorBoard step" and metrics.notes == []
     assert sorted(next(iter(metrics.values()))) == list(range(first, first + 6))  # the steps add_scalar got
-    out = tmp_path / "p.json"
-    code, lines = calibrate("--from-metrics", str(path), "--cluster", PRESET, "--out", str(out),
-                            *(["--samples-per-step", samples] if samples else []))
-    assert code == 0, lines
-    assert values(json.loads(out.read_text())["fit"]["trainer"]) == pytest.approx(terms, rel=REL)
+    fit = trainer_fit(tmp_path / "p.json", "--from-metrics", str(path),
+                      *(["--samples-per-step", samples] if samples else []))
+    assert values(fit) == pytest.approx(terms, rel=REL)
 
 
 def test_new_style_scalars_are_tensors_and_text_is_left_out():
