@@ -30,6 +30,8 @@ import os
 import stat
 from pathlib import PurePath
 
+from sortedrl.errors import SortedRLError
+
 _kept: dict[tuple[int, int], bytes] = {}
 
 
@@ -92,13 +94,15 @@ BINARY = (b"PAR1", b"\x1f\x8b", b"PK\x03\x04")
 
 
 def _read(path: str | os.PathLike[str]) -> bytes:
-    """The input's bytes; of binary data that no reader takes (a NUL byte in its first
-    :data:`HEAD` bytes, not after one of :data:`BINARY`'s magic numbers), the first ``HEAD``
-    only, which its reader refuses: ``/dev/zero`` never ends."""
+    """The input's bytes; binary data that no reader takes (a NUL byte in its first :data:`HEAD`
+    bytes, not after one of :data:`BINARY`'s magic numbers) is one error before the rest is read:
+    ``/dev/zero`` never ends. (Its head alone was handed on once, and a reader that takes NUL
+    bytes, the csv module, read a cut input as a whole one.)"""
     with open(path, "rb") as f:
         head = f.read(HEAD)
-        if b"\0" in head and not head.startswith(BINARY):
-            return head
+        nul = head.find(b"\0")
+        if nul >= 0 and not head.startswith(BINARY):
+            raise SortedRLError(f"{path}: binary data (a NUL byte at byte {nul}), not text")
         return head + f.read()
 
 

@@ -66,7 +66,7 @@ def test_dev_zero_as_a_trace_ends_with_one_error(tmp_path):
                         "--trace", "/dev/zero", "--policy", "sync", "--out", str(tmp_path / "run")],
                        capture_output=True, text=True, timeout=300)
     assert (r.returncode, r.stdout, r.stderr) == (
-        2, "", "error: /dev/zero: binary data (a NUL byte at byte 0), not a JSONL or CSV trace\n")
+        2, "", "error: /dev/zero: binary data (a NUL byte at byte 0), not text\n")
     assert not (tmp_path / "run").exists()
 
 
@@ -89,3 +89,23 @@ def test_a_piped_parquet_trace_is_still_read_whole(tmp_path):
         writer.wait(timeout=60)
     assert got.response_len.tolist() == trace.response_len.tolist()
     assert got.prompt_id.tolist() == trace.prompt_id.tolist()
+
+
+def test_a_piped_input_with_a_nul_byte_is_one_error_not_a_cut_one(tmp_path):
+    # a read-once input's head with a NUL byte was handed on alone: the csv module, which takes
+    # NUL bytes, read the first 64 KiB of a drift table as the whole of it
+    from sortedrl import streams
+    from sortedrl.errors import SortedRLError
+
+    fifo, table = tmp_path / "fifo", tmp_path / "drift.csv"
+    os.mkfifo(fifo)
+    table.write_bytes(b"step,mean\x00\n" + b"".join(b"%d,%d\n" % (i, 1000 + i) for i in range(20000)))
+    assert table.stat().st_size > streams.HEAD
+    writer = subprocess.Popen(["sh", "-c", f"cat {table} > {fifo}"])
+    try:
+        with pytest.raises(SortedRLError) as err:
+            streams.peek(fifo)
+    finally:
+        writer.kill()
+        writer.wait(timeout=60)
+    assert str(err.value) == f"{fifo}: binary data (a NUL byte at byte 9), not text"

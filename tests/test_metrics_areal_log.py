@@ -12,23 +12,22 @@ from __future__ import annotations
 import pytest
 from metrics_helpers import FIX, PRESET, TOKENS, calibrate, trainer_fit, values
 
-from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_read import read_metrics, read_metrics_files
 
 LOG = FIX / "areal_main.log"
 
 
-def test_areal_log_reads_each_steps_table_at_its_wandb_step():
+def test_areal_log_reads_each_steps_table_at_the_step_it_prints():
     metrics = read_metrics(LOG)
     assert metrics.step_column == "Train step" and metrics.notes == []
-    # "Train step 1/6 done." is W&B's step 0: the same steps as the history CSV
-    assert metrics["ppo_actor/update/n_tokens"] == dict(enumerate(map(float, TOKENS)))
-    # every stat of the history, at its steps, to the five significant digits ".4e" prints
+    # "Train step 1/6 done." is step 1 (W&B's step 0 since AReaL v1.0, 1 before)
+    assert metrics["ppo_actor/update/n_tokens"] == dict(enumerate(map(float, TOKENS), 1))
+    # every stat of the history, a step later, to the five significant digits ".4e" prints
     history = read_metrics(FIX / "areal_history.csv")
-    assert {k: sorted(v) for k, v in metrics.items()} == {k: sorted(v) for k, v in history.items()}
+    assert {k: sorted(v) for k, v in metrics.items()} == {k: sorted(s + 1 for s in v) for k, v in history.items()}
     for name, column in history.items():
-        assert metrics[name] == pytest.approx(column, rel=5e-5)
-    assert metrics["ppo_actor/n_tokens"][1] == 229380.0  # 229,376 printed as 2.2938e+05
+        assert metrics[name] == pytest.approx({s + 1: v for s, v in column.items()}, rel=5e-5)
+    assert metrics["ppo_actor/n_tokens"][2] == 229380.0  # 229,376 printed as 2.2938e+05
 
 
 def test_areal_log_fits_alone_as_its_wandb_history_does(tmp_path):
@@ -37,22 +36,26 @@ def test_areal_log_fits_alone_as_its_wandb_history_does(tmp_path):
     assert values(fit) == pytest.approx({"train_fix": 4.0, "train_per_token": 4e-5, "sync_s": 3.15}, rel=1e-9)
 
 
-def test_areal_log_merges_with_its_wandb_history_by_step(tmp_path):
-    # the log's steps are W&B's (from 0): a history CSV of the same run gives the same values
-    # (its values rounded to five digits agree with the history's, whose every digit is kept)
+def test_areal_log_merges_only_with_another_areal_log(tmp_path):
+    # which W&B step a "Train step N" was depends on AReaL's version (N - 1 from v1.0, N before)
     history = FIX / "areal_history.csv"
-    for files in ([LOG, history], [history, LOG]):
-        merged = read_metrics_files(files)
-        assert merged["timeperf/train_step"][3] == 6.800000000000001  # the history's, not the log's 6.8
-        assert merged["ppo_actor/n_tokens"][1] == 229376.0
-        assert values(fit_metrics(merged, "m")) == pytest.approx(
-            {"train_fix": 4.0, "train_per_token": 4e-5, "sync_s": 3.15}, rel=1e-9)
-    # a value that differs beyond the log's digits is a conflict
-    other = tmp_path / "h.csv"
-    other.write_text(history.read_text().replace(",4.4,", ",4.4001,"))
-    code, lines = calibrate("--from-metrics", str(LOG), str(other), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
-    assert (code, lines) == (2, [f"error: {other}: metric 'timeperf/train_step' at step 0: 4.4001, but {LOG} gives "
-                                 "4.4: which to fit is unclear"])
+    code, lines = calibrate("--from-metrics", str(LOG), str(history), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert code == 2 and lines[0].startswith(f"error: {history}: steps numbered by '_step', but {LOG} by 'Train step'")
+    # two logs of one run (its first steps, then the rest): merged by step
+    text = LOG.read_text()
+    cut = text.rindex("\n", 0, text.index("Train step 4/6")) + 1
+    first, rest = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text(text[:cut])
+    rest.write_text(text[cut:])
+    assert read_metrics_files([first, rest]) == read_metrics(LOG)
+
+
+def test_a_ray_prefix_on_every_line_is_read_through():
+    # a console captured under Ray: "(pid=...) " before every line, the table's too
+    prefixed = "".join(f"(RLTrainer pid=77) {line}\n" for line in LOG.read_text().splitlines())
+    from sortedrl.calibration.metrics_areal_log import read_areal_log
+
+    assert read_areal_log(prefixed, "m.log") == read_metrics(LOG)
 
 
 def test_a_resumed_log_reads_the_later_logging_of_a_step(tmp_path):
@@ -64,7 +67,7 @@ def test_a_resumed_log_reads_the_later_logging_of_a_step(tmp_path):
     path = tmp_path / "main.log"  # resumed after step 3: steps 4-6 logged again, step 4 with other times
     path.write_text(text + step4.replace("6.8000e+00", "7.0000e+00") + again)
     metrics = read_metrics(path)
-    assert metrics["timeperf/train_step"][3] == 7.0 and metrics["timeperf/train_step"][4] == 6.2
+    assert metrics["timeperf/train_step"][4] == 7.0 and metrics["timeperf/train_step"][5] == 6.2
     assert metrics.notes == [f"{path}: 1 step(s) logged more than once with other values (a resumed run?): "
                              "the last logging of each is used"]
 

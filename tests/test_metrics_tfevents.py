@@ -14,7 +14,7 @@ import pytest
 from metrics_helpers import FIX, PRESET, TOKENS, calibrate, trainer_fit, values
 
 from sortedrl.calibration.metrics_fit import fit_metrics
-from sortedrl.calibration.metrics_read import read_metrics, read_metrics_files
+from sortedrl.calibration.metrics_read import read_metrics
 from sortedrl.calibration.metrics_tfevents import _fields
 
 TB = FIX / "tensorboard"
@@ -71,31 +71,45 @@ def test_a_file_cut_short_reads_its_whole_records_and_notes_the_rest(tmp_path):
     assert len(metrics["critic/score/mean"]) == 5 and len(metrics["timing_s/update_actor"]) == 6
 
 
-def test_event_files_merge_only_with_event_files(tmp_path):
-    # two event files of one run (a restart writes a new one): merged by step
-    raw = (TB / "verl" / EVENTS).read_bytes()
-    first, second = tmp_path / "a" / EVENTS, tmp_path / "b" / EVENTS
-    for p in (first, second):
-        p.parent.mkdir()
-    ends = record_ends(raw)  # the records up to about half, then the rest (the version record first)
-    cut = min(e for e in ends if e >= len(raw) // 2)
-    first.write_bytes(raw[:cut])
-    second.write_bytes(raw[:ends[0]] + raw[cut:])
-    merged = read_metrics_files([first, second])
-    assert values(fit_metrics(merged, "m")) == pytest.approx(
+def test_a_resumed_runs_directory_keeps_each_steps_later_logging(tmp_path):
+    # verl_resumed: stopped after step 5, resumed from step 3; the first file's steps 4 and 5 took
+    # 10 s more, the second file (written later) logs 4-6 again: the directory is read in the
+    # order the events were written, each step's later logging kept and noted
+    run = TB / "verl_resumed"
+    metrics = read_metrics(run)
+    assert metrics.notes == [f"{run}: 2 step(s) logged more than once with other values (a resumed run?): the "
+                             "last logging of each is used"]
+    assert values(fit_metrics(metrics, "m")) == pytest.approx(
         {"train_fix": 5.0, "train_per_token": 3e-5, "sync_s": 1.25}, rel=REL)
-    # with a CSV: the framework's step is not W&B's (OpenRLHF's and verl's from 1, AReaL's from 0)
-    code, lines = calibrate("--from-metrics", str(first), str(FIX / "areal_history.csv"), "--cluster", PRESET,
+    # the files named one by one are two files giving two values: which to fit is unclear
+    files = sorted(str(f) for f in run.iterdir())
+    code, lines = calibrate("--from-metrics", *files, "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert code == 2 and lines[0].startswith(f"error: {files[1]}: metric 'timing_s/update_actor' at step 4: ")
+    # with a file of another kind: the framework's step is not W&B's (verl's from 1, AReaL's from 0)
+    code, lines = calibrate("--from-metrics", str(run), str(FIX / "areal_history.csv"), "--cluster", PRESET,
                             "--out", str(tmp_path / "p.json"))
-    assert (code, lines[0][:96]) == (2, f"error: {FIX / 'areal_history.csv'}: steps numbered by '_step', but {first} "
-                                        "by 'TensorBoard step'"[:96])
+    assert code == 2 and lines[0].startswith(
+        f"error: {FIX / 'areal_history.csv'}: steps numbered by '_step', but {run} by 'TensorBoard step'")
+
+
+def test_an_export_named_tfevents_is_read_as_what_its_suffix_says(tmp_path):
+    path = tmp_path / "run1_tfevents_export.csv"
+    path.write_text("Step,timing/ppo_train\n1,8.4\n")
+    assert read_metrics(path) == {"timing/ppo_train": {1: 8.4}}
+
+
+def flip_first_value(raw: bytes) -> bytes:
+    """One bit of the first scalar's value flipped (its record's data checksum kept)."""
+    at = raw.index(b"timing_s/update_actor") + len("timing_s/update_actor") + 2  # (tag, then field 2's key)
+    return raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:]
 
 
 @pytest.mark.parametrize("change, message", [
     (lambda raw: raw[:8] + bytes([raw[8] ^ 1]) + raw[9:], "byte 0: not a TensorBoard event record (its length's "
                                                           "checksum does not match): not an event file, or damaged"),
-    (lambda raw: raw[:int.from_bytes(raw[:8], "little") + 16], "a TensorBoard event file of no scalar "
-                                                                "(add_scalar) values"),
+    (flip_first_value, "record 1: its data's checksum does not match: the file is damaged"),
+    (lambda raw: raw[:int.from_bytes(raw[:8], "little") + 16], "TensorBoard's, but no scalar (add_scalar) "
+                                                                "values in it"),
 ])
 def test_a_bad_event_file_is_one_error(tmp_path, change, message):
     path = tmp_path / EVENTS
@@ -109,11 +123,13 @@ def test_run_names_no_run_of_an_event_file(tmp_path):
     path = TB / "verl" / EVENTS
     code, lines = calibrate("--from-metrics", str(path), "--run", "x", "--cluster", PRESET,
                             "--out", str(tmp_path / "p.json"))
-    assert (code, lines) == (2, [f"error: --run x: {path} is a TensorBoard event file (one run's): --run applies "
-                                 "to W&B export CSVs only"])
+    assert (code, lines) == (2, [f"error: --run x: {path} is TensorBoard's (one run's): --run applies to W&B "
+                                 "export CSVs only"])
 
 
-def test_a_tensorboard_directory_points_at_its_event_files(tmp_path):
-    code, lines = calibrate("--from-metrics", str(TB / "verl"), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
-    assert (code, lines) == (2, [f"error: {TB / 'verl'}: a directory, not a metrics file (a TensorBoard log "
-                                 f"directory: give its event files, {TB / 'verl' / EVENTS})"])
+def test_a_directory_of_no_event_file_is_no_metrics_file(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "notes.txt").write_text("x")
+    code, lines = calibrate("--from-metrics", str(tmp_path / "m"), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {tmp_path / 'm'}: a directory, not a metrics file (nor a TensorBoard "
+                                 "log directory: no events.out.tfevents.* file in it)"])

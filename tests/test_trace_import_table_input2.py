@@ -7,7 +7,11 @@ counts without thousands separators. Each bad input is one `error:` line naming 
 
 from __future__ import annotations
 
+import bz2
 import gzip
+import io
+import lzma
+import zipfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -182,6 +186,25 @@ def test_gzip_table_says_decompress_it(tmp_path) -> None:
     assert _one_error(tmp_path, [f, *COLS]) == (
         f"error: {f}: gzip-compressed: decompress it first (a table import reads CSV, JSONL or "
         "Parquet)")
+
+
+@pytest.mark.parametrize("kind, compress", [
+    ("xz", lambda b: lzma.compress(b)), ("bzip2", lambda b: bz2.compress(b)),
+    ("zip", lambda b: _zipped(b)),
+])
+def test_each_compressed_table_says_decompress_it(tmp_path, kind, compress) -> None:
+    # (the binary-head check let gzip through only: the others said 'not UTF-8 text (byte 0)')
+    f = tmp_path / "t.csv.z"
+    f.write_bytes(compress(b"p,r\n1,2\n"))
+    assert _one_error(tmp_path, [f, *COLS]) == (
+        f"error: {f}: {kind}-compressed: decompress it first (a table import reads CSV, JSONL or Parquet)")
+
+
+def _zipped(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("t.csv", data)
+    return buf.getvalue()
 
 
 def test_not_utf8_names_the_byte_of_the_file_past_a_bom(tmp_path) -> None:

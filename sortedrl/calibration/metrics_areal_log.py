@@ -6,8 +6,10 @@ is its log: each step's ``StatsLogger.commit`` (``areal/utils/stats_logger.py`` 
 areal-project/AReaL ``cbff54d``) logs ``... Train step N/M done.``, then ``Stats (i/n):`` and the
 step's stats as ``tabulate_stats`` prints them (``areal/utils/printing.py``): a ``fancy_grid``
 table of four ``key | value`` pairs a row, each value in ``.4e`` (five significant digits). The
-stats are the ones W&B would get at its step ``N - 1`` (``log_step``, from 0; the ``i``-th of
-``n`` at ``N - 2 + i``), so this log merges with an AReaL W&B export on the same steps.
+step read is ``N`` (the ``i``-th table of ``n`` at ``N - 1 + i``), as the log prints it: W&B's
+step for it is ``N - 1`` since AReaL v1.0 (``log_step``, from 0) and ``N`` before (v0.5's
+``_last_commit_step`` started at 0), which the log does not tell, so it merges only with
+another AReaL log.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from sortedrl.limits import short_repr
 
 COMMIT = re.compile(r"Train step (\d+)/\d+ done\.")
 STATS = re.compile(r"Stats \((\d+)/\d+\):")
-DIGITS = 5  # tabulate_stats' floatfmt ".4e"
 CELL = "\u2502"  # fancy_grid's vertical bar between the cells of a row
 
 
@@ -33,7 +34,7 @@ def is_areal_log(text: str) -> bool:
 
 def read_areal_log(text: str, where: str) -> Metrics:
     """Metric name -> {step: value} from AReaL's log: the stats table after each commit line,
-    at W&B's step for it. A table before any commit line is not a step's (none is printed so
+    at the step the line prints. A table before any commit line is not a step's (none is printed so
     today) and is not read; a metric of the table whose value is not a number is an error."""
     out: dict[str, dict[int, float]] = {}
     repeated: set[int] = set()
@@ -42,21 +43,20 @@ def read_areal_log(text: str, where: str) -> Metrics:
         line = COLOUR.sub("", raw).strip()
         found = COMMIT.search(line)
         if found:
-            commit, step = int(found[1]) - 1, None
+            commit, step = int(found[1]), None
             continue
         found = STATS.search(line)
         if found and commit is not None:
             step = commit + int(found[1]) - 1
             continue
-        if step is not None and line.startswith(CELL) and line.endswith(CELL):
-            for key, cell in _pairs(line):
+        row = line[line.find(CELL):] if CELL in line else ""  # (after a prefix: Ray's "(pid=...) ")
+        if step is not None and row.endswith(CELL) and len(row) > 1:
+            for key, cell in _pairs(row):
                 _stat(out, repeated, key, cell, step, f"{where}: line {n}")
     if not out:
         raise ConfigError(f"{where}: AReaL's log, but no stats table after its 'Train step N/M done.' lines "
                           "(StatsLogger.commit's)")
-    metrics = _metrics(out, where, repeated, step_column="Train step")
-    metrics.digits = DIGITS
-    return metrics
+    return _metrics(out, where, repeated, step_column="Train step")
 
 
 def _pairs(line: str) -> list[tuple[str, str]]:

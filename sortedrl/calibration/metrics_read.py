@@ -49,21 +49,23 @@ from sortedrl.limits import short_repr
 from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, repeated_note, step_number
 
 TB_STEP = "TensorBoard step"  # an event file's steps: what its framework passed add_scalar
+# step columns whose numbers match no other file's for every version or setting of their
+# framework: an event file's (verl's, OpenRLHF's global step from 1, slime's rollout step,
+# AReaL's W&B step), AReaL's log's "Train step N" (W&B's step N - 1 from AReaL v1.0, N before),
+# slime's console's rollout id (W&B's rollout/step unless --wandb-always-use-train-step)
+OWN_AXES = (TB_STEP, "Train step", "perf rollout_id")
 FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".log": "console", ".txt": "console"}
 
 
 class Metrics(dict):
     """Metric name -> {step: value}, with the notes on how the file was read (``notes``), which
     :func:`fit_metrics` records with its own (``fit.trainer.notes``), and the column its steps
-    were read from (``step_column``, as the file names it); ``digits``: the significant digits
-    the file prints its values to (AReaL's log: 5), None for every digit."""
+    were read from (``step_column``, as the file names it)."""
 
-    def __init__(self, *args, notes: list[str] | None = None, step_column: str = "step",
-                 digits: int | None = None, **kwargs) -> None:
+    def __init__(self, *args, notes: list[str] | None = None, step_column: str = "step", **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.notes: list[str] = list(notes or [])
         self.step_column = step_column
-        self.digits = digits
 
 
 def step_axis(column: str) -> str:
@@ -73,8 +75,8 @@ def step_axis(column: str) -> str:
     counter of loggings, from 0, unless the framework sets it: verl sets it to its ``step``, from
     1) and verl's ``step`` (its file and console loggers). Files of two axes are not merged: no
     rule maps one onto the other for every framework."""
-    if column in (TB_STEP, "perf rollout_id"):  # (an event file's step is its framework's, slime's console
-        return column                              # rollout id W&B's rollout/step only by default)
+    if column in OWN_AXES:  # (each merges only with its own kind: see OWN_AXES)
+        return column
     metric = metric_of(column)
     return metric if metric in STEP_METRICS else "step"
 
@@ -82,12 +84,11 @@ def step_axis(column: str) -> str:
 def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
     """The metrics of several files merged by step (a W&B chart export is one panel a file: the
     update time in one, the tokens in another). A metric that two files give at one step with
-    different values is an error (which to fit is unclear); the same value twice is read once,
-    and so is a value that a file printing fewer digits gives rounded (the precise one is kept).
+    different values is an error (which to fit is unclear); the same value twice is read once.
     A file named twice is an error."""
     refuse_repeats(paths, "metrics")
     merged = Metrics()
-    origin: dict[str, tuple[Path, int | None]] = {}  # metric -> the file it was first read from, its digits
+    origin: dict[str, Path] = {}  # metric -> the file it was first read from
     base: tuple[Path, str] | None = None  # the first file and its step column: the others' axis
     for p in paths:
         one = read_metrics(p, run)
@@ -102,27 +103,37 @@ def read_metrics_files(paths: list[Path], run: str | None = None) -> Metrics:
                 "steps; export both with the same x-axis")
         for name, column in one.items():
             into = merged.setdefault(name, {})
-            first, digits = origin.setdefault(name, (p, one.digits))
             for step, value in column.items():
-                was = into.get(step, value)
-                if not _agree(was, digits, value, one.digits):  # (repr: 8.6 and 8.600000000000001 told apart)
-                    raise ConfigError(f"{p}: metric {name!r} at step {step}: {value!r}, but {first} "
-                                      f"gives {was!r}: which to fit is unclear")
-                into[step] = was if one.digits is not None and digits is None else value
+                if into.get(step, value) != value:  # (repr: 8.6 and 8.600000000000001 told apart)
+                    raise ConfigError(f"{p}: metric {name!r} at step {step}: {value!r}, but {origin[name]} "
+                                      f"gives {into[step]!r}: which to fit is unclear")
+                into[step] = value
+            origin.setdefault(name, p)
         merged.notes += one.notes
     return merged
 
 
-def _agree(a: float, a_digits: int | None, b: float, b_digits: int | None) -> bool:
-    """Whether two loggings of one value agree: equal, or equal where printed to the fewer
-    significant digits of the two files'."""
-    digits = min((d for d in (a_digits, b_digits) if d is not None), default=None)
-    return a == b or (digits is not None and f"{a:.{digits - 1}e}" == f"{b:.{digits - 1}e}")
-
-
 def is_tfevents(name: str) -> bool:
     """Whether a file's name is a TensorBoard event file's (``events.out.tfevents.<time>...``)."""
-    return "tfevents" in name.lower()
+    return name.startswith("events.out.tfevents")
+
+
+def _read_events(p: Path, where: str, run: str | None) -> Metrics:
+    """A TensorBoard event file, or a log directory's event files (a restart writes a new one),
+    read together in the order they logged; a directory of none is no metrics file."""
+    from sortedrl.calibration.metrics_tfevents import read_tfevents
+
+    files = sorted(f for f in p.iterdir() if is_tfevents(f.name) and f.is_file()) if p.is_dir() else [p]
+    if not files:
+        raise ConfigError(f"{where}: a directory, not a metrics file (nor a TensorBoard log directory: no "
+                          "events.out.tfevents.* file in it)")
+    if run is not None:
+        raise ConfigError(f"--run {run}: {where} is TensorBoard's (one run's): --run applies to W&B export "
+                          "CSVs only")
+    try:
+        return read_tfevents([(f.read_bytes(), str(f)) for f in files], where)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: metrics file not found") from None
 
 
 def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
@@ -130,18 +141,14 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
     export (``--run``)."""
     where = str(path)
     p = Path(path)
+    if is_tfevents(p.name) or p.is_dir():
+        return _read_events(p, where, run)
     try:
-        # (gzip, or a file named .gz, which says so if it is not, and TensorBoard's binary event
-        # files: read as they are)
-        whole = p.name.lower().endswith(".gz") or is_tfevents(p.name)
+        # (gzip, or a file named .gz, which says so if it is not: read as they are)
+        whole = p.name.lower().endswith(".gz")
         raw = p.read_bytes() if whole else jsonio.read_text_bytes(p, ConfigError, binary=(b"\x1f\x8b",))
     except FileNotFoundError:
         raise ConfigError(f"{where}: metrics file not found") from None
-    except IsADirectoryError:
-        events = sorted(f.name for f in p.glob("*tfevents*") if f.is_file())
-        hint = f" (a TensorBoard log directory: give its event files, {p / events[0]}{' ...' if len(events) > 1 else ''})" \
-            if events else ""
-        raise ConfigError(f"{where}: a directory, not a metrics file{hint}") from None
     name = p.name.lower().removesuffix(".gz")  # the format: the suffix inside .gz
     gzipped = raw[:2] == b"\x1f\x8b"  # gzip's magic number: metrics.jsonl.gz, or a .csv that is gzipped
     notes = []
@@ -153,15 +160,6 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
                               "or cut short") from None
     elif name != p.name.lower():
         notes.append(f"{where}: named .gz, but not gzip-compressed: read as plain text")
-    if is_tfevents(name):
-        from sortedrl.calibration.metrics_tfevents import read_tfevents
-
-        if run is not None:
-            raise ConfigError(f"--run {run}: {where} is a TensorBoard event file (one run's): --run applies "
-                              "to W&B export CSVs only")
-        read = read_tfevents(raw, where)
-        read.notes[:0] = notes
-        return read
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

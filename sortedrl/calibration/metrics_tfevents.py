@@ -12,8 +12,8 @@ writer puts it. Read here with no TensorBoard installed: the wire format is a fe
 
 The step is what the framework passed, which differs between them (verl's and OpenRLHF's
 global step, from 1; slime's rollout step; AReaL's W&B step, from 0), so an event file is
-merged only with other event files. A last record cut short (a run still writing) is left out
-and noted; a value is a 32-bit float, whose six significant digits are what a merge compares.
+merged only with other event files: a log directory's, in the order they were written. A last
+record cut short (a run still writing) is left out and noted; a damaged record is an error.
 """
 
 from __future__ import annotations
@@ -24,15 +24,33 @@ from sortedrl.calibration.metrics_read import TB_STEP, Metrics, _metrics, _store
 from sortedrl.errors import ConfigError
 from sortedrl.wandb_runs import step_number
 
-DIGITS = 6  # a float32 holds six significant decimal digits whatever they are
 DT_FLOAT, DT_DOUBLE = 1, 2  # TensorProto dtypes (tensorflow/core/framework/types.proto)
 
 
-def read_tfevents(raw: bytes, where: str) -> Metrics:
-    """Tag -> {step: value} of the scalar summaries in an event file's bytes."""
+def read_tfevents(files: list[tuple[bytes, str]], where: str) -> Metrics:
+    """Tag -> {step: value} of the scalar summaries in event files' bytes (each with its name),
+    several of one run (a log directory: a restart writes a new file, which logs the steps after
+    its checkpoint again) read in the order of their events' wall times, so that a step logged
+    again keeps its later value, and the fit notes it."""
+    scalars: list[tuple[float, int, str, float, str]] = []
+    notes: list[str] = []
+    for raw, name in files:
+        scalars += _scalars(raw, name, notes)
+    scalars.sort(key=lambda s: s[0])  # (stable: a file's own order where the times tie)
     out: dict[str, dict[int, float]] = {}
     repeated: set[int] = set()
-    notes: list[str] = []
+    for _, step, tag, value, at in scalars:
+        _store(out, tag, step, value, at, repeated)
+    if not out:
+        raise ConfigError(f"{where}: TensorBoard's, but no scalar (add_scalar) values in it")
+    metrics = _metrics(out, where, repeated, step_column=TB_STEP)
+    metrics.notes += notes
+    return metrics
+
+
+def _scalars(raw: bytes, where: str, notes: list[str]) -> list[tuple[float, int, str, float, str]]:
+    """``(wall time, step, tag, value, where)`` of each scalar in one event file's records."""
+    found = []
     pos = records = 0
     while pos < len(raw):
         if len(raw) - pos < 12:
@@ -46,37 +64,40 @@ def read_tfevents(raw: bytes, where: str) -> Metrics:
             notes.append(f"{where}: its last record is cut short (a run still writing?): left out")
             break
         data = raw[pos + 12:pos + 12 + length]
+        at = f"{where}: record {records}"
         try:
-            _event(data, out, repeated, f"{where}: record {records}")
+            event = _event(data, at)
         except (IndexError, struct.error, ValueError) as e:
-            raise ConfigError(f"{where}: record {records}: not a TensorBoard event ({e})") from None
+            raise ConfigError(f"{at}: not a TensorBoard event ({e})") from None
+        # (only a record read is checked: the pure-Python checksum costs a microsecond a byte)
+        if event and _masked_crc(data) != struct.unpack_from("<I", raw, pos + 12 + length)[0]:
+            raise ConfigError(f"{at}: its data's checksum does not match: the file is damaged")
+        found += event
         pos += 16 + length
         records += 1
-    if not out:
-        raise ConfigError(f"{where}: a TensorBoard event file of no scalar (add_scalar) values")
-    metrics = _metrics(out, where, repeated, step_column=TB_STEP)
-    metrics.notes += notes
-    metrics.digits = DIGITS
-    return metrics
+    return found
 
 
-def _event(data: bytes, out: dict, repeated: set[int], at: str) -> None:
-    step, summaries = 0, []
-    for field, _, value in _fields(data):
-        if field == 2:
+def _event(data: bytes, at: str) -> list[tuple[float, int, str, float, str]]:
+    """The scalars of one ``Event``: ``(wall time, step, tag, value, where)``."""
+    wall, step, summaries = 0.0, 0, []
+    for field, wire, value in _fields(data):
+        if field == 1 and wire == 1:
+            wall = struct.unpack("<d", value)[0]
+        elif field == 2:
             step = value - (1 << 64) if value >= 1 << 63 else value  # int64
         elif field == 5:
             summaries.append(value)
-    if not summaries:
-        return  # the file's version record, a graph, a log message
-    if step_number(float(step)) is None:
-        raise ConfigError(f"{at}: step {step}: expected a whole number from 0 to below 2**53")
+    found = []
     for summary in summaries:
         for field, _, value in _fields(summary):
             if field == 1:
                 tag, number = _scalar(value)
                 if tag is not None and number is not None and number == number and abs(number) != float("inf"):
-                    _store(out, tag, step, number, f"{at}: tag {tag!r}", repeated)
+                    found.append((wall, step, tag, number, f"{at}: tag {tag!r}"))
+    if found and step_number(float(step)) is None:  # (a text or image record's step is not read)
+        raise ConfigError(f"{at}: step {step}: expected a whole number from 0 to below 2**53")
+    return found
 
 
 def _scalar(value: bytes) -> tuple[str | None, float | None]:

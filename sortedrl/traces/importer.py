@@ -79,7 +79,8 @@ def import_table_with_report(
                           f"{max_response_len:,}")
     cols = (prompt_len_col, response_len_col)
     try:
-        data = jsonio.read_text_bytes(p, TraceError, binary=(b"PAR1", b"\x1f\x8b"))  # (Parquet; gzip, said below)
+        # (Parquet; a compressed file, which _read_text names)
+        data = jsonio.read_text_bytes(p, TraceError, binary=(b"PAR1", *(magic for magic, _ in COMPRESSED)))
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
     except IsADirectoryError:

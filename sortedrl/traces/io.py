@@ -153,6 +153,11 @@ def _first_bad_byte(path: Path, data: bytes | None) -> int:
                 except UnicodeDecodeError as e:  # (its offsets count the carried bytes first)
                     return at - pending + e.start
                 at += len(chunk)
+            pending = len(decoder.getstate()[0])
+            try:  # (a character cut short at the end)
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError as e:
+                return at - pending + e.start
         return 0  # (not reached: the file had such a byte)
     try:
         data.decode("utf-8")
