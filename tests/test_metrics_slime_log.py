@@ -52,11 +52,29 @@ def test_a_bad_perf_line_is_one_error_naming_it(tmp_path, line, message):
     assert (code, lines) == (2, [f"error: {bad}: {message}"])
 
 
-def test_values_that_are_no_numbers_are_left_out_unless_read():
-    # a list, a string holding ", '", a nested dict: not metrics the fit reads, skipped
+def test_only_top_level_keys_are_read():
+    # a list, a string holding ", '", nested dicts holding a metric's name: values, not metrics
+    # (a nested 'perf/train_time': 30.0 replaced the rollout's 8.5, and the fit still succeeded)
     from sortedrl.calibration.metrics_slime_log import read_slime_log
 
-    line = ("perf 3: {'rollout/lens': [1, 2], 'note': \"it's, 'x'\", 'perf/train_time': np.float64(8.5), "
-            "'d': {'a': 1}, 'perf/update_weights_time': 2.5}")
+    line = ("perf 3: {'rollout/lens': [1, 2], 'note': \"it's, 'perf/train_time': 99, 'x\", "
+            "'perf/train_time': np.float64(8.5), 'per_source': [{'n': 1, 'perf/train_time': 30.0}], "
+            "'d': {'a': 1, 'perf/update_weights_time': 9.0}, \"it's\": 0.5, 'perf/update_weights_time': 2.5, "
+            "'tiny': -1.5e-05}")
     metrics = read_slime_log(line, "m.log")
-    assert metrics == {"perf/train_time": {3: 8.5}, "perf/update_weights_time": {3: 2.5}}
+    assert metrics == {"perf/train_time": {3: 8.5}, "perf/update_weights_time": {3: 2.5}, "it's": {3: 0.5},
+                       "tiny": {3: -1.5e-05}}
+    assert metrics.notes == []
+
+
+def test_a_perf_line_cut_short_is_noted_and_rays_repeat_mark_read_through():
+    from sortedrl.calibration.metrics_slime_log import read_slime_log
+
+    lines = LOG.read_text().splitlines()
+    cut = lines[5][:120]  # rollout 1's training line, wrapped by a log collector
+    lines[5:6] = [cut, lines[5][120:]]
+    lines[3] += " [repeated 2x across cluster]"  # Ray's deduplication mark after rollout 0's line
+    metrics = read_slime_log("\n".join(lines), "m.log")
+    assert metrics.notes == ["m.log: 1 'perf N: {...}' line(s) cut short, not read (line 6): wrapped or "
+                             "truncated by a log collector?"]
+    assert sorted(metrics["perf/train_time"]) == [0, 2, 3, 4, 5]

@@ -108,6 +108,7 @@ def flip_first_value(raw: bytes) -> bytes:
     (lambda raw: raw[:8] + bytes([raw[8] ^ 1]) + raw[9:], "byte 0: not a TensorBoard event record (its length's "
                                                           "checksum does not match): not an event file, or damaged"),
     (flip_first_value, "record 1: its data's checksum does not match: the file is damaged"),
+
     (lambda raw: raw[:int.from_bytes(raw[:8], "little") + 16], "TensorBoard's, but no scalar (add_scalar) "
                                                                 "values in it"),
 ])
@@ -133,3 +134,20 @@ def test_a_directory_of_no_event_file_is_no_metrics_file(tmp_path):
     code, lines = calibrate("--from-metrics", str(tmp_path / "m"), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
     assert (code, lines) == (2, [f"error: {tmp_path / 'm'}: a directory, not a metrics file (nor a TensorBoard "
                                  "log directory: no events.out.tfevents.* file in it)"])
+
+
+def test_a_damaged_record_that_no_longer_holds_a_scalar_is_an_error(tmp_path):
+    # its Summary's field number damaged (5 -> 6): the record reads as no scalar, and was skipped
+    from sortedrl.calibration.metrics_tfevents import _event
+
+    raw = bytearray((TB / "verl" / EVENTS).read_bytes())
+    start = record_ends(bytes(raw))[0]  # record 1: the first scalar
+    data = start + 12
+    summary = data + bytes(raw[data:data + 64]).index(b"\x2a")  # (wall time, step, then field 5)
+    raw[summary] = 0x32
+    length = int.from_bytes(raw[start:start + 8], "little")
+    assert _event(bytes(raw[data:data + length]), "r") == []  # no scalar left to read
+    path = tmp_path / EVENTS
+    path.write_bytes(bytes(raw))
+    code, lines = calibrate("--from-metrics", str(path), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {path}: record 1: its data's checksum does not match: the file is damaged"])

@@ -12,6 +12,7 @@ unless ``--wandb-always-use-train-step`` is set; so a console log merges only wi
 
 from __future__ import annotations
 
+import ast
 import re
 
 from sortedrl.calibration.metrics_console import COLOUR
@@ -23,9 +24,10 @@ from sortedrl.wandb_runs import step_number
 
 STEP_COLUMN = "perf rollout_id"  # slime's console: its own step axis
 _LINE = re.compile(r"(?:^|\s)perf (\d+): \{(.*)\}\s*$")
-_KEY = re.compile(r"'((?:[^'\\]|\\.)*)': ")  # a str key as repr writes it
-# a number as repr writes it, maybe numpy 2's np.float64(...), up to the next item or the end
-_NUMBER = re.compile(r"(?:np\.\w+\()?(-?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|nan|inf))\)?(?=, '|$)")
+_OPEN = re.compile(r"(?:^|\s)perf (\d+): \{")  # a perf line's start, whole or not
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")  # Ray's log deduplication
+# a number as repr writes it, maybe numpy 2's np.float64(...)
+_NUMBER = re.compile(r"(?:np\.\w+\()?(-?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|nan|inf))\)?")
 
 
 def is_slime_log(text: str) -> bool:
@@ -34,30 +36,84 @@ def is_slime_log(text: str) -> bool:
 
 
 def read_slime_log(text: str, where: str) -> Metrics:
-    """Metric name -> {rollout id: value} from slime's ``perf N: {...}`` lines; other lines are
-    other output. A metric of the table whose value is not a number is an error."""
+    """Metric name -> {rollout id: value} from slime's ``perf N: {...}`` lines, their top-level
+    keys only (a nested dict's or a string's ``'perf/train_time': ...`` is a value's); other
+    lines are other output, and a perf line cut short (wrapped by a log collector) is noted. A
+    metric of the table whose value is not a number is an error."""
     out: dict[str, dict[int, float]] = {}
     repeated: set[int] = set()
+    cut: list[int] = []
     for n, raw in enumerate(text.splitlines(), 1):
-        m = _LINE.search(COLOUR.sub("", raw))
+        line = _RAY_REPEAT.sub("", COLOUR.sub("", raw))
+        m = _LINE.search(line)
         if m is None:
+            if _OPEN.search(line):
+                cut.append(n)
             continue
         step = step_number(float(m[1]))
         if step is None:
             raise ConfigError(f"{where}: line {n}: 'perf {m[1]}': not a rollout id below 2**53")
-        body = m[2]
-        for key in _KEY.finditer(body):
-            if key.start() and body[key.start() - 2:key.start()] != ", ":
-                continue  # (a quoted word inside a value, not a key)
-            name = key[1]
-            number = _NUMBER.match(body, key.end())
+        for name, value in _top_items(m[2]):
+            number = _NUMBER.fullmatch(value)
             if number is None:
                 if name in KNOWN:
-                    value = body[key.end():].split(", '", 1)[0]
                     raise ConfigError(f"{where}: line {n}: metric {name!r}: expected a number, got "
                                       f"{short_repr(value)}")
                 continue
-            value = float(number[1])
-            if value == value and abs(value) != float("inf"):
-                _store(out, name, step, value, f"{where}: line {n}: metric {name!r}", repeated)
-    return _metrics(out, where, repeated, step_column=STEP_COLUMN)
+            x = float(number[1])
+            if x == x and abs(x) != float("inf"):
+                _store(out, name, step, x, f"{where}: line {n}: metric {name!r}", repeated)
+    metrics = _metrics(out, where, repeated, step_column=STEP_COLUMN)
+    if cut:
+        shown = ", ".join(map(str, cut[:5])) + (", ..." if len(cut) > 5 else "")
+        metrics.notes.append(f"{where}: {len(cut)} 'perf N: {{...}}' line(s) cut short, not read (line {shown}): "
+                             "wrapped or truncated by a log collector?")
+    return metrics
+
+
+def _top_items(body: str) -> list[tuple[str, str]]:
+    """The ``(key, value text)`` items of a dict's ``repr`` body at its top level: split at the
+    commas outside brackets and quotes; an item whose key is not a string is left out."""
+    items, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(body):
+        c = body[i]
+        if quote:
+            if c == "\\":
+                i += 1  # (an escaped character)
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(body[start:i])
+            start = i + 1
+        i += 1
+    items.append(body[start:])
+    pairs = []
+    for item in items:
+        key, colon, value = _split_key(item.strip())
+        if colon:
+            pairs.append((key, value.strip()))
+    return pairs
+
+
+def _split_key(item: str) -> tuple[str, str, str]:
+    """``(key, ":", value)`` of ``'key': value`` (either quote, escapes undone); empty when the
+    item does not start with a string key."""
+    if not item or item[0] not in "'\"":
+        return "", "", ""
+    i = 1
+    while i < len(item) and item[i] != item[0]:
+        i += 2 if item[i] == "\\" else 1
+    rest = item[i + 1:]
+    if not rest.startswith(":"):
+        return "", "", ""
+    try:
+        key = ast.literal_eval(item[:i + 1])
+    except (ValueError, SyntaxError):
+        return "", "", ""
+    return key, ":", rest[1:]

@@ -24,6 +24,7 @@ from sortedrl.calibration.metrics_read import TB_STEP, Metrics, _metrics, _store
 from sortedrl.errors import ConfigError
 from sortedrl.wandb_runs import step_number
 
+SMALL_RECORD = 4096  # bytes: a scalar's record is about a hundred
 DT_FLOAT, DT_DOUBLE = 1, 2  # TensorProto dtypes (tensorflow/core/framework/types.proto)
 
 
@@ -69,8 +70,10 @@ def _scalars(raw: bytes, where: str, notes: list[str]) -> list[tuple[float, int,
             event = _event(data, at)
         except (IndexError, struct.error, ValueError) as e:
             raise ConfigError(f"{at}: not a TensorBoard event ({e})") from None
-        # (only a record read is checked: the pure-Python checksum costs a microsecond a byte)
-        if event and _masked_crc(data) != struct.unpack_from("<I", raw, pos + 12 + length)[0]:
+        # (a record read, or one small enough to be a scalar's, whose damage could have hidden
+        # one: the pure-Python checksum costs a microsecond a byte, which images would take)
+        checked = event or length <= SMALL_RECORD
+        if checked and _masked_crc(data) != struct.unpack_from("<I", raw, pos + 12 + length)[0]:
             raise ConfigError(f"{at}: its data's checksum does not match: the file is damaged")
         found += event
         pos += 16 + length
