@@ -119,9 +119,13 @@ CASES = {
         "verl_metrics.jsonl: JSON, not a CSV: --drift-from reads a W&B \"Export CSV\" of the response "
         "length (a metrics JSONL goes to `calibrate --from-metrics`)"),
     "a TRL table that is not UTF-8": (
-        lambda t: ["trace", "import", str(Path(_write(t / "trl" / "c.json", b"\xff\xfe{")).parent),
+        lambda t: ["trace", "import", str(Path(_write(t / "trl" / "c.json", b"\xff\xfd{")).parent),
                    "--from", "trl", "--out", "i.jsonl"],
         "c.json: not UTF-8 text (byte 0)"),
+    "a TRL table in UTF-16": (
+        lambda t: ["trace", "import", str(Path(_write(t / "trl" / "c.json", '{"a": 1}'.encode("utf-16"))).parent),
+                   "--from", "trl", "--out", "i.jsonl"],
+        "c.json: UTF-16 text (its byte-order mark), not UTF-8: save it as UTF-8"),
     # Latin-1 JSON (a UnicodeDecodeError traceback from every command taking --cluster)
     "a cluster file that is not UTF-8": (
         lambda t: ["simulate", *SMALL, "--policy", "sync", "--cluster",

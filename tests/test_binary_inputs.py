@@ -109,3 +109,17 @@ def test_a_piped_input_with_a_nul_byte_is_one_error_not_a_cut_one(tmp_path):
         writer.kill()
         writer.wait(timeout=60)
     assert str(err.value) == f"{fifo}: binary data (a NUL byte at byte 9), not text"
+
+
+@pytest.mark.parametrize("encoding, why", [
+    ("utf-16", "UTF-16 text (its byte-order mark), not UTF-8: save it as UTF-8"),
+    ("utf-16-le", "UTF-16 text (every other byte NUL), not UTF-8: save it as UTF-8"),
+    ("utf-16-be", "UTF-16 text (every other byte NUL), not UTF-8: save it as UTF-8"),
+])
+def test_a_utf16_trace_is_named_as_such(tmp_path, monkeypatch, encoding, why):
+    # Excel's "Unicode Text" and PowerShell's `>` write UTF-16: it said "binary data" or "not UTF-8"
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "t.csv"
+    path.write_bytes("prompt_id,sample,prompt_len,response_len\na,0,10,20\n".encode(encoding))
+    r = runner.invoke(app, ["simulate", "--trace", str(path), "--policy", "sync", "--out", "run"])
+    assert (r.exit_code, r.stderr) == (2, f"error: {path}: {why}\n")

@@ -326,9 +326,12 @@ def test_other_malformed_inputs(tmp_path: Path) -> None:
     )
     with pytest.raises(TraceError, match=r"nothere\.jsonl: no such file$"):
         read_trace(tmp_path / "nothere.jsonl")
-    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfd\x00")
     with pytest.raises(TraceError, match=r"bin\.csv: not UTF-8 text \(byte 0\)$"):
         read_trace(tmp_path / "bin.csv")
+    (tmp_path / "bom.csv").write_bytes(b"\xff\xfe\x00")  # (UTF-16's byte-order mark: named so)
+    with pytest.raises(TraceError, match=r"bom\.csv: UTF-16 text \(its byte-order mark\), not UTF-8: save it as UTF-8$"):
+        read_trace(tmp_path / "bom.csv")
     good = (Path(__file__).parents[1] / "sortedrl" / "traces" / "data" / "math-16k.jsonl").read_bytes()
     (tmp_path / "late.jsonl").write_bytes(good[:300_000] + b"\xe9" + good[300_001:])
     with pytest.raises(TraceError) as e:  # (the offset was counted from the chunk being decoded)
