@@ -24,6 +24,7 @@ from pathlib import Path
 
 from sortedrl import streams
 from sortedrl.errors import SortedRLError
+from sortedrl.text_check import TEXT_HEAD, not_text
 
 
 def loads(text: str | bytes | bytearray) -> object:
@@ -59,33 +60,6 @@ def read(path: Path | str, error: type[Exception], missing: str = "no such file"
         raise error(f"{path}: cannot read it ({e.strerror or e})") from None
     except json.JSONDecodeError as e:
         raise error(f"{path}: " + bad.format(line=e.lineno, msg=e.msg, e=e)) from None
-
-
-TEXT_HEAD = 1 << 16  # bytes of a text input checked before the rest is read
-
-
-def not_text(head: bytes) -> str | None:
-    """Why a file that starts with ``head`` is no text (``binary data (a NUL byte at byte N)``,
-    which no JSON, JSONL or CSV input holds, or ``not UTF-8 text (byte N)``); None when it may
-    be. ``head`` may end inside a character. UTF-16 (Excel's "Unicode Text", PowerShell's
-    ``>``) is named as such: its byte-order mark, or every other byte NUL."""
-    if (utf16 := _utf16(head)) is not None:
-        return utf16
-    nul = head.find(b"\0")
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head[:nul] if nul >= 0 else head, final=False)
-    except UnicodeDecodeError as e:
-        return f"not UTF-8 text (byte {e.start})"
-    return None if nul < 0 else f"binary data (a NUL byte at byte {nul})"
-
-
-def _utf16(head: bytes) -> str | None:
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return "UTF-16 text (its byte-order mark), not UTF-8: save it as UTF-8"
-    start = head[:64]
-    if len(start) >= 8 and any(start) and (not any(start[1::2]) or not any(start[0::2])):
-        return "UTF-16 text (every other byte NUL), not UTF-8: save it as UTF-8"
-    return None
 
 
 def read_text_bytes(path: Path | str, error: type[Exception], binary: tuple[bytes, ...] = ()) -> bytes:

@@ -31,6 +31,7 @@ import stat
 from pathlib import PurePath
 
 from sortedrl.errors import SortedRLError
+from sortedrl.text_check import utf16_text
 
 _kept: dict[tuple[int, int], bytes] = {}
 
@@ -102,7 +103,8 @@ def _read(path: str | os.PathLike[str]) -> bytes:
         head = f.read(HEAD)
         nul = head.find(b"\0")
         if nul >= 0 and not head.startswith(BINARY):
-            raise SortedRLError(f"{path}: binary data (a NUL byte at byte {nul}), not text")
+            why = utf16_text(head) or f"binary data (a NUL byte at byte {nul}), not text"
+            raise SortedRLError(f"{path}: {why}")
         return head + f.read()
 
 

@@ -123,3 +123,19 @@ def test_a_utf16_trace_is_named_as_such(tmp_path, monkeypatch, encoding, why):
     path.write_bytes("prompt_id,sample,prompt_len,response_len\na,0,10,20\n".encode(encoding))
     r = runner.invoke(app, ["simulate", "--trace", str(path), "--policy", "sync", "--out", "run"])
     assert (r.exit_code, r.stderr) == (2, f"error: {path}: {why}\n")
+
+
+def test_a_piped_utf16_input_is_named_as_such(tmp_path):
+    from sortedrl import streams
+    from sortedrl.errors import SortedRLError
+
+    fifo, table = tmp_path / "fifo", tmp_path / "t.csv"
+    os.mkfifo(fifo)
+    table.write_bytes("prompt_id,sample,prompt_len,response_len\na,0,10,20\n".encode("utf-16-le"))
+    writer = subprocess.Popen(["sh", "-c", f"cat {table} > {fifo}"])
+    try:
+        with pytest.raises(SortedRLError) as err:
+            streams.peek(fifo)
+    finally:
+        writer.wait(timeout=60)
+    assert str(err.value) == f"{fifo}: UTF-16 text (every other byte NUL), not UTF-8: save it as UTF-8"

@@ -34,6 +34,7 @@ from pathlib import Path
 from sortedrl import file_kinds, jsonio, streams
 from sortedrl.aside import aside
 from sortedrl.errors import TraceError
+from sortedrl.text_check import TEXT_HEAD, not_text
 from sortedrl.traces import _fast, _parquet, _text
 from sortedrl.traces._codec import CSV_META_PREFIX, MAGIC, pyarrow_modules
 from sortedrl.traces.schema import Trace
@@ -127,15 +128,15 @@ def _read(p: Path) -> Trace:
 
 
 def _check_text_head(path: Path, data: bytes | None) -> None:
-    """Refuse a file whose first bytes are no text (:func:`~sortedrl.jsonio.not_text`) before it
+    """Refuse a file whose first bytes are no text (:func:`~sortedrl.text_check.not_text`) before it
     is parsed: a model's weights given by mistake (``model.safetensors``, 16 GB) were read whole,
     into memory, to say so."""
     if data is None:
         with open(path, "rb") as f:
-            head = f.read(jsonio.TEXT_HEAD)
+            head = f.read(TEXT_HEAD)
     else:
-        head = data[:jsonio.TEXT_HEAD]
-    why = jsonio.not_text(head)
+        head = data[:TEXT_HEAD]
+    why = not_text(head)
     if why is not None:
         raise TraceError(f"{path}: {why}" + (", not a JSONL or CSV trace" if why.startswith("binary") else ""))
 

@@ -1,0 +1,36 @@
+"""Whether the first bytes of an input can be text: shared by the readers of files
+(:mod:`sortedrl.jsonio`, the trace reader) and of read-once inputs (:mod:`sortedrl.streams`), so
+that a binary file is refused before it is read whole and UTF-16 is named as such.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+TEXT_HEAD = 1 << 16  # bytes of a text input checked before the rest is read
+
+
+def not_text(head: bytes) -> str | None:
+    """Why a file that starts with ``head`` is no text (``binary data (a NUL byte at byte N)``,
+    which no JSON, JSONL or CSV input holds, or ``not UTF-8 text (byte N)``); None when it may
+    be. ``head`` may end inside a character. UTF-16 (Excel's "Unicode Text", PowerShell's
+    ``>``) is named as such: its byte-order mark, or every other byte NUL."""
+    if (utf16 := utf16_text(head)) is not None:
+        return utf16
+    nul = head.find(b"\0")
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head[:nul] if nul >= 0 else head, final=False)
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 text (byte {e.start})"
+    return None if nul < 0 else f"binary data (a NUL byte at byte {nul})"
+
+
+def utf16_text(head: bytes) -> str | None:
+    """Why ``head`` looks like UTF-16 (its byte-order mark, or every other byte of its first 64
+    NUL), or None."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "UTF-16 text (its byte-order mark), not UTF-8: save it as UTF-8"
+    start = head[:64]
+    if len(start) >= 8 and any(start) and (not any(start[1::2]) or not any(start[0::2])):
+        return "UTF-16 text (every other byte NUL), not UTF-8: save it as UTF-8"
+    return None
