@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sortedrl import jsonio
+from sortedrl import jsonio, streams
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
@@ -61,6 +61,7 @@ class BenchRun:
     start_times: np.ndarray | None  # when each request was sent, s from the first
     engine_version: str | None
     lengths_from_totals: bool  # lengths are the totals' means (a summary without per-request lists)
+    engine: str = "vllm"  # the server benchmarked: "sglang" when SGLang's client names it (backend)
 
     @property
     def detailed(self) -> bool:
@@ -77,8 +78,49 @@ class BenchRun:
 
 def read_bench(path: str | Path) -> BenchRun:
     """Parse and check one benchmark JSON; every problem is one line naming the file and field."""
-    where = str(path)
     raw = jsonio.read(path, ConfigError, "benchmark file not found", "not valid JSON ({e})")
+    return _run(raw, str(path))
+
+
+def read_bench_runs(path: str | Path) -> list[tuple[BenchRun, bytes]]:
+    """The runs of one benchmark file, each with its bytes: a ``.jsonl`` file holds one run a
+    line (SGLang's ``python -m sglang.bench_serving --output-file F.jsonl --output-details``
+    appends each run as a line, its keys those of vLLM's older ``benchmark_serving.py``, whence
+    it came), each named ``FILE:LINE``; any other file is one JSON object (vLLM's client)."""
+    if not str(path).lower().endswith(".jsonl"):
+        data = streams.peek(path)
+        return [(read_bench(path), data if data is not None else _bytes(path))]
+    data = _bytes(path)
+    runs = []
+    for n, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            raw = jsonio.loads(jsonio.text(line))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
+        except ValueError as e:
+            raise ConfigError(f"{where}: not valid JSON ({e})") from None
+        runs.append((_run(raw, where), line))
+    if not runs:
+        raise ConfigError(f"{path}: no benchmark run in it (an empty JSON lines file)")
+    return runs
+
+
+def _bytes(path: str | Path) -> bytes:
+    data = streams.peek(path)
+    if data is not None:
+        return data
+    try:
+        return jsonio.read_text_bytes(path, ConfigError)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: benchmark file not found") from None
+    except OSError as e:  # a directory, no permission
+        raise ConfigError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
+def _run(raw: object, where: str) -> BenchRun:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a JSON object from `vllm bench serve --save-result`")
     duration = _number(raw, "duration", where)
@@ -99,8 +141,10 @@ def read_bench(path: str | Path) -> BenchRun:
     rate = _rate(raw, where)
     arrivals = _arrivals(rate, starts, queues, where)
     version = next((str(raw[k]) for k in VERSION_KEYS if raw.get(k)), None)
+    backend = raw.get("backend")  # (SGLang's client: sglang, sglang-oai, ...; vLLM's: vllm, openai)
+    engine = "sglang" if isinstance(backend, str) and backend.startswith("sglang") else "vllm"
     return BenchRun(where, duration, ins, outs, min(conc, n), arrivals, ttfts, itls, starts,
-                    version, fallback)
+                    version, fallback, engine)
 
 
 # -- fields -------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from sortedrl.calibration.bench_file import read_bench
+from sortedrl.calibration.bench_file import BenchRun, read_bench_runs
 from sortedrl.calibration.file_options import refuse_repeats
 from sortedrl.calibration.metrics_fit import fit_metrics
 from sortedrl.calibration.metrics_layouts import onload_in_sync
@@ -49,16 +49,18 @@ def build_profile(bench: list[Path], metrics: list[Path] | Path | None, cluster_
     costs = cluster.cost()
     measured: set[str] = set(base.get("measured_terms", []))
     if bench:
-        runs = [read_bench(p) for p in bench]
-        check_enough(runs)  # (too few files is said first: two copies are too few as well)
-        bench, runs = _in_fit_order(bench, runs, _distinct(bench))
+        found = [(p, *run) for p in bench for run in read_bench_runs(p)]  # (file, run, its bytes)
+        check_enough([run for _, run, _ in found])  # (too few runs is said first: two copies are too few as well)
+        refuse_repeats(bench, "benchmark")
+        bench, runs = _in_fit_order(found)
         engine = fit_bench(runs, cluster, schedule=host_schedule)
         costs = engine.pop("costs")  # with the preset's trainer terms
         fit["engine"] = {"source": "vllm-bench", "fixed_by_model": list(MODEL_FIXED), **engine}
         measured |= set(engine["terms"]) | set(MODEL_FIXED)
         base["device"] = f"the server of the benchmark files (shape of {cluster.name})"
         versions = sorted({r.engine_version for r in runs if r.engine_version})
-        base["engine"], base["engine_version"] = "vllm", ", ".join(versions) or "unknown"
+        base["engine"] = ", ".join(sorted({r.engine for r in runs}))
+        base["engine_version"] = ", ".join(versions) or "unknown"
         models = sorted({_model_id(p) for p in bench} - {None})
         if models:
             base["model"] = ", ".join(models)
@@ -155,25 +157,22 @@ def _check_inputs(bench: list[Path], metrics: list[Path]) -> None:
         raise ConfigError("give --from-vllm-bench FILE.json ... and/or --from-metrics FILE")
 
 
-def _in_fit_order(bench: list[Path], runs: list, digests: list[bytes]) -> tuple[list[Path], list]:
-    """The files by concurrency, then by content (``digests``): the fit's sums, and so the
-    profile's last digits, do not depend on the order the files were named in (or their paths)."""
-    order = sorted(range(len(bench)), key=lambda i: (runs[i].concurrency, digests[i]))
-    return [bench[i] for i in order], [runs[i] for i in order]
-
-
-def _distinct(bench: list[Path]) -> list[bytes]:
-    """Each benchmark file once: a file given twice (by its path, or a copy of it) counted twice
-    in the fit, and five copies of one file passed the rule of a file a term (check_enough).
-    Returns each file's content digest (SHA-256)."""
-    refuse_repeats(bench, "benchmark")
-    bodies: dict[bytes, int] = {}
-    for i, p in enumerate(bench):
-        first = bodies.setdefault(hashlib.sha256(Path(p).read_bytes()).digest(), i)
-        if first != i:
-            raise ConfigError(f"{p}: the same content as {bench[first]}: a benchmark file given twice; "
-                              "give each file once")
-    return list(bodies)
+def _in_fit_order(found: list[tuple[Path, BenchRun, bytes]]) -> tuple[list[Path], list[BenchRun]]:
+    """The files and the runs by concurrency, then by content: the fit's sums, and so the
+    profile's last digits, do not depend on the order the files were named in (or their paths).
+    Each run once:
+    a file given twice (by its path, or a copy of it) counted twice in the fit, and five copies
+    of one file passed the rule of a file a term (check_enough)."""
+    digests: dict[bytes, str] = {}
+    for path, run, body in found:
+        first = digests.setdefault(hashlib.sha256(body).digest(), run.path)
+        if first != run.path:
+            what = "file" if run.path == str(path) else "run"  # (a JSON lines file's run: FILE:LINE)
+            raise ConfigError(f"{run.path}: the same content as {first}: a benchmark {what} given twice; "
+                              f"give each {what} once")
+    keyed = sorted((run.concurrency, hashlib.sha256(body).digest(), i) for i, (_, run, body) in enumerate(found))
+    files = list(dict.fromkeys(found[i][0] for _, _, i in keyed))  # (the profile's sources, in that order)
+    return files, [found[i][1] for _, _, i in keyed]
 
 
 def _base_profile(spec: str, cluster: Cluster) -> dict:
