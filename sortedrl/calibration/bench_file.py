@@ -88,8 +88,7 @@ def read_bench_runs(path: str | Path) -> list[tuple[BenchRun, bytes]]:
     appends each run as a line, its keys those of vLLM's older ``benchmark_serving.py``, whence
     it came), each named ``FILE:LINE``; any other file is one JSON object (vLLM's client)."""
     if not str(path).lower().endswith(".jsonl"):
-        data = streams.peek(path)
-        return [(read_bench(path), data if data is not None else _bytes(path))]
+        return [(read_bench(path), _bytes(path))]
     data = _bytes(path)
     runs = []
     for n, line in enumerate(data.splitlines(), 1):

@@ -164,13 +164,16 @@ def _in_fit_order(found: list[tuple[Path, BenchRun, bytes]]) -> tuple[list[Path]
     a file given twice (by its path, or a copy of it) counted twice in the fit, and five copies
     of one file passed the rule of a file a term (check_enough)."""
     digests: dict[bytes, str] = {}
-    for path, run, body in found:
-        first = digests.setdefault(hashlib.sha256(body).digest(), run.path)
+    keyed = []
+    for i, (path, run, body) in enumerate(found):
+        digest = hashlib.sha256(body).digest()
+        first = digests.setdefault(digest, run.path)
         if first != run.path:
             what = "file" if run.path == str(path) else "run"  # (a JSON lines file's run: FILE:LINE)
             raise ConfigError(f"{run.path}: the same content as {first}: a benchmark {what} given twice; "
                               f"give each {what} once")
-    keyed = sorted((run.concurrency, hashlib.sha256(body).digest(), i) for i, (_, run, body) in enumerate(found))
+        keyed.append((run.concurrency, digest, i))
+    keyed.sort()
     files = list(dict.fromkeys(found[i][0] for _, _, i in keyed))  # (the profile's sources, in that order)
     return files, [found[i][1] for _, _, i in keyed]
 

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import re
 
-from sortedrl.calibration.metrics_console import COLOUR
-from sortedrl.calibration.metrics_names import KNOWN
-from sortedrl.calibration.metrics_read import Metrics, _metrics, _store
+from sortedrl.calibration.metrics_console import COLOUR, store_value
+from sortedrl.calibration.metrics_read import AREAL_STEP, Metrics, _metrics
 from sortedrl.errors import ConfigError
-from sortedrl.limits import short_repr
 
 COMMIT = re.compile(r"Train step (\d+)/\d+ done\.")
 STATS = re.compile(r"Stats \((\d+)/\d+\):")
@@ -52,11 +50,11 @@ def read_areal_log(text: str, where: str) -> Metrics:
         row = line[line.find(CELL):] if CELL in line else ""  # (after a prefix: Ray's "(pid=...) ")
         if step is not None and row.endswith(CELL) and len(row) > 1:
             for key, cell in _pairs(row):
-                _stat(out, repeated, key, cell, step, f"{where}: line {n}")
+                store_value(out, repeated, key, cell, step, f"{where}: line {n}")
     if not out:
         raise ConfigError(f"{where}: AReaL's log, but no stats table after its 'Train step N/M done.' lines "
                           "(StatsLogger.commit's)")
-    return _metrics(out, where, repeated, step_column="Train step")
+    return _metrics(out, where, repeated, step_column=AREAL_STEP)
 
 
 def _pairs(line: str) -> list[tuple[str, str]]:
@@ -64,13 +62,3 @@ def _pairs(line: str) -> list[tuple[str, str]]:
     cells = [c.strip() for c in line.strip(CELL).split(CELL)]
     return [(k, v) for k, v in zip(cells[::2], cells[1::2], strict=False) if k]
 
-
-def _stat(out: dict, repeated: set[int], key: str, cell: str, step: int, at: str) -> None:
-    try:
-        value = float(cell)
-    except ValueError:
-        if key in KNOWN:
-            raise ConfigError(f"{at}: metric {key!r}: expected a number, got {short_repr(cell)}") from None
-        return
-    if value == value and abs(value) != float("inf"):
-        _store(out, key, step, value, f"{at}: metric {key!r}", repeated)

@@ -47,20 +47,27 @@ def read_console(text: str, where: str) -> Metrics:
             key = key.strip()
             if not colon or not key:
                 raise ConfigError(f"{where}: line {n}: {short_repr(item)} is not key:value")
-            cell = _NUMPY.sub(r"\1", cell.strip())
-            try:
-                value = float(cell)
-            except ValueError:
-                if key in KNOWN:
-                    raise ConfigError(f"{where}: line {n}: metric {key!r}: expected a number, got "
-                                      f"{short_repr(cell)}") from None
-                continue
-            if math.isfinite(value):
-                _store(out, key, step, value, f"{where}: line {n}: metric {key!r}", repeated)
+            store_value(out, repeated, key, cell, step, f"{where}: line {n}")
     if not found:
         raise ConfigError(f"{where}: no 'step:N - key:value' line (verl's console logger's form), AReaL's "
                           "'Train step N/M done.' and its stats table, or slime's 'perf N: {...}' in this log")
     return _metrics(out, where, repeated)
+
+
+def store_value(out: dict, repeated: set[int], name: str, cell: str, step: int, at: str) -> None:
+    """Metric ``name``'s value at ``step`` as a log prints it (``1.5``, ``nan``, numpy 2's
+    ``np.float64(1.5)``), stored when finite (the console logs' readers: verl's, AReaL's,
+    slime's); text that is no number is an error for a metric of the table and skipped for any
+    other. ``at``: where it is (``FILE: line N``)."""
+    cell = _NUMPY.sub(r"\1", cell.strip())
+    try:
+        value = float(cell)
+    except ValueError:
+        if name in KNOWN:
+            raise ConfigError(f"{at}: metric {name!r}: expected a number, got {short_repr(cell)}") from None
+        return
+    if math.isfinite(value):
+        _store(out, name, step, value, f"{at}: metric {name!r}", repeated)
 
 
 def _items(body: str) -> list[str]:

@@ -53,7 +53,8 @@ TB_STEP = "TensorBoard step"  # an event file's steps: what its framework passed
 # framework: an event file's (verl's, OpenRLHF's global step from 1, slime's rollout step,
 # AReaL's W&B step), AReaL's log's "Train step N" (W&B's step N - 1 from AReaL v1.0, N before),
 # slime's console's rollout id (W&B's rollout/step unless --wandb-always-use-train-step)
-OWN_AXES = (TB_STEP, "Train step", "perf rollout_id")
+AREAL_STEP, SLIME_STEP = "Train step", "perf rollout_id"  # AReaL's log's, slime's console's
+OWN_AXES = (TB_STEP, AREAL_STEP, SLIME_STEP)
 FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".log": "console", ".txt": "console"}
 
 

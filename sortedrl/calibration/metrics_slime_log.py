@@ -15,19 +15,14 @@ from __future__ import annotations
 import ast
 import re
 
-from sortedrl.calibration.metrics_console import COLOUR
-from sortedrl.calibration.metrics_names import KNOWN
-from sortedrl.calibration.metrics_read import Metrics, _metrics, _store
+from sortedrl.calibration.metrics_console import COLOUR, store_value
+from sortedrl.calibration.metrics_read import SLIME_STEP, Metrics, _metrics
 from sortedrl.errors import ConfigError
-from sortedrl.limits import short_repr
 from sortedrl.wandb_runs import step_number
 
-STEP_COLUMN = "perf rollout_id"  # slime's console: its own step axis
 _LINE = re.compile(r"(?:^|\s)perf (\d+): \{(.*)\}\s*$")
 _OPEN = re.compile(r"(?:^|\s)perf (\d+): \{")  # a perf line's start, whole or not
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")  # Ray's log deduplication
-# a number as repr writes it, maybe numpy 2's np.float64(...)
-_NUMBER = re.compile(r"(?:np\.\w+\()?(-?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|nan|inf))\)?")
 
 
 def is_slime_log(text: str) -> bool:
@@ -54,16 +49,8 @@ def read_slime_log(text: str, where: str) -> Metrics:
         if step is None:
             raise ConfigError(f"{where}: line {n}: 'perf {m[1]}': not a rollout id below 2**53")
         for name, value in _top_items(m[2]):
-            number = _NUMBER.fullmatch(value)
-            if number is None:
-                if name in KNOWN:
-                    raise ConfigError(f"{where}: line {n}: metric {name!r}: expected a number, got "
-                                      f"{short_repr(value)}")
-                continue
-            x = float(number[1])
-            if x == x and abs(x) != float("inf"):
-                _store(out, name, step, x, f"{where}: line {n}: metric {name!r}", repeated)
-    metrics = _metrics(out, where, repeated, step_column=STEP_COLUMN)
+            store_value(out, repeated, name, value, step, f"{where}: line {n}")
+    metrics = _metrics(out, where, repeated, step_column=SLIME_STEP)
     if cut:
         shown = ", ".join(map(str, cut[:5])) + (", ..." if len(cut) > 5 else "")
         metrics.notes.append(f"{where}: {len(cut)} 'perf N: {{...}}' line(s) cut short, not read (line {shown}): "
