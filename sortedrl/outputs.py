@@ -70,6 +70,7 @@ from sortedrl.run_marker import (
     read_marker,
     same_options,
     unrecorded_pipe,
+    user_entries,
     work_prefix,
 )
 from sortedrl.scratch import noted_tempdir
@@ -261,9 +262,13 @@ class Outputs:
                                   f"{owner} (its compare.json holds it too); give another directory, or "
                                   f"--force to replace it")
             if previous.get("command") != self.command:
-                what = f"a `sortedrl {previous['command']}` run" if previous else "files not written by sortedrl"
-                raise OutputError(f"{option} {out}: not empty ({what}); give another directory, "
-                                  f"or --force to replace it")
+                foreign = foreign_entry(real, previous) if previous else user_entries(real)
+                what = f"a `sortedrl {previous['command']}` run" if previous else ""
+                mine = f"files not written by sortedrl: {foreign}" if foreign else ""
+                said = " and ".join(filter(None, (what, mine))) or "files not written by sortedrl"
+                raise OutputError(f"{option} {out}: not empty ({said}); "
+                                  "give another directory, or --force to replace it"
+                                  + (", deleting them" if foreign else ""))
             foreign = foreign_entry(real, previous)
             if foreign is not None:  # (replacing the run would delete it with the run)
                 raise OutputError(f"{option} {out}: not empty (a `sortedrl {self.command}` run and files "

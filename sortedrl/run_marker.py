@@ -242,6 +242,17 @@ def foreign_entry(top: Path, marker: dict) -> str | None:
     return _first_foreign(top, "", files, dirs)
 
 
+def user_entries(top: Path) -> str | None:
+    """What ``top``, a directory that holds no run of sortedrl's, holds but sortedrl's work
+    directories: its first entry (sorted, a folder as ``name/``) and how many more, for a
+    refusal to name what ``--force`` would delete; None when there is nothing else."""
+    names = sorted(n for n in os.listdir(top) if n != MARKER and not is_work_dir(top, n))
+    if not names:
+        return None
+    first = names[0] + ("/" if os.path.isdir(top / names[0]) and not os.path.islink(top / names[0]) else "")
+    return first + (f" and {len(names) - 1:,} more" if len(names) > 1 else "")
+
+
 def _first_foreign(folder: Path, prefix: str, files: set[str], dirs: set[str]) -> str | None:
     with os.scandir(folder) as it:
         entries = sorted(it, key=lambda e: e.name)

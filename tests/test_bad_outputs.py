@@ -89,8 +89,9 @@ CASES = {
     "trace synth over an existing file": (
         ["trace", "synth", "logic-8k", "--out", "trace.jsonl"], "exists (add --force to overwrite it)"),
     "trace synth to an unknown format": (["trace", "synth", "logic-8k", "--out", "t.txt"], "unknown trace format"),
-    "--out into someone else's directory": ([*SIM, "--out", "mine"], "not empty (files not written by sortedrl)"),
-    "--out into a run of another command": ([*CMP, "--out", "run"], "not empty (a `sortedrl simulate` run)"),
+    "--out into someone else's directory": ([*SIM, "--out", "mine"], "not empty (files not written by sortedrl: "),
+    "--out into a run of another command": (
+        [*CMP, "--out", "run"], "not empty (a `sortedrl simulate` run and files not written by sortedrl: trace.jsonl)"),
     "--out into a directory whose marker names no command": (
         [*SIM, "--out", "odd-marker"], "not empty (files not written by sortedrl)"),
     "--out into a directory whose marker is a list": (

@@ -181,8 +181,8 @@ def test_out_into_someone_elses_directory_is_refused_and_force_replaces_it(tmp_p
     (out / "notes.txt").write_text("mine")
     r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out))
     assert r.exit_code == 2
-    assert r.stderr.strip() == (f"error: --out {out}: not empty (files not written by sortedrl); give "
-                                "another directory, or --force to replace it")
+    assert r.stderr.strip() == (f"error: --out {out}: not empty (files not written by sortedrl: notes.txt); "
+                                "give another directory, or --force to replace it, deleting them")
     assert (out / "notes.txt").read_text() == "mine" and not (out / "summary.json").exists()
     r = invoke("simulate", "--trace", LOGIC, "--policy", "sync", "--out", str(out), "--force")
     assert r.exit_code == 0, r.output

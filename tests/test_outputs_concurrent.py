@@ -149,8 +149,8 @@ def test_a_file_named_as_a_work_directory_is_the_users(tmp_path, monkeypatch):
     try:
         outs.run_dir(Path("run"), Path("run"))
     except Exception as e:
-        assert str(e) == ("--out run: not empty (files not written by sortedrl); give another directory, "
-                          "or --force to replace it")
+        assert str(e) == ("--out run: not empty (files not written by sortedrl: .sortedrl-new-x); give "
+                          "another directory, or --force to replace it, deleting them")
     else:
         raise AssertionError("accepted")
     assert (tmp_path / "run" / ".sortedrl-new-x").read_text() == "notes"

@@ -242,3 +242,24 @@ def test_runs_rundir_behind_a_link_is_used_with_force_as_without(ws):
     check_run_dir(cfg, ws / "link", resume=False, force=True, task="sort")  # no error
     with pytest.raises(Exception, match="holds a complete run|holds a run"):
         check_run_dir(cfg, ws / "link", resume=False, force=False, task="sort")
+
+
+def test_a_directory_of_users_files_is_refused_naming_them(tmp_path, monkeypatch):
+    """--out into a folder of the user's own (no run in it) names its first entry and how many
+    more, and says --force deletes them; a previous run of another command with a user's file
+    beside it names the file too."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "u" / "data").mkdir(parents=True)
+    (tmp_path / "u" / "notes.txt").write_text("mine")
+    r = runner.invoke(app, ["simulate", "--trace", "logic-8k", "--policy", "sync", "--out", "u"])
+    assert (r.exit_code, r.stderr) == (2, "error: --out u: not empty (files not written by sortedrl: data/ "
+                                          "and 1 more); give another directory, or --force to replace "
+                                          "it, deleting them\n")
+    assert sorted(p.name for p in (tmp_path / "u").iterdir()) == ["data", "notes.txt"]
+    ok = runner.invoke(app, ["simulate", "--trace", "logic-8k", "--policy", "sync", "--out", "s", "--json"])
+    assert ok.exit_code == 0, ok.output
+    (tmp_path / "s" / "notes.txt").write_text("mine")
+    r = runner.invoke(app, ["compare", "--trace", "logic-8k", "--policy", "sync", "--out", "s"])
+    assert (r.exit_code, r.stderr) == (2, "error: --out s: not empty (a `sortedrl simulate` run and files "
+                                          "not written by sortedrl: notes.txt); give another directory, "
+                                          "or --force to replace it, deleting them\n")

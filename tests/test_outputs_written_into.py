@@ -222,8 +222,9 @@ def test_what_a_killed_run_left_inside_is_the_runs(ws):
     (ws / "mixed" / ".sortedrl-old-k1ll3d00").mkdir(parents=True)
     (ws / "mixed" / "summary.json").write_text("{}")
     r = runner.invoke(app, [*SIM, "--out", "mixed"])
-    assert (r.exit_code, r.stderr) == (2, "error: --out mixed: not empty (files not written by sortedrl); "
-                                          "give another directory, or --force to replace it\n")
+    assert (r.exit_code, r.stderr) == (2, "error: --out mixed: not empty (files not written by sortedrl: "
+                                          "summary.json); give another directory, or --force to "
+                                          "replace it, deleting them\n")
 
 
 def test_the_scratch_directory_is_inside_a_directory_written_into(ws, monkeypatch):
