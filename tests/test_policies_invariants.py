@@ -32,24 +32,26 @@ def partial_keep(d) -> list[str]:
     return [f"keep_partial={keep}", f"max_span={d(st.integers(0, 2)) if keep else 0}"]
 
 
+# each knob is drawn from values the trace can hold (P prompts, S samples): a batch beyond it
+# is refused (test_a_batch_beyond_the_trace_is_refused_naming_the_knob)
 KNOBS = {
-    "sync": lambda d: [f"minibatches={d(st.integers(1, 3))}"],
-    "sortedrl": lambda d: [f"mode={d(st.sampled_from(['on_policy', 'partial']))}",
+    "sync": lambda d, P, S: [f"minibatches={d(st.integers(1, 3))}"],
+    "sortedrl": lambda d, P, S: [f"mode={d(st.sampled_from(['on_policy', 'partial']))}",
                            f"harvest={d(st.sampled_from(['samples', 'groups']))}",
-                           f"update_batch={d(st.integers(1, 12))}",
+                           f"update_batch={d(st.integers(1, min(12, S)))}",
                            f"oversubscribe={d(st.sampled_from([1.0, 1.5, 3.0]))}",
                            f"max_span={d(st.integers(0, 2))}",
                            f"group_prompts={d(st.integers(0, 6))}"],
-    "partial": lambda d: [f"over_sample={d(st.sampled_from([1.0, 2.0, 3.0]))}",
-                          *partial_keep(d), f"rollout_batch={d(st.integers(0, 4))}"],
-    "tail_batch": lambda d: [f"eta={d(st.sampled_from([1.0, 1.25, 2.0]))}",
-                             f"rollout_batch={d(st.integers(0, 4))}"],
-    "async": lambda d: [f"eta={d(st.integers(0, 3))}", f"batch={d(st.integers(0, 10))}",
+    "partial": lambda d, P, S: [f"over_sample={d(st.sampled_from([1.0, 2.0, 3.0]))}",
+                          *partial_keep(d), f"rollout_batch={d(st.integers(0, min(4, P)))}"],
+    "tail_batch": lambda d, P, S: [f"eta={d(st.sampled_from([1.0, 1.25, 2.0]))}",
+                             f"rollout_batch={d(st.integers(0, min(4, P)))}"],
+    "async": lambda d, P, S: [f"eta={d(st.integers(0, 3))}", f"batch={d(st.integers(0, min(10, S)))}",
                         f"recompute_on_sync={d(st.booleans())}",
                         f"max_concurrent={d(st.integers(0, 6))}"],
-    "one_step_off": lambda d: [f"rollout_batch={d(st.integers(0, 4))}"],
-    "oracle_sorted": lambda d: [f"predictor={d(st.sampled_from(['oracle', 'history']))}",
-                                f"update_batch={d(st.integers(0, 9))}"],
+    "one_step_off": lambda d, P, S: [f"rollout_batch={d(st.integers(0, min(4, P)))}"],
+    "oracle_sorted": lambda d, P, S: [f"predictor={d(st.sampled_from(['oracle', 'history']))}",
+                                f"update_batch={d(st.integers(0, min(9, S)))}"],
 }
 assert set(KNOBS) == set(BUILTIN)
 
@@ -68,7 +70,7 @@ def cases(draw):
     cap = draw(st.integers(1, 8))
     kv = draw(st.integers(max(prompts) + max(lengths) + 3, 1500))
     disagg = draw(st.booleans())
-    sets = KNOBS[name](draw)
+    sets = KNOBS[name](draw, groups * steps, n)
     return name, sets, lengths, prompts, group, step_col, engines, cap, kv, disagg
 
 

@@ -16,9 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
+from sortedrl.errors import ConfigError
 from sortedrl.policies.partial import PartialParams
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
+from sortedrl.traces.io import BUNDLED, read_trace
 from tests.conftest import make_trace, tiny_cluster
 
 LOGIC = str(Path(__file__).resolve().parents[1] / "sortedrl" / "traces" / "data" / "logic-8k.jsonl")
@@ -90,3 +92,19 @@ def test_sortedrl_on_policy_accepts_max_span_and_it_changes_nothing():
     runs = [run(base + [f"max_span={m}"]) for m in (0, 1, 2, 5)]
     assert all(r == runs[0] for r in runs[1:])
     assert runs[0][0]["staleness_max"] == 0 and runs[0][0]["samples_trained"] == 8
+
+
+@pytest.mark.parametrize("policy, knob, value, unit, total", [
+    ("sync", "rollout_batch", 257, "prompts", 256), ("partial", "rollout_batch", 1000, "prompts", 256),
+    ("one_step_off", "rollout_batch", 257, "prompts", 256), ("tail_batch", "rollout_batch", 300, "prompts", 256),
+    ("async", "batch", 2049, "samples", 2048), ("sortedrl", "update_batch", 100000, "samples", 2048),
+    ("oracle_sorted", "update_batch", 4096, "samples", 2048)])
+def test_a_batch_beyond_the_trace_is_refused_naming_the_knob(policy, knob, value, unit, total):
+    """A batch knob above all the trace holds (math-16k: 256 prompts x 8) would train every
+    sample in one update: refused, where it ran without a word; the trace's size itself runs."""
+    trace = read_trace(BUNDLED / "math-16k.jsonl")
+    with pytest.raises(ConfigError) as e:
+        make_policy(policy, [f"{knob}={value}"], trace)
+    assert str(e.value) == (f"policy {policy}: {knob} {value:,} is more {unit} than the trace holds "
+                            f"({total:,}), so one update would train all of them")
+    assert getattr(make_policy(policy, [f"{knob}={total}"], trace).params, knob) == total

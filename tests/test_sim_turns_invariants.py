@@ -51,7 +51,7 @@ def cases(draw):
         train_gpus=1, placement=draw(st.sampled_from(["colocated", "disaggregated"])),
         tool_pool=draw(st.sampled_from([1, 2, 4, 64])), prefix_caching=draw(st.booleans()),
         tool_holds_slot=draw(st.booleans()))
-    return name, KNOBS[name](draw), turns, prompts, group, steps, cluster
+    return name, KNOBS[name](draw, groups * steps, n), turns, prompts, group, steps, cluster
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -47,6 +47,7 @@ from sortedrl.policies.common import (
     complete_groups,
     flat_groups,
     in_flight,
+    refuse_beyond_trace,
     refuse_negative,
     too_stale,
 )
@@ -87,6 +88,7 @@ class AsyncPolicy(Policy):
     def __init__(self, params: AsyncParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
         c = self.ctx
+        refuse_beyond_trace(c, "batch", self.params.batch, "samples")
         self.B = self.params.batch or max(1, c.prompts_per_step * c.group_size)
         if self.params.whole_groups:  # admission must let whole groups in, or none completes
             self.B = -(-self.B // c.group_size) * c.group_size

@@ -1,11 +1,11 @@
 """Small helpers shared by the policies: what is in flight, which groups are complete, which
-samples are too stale, the queue a ``Keep`` order admits from, and the check of count knobs."""
+samples are too stale, the queue a ``Keep`` order admits from, and the checks of count knobs."""
 
 from __future__ import annotations
 
 from collections import deque
 
-from sortedrl.policies.base import SampleState
+from sortedrl.policies.base import RunContext, SampleState
 from sortedrl.policies.view import ClusterView
 
 DONE = (SampleState.FINISHED, SampleState.TRAINED)
@@ -18,6 +18,17 @@ def refuse_negative(params: object, *knobs: str) -> None:
         value = getattr(params, knob)
         if value < 0:
             raise ValueError(f"{knob} must be >= 0, got {value}")
+
+
+def refuse_beyond_trace(ctx: RunContext, knob: str, value: int, unit: str) -> None:
+    """Refuse a batch knob (``unit``: ``prompts`` or ``samples``) set above all the trace
+    holds: its first update would take every sample, and the run would not have the updates
+    the value names (``rollout_batch=1000`` on 256 prompts ran one update, without a word).
+    Nothing is checked without a trace (``num_groups`` 0) or for 0, the knob's default."""
+    total = ctx.num_groups * (ctx.group_size if unit == "samples" else 1)
+    if ctx.num_groups and value > total:
+        raise ValueError(f"{knob} {value:,} is more {unit} than the trace holds ({total:,}), "
+                         "so one update would train all of them")
 
 
 def in_flight(view: ClusterView) -> list[int]:

@@ -21,7 +21,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
-from sortedrl.policies.common import split_flat
+from sortedrl.policies.common import refuse_beyond_trace, split_flat
 from sortedrl.policies.view import ClusterView
 
 
@@ -46,6 +46,7 @@ class OneStepOffPolicy(Policy):
 
     def __init__(self, params: OneStepOffParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
+        refuse_beyond_trace(self.ctx, "rollout_batch", self.params.rollout_batch, "prompts")
         self.batch = self.params.rollout_batch or max(1, self.ctx.prompts_per_step)
         self.generating: list[int] = []
         self.kept: list[int] = []  # filter_groups: groups of the batch being generated, kept

@@ -23,7 +23,12 @@ from sortedrl.policies.base import (
     RunContext,
     Train,
 )
-from sortedrl.policies.common import refuse_negative, shortest_first, split_flat
+from sortedrl.policies.common import (
+    refuse_beyond_trace,
+    refuse_negative,
+    shortest_first,
+    split_flat,
+)
 from sortedrl.policies.predictors import HistoryLengths, LengthPredictor
 from sortedrl.policies.view import ClusterView
 
@@ -57,6 +62,7 @@ class OracleSortedPolicy(Policy):
 
     def __init__(self, params: OracleSortedParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
+        refuse_beyond_trace(self.ctx, "update_batch", self.params.update_batch, "samples")
         self.batch = self.params.rollout_batch or 4 * max(1, self.ctx.prompts_per_step)
         self.predictor: LengthPredictor | None = (
             None if self.params.predictor == "oracle" else HistoryLengths(self.ctx.max_response_len / 2))

@@ -38,6 +38,7 @@ from sortedrl.policies.common import (
     completion_order,
     flat_groups,
     in_flight,
+    refuse_beyond_trace,
     refuse_negative,
     too_stale,
     waiting_in,
@@ -79,6 +80,7 @@ class PartialRolloutPolicy(Policy):
 
     def __init__(self, params: PartialParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
+        refuse_beyond_trace(self.ctx, "rollout_batch", self.params.rollout_batch, "prompts")
         self.n_groups = self.params.rollout_batch or max(1, self.ctx.prompts_per_step)
         self.active: list[int] = []  # groups started and not trained, in start order
         self.filtered: set[int] = set()  # groups filtered in the current reaction

@@ -58,6 +58,7 @@ from sortedrl.policies.common import (
     complete_groups,
     flat_groups,
     in_flight,
+    refuse_beyond_trace,
     refuse_negative,
     shortest_first,
     too_stale,
@@ -107,6 +108,7 @@ class SortedRLPolicy(Policy):
 
     def __init__(self, params: SortedRLParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
+        refuse_beyond_trace(self.ctx, "update_batch", self.params.update_batch, "samples")
         self.group_prompts = self.window = self.update_batch = 0  # sized at the first event
         self.partial = self.params.mode == "partial"
         self.ready: deque[int] = deque()  # group samples neither admitted nor done, resume first

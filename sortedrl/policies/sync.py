@@ -29,7 +29,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
-from sortedrl.policies.common import split_flat
+from sortedrl.policies.common import refuse_beyond_trace, split_flat
 from sortedrl.policies.view import ClusterView
 
 
@@ -60,6 +60,7 @@ class SyncPolicy(Policy):
 
     def __init__(self, params: SyncParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
+        refuse_beyond_trace(self.ctx, "rollout_batch", self.params.rollout_batch, "prompts")
         self.batch = self.params.rollout_batch or self.ctx.prompts_per_step
         self.step_samples: list[int] = []
         self.kept: list[int] = []  # filter_groups: groups kept so far for this step's batch

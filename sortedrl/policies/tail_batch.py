@@ -33,7 +33,7 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.policies.common import is_flat, newly_complete, refuse_negative
+from sortedrl.policies.common import is_flat, newly_complete, refuse_beyond_trace, refuse_negative
 from sortedrl.policies.view import ClusterView
 
 
@@ -61,6 +61,7 @@ class TailBatchPolicy(Policy):
 
     def __init__(self, params: TailBatchParams | None = None, ctx: RunContext | None = None) -> None:
         super().__init__(params, ctx)
+        refuse_beyond_trace(self.ctx, "rollout_batch", self.params.rollout_batch, "prompts")
         self.P = self.params.rollout_batch or max(1, self.ctx.prompts_per_step)
         self.keep = self.params.responses or self.ctx.group_size
         if self.keep > self.ctx.group_size:
