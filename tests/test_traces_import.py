@@ -34,7 +34,7 @@ DECODE = [
 
 def test_azure_conversation_head_in_groups_of_four() -> None:
     trace, report = import_table_with_report(FIXTURE, *COLS, group_size=4)
-    assert report == ImportReport(rows=50, prompts=12, dropped_rows=2, clipped_rows=0)
+    assert report == ImportReport(rows=50, prompts=12, dropped_rows=2, clipped_rows=0, mixed_groups=12)
     assert trace.meta == TraceMeta(max_response_len=401, group_size=4, source=FIXTURE.name)
     assert len(trace) == 48
     assert trace.prompt_id.tolist() == [f"p{i:06d}" for i in range(12) for _ in range(4)]

@@ -22,6 +22,7 @@ from sortedrl.progress import Phases
 from sortedrl.tables import METRICS_LINE
 from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
+from sortedrl.traces.importer_groups import table_notes
 from sortedrl.traces.importers import check_framework
 from sortedrl.traces.io import FORMATS, bundled_names, read_trace, resolve_bundled, write_trace
 from sortedrl.traces.stats import print_stats, trace_stats
@@ -54,6 +55,9 @@ ONLY_FOR = {
     "--group-size": ((None,), "a framework's dump gives its own groups"),
     "--prompt-len-col": ((None,), "a framework's dump is read in its own layout"),
     "--response-len-col": ((None,), "a framework's dump is read in its own layout"),
+    "--step-col": ((None,), "a framework's dump is read in its own layout"),
+    "--prompt-id-col": ((None,), "a framework's dump is read in its own layout"),
+    "--reward-col": ((None,), "a framework's dump is read in its own layout"),
 }
 
 FORCE = typer.Option("--force", help="Overwrite an existing --out file (written atomically).")
@@ -69,8 +73,16 @@ def import_cmd(
         str | None, typer.Option(help="Column holding the prompt length (tables).")] = None,
     response_len_col: Annotated[
         str | None, typer.Option(help="Column holding the response length (tables).")] = None,
+    step_col: Annotated[str | None, typer.Option(
+        help="Column holding each row's training step (tables): a step's rows are grouped apart.")] = None,
+    prompt_id_col: Annotated[str | None, typer.Option(
+        help="Column holding each row's prompt id (tables): a prompt's rows (in one step) form a "
+             "group wherever they lie.")] = None,
+    reward_col: Annotated[str | None, typer.Option(
+        help="Column holding each row's reward (tables), for filter_groups.")] = None,
     group_size: Annotated[int | None, typer.Option(
-        help="Consecutive rows per prompt (GRPO n; tables). Default 1.", show_default=False)] = None,
+        help="Rows per prompt (GRPO n; tables): consecutive rows, or a prompt id's. Default 1.",
+        show_default=False)] = None,
     max_response_len: Annotated[
         int | None, typer.Option(help="Generation cap in tokens; a table's longer rows are clipped to it, a --from dump's "
                             "are refused (the framework generated them: the cap is not the run's). Default: the "
@@ -101,7 +113,8 @@ def import_cmd(
         check_framework(framework)
     given = {"--decode-tps": decode_tps, "--prompt-len": prompt_len, "--tokenizer": tokenizer,
              "--reward-columns": reward_columns, "--group-size": group_size,
-             "--prompt-len-col": prompt_len_col, "--response-len-col": response_len_col}
+             "--prompt-len-col": prompt_len_col, "--response-len-col": response_len_col,
+             "--step-col": step_col, "--prompt-id-col": prompt_id_col, "--reward-col": reward_col}
     for flag, (frameworks, why) in ONLY_FOR.items():  # an option that would be ignored
         if given[flag] is not None and framework not in frameworks:
             which = ("a table import, without --from" if frameworks == (None,)
@@ -122,23 +135,15 @@ def import_cmd(
     with Phases(err) as progress:
         progress.phase(f"reading {file}")
         trace, report = import_table_with_report(
-            file, prompt_len_col, response_len_col, group_size, max_response_len, source
-        )
+            file, prompt_len_col, response_len_col, group_size, max_response_len, source,
+            step_col=step_col, prompt_id_col=prompt_id_col, reward_col=reward_col)
         outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
-    if report.dropped_rows:
-        typer.echo(
-            f"note: dropped {report.dropped_rows:,} trailing rows that do not fill a group of "
-            f"{group_size:,}",
-            err=True,
-        )
-    if report.clipped_rows:
-        typer.echo(
-            f"note: clipped {report.clipped_rows:,} responses to max_response_len "
-            f"{trace.meta.max_response_len:,}",
-            err=True,
-        )
+    for note in table_notes(report, group_size, trace.meta.max_response_len, prompt_id_col is not None,
+                            step_col is not None):
+        typer.echo(note, err=True)
+    steps = f" over {report.steps:,} step(s)" if report.steps else ""
     typer.echo(
-        f"wrote {out}: {report.rows:,} rows read, {report.prompts:,} prompts x {group_size:,}, "
+        f"wrote {out}: {report.rows:,} rows read, {report.prompts:,} prompts x {group_size:,}{steps}, "
         f"{report.dropped_rows:,} rows dropped, {report.clipped_rows:,} clipped"
     )
 
