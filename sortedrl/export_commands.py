@@ -14,6 +14,7 @@ caveat stays with the settings wherever they are saved.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -29,7 +30,7 @@ from sortedrl.sim.cluster import Cluster, cluster_from_dict, load_cluster, prese
 @user_errors
 def export_cmd(
     framework: str = typer.Argument(..., help="verl, slime or areal"),
-    best: str = typer.Argument(..., help="a tune.json (its best trial) or a policy name"),
+    best: str = typer.Argument(..., help="a tune's directory or its tune.json (its best trial), or a policy name"),
     sets: list[str] = typer.Option([], "--set", help="policy knob key=value (with a policy name)"),
     trial: str = typer.Option(None, "--trial", help="tune.json: a trial id, or 'knee' (the cluster "
                               "plan's knee), instead of the best"),
@@ -97,6 +98,9 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     if path.suffix != ".json" and not (path / "tune.json").is_file():
         if trial is not None:
             raise ConfigError("--trial needs a tune.json")
+        if not named and (path.is_dir() or "/" in best or os.sep in best):  # a path, not a policy
+            why = "holds no tune.json" if path.is_dir() else "no such file or directory"
+            raise ConfigError(f"{best}: {why} (BEST is a tune's directory or its tune.json, or a policy name)")
         return Chosen(best, list(sets), {}, lambda: None, "--set", {})
     if path.is_dir():
         path = path / "tune.json"

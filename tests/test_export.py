@@ -298,3 +298,17 @@ def test_an_export_makes_the_simulated_updates_a_step(framework, sets, prompts, 
     r = CliRunner().invoke(app, ["export", framework, "sync", *args, "--prompts", str(prompts)])
     assert r.exit_code == 0, r.output
     assert line in r.stdout.splitlines()
+
+
+def test_a_path_given_as_best_that_holds_no_tune_is_named_so(tmp_path, monkeypatch) -> None:
+    """`export verl ./plans` (meant `plan`) said "unknown policy './plans'": a path is told as
+    one, a directory without a tune.json too; a plain unknown word is still an unknown policy."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "emptyd").mkdir()
+    why = "(BEST is a tune's directory or its tune.json, or a policy name)"
+    for best, line in (("./plans", f"./plans: no such file or directory {why}"),
+                       ("emptyd", f"emptyd: holds no tune.json {why}"),
+                       ("plans", "unknown policy 'plans' (known: sync, sortedrl, partial, tail_batch, async, "
+                                 "one_step_off, oracle_sorted; or module:Class for your own)")):
+        r = CliRunner().invoke(app, ["export", "verl", best])
+        assert (r.exit_code, r.stderr) == (2, f"error: {line}\n")
