@@ -65,16 +65,17 @@ def check_no_shape_options(trace: Path, model: bool, prompts: int | None, group_
     were silently ignored."""
     values = {"prompts": prompts, "group_size": group_size, "steps": steps}
     usable = ("prompts", "steps") if model else ()
-    given = [name for name in SHAPE_OPTIONS if name not in usable and _given(name, values[name])]
+    given = [name for name in SHAPE_OPTIONS if name not in usable and typed_option(name, values[name])]
     if given:
         options = " and ".join(f"--{name.replace('_', '-')}" for name in given)
         what = "a trace model" if model else "a trace file"
         raise ConfigError(f"{options}: not with {what} ({trace} has its own "
                           f"{' and '.join(SHAPE_OPTIONS[name] for name in given)}); "
-                          f"{'they shape' if len(given) > 1 else 'it shapes'} a --synthetic trace")
+                          f"{'they shape' if len(given) > 1 else 'it shapes'} a --synthetic trace"
+                          + (" or a --trace-model's draws" if not model and "group_size" not in given else ""))
 
 
-def _given(name: str, value: object) -> bool:
+def typed_option(name: str, value: object) -> bool:
     """Whether the user gave option ``name``: typed on the command line (an option with a
     default), or not None (outside a command)."""
     ctx = get_current_context(silent=True)

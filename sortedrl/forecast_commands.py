@@ -21,6 +21,7 @@ from sortedrl.cli_common import (
     LazyProgress,
     user_errors,
 )
+from sortedrl.cli_inputs import typed_option
 from sortedrl.compare import count_text, fit_warnings, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
@@ -74,6 +75,9 @@ def forecast(
     outs = Outputs("forecast", force, inputs=[trace])
     outs.file(report, "--report")
     specs = parse_specs(policies, sets)
+    for i, c in enumerate(clusters):
+        if c in clusters[:i]:
+            raise ConfigError(f"--cluster {c} is given twice")
     cls = [load_cluster(c) for c in clusters]
     if is_trace_model(trace):
         if steps is None or steps < 1:
@@ -82,10 +86,16 @@ def forecast(
             raise ConfigError(f"--prompts must be >= 1, got {prompts}")
         source = RunSource(model=load_model(trace), steps=steps, prompts=prompts)
     else:
+        from sortedrl.traces.io import BUNDLED
+
+        shown = trace.name if trace.parent == BUNDLED else trace
+        fixed = f"{shown} is a trace, not a trace model (`sortedrl trace fit` makes one of it)"
         if steps is not None:
-            raise ConfigError("--steps needs --trace-model (a fixed trace has its own steps)")
+            raise ConfigError(f"--steps needs a trace model: {fixed}; a trace has its own steps")
         if prompts is not None:
-            raise ConfigError("--prompts needs --trace-model (a fixed trace has its own prompts per step)")
+            raise ConfigError(f"--prompts needs a trace model: {fixed}; a trace has its own prompts per step")
+        if typed_option("seeds", seeds):
+            raise ConfigError(f"--seeds needs a trace model: {fixed}; a trace is simulated once, as it is")
         source = RunSource(trace=read_trace(trace))
     runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
     bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")

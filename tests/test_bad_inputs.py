@@ -156,7 +156,20 @@ CASES = {
     "forecast --prompts with a trace file (ignored before)": (
         lambda t: ["forecast", "--trace", str(FIX / "run-sync" / "trace.jsonl"), "--policy",
                    "sync", "--prompts", "4"],
-        "error: --prompts needs --trace-model (a fixed trace has its own prompts per step)"),
+        f"error: --prompts needs a trace model: {FIX / 'run-sync' / 'trace.jsonl'} is a trace, not a trace "
+        "model (`sortedrl trace fit` makes one of it); a trace has its own prompts per step"),
+    "forecast --seeds with a trace file (ignored before)": (
+        lambda t: ["forecast", "--trace", "math-16k", "--policy", "sync", "--seeds", "5"],
+        "error: --seeds needs a trace model: math-16k.jsonl is a trace, not a trace model (`sortedrl "
+        "trace fit` makes one of it); a trace is simulated once, as it is"),
+    "forecast --trace-model given a trace": (
+        lambda t: ["forecast", "--trace-model", "math-16k", "--policy", "sync", "--steps", "4"],
+        "error: --steps needs a trace model: math-16k.jsonl is a trace, not a trace model (`sortedrl "
+        "trace fit` makes one of it); a trace has its own steps"),
+    "forecast --cluster given twice (two identical rows before)": (
+        lambda t: ["forecast", "--trace", "math-16k", "--policy", "sync", "--cluster", "h100-llama3.1-8b",
+                   "--cluster", "h100-llama3.1-8b"],
+        "error: --cluster h100-llama3.1-8b is given twice"),
     "a tune.json whose base cluster is a number": (
         lambda t: ["export", "verl", _write(t / "tune.json", json.dumps({
             "cluster": 5, "best": {"overall": 0},

@@ -117,7 +117,7 @@ ROW = '{{"prompt_id": "{p}", "sample": {s}, "prompt_len": 5, "response_len": {r}
      "and steps); they shape a --synthetic trace"),
     (lambda t: ["--trace", LOGIC, "--policy", "sync", "--prompts", "3"],
      f"error: --prompts: not with a trace file ({LOGIC} has its own prompts per step); it shapes "
-     "a --synthetic trace"),
+     "a --synthetic trace or a --trace-model's draws"),
     (lambda t: ["--synthetic", "nope-1k", "--policy", "sync"], "nope-1k"),
 ])
 def test_errors_are_one_line_exit_2_and_leave_nothing(tmp_path, args_fn, message):
