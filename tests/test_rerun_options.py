@@ -89,7 +89,8 @@ def test_a_missing_trace_is_said_before_the_out_it_would_replace(tmp_path, monke
 def test_the_refusal_names_the_option_as_given_and_not_one_without_effect(tmp_path, monkeypatch):
     """``--synthetic logic-8k`` then ``--synthetic math-16k`` was "(--trace: logic-8k then
     math-16k)"; a trace file's run after a synthetic one named ``--steps: 2 then 4``, the
-    default of an option a trace file refuses (it has no effect on it)."""
+    default of an option a trace file refuses (it has no effect on it), and then "--trace:
+    math-16k then t.jsonl", as if the first had been a --trace too."""
     monkeypatch.chdir(tmp_path)
     args = ["simulate", "--policy", "sync", "--cluster", "h100-llama3.1-8b-2gpu"]
     assert run(tmp_path, *args, *BASE[:8]).exit_code == 0
@@ -99,4 +100,4 @@ def test_the_refusal_names_the_option_as_given_and_not_one_without_effect(tmp_pa
 
     write_trace(synthesize("math-16k", prompts=4, group_size=2, steps=2, seed=0), tmp_path / "t.jsonl")
     r = run(tmp_path, *args, "--trace", "t.jsonl")
-    assert (r.exit_code, r.stderr) == (2, refused(tmp_path, "simulate", f"--trace: math-16k then {tmp_path / 't.jsonl'}"))
+    assert (r.exit_code, r.stderr) == (2, refused(tmp_path, "simulate", f"trace: --synthetic math-16k then --trace {tmp_path / 't.jsonl'}"))
