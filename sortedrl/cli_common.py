@@ -57,6 +57,27 @@ INTERRUPTED = 130  # the exit code of a Ctrl-C (128 + SIGINT), as a shell gives 
 _interrupt_reported = False  # a command's user_errors printed its Ctrl-C line
 
 
+_NO_VALUE = re.compile(r"Option '(--[\w-]+)' does not take a value\.?")
+
+
+def _flags_show_no_type() -> None:
+    """typer 0.2x shows a flag's type in ``--help`` as ``<bool>``, as if it took a value
+    (``--force=false`` is then an error): a flag's type column is left empty, as click's."""
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "flag_aware", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich.flag_aware = True
+    option.display_type_rich = display_type_rich
+
+
+_flags_show_no_type()
+
+
 class OneLineUsageErrors(TyperGroup):
     """The top-level command group: a usage error (an unknown option, a value of the wrong type,
     a missing argument) is one ``error:`` line and exit 2, as every other bad input is, instead
@@ -113,6 +134,9 @@ class OneLineUsageErrors(TyperGroup):
 def usage_line(e: ClickException) -> str:
     """A click error as one line: the command, the message, where to read its options."""
     message = " ".join(e.format_message().split())
+    flag = _NO_VALUE.fullmatch(message)
+    if flag is not None:  # (`--force=false`: click's error has no command to point at)
+        return f"{flag[1]} takes no value: give {flag[1]} alone to turn it on, or leave it out"
     ctx = getattr(e, "ctx", None)
     if ctx is None:
         return message

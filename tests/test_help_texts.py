@@ -39,6 +39,13 @@ def test_help_renders(path):
     r = CliRunner().invoke(app, [*path, "--help"])
     assert r.exit_code == 0 and r.exception is None, r.output
     assert "Usage:" in r.output and "Traceback" not in r.output
+    assert "<bool>" not in r.output  # (typer 0.2x typed a flag as if it took a value)
+
+
+def test_a_value_given_to_a_flag_is_one_line_saying_it_takes_none():
+    r = CliRunner().invoke(app, ["simulate", "--trace", "math-16k", "--policy", "sync", "--force=false"])
+    assert (r.exit_code, r.stderr) == (2, "error: --force takes no value: give --force alone to turn it "
+                                          "on, or leave it out\n")
 
 
 @pytest.mark.parametrize("path,command", COMMANDS, ids=[" ".join(p) or "sortedrl" for p, _ in COMMANDS])
