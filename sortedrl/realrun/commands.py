@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="directory to create (HF format)"),
         task: str = typer.Option("sort", "--task", help="task whose text trains the tokenizer: sort, sort-long or module:factory"),
         dataset: Path = typer.Option(None, "--dataset", help="JSONL of prompt/answer rows whose text trains the tokenizer"),
-        hidden: int = typer.Option(64, "--hidden", help="hidden size (multiple of 32)"),
+        hidden: int = typer.Option(64, "--hidden", help="hidden size (a multiple of 32, at least 64)"),
         layers: int = typer.Option(2, "--layers", help="transformer layers"),
         warmup_steps: int = typer.Option(300, "--warmup-steps", help="supervised warm-start steps (0: random weights)"),
         seed: int = typer.Option(0, "--seed", help="seed"),

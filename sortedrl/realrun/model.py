@@ -64,6 +64,8 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
         raise ConfigError(f"--layers {layers}: must be >= 1")
     if warmup_steps < 0:
         raise ConfigError(f"--warmup-steps {warmup_steps}: must be >= 0 (0: random weights)")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory (a model is a directory of files)")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out}: exists and is not empty (give a new directory; a model is never "
                           "written over another)")
@@ -123,6 +125,8 @@ def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, inte
     from transformers import AutoModelForCausalLM
 
     src, out = check_model_dir(src), Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a directory (a model is a directory of files)")
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out}: exists and is not empty")
     small = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32)

@@ -38,6 +38,8 @@ app = typer.Typer(
 def _output(out: Path, force: bool, inputs: list[Path], scanned: list[Path] = ()) -> Outputs:
     """Check ``--out`` before any work: a known trace format, writable, not an input, not inside
     a dump directory (``scanned``)."""
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a directory; give a trace file's name ({', '.join(FORMATS)})")
     if out.suffix.lower() not in FORMATS:
         raise TraceError(f"{out}: unknown trace format {out.suffix!r}; use one of {', '.join(FORMATS)}")
     outs = Outputs("trace", force, inputs=inputs, scanned=scanned)
@@ -120,6 +122,9 @@ def import_cmd(
             which = ("a table import, without --from" if frameworks == (None,)
                      else "--from " + " or ".join(frameworks))
             raise ConfigError(f"{flag}: only for {which} ({why}); remove it")
+    for flag, value in (("--group-size", group_size), ("--max-response-len", max_response_len)):
+        if value is not None and value < 1:  # (named as typed; the library call names its argument)
+            raise ConfigError(f"{flag} must be >= 1, got {value}")
     # a dump directory is read as a whole: an --out inside it would be read by the next import
     outs = _output(out, force, [file] if file.is_file() else [p for p in file.rglob("*") if p.is_file()],
                    [] if file.is_file() else [file])
