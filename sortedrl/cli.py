@@ -161,7 +161,7 @@ def simulate(
             outs.write(files, progress.file)
     print_notes(outs)
     split = ran_on.placement == "disaggregated"
-    notes = [*fit_warnings(tr, cl, synthetic is not None), placement_note(pol.name, pol.placements, cl),
+    notes = [*fit_warnings(tr, ran_on, synthetic is not None), placement_note(pol.name, pol.placements, cl),
              trainer_split_note([(pol.name, result.summary)] if split else [], cl)]
     for note in filter(None, notes):
         typer.echo(note, err=True)

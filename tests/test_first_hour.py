@@ -153,6 +153,14 @@ def test_a_trace_too_small_for_the_cluster_is_warned(tmp_path):
         "use a trace of several steps"]
     r = invoke("simulate", *SYNTH, *TWO, "--policy", "sync", "--out", str(tmp_path / "t"), "--json")
     assert r.exit_code == 0 and r.stderr == ""
+    # a policy that runs on the split counts the split's slots (it said 2,048 slots, 8 engines)
+    r = invoke("simulate", "--trace", str(DATA / "logic-8k.jsonl"), "--policy", "async",
+               "--out", str(tmp_path / "a"), "--json")
+    assert r.exit_code == 0
+    assert r.stderr.splitlines()[0] == (
+        "warning: a step of logic-8k.jsonl has 512 samples, filling 33% of the 1,536 decode slots of "
+        "h100-llama3.1-8b-disagg (6 engines x 256): every policy will mostly idle; try --cluster "
+        "h100-llama3.1-8b-4gpu-disagg or a trace with more prompts per step")
 
 
 def test_on_one_gpu_the_warning_names_a_preset_with_fewer_sequences(tmp_path):
