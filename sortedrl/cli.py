@@ -14,8 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from sortedrl import __version__, timeline_file
 from sortedrl.broken_pipe import rich_raises_broken_pipes
@@ -262,17 +260,27 @@ def list_policies(
 ) -> None:
     """List the built-in policies (or the ones named, a user's module:Class too) and their knobs."""
     import dataclasses
+    import textwrap
+
     classes = {name: policy_class(name, "policies") for name in names} if names else BUILTIN
-    console = Console()
+    width = terminal_width()
     for name, cls in classes.items():
         shown = name if name == cls.name else f"{name} ({cls.name})"
-        console.print(f"[bold]{escape(shown)}[/bold]: {escape(summary_of(cls))}", highlight=False)
+        typer.echo(textwrap.fill(f"{shown}: {summary_of(cls)}", width, subsequent_indent="    "))
         for f in dataclasses.fields(cls.Params):
             given = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-            default = (repr(f.default) if f.default is not dataclasses.MISSING else "(a default factory)"
+            default = (knob_text(f.default) if f.default is not dataclasses.MISSING else "(a default factory)"
                        ) if given else "(no default: give it with --set)"
-            console.print(f"  {f.name} = {default}  {f.metadata.get('help', '')}",
-                          highlight=False, markup=False)
+            line = f"{f.name} = {default}  {f.metadata.get('help', '')}".rstrip()
+            typer.echo(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="      "))
+
+
+def knob_text(value: object) -> str:
+    """A knob's default as ``--set`` takes it (and the tables print it): ``true``, ``none``,
+    ``groups``, not Python's ``True``, ``None``, ``'groups'``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "none" if value is None else str(value)
 
 
 @app.command("clusters")

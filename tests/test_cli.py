@@ -221,7 +221,10 @@ def test_policies_lists_every_policy_and_knob():
     assert r.exit_code == 0, r.output
     for name in BUILTIN:
         assert f"{name}:" in r.stdout
-    assert "minibatches = 1" in r.stdout and "mode = 'on_policy'" in r.stdout
+    assert "minibatches = 1" in r.stdout and "mode = on_policy" in r.stdout
+    assert "  filter_groups = false  dynamic sampling" in r.stdout  # (as --set takes it, not False)
+    for line in r.stdout.splitlines():  # a wrapped line is indented under its policy or knob
+        assert line.startswith("  ") or line.split(":")[0] in BUILTIN, line
 
 
 def test_clusters_lists_presets_with_shapes(monkeypatch):

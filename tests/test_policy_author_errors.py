@@ -466,9 +466,9 @@ def test_policies_lists_the_knobs_of_the_policies_named_a_users_too(tmp_path, mo
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     assert lines[:3] == ["knobbed:Knobbed (knobbed): Sync, with a window.",
-                         "  order = (no default: give it with --set)  ",
+                         "  order = (no default: give it with --set)",
                          "  window = 64  samples kept admitted"]
-    assert lines[3].startswith("sync: ")  # (rich wraps the long lines at 80 columns)
+    assert lines[3].startswith("sync: ")
     knobs = [line.split(" = ")[0].strip() for line in lines[4:] if line.startswith("  ") and " = " in line]
     assert knobs == ["rollout_batch", "minibatches", "filter_groups"]
     r = CliRunner().invoke(app, ["policies", "knobbed:Nope"])
