@@ -333,3 +333,13 @@ def test_a_users_policy_with_a_knob_without_default_gets_no_defaults_trial(tmp_p
     monkeypatch.syspath_prepend(str(tmp_path))
     d = tuned(tmp_path, "--policy", "ordered:Ordered", "--param", "ordered:Ordered.order=a,b")
     assert [t["params"] for t in d["trials"]] == [{"order": "a"}, {"order": "b"}]  # no {}: no defaults
+
+
+def test_the_default_directory_names_the_seed_as_simulate_and_compare_do(tmp_path, monkeypatch):
+    """`tune --seed 1` then `--seed 2` went to one runs/tune-TRACE-CLUSTER, the second refused."""
+    monkeypatch.chdir(tmp_path)
+    for seed in ("0", "1", "2"):
+        r = runner.invoke(app, ["tune", *SMALL, "--policy", "sync", "--budget", "1", "--seed", seed])
+        assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        f"tune-math-16k-{CLUSTER}", f"tune-math-16k-{CLUSTER}-seed1", f"tune-math-16k-{CLUSTER}-seed2"]

@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
         group_size: int = GROUP_SIZE,
         steps: int = STEPS,
         regen: str = REGEN,
-        out: Path = typer.Option(None, "--out", help="output directory (default runs/tune-TRACE-CLUSTER)"),
+        out: Path = typer.Option(None, "--out", help="output directory (default runs/tune-TRACE-CLUSTER, and -seedN for --seed N)"),
         force: bool = FORCE,
         wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
         as_json: bool = typer.Option(False, "--json", help="print only tune.json"),
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         spaces = parse_spaces(policies, params)
         cl = load_cluster(cluster)
         outs = Outputs("tune", force, inputs=input_files(trace, cluster))
-        run_dir = outs.run_dir(out, Path("runs") / slug(f"tune-{source_name(trace, synthetic)}-{cl.name}"),
+        run_dir = outs.run_dir(out, Path("runs") / slug(f"tune-{source_name(trace, synthetic)}-{cl.name}" + (f"-seed{seed}" if seed else "")),
                                identity=run_identity(trace, synthetic, cluster, seed=seed, prompts=prompts,
                                                      group_size=group_size, steps=steps, regen=regen,
                                                      policies=policies, params=params, objective=objective,
