@@ -68,6 +68,24 @@ def not_a_trace(path: str | os.PathLike[str]) -> str | None:
     return None if kind is None else f"{path}: is {_KINDS[kind]}"
 
 
+def not_a_cluster(path: str | os.PathLike[str]) -> str | None:
+    """The error for a file given to ``--cluster`` that is another of sortedrl's own files, or a
+    JSONL trace (``PATH: is a trace model (`sortedrl trace fit`), not a cluster file or profile;
+    give it to --trace-model``, where it said "unknown field 'sortedrl_trace_model'"); None when
+    it may be a cluster file or profile (their reader's errors are then the error)."""
+    data = head(path)
+    kind = own_kind(data)
+    if kind in ("profile", "cluster"):
+        return None
+    if kind is None:
+        first = json_document(data.split(b"\n", 1)[0]) if data else None
+        if isinstance(first, dict) and _row(first) and json_document(data) is None:
+            return f"{path}: is a trace (JSON lines), not a cluster file or profile; give it to --trace"
+        return None
+    what, _, where = _KINDS[kind].partition(", not a trace")
+    return f"{path}: is {what}, not a cluster file or profile{where}"
+
+
 # a trace row's columns (traces.schema.REQUIRED but truncated, which a row may lack and still be
 # one; sortedrl_trace: a trace's metadata line): an object holding one is a trace's, never ours
 _TRACE_KEYS = frozenset({"prompt_id", "sample", "prompt_len", "response_len", "sortedrl_trace"})

@@ -28,3 +28,22 @@ def test_the_error_names_the_option_and_what_is_wrong(tmp_path, args, line):
     assert (r.exit_code, r.stderr) == (2, f"error: {line.format(d=tmp_path)}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_another_of_our_files_given_to_cluster_is_named_for_what_it_is(tmp_path):
+    """A trace model given to --cluster said "unknown field 'sortedrl_trace_model' (known: ...36
+    names)", a JSONL trace named .json "not valid JSON (Extra data ...)"."""
+    from sortedrl.traces.io import BUNDLED
+
+    model = tmp_path / "m.json"
+    assert runner.invoke(app, ["trace", "fit", "math-16k", "--out", str(model)]).exit_code == 0
+    trace = tmp_path / "t.json"
+    trace.write_bytes((BUNDLED / "math-16k.jsonl").read_bytes())
+    for given, line in (
+            (model, f"{model}: is a trace model (`sortedrl trace fit`), not a cluster file or profile; "
+                    "give it to --trace-model"),
+            (trace, f"{trace}: is a trace (JSON lines), not a cluster file or profile; give it to --trace")):
+        r = runner.invoke(app, ["simulate", "--trace", "math-16k", "--policy", "sync", "--cluster", str(given),
+                                "--out", str(tmp_path / "run")])
+        assert (r.exit_code, r.stderr) == (2, f"error: {line}\n")
+        assert not (tmp_path / "run").exists()

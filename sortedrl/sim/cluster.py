@@ -22,7 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from sortedrl import jsonio
+from sortedrl import file_kinds, jsonio
 from sortedrl.errors import ConfigError
 from sortedrl.limits import short_repr
 from sortedrl.sim.cluster_spec import (  # noqa: F401  (all but two re-exported)
@@ -101,6 +101,8 @@ def load_cluster(spec: str) -> Cluster:
                                   "file: {\"preset\": NAME, ...}) nor a preset's name") from None
             raise
     path = Path(spec)
+    if path.is_file() and (why := file_kinds.not_a_cluster(path)) is not None:
+        raise ConfigError(why)
     raw = jsonio.read(spec, ConfigError, "cluster file not found")
     if not isinstance(raw, dict):
         raise ConfigError(f"{spec}: expected a JSON object")
