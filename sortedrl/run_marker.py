@@ -162,7 +162,7 @@ def differences(marker: dict, current: dict, names: dict[str, str | None] | None
     names = {**_OPTIONS, **(names or {})}
     differing = [key for key in sorted(previous.keys() | current.keys()) if previous.get(key) != current.get(key)]
     named = [key for key in differing if names.get(key, "") is not None] or differing
-    return "; ".join(_source_change(previous["source"], current["source"])
+    return "; ".join(_source_change(previous.get("source"), current.get("source"))
                      if key == "source" and _option_of(previous.get("source")) != _option_of(current.get("source"))
                      else f"{names.get(key) or '--' + key.replace('_', '-')}: {_shown(previous.get(key))} "
                      f"then {_shown(current.get(key))}" for key in named)
@@ -177,7 +177,7 @@ def _option_of(source: object) -> str:
     return "--synthetic" if source in preset_names() else "--trace"
 
 
-def _source_change(old: str, new: str) -> str:
+def _source_change(old: object, new: object) -> str:
     """A run's trace that changed option too: ``--synthetic math-16k then --trace /t/math-16k.jsonl``
     (a synthetic preset and a trace file of the same name share a default directory)."""
     return f"trace: {_option_of(old)} {_shown(old)} then {_option_of(new)} {_shown(new)}"
