@@ -20,7 +20,7 @@ from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
-from sortedrl.tables import UNITS, Col, cell, counted, fmt, key_value_table, percent, render
+from sortedrl.tables import UNITS, Col, Note, cell, counted, fmt, key_value_table, percent, render
 from sortedrl.traces.schema import Trace
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
@@ -261,7 +261,8 @@ HEADLINE = [Col("policy", left=True), Col("makespan", "s"), Col("useful", "tok/s
 
 
 # the ``stale`` cells are two figures; the unit row gives their unit, this note what they are
-STALE_NOTE = "stale: mean/max staleness of the useful tokens, in policy versions"
+# (printed only while the column is: a narrow terminal hides it)
+STALE_NOTE = Note("stale: mean/max staleness of the useful tokens, in policy versions", "stale")
 
 
 def gpu_split(meta: dict) -> str:
@@ -317,12 +318,15 @@ def updates_note(rows: list[tuple[str, float]]) -> str | None:
             "mean larger batches, a different training run, not only a faster one")
 
 
-def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) -> list[str]:
-    """What a reader needs to read the table honestly: knobs as used, placements, oracles."""
+def compare_notes(summaries: list[dict], splits: list[str],
+                  cluster: Cluster) -> list[str | Note]:
+    """What a reader needs to read the table honestly: knobs as used, placements, oracles; the
+    notes of one column (the ratio's terms, the ``stale`` legend) go when it is hidden to fit."""
     from sortedrl.policies.auto import knob_text
 
-    notes = ["knobs: " + "; ".join(f"{s['label']}: {knob_text(s['params'], s.get('auto_params', {}))}"
-                                   for s in summaries)]
+    knobs = "; ".join(f"{s['label']}: {knob_text(s['params'], s.get('auto_params', {}))}"
+                      for s in summaries)
+    notes: list[str | Note] = ["knobs: " + knobs]
     moved = [s["label"] for s, split in zip(summaries, splits, strict=True) if not split.endswith("shared")]
     if moved and cluster.placement == "colocated":
         d = cluster_for(("disaggregated",), cluster)
@@ -333,7 +337,8 @@ def compare_notes(summaries: list[dict], splits: list[str], cluster: Cluster) ->
     if any(s.get("oracle") for s in summaries):
         notes.append("* oracle: reads true lengths, an upper reference, not a deployable policy")
     rank = "learnable tok/s" if all("learnable_tokens_per_s" in s for s in summaries) else "useful tok/s"
-    notes.append(f"vs first: {rank} over {summaries[0]['label']}'s")
+    # (the ratio's terms, even when its numerator's column is hidden to fit: the ratio is shown)
+    notes.append(Note(f"vs first: {rank} over {summaries[0]['label']}'s", "vs"))
     notes.append(STALE_NOTE)
     notes += filter(None, [updates_note([(s["label"], s["updates"]) for s in summaries
                                          if "updates" in s])])

@@ -4,8 +4,9 @@ Why not rich's tables: when a rich table is wider than the terminal it shortens 
 ellipsis, and a cut cell can change the meaning (``h100-llama3.1-…`` hides the ``-disagg`` that
 changed the result). Here a cell is never cut. A table that is too wide first loses whole
 columns, least important first, and says which ones it hid and how to see them (``--wide``,
-``--json``). Every table ends with one line that points at docs/metrics.md, where every
-column is defined with its unit.
+``--json``). A note that explains one column (a :class:`Note`: a legend, a ratio's terms) goes
+with it: a reader who cannot see the column has no use for its legend. Every table ends with
+one line that points at docs/metrics.md, where every column is defined with its unit.
 """
 
 from __future__ import annotations
@@ -80,16 +81,26 @@ class Col:
     left: bool = False
 
 
+@dataclass(frozen=True)
+class Note:
+    """A note under a table that explains one column, printed only while that column is shown."""
+
+    text: str
+    column: str  # the ``Col.title`` it explains
+
+
 def terminal_width(default: int = 100) -> int:
     """The width to fit: ``COLUMNS`` when set (even when not a terminal), else the terminal's."""
     return max(40, shutil.get_terminal_size((default, 24)).columns)
 
 
 def render(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int | None, title: str = "",
-           notes: Sequence[str] = (), footer: str = METRICS_LINE, text_width: int | None = None) -> str:
+           notes: Sequence[str | Note] = (), footer: str = METRICS_LINE,
+           text_width: int | None = None) -> str:
     """The table as text, at most ``width`` characters a line where its shown columns allow
-    (``None``: no limit). ``notes`` are printed under the table, wrapped, before the footer; the
-    title, notes and footer wrap at ``text_width`` when given, else at ``width``."""
+    (``None``: no limit). ``notes`` are printed under the table, wrapped, before the footer (a
+    :class:`Note` only when its column is shown); the title, notes and footer wrap at
+    ``text_width`` when given, else at ``width``."""
     wrap_at = width if text_width is None else text_width
     widths = [max([len(c.title), len(c.unit)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     shown = list(range(len(cols)))
@@ -107,7 +118,12 @@ def render(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int | None
         lines.append(_line([cols[i].unit for i in shown], cols, widths, shown))
     lines.append("-" * _total(widths, shown))
     lines += [_line([r[i] for i in shown], cols, widths, shown) for r in rows]
+    titles = {cols[i].title for i in shown}
     for note in notes:
+        if isinstance(note, Note):
+            if note.column not in titles:
+                continue
+            note = note.text
         lines += _wrap(note, wrap_at, indent="  ")
     if hidden:
         lines += _wrap(f"hidden to fit {width} columns: {', '.join(hidden)} (--wide shows them)", width)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from sortedrl.errors import TraceError
 from sortedrl.traces import Trace, TraceMeta, _text, read_trace, write_trace
+from sortedrl.traces.schema import FINISH_REASONS
 
 FORMATS = ("jsonl", "csv", "parquet")
 META = '{"sortedrl_trace": 1, "max_response_len": 100, "group_size": 2, "source": "t"}'
@@ -56,7 +57,9 @@ def traces(draw: st.DrawFn) -> Trace:
         finite = st.floats(allow_nan=False, allow_infinity=False)
         cols["reward"] = draw(st.lists(finite, min_size=n, max_size=n))
     if draw(st.booleans()):
-        cols["finish_reason"] = draw(st.lists(TEXT, min_size=n, max_size=n))
+        # (any other value is refused; prompt_id carries the arbitrary text)
+        reasons = st.sampled_from(FINISH_REASONS)
+        cols["finish_reason"] = draw(st.lists(reasons, min_size=n, max_size=n))
     meta = TraceMeta(max_response_len=cap, group_size=g, source=draw(st.text(max_size=10)))
     return Trace.from_columns(cols, meta)
 

@@ -14,15 +14,14 @@ from sortedrl.traces import _text, read_trace, synthesize, write_trace
 
 
 def _odd(trace):
-    """``trace`` with prompt ids (whole groups) and a finish reason that CSV must quote, some
-    with a bare "\r" (read back wrong unless its row is quoted)."""
+    """``trace`` with prompt ids (whole groups) that CSV must quote, some with a bare "\r"
+    (read back wrong unless its row is quoted). (A finish reason is one of three plain words:
+    any other is refused on reading, so none needs quoting.)"""
     extra = {0: ' a\r"b",c\u00e9', 2: "\r", 3: 'q"x,y', 4: "line\nbreak"}
     names = list(dict.fromkeys(trace.prompt_id.tolist()))
     renamed = {names[g]: names[g] + tail for g, tail in extra.items()}
     ids = [renamed.get(i, i) for i in trace.prompt_id.tolist()]
-    finish = trace.finish_reason.tolist()
-    finish[13] = "x\ry"
-    return dataclasses.replace(trace, prompt_id=np.array(ids), finish_reason=np.array(finish))
+    return dataclasses.replace(trace, prompt_id=np.array(ids))
 
 
 TRACES = {

@@ -11,7 +11,8 @@ so a write followed by a read gives an equal :class:`Trace`.
 
 The same prompt may appear in several steps (epochs); the key of a row is therefore
 ``(step, prompt_id, sample)`` when the trace has a ``step`` column and ``(prompt_id, sample)``
-otherwise. A duplicate key is an error.
+otherwise. A duplicate key is an error. A finish reason, where a trace has the column, is one of
+:data:`FINISH_REASONS` (vLLM's); ``truncated`` may be true below the cap (docs/traces.md says why).
 
 A row may also carry its *turns* (a multi-turn agentic trajectory: generation, tool call, tool
 output, next turn), as optional ragged columns ``turn_offsets``, ``turn_gen``, ``turn_tool_s``
@@ -34,6 +35,10 @@ from sortedrl.traces.turns import TURN_COLUMNS
 REQUIRED = ("prompt_id", "sample", "prompt_len", "response_len", "truncated")
 OPTIONAL = ("step", "reward", "finish_reason")
 COLUMNS = REQUIRED + OPTIONAL
+# How a response ended, in vLLM's (and SGLang's) words: at EOS or a stop string, at a length
+# limit, or stopped from outside before it ended (a real run's unfinished rows). Any other value
+# is refused: a typo (``stopp``) would otherwise count as neither finished nor unfinished.
+FINISH_REASONS = ("stop", "length", "abort")
 MAX_SAMPLES = INT32_MAX  # a timeline names a sample with a 32-bit id (its int32 columns)
 
 
@@ -122,6 +127,7 @@ class Trace:
             reward = float_column(columns["reward"], n, "reward", where, line)
         if columns.get("finish_reason") is not None:
             finish = str_column(columns["finish_reason"], "finish_reason", where, line)
+            _check_finish_reasons(finish, where, line)
         _check_bounds(meta, response_len, sample, where, line)
         order, canonical = _canonical_order(meta, prompt_id, sample, step, where, line)
 
@@ -216,6 +222,18 @@ def _check_bounds(meta: TraceMeta, response_len: np.ndarray, sample: np.ndarray,
         raise TraceError(
             f"{where}: row {line(i)}: field 'sample': {int(sample[i])} is not below group_size {meta.group_size}"
         )
+
+
+def _check_finish_reasons(finish: np.ndarray, where: str, line: Line) -> None:
+    """Every finish reason one of FINISH_REASONS. Vectorized: one comparison over every row
+    (with ``stop``, nearly all of them), then each further one over the rows left."""
+    left = np.flatnonzero(finish != FINISH_REASONS[0])
+    for reason in FINISH_REASONS[1:]:
+        left = left[finish[left] != reason]
+    if left.size:
+        i = int(left[0])
+        raise TraceError(f"{where}: row {line(i)}: field 'finish_reason': unknown value "
+                         f"{str(finish[i])!r} (known: {', '.join(FINISH_REASONS)})")
 
 
 def _canonical_order(meta: TraceMeta, prompt_id: np.ndarray, sample: np.ndarray,
