@@ -26,7 +26,7 @@ from sortedrl.compare import count_text, fit_warnings, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
-from sortedrl.tables import FORMATS, Col, fmt, render, terminal_width
+from sortedrl.tables import FORMATS, Col, Note, fmt, render, terminal_width
 
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 MAX_GPU_HOUR_PRICE = 1e6  # $ per GPU-hour, far above any (1.7e308 made the cost infinite)
@@ -155,10 +155,10 @@ def forecast_text(results: list[dict], title: str, width: int | None, priced: bo
                      count_text(r["updates"]), "/".join(fmt(k, r[k]) for k in ("step_s_p50", "step_s_p90", "step_s_max")),
                      shares])
     seeds = results[0]["seeds"] if results else 0
-    notes = [f"wall: mean of {seeds} simulated run(s); low-high: their range (docs/metrics.md, "
-             "Forecast)"]
-    if not priced:
-        notes.append("cost: give --gpu-hour-price ($ per GPU-hour)")
+    notes: list[str | Note] = [f"wall: mean of {seeds} simulated run(s) (docs/metrics.md, Forecast)",
+                               Note("low-high: the range of their wall-clock", "low-high")]
+    if not priced:  # (each note of a column goes when the column does: a narrow terminal)
+        notes.append(Note("cost: give --gpu-hour-price ($ per GPU-hour)", "cost"))
     notes += filter(None, [updates_note([(f"{r['policy']} @ {r['cluster']}", r["updates"])
                                          for r in results])])
     kept = {"cost"} if priced else set()
