@@ -30,7 +30,7 @@ from sortedrl.policies.checks import check_policy_class, meant_hook
 from sortedrl.policies.registry import BUILTIN, make_policy, policy_class, run_context
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
-from tests.test_user_code import TRACE, one_error_line
+from tests.test_user_code import TRACE, at, one_error_line
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "policies.md"
 TRAIN_AT_IDLE = """
@@ -320,16 +320,18 @@ def test_a_list_element_that_is_no_action_is_named_short(item, line):
 
     with pytest.raises(PolicyError) as e:
         run(Wrong)
-    assert str(e.value) == f"policy wrong: {line}"
+    assert str(e.value) == f"policy wrong: {line.replace('on_start', 'on_start' + at(Wrong, 'on_start'), 1)}"
 
 
 def test_a_class_in_the_list_through_the_cli(tmp_path, monkeypatch):
     module(tmp_path, monkeypatch, "cls_item", "class ActionClass(Policy):\n    name = 'ac'\n"
            "    def on_start(self, view):\n        return [Admit(tuple(range(8)))]\n"
            + TRAIN_AT_IDLE + "    def on_update_done(self, view):\n        return [Sync]\n")
+    lines = (tmp_path / "cls_item.py").read_text().splitlines()
+    hook = next(n for n, text in enumerate(lines, 1) if "def on_update_done" in text)
     assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", "cls_item:ActionClass") == (
-        "error: policy ac: on_update_done returned the class Sync in its list, not an action: "
-        "write Sync(), an instance")
+        f"error: policy ac: on_update_done (at {tmp_path / 'cls_item.py'}:{hook}) "
+        "returned the class Sync in its list, not an action: write Sync(), an instance")
 
 
 def test_an_illegal_action_names_its_hook():
@@ -351,11 +353,12 @@ def test_an_illegal_action_names_its_hook():
                                 placement="disaggregated")
     with pytest.raises(PolicyError) as e:
         simulate(trace, Eager(ctx=run_context(trace)), split)
-    assert str(e.value) == ("policy eager: illegal action from on_finished: train while the "
-                            "trainer is busy (wait for update_done)")
+    assert str(e.value) == (f"policy eager: illegal action from on_finished{at(Eager, 'on_finished')}: train "
+                            "while the trainer is busy (wait for update_done)")
     with pytest.raises(PolicyError) as e:
         run(Early)
-    assert str(e.value) == "policy early: illegal action from on_start: train on sample 0, which is admitted"
+    assert str(e.value) == (f"policy early: illegal action from on_start{at(Early, 'on_start')}: train on sample 0, "
+                            "which is admitted (Train takes finished samples: view.finished())")
 
 
 def test_an_old_style_policy_s_illegal_action_names_on_event():
@@ -367,7 +370,8 @@ def test_an_old_style_policy_s_illegal_action_names_on_event():
 
     with pytest.raises(PolicyError) as e:
         run(Old)
-    assert str(e.value) == "policy old: illegal action from on_event: admit of sample 0, which is admitted"
+    assert str(e.value) == (f"policy old: illegal action from on_event{at(Old, 'on_event')}: admit of sample 0, "
+                            "which is admitted")
 
 
 @pytest.mark.parametrize("hook, returned, reason", [
@@ -412,8 +416,11 @@ def test_the_error_examples_in_the_docs_are_what_the_tool_prints():
     text = " ".join(DOCS.read_text().split())
     for example in ("on_update_done returned the class Sync in its list, not an action: write "
                     "Sync(), an instance",
-                    "policy p: illegal action from on_finished: train while the trainer is busy "
-                    "(wait for update_done)",
+                    "policy p: illegal action from on_finished (at mypolicy.py:20): train while the "
+                    "trainer is busy (wait for update_done)",
+                    "train on sample 0, which is admitted (Train takes finished samples: view.finished())",
+                    "returned a generator, expected a list of actions: it yields; return a list of the "
+                    "actions instead", "wrap it in a list, [Admit(...)]",
                     "512 finished samples, nothing in flight: return Train(...) for the finished ones"):
         assert example in text, example
 
@@ -431,3 +438,17 @@ def test_policies_shows_the_first_paragraph_of_a_docstring_whole(tmp_path, monke
 
 def test_the_builtins_listing_is_one_line_each_as_before():
     assert [policy_class(n).__doc__.strip().count("\n") for n in BUILTIN] == [0] * len(BUILTIN)
+
+
+def test_a_hook_that_yields_and_a_knob_without_a_default_say_what_to_change(tmp_path, monkeypatch):
+    module(tmp_path, monkeypatch, "gen_hook", "class Gen(Policy):\n    name = 'gen'\n"
+           "    def on_start(self, view):\n        yield Admit(tuple(range(8)))\n")
+    assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", "gen_hook:Gen") == (
+        f"error: policy gen: on_start (at {tmp_path / 'gen_hook.py'}:4) returned a generator, expected a "
+        "list of actions: it yields; return a list of the actions instead")
+    module(tmp_path, monkeypatch, "no_default", "from dataclasses import dataclass\n@dataclass(frozen=True)\n"
+           "class Knobs:\n    k: int\nclass NoDefault(Policy):\n    name = 'nd'\n    Params = Knobs\n"
+           "    def on_start(self, view):\n        return []\n")
+    assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", "no_default:NoDefault") == (
+        "error: policy no_default:NoDefault: knob k has no default: give it with --set k=VALUE, or give it a "
+        f"default in its Params ({tmp_path / 'no_default.py'}:3)")

@@ -9,6 +9,7 @@ Run: pytest tests/test_user_code.py
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,12 @@ class KnobBug(SyncPolicy):
     def __init__(self, params=None, ctx=None):
         raise ValueError("batch must be >= 1")
 """
+
+
+def at(cls: type, hook: str) -> str:
+    """`` (at FILE:LINE)``: where a test's policy class defines ``hook``, as an error names it."""
+    fn = getattr(cls, hook)
+    return f" (at {inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]})"
 
 
 def one_error_line(tmp_path: Path, *args: str) -> str:

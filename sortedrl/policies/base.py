@@ -280,10 +280,27 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
             known = ", ".join(fields) or "none"
             raise ConfigError(f"{option} {key}: unknown parameter for policy {policy} (known: {known})")
         values[key] = _coerce(raw.strip(), hints[key], f"{option} {key}={raw}")
+    missing = [name for name, f in fields.items() if name not in values and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and f.init]
+    if missing:  # (the dataclass's own TypeError said "__init__() missing 1 required positional argument")
+        where = _defined_at(params_cls)
+        raise ConfigError(f"policy {policy}: knob {missing[0]} has no default: give it with {option} "
+                          f"{missing[0]}=VALUE, or give it a default in its Params" + (f" ({where})" if where else ""))
     try:
         return params_cls(**values)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{option}: policy {policy}: {e}") from None
+
+
+def _defined_at(cls: type) -> str | None:
+    """``file:line`` of a class defined outside sortedrl (a user's Params), else None."""
+    import inspect
+
+    try:
+        path, line = inspect.getsourcefile(cls), inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return None
+    return None if path is None or "/sortedrl/" in path.replace("\\", "/") else f"{path}:{line}"
 
 
 MAX_FLOAT_KNOB = 1e9  # a knob that is a factor or a share (1e308 x a count overflowed)

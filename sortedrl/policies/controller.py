@@ -53,6 +53,7 @@ from sortedrl.policies.orders import StandingOrders
 from sortedrl.policies.returns import (
     ID_FIELD,
     ID_SEQUENCES,
+    hook_at,
     hook_name,
     not_a_list,
     not_an_action,
@@ -240,7 +241,7 @@ class Controller(Admission):
         return None if self.event is None else hook_name(self.policy, self.event)
 
     def _bad(self, what: str) -> PolicyError:
-        by = f" from {self.hook}" if self.event is not None else ""
+        by = f" from {self.hook}{hook_at(self.policy, self.hook)}" if self.event is not None else ""
         return PolicyError(f"policy {self.policy.name}: illegal action{by}: {what}")
 
     def _check_ids(self, samples: tuple[int, ...], verb: str) -> None:
@@ -351,7 +352,8 @@ class Controller(Admission):
         if set(map(s.state.__getitem__, act.samples)) != {FINISHED}:  # (checked in C; which one:)
             for i in act.samples:
                 if s.state[i] != FINISHED:
-                    raise self._bad(f"train on sample {i}, which is {SampleState(s.state[i]).name.lower()}")
+                    raise self._bad(f"train on sample {i}, which is {SampleState(s.state[i]).name.lower()} "
+                                    "(Train takes finished samples: view.finished())")
         if s.placement == "colocated":
             busy = [e.index for e in s.engines if e.running()]
             if busy:

@@ -10,6 +10,7 @@ ids is converted to a tuple here, once, and the per-sample checks stay the contr
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import numpy as np
 
@@ -57,17 +58,33 @@ def hook_name(policy: Policy, event) -> str:
     return HOOK_OF[event.kind] if type(policy).on_event is Policy.on_event else "on_event"
 
 
+def hook_at(policy: Policy, hook: str | None) -> str:
+    """`` (at FILE:LINE)`` of a user's policy's hook, where its author reads what it returned;
+    empty for a built-in policy (or a hook it did not define)."""
+    code = getattr(getattr(type(policy), hook or "", None), "__code__", None)
+    if code is None or not is_users(type(policy)):
+        return ""
+    return f" (at {code.co_filename}:{code.co_firstlineno})"
+
+
 def not_a_list(policy: Policy, returned: object, event) -> PolicyError:
-    """The error for a hook (named by ``event``'s kind) that returned no list of actions."""
-    return PolicyError(f"policy {policy.name}: {hook_name(policy, event)} returned "
-                       f"{_shown(returned)}, expected a list of actions")
+    """The error for a hook (named by ``event``'s kind) that returned no list of actions, with
+    the fix for the common ones: a lone action, a generator (a hook that yields)."""
+    hook = hook_name(policy, event)
+    shown, fix = _shown(returned), ""
+    if isinstance(returned, ACTIONS):
+        fix = f": wrap it in a list, [{shown}]"
+    elif inspect.isgenerator(returned):
+        shown, fix = "a generator", ": it yields; return a list of the actions instead"
+    return PolicyError(f"policy {policy.name}: {hook}{hook_at(policy, hook)} returned "
+                       f"{shown}, expected a list of actions{fix}")
 
 
 def not_an_action(policy: Policy, item: object, event) -> PolicyError:
     """The error for an item of a hook's list that is no action: an action's class (``Sync``
     for ``Sync()``), a list inside the list, or anything else, shown short."""
     hook = hook_name(policy, event) if event is not None else "a hook"
-    head = f"policy {policy.name}: {hook} returned"
+    head = f"policy {policy.name}: {hook}{hook_at(policy, hook)} returned"
     if isinstance(item, type) and item in ACTIONS:
         call = f"{item.__name__}()" if item in (Sync, Keep, WakeOn) else f"{item.__name__}(...)"
         return PolicyError(f"{head} the class {item.__name__} in its list, not an action: write "
