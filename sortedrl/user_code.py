@@ -55,7 +55,9 @@ def _names_the_module(e: ImportError, module: str) -> bool:
 
 def raised(e: BaseException) -> str:
     """``ExcType: message (at file:line)``, on one line: what was raised and where (the
-    innermost frame of the traceback; for a SyntaxError, the line that does not parse)."""
+    innermost frame of the traceback; for a SyntaxError, the line that does not parse). Raised
+    inside sortedrl or a library that the user's code called, it names the user's line first:
+    ``(at mypolicy.py:7, raised in .../policies/common.py:143)``."""
     if isinstance(e, SyntaxError):
         message, file, line = e.msg, e.filename, e.lineno
     else:
@@ -64,7 +66,11 @@ def raised(e: BaseException) -> str:
         message = str(e)
         file, line = (frames[-1].filename, frames[-1].lineno) if frames else (None, None)
     text = " ".join(f"{type(e).__name__}: {message}".split()).removesuffix(":")
-    return f"{text} (at {file}:{line})" if file else text
+    if not file:
+        return text
+    mine = None if isinstance(e, SyntaxError) else users_frame(e)
+    where = f"{file}:{line}"
+    return f"{text} (at {where})" if mine in (None, where) else f"{text} (at {mine}, raised in {where})"
 
 
 def users_frame(e: BaseException) -> str | None:

@@ -10,6 +10,7 @@ Run: pytest tests/test_user_code.py
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,19 @@ def test_a_policy_that_raises_is_one_error_line_naming_where(tmp_path, monkeypat
 def test_a_reward_that_names_no_module_is_one_error_line():
     with pytest.raises(ConfigError, match=r"^--reward '\.grade:f': '\.grade' is not a module name"):
         get_reward(".grade:f")
+
+
+def test_an_error_raised_inside_sortedrl_names_the_users_line_first(tmp_path, monkeypatch):
+    """A helper of sortedrl's given a bad argument raised where the helper is: the error named
+    only sortedrl/policies/common.py, not the user's line that called it."""
+    import sortedrl.policies.common as common
+
+    (tmp_path / "helper_misuse.py").write_text(
+        "from sortedrl.policies.base import Policy\nfrom sortedrl.policies.common import SampleQueue\n"
+        "class Misuse(Policy):\n    name = 'misuse'\n    def on_start(self, view):\n"
+        "        SampleQueue().add_fresh('all')\n        return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", "helper_misuse:Misuse")
+    mine, theirs = re.escape(str(tmp_path / "helper_misuse.py")), re.escape(inspect.getsourcefile(common))
+    assert re.fullmatch(rf"error: policy misuse raised TypeError: .+ \(at {mine}:6, raised in {theirs}:\d+\)",
+                        line), line
