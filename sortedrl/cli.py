@@ -128,7 +128,13 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
 ) -> None:
     """Replay a length trace through a simulated cluster under one policy."""
-    from sortedrl.compare import cluster_for, fit_warnings, placement_note, trainer_split_note
+    from sortedrl.compare import (
+        cluster_for,
+        fit_warnings,
+        never_synced,
+        placement_note,
+        trainer_split_note,
+    )
 
     check_regen(regen)
     tl_name = timeline_file.file_name(timeline)
@@ -160,7 +166,8 @@ def simulate(
     print_notes(outs)
     split = ran_on.placement == "disaggregated"
     notes = [*fit_warnings(tr, ran_on, synthetic is not None), placement_note(pol.name, pol.placements, cl),
-             trainer_split_note([(pol.name, result.summary)] if split else [], cl)]
+             trainer_split_note([(pol.name, result.summary)] if split else [], cl),
+             never_synced(f"policy {pol.name}", result.timeline)]
     for note in filter(None, notes):
         typer.echo(note, err=True)
     if as_json:
@@ -198,6 +205,7 @@ def compare(
         compare_text,
         fit_warnings,
         gpu_split,
+        never_synced,
         parse_specs,
         run_compare,
         trainer_split_note,
@@ -232,8 +240,8 @@ def compare(
     print_notes(outs)
     moved = [(spec.label, r.summary) for spec, r in results
              if r.timeline.meta["placement"] == "disaggregated"]
-    for note in filter(None, [*fit_warnings(tr, cl, synthetic is not None),
-                              trainer_split_note(moved, cl)]):
+    for note in filter(None, [*fit_warnings(tr, cl, synthetic is not None), trainer_split_note(moved, cl),
+                              *(never_synced(spec.label, r.timeline) for spec, r in results)]):
         typer.echo(note, err=True)
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))

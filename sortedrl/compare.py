@@ -126,6 +126,17 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
     return out
 
 
+def never_synced(label: str, timeline) -> str | None:
+    """A warning for a run whose policy updated twice or more and never synced: its engines
+    generated every sample with the first version's weights (a policy's ``on_update_done`` that
+    returns no ``Sync``; the default returns one). None otherwise (the built-ins always sync)."""
+    updates = timeline.count("train")
+    if updates < 2 or timeline.count("sync"):
+        return None
+    return (f"warning: {label} made {updates} updates and no sync, so its engines generated every sample "
+            "with the first version's weights: return Sync() from on_update_done (the default does)")
+
+
 def trainer_split_note(runs: list[tuple[str, dict]], cluster: Cluster, named: bool = False
                        ) -> str | None:
     """:func:`trainer_bound_note` of runs that ran on ``cluster``'s disaggregated split, asking

@@ -452,3 +452,22 @@ def test_a_hook_that_yields_and_a_knob_without_a_default_say_what_to_change(tmp_
     assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", "no_default:NoDefault") == (
         "error: policy no_default:NoDefault: knob k has no default: give it with --set k=VALUE, or give it a "
         f"default in its Params ({tmp_path / 'no_default.py'}:3)")
+
+
+def test_a_policy_that_updates_and_never_syncs_is_warned(tmp_path, monkeypatch):
+    """An on_update_done that returns no Sync ran without a word: the engines generated every
+    sample on the first version's weights. A warning says so (the built-ins always sync)."""
+    module(tmp_path, monkeypatch, "no_sync", "class NoSync(Policy):\n    name = 'nosync'\n"
+           "    def on_start(self, view):\n        return [Admit(tuple(range(256)))]\n" + TRAIN_AT_IDLE
+           + "    def on_update_done(self, view):\n"
+           "        return [Admit(tuple(range(256, 512)))] if view.version == 1 else []\n")
+    line = ("warning: {} made 2 updates and no sync, so its engines generated every sample with the first "
+            "version's weights: return Sync() from on_update_done (the default does)\n")
+    r = CliRunner().invoke(app, ["simulate", "--trace", TRACE, "--policy", "no_sync:NoSync",
+                                 "--out", str(tmp_path / "s"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.endswith(line.format("policy nosync"))
+    r = CliRunner().invoke(app, ["compare", "--trace", TRACE, "--policy", "no_sync:NoSync", "--policy", "sync",
+                                 "--out", str(tmp_path / "c"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.endswith(line.format("NoSync")) and r.stderr.count("no sync") == 1
