@@ -350,6 +350,31 @@ def test_wake_on_without_an_on_finished_hook_says_so_and_names_the_misspelling()
                             "define on_finished(self, view, samples, engine)")
 
 
+def test_a_wake_up_for_a_class_that_listens_by_its_flag_but_has_no_on_finished_is_refused():
+    """listens_to_finishes = True with only on_idle: a WakeOn(finished=8) was taken, and its
+    wake-ups called the default on_finished, which does nothing. WakeOn() (wake never) is the
+    documented way to say "serve my Keep, call me at no finish": still taken."""
+    class FlagOnly(Policy):
+        name = "flag_only"
+        listens_to_finishes = True
+        wake = WakeOn(finished=2)
+
+        def on_start(self, view):
+            return [Keep(deque(range(view.num_groups * view.group_size)), 2), self.wake]
+
+        def on_idle(self, view, engine):
+            if view.admitted or view.busy or not view.finished_count:
+                return []
+            return [Train(view.finished())]
+
+    with pytest.raises(PolicyError) as e:
+        run(FlagOnly)
+    assert str(e.value) == ("policy flag_only gave WakeOn, which calls on_finished, but its class defines "
+                            "no on_finished hook: define on_finished(self, view, samples, engine)")
+    FlagOnly.wake = WakeOn()
+    assert run(FlagOnly).summary["samples_trained"] == 4
+
+
 def test_keep_from_a_class_with_only_on_idle_says_to_listen_and_then_runs():
     class IdleKeep(Policy):
         name = "idle_keep"

@@ -59,6 +59,9 @@ class StandingOrders:
         if not policy.listens_to_finishes:
             raise PolicyError(_unheard(order, policy))
         check_fields(order, policy.name)
+        wakes = isinstance(order, WakeOn) and (order.finished or order.groups or order.drained or order.any_group)
+        if wakes and _no_finish_hook(type(policy)):  # (it listens by its flag: nothing would hear the wake-up)
+            raise PolicyError(_unheard(order, policy))
         if isinstance(order, WakeOn):
             self.wake = order
             need = order.members or s.group_size
@@ -147,11 +150,16 @@ def check_fields(order: Keep | WakeOn, policy: str) -> None:
                                   f"{type(getattr(order, name)).__name__}")
 
 
+def _no_finish_hook(cls: type) -> bool:
+    """Whether a policy class has no hook that a wake-up calls (``on_finished``, or an old
+    ``on_event`` that routes finishes itself)."""
+    return cls.on_finished is Policy.on_finished and cls.on_event is Policy.on_event
+
+
 def _unheard(order: Keep | WakeOn, policy: Policy) -> str:
     """Why a standing order from a policy that does not listen to finishes cannot be served."""
     cls = type(policy)
-    if (isinstance(order, WakeOn) and cls.on_finished is Policy.on_finished
-            and cls.on_event is Policy.on_event):
+    if isinstance(order, WakeOn) and _no_finish_hook(cls):
         names = [n for n in dir(cls) if n.startswith("on_") and not hasattr(Policy, n)]
         close = difflib.get_close_matches("on_finished", names, n=1)
         typo = f" ({close[0]} is not a hook: a misspelling?)" if close else ""
