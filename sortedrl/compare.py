@@ -207,13 +207,15 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
     if not cluster.name.startswith(f"{cluster.gpu}-{cluster.model}"):
         return None
     best = None
+    split = cluster.name.endswith("-disagg")  # (the same placement: its rollout GPUs decode)
     for gpus in (1, 2, 4, 8, 16, 32):
-        if gpus % cluster.tp or gpus >= cluster.gpus:
+        if gpus % cluster.tp or gpus >= cluster.gpus or split and gpus < 2:  # (a split needs 2)
             continue
-        if (gpus // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:
+        rollout = gpus - max(1, gpus // 4) if split else gpus  # (-disagg's default: a quarter train)
+        if (rollout // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:
             best = gpus
     tp = f"-tp{cluster.tp}" if cluster.tp > 1 else ""
-    disagg = "-disagg" if cluster.name.endswith("-disagg") else ""  # (the same placement)
+    disagg = "-disagg" if split else ""
     if best is not None:
         return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu{disagg}"
     seqs = 1 << max(0, (2 * per_step // cluster.engines).bit_length() - 1)  # a power of 2, filled half

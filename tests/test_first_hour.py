@@ -161,6 +161,11 @@ def test_a_trace_too_small_for_the_cluster_is_warned(tmp_path):
         "warning: a step of logic-8k.jsonl has 512 samples, filling 33% of the 1,536 decode slots of "
         "h100-llama3.1-8b-disagg (6 engines x 256): every policy will mostly idle; try --cluster "
         "h100-llama3.1-8b-4gpu-disagg or a trace with more prompts per step")
+    # on 2 GPUs split 1+1 the hint was 1 GPU, which a policy that needs a split refuses
+    r = invoke("simulate", "--synthetic", "math-16k", "--prompts", "4", "--steps", "2", "--cluster",
+               "h100-llama3.1-8b-2gpu", "--policy", "async", "--out", str(tmp_path / "a2"), "--json")
+    assert r.exit_code == 0
+    assert r.stderr.splitlines()[0].endswith("try --cluster h100-llama3.1-8b-2gpu-64seq-disagg or more --prompts")
 
 
 def test_on_one_gpu_the_warning_names_a_preset_with_fewer_sequences(tmp_path):
