@@ -83,7 +83,42 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
                           "update times cannot be told apart")
     X = np.column_stack([N, T])  # a row of n updates: n fixed times, and the tokens of all n
     fit = _fit_record(where, k, steps, X, t, parts, {"tokens": token_source})
+    notes = [*sparse_notes([*parts.values(), (token_source, tokens)]), *notes]
     return _read_notes(metrics, _with_sync(fit, sync, notes, upper, pairs_fitted=False))
+
+
+def sparse_notes(columns: list[tuple[str, dict[int, float]]]) -> list[str]:
+    """A note for each column of the fit (the update parts, whose sum is the update time, and the
+    tokens) missing on steps that log all the others: the fit uses only the steps that log every
+    one, so such a column (verl's ``timing_s/ref`` logged on 3 of 100 steps) silently cut the
+    fit to its steps. Leaving the column out instead would fit an update time without its share."""
+    notes = []
+    for i, (name, column) in enumerate(columns):
+        others = [c for j, c in enumerate(columns) if j != i]
+        if not others:
+            continue
+        both = set.intersection(*(set(c[1]) for c in others))
+        missing = both - set(column)
+        if missing:
+            notes.append(f"{name} is logged on {len(both) - len(missing)} of the {len(both)} steps that log "
+                         f"{_names([c[0] for c in others])}: the fit uses only the steps that log all of them, "
+                         f"so it left out {len(missing)} (steps "
+                         f"{_steps(sorted(missing))}); log {name} on every step to fit them all")
+    return notes
+
+
+def _names(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _steps(steps: list[int]) -> str:
+    """Steps as runs, the first few: 4-100, or 2, 4, 6 ... (50 steps)."""
+    runs, start = [], steps[0]
+    for a, b in zip(steps, [*steps[1:], None], strict=True):
+        if b != a + 1:
+            runs.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(runs) if len(runs) <= 4 else f"{', '.join(runs[:3])} ... {runs[-1]}"
 
 
 def _read_notes(metrics: dict, fit: dict) -> dict:
@@ -116,7 +151,8 @@ def _fit_with_trace(metrics: dict, where: str, samples_per_step: int | None, k: 
         columns["tokens_checked"] = logged[0]
     fit = _fit_record(where, k, steps, X, t, parts, columns)
     fit["trace"] = trace.where
-    return _with_sync(fit, sync, [*notes, *trace_notes], upper, pairs_fitted=True)
+    return _with_sync(fit, sync, [*sparse_notes(list(parts.values())), *notes, *trace_notes], upper,
+                      pairs_fitted=True)
 
 
 def _logged_tokens(metrics: dict, where: str, samples_per_step: int | None
