@@ -6,7 +6,8 @@ followed is lost by then. :class:`FileListCommand` restores it before click pars
 after a file option's value, up to the next option, is given that option again
 (``--from-metrics a.csv b.csv`` reads as ``--from-metrics a.csv --from-metrics b.csv``). The
 command has no positional arguments, so such a name can be nothing else; one anywhere else is
-left to the command, which refuses it (:data:`STRAY`).
+left to the command, which refuses it (:data:`STRAY`). A file option with no file after it (at the
+end, before another option, or an empty name) is one error line naming the option.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from pathlib import Path
 from typer.core import TyperCommand
 
 from sortedrl.errors import ConfigError
+
+try:  # typer 0.2x carries its own copy of click (as sortedrl.cli_common imports it)
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - older typer
+    from click.exceptions import UsageError
 
 FILE_OPTIONS = ("--from-vllm-bench", "--from-metrics")
 STRAY = ("unexpected argument {!r}: give each file after --from-vllm-bench or --from-metrics "
@@ -32,20 +38,42 @@ def spread(args: list[str], options: tuple[str, ...] = FILE_OPTIONS) -> list[str
         a = args[i]
         if a == "--":
             return [*out, *args[i:]]
-        if a in options and i + 1 < len(args):
-            out += [a, args[i + 1]]
+        if a in options:
+            value = args[i + 1] if i + 1 < len(args) else None
+            if value == "--help":  # (click shows the help, eagerly)
+                return [*out, value]
+            _check_value(a, value)
+            out += [a, value]
             owner, i = a, i + 2
             continue
         flag = a.partition("=")[0]
+        if flag in options and "=" in a:
+            _check_value(flag, a.partition("=")[2], joined=True)
         if a.startswith("-") and a != "-":
             owner = flag if flag in options and "=" in a else None
             out.append(a)
         elif owner is not None:
+            _check_value(owner, a)  # (an empty name among them)
             out += [owner, a]
         else:
             out.append(a)
         i += 1
     return out
+
+
+def _check_value(option: str, value: str | None, joined: bool = False) -> None:
+    """A file option's value names a file: not missing, not empty (an unset shell variable left
+    ``--from-metrics --cluster NAME``, whose --cluster was then read as the file and NAME as a
+    second one) and not a long option (a file named so is given as ./--NAME)."""
+    if value is None:
+        why = ""
+    elif value == "":
+        why = " (an empty name: an unset shell variable?)"
+    elif value.startswith("--") and not joined:
+        why = f" (the next argument, {value}, is an option)"
+    else:
+        return
+    raise UsageError(f"{option}: no file given{why}; give FILE ... after it")
 
 
 class FileListCommand(TyperCommand):
