@@ -10,17 +10,18 @@ written with the cost terms' old names (t_fix, a1, ...) is shown with the new on
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
-from sortedrl import jsonio
+from sortedrl import jsonio, streams
 from sortedrl.calibration.fit_records import check_cpu_fit, check_engine_fit, check_trainer_fit
 from sortedrl.calibration.metrics_layouts import onload_in_sync
+from sortedrl.calibration.show_cpu import cpu_fit, fmt_value, rescaled
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cost import CostModel
 from sortedrl.sim.profile import check_format, is_profile, parse_costs, profile_cluster, read_names
-from sortedrl.tables import fmt
 
 UNITS = {"step_fixed_s": "s/step", "weight_read_s": "s/step", "kv_read_s_per_token": "s/KV token/step",
          "compute_s_per_seq": "s/sequence/step", "step_s_per_seq": "s/sequence/step",
@@ -47,7 +48,13 @@ TRAINER_FIXED = {"train_per_pair": "0: the metrics fit's per-token term holds it
 
 
 def load_profile(path: Path) -> dict:
-    raw = jsonio.read(path, ConfigError, "profile not found", "not valid JSON ({e})")
+    try:
+        raw = jsonio.read(path, ConfigError, "profile not found", "not valid JSON ({e})")
+    except ConfigError as e:
+        kind = _not_json_kind(path) if str(e).startswith(f"{path}: not valid JSON") else None
+        if kind is None:
+            raise
+        raise ConfigError(f"{path}: {kind}, not a profile (one JSON object; make one with `sortedrl calibrate`)") from None
     if not is_profile(raw):
         raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
     check_format(raw, str(path))  # as --cluster refuses it: "(format 999)" was printed
@@ -61,6 +68,25 @@ def load_profile(path: Path) -> dict:
     # cluster.step_fixed_s -1) and engine_config were shown as if sound, and simulate refused them
     profile_cluster(given, str(path), path.stem)
     return raw
+
+
+def _not_json_kind(path: Path) -> str | None:
+    """What a file that is not one JSON value is, by its first line: a length trace (JSON lines
+    or CSV, under its ``sortedrl_trace`` header), or JSON lines; None when it is neither (or is
+    not a file: a pipe was read once)."""
+    if streams.is_descriptor(path) or not Path(path).is_file():
+        return None
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 16).decode("utf-8-sig").strip()
+        value = json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError):
+        value = None
+    if first.startswith("# sortedrl_trace"):
+        return "a length trace (CSV)"
+    if isinstance(value, dict) and "sortedrl_trace" in value:
+        return "a length trace (JSON lines: its header line, then one sample a line)"
+    return "JSON lines (one JSON object a line)" if isinstance(value, dict) else None
 
 
 def check_records(raw: dict, where: str) -> None:
@@ -91,11 +117,11 @@ def render(raw: dict, path: str) -> list[str]:
     if not isinstance(fit, dict):
         raise ConfigError(f"{path}: field 'fit': expected an object, got {fit!r}")
     parts = (("cluster', 'engine_config' or 'sources", _header, raw, path),
-             ("rescaled", _rescaled, raw.get("rescaled")),
+             ("rescaled", rescaled, raw.get("rescaled")),
              ("costs' or 'fit", _terms, raw),
              ("fit.engine", _engine_fit, fit.get("engine")),
              ("fit.trainer", _trainer_fit, fit.get("trainer")),
-             ("fit", _cpu_fit, fit))
+             ("fit", cpu_fit, fit))
     lines: list[str] = []
     for field, part, *args in parts:
         try:
@@ -118,16 +144,6 @@ def _header(raw: dict, path: str) -> list[str]:
     if raw.get("sources"):
         lines.append(f"  sources: {', '.join(raw['sources'])}")
     return lines
-
-
-def _fmt(v: object) -> str:
-    if isinstance(v, bool) or v is None:
-        return str(v).lower()
-    if isinstance(v, (int, float)):
-        return f"{v:.4g}"
-    if isinstance(v, list):
-        return f"{len(v)} values, {_fmt(min(v))} .. {_fmt(max(v))}" if v else "[]"
-    return str(v)
 
 
 # The most of a term's unit one step, request or update can hold (far past any run): a fitted
@@ -161,7 +177,7 @@ def _terms(raw: dict) -> list[str]:
         elif name in stderr:
             part, err = stderr[name]
             src = f"{'vllm-bench' if part == 'engine' else 'metrics'} fit" + (
-                f", stderr {'0' if at_bound(name, err) else _fmt(err)}" if isinstance(err, (int, float)) else "")
+                f", stderr {'0' if at_bound(name, err) else fmt_value(err)}" if isinstance(err, (int, float)) else "")
         elif name in (fit.get("engine") or {}).get("fixed_by_model", ()):
             src = "set by the vllm-bench model"
         elif name in (fit.get("trainer") or {}).get("fixed_by_model", ()):
@@ -171,11 +187,11 @@ def _terms(raw: dict) -> list[str]:
                 src = f"0: the fitted sync ({held[0]}) holds it"
         else:
             src = "measured"
-        shown = _fmt(value)
+        shown = fmt_value(value)
         if isinstance(value, list) and value:  # (step_table) the range; the count goes last
-            shown, src = f"{_fmt(min(value))}..{_fmt(max(value))}", f"{src} ({len(value)} values)"
+            shown, src = f"{fmt_value(min(value))}..{fmt_value(max(value))}", f"{src} ({len(value)} values)"
         if name not in assumed and at_bound(name, value):
-            shown, src = "0", f"{src}: at its bound 0 (fitted {_fmt(value)})"
+            shown, src = "0", f"{src}: at its bound 0 (fitted {fmt_value(value)})"
         rows.append((name, shown, UNITS.get(name, ""), src))
     heads = ("term", "value", "unit", "from")
     w = [max(len(r[i]) for r in [heads, *rows]) for i in range(3)]
@@ -249,12 +265,12 @@ def _trainer_fit(tr: dict | None) -> list[str]:
     rows = (f"{tr.get('steps')} steps" if k == 1 else
             f"{tr.get('steps')} rows, {tr.get('updates')} updates: up to {k} a row")
     out = ["", f"trainer fit ({tr.get('file')}, {rows}): update time MAPE "
-               f"{tr.get('update_mape_pct', float('nan')):.1f}% (mean {_fmt(tr.get('update_s_mean'))} s "
-               f"at {_fmt(tr.get('tokens_mean'))} tokens an update)",
+               f"{tr.get('update_mape_pct', float('nan')):.1f}% (mean {fmt_value(tr.get('update_s_mean'))} s "
+               f"at {fmt_value(tr.get('tokens_mean'))} tokens an update)",
            f"  update time = {' + '.join(cols.get('update', []))}; tokens = {cols.get('tokens')}"]
     if "sync" in cols:
         bound = "; an upper bound" if tr.get("sync_upper_bound") else ""
-        out.append(f"  sync = median of {cols['sync']} (spread {_fmt(tr.get('sync_spread_s'))} s{bound})")
+        out.append(f"  sync = median of {cols['sync']} (spread {fmt_value(tr.get('sync_spread_s'))} s{bound})")
     else:
         out.append("  no sync column read: sync_s is the preset's")
     return out + [f"  {line}" for line in trainer_notes(tr)]
@@ -267,71 +283,6 @@ def trainer_notes(tr: dict) -> list[str]:
     if not isinstance(notes, list) or not all(isinstance(x, str) for x in notes):
         raise ValueError(f"notes {notes!r}: expected a list of strings")
     return notes
-
-
-def _rescaled(r: dict | None) -> list[str]:
-    """A profile rescaled to the host's speed at a later time (``calibrate --rescale``): the
-    terms below are the fitted ones with their engine, update and sync parts times these factors
-    (and ``fit.steps``); the other fit records below are the calibration's."""
-    out = []
-    while isinstance(r, dict):
-        out.append(f"  rescaled at {r.get('at')} from {r.get('from')}: engine x{r.get('engine_factor', 1):.3f} "
-                   f"({r.get('steps')} steps), updates x{r.get('update_factor', 1):.3f} ({r.get('updates')}), "
-                   f"sync x{r.get('sync_factor', 1):.3f} ({r.get('syncs')})")
-        r = r.get("earlier")
-    return out
-
-
-def _cpu_fit(fit: dict) -> list[str]:
-    """A profile measured on this machine by ``calibrate --model``."""
-    out = []
-    st = fit.get("steps")
-    if isinstance(st, dict) and "mape" in st:
-        out += ["", f"engine steps (calibrate --model): MAPE {100 * st['mape']:.1f}% over "
-                    f"{st.get('measurements')} steps, total error {100 * st.get('total_error', 0):+.1f}%"]
-    tr = fit.get("train")
-    if isinstance(tr, dict) and "mape" in tr:
-        out.append(f"updates: MAPE {100 * tr['mape']:.1f}% over {tr.get('measurements')} updates")
-        out += _update_forms(tr)
-    out += _shared_host(fit.get("shared_host"))
-    sy = fit.get("sync")
-    if isinstance(sy, dict) and "median" in sy:
-        out.append(f"weight sync: median {_fmt(sy['median'])} s over {sy.get('samples')} syncs, "
-                   f"spread {_fmt(sy.get('spread'))} s")
-    return out
-
-
-def _update_forms(tr: dict) -> list[str]:
-    """Which form of the update cost the fit kept, and how well each form fitted."""
-    by_form = tr.get("rel_scale_by_form")
-    if not isinstance(by_form, dict):
-        return []
-    spreads = ", ".join(f"{k} {100 * v:.1f}%" for k, v in by_form.items())
-    out = [f"  form kept: {tr.get('form')} (residual spread by form: {spreads}; "
-           f"{tr.get('bare_updates', 0)} of the updates of chosen shapes)"]
-    if tr.get("runner_update_s") is not None:
-        out.append(f"  a runner update adds {_fmt(tr['runner_update_s'])} s (log, checkpoint) to a bare one")
-    return out
-
-
-def _shared_host(sh: dict | None) -> list[str]:
-    """Engines and trainer on one host's cores (``calibrate --ray-engines N``)."""
-    if not isinstance(sh, dict) or "engine_contention" not in sh:
-        return []
-
-    def factor(name: str) -> str:
-        if sh.get(name + "_by_pair") == []:  # no pair measured it: the neutral x1 was written
-            return "x1 (not measured: no pair had a whole engine round beside the update)"
-        return f"x{fmt(name, sh[name])} (relative MAD {100 * sh.get(name + '_rel_mad', 0):.1f}%)"
-
-    return [f"shared host ({sh.get('engines')} engine actors + the trainer actor, {sh.get('pairs')} "
-            f"interleaved pairs): engine steps {factor('engine_contention')} while the trainer trains, "
-            f"updates {factor('train_contention')} beside rollout",
-            f"  an engine actor beside its peers, no trainer: {factor('ray_step_factor')} one engine alone",
-            *([f"  one engine busy: its steps {factor('engine_contention_one')} while the trainer trains, "
-               f"updates {factor('train_contention_one')} beside it"] if "engine_contention_one" in sh else []),
-            *([f"  the driver's time per engine round: {_fmt(sh['step_overhead_s'])} s with every engine busy, "
-               f"{_fmt(sh.get('step_overhead_one_s', 0.0))} s with one"] if "step_overhead_s" in sh else [])]
 
 
 def merged_note(f: dict) -> str:
