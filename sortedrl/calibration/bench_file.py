@@ -8,6 +8,12 @@ the newer one adds ``start_times`` and ``queue_times``. A summary saved without
 ``total_output_tokens`` and ``completed`` stand in for them (every request then gets the mean
 lengths, an approximation the fit report names).
 
+``max_concurrency`` null is vLLM's client run without ``--max-concurrency``: no limit, every
+request sent at once (at the infinite rate). Where the file's sends say otherwise (its
+``start_times`` and latencies show at most c < N requests in flight: another client, or an
+edited file), the run is replayed as the closed loop of c it was, and the fit's report says so
+(:attr:`BenchRun.concurrency_from_sends`; :func:`~.bench_concurrency.in_flight`); read as N, a fit of such a file collapsed (-99.9%).
+
 ``itls`` hold one gap per streamed *chunk*, not per token: a busy server can send two or more
 tokens in one chunk (vLLM merges a request's outputs that its API server has not yet taken), so
 a request then has fewer gaps than ``output_lens - 1``. Its tokens' steps can no longer be told
@@ -31,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl import jsonio, streams
+from sortedrl.calibration.bench_concurrency import in_flight
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
@@ -62,6 +69,7 @@ class BenchRun:
     engine_version: str | None
     lengths_from_totals: bool  # lengths are the totals' means (a summary without per-request lists)
     engine: str = "vllm"  # the server benchmarked: "sglang" when SGLang's client names it (backend)
+    concurrency_from_sends: bool = False  # max_concurrency null, but the sends show a limit (in_flight)
 
     @property
     def detailed(self) -> bool:
@@ -133,17 +141,21 @@ def _run(raw: object, where: str) -> BenchRun:
     ttfts, itls, starts, queues = ok[2:]
     n = len(ins)
     conc = raw.get("max_concurrency")
-    if conc is None:
+    rate = _rate(raw, where)
+    from_sends = False
+    if conc is None:  # vLLM's client without --max-concurrency: no limit
         conc = n
+        if math.isinf(rate) and starts is not None and ttfts is not None and itls is not None:
+            conc = in_flight(starts, ttfts, itls)
+            from_sends = conc < n
     elif isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
         raise ConfigError(f"{where}: field 'max_concurrency': expected an integer >= 1 or null, got {conc!r}")
-    rate = _rate(raw, where)
     arrivals = _arrivals(rate, starts, queues, where)
     version = next((str(raw[k]) for k in VERSION_KEYS if raw.get(k)), None)
     backend = raw.get("backend")  # (SGLang's client: sglang, sglang-oai, ...; vLLM's: vllm, openai)
     engine = "sglang" if isinstance(backend, str) and backend.startswith("sglang") else "vllm"
     return BenchRun(where, duration, ins, outs, min(conc, n), arrivals, ttfts, itls, starts,
-                    version, fallback, engine)
+                    version, fallback, engine, from_sends)
 
 
 # -- fields -------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from sortedrl.calibration.build import build_profile
+from sortedrl.calibration.fit_report import fitted_lines, profile_warnings
 from sortedrl.calibration.replay import SCHEDULES
 from sortedrl.calibration.show import (
     exact_note,
@@ -72,9 +73,11 @@ def calibrate_measured(bench: list[Path], metrics: list[Path], cluster: str | No
     outs.write({out: write_json(profile, out)})
     print_notes(outs)
     typer.echo(f"wrote {out}")
-    for line in _summary(profile):
+    for line in [*_summary(profile), *fitted_lines(profile)]:
         typer.echo(line)
     typer.echo(f"inspect it with `sortedrl profile show {out}`; simulate on it with --cluster {out}")
+    for line in profile_warnings(profile):
+        typer.echo(f"warning: {line}", err=True)
 
 
 def _summary(profile: dict) -> list[str]:
@@ -118,3 +121,5 @@ def show(profile: Path = typer.Argument(..., help="profile JSON from `sortedrl c
     raw = load_profile(profile)
     for line in render(raw, str(profile)):
         typer.echo(line)
+    for line in profile_warnings(raw):
+        typer.echo(f"warning: {line}", err=True)

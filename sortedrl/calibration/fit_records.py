@@ -83,7 +83,7 @@ def check_engine_fit(eng: object, where: str) -> None:
         _number(where, f"{at}.error_pct", f.get("error_pct"), least=-100.0)
         if f.get("latency_mape_pct") is not None:
             _number(where, f"{at}.latency_mape_pct", f["latency_mape_pct"])
-        for key in ("steps_measured", "steps_replayed", "merged_requests", "merged_tokens"):
+        for key in ("steps_measured", "steps_replayed", "merged_requests", "merged_tokens", "running_most"):
             if f.get(key) is not None:
                 _count(where, f"{at}.{key}", f[key], least=0)
 

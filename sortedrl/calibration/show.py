@@ -170,10 +170,13 @@ def _terms(raw: dict) -> list[str]:
         for k, t in ((fit.get(part) or {}).get("terms") or {}).items():
             stderr[k] = (part, t.get("stderr"))
     assumed = set(fit.get("from_preset", []))
+    loose = set((fit.get("engine") or {}).get("unidentified") or ())
     rows = []
     for name, value in raw["costs"].items():
         if name in assumed:
             src = "preset (not measured)"
+        elif name in stderr and name in loose:  # (its stderr, if an older profile kept one, means nothing)
+            src = "vllm-bench fit, not separable: no stderr"
         elif name in stderr:
             part, err = stderr[name]
             src = f"{'vllm-bench' if part == 'engine' else 'metrics'} fit" + (
@@ -234,6 +237,9 @@ def _engine_fit(eng: dict | None) -> list[str]:
                    "one request at a time, beside the engine's steps; "
                    + ("the value whose fit leaves the smallest residual, no standard error)"
                       if eng.get("host_searched") else "not fitted: the files hold no per-request latencies)"))
+    elif isinstance(eng.get("host_s"), (int, float)) and not any(f.get("detailed") for f in files):
+        out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms (held: no file holds per-request "
+                   "latencies, so admit_s_per_request holds it)")
     elif isinstance(eng.get("host_s"), (int, float)):
         out.append(f"  host work per request: {1e3 * eng['host_s']:.3f} ms "
                    f"(stderr {1e3 * (eng.get('host_stderr_s') or 0.0):.3f} ms; CPU time outside the engine that "

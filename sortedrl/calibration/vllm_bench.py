@@ -45,6 +45,7 @@ import math
 
 import numpy as np
 
+from sortedrl.calibration.bench_concurrency import most_running
 from sortedrl.calibration.bench_file import BenchRun, engine_steps
 from sortedrl.calibration.replay import COLUMNS, ENGINE_TERMS, Replay, replay
 from sortedrl.errors import ConfigError
@@ -105,12 +106,16 @@ def fit_bench(runs: list[BenchRun], cluster: Cluster, host_s: float | None = Non
         err = fit_stderr(X, y, w, x)
     else:
         err = [*fit_stderr(X[:, :-1], y - X[:, -1] * host_s, w, x[:-1]), 0.0]
-    return {"terms": {k: {"value": v, "stderr": None if exact else s, "unit": TERM_UNITS[k]}
+    unidentified = _unidentified(X * w[:, None], held=host_s is not None)
+    # a term not separable from others has no standard error of its own: the pseudo-inverse
+    # drops the direction the rows leave free, which gave 2e-12 (and 0) for such terms
+    err = [0.0 if name in unidentified else e for name, e in zip(COLUMNS, err, strict=True)]
+    return {"terms": {k: {"value": v, "stderr": None if exact or k in unidentified else s, "unit": TERM_UNITS[k]}
                       for (k, v), s in zip(terms.items(), err[:len(terms)], strict=True)},
             "host_s": host,
-            "host_stderr_s": None if exact else err[-1],
+            "host_stderr_s": None if exact or host_s is not None or "host_s" in unidentified else err[-1],
             **({"exact": True} if exact else {}),
-            "unidentified": _unidentified(X * w[:, None], held=host_s is not None),
+            "unidentified": unidentified,
             "uncertain": _uncertain(reps, x, err),
             "full_batch": _full_batch(reps, x, err, cluster.max_num_seqs),
             "levels": sorted({r.concurrency for r in runs}),
@@ -288,6 +293,8 @@ def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: i
            "lengths_from_totals": run.lengths_from_totals, "duration_s": run.duration_s,
            "predicted_s": rep.duration_s,
            "error_pct": 100.0 * (rep.duration_s - run.duration_s) / run.duration_s}
+    if run.concurrency_from_sends:  # (max_concurrency null, but the sends kept fewer in flight)
+        out["concurrency_from_sends"] = True
     if run.detailed:
         e2e = run.ttfts + np.array([g.sum() for g in run.itls])
         out["latency_mape_pct"] = float(100.0 * np.mean(np.abs(rep.end_s - rep.sent_s - e2e) / e2e))
@@ -296,6 +303,8 @@ def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: i
         out["merged_requests"], out["merged_tokens"] = int((merged > 0).sum()), int(merged.sum())
         # the schedule check: the replay's step count against the one read off the tokens
         out["steps_replayed"], out["steps_measured"] = rep.steps, engine_steps(run)
+        # the server's batch, read off the tokens: below the concurrency, its max_num_seqs was
+        out["running_most"] = most_running(run.start_times, run.ttfts, run.itls)
     return out
 
 
