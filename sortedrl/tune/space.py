@@ -98,6 +98,10 @@ def parse_spaces(policies: list[str], params: list[str]) -> list[Space]:
     if len(set(policies)) != len(policies):
         raise ConfigError("tune: each --policy may be given once")
     for name in policies:
+        label, eq, rest = name.partition("=")
+        if eq and ":" not in label:  # (compare's LABEL=NAME: a tune runs each policy once, by name)
+            raise ConfigError(f"--policy {name!r}: tune takes no LABEL= (each policy is tuned once, "
+                              f"named as given); give --policy {rest}")
         policy_class(name)
     dims: dict[str, dict[str, Dim]] = {name: {} for name in policies}
     shape: dict[str, Dim] = {}
@@ -180,11 +184,15 @@ def _value(cls: type, key: str, value: object, name: str, where: str) -> object:
 def _parse_one(spec: str, policies: list[str]) -> tuple[str, Dim]:
     where = f"--param {spec!r}"
     target, eq, raw = spec.partition("=")
-    name, dot, key = target.partition(".")
+    named = [p for p in policies if target.startswith(p + ".")]  # (a module:Class may hold dots)
+    name, dot, key = (max(named, key=len), ".", target[len(max(named, key=len)) + 1:]) if named \
+        else target.partition(".")
     if not eq or not dot or not key or not raw:
         raise ConfigError(f"{where}: expected NAME.key=lo:hi[:log] or NAME.key=v1,v2,...")
     if name not in policies:
-        raise ConfigError(f"{where}: policy {name!r} is not among the --policy list ({', '.join(policies)})")
+        yours = [p for p in policies if p.rpartition(":")[2] == name]  # (compare's label for it)
+        hint = f"; name it as given to --policy: {yours[0]}.{key}" if yours else ""
+        raise ConfigError(f"{where}: policy {name!r} is not among the --policy list ({', '.join(policies)}){hint}")
     cls = policy_class(name)
     fields = {f.name for f in dataclasses.fields(cls.Params)}
     if key not in fields:
