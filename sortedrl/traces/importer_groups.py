@@ -97,8 +97,8 @@ def table_notes(report, group_size: int, cap: int, by_id: bool, by_step: bool) -
         out.append(f"note: dropped {report.dropped_groups:,} prompt groups ({report.dropped_rows:,} rows) "
                    f"of another size than --group-size {group_size:,} (a filtered or aborted sample?)")
     elif report.dropped_rows:
-        where = "at the end of a step" if by_step else "trailing"
-        out.append(f"note: dropped {report.dropped_rows:,} rows {where} that do not fill a group of {group_size:,}")
+        rows = "rows at the end of a step" if by_step else "trailing rows"
+        out.append(f"note: dropped {report.dropped_rows:,} {rows} that do not fill a group of {group_size:,}")
     if report.clipped_rows:
         out.append(f"note: clipped {report.clipped_rows:,} responses to max_response_len {cap:,}")
     named = any(option == "--prompt-id-col" for _, option in report.unread)
