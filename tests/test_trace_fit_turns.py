@@ -213,14 +213,15 @@ def test_trace_fit_prints_the_turn_fields_with_units_and_the_tool_load(tmp_path)
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     for name, unit in (("calls_per_token", "calls per token"), ("tool_median_s", "s"),
-                       ("obs_sigma", "log tokens"), ("mu0", "log tokens"),
-                       ("drift", "log tokens per step"), ("pass_alpha", "Beta shape")):
+                       ("obs_sigma", "log-tokens"), ("mu0", "log-tokens"),
+                       ("drift", "log-tokens per step"), ("obs_max", "tok"), ("pass_alpha", "Beta shape")):
         assert any(line.split("│")[1:2] == [f" {name} ".ljust(len(line.split("│")[1]))]
                    and line.split("│")[3].strip() == unit for line in lines if "│" in line), name
     row = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:5]]
            for line in lines if line.count("│") == 5}
-    assert row["truncated share"][2] == "share of samples" and row["p50"][2] == "tokens"
+    assert row["truncated share"][2] == "share of samples" and row["p50"][2] == "tok"
     assert row["tool calls"][2] == "calls per trajectory" and row["tool time"][2] == "s per trajectory"
+    assert row["tool output"][2] == "tok per trajectory" and row["mean"][2] == "tok"
     fit = load_model(tmp_path / "m.json").fit
     assert row["tool calls"][:2] == [f"{fit['calls_data']:,.3f}", f"{fit['calls_model']:,.3f}"]
 

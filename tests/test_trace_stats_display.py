@@ -97,8 +97,8 @@ NARROW = TITLE + """\
 │ response len p90        │  16,384 │ tok   │
 │ response len p95        │  16,384 │ tok   │
 │ response len p99        │  16,384 │ tok   │
-│ p99/p50 (not truncated) │   1.542 │ ratio │
-│ truncated share         │  50.00% │ %     │
+│ p99/p50 (not truncated) │   1.542 │ x     │
+│ truncated share         │    50.0 │ %     │
 │ mean / cap              │   0.524 │ ratio │
 │ prompt len mean         │    18.0 │ tok   │
 └─────────────────────────┴─────────┴───────┘
@@ -116,9 +116,9 @@ def test_at_20_columns_every_number_and_label_stays_whole(tmp_path):
 def test_a_narrow_per_step_table_keeps_its_numbers_whole(tmp_path):
     trace = BUNDLED / "math-16k.jsonl"
     rows = _ok(["trace", "stats", str(trace)], env={"COLUMNS": "20"}).splitlines()
-    at = rows.index("┃ step ┃ samples ┃ mean response len (tok) ┃")
+    at = rows.index("┃ step ┃ samples (count) ┃ mean response len (tok) ┃")
     steps = trace_stats(read_trace(trace))["per_step"]
     assert [s["samples"] for s in steps] == [512] * 4
     assert rows[at + 2:at + 7] == [
-        *(f"│ {s['step']:>4} │     512 │ {s['mean_response_len']:>23,.1f} │" for s in steps),
-        "└──────┴─────────┴─────────────────────────┘"]
+        *(f"│ {s['step']:>4} │             512 │ {s['mean_response_len']:>23,.1f} │" for s in steps),
+        "└──────┴─────────────────┴─────────────────────────┘"]

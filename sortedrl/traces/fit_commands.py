@@ -116,27 +116,27 @@ def _size_notes(trace, where: str) -> list[str]:
     return notes
 
 
-# the unit of each model parameter, as trace fit prints it (docs/traces.md)
+# the unit of each model parameter, as trace fit prints it (docs/metrics.md, "Trace fit"):
+# tokens written tok, and log-tokens (natural log of a length in tokens) as simulate's regen_sigma
 UNITS = {
-    "max_response_len": "tokens", "group_size": "samples per prompt",
-    "prompts_per_step": "prompts", "mu0": "log tokens", "sigma_between": "log tokens",
-    "sigma_within": "log tokens", "drift": "log tokens per step", "runaway_share": "share",
-    "prompt_median": "tokens", "prompt_sigma": "log tokens", "prompt_min": "tokens",
-    "prompt_max": "tokens", "runaway_drift": "share per step",
-    "max_drift": "log tokens per step", "pass_alpha": "Beta shape", "pass_beta": "Beta shape",
+    "max_response_len": "tok", "group_size": "samples per prompt",
+    "prompts_per_step": "prompts", "mu0": "log-tokens", "sigma_between": "log-tokens",
+    "sigma_within": "log-tokens", "drift": "log-tokens per step", "runaway_share": "share",
+    "prompt_median": "tok", "prompt_sigma": "log-tokens", "prompt_min": "tok",
+    "prompt_max": "tok", "runaway_drift": "share per step",
+    "max_drift": "log-tokens per step", "pass_alpha": "Beta shape", "pass_beta": "Beta shape",
     "calls_per_token": "calls per token", "max_turns": "turns", "tool_median_s": "s",
     "tool_sigma": "log s", "tool_max_s": "s", "tool_zero_share": "share of calls",
-    "obs_median": "tokens", "obs_sigma": "log tokens", "obs_max": "tokens",
+    "obs_median": "tok", "obs_sigma": "log-tokens", "obs_max": "tok",
     "obs_zero_share": "share of calls",
 }
 
 
 def _shown(v: object, unit: str) -> str:
-    """A parameter as printed (docs/metrics.md, printed precision): counts and tokens with
-    thousands separators (a float in tokens to 1 decimal), other floats to 4 significant
-    digits."""
+    """A parameter as printed (docs/metrics.md, "Trace fit"): counts and tokens with thousands
+    separators (a float in tokens to 1 decimal), other floats to 4 significant digits."""
     if isinstance(v, float):
-        return f"{v:,.1f}" if unit == "tokens" else f"{v:.4g}"
+        return f"{v:,.1f}" if unit == "tok" else f"{v:.4g}"
     return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
 
 
@@ -163,16 +163,15 @@ def _fit_table(fit: dict) -> Table:
     table.add_column("unit")
     for row in fit["quantiles"]:
         table.add_row(f"p{round(row['q'] * 100)}",
-                      *(fmt("response_len_quantile", row[k]) for k in ("data", "model")), "tokens")
-    table.add_row("mean", *(fmt("response_len_mean", fit[k]) for k in ("mean_data", "mean_model")),
-                  "tokens")
+                      *(fmt("response_len_quantile", row[k]) for k in ("data", "model")), "tok")
+    table.add_row("mean", *(fmt("response_len_mean", fit[k]) for k in ("mean_data", "mean_model")), "tok")
     table.add_row("truncated share", f"{fit['truncated_data']:.4f}", f"{fit['truncated_model']:.4f}",
                   "share of samples")
     if "calls_data" in fit:  # a model with turns: its tool load per trajectory (means)
         table.add_section()
         for label, key, unit, digits in (("tool calls", "calls", "calls per trajectory", 3),
                                          ("tool time", "tool_s", "s per trajectory", 3),
-                                         ("tool output", "tool_tokens", "tokens per trajectory", 1)):
+                                         ("tool output", "tool_tokens", "tok per trajectory", 1)):
             table.add_row(label, f"{fit[key + '_data']:,.{digits}f}",
                           f"{fit[key + '_model']:,.{digits}f}", unit)
     return table

@@ -22,7 +22,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from sortedrl.errors import TraceError
-from sortedrl.tables import fmt
+from sortedrl.tables import fmt, percent
 from sortedrl.traces.schema import Trace
 
 PERCENTILES = (50, 75, 90, 95, 99)
@@ -150,31 +150,35 @@ _LABELS = {
 }
 
 
-# The unit of each statistic as the table prints it (docs/metrics.md defines each): tok
-# (tokens), s, count, turns, ratio, % (truncated_share: a 0-1 share in the JSON, printed x100),
+# The unit of each statistic as the table prints it (docs/metrics.md defines each, with the
+# table's label of each key): tok (tokens), s, count, turns, ratio (a share, 0-1), x (a
+# multiple: p99/p50), % (truncated_share: a 0-1 share in the JSON, printed x100 to 1 decimal),
 # reward (the task's own scale); the source is text.
 UNITS = {"source": "", "count": "count", "prompts": "count", "groups": "count", "steps": "count",
          "group_size": "count", "max_response_len": "tok", "response_len_mean": "tok",
          "response_len_min": "tok", "response_len_max": "tok", "unfinished": "count",
          **{f"response_len_p{q}": "tok" for q in PERCENTILES},
-         "p99_p50_not_truncated": "ratio", "truncated_share": "%", "mean_over_cap": "ratio",
+         "p99_p50_not_truncated": "x", "truncated_share": "%", "mean_over_cap": "ratio",
          "prompt_len_mean": "tok", "reward_mean": "reward", "turns_mean": "turns",
          "turns_p50": "turns", "turns_p99": "turns", "turns_max": "turns",
          "gen_tokens_per_turn_mean": "tok", "tool_calls": "count", "tool_s_mean": "s",
          "tool_s_p50": "s", "tool_s_p99": "s", "tool_s_max": "s", "tool_s_per_trajectory_mean": "s",
          "tool_tokens_per_call_mean": "tok"}
 STEP_UNITS = {"step": "", "samples": "count", "mean_response_len": "tok"}  # per_step's keys
+# Printed whole, as the response lengths' quantiles: the percentiles of turns (NumPy's linear
+# interpolation can fall between two counts; turns_max is an int), beside their mean to 0.1
+WHOLE = ("turns_p50", "turns_p99")
 
 
 def _fmt(key: str, v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        if key in ("truncated_share",):
-            return f"{v:.2%}"
+        if key == "truncated_share":  # (a % figure: 100 x the share, 1 decimal, the unit cell says %)
+            return percent(v)
         if key in ("mean_over_cap", "reward_mean", "p99_p50_not_truncated") or "tool_s" in key:
             return f"{v:.3f}"
-        if key.startswith("response_len_p"):  # (quantiles: whole tokens, as trace fit prints them)
+        if key.startswith("response_len_p") or key in WHOLE:  # (quantiles: whole, as trace fit prints them)
             return fmt("response_len_quantile", v)
         return f"{v:,.1f}"
     if isinstance(v, int):
@@ -198,7 +202,7 @@ def format_stats(stats: dict[str, Any]) -> Group:
     per_step = stats.get("per_step")
     if per_step:
         steps = Table(title="per step", show_header=True, header_style="bold")
-        for col in ("step", "samples", "mean response len (tok)"):
+        for col in ("step", "samples (count)", "mean response len (tok)"):
             steps.add_column(col, justify="right", no_wrap=True)
         rows = per_step
         if len(rows) > MAX_STEP_ROWS:
