@@ -96,11 +96,13 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     if not named and (path / "compare.json").is_file() and not (path / "tune.json").is_file():
         raise ConfigError(_not_a_tune(path))
     if path.suffix != ".json" and not (path / "tune.json").is_file():
+        if not named and (path.is_dir() or "/" in best or os.sep in best):  # a path, not a policy
+            why = ("is a `sortedrl simulate` run, not a tune: export its policy by name with its --set knobs"
+                   if (path / "summary.json").is_file() else
+                   "holds no tune.json" if path.is_dir() else "no such file or directory")
+            raise ConfigError(f"{best}: {why} (BEST is a tune's directory or its tune.json, or a policy name)")
         if trial is not None:
             raise ConfigError("--trial needs a tune.json")
-        if not named and (path.is_dir() or "/" in best or os.sep in best):  # a path, not a policy
-            why = "holds no tune.json" if path.is_dir() else "no such file or directory"
-            raise ConfigError(f"{best}: {why} (BEST is a tune's directory or its tune.json, or a policy name)")
         return Chosen(best, list(sets), {}, lambda: None, "--set", {})
     if path.is_dir():
         path = path / "tune.json"

@@ -88,6 +88,7 @@ def forecast(
     else:
         from sortedrl.traces.io import BUNDLED
 
+        fixed_trace = read_trace(trace)  # (first: a file that is no trace, a tune.json, says what it is)
         shown = trace.name if trace.parent == BUNDLED else trace
         fixed = f"{shown} is a trace, not a trace model (`sortedrl trace fit` makes one of it)"
         if steps is not None:
@@ -96,7 +97,7 @@ def forecast(
             raise ConfigError(f"--prompts needs a trace model: {fixed}; a trace has its own prompts per step")
         if typed_option("seeds", seeds):
             raise ConfigError(f"--seeds needs a trace model: {fixed}; a trace is simulated once, as it is")
-        source = RunSource(trace=read_trace(trace))
+        source = RunSource(trace=fixed_trace)
     runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
     bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")
     try:

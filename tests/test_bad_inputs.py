@@ -170,12 +170,24 @@ CASES = {
         lambda t: ["forecast", "--trace", "math-16k", "--policy", "sync", "--cluster", "h100-llama3.1-8b",
                    "--cluster", "h100-llama3.1-8b"],
         "error: --cluster h100-llama3.1-8b is given twice"),
+    **{f"{command[0]} --seed -1 with a trace model (a NumPy traceback before)": (
+        lambda t, command=command: [*command, "--trace-model", _model(t), "--seed", "-1"],
+        "error: --seed must be >= 0, got -1")
+       for command in (["simulate", "--policy", "sync"], ["compare", "--policy", "sync"],
+                       ["tune", "--policy", "sync", "--budget", "1"], ["forecast", "--policy", "sync", "--steps", "2"])},
     "a tune.json whose base cluster is a number": (
         lambda t: ["export", "verl", _write(t / "tune.json", json.dumps({
             "cluster": 5, "best": {"overall": 0},
             "trials": [{"id": 0, "policy": "sync", "params": {}}]}))],
         "tune.json: field 'cluster': expected a cluster name, got 5"),
 }
+
+
+def _model(t: Path) -> str:
+    """A trace model fitted on the bundled math-16k trace, in ``t``."""
+    r = runner.invoke(app, ["trace", "fit", "math-16k", "--out", str(t / "model.json")])
+    assert r.exit_code == 0, r.output
+    return str(t / "model.json")
 
 
 @pytest.mark.parametrize("case", list(CASES))

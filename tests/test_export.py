@@ -306,7 +306,13 @@ def test_a_path_given_as_best_that_holds_no_tune_is_named_so(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     (tmp_path / "emptyd").mkdir()
     why = "(BEST is a tune's directory or its tune.json, or a policy name)"
+    sim = CliRunner().invoke(app, ["simulate", "--trace", "math-16k", "--policy", "sync", "--out", "sim", "--json"])
+    assert sim.exit_code == 0, sim.output
+    r = CliRunner().invoke(app, ["export", "verl", "./nope", "--trial", "3"])  # (it said: --trial needs a tune.json)
+    assert (r.exit_code, r.stderr) == (2, f"error: ./nope: no such file or directory {why}\n")
     for best, line in (("./plans", f"./plans: no such file or directory {why}"),
+                       ("sim", f"sim: is a `sortedrl simulate` run, not a tune: export its policy by name with "
+                               f"its --set knobs {why}"),
                        ("emptyd", f"emptyd: holds no tune.json {why}"),
                        ("plans", "unknown policy 'plans' (known: sync, sortedrl, partial, tail_batch, async, "
                                  "one_step_off, oracle_sorted; or module:Class for your own)")):

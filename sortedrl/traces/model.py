@@ -187,6 +187,8 @@ def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None =
         raise TraceError(f"--steps must be >= 1, got {steps}")
     if prompts is not None and prompts < 1:
         raise TraceError(f"--prompts must be >= 1, got {prompts}")
+    if seed < 0:  # (NumPy's generator refused it with a traceback)
+        raise TraceError(f"--seed must be >= 0, got {seed}")
     n, per_step = model.group_size, model.prompts_per_step if prompts is None else prompts
     check_samples(per_step, n, steps)
     rng = np.random.default_rng(seed)
