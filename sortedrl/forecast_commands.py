@@ -95,7 +95,7 @@ def forecast(
             raise ConfigError(f"--steps needs a trace model: {fixed}; a trace has its own steps")
         if prompts is not None:
             raise ConfigError(f"--prompts needs a trace model: {fixed}; a trace has its own prompts per step")
-        if typed_option("seeds", seeds):
+        if typed_option("seeds", seeds) and seeds != 1:  # (one run of a trace: 1 is what it does)
             raise ConfigError(f"--seeds needs a trace model: {fixed}; a trace is simulated once, as it is")
         source = RunSource(trace=fixed_trace)
     runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
