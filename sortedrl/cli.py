@@ -277,13 +277,13 @@ def list_policies(
         typer.echo(textwrap.fill(f"{shown}: {summary_of(cls)}", width, subsequent_indent="    "))
         for f in dataclasses.fields(cls.Params):
             given = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-            default = (knob_text(f.default) if f.default is not dataclasses.MISSING else "(a default factory)"
+            default = (default_text(f.default) if f.default is not dataclasses.MISSING else "(a default factory)"
                        ) if given else "(no default: give it with --set)"
             line = f"{f.name} = {default}  {f.metadata.get('help', '')}".rstrip()
             typer.echo(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="      "))
 
 
-def knob_text(value: object) -> str:
+def default_text(value: object) -> str:
     """A knob's default as ``--set`` takes it (and the tables print it): ``true``, ``none``,
     ``groups``, not Python's ``True``, ``None``, ``'groups'``."""
     if isinstance(value, bool):

@@ -44,6 +44,9 @@ def export_cmd(
     from sortedrl.export import export
 
     c = _chosen(best, sets, trial)
+    group_size, prompts, said = _run_shape(c, group_size, prompts)
+    for line in said:
+        typer.echo(line, err=True)
     cl = load_cluster(cluster) if cluster else c.tuned()
     if cl is not None and c.shape:  # (the trial's cluster.* params: a bad one names the file)
         import dataclasses
@@ -80,6 +83,7 @@ class Chosen(NamedTuple):
     auto: dict  # the trial's auto knobs as its run resolved them (summary.auto_params)
     samples: int | None = None  # the trial's run: samples in all (summary.samples_total)
     infeasible: str | None = None  # why tune marked the trial infeasible (None: it is feasible)
+    trace_shape: dict | None = None  # the tune's trace: group_size, prompts_per_step (tune.json)
 
 
 def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
@@ -134,7 +138,34 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
         raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
     return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
                   _auto_params(match[0], where), _samples_total(match[0], where),
-                  _infeasible(result, match[0], where))
+                  _infeasible(result, match[0], where), _trace_shape(result, path))
+
+
+def _trace_shape(result: dict, path: Path) -> dict | None:
+    """tune.json's ``trace_shape`` (None in one from before it was recorded), its counts checked."""
+    shape = result.get("trace_shape")
+    if shape is None:
+        return None
+    if not isinstance(shape, dict) or not all(_is_id(shape.get(k)) and shape[k] >= 1
+                                              for k in ("group_size", "prompts_per_step")):
+        raise ConfigError(f"{path}: field 'trace_shape': expected group_size and prompts_per_step >= 1, "
+                          f"got {_shown(shape)}")
+    return shape
+
+
+def _run_shape(c: Chosen, group_size: int | None, prompts: int | None) -> tuple[int | None, int | None, list[str]]:
+    """The batch to export: a tune's trial defaults to its trace's responses per prompt and
+    prompts a step (the simulated run's: without them verl's rollout.n stayed 1, no GRPO
+    group), and a flag that gives another is warned of."""
+    said: list[str] = []
+    shape = c.trace_shape or {}
+    for option, given, key in (("--group-size", group_size, "group_size"), ("--prompts", prompts, "prompts_per_step")):
+        ran = shape.get(key)
+        if given is not None and ran is not None and given != ran:
+            said.append(f"warning: {option} {given}: {c.where} ran {ran} ({key}); the export is of another run")
+    group_size = shape.get("group_size") if group_size is None else group_size
+    prompts = shape.get("prompts_per_step") if prompts is None else prompts
+    return group_size, prompts, said
 
 
 def _not_a_tune(path: Path) -> str:

@@ -277,6 +277,8 @@ def test_an_export_with_nothing_to_override_says_so():
     assert r.stdout.splitlines()[1:] == [
         "# nothing to override: verl's defaults are this policy; --prompts, --group-size and "
         "--cluster add the run's shape",
+        "# caveat: no --group-size: actor_rollout_ref.rollout.n is not written, and the framework's default "
+        "stands (verl's is 1: one response a prompt, no GRPO group); give --group-size n",
         "# caveat: 1 update(s) a step: set actor_rollout_ref.actor.ppo_mini_batch_size to "
         "data.train_batch_size / 1 (verl's default, 256 prompts, makes train_batch_size / 256 "
         "updates a step and refuses a smaller train_batch_size)"]

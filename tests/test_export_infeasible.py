@@ -61,8 +61,10 @@ def test_an_infeasible_trial_is_exported_with_a_warning_and_a_comment(bounded, f
     assert r.stdout.splitlines()[:2] == [f"# warning: {warning_of(bounded)}", header]
     # the rest is the export of those settings, as it was: the policy with the trial's knobs
     # on the tune's cluster
+    shape = json.loads((bounded / "tune.json").read_text())["trace_shape"]  # (the trial's batch)
     same = runner.invoke(app, ["export", framework, "sync", "--set", "minibatches=2",
-                               "--cluster", str(bounded.parent / "tiny.json")])
+                               "--cluster", str(bounded.parent / "tiny.json"), "--group-size",
+                               str(shape["group_size"]), "--prompts", str(shape["prompts_per_step"])])
     assert (same.exit_code, same.stderr) == (0, "")
     assert r.stdout.splitlines()[1:] == same.stdout.splitlines()
 

@@ -88,8 +88,8 @@ def test_drop_stale_says_neither_peer_drops_stale_responses(framework) -> None:
     assert NO_DROP == ("drop_stale=true: neither verl nor AReaL drops a response whose oldest "
                        "token is more than eta versions old (no such knob): both bound admission "
                        "only and train it, as drop_stale=false simulates")
-    assert export(framework, "async", ["drop_stale=true"]).caveats[-1] == NO_DROP
-    assert NO_DROP not in export(framework, "async", []).caveats
+    assert export(framework, "async", ["drop_stale=true"], group_size=8).caveats[-1] == NO_DROP
+    assert NO_DROP not in export(framework, "async", [], group_size=8).caveats
 
 
 @pytest.mark.parametrize("policy, sets", [("partial", ["over_sample=4"]), ("sortedrl", ["oversubscribe=3"])])

@@ -209,9 +209,8 @@ def test_export_writes_the_async_sizes_the_trial_ran_with(tmp_path):
                                              "rollout.max_concurrent_rollouts")} == {
         "train_dataset.batch_size": 64, "rollout.consumer_batch_size": 64,
         "rollout.max_concurrent_rollouts": 32}  # samples / n (was left at consumer_batch_size)
-    assert got["caveats"][1:3] == [
-        "batch=0 (derived): the simulated run resolved it to 512 samples",
-        "max_concurrent=0 (derived): the simulated run resolved it to 256 samples"]
+    # (the batch is the tune's trace's, 64 prompts x 8, as derived: written from it, no caveat)
+    assert got["caveats"][1:2] == ["max_concurrent=0 (derived): the simulated run resolved it to 256 samples"]
     r = runner.invoke(app, ["export", "verl", str(out), "--group-size", "8", "--json"])
     got = json.loads(r.stdout)["overrides"]
     assert (got["actor_rollout_ref.actor.ppo_mini_batch_size"], got["rollout.total_rollout_steps"],
@@ -343,3 +342,22 @@ def test_the_default_directory_names_the_seed_as_simulate_and_compare_do(tmp_pat
         assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
         f"tune-math-16k-{CLUSTER}", f"tune-math-16k-{CLUSTER}-seed1", f"tune-math-16k-{CLUSTER}-seed2"]
+
+
+def test_export_of_a_trial_writes_the_batch_its_trace_had(tmp_path):
+    """tune.json records its trace's shape; export of a trial wrote no rollout.n without
+    --group-size (verl's default is 1: no GRPO group) and took any --prompts silently."""
+    out = tmp_path / "tune4"
+    r = runner.invoke(app, ["tune", *SMALL, "--policy", "sync", "--budget", "1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "tune.json").read_text())["trace_shape"] == {
+        "group_size": 8, "prompts_per_step": 64, "steps": 3, "max_response_len": 16384}
+    r = runner.invoke(app, ["export", "verl", str(out), "--json"])
+    assert (r.exit_code, r.stderr) == (0, "")
+    got = json.loads(r.stdout)["overrides"]
+    assert (got["actor_rollout_ref.rollout.n"], got["data.train_batch_size"]) == (8, 64)
+    r = runner.invoke(app, ["export", "verl", str(out), "--group-size", "16"])
+    assert r.exit_code == 0
+    assert r.stderr == (f"warning: --group-size 16: {out / 'tune.json'}: trial 0 ran 8 (group_size); the export "
+                        "is of another run\n")
+    assert "actor_rollout_ref.rollout.n=16" in r.stdout

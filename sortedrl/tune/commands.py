@@ -114,8 +114,8 @@ def register(app: typer.Typer) -> None:
                 result = Tuner(spaces, cfg, executor, progress).run()
             finally:
                 executor.close()
-        result = {"trace": tr.name, "cluster": cl.name, "cluster_fields": cl.fields(), "regen": regen,
-                  **result}
+        result = {"trace": tr.name, "trace_shape": trace_shape(tr), "cluster": cl.name,
+                  "cluster_fields": cl.fields(), "regen": regen, **result}
         if result["best"]["overall"] is None:
             raise ConfigError(infeasible_message(result))
         outs.write({run_dir: {"tune.json": write_json(result, run_dir / "tune.json")}})
@@ -133,6 +133,15 @@ def register(app: typer.Typer) -> None:
             return
         typer.echo(tune_text(result, cl, None if wide else terminal_width()))
         typer.echo(f"wrote {run_dir}/tune.json ({counted(len(result['trials']), 'trial')}, {result['search']})")
+
+
+def trace_shape(trace) -> dict:
+    """What tune.json records of the trace's shape, which ``export`` writes as the run's batch
+    (``--group-size`` and ``--prompts`` default to it): responses per prompt, prompts a step,
+    steps, the response cap."""
+    return {"group_size": trace.meta.group_size, "prompts_per_step": trace.prompts_per_step,
+            "steps": trace.num_groups // max(1, trace.prompts_per_step),
+            "max_response_len": trace.meta.max_response_len}
 
 
 def split_note(policy: str, trials: list[dict], cluster: Cluster) -> str | None:
