@@ -42,6 +42,7 @@ class Export:
     prompts: int | None = None  # prompts per step, when known
     group_size: int | None = None  # n, when known
     samples: int | None = None  # the simulated run's samples in all (its summary's samples_total)
+    ran: tuple[int, int | None] | None = None  # the simulated run's updates and steps
     overrides: dict[str, object] = field(default_factory=dict)
     caveats: list[str] = field(default_factory=list)
     auto: dict = field(default_factory=dict)  # knobs left at 0: what a simulated run made them
@@ -63,10 +64,13 @@ def _value(v: object) -> str:
 
 def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None = None,
            group_size: int | None = None, prompts: int | None = None,
-           auto: dict | None = None, samples: int | None = None) -> Export:
+           auto: dict | None = None, samples: int | None = None,
+           ran: tuple[int, int | None] | None = None) -> Export:
     """The overrides for ``policy`` with knobs ``sets`` in ``framework``; ``auto``: the knobs left
     at 0 with the values a simulated run resolved them to (a summary's ``auto_params``), which
-    the mapping then uses; ``samples``: that run's samples in all (``samples_total``)."""
+    the mapping then uses; ``samples``: that run's samples in all (``samples_total``); ``ran``:
+    its updates and steps (the steps None when unknown), which a caveat compares with the
+    framework's."""
     if framework not in FRAMEWORKS:
         raise ConfigError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     for option, value in (("--group-size", group_size), ("--prompts", prompts)):
@@ -75,7 +79,7 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
     cls = policy_class(policy, "policy")
     params = params_dict(parse_params(cls.Params, sets, policy))
     out = Export(framework, policy, params, entry="", prompts=prompts, group_size=group_size,
-                 samples=samples)
+                 samples=samples, ran=ran)
     out.auto = {k: v for k, v in (auto or {}).items() if params.get(k) == 0}
     {"verl": _verl, "slime": _slime, "areal": _areal}[framework](out, params, cluster)
     if params.get("filter_groups"):
@@ -86,6 +90,17 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
         {"verl": _verl_cluster, "slime": _slime_cluster, "areal": _areal_cluster}[framework](
             out, cluster)
     return out
+
+
+def _updates_said(out: Export) -> str:
+    """What the simulated run's updates were against verl's one a step: ``(this trial made 1
+    update in its 20 steps; verl's synchronous trainer makes one a step)``."""
+    if out.ran is None:
+        return ""
+    updates, steps = out.ran
+    over = f" in its {steps:,} steps" if steps else ""
+    return (f" (this trial made {updates:,} update{'' if updates == 1 else 's'}{over}; verl's synchronous "
+            "trainer makes one a step)")
 
 
 def _none(framework: str, policy: str, why: str) -> NoEquivalent:
@@ -116,7 +131,7 @@ def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
         c.append(NO_VERL_OVERSAMPLING)
         if out.policy == "sortedrl":
             c.append("verl has no sorted early updates: SortedRL's harvests of the shortest "
-                     "responses into several updates per step are not reproduced")
+                     "responses into updates of their own are not reproduced" + _updates_said(out))
             ratio = p["oversubscribe"] or out.auto.get("oversubscribe")
             if ratio and ratio < 1:  # sortedrl's window below the slots: a real concurrency cap
                 derived = "" if p["oversubscribe"] else " (derived: the simulated run's)"

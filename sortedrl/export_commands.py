@@ -52,7 +52,8 @@ def export_cmd(
         import dataclasses
 
         cl = dataclasses.replace(cl, **c.shape).validate(f"{c.where}: field 'params' on cluster {cl.name}")
-    result = export(framework, c.policy, c.knobs, cl, group_size, prompts, c.auto, c.samples)
+    ran = (c.updates, (c.trace_shape or {}).get("steps")) if c.updates is not None else None
+    result = export(framework, c.policy, c.knobs, cl, group_size, prompts, c.auto, c.samples, ran)
     warning = f"{c.where} is infeasible: {c.infeasible}" if c.infeasible else None
     if warning:
         typer.echo(f"warning: {warning}", err=True)
@@ -84,6 +85,7 @@ class Chosen(NamedTuple):
     samples: int | None = None  # the trial's run: samples in all (summary.samples_total)
     infeasible: str | None = None  # why tune marked the trial infeasible (None: it is feasible)
     trace_shape: dict | None = None  # the tune's trace: group_size, prompts_per_step (tune.json)
+    updates: int | None = None  # the trial's run: updates (summary.updates)
 
 
 def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
@@ -138,7 +140,8 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
         raise ConfigError(f"{path}: field 'cluster': expected a cluster name, got {base!r}")
     return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
                   _auto_params(match[0], where), _samples_total(match[0], where),
-                  _infeasible(result, match[0], where), _trace_shape(result, path))
+                  _infeasible(result, match[0], where), _trace_shape(result, path),
+                  _summary_count(match[0], "updates", where))
 
 
 def _trace_shape(result: dict, path: Path) -> dict | None:
@@ -219,10 +222,15 @@ def _auto_params(trial: dict, where: str) -> dict:
 
 def _samples_total(trial: dict, where: str) -> int | None:
     """The samples the trial's run generated in all (verl's fully-async run length), if recorded."""
+    return _summary_count(trial, "samples_total", where, least=1)
+
+
+def _summary_count(trial: dict, key: str, where: str, least: int = 0) -> int | None:
+    """A count of the trial's summary (``samples_total``, ``updates``), checked; None if absent."""
     summary = trial.get("summary")
-    total = summary.get("samples_total") if isinstance(summary, dict) else None
-    if total is not None and not (_is_id(total) and total >= 1):
-        raise ConfigError(f"{where}: field 'summary.samples_total': expected an integer >= 1, "
+    total = summary.get(key) if isinstance(summary, dict) else None
+    if total is not None and not (_is_id(total) and total >= least):
+        raise ConfigError(f"{where}: field 'summary.{key}': expected an integer >= {least}, "
                           f"got {_shown(total)}")
     return total
 

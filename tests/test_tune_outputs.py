@@ -220,8 +220,9 @@ def test_export_writes_the_async_sizes_the_trial_ran_with(tmp_path):
 def test_a_sortedrl_trial_exports_no_over_sample_rate_and_says_why(tmp_path):
     path = tmp_path / "tune.json"
     trial = {"id": 0, "policy": "sortedrl", "params": {},
-             "summary": {"auto_params": {"oversubscribe": 1.5}}}
-    path.write_text(json.dumps({"cluster": CLUSTER, "best": {"overall": 0}, "trials": [trial]}))
+             "summary": {"auto_params": {"oversubscribe": 1.5}, "updates": 1}}
+    path.write_text(json.dumps({"cluster": CLUSTER, "best": {"overall": 0}, "trials": [trial], "trace_shape": {
+        "group_size": 8, "prompts_per_step": 128, "steps": 20, "max_response_len": 16384}}))
     got = json.loads(runner.invoke(app, ["export", "verl", str(path), "--json"]).stdout)
     assert "actor_rollout_ref.rollout.over_sample_rate" not in got["overrides"]  # was 0.333333
     assert got["caveats"][:2] == [
@@ -231,7 +232,8 @@ def test_a_sortedrl_trial_exports_no_over_sample_rate_and_says_why(tmp_path):
         "(1 - rate) x N had finished: requests, not groups); this is verl's synchronous trainer, "
         "which waits for every response of a step",
         "verl has no sorted early updates: SortedRL's harvests of the shortest responses into "
-        "several updates per step are not reproduced"]
+        "updates of their own are not reproduced (this trial made 1 update in its 20 steps; verl's "
+        "synchronous trainer makes one a step)"]
 
 
 @pytest.mark.parametrize("sets, auto, derived", [
