@@ -109,16 +109,9 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
     """Warn when a trace cannot show how policies differ on this cluster: a step fills fewer than
     half the decode slots (every policy mostly idles), or the trace ends before a steady-state
     step (the first step of every policy is its warm-up)."""
-    out = []
-    per_step = trace.prompts_per_step * trace.meta.group_size
-    slots = cluster.engines * cluster.max_num_seqs
-    if per_step < slots / 2:
-        hint = _smaller_cluster(cluster, per_step)
-        out.append(f"warning: a step of {trace.name} has {per_step:,} samples, filling "
-                   f"{100 * per_step / slots:.0f}% of the {slots:,} decode slots of {cluster.name} "
-                   f"({counted(cluster.engines, 'engine')} x {cluster.max_num_seqs}): every policy will mostly idle; "
-                   + (f"try --cluster {hint}" if hint else "try a smaller --cluster")
-                   + (" or more --prompts" if synthetic else " or a trace with more prompts per step"))
+    out = [slots_warning(trace.name, trace.prompts_per_step * trace.meta.group_size, cluster,
+                         "more --prompts" if synthetic else "a trace with more prompts per step")]
+    out = [w for w in out if w is not None]
     steps = trace.num_groups // max(1, trace.prompts_per_step)
     if steps < 2:
         out.append(f"warning: {trace.name} has {steps} step, so no policy gets past its warm-up step "
@@ -135,6 +128,19 @@ def never_synced(label: str, timeline) -> str | None:
         return None
     return (f"warning: {label} made {updates} updates and no sync, so its engines generated every sample "
             "with the first version's weights: return Sync() from on_update_done (the default does)")
+
+
+def slots_warning(name: str, per_step: int, cluster: Cluster, more: str) -> str | None:
+    """The warning for steps of ``per_step`` samples that fill less than half the decode slots
+    (every policy mostly idles), with a smaller preset to try, or ``more`` of the trace."""
+    slots = cluster.engines * cluster.max_num_seqs
+    if per_step >= slots / 2:
+        return None
+    hint = _smaller_cluster(cluster, per_step)
+    return (f"warning: a step of {name} has {per_step:,} samples, filling "
+            f"{100 * per_step / slots:.0f}% of the {slots:,} decode slots of {cluster.name} "
+            f"({counted(cluster.engines, 'engine')} x {cluster.max_num_seqs}): every policy will mostly idle; "
+            + (f"try --cluster {hint}" if hint else "try a smaller --cluster") + f" or {more}")
 
 
 def trainer_split_note(runs: list[tuple[str, dict]], cluster: Cluster, named: bool = False

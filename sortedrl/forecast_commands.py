@@ -22,7 +22,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import typed_option
-from sortedrl.compare import count_text, fit_warnings, updates_note
+from sortedrl.compare import count_text, fit_warnings, slots_warning, updates_note
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
@@ -108,6 +108,11 @@ def forecast(
     text = jsonio.dumps(results, "the forecast", indent=2)  # (an infinite cost: before any output)
     if source.trace is not None:  # (a trace model's draws: each its own trace)
         for note in dict.fromkeys(w for cl in cls for w in fit_warnings(source.trace, cl, False)):
+            typer.echo(note, err=True)
+    else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
+        per_step = (source.prompts or source.model.prompts_per_step) * source.model.group_size
+        for note in filter(None, dict.fromkeys(slots_warning(trace.name, per_step, cl, "more --prompts")
+                                               for cl in cls)):
             typer.echo(note, err=True)
     for note in filter(None, (split_note(results, cl) for cl in cls)):
         typer.echo(note, err=True)

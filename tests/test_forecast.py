@@ -206,3 +206,16 @@ def test_the_json_cost_is_null_without_a_price(model_file, tmp_path) -> None:
     (paid,) = json.loads(priced.stdout)
     assert paid["cost"] > 0 and paid["cost"] == pytest.approx(2.5 * paid["gpu_hours"], abs=1e-5)
     assert paid["gpu_hours"] == out["gpu_hours"]
+
+
+def test_a_trace_model_too_small_for_the_cluster_is_warned(tmp_path):
+    """forecast --trace-model said nothing where simulate and forecast --trace warn."""
+    model = tmp_path / "m.json"
+    assert CliRunner().invoke(app, ["trace", "fit", "math-16k", "--out", str(model)]).exit_code == 0
+    r = CliRunner().invoke(app, ["forecast", "--trace-model", str(model), "--steps", "2", "--prompts", "32",
+                                 "--seeds", "1", "--cluster", "h100-llama3.1-8b-4gpu", "--policy", "sync"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        "warning: a step of m.json has 256 samples, filling 25% of the 1,024 decode slots of "
+        "h100-llama3.1-8b-4gpu (4 engines x 256): every policy will mostly idle; try --cluster "
+        "h100-llama3.1-8b-2gpu or more --prompts"]
