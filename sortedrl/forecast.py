@@ -79,6 +79,11 @@ def time_parts(result: SimResult) -> dict[str, float]:
             "idle_s": max(0.0, float(s["makespan_s"]) - busy)}
 
 
+# a multi-turn trace's summary keys a forecast keeps (means over the seeds): what a planner
+# sizes the tool servers' pool by
+TOOL_KEYS = ("tool_calls", "tool_s", "sandbox_wait_s", "bubble_tool_ratio")
+
+
 class Draw(NamedTuple):
     """What the forecast keeps of one simulated draw of the run (not its timeline)."""
 
@@ -128,7 +133,8 @@ def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> 
     }
     for key in PARTS:
         out[key] = math.fsum(p[key] for p in parts) / len(parts)
-    for key in ("tokens_per_s", "learnable_tokens_per_s", "staleness_mean", "bubble_ratio"):
+    for key in ("tokens_per_s", "learnable_tokens_per_s", "staleness_mean", "bubble_ratio",
+                *TOOL_KEYS):  # (the tool keys: a multi-turn trace's runs only)
         if key in summaries[0]:
             out[key] = math.fsum(float(s[key]) for s in summaries) / len(summaries)
     out["walls_s"] = walls

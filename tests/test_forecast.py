@@ -219,3 +219,20 @@ def test_a_trace_model_too_small_for_the_cluster_is_warned(tmp_path):
         "warning: a step of m.json has 256 samples, filling 25% of the 1,024 decode slots of "
         "h100-llama3.1-8b-4gpu (4 engines x 256): every policy will mostly idle; try --cluster "
         "h100-llama3.1-8b-2gpu or more --prompts"]
+
+
+def test_a_multi_turn_forecast_keeps_the_tool_figures(tmp_path):
+    """forecast --json of an agentic trace had no tool_s or sandbox_wait_s, which simulate shows:
+    a planner could not size the tool servers' pool from it."""
+    trace = tmp_path / "retool.jsonl"
+    r = CliRunner().invoke(app, ["trace", "synth", "agentic-retool", "--prompts", "8", "--steps", "2",
+                                 "--out", str(trace)])
+    assert r.exit_code == 0, r.output
+    shape = ["--trace", str(trace), "--cluster", "h100-llama3.1-8b-1gpu", "--policy", "sync", "--json"]
+    sim = CliRunner().invoke(app, ["simulate", *shape, "--out", str(tmp_path / "s")])
+    fc = CliRunner().invoke(app, ["forecast", *shape])
+    assert sim.exit_code == 0 and fc.exit_code == 0, sim.output + fc.output
+    ran, forecast = json.loads(sim.stdout), json.loads(fc.stdout)[0]
+    assert {k: forecast[k] for k in ("tool_calls", "tool_s", "sandbox_wait_s", "bubble_tool_ratio")} == {
+        k: ran[k] for k in ("tool_calls", "tool_s", "sandbox_wait_s", "bubble_tool_ratio")}
+    assert ran["tool_calls"] > 0
