@@ -94,7 +94,7 @@ def test_the_fit_saved_with_drift_from_is_the_written_models(tmp_path) -> None:
     assert f"KS statistic {model.fit['ks']:.4f}" in r.stdout
 
 
-def _trace(tmp_path, groups: int, n: int = 2, cap: int = 4096, length=None) -> str:
+def _trace(tmp_path, groups: int, n: int = 2, cap: int = 4096, length=None, steps: int = 2) -> str:
     rows = [json.dumps({"sortedrl_trace": 1, "max_response_len": cap, "group_size": n,
                         "source": "t"})]
     for g in range(groups):
@@ -102,7 +102,7 @@ def _trace(tmp_path, groups: int, n: int = 2, cap: int = 4096, length=None) -> s
             size = length(g, k) if length else 100 + 37 * g + 5 * k
             rows.append(json.dumps({"prompt_id": f"p{g}", "sample": k, "prompt_len": 10,
                                     "response_len": size, "truncated": size >= cap,
-                                    "step": g % 2}))
+                                    "step": g % steps}))
     path = tmp_path / f"t{groups}x{n}.jsonl"
     path.write_text("\n".join(rows) + "\n")
     return str(path)
@@ -131,17 +131,24 @@ def test_a_small_trace_fits_with_a_note_and_group_size_one_says_so(tmp_path) -> 
     assert r.stderr.splitlines() == [
         f"note: {path}: only 8 prompts (groups): the spreads and the drift rest on few of them "
         "(sigma_between's standard error is at least 25% of it); 100 or more give a steadier "
-        "model"]
+        "model",
+        # (its 2 steps' drift, the note since 6 Dec 2026: a 2-step preset without drift fitted 0.099)
+        f"note: {path}: the drift, 0.186 log-tokens a step, rests on 2 steps, so it may be mostly their "
+        "noise, and a forecast of many steps multiplies lengths by e^(drift x steps) (x58,721 by step 60): "
+        "fit 5 or more steps, or give the run's length growth with --drift-from"]
     path = _trace(tmp_path, 100, n=1)
     r = _fit(path, tmp_path)
     assert r.exit_code == 0
     assert r.stderr.splitlines() == [
         f"note: {path}: one sample per prompt (group_size 1): the spread within a group cannot "
         "be told from the prompt effect's; sigma_within is set to 0, not measured, and "
-        "sigma_between holds the whole spread"]
+        "sigma_between holds the whole spread",
+        f"note: {path}: the drift, 0.0381 log-tokens a step, rests on 2 steps, so it may be mostly their "
+        "noise, and a forecast of many steps multiplies lengths by e^(drift x steps) (x9.5 by step 60): "
+        "fit 5 or more steps, or give the run's length growth with --drift-from"]
     model = load_model(tmp_path / "m.json")
     assert model.sigma_within == 0.0 and model.sigma_between > 0
-    assert _fit(_trace(tmp_path, 100, n=2), tmp_path).stderr == ""
+    assert _fit(_trace(tmp_path, 100, n=2, steps=1), tmp_path).stderr == ""  # (one step: no drift)
 
 
 def test_fit_errors_name_the_file(tmp_path) -> None:

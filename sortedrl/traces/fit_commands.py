@@ -8,6 +8,7 @@ is written atomically and never over an input.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -64,13 +65,15 @@ def fit_cmd(
     data = read_trace(trace)
     notes = [note for note in [_unfinished_note(data)] if note]
     model = fit_trace(data, source=trace.name, where=str(trace))
-    notes += _size_notes(data, str(trace))
+    notes += _size_notes(data, str(trace), model.sigma_between)
     if drift_from is not None:
         drift = read_wandb_drift(drift_from, model, metric, step_column, wandb_run)
         model = dataclasses.replace(model, **drift.fields)
         # the fit printed and saved is the written model's (it was the trace's drift's)
         model = dataclasses.replace(model, fit=goodness(data, model))
         notes += drift.notes
+    else:
+        notes += _drift_note(data, model.drift, str(trace))
     body = model.to_json(str(out))
     outs.write({out: write_text(body)})
     for note in notes:
@@ -98,7 +101,24 @@ def _unfinished_note(trace) -> str:
             "finished for the length distribution itself")
 
 
-def _size_notes(trace, where: str) -> list[str]:
+FEW_STEPS = 5  # steps below which a fitted drift is mostly the steps' noise
+
+
+def _drift_note(trace, drift: float, where: str) -> list[str]:
+    """A note when the drift comes from few steps: a forecast of many steps multiplies lengths by
+    e^(drift x steps) (2 steps of a preset without drift fitted 0.099 a step: x343 by step 60)."""
+    steps = trace.num_groups // max(1, trace.prompts_per_step)
+    by_60 = math.exp(drift * 59)  # (the length at step 60 against step 1's)
+    if not 2 <= steps < FEW_STEPS or 0.5 < by_60 < 2:  # (a drift that matters over a forecast only)
+        return []
+    factor = f"{by_60:,.0f}" if by_60 >= 10 else f"{by_60:.2g}"
+    return [f"note: {where}: the drift, {drift:.3g} log-tokens a step, rests on {steps} steps, so it may "
+            f"be mostly their noise, and a forecast of many steps multiplies lengths by e^(drift x steps) "
+            f"(x{factor} by step 60): fit {FEW_STEPS} or more steps, or give the run's length growth "
+            "with --drift-from"]
+
+
+def _size_notes(trace, where: str, sigma_between: float = 1.0) -> list[str]:
     """Notes for a trace that identifies less than the model asks: one sample per prompt (the
     within-group spread cannot be told from the prompt effect's), or few prompts."""
     from sortedrl.traces.fit import SMALL_GROUPS
@@ -109,10 +129,10 @@ def _size_notes(trace, where: str) -> list[str]:
                      "group cannot be told from the prompt effect's; sigma_within is set to 0, "
                      "not measured, and sigma_between holds the whole spread")
     if trace.num_groups < SMALL_GROUPS:
+        error = (f" (sigma_between's standard error is at least {1 / (2 * trace.num_groups) ** 0.5:.0%} of it)"
+                 if sigma_between else "")  # (a fitted 0 has no share to give)
         notes.append(f"note: {where}: only {trace.num_groups} prompts (groups): the spreads and "
-                     f"the drift rest on few of them (sigma_between's standard error is at least "
-                     f"{1 / (2 * trace.num_groups) ** 0.5:.0%} of it); {SMALL_GROUPS} or more "
-                     "give a steadier model")
+                     f"the drift rest on few of them{error}; {SMALL_GROUPS} or more give a steadier model")
     return notes
 
 
