@@ -54,6 +54,10 @@ def export_cmd(
         cl = dataclasses.replace(cl, **c.shape).validate(f"{c.where}: field 'params' on cluster {cl.name}")
     ran = (c.updates, (c.trace_shape or {}).get("steps")) if c.updates is not None else None
     result = export(framework, c.policy, c.knobs, cl, group_size, prompts, c.auto, c.samples, ran)
+    if c.tool_calls and c.samples:  # (the export writes no multi-turn setting: say so)
+        result.caveats.append(f"multi-turn: the trial's trajectories made {c.tool_calls / c.samples:.2f} tool "
+                              f"calls each; these settings hold no multi-turn rollout or tool server: "
+                              f"configure {framework}'s own")
     warning = f"{c.where} is infeasible: {c.infeasible}" if c.infeasible else None
     if warning:
         typer.echo(f"warning: {warning}", err=True)
@@ -86,6 +90,7 @@ class Chosen(NamedTuple):
     infeasible: str | None = None  # why tune marked the trial infeasible (None: it is feasible)
     trace_shape: dict | None = None  # the tune's trace: group_size, prompts_per_step (tune.json)
     updates: int | None = None  # the trial's run: updates (summary.updates)
+    tool_calls: int | None = None  # the trial's run: tool calls of a multi-turn trace (summary.tool_calls)
 
 
 def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
@@ -141,7 +146,7 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
                   _auto_params(match[0], where), _samples_total(match[0], where),
                   _infeasible(result, match[0], where), _trace_shape(result, path),
-                  _summary_count(match[0], "updates", where))
+                  _summary_count(match[0], "updates", where), _summary_count(match[0], "tool_calls", where))
 
 
 def _trace_shape(result: dict, path: Path) -> dict | None:

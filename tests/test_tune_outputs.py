@@ -363,3 +363,19 @@ def test_export_of_a_trial_writes_the_batch_its_trace_had(tmp_path):
     assert r.stderr == (f"warning: --group-size 16: {out / 'tune.json'}: trial 0 ran 8 (group_size); the export "
                         "is of another run\n")
     assert "actor_rollout_ref.rollout.n=16" in r.stdout
+
+
+def test_export_of_a_multi_turn_trial_says_it_sets_no_turns(tmp_path):
+    """An agentic trial's export said nothing of its tool calls: a caveat says the settings hold
+    no multi-turn rollout, with the trial's calls a trajectory (its summary's)."""
+    out = tmp_path / "agentic"
+    r = runner.invoke(app, ["tune", "--synthetic", "agentic-retool", "--prompts", "8", "--steps", "2",
+                            "--cluster", "h100-llama3.1-8b-1gpu", "--policy", "sync", "--budget", "1",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((out / "tune.json").read_text())["trials"][0]["summary"]
+    per = summary["tool_calls"] / summary["samples_total"]
+    got = json.loads(runner.invoke(app, ["export", "verl", str(out), "--json"]).stdout)
+    assert got["caveats"][-1] == (f"multi-turn: the trial's trajectories made {per:.2f} tool calls each; these "
+                                  "settings hold no multi-turn rollout or tool server: configure verl's own")
+    assert per > 1
