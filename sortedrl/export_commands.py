@@ -172,8 +172,15 @@ def _run_shape(c: Chosen, group_size: int | None, prompts: int | None) -> tuple[
         if given is not None and ran is not None and given != ran:
             said.append(f"warning: {option} {given}: {c.where} ran {ran} ({key}); the export is of another run")
     group_size = shape.get("group_size") if group_size is None else group_size
+    knob = dict(k.partition("=")[::2] for k in c.knobs).get("rollout_batch", "0")
+    if shape and c.policy in PROMPTS_A_STEP and knob.isdigit() and int(knob) > 0:
+        shape = {**shape, "prompts_per_step": int(knob)}  # (the trial's own prompts a step)
     prompts = shape.get("prompts_per_step") if prompts is None else prompts
     return group_size, prompts, said
+
+
+# the policies whose rollout_batch is the prompts a step (or round) an update trains
+PROMPTS_A_STEP = ("sync", "one_step_off", "partial", "tail_batch")
 
 
 def _not_a_tune(path: Path) -> str:

@@ -363,6 +363,13 @@ def test_export_of_a_trial_writes_the_batch_its_trace_had(tmp_path):
     assert r.stderr == (f"warning: --group-size 16: {out / 'tune.json'}: trial 0 ran 8 (group_size); the export "
                         "is of another run\n")
     assert "actor_rollout_ref.rollout.n=16" in r.stdout
+    # a trial whose rollout_batch is its own prompts a step: that batch, not the trace's
+    out = tmp_path / "tune5"
+    r = runner.invoke(app, ["tune", *SMALL, "--policy", "sync", "--param", "sync.rollout_batch=32",
+                            "--budget", "2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    got = json.loads(runner.invoke(app, ["export", "verl", str(out), "--trial", "1", "--json"]).stdout)
+    assert (got["params"]["rollout_batch"], got["overrides"]["data.train_batch_size"]) == (32, 32)
 
 
 def test_export_of_a_multi_turn_trial_says_it_sets_no_turns(tmp_path):
