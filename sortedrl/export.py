@@ -340,6 +340,8 @@ def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:
     else:  # (verl's rollout.n is 1 unless set: one response a prompt, no group to compare)
         out.caveats.append(f"no --group-size: {keys[0]} is not written, and the framework's default "
                            "stands (verl's is 1: one response a prompt, no GRPO group); give --group-size n")
+    if out.policy in ("sync", "one_step_off") and out.params.get("rollout_batch"):
+        o.setdefault(keys[1], out.params["rollout_batch"])  # (its prompts a step: the batch)
     if prompts is None or (out.framework, out.policy) == ("verl", "async"):
         return  # (fully-async: data.train_batch_size must be 0; the batch is ppo_mini_batch_size)
     if o.get(keys[1], prompts) != prompts:  # async's batch knob, the update batch, sets it

@@ -320,3 +320,17 @@ def test_a_path_given_as_best_that_holds_no_tune_is_named_so(tmp_path, monkeypat
                                  "one_step_off, oracle_sorted; or module:Class for your own)")):
         r = CliRunner().invoke(app, ["export", "verl", best])
         assert (r.exit_code, r.stderr) == (2, f"error: {line}\n")
+
+
+@pytest.mark.parametrize("framework, policy, key", [
+    ("verl", "sync", "data.train_batch_size"), ("slime", "one_step_off", "--rollout-batch-size"),
+    ("areal", "sync", "train_dataset.batch_size")])
+def test_a_rollout_batch_knob_is_the_exported_batch(framework, policy, key) -> None:
+    """`export verl sync --set rollout_batch=32 --prompts 64` wrote train_batch_size=64: the knob,
+    the prompts a step the policy trains, was dropped without a word."""
+    from sortedrl.export import export
+
+    got = export(framework, policy, ["rollout_batch=32"], group_size=8, prompts=64)
+    assert got.overrides[key] == 32
+    assert f"--prompts 64: {key} is the update batch too: written as the batch knob's 32 prompts" in got.caveats
+    assert export(framework, policy, ["rollout_batch=32"], group_size=8).overrides[key] == 32
