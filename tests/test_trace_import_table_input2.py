@@ -227,5 +227,5 @@ def test_trace_fit_prints_token_counts_with_thousands_separators(tmp_path) -> No
                       terminal_width=120)
     assert r.exit_code == 0, r.output
     row = next(line for line in r.stdout.splitlines() if "max_response_len" in line)
-    assert row.split("│")[1:4] == [" max_response_len ", "  16,384 ", " tokens              "]
+    assert row.split("│")[1:4] == [" max_response_len ", "  16,384 ", " tok                 "]
     assert "(128 samples vs 2,560" in r.stdout  # (the title wraps at the table's width)
