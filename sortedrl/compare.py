@@ -218,6 +218,8 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
         if gpus % cluster.tp or gpus >= cluster.gpus or split and gpus < 2:  # (a split needs 2)
             continue
         rollout = gpus - max(1, gpus // 4) if split else gpus  # (-disagg's default: a quarter train)
+        if rollout < cluster.tp or rollout % cluster.tp:  # (no whole engine of tp GPUs: no preset)
+            continue
         if (rollout // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:
             best = gpus
     tp = f"-tp{cluster.tp}" if cluster.tp > 1 else ""

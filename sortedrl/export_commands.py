@@ -150,31 +150,37 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
 
 
 def _trace_shape(result: dict, path: Path) -> dict | None:
-    """tune.json's ``trace_shape`` (None in one from before it was recorded), its counts checked."""
+    """tune.json's ``trace_shape`` (None in one from before it was recorded), its counts checked:
+    each an integer >= 1 (``steps`` and ``max_response_len`` may be absent)."""
     shape = result.get("trace_shape")
     if shape is None:
         return None
-    if not isinstance(shape, dict) or not all(_is_id(shape.get(k)) and shape[k] >= 1
-                                              for k in ("group_size", "prompts_per_step")):
-        raise ConfigError(f"{path}: field 'trace_shape': expected group_size and prompts_per_step >= 1, "
-                          f"got {_shown(shape)}")
+    keys = ("group_size", "prompts_per_step", *(k for k in ("steps", "max_response_len") if k in shape)) \
+        if isinstance(shape, dict) else ()
+    if not keys or not all(_is_id(shape.get(k)) and shape[k] >= 1 for k in keys):
+        raise ConfigError(f"{path}: field 'trace_shape': expected {', '.join(keys or ('group_size', 'prompts_per_step'))} "
+                          f"integers >= 1, got {_shown(shape)}")
     return shape
 
 
 def _run_shape(c: Chosen, group_size: int | None, prompts: int | None) -> tuple[int | None, int | None, list[str]]:
-    """The batch to export: a tune's trial defaults to its trace's responses per prompt and
-    prompts a step (the simulated run's: without them verl's rollout.n stayed 1, no GRPO
-    group), and a flag that gives another is warned of."""
+    """The batch to export: a tune's trial defaults to the responses per prompt its trace had
+    (without them verl's rollout.n stayed 1, no GRPO group) and, for a policy whose batch is in
+    prompts a step, to the prompts a step it trained (its ``rollout_batch``, else its trace's);
+    a flag that gives another is warned of. Other policies' batches (async's ``batch``, in
+    samples) are the mapping's, as with a policy's name."""
     said: list[str] = []
-    shape = c.trace_shape or {}
+    shape = dict(c.trace_shape or {})
+    knob = dict(k.partition("=")[::2] for k in c.knobs).get("rollout_batch", "0")
+    if c.policy in PROMPTS_A_STEP and knob.isdigit() and int(knob) > 0:
+        shape["prompts_per_step"] = int(knob)  # (the trial's own prompts a step)
+    elif c.policy not in (*PROMPTS_A_STEP, "sortedrl"):
+        shape.pop("prompts_per_step", None)  # (its batch is not the prompts a step)
     for option, given, key in (("--group-size", group_size, "group_size"), ("--prompts", prompts, "prompts_per_step")):
         ran = shape.get(key)
         if given is not None and ran is not None and given != ran:
             said.append(f"warning: {option} {given}: {c.where} ran {ran} ({key}); the export is of another run")
     group_size = shape.get("group_size") if group_size is None else group_size
-    knob = dict(k.partition("=")[::2] for k in c.knobs).get("rollout_batch", "0")
-    if shape and c.policy in PROMPTS_A_STEP and knob.isdigit() and int(knob) > 0:
-        shape = {**shape, "prompts_per_step": int(knob)}  # (the trial's own prompts a step)
     prompts = shape.get("prompts_per_step") if prompts is None else prompts
     return group_size, prompts, said
 

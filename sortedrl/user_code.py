@@ -56,8 +56,9 @@ def _names_the_module(e: ImportError, module: str) -> bool:
 def raised(e: BaseException) -> str:
     """``ExcType: message (at file:line)``, on one line: what was raised and where (the
     innermost frame of the traceback; for a SyntaxError, the line that does not parse). Raised
-    inside sortedrl or a library that the user's code called, it names the user's line first:
-    ``(at mypolicy.py:7, raised in .../policies/common.py:143)``."""
+    inside sortedrl by the user's call, it names the user's line first: ``(at mypolicy.py:7,
+    raised in .../policies/common.py:143)`` (only sortedrl's frames are passed over: a frame of
+    another library counts as the user's, :func:`users_frame`)."""
     if isinstance(e, SyntaxError):
         message, file, line = e.msg, e.filename, e.lineno
     else:

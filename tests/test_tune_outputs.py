@@ -209,8 +209,9 @@ def test_export_writes_the_async_sizes_the_trial_ran_with(tmp_path):
                                              "rollout.max_concurrent_rollouts")} == {
         "train_dataset.batch_size": 64, "rollout.consumer_batch_size": 64,
         "rollout.max_concurrent_rollouts": 32}  # samples / n (was left at consumer_batch_size)
-    # (the batch is the tune's trace's, 64 prompts x 8, as derived: written from it, no caveat)
-    assert got["caveats"][1:2] == ["max_concurrent=0 (derived): the simulated run resolved it to 256 samples"]
+    assert got["caveats"][1:3] == [
+        "batch=0 (derived): the simulated run resolved it to 512 samples",
+        "max_concurrent=0 (derived): the simulated run resolved it to 256 samples"]
     r = runner.invoke(app, ["export", "verl", str(out), "--group-size", "8", "--json"])
     got = json.loads(r.stdout)["overrides"]
     assert (got["actor_rollout_ref.actor.ppo_mini_batch_size"], got["rollout.total_rollout_steps"],

@@ -19,10 +19,10 @@ PRESET = "h100-llama3.1-8b"
 @pytest.mark.parametrize("args, message", [
     (["--from-metrics", "--cluster", PRESET], "--from-metrics: no file given (the next argument, --cluster, is an "
                                               "option); give FILE ... after it"),
-    (["--from-metrics", "", "--cluster", PRESET], "--from-metrics: no file given (an empty name: an unset shell "
-                                                  "variable?); give FILE ... after it"),
-    (["--from-metrics=", "--cluster", PRESET], "--from-metrics: no file given (an empty name: an unset shell "
-                                               "variable?); give FILE ... after it"),
+    (["--from-metrics", "", "--cluster", PRESET], "--from-metrics: an empty file name (an unset shell variable?); "
+                                                  "give FILE ... after it"),
+    (["--from-metrics=", "--cluster", PRESET], "--from-metrics: an empty file name (an unset shell variable?); "
+                                               "give FILE ... after it"),
     (["--cluster", PRESET, "--from-metrics"], "--from-metrics: no file given; give FILE ... after it"),
     (["--from-vllm-bench", "--cluster", PRESET], "--from-vllm-bench: no file given (the next argument, --cluster, "
                                                  "is an option); give FILE ... after it"),
@@ -39,5 +39,5 @@ def test_an_empty_name_among_a_file_options_names_is_refused_too(tmp_path):
     m.write_text("step,timing_s/update_actor,perf/total_num_tokens\n1,5,1000\n2,6,2000\n")
     r = runner.invoke(app, ["calibrate", "--from-metrics", str(m), "", "--cluster", PRESET,
                             "--out", str(tmp_path / "j.json")])
-    assert (r.exit_code, r.stderr) == (2, "error: --from-metrics: no file given (an empty name: an unset shell "
-                                          "variable?); give FILE ... after it\n")
+    assert (r.exit_code, r.stderr) == (2, "error: --from-metrics: an empty file name (an unset shell variable?); "
+                                          "give FILE ... after it\n")  # (it said "no file given" beside m.csv)

@@ -65,10 +65,10 @@ def _check_value(option: str, value: str | None, joined: bool = False) -> None:
     """A file option's value names a file: not missing, not empty (an unset shell variable left
     ``--from-metrics --cluster NAME``, whose --cluster was then read as the file and NAME as a
     second one) and not a long option (a file named so is given as ./--NAME)."""
+    if value == "":  # (among files given too: an empty name is not "no file")
+        raise UsageError(f"{option}: an empty file name (an unset shell variable?); give FILE ... after it")
     if value is None:
         why = ""
-    elif value == "":
-        why = " (an empty name: an unset shell variable?)"
     elif value.startswith("--") and not joined:
         why = f" (the next argument, {value}, is an option)"
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.user_code import is_users, raised, users_frame
+from sortedrl.user_code import PACKAGE, is_users, raised, users_frame
 
 HOOK_OF = {EventKind.STARTED: "on_start", EventKind.FINISHED: "on_finished",
            EventKind.ENGINE_IDLE: "on_idle", EventKind.UPDATE_DONE: "on_update_done",
@@ -62,8 +63,8 @@ def hook_at(policy: Policy, hook: str | None) -> str:
     """`` (at FILE:LINE)`` of a user's policy's hook, where its author reads what it returned;
     empty for a built-in policy (or a hook it did not define)."""
     code = getattr(getattr(type(policy), hook or "", None), "__code__", None)
-    if code is None or not is_users(type(policy)):
-        return ""
+    if code is None or not is_users(type(policy)) or os.path.realpath(code.co_filename).startswith(PACKAGE):
+        return ""  # (a hook a user's subclass inherits from sortedrl: no line of the user's)
     return f" (at {code.co_filename}:{code.co_firstlineno})"
 
 

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -107,14 +108,18 @@ FEW_STEPS = 5  # steps below which a fitted drift is mostly the steps' noise
 def _drift_note(trace, drift: float, where: str) -> list[str]:
     """A note when the drift comes from few steps: a forecast of many steps multiplies lengths by
     e^(drift x steps) (2 steps of a preset without drift fitted 0.099 a step: x343 by step 60)."""
-    steps = trace.num_groups // max(1, trace.prompts_per_step)
-    by_60 = math.exp(drift * 59)  # (the length at step 60 against step 1's)
-    if not 2 <= steps < FEW_STEPS or 0.5 < by_60 < 2:  # (a drift that matters over a forecast only)
+    steps = len(np.unique(trace.step)) if trace.step is not None else 1  # (as the fit counts them)
+    log_60 = drift * 59  # (the log of the length at step 60 against step 1's)
+    if not 2 <= steps < FEW_STEPS or abs(log_60) < math.log(2):  # (a drift that matters over a forecast)
         return []
-    factor = f"{by_60:,.0f}" if by_60 >= 10 else f"{by_60:.2g}"
+    if abs(log_60) > math.log(1e6):  # (e^x of a wild drift overflowed a float)
+        factor = "over x1,000,000" if log_60 > 0 else "under x0.000001"
+    else:
+        by_60 = math.exp(log_60)
+        factor = f"x{by_60:,.0f}" if by_60 >= 10 else f"x{by_60:.2g}"
     return [f"note: {where}: the drift, {drift:.3g} log-tokens a step, rests on {steps} steps, so it may "
             f"be mostly their noise, and a forecast of many steps multiplies lengths by e^(drift x steps) "
-            f"(x{factor} by step 60): fit {FEW_STEPS} or more steps, or give the run's length growth "
+            f"({factor} by step 60): fit {FEW_STEPS} or more steps, or give the run's length growth "
             "with --drift-from"]
 
 

@@ -124,7 +124,8 @@ def import_table_with_report(
         raise TraceError(f"{p}: {rows} data rows, fewer than group_size {group_size}")
     if groups == 0:
         where = "prompt id" + (" in one step" if step_col else "") if prompt_id_col else "step"
-        raise TraceError(f"{p}: no {where} has {group_size} rows, the group size (--group-size)")
+        hint = "".join(f"; column {c!r} was not read: give {o} {c}?" for c, o in unread if o == "--step-col")
+        raise TraceError(f"{p}: no {where} has {group_size} rows, the group size (--group-size){hint}")
     take = grouped.rows
     prompt_len = np.array(values[0], dtype=np.int64)[take]
     response_len = np.array(values[1], dtype=np.int64)[take]
@@ -147,16 +148,17 @@ def import_table_with_report(
         columns["reward"] = np.array(extra["reward"], dtype=np.float64)[take]
     meta = TraceMeta(max_response_len=cap, group_size=group_size, source=source or p.name)
     trace = Trace.from_columns(columns, meta, where=str(p), rows=np.asarray(lines)[take].tolist())
-    steps = len(set(extra["step"])) if "step" in extra else 0
+    steps = len(np.unique(columns["step"])) if "step" in extra else 0  # (the kept rows')
     return trace, ImportReport(rows, groups, grouped.dropped_rows, clipped, steps, grouped.dropped_groups,
                                mixed_prompt_lengths(prompt_len, group_size), unread)
 
 
 def _distinct(flags: dict[str, str | None]) -> None:
-    """One column given to two options is an error naming both."""
+    """One column given to two options is an error naming both (the two length options may name
+    one column, as they always could: a table of equal lengths)."""
     seen: dict[str, str] = {}
     for flag, col in flags.items():
-        if col is not None and col in seen:
+        if col is not None and col in seen and flag != "--response-len-col":
             raise ConfigError(f"{seen[col]} and {flag} both name column {col!r}; a column has one role")
         if col is not None:
             seen[col] = flag
