@@ -109,9 +109,9 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
     """Warn when a trace cannot show how policies differ on this cluster: a step fills fewer than
     half the decode slots (every policy mostly idles), or the trace ends before a steady-state
     step (the first step of every policy is its warm-up)."""
-    out = [slots_warning(trace.name, trace.prompts_per_step * trace.meta.group_size, cluster,
-                         "more --prompts" if synthetic else "a trace with more prompts per step")]
-    out = [w for w in out if w is not None]
+    slots = slots_warning(trace.name, trace.prompts_per_step * trace.meta.group_size, cluster,
+                          "more --prompts" if synthetic else "a trace with more prompts per step")
+    out = [slots] if slots else []
     steps = trace.num_groups // max(1, trace.prompts_per_step)
     if steps < 2:
         out.append(f"warning: {trace.name} has {steps} step, so no policy gets past its warm-up step "

@@ -110,7 +110,7 @@ def forecast(
         for note in dict.fromkeys(w for cl in cls for w in fit_warnings(source.trace, cl, False)):
             typer.echo(note, err=True)
     else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
-        per_step = (source.prompts or source.model.prompts_per_step) * source.model.group_size
+        per_step = source.samples_per_run() // source.steps
         for note in filter(None, dict.fromkeys(slots_warning(trace.name, per_step, cl, "more --prompts")
                                                for cl in cls)):
             typer.echo(note, err=True)

@@ -100,8 +100,8 @@ def import_table_with_report(
     named = {"step": step_col, "prompt_id": prompt_id_col, "reward": reward_col}
     cols = (prompt_len_col, response_len_col, *(c for c in named.values() if c is not None))
     parsers = (_length, _length, *(PARSERS[k] for k, c in named.items() if c is not None))
-    _distinct({"--prompt-len-col": prompt_len_col, "--response-len-col": response_len_col,
-               **{f"--{k.replace('_', '-')}-col": c for k, c in named.items()}})
+    options = {f"--{k.replace('_', '-')}-col": c for k, c in named.items()}  # (--step-col: step_col)
+    _distinct({"--prompt-len-col": prompt_len_col, "--response-len-col": response_len_col, **options})
     try:
         # (Parquet; a compressed file, which _read_text names)
         data = jsonio.read_text_bytes(p, TraceError, binary=(b"PAR1", *(magic for magic, _ in COMPRESSED)))
@@ -113,8 +113,7 @@ def import_table_with_report(
         values, lines, names = _read_parquet(p, cols, parsers)
     else:
         values, lines, names = _read_text(p, data, cols, parsers)
-    given = {f"--{k.replace('_', '-')}-col" for k, c in named.items() if c is not None}
-    unread = tuple((n, LOOKS_LIKE[n]) for n in names if n in LOOKS_LIKE and LOOKS_LIKE[n] not in given)
+    unread = tuple((n, LOOKS_LIKE[n]) for n in names if n in LOOKS_LIKE and options[LOOKS_LIKE[n]] is None)
 
     rows = len(lines)
     extra = dict(zip((k for k, c in named.items() if c is not None), values[2:], strict=True))
