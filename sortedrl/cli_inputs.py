@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sortedrl import streams
 from sortedrl.cli_common import get_current_context, slug
-from sortedrl.errors import ConfigError, TraceError
+from sortedrl.errors import ConfigError, TraceError, not_found
 from sortedrl.traces.io import BUNDLED, read_trace, trace_label
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.synth import synthesize
@@ -111,7 +111,7 @@ def trace_source(trace: Path | None, synthetic: str | None) -> str:
     if trace is None:
         return str(synthetic)
     if not Path(trace).exists():
-        raise TraceError(f"{trace}: no such file")
+        raise TraceError(not_found(trace))
     regular = Path(trace).parent != BUNDLED and Path(trace).is_file()  # (links followed)
     if regular:
         return str(Path(trace).resolve())

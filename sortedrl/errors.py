@@ -22,3 +22,14 @@ class ConfigError(SortedRLError):
 
 class PolicyError(SortedRLError):
     """A policy asked the controller for an illegal action, or stalled."""
+
+
+def not_found(path: object, what: str = "no such file", stdin: bool = True) -> str:
+    """The line for an input that is not there; ``-``, which many tools read as standard input,
+    says how to give that here: ``/dev/stdin`` where the reader takes a pipe (``stdin``;
+    :mod:`sortedrl.streams`), else a file (a reader that tells the format by the file's name or
+    lists a directory)."""
+    if str(path) != "-":
+        return f"{path}: {what}"
+    how = "for standard input give /dev/stdin" if stdin else "standard input is not read here: save it to a file first"
+    return f"{path}: {what} ({how})"

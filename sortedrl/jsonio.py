@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from sortedrl import streams
-from sortedrl.errors import SortedRLError
+from sortedrl.errors import SortedRLError, not_found
 from sortedrl.text_check import TEXT_HEAD, not_text
 
 
@@ -53,7 +53,7 @@ def read(path: Path | str, error: type[Exception], missing: str = "no such file"
             data = read_text_bytes(path, error)
         return loads(text(data))
     except FileNotFoundError:
-        raise error(f"{path}: {missing}") from None
+        raise error(not_found(path, missing)) from None
     except UnicodeDecodeError as e:
         raise error(f"{path}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:  # a directory, no permission

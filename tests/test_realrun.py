@@ -556,6 +556,54 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_force(tiny_m
     assert (out / "checkpoint" / "state.json").exists()
 
 
+STOPS = """
+from sortedrl.policies.sync import SyncPolicy
+
+
+class IdleBug(SyncPolicy):  # raises once the engine has generated, before the first update
+    name = "idle_bug"
+
+    def on_idle(self, view, engine):
+        raise {raised}
+"""
+
+
+def test_a_new_run_stopped_before_its_first_checkpoint_leaves_nothing(tiny_model, tmp_path, monkeypatch):
+    """A policy's error (or Ctrl-C) before the first update left a RUNDIR with no checkpoint,
+    which the same command then refused (--resume had nothing to resume, --force was needed).
+    Such a run now removes what it wrote, RUNDIR and the parents it made included, and the same
+    command runs again; one that ran past its first checkpoint keeps it (the kill test above)."""
+    where = tmp_path / "stops_error.py"
+    where.write_text(STOPS.format(raised="RuntimeError('my bug')"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "runs" / "first"
+    args = ["run", "--model", tiny_model, "--out", str(out), "--steps", "1"]
+    r = runner.invoke(app, [*args, "--policy", "stops_error:IdleBug"])
+    assert r.exit_code == 2 and r.stderr == (
+        f"error: policy idle_bug raised RuntimeError: my bug (at {where}:9)\n"), r.output
+    assert not (tmp_path / "runs").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()  # a RUNDIR the user made: it stays, empty
+    r = runner.invoke(app, ["run", "--model", tiny_model, "--out", str(mine), "--steps", "1",
+                            "--policy", "stops_error:IdleBug"])
+    assert r.exit_code == 2 and mine.is_dir() and not any(mine.iterdir())
+    r = runner.invoke(app, [*args, "--policy", "sync", "--json"])  # the same RUNDIR, no --force
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["samples_trained"] == 8 * 4
+
+
+def test_ctrl_c_before_the_first_checkpoint_leaves_nothing(tiny_model, tmp_path):
+    """The same for Ctrl-C, in a process of its own as a user's is (a KeyboardInterrupt raised
+    where the policy is called: the engines have generated, no update has run)."""
+    (tmp_path / "stops_ctrl_c.py").write_text(STOPS.format(raised="KeyboardInterrupt"))
+    out = tmp_path / "runs" / "first"
+    r = subprocess.run([sys.executable, "-m", "sortedrl.cli", "run", "--model", tiny_model, "--out", str(out),
+                        "--steps", "1", "--policy", "stops_ctrl_c:IdleBug"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    assert r.returncode == 130 and r.stderr.splitlines()[-1] == "error: interrupted (Ctrl-C)", r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_resume_keeps_the_runs_settings_and_a_cut_checkpoint_is_one_error(tiny_model, tmp_path):
     """--resume took a changed --max-num-seqs, --lr or --seed (another seed draws other
     prompts) while the timeline's meta kept the first values; a checkpoint whose

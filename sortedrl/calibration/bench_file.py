@@ -38,7 +38,7 @@ import numpy as np
 
 from sortedrl import jsonio, streams
 from sortedrl.calibration.bench_concurrency import in_flight
-from sortedrl.errors import ConfigError
+from sortedrl.errors import ConfigError, not_found
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.sim.cost import MIN_STEP_S
@@ -122,7 +122,7 @@ def _bytes(path: str | Path) -> bytes:
     try:
         return jsonio.read_text_bytes(path, ConfigError)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: benchmark file not found") from None
+        raise ConfigError(not_found(path, "benchmark file not found")) from None
     except OSError as e:  # a directory, no permission
         raise ConfigError(f"{path}: cannot read it ({e.strerror or e})") from None
 

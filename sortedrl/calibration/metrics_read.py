@@ -43,7 +43,7 @@ from sortedrl import jsonio
 from sortedrl.calibration.file_options import refuse_repeats
 from sortedrl.calibration.metrics_layouts import GLOBAL_STEP
 from sortedrl.calibration.metrics_names import KNOWN, STEP_METRICS, WANDB_STEP, listing
-from sortedrl.errors import ConfigError
+from sortedrl.errors import ConfigError, not_found
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
 from sortedrl.wandb_runs import MAX_STEP, metric_of, only_run, present, repeated_note, step_number
@@ -134,7 +134,7 @@ def _read_events(p: Path, where: str, run: str | None) -> Metrics:
     try:
         return read_tfevents([(f.read_bytes(), str(f)) for f in files], where)
     except FileNotFoundError:
-        raise ConfigError(f"{where}: metrics file not found") from None
+        raise ConfigError(not_found(where, "metrics file not found", stdin=False)) from None
 
 
 def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
@@ -149,7 +149,7 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
         whole = p.name.lower().endswith(".gz")
         raw = p.read_bytes() if whole else jsonio.read_text_bytes(p, ConfigError, binary=(b"\x1f\x8b",))
     except FileNotFoundError:
-        raise ConfigError(f"{where}: metrics file not found") from None
+        raise ConfigError(not_found(where, "metrics file not found", stdin=False)) from None
     name = p.name.lower().removesuffix(".gz")  # the format: the suffix inside .gz
     gzipped = raw[:2] == b"\x1f\x8b"  # gzip's magic number: metrics.jsonl.gz, or a .csv that is gzipped
     notes = []

@@ -56,7 +56,8 @@ class PartialParams:
         "help": "resume aborted responses next step (false: drop and regenerate them, so every "
                 "trained token is on-policy; max_span must then be 0)"})
     max_span: int = field(default=0, metadata={
-        "help": "most versions a trained token may lag (0: unbounded, as in APRIL); a complete "
+        "help": "most versions a trained token may lag (0: unbounded, as in APRIL; sortedrl's "
+                "max_span=0 is the opposite, no lag); a complete "
                 "group with a too-stale member still counts towards N, then waits while that "
                 "member is regenerated, so such a step trains fewer than N groups; above 0 it "
                 "needs keep_partial=true"})

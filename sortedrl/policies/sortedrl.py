@@ -84,7 +84,9 @@ class SortedRLParams:
     mode: Literal["on_policy", "partial"] = field(default="on_policy", metadata={
         "help": "on_policy: drop unfinished at a harvest; partial: keep and resume them"})
     max_span: int = field(default=2, metadata={
-        "help": "partial mode: most policy versions a trained token may lag; a complete group "
+        "help": "partial mode: most policy versions a trained token may lag (0: none, every "
+                "paused response is regenerated, unlike partial's max_span=0, which is "
+                "unbounded); a complete group "
                 "with a too-stale member counts towards the trigger, then waits while that member "
                 "is regenerated, so such a harvest trains fewer than update_batch (on_policy "
                 "ignores it: nothing is kept to age)"})

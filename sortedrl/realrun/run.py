@@ -17,7 +17,9 @@ weights, the controller's bookkeeping and the policy are reloaded, and every sam
 admitted is submitted again. Checkpoints hold data only (JSON and safetensors, no pickles:
 :mod:`sortedrl.realrun.checkpoint`), so resuming a run directory never runs code it carries. Work done after the checkpoint is lost and redone; no sample is lost
 or trained twice. A resumed run keeps the settings it started with, and ``--force`` starts a
-run directory over (:mod:`sortedrl.realrun.rundir`).
+run directory over (:mod:`sortedrl.realrun.rundir`). A new run stopped before its first checkpoint
+(a policy's error, Ctrl-C) removes what it wrote: it has nothing to resume, and the same command
+may then be given again (a kill cannot be caught: its logs stay, for ``--force``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from sortedrl.realrun.rundir import (
     check_run_dir,
     commit_checkpoint,
     first_missing,
+    latest_checkpoint,
     recover_checkpoint,
     start_over,
     sync_to_disk,
@@ -210,6 +213,11 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         _restore(state, trainer, engine, controller, backend, ckpt)
     try:
         controller.run()
+    except BaseException:  # (a policy's error, Ctrl-C): a new run with no checkpoint yet is gone
+        stopped_unresumable = not resume and latest_checkpoint(out) is None
+        raise
+    else:
+        stopped_unresumable = False
     finally:
         for a in logs.values():
             a.close()
@@ -218,6 +226,9 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
             backend.close_tools()
         if stats is not None:
             stats.update(backend.stats, step_log=backend.step_log)
+        if stopped_unresumable:  # nothing to --resume from: the same command may be given again
+            shutil.rmtree(out / PENDING, ignore_errors=True)
+            unstart(out, created, ())
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
     timeline.meta["auto_params"] = auto_params(policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)

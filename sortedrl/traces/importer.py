@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from sortedrl import jsonio
-from sortedrl.errors import ConfigError, TraceError
+from sortedrl.errors import ConfigError, TraceError, not_found
 from sortedrl.limits import INT32_MAX, short_repr
 from sortedrl.traces.importer_groups import group_rows, mixed_prompt_lengths
 from sortedrl.traces.schema import Trace, TraceMeta
@@ -106,7 +106,7 @@ def import_table_with_report(
         # (Parquet; a compressed file, which _read_text names)
         data = jsonio.read_text_bytes(p, TraceError, binary=(b"PAR1", *(magic for magic, _ in COMPRESSED)))
     except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
+        raise TraceError(not_found(p)) from None
     except IsADirectoryError:
         raise TraceError(f"{p}: is a directory, not a table") from None
     if data[:4] == b"PAR1":

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sortedrl import file_kinds, jsonio, streams
 from sortedrl.aside import aside
-from sortedrl.errors import TraceError
+from sortedrl.errors import TraceError, not_found
 from sortedrl.text_check import TEXT_HEAD, not_text
 from sortedrl.traces import _fast, _parquet, _text
 from sortedrl.traces._codec import CSV_META_PREFIX, MAGIC, pyarrow_modules
@@ -116,7 +116,7 @@ def _read(p: Path) -> Trace:
         with open(p, encoding="utf-8-sig", newline="") as f:
             return _text.read_jsonl(p, f) if fmt == "jsonl" else _text.read_csv(p, f)
     except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
+        raise TraceError(not_found(p)) from None
     except IsADirectoryError:
         raise TraceError(f"{p}: is a directory, not a trace file") from None
     except UnicodeDecodeError:  # (the offset of a chunk's error is within that chunk)

@@ -43,7 +43,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
 from sortedrl import jsonio, streams
-from sortedrl.errors import TraceError
+from sortedrl.errors import TraceError, not_found
 from sortedrl.wandb_runs import only_run, present, repeated_note, step_number
 
 SIBLINGS = {  # mean metric -> (max metric, clip-ratio metric), as the frameworks name them
@@ -158,7 +158,7 @@ def _rows(p: Path) -> list[list[str]]:
             with open(p, encoding="utf-8-sig", newline="") as f:
                 rows = list(csv.reader(f))
     except FileNotFoundError:
-        raise TraceError(f"{p}: no such file") from None
+        raise TraceError(not_found(p)) from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise TraceError(f"{p}: not a CSV export: {e}") from None
     except OSError as e:  # a directory, a file we may not read

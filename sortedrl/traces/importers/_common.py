@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl import jsonio
-from sortedrl.errors import TraceError
+from sortedrl.errors import TraceError, not_found
 from sortedrl.limits import INT32_MAX, INT64_MAX, short_repr
 from sortedrl.traces.schema import Trace, TraceMeta
 
@@ -149,7 +149,7 @@ def dump_files(path: Path, pattern: str | tuple[str, ...], what: str) -> list[Pa
     """``path`` itself, or the files in directory ``path`` matching ``pattern`` (or any of
     several), sorted."""
     if not path.exists():
-        raise TraceError(f"{path}: no such file or directory")
+        raise TraceError(not_found(path, "no such file or directory", stdin=False))
     if path.is_file():
         return [path]
     patterns = (pattern,) if isinstance(pattern, str) else pattern
