@@ -51,6 +51,7 @@ from sortedrl.cli_inputs import (
 from sortedrl.compare import gpu_split
 from sortedrl.export_commands import register as register_export
 from sortedrl.forecast_commands import register as register_forecast
+from sortedrl.limits import check_seed
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.parallel import check_workers
 from sortedrl.policies.base import parse_params
@@ -62,7 +63,7 @@ from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import load_cluster, preset_names
 from sortedrl.sim.hardware import GPUS, MODELS
 from sortedrl.sim.run import simulate as run_simulation
-from sortedrl.tables import terminal_width
+from sortedrl.tables import counted, terminal_width
 from sortedrl.traces.commands import app as trace_app
 from sortedrl.tune.commands import register as register_tune
 
@@ -137,6 +138,7 @@ def simulate(
     )
 
     check_regen(regen)
+    check_seed(seed)
     tl_name = timeline_file.file_name(timeline)
     cl = load_cluster(cluster)
     cls = policy_class(policy)
@@ -213,6 +215,7 @@ def compare(
     )
 
     check_regen(regen)
+    check_seed(seed)
     check_workers(workers)
     tl_name = timeline_file.file_name(timeline)
     specs = parse_specs(policies, sets)
@@ -246,7 +249,7 @@ def compare(
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))
         return
-    title = (f"{len(specs)} polic{'y' if len(specs) == 1 else 'ies'} on {tr.name} ({len(tr):,} samples), "
+    title = (f"{len(specs)} polic{'y' if len(specs) == 1 else 'ies'} on {tr.name} ({counted(len(tr), 'sample')}), "
              f"cluster {cl.name}")
     splits = [gpu_split(r.timeline.meta) for _, r in results]
     typer.echo(wide_text(summaries, title, terminal_width()) if wide

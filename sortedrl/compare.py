@@ -108,14 +108,20 @@ def placement_note(policy: str, placements: tuple[str, ...] | None, cluster: Clu
 def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
     """Warn when a trace cannot show how policies differ on this cluster: a step fills fewer than
     half the decode slots (every policy mostly idles), or the trace ends before a steady-state
-    step (the first step of every policy is its warm-up)."""
+    step (the first step of every policy is its warm-up), or its steps differ in size (every
+    policy's batch is the first step's prompts, so a batch then straddles two steps)."""
     slots = slots_warning(trace.name, trace.prompts_per_step * trace.meta.group_size, cluster,
                           "more --prompts" if synthetic else "a trace with more prompts per step")
     out = [slots] if slots else []
-    steps = trace.num_groups // max(1, trace.prompts_per_step)
-    if steps < 2:
-        out.append(f"warning: {trace.name} has {steps} step, so no policy gets past its warm-up step "
+    if trace.num_steps < 2:
+        out.append(f"warning: {trace.name} has 1 step, so no policy gets past its warm-up step "
                    "to a steady state; " + ("give --steps 4" if synthetic else "use a trace of several steps"))
+    sizes = trace.step_prompts()
+    if sizes.min() != sizes.max():
+        out.append(f"warning: the steps of {trace.name} hold {sizes.min():,} to {sizes.max():,} prompts, "
+                   f"but every policy takes batches of the first step's {trace.prompts_per_step:,}, so a "
+                   "batch can hold prompts of two steps; give the policy's batch knob (e.g. --set "
+                   "rollout_batch=N) or use a trace whose steps hold equal numbers of prompts")
     return out
 
 
@@ -137,8 +143,9 @@ def slots_warning(name: str, per_step: int, cluster: Cluster, more: str) -> str 
     if per_step >= slots / 2:
         return None
     hint = _smaller_cluster(cluster, per_step)
-    return (f"warning: a step of {name} has {per_step:,} samples, filling "
-            f"{100 * per_step / slots:.0f}% of the {slots:,} decode slots of {cluster.name} "
+    share = 100 * per_step / slots  # (under 0.5%, not "0%": a step of 1 sample fills some)
+    return (f"warning: a step of {name} has {counted(per_step, 'sample')}, filling "
+            f"{'<1' if 0 < share < 1 else format(share, '.0f')}% of the {slots:,} decode slots of {cluster.name} "
             f"({counted(cluster.engines, 'engine')} x {cluster.max_num_seqs}): every policy will mostly idle; "
             + (f"try --cluster {hint}" if hint else "try a smaller --cluster") + f" or {more}")
 
@@ -235,7 +242,7 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
 def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
     """One policy's run (in a worker process of :mod:`sortedrl.parallel`, ``progress`` is None)."""
     trace, cluster, seed, regen, spill_dir, progress = shared
-    policy = make_policy(spec.name, list(spec.sets), trace)
+    policy = make_policy(spec.name, list(spec.sets), trace, spec.label)
     spill = None
     if spill_dir is not None:
         spill = spill_dir / spec.label
@@ -253,7 +260,7 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
     it once done with the timelines) keeps each long run's timeline on disk, in a directory
     named by its label."""
     for s in specs:  # every policy's knobs, and the GPUs it runs on, checked before any run
-        policy = make_policy(s.name, list(s.sets), trace)
+        policy = make_policy(s.name, list(s.sets), trace, s.label)
         cluster_for(policy.placements, cluster, policy.name)
     if workers > 1 and len(specs) > 1:
         if hasattr(progress, "phase"):
@@ -334,8 +341,8 @@ def updates_note(rows: list[tuple[str, float]]) -> str | None:
     few, many = min(rows, key=lambda r: r[1]), max(rows, key=lambda r: r[1])
     if many[1] < 2 * max(1, few[1]):
         return None
-    return (f"updates differ: {few[0]} makes {count_text(few[1])}, {many[0]} "
-            f"{count_text(many[1])}; fewer updates "
+    return (f"updates differ: {few[0]} makes {count_text(few[1])} update{'' if few[1] == 1 else 's'}, "
+            f"{many[0]} makes {count_text(many[1])}; fewer updates "
             "mean larger batches, a different training run, not only a faster one")
 
 

@@ -101,7 +101,7 @@ def _draw(shared: tuple, job: tuple) -> Draw:
     source, progress = shared
     spec, cluster, seed = job
     trace = source.draw(seed)
-    policy = make_policy(spec.name, list(spec.sets), trace)
+    policy = make_policy(spec.name, list(spec.sets), trace, spec.label)
     ran_on = cluster_for(policy.placements, cluster)
     with temp_scratch("forecast") as spill:  # a whole run's timeline waits on disk, not in memory
         result = simulate(trace, policy, ran_on, seed=seed, progress=progress, spill_dir=spill)

@@ -24,6 +24,7 @@ from sortedrl.cli_common import (
 from sortedrl.cli_inputs import typed_option
 from sortedrl.compare import count_text, fit_warnings, slots_warning, updates_note
 from sortedrl.errors import ConfigError
+from sortedrl.limits import MAX_SEED, check_seed
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
 from sortedrl.tables import FORMATS, Col, Note, fmt, render, terminal_width
@@ -66,6 +67,7 @@ def forecast(
         raise ConfigError("give --trace FILE or --trace-model MODEL.json")
     if not 1 <= seeds <= MAX_SEEDS:
         raise ConfigError(f"--seeds must be from 1 to {MAX_SEEDS:,}, got {seeds}")
+    check_seed(seed)
     check_workers(workers)
     if not 0 <= gpu_hour_price <= MAX_GPU_HOUR_PRICE:  # (NaN fails it too)
         raise ConfigError(f"--gpu-hour-price must be from 0 to {MAX_GPU_HOUR_PRICE:,.0f} ($ per "
@@ -84,6 +86,8 @@ def forecast(
             raise ConfigError("--trace-model needs --steps N >= 1: the length of the run to forecast")
         if prompts is not None and prompts < 1:
             raise ConfigError(f"--prompts must be >= 1, got {prompts}")
+        check_seed(seed, most=MAX_SEED - (seeds - 1),  # (the draws' seeds: --seed to --seed + seeds - 1)
+                   why=f" with --seeds {seeds} (the draws use --seed to --seed + {seeds - 1})")
         source = RunSource(model=load_model(trace), steps=steps, prompts=prompts)
     else:
         from sortedrl.traces.io import BUNDLED

@@ -151,7 +151,7 @@ def cell(value: object, key: str = "") -> str:
     if isinstance(value, float):
         return f"{value:,.4f}" if abs(value) < 10 else f"{value:,.1f}"
     if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
+        return str(value) if key in UNITLESS else f"{value:,}"  # (a seed is an id: no separators)
     return str(value)
 
 

@@ -90,7 +90,7 @@ def test_cli_notes_say_how_many_groups_were_split_and_dropped(tok, tmp_path) -> 
     assert r.stderr.splitlines() == [
         "note: split 1 group(s) holding a multiple of 4 samples (a prompt drawn more than once in "
         "one step, grouped by its text) into groups of 4, in file order",
-        "note: dropped 1 groups (2 samples) whose size is not a multiple of the group size 4 (a "
+        "note: dropped 1 group (2 samples) whose size is not a multiple of the group size 4 (a "
         "filtered or aborted sample)"]
     assert "18 samples from 1 verl file(s), 4 groups x 4 over 1 step(s), cap 11" in r.stdout
 

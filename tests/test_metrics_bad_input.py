@@ -204,7 +204,7 @@ def drift_error(tmp_path: Path, lines: list[str]) -> str:
     ([f'{HEAD},"r - response_length/mean"', "1,1000,2000", "2,1010,2000"],
      "columns 2 ('r - response_length/mean') and 3 ('r - response_length/mean') hold one metric: which "
      "to read is unclear"),
-    ([HEAD, "1,1000", "2,1010", "3", "4,1030"], "line 4: 1 cells, but the header has 2 columns"),
+    ([HEAD, "1,1000", "2,1010", "3", "4,1030"], "line 4: 1 cell, but the header has 2 columns"),
     ([HEAD, "1,1000", "2,1010,7", "4,1030"], "line 3: 3 cells, but the header has 2 columns"),
     ([HEAD, "1,1000", "2,1010", "1e308,1020"],
      "line 4: column 'Step': '1e308' is not a step number (a whole number from 0 to below 2**53)"),

@@ -93,7 +93,7 @@ def test_a_step_column_alone_groups_consecutive_rows_within_each_step(tmp_path):
     r, out = run(tmp_path, table, "--step-col", "step", "--reward-col", "reward")
     assert r.exit_code == 0, r.output
     assert r.stderr.splitlines() == [
-        "note: dropped 1 rows at the end of a step that do not fill a group of 2",
+        "note: dropped 1 row at the end of a step that does not fill a group of 2",
         "note: column 'uid' was not read (give --prompt-id-col uid to keep it)"]
     t = read_trace(out)
     assert t.step.tolist() == [1, 1, 2, 2, 2, 2]
@@ -104,7 +104,7 @@ def test_a_prompt_group_of_another_size_is_dropped_and_counted(tmp_path):
     r, out = run(tmp_path, write(tmp_path / "dump.jsonl", ROWS[:3] + ROWS[4:]), *OWN)
     assert r.exit_code == 0, r.output
     assert r.stderr.splitlines() == [
-        "note: dropped 1 prompt groups (1 rows) of another size than --group-size 2 (a filtered or aborted sample?)"]
+        "note: dropped 1 prompt group (1 row) of another size than --group-size 2 (a filtered or aborted sample?)"]
     assert read_trace(out).prompt_id.tolist() == ["a", "a", "c", "c", "a", "a"]
 
 

@@ -81,7 +81,7 @@ def test_group_size_still_reads_a_table(tmp_path) -> None:
     f = _write(tmp_path, "t.csv", "p,r\n1,2\n1,3\n1,4\n")
     r, out = _import(tmp_path, [f, *COLS, "--group-size", "2"])
     assert r.exit_code == 0, r.output
-    assert r.stdout == f"wrote {out}: 3 rows read, 1 prompts x 2, 1 rows dropped, 0 clipped\n"
+    assert r.stdout == f"wrote {out}: 3 rows read, 1 prompt x 2, 1 row dropped, 0 clipped\n"
     assert read_trace(out).meta.group_size == 2
 
 

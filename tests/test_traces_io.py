@@ -42,12 +42,12 @@ def traces(draw: st.DrawFn) -> Trace:
         )
     )
     n = len(keys) * g
-    cap = draw(st.integers(1, 2**40))
+    cap = draw(st.integers(1, 2**31 - 1))  # (lengths are 32-bit in a run)
     ints = st.lists(st.integers(1, cap), min_size=n, max_size=n)
     cols: dict[str, object] = {
         "prompt_id": [k[1] for k in keys for _ in range(g)],
         "sample": [s for _ in keys for s in draw(st.permutations(range(g)))],
-        "prompt_len": draw(st.lists(st.integers(1, 2**40), min_size=n, max_size=n)),
+        "prompt_len": draw(st.lists(st.integers(1, 2**31 - 1), min_size=n, max_size=n)),
         "response_len": draw(ints),
         "truncated": draw(st.lists(st.booleans(), min_size=n, max_size=n)),
     }
@@ -262,6 +262,58 @@ def test_response_above_max(tmp_path: Path) -> None:
     )
 
 
+LENGTH_LIMIT = "is above 2,147,483,647, the largest length (lengths are 32-bit in a run)"
+
+
+@pytest.mark.parametrize("field", ["prompt_len", "response_len"])
+def test_a_length_above_32_bits_names_its_line_in_every_text_format(tmp_path: Path, field: str) -> None:
+    """Was an OverflowError traceback from the policy's view (int32), as `trace import` refuses."""
+    meta = META.replace('"max_response_len": 100', '"max_response_len": 2147483647')
+    big = {"pl": 2**31} if field == "prompt_len" else {"rl": 2**31}
+    assert _err(tmp_path, "t.jsonl", "\n".join([meta, _row(), _row(s=1, **big)])) == (
+        f"line 3: field '{field}': 2,147,483,648 {LENGTH_LIMIT}")
+    row = "a,1,3000000000,10,false" if field == "prompt_len" else "a,1,5,3000000000,false"
+    assert _err(tmp_path, "t.csv", f"{HEADER}\na,0,5,10,false\n{row}\n") == (
+        f"line 3: field '{field}': 3,000,000,000 {LENGTH_LIMIT}")
+
+
+def test_a_length_above_32_bits_names_its_parquet_row(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"prompt_id": ["a", "a"], "sample": [0, 1], "prompt_len": [5, 2**31 - 1],
+                      "response_len": pa.array([10, 2**31], type=pa.int64()), "truncated": [False, False]})
+    pq.write_table(table, tmp_path / "n.parquet")
+    with pytest.raises(TraceError) as e:
+        read_trace(tmp_path / "n.parquet")
+    assert str(e.value) == f"{tmp_path / 'n.parquet'}: row 2: field 'response_len': 2,147,483,648 {LENGTH_LIMIT}"
+
+
+def test_a_cap_above_32_bits_is_refused_and_the_largest_lengths_are_read(tmp_path: Path) -> None:
+    meta = META.replace('"max_response_len": 100', '"max_response_len": 2147483648')
+    assert _err(tmp_path, "t.jsonl", "\n".join([meta, _row(), _row(s=1)])) == (
+        f"metadata 'max_response_len': 2,147,483,648 {LENGTH_LIMIT}")
+    top = 2**31 - 1
+    (tmp_path / "ok.csv").write_text(f"{HEADER}\na,0,{top},{top},true\n")
+    trace = read_trace(tmp_path / "ok.csv")
+    assert (trace.prompt_len.tolist(), trace.response_len.tolist(), trace.meta.max_response_len) == (
+        [top], [top], top)
+
+
+def test_a_length_above_32_bits_is_one_error_line_in_simulate(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sortedrl.cli import app
+
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{HEADER}\na,0,5,10,false\nb,0,5,3000000000,false\n")
+    r = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--policy", "sync",
+                                 "--out", str(tmp_path / "o")])
+    assert (r.exit_code, r.stdout, r.stderr) == (
+        2, "", f"error: {trace}: line 3: field 'response_len': 3,000,000,000 {LENGTH_LIMIT}\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+
+
 def test_empty_file(tmp_path: Path) -> None:
     for name in ("t.jsonl", "t.csv", "t.data"):
         assert _err(tmp_path, name, "") == "empty file"
@@ -319,7 +371,7 @@ def test_other_malformed_inputs(tmp_path: Path) -> None:
         "line 2: field 'truncated': 'maybe' is not a boolean"
     )
     assert _err(tmp_path, "t.csv", f"# sortedrl_trace {META}\n{HEADER}\na,0,5,10,false\n") == (
-        "prompt 'a' (first at line 3) has 1 samples, expected group_size 2"
+        "prompt 'a' (first at line 3) has 1 sample, expected group_size 2"
     )
     assert _err(tmp_path, "t.csv", "# hello\n") == (
         "line 1: expected '# sortedrl_trace {...}' metadata or a header"
@@ -368,7 +420,15 @@ def test_parquet_errors_name_rows(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "n.parquet")
     with pytest.raises(TraceError) as e:  # (it wrapped to -1, and was called negative)
         read_trace(tmp_path / "n.parquet")
-    assert str(e.value) == (f"{tmp_path / 'n.parquet'}: row 2: field 'response_len': "
+    assert str(e.value) == (f"{tmp_path / 'n.parquet'}: row 2: field 'response_len': 18,446,744,073,"
+                            "709,551,615 is above 2,147,483,647, the largest length (lengths are "
+                            "32-bit in a run)")
+    table = table.set_column(1, "sample", pa.array([0, 2**64 - 1], type=pa.uint64()))
+    table = table.set_column(3, "response_len", pa.array([10, 10], type=pa.int64()))
+    pq.write_table(table, tmp_path / "n.parquet")
+    with pytest.raises(TraceError) as e:  # (not a length: past int64, it is out of range)
+        read_trace(tmp_path / "n.parquet")
+    assert str(e.value) == (f"{tmp_path / 'n.parquet'}: row 2: field 'sample': "
                             "18446744073709551615 is out of range")
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(TraceError, match=r"junk\.parquet: not a readable Parquet file"):

@@ -131,7 +131,7 @@ def test_round_trip_any_turns(tmp_path_factory, rows) -> None:
          "x: row 3: field 'turn_tool_tokens': turn 2: 3 after the last turn "
          "(no tool call follows it; use 0)"),
         (dict(turn_tool_tokens=[[7, 0], [0], [8], [1, 2, 0]]),
-         "x: row 3: field 'turn_tool_tokens': 1 turns, but 'turn_gen' has 2"),
+         "x: row 3: field 'turn_tool_tokens': 1 turn, but 'turn_gen' has 2"),
         (dict(turn_gen=[[1, 2], [], [2, 3], [1, 2, 3]]),
          "x: row 2: field 'turn_gen': no turns (a row has at least one)"),
         (dict(turn_tool_s=None),

@@ -128,3 +128,14 @@ def test_a_cluster_plan_counts_skipped_shapes_and_knobs_as_trials(tiny, tmp_path
         ({"cluster.tp": 2, "filter_groups": True}, "tiny[tp=2]: field 'tp': an engine of tp=2 "
          "needs 2 GPUs, and the cluster has 1"),
         ({"cluster.tp": 1, "filter_groups": True}, f"--param sortedrl.filter_groups=true: {NO_REWARD}")]
+
+
+@pytest.mark.parametrize("ray", ["local", "auto"])
+def test_workers_and_ray_together_are_one_error_line(tiny, tmp_path, ray):
+    """--ray was taken and --workers silently ignored (make_executor checks ray first)."""
+    out = tmp_path / "o"
+    r = tune(*tiny, "--policy", "sync", "--workers", "2", "--ray", ray, "--out", str(out))
+    assert (r.exit_code, r.stdout, r.stderr) == (
+        2, "", f"error: --workers 2 and --ray {ray}: give one of them (--ray runs the trials on a Ray "
+               "cluster's workers, --workers in local processes)\n")
+    assert not out.exists()

@@ -19,7 +19,7 @@ from tests.test_forecast import MODEL
 
 def test_the_note_names_the_fewest_and_the_most_updates() -> None:
     assert updates_note([("sync", 6), ("sortedrl", 2), ("partial", 5)]) == (
-        "updates differ: sortedrl makes 2, sync 6; fewer updates mean larger batches, a "
+        "updates differ: sortedrl makes 2 updates, sync makes 6; fewer updates mean larger batches, a "
         "different training run, not only a faster one")
     assert updates_note([("sync", 6), ("sortedrl", 4)]) is None  # under 2x
     assert updates_note([("sync", 6)]) is None
@@ -39,7 +39,8 @@ def test_forecast_shows_updates_and_says_when_they_differ(tmp_path) -> None:
     col = lines[1].split().index("updates")
     assert [line.split()[col] for line in lines[4:6]] == ["6", "2"]
     assert (" ".join(r.stdout.split()).count(
-        "updates differ: sortedrl @ h100-llama3.1-8b-2gpu makes 2, sync @ h100-llama3.1-8b-2gpu 6;")
+        "updates differ: sortedrl @ h100-llama3.1-8b-2gpu makes 2 updates, sync @ h100-llama3.1-8b-2gpu "
+        "makes 6;")
         == 1)
     assert r.stderr.startswith("warning: a step of t.jsonl has 32 samples, filling 6% of the 512 "
                                "decode slots of h100-llama3.1-8b-2gpu (2 engines x 256)")

@@ -25,7 +25,7 @@ def test_a_column_named_as_the_csv_header_spells_it_is_found(tmp_path):
     out = tmp_path / "t.jsonl"
     stdout = _ok(["trace", "import", str(table), "--prompt-len-col", " prompt tokens",
                   "--response-len-col", "gen tokens", "--group-size", "2", "--out", str(out)])
-    assert stdout == f"wrote {out}: 2 rows read, 1 prompts x 2, 0 rows dropped, 0 clipped\n"
+    assert stdout == f"wrote {out}: 2 rows read, 1 prompt x 2, 0 rows dropped, 0 clipped\n"
     rows = [json.loads(line) for line in out.read_text().splitlines()[1:]]
     assert [(r["prompt_len"], r["response_len"]) for r in rows] == [(5, 10), (6, 12)]
     r = runner.invoke(app, ["trace", "import", str(table), "--prompt-len-col", "prompt_tokens",

@@ -92,9 +92,9 @@ def test_compare_at_50_columns_drops_the_legend_of_the_hidden_stale(tmp_path: Pa
     start = lines.index("vs first: learnable tok/s over sync's")  # the ratio is still shown
     assert lines[start:] == [
         "vs first: learnable tok/s over sync's",
-        "updates differ: sortedrl makes 2, sync 4; fewer",
-        "  updates mean larger batches, a different",
-        "  training run, not only a faster one",
+        "updates differ: sortedrl makes 2 updates, sync",
+        "  makes 4; fewer updates mean larger batches, a",
+        "  different training run, not only a faster one",
         "hidden to fit 50 columns: learnable tok/s, stale",
         "versions, bubble %, wasted %, updates count",
         "(--wide shows them)",

@@ -265,27 +265,30 @@ def hears_turns(policy: Policy) -> bool:
 # -- knobs from ``--set key=value`` ------------------------------------------------------------------
 
 
-def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = "--set") -> object:
+def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = "--set",
+                 label: str = "") -> object:
     """Build ``params_cls`` from ``key=value`` strings, with one-line errors naming ``option``
-    (the one the user gave them to)."""
+    (the one the user gave them to) and each key as the user wrote it: ``label.key`` for
+    compare's and forecast's ``--set LABEL.key=value`` (the label was dropped)."""
     fields = {f.name: f for f in dataclasses.fields(params_cls)}
     hints = typing.get_type_hints(params_cls)
     values: dict[str, object] = {}
+    at = f"{label}." if label else ""
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"{option} {pair!r}: expected key=value")
+            raise ConfigError(f"{option} {at + pair!r}: expected {at}key=value")
         if key not in fields:
             known = ", ".join(fields) or "none"
-            raise ConfigError(f"{option} {key}: unknown parameter for policy {policy} (known: {known})")
-        values[key] = _coerce(raw.strip(), hints[key], f"{option} {key}={raw}")
+            raise ConfigError(f"{option} {at}{key}: unknown parameter for policy {policy} (known: {known})")
+        values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{key}={raw}")
     missing = [name for name, f in fields.items() if name not in values and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING and f.init]
     if missing:  # (the dataclass's own TypeError said "__init__() missing 1 required positional argument")
         where = _defined_at(params_cls)
         raise ConfigError(f"policy {policy}: knob {missing[0]} has no default: give it with {option} "
-                          f"{missing[0]}=VALUE, or give it a default in its Params" + (f" ({where})" if where else ""))
+                          f"{at}{missing[0]}=VALUE, or give it a default in its Params" + (f" ({where})" if where else ""))
     try:
         return params_cls(**values)
     except (ValueError, TypeError) as e:

@@ -76,14 +76,15 @@ def run_context(trace) -> RunContext:
                       num_groups=trace.num_groups, max_response_len=trace.meta.max_response_len)
 
 
-def make_policy(name: str, sets: list[str], trace) -> Policy:
-    """Instantiate a policy for ``trace`` with its ``--set key=value`` knobs.
+def make_policy(name: str, sets: list[str], trace, label: str = "") -> Policy:
+    """Instantiate a policy for ``trace`` with its ``--set key=value`` knobs (``--set
+    label.key=value`` in compare and forecast: ``label`` names them so in an error).
 
     The trace's true lengths reach a policy only through an explicit oracle, and only when the
     policy asks for one (``wants_oracle``); such runs are labelled oracle in every output.
     """
     cls = policy_class(name)
-    params = parse_params(cls.Params, sets, name)
+    params = parse_params(cls.Params, sets, name, label=label)
     try:
         policy = cls(params, run_context(trace))
     except ValueError as e:  # a refused knob: the built-in policies check theirs so

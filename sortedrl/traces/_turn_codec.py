@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.tables import counted
 from sortedrl.traces.schema import Trace
 from sortedrl.traces.turns import TURN_FIELDS, per_row
 
@@ -163,7 +164,7 @@ def arrow_read(path: Path, table: Any, pa: Any) -> dict[str, Any]:
         elif not np.array_equal(offs, offsets):
             i = int(np.flatnonzero(np.diff(offs) != np.diff(offsets))[0])
             raise TraceError(
-                f"{path}: row {i + 1}: field '{col}': {int(offs[i + 1] - offs[i])} turns, but "
+                f"{path}: row {i + 1}: field '{col}': {counted(int(offs[i + 1] - offs[i]), 'turn')}, but "
                 f"'{present[0]}' has {int(offsets[i + 1] - offsets[i])}"
             )
         out[col] = values.to_numpy(zero_copy_only=False)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sortedrl.errors import TraceError
-from sortedrl.limits import INT64_MAX
+from sortedrl.limits import INT32_MAX, INT64_MAX
 
 Line = Callable[[int], int]
 
@@ -29,17 +29,22 @@ def _bad(where: str, line: Line, i: int, col: str, what: str) -> TraceError:
     return TraceError(f"{where}: row {line(i)}: field '{col}': {what}")
 
 
-def int_column(raw: object, n: int, col: str, minimum: int, where: str, line: Line) -> np.ndarray:
-    """int64 values >= ``minimum``; integral floats and digit strings are accepted."""
+def int_column(raw: object, n: int, col: str, minimum: int, where: str, line: Line,
+               length: bool = False) -> np.ndarray:
+    """int64 values >= ``minimum``; integral floats and digit strings are accepted. A ``length``
+    (``prompt_len``, ``response_len``) is at most INT32_MAX, as ``trace import`` refuses above it:
+    lengths are 32-bit in a run (the policy's view and the timeline), where a larger one was an
+    OverflowError traceback."""
+    top = INT32_MAX if length else INT64_MAX
     if isinstance(raw, np.ndarray) and raw.dtype == np.uint64 and raw.size and raw.max() > INT64_MAX:
         big = int(np.flatnonzero(raw > INT64_MAX)[0])  # (it would wrap to a negative)
         raw = raw[: big + 1].tolist() + [0] * (n - big - 1)  # the loop below names it
     if isinstance(raw, np.ndarray) and raw.dtype.kind in "iu":
         out = raw.astype(np.int64, copy=False)  # the trace's reordering copies
-        low = np.flatnonzero(out < minimum)
-        if low.size == 0:
+        bad = np.flatnonzero((out < minimum) | (out > top)) if length else np.flatnonzero(out < minimum)
+        if bad.size == 0:
             return out
-        raw = out[: int(low[0]) + 1].tolist() + [0] * (n - int(low[0]) - 1)
+        raw = out[: int(bad[0]) + 1].tolist() + [0] * (n - int(bad[0]) - 1)
     out = np.empty(n, dtype=np.int64)
     for i, value in enumerate(plain(raw)):
         v = _as_int(value)
@@ -47,6 +52,9 @@ def int_column(raw: object, n: int, col: str, minimum: int, where: str, line: Li
             raise _bad(where, line, i, col, f"{value!r} is not an integer")
         if v < minimum:
             raise _bad(where, line, i, col, f"{v} is {'negative' if v < 0 else f'below {minimum}'}")
+        if length and v > top:
+            raise _bad(where, line, i, col, f"{v:,} is above {INT32_MAX:,}, the largest length "
+                                            "(lengths are 32-bit in a run)")
         if v > INT64_MAX:
             raise _bad(where, line, i, col, f"{v} is out of range")
         out[i] = v

@@ -17,9 +17,10 @@ from sortedrl import jsonio
 from sortedrl.cli_common import err, user_errors
 from sortedrl.cli_inputs import synthesized
 from sortedrl.errors import ConfigError, TraceError
+from sortedrl.limits import check_seed
 from sortedrl.outputs import Outputs
 from sortedrl.progress import Phases
-from sortedrl.tables import METRICS_LINE
+from sortedrl.tables import METRICS_LINE, counted
 from sortedrl.traces.fit_commands import register as _register_fit
 from sortedrl.traces.importer import import_table_with_report
 from sortedrl.traces.importer_groups import table_notes
@@ -148,8 +149,8 @@ def import_cmd(
         typer.echo(note, err=True)
     steps = f" over {report.steps:,} step(s)" if report.steps else ""
     typer.echo(
-        f"wrote {out}: {report.rows:,} rows read, {report.prompts:,} prompts x {group_size:,}{steps}, "
-        f"{report.dropped_rows:,} rows dropped, {report.clipped_rows:,} clipped"
+        f"wrote {out}: {counted(report.rows, 'row')} read, {counted(report.prompts, 'prompt')} x {group_size:,}{steps}, "
+        f"{counted(report.dropped_rows, 'row')} dropped, {report.clipped_rows:,} clipped"
     )
 
 
@@ -163,11 +164,11 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
     if report.dropped_groups:
-        typer.echo(f"note: dropped {report.dropped_groups:,} groups ({report.dropped_rows:,} "
-                   f"samples) whose size is not a multiple of the group size "
+        typer.echo(f"note: dropped {counted(report.dropped_groups, 'group')} ({counted(report.dropped_rows, 'sample')}) "
+                   f"whose size is not a multiple of the group size "
                    f"{report.group_size:,} (a filtered or aborted sample)", err=True)
-    typer.echo(f"wrote {out}: {report.rows:,} samples from {report.files:,} {framework} file(s), "
-               f"{report.groups:,} groups x {report.group_size:,} over {report.steps:,} step(s), "
+    typer.echo(f"wrote {out}: {counted(report.rows, 'sample')} from {report.files:,} {framework} file(s), "
+               f"{counted(report.groups, 'group')} x {report.group_size:,} over {report.steps:,} step(s), "
                f"cap {trace.meta.max_response_len:,} tokens")
 
 
@@ -188,14 +189,15 @@ def synth_cmd(
     force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Draw a synthetic trace from a preset fitted to published length statistics."""
+    check_seed(seed)
     outs = _output(out, force, [])
     with Phases(err) as progress:
         progress.phase(f"drawing {preset}")
         trace = synthesized(preset, prompts, group_size, steps, seed, dataset_size)
         outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     typer.echo(
-        f"wrote {out}: {len(trace)} samples, {trace.prompts_per_step} prompts x "
-        f"{trace.meta.group_size} per step, {trace.num_groups // trace.prompts_per_step} steps"
+        f"wrote {out}: {counted(len(trace), 'sample')}, {counted(trace.prompts_per_step, 'prompt')} x "
+        f"{trace.meta.group_size} per step, {counted(trace.num_steps, 'step')}"
     )
 
 

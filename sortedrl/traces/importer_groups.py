@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.errors import TraceError
+from sortedrl.tables import counted
 
 
 @dataclass(frozen=True)
@@ -94,13 +95,14 @@ def table_notes(report, group_size: int, cap: int, by_id: bool, by_step: bool) -
     prompts' requests by design: said nothing)."""
     out = []
     if report.dropped_groups:
-        out.append(f"note: dropped {report.dropped_groups:,} prompt groups ({report.dropped_rows:,} rows) "
+        out.append(f"note: dropped {counted(report.dropped_groups, 'prompt group')} ({counted(report.dropped_rows, 'row')}) "
                    f"of another size than --group-size {group_size:,} (a filtered or aborted sample?)")
     elif report.dropped_rows:
-        rows = "rows at the end of a step" if by_step else "trailing rows"
-        out.append(f"note: dropped {report.dropped_rows:,} {rows} that do not fill a group of {group_size:,}")
+        n = report.dropped_rows
+        rows = counted(n, "row") + " at the end of a step" if by_step else f"{n:,} trailing row{'s' * (n != 1)}"
+        out.append(f"note: dropped {rows} that {'does' if n == 1 else 'do'} not fill a group of {group_size:,}")
     if report.clipped_rows:
-        out.append(f"note: clipped {report.clipped_rows:,} responses to max_response_len {cap:,}")
+        out.append(f"note: clipped {counted(report.clipped_rows, 'response')} to max_response_len {cap:,}")
     named = any(option == "--prompt-id-col" for _, option in report.unread)
     if report.mixed_groups and not by_id and named:  # (a serving log's rows are several prompts')
         out.append(f"warning: {report.mixed_groups:,} of {report.prompts:,} groups of {group_size:,} "

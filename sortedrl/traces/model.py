@@ -34,7 +34,7 @@ import numpy as np
 
 from sortedrl import file_kinds, jsonio
 from sortedrl.errors import TraceError
-from sortedrl.limits import INT32_MAX
+from sortedrl.limits import INT32_MAX, check_seed
 from sortedrl.traces import model_turns
 from sortedrl.traces.model_turns import TURN_FIELDS
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
@@ -187,8 +187,7 @@ def generate(model: TraceModel, steps: int, seed: int = 0, prompts: int | None =
         raise TraceError(f"--steps must be >= 1, got {steps}")
     if prompts is not None and prompts < 1:
         raise TraceError(f"--prompts must be >= 1, got {prompts}")
-    if seed < 0:  # (NumPy's generator refused it with a traceback)
-        raise TraceError(f"--seed must be >= 0, got {seed}")
+    check_seed(seed)  # (NumPy's generator refused a negative one with a traceback)
     n, per_step = model.group_size, model.prompts_per_step if prompts is None else prompts
     check_samples(per_step, n, steps)
     rng = np.random.default_rng(seed)

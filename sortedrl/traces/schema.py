@@ -28,6 +28,7 @@ import numpy as np
 
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT32_MAX
+from sortedrl.tables import counted
 from sortedrl.traces import turns as _turns
 from sortedrl.traces.columns import Line, bool_column, float_column, int_column, str_column
 from sortedrl.traces.turns import TURN_COLUMNS
@@ -117,9 +118,12 @@ class Trace:
 
         prompt_id = str_column(columns["prompt_id"], "prompt_id", where, line)
         sample = int_column(columns["sample"], n, "sample", 0, where, line)
-        prompt_len = int_column(columns["prompt_len"], n, "prompt_len", 1, where, line)
-        response_len = int_column(columns["response_len"], n, "response_len", 1, where, line)
+        prompt_len = int_column(columns["prompt_len"], n, "prompt_len", 1, where, line, length=True)
+        response_len = int_column(columns["response_len"], n, "response_len", 1, where, line, length=True)
         truncated = bool_column(columns["truncated"], n, "truncated", where, line)
+        if meta.max_response_len > INT32_MAX:  # (after the rows: a cap inferred from one is named there)
+            raise TraceError(f"{where}: metadata 'max_response_len': {meta.max_response_len:,} is above "
+                             f"{INT32_MAX:,}, the largest length (lengths are 32-bit in a run)")
         step = reward = finish = None
         if columns.get("step") is not None:
             step = int_column(columns["step"], n, "step", 0, where, line)
@@ -175,6 +179,19 @@ class Trace:
             return self.num_groups
         first = self.step[:: self.meta.group_size]
         return int(np.count_nonzero(first == first[0]))
+
+    @property
+    def num_steps(self) -> int:
+        """Distinct steps (1 without a step column). Not ``num_groups // prompts_per_step``: a
+        real dump after dynamic-sampling filtering has steps of unequal size (64, 60, 64, 64),
+        and steps of 64, 8 and 32 prompts are 3 steps, not 1."""
+        return 1 if self.step is None else int(np.unique(self.step[:: self.meta.group_size]).size)
+
+    def step_prompts(self) -> np.ndarray:
+        """Prompts (groups) of each step, in step order (all groups in one without a step column)."""
+        if self.step is None:
+            return np.array([self.num_groups], dtype=np.int64)
+        return np.unique(self.step[:: self.meta.group_size], return_counts=True)[1].astype(np.int64)
 
     def columns(self) -> dict[str, np.ndarray]:
         """The present per-row columns, in schema order (the turn columns are apart)."""
@@ -264,7 +281,7 @@ def _canonical_order(meta: TraceMeta, prompt_id: np.ndarray, sample: np.ndarray,
         g = int(short[0])
         i = int(np.flatnonzero(gidx == g)[0])
         raise TraceError(
-            f"{where}: prompt {str(prompt_id[i])!r} (first at row {line(i)}) has {int(counts[g])} samples, "
+            f"{where}: prompt {str(prompt_id[i])!r} (first at row {line(i)}) has {counted(int(counts[g]), 'sample')}, "
             f"expected group_size {meta.group_size}"
         )
     return order, canonical

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sortedrl.errors import ConfigError
+from sortedrl.limits import check_seed
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 from sortedrl.traces.synth_agentic import AGENTIC_PRESETS, generate_agentic, synthetic_trace
 
@@ -150,6 +151,7 @@ def synthesize(
     else:
         P, n, S, seed = (_check_int(k, v, m) for k, v, m in
                          (("prompts", P, 1), ("group_size", n, 1), ("steps", S, 1), ("seed", seed, 0)))
+        check_seed(seed, "seed")
         check_samples(P, n, S)
         D = _dataset_size(dataset_size, P, S)
         if D < P:
@@ -203,7 +205,7 @@ def generate(
     P = _check_int("prompts", prompts, 1)
     n = _check_int("group_size", group_size, 1)
     S = _check_int("steps", steps, 1)
-    seed = _check_int("seed", seed, 0)
+    seed = check_seed(_check_int("seed", seed, 0), "seed")
     check_samples(P, n, S)
     D = _dataset_size(dataset_size, P, S)
     if D < P:

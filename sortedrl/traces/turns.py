@@ -27,6 +27,7 @@ import numpy as np
 
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT64_MAX
+from sortedrl.tables import counted
 
 TURN_FIELDS = ("turn_gen", "turn_tool_s", "turn_tool_tokens")
 MAX_TOOL_S = 1e9  # s, one tool call
@@ -63,7 +64,7 @@ def check_turns(
         for col, vals in flat.items():
             if len(vals) != int(offsets[-1]):
                 raise TraceError(
-                    f"{where}: column '{col}' has {len(vals)} turns, turn_offsets says {int(offsets[-1])}"
+                    f"{where}: column '{col}' has {counted(len(vals), 'turn')}, turn_offsets says {int(offsets[-1])}"
                 )
     else:
         offsets, flat = _flatten(columns, n, where, line)
@@ -163,7 +164,7 @@ def _flatten(
             if diff.size:
                 i = int(diff[0])
                 raise TraceError(
-                    f"{where}: row {line(i)}: field '{col}': {int(lens[i])} turns, but "
+                    f"{where}: row {line(i)}: field '{col}': {counted(int(lens[i]), 'turn')}, but "
                     f"'turn_gen' has {int(counts[i])}"
                 )
         flat[col] = out

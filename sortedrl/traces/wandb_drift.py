@@ -44,6 +44,7 @@ from scipy.special import log_ndtr, ndtr
 
 from sortedrl import jsonio, streams
 from sortedrl.errors import TraceError, not_found
+from sortedrl.tables import counted
 from sortedrl.wandb_runs import only_run, present, repeated_note, step_number
 
 SIBLINGS = {  # mean metric -> (max metric, clip-ratio metric), as the frameworks name them
@@ -249,7 +250,7 @@ def _series(p: Path, rows: list[list[str]], header: list[str], step_col: int, st
         if not any(c.strip() for c in row):
             continue
         if len(row) != len(header):
-            raise TraceError(f"{p}: line {lineno}: {len(row)} cells, but the header has {len(header)} columns")
+            raise TraceError(f"{p}: line {lineno}: {counted(len(row), 'cell')}, but the header has {len(header)} columns")
         if any(not row[c].strip() for c in cols):
             continue
         vals = tuple(_number(p, lineno, header[c], row[c]) for c in cols)

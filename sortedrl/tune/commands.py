@@ -40,6 +40,7 @@ from sortedrl.compare import (
     updates_note,
 )
 from sortedrl.errors import ConfigError
+from sortedrl.limits import check_seed
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.policies.auto import knob_text
 from sortedrl.policies.registry import policy_class
@@ -82,11 +83,15 @@ def register(app: typer.Typer) -> None:
         from sortedrl.tune.space import parse_spaces
 
         check_regen(regen)
+        check_seed(seed)
         if objective not in OBJECTIVES:
             raise ConfigError(f"--objective {objective}: expected one of {', '.join(OBJECTIVES)}")
         for option, value in (("--budget", budget), ("--workers", workers)):
             if value < 1:  # (the message named both options for one bad value)
                 raise ConfigError(f"{option} {value}: must be >= 1")
+        if ray and workers > 1:  # (the trials ran on Ray, --workers silently ignored)
+            raise ConfigError(f"--workers {workers} and --ray {ray}: give one of them (--ray runs the "
+                              "trials on a Ray cluster's workers, --workers in local processes)")
         if budget > MAX_BUDGET:
             raise ConfigError(f"--budget {budget:,}: at most {MAX_BUDGET:,} trials (each is a "
                               "whole simulation)")
@@ -140,7 +145,7 @@ def trace_shape(trace) -> dict:
     (``--group-size`` and ``--prompts`` default to it): responses per prompt, prompts a step,
     steps, the response cap."""
     return {"group_size": trace.meta.group_size, "prompts_per_step": trace.prompts_per_step,
-            "steps": trace.num_groups // max(1, trace.prompts_per_step),
+            "steps": trace.num_steps,
             "max_response_len": trace.meta.max_response_len}
 
 
