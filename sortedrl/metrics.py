@@ -31,6 +31,14 @@ def rank_rate(summary: dict) -> float:
     return summary.get("learnable_tokens_per_s", summary["tokens_per_s"])
 
 
+def unit_ratio(x: float) -> float:
+    """A ratio documented as 0-1 and computed as ``1 - a/b`` (or a difference of two such) held
+    in [0, 1]: float error leaves it a few ulps outside (a step whose slots were all busy gave
+    ``bubble_ratio`` -4.4e-16, which a table printed as ``-0.0``). ``+ 0.0`` makes a ``-0.0``
+    0.0."""
+    return min(1.0, max(0.0, x)) + 0.0
+
+
 def sorted_union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals given as their starts and their ends, each array sorted on its
     own (no interval ends before it starts): the same segments as merging the intervals in
@@ -276,7 +284,7 @@ def summarize(tl: Timeline) -> dict:
     starts, ends = sorted_union(np.sort(sp["t"]), np.sort(sp["t_end"]))
     rollout_s = exact_sum(ends - starts)
     del starts, ends
-    bubble = 1.0 - busy_slots / (capacity * rollout_s) if rollout_s > 0 else 0.0
+    bubble = unit_ratio(1.0 - busy_slots / (capacity * rollout_s)) if rollout_s > 0 else 0.0
     tools = tool_summary(tl, sp["t"], sp["t_end"], capacity, busy_slots)  # multi-turn only, else {}
     if tools:  # a trajectory away on a tool call is still rolling out
         rollout_s, bubble = tools.pop("rollout_s"), tools.pop("bubble_ratio")
@@ -289,7 +297,7 @@ def summarize(tl: Timeline) -> dict:
     offload_s = _duration(tl, "offload", "onload")
     gpu_busy = (engine_busy * tp + train_s * int(m["trainer_gpus"]) + sync_s * gpus
                 + offload_s * gpus)
-    gpu_idle = 1.0 - gpu_busy / (gpus * makespan) if makespan > 0 else 0.0
+    gpu_idle = unit_ratio(1.0 - gpu_busy / (gpus * makespan)) if makespan > 0 else 0.0
 
     tokens = _token_use(tl, sp, _samples_named(tl, sp), int(m.get("group_size", 1)))
     generated, useful, learnable = tokens["generated"], tokens["useful"], tokens["learnable"]

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from sortedrl.metrics import sorted_union, union_length
+from sortedrl.metrics import sorted_union, union_length, unit_ratio
 
 
 def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: float) -> dict:
@@ -29,9 +29,9 @@ def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: 
         asked, back = outside(asked, back, *_stopped(tl))
     rollout_s = union_length(np.concatenate((t0, asked)), np.concatenate((t1, back)))
     slot_s = capacity * rollout_s
-    bubble = 1.0 - busy_slots / slot_s if slot_s > 0 else 0.0
+    bubble = unit_ratio(1.0 - busy_slots / slot_s) if slot_s > 0 else 0.0
     tool_idle = _idle_for_tools(t0, t1, asked, back, capacity)
-    bubble_tool = tool_idle / slot_s if slot_s > 0 else 0.0
+    bubble_tool = unit_ratio(tool_idle / slot_s) if slot_s > 0 else 0.0
     return {
         "rollout_s": rollout_s,
         "bubble_ratio": bubble,
@@ -39,7 +39,7 @@ def tool_summary(tl, t0: np.ndarray, t1: np.ndarray, capacity: int, busy_slots: 
         "tool_s": tool_s,
         "sandbox_wait_s": wait_s,
         "bubble_tool_ratio": bubble_tool,
-        "bubble_tail_ratio": bubble - bubble_tool,
+        "bubble_tail_ratio": unit_ratio(bubble - bubble_tool),
     }
 
 

@@ -16,20 +16,24 @@ Per step we compare step time, rollout time (time with at least one running samp
 and bubble ratio; ``step_time_mape`` and ``bubble_ratio_abs_err`` (whole run) are the headline
 errors. ``progress_time_mape`` compares the time by which each step's count of trained samples
 is reached; unlike per-step times it does not depend on where a timing-sensitive policy happened
-to draw its update boundaries.
+to draw its update boundaries. When the two makespans are more than 2x apart the profile does
+not run at the run's speed (another host or model), and a ``warning:`` on stderr says so and
+what to do (:mod:`sortedrl.validate_speed`); ``warnings`` in the result holds it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import typer
 
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
-from sortedrl.metrics import missing_meta, span_table, summarize, union_length
+from sortedrl.metrics import missing_meta, span_table, summarize, union_length, unit_ratio
 from sortedrl.outputs import Writer, write_json
 from sortedrl.policies.registry import builtin_class, make_policy
 from sortedrl.run_summary import check_matches, is_real_run, read_summary
@@ -39,6 +43,7 @@ from sortedrl.tables import PERCENT, percent
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import find_timeline, read_timeline
 from sortedrl.traces.io import read_trace
+from sortedrl.validate_speed import speed_warning
 
 
 def step_ends(tl: Timeline) -> tuple[list[float], list[int]]:
@@ -58,7 +63,7 @@ def window(tl: Timeline, start: float, end: float) -> dict:
     busy = float(np.sum(b[keep] - a[keep]))
     train = sum(max(0.0, min(t1, end) - max(t0, start)) for t0, t1, *_ in tl.rows("train"))
     return {"step_s": end - start, "rollout_s": rollout, "train_s": train,
-            "bubble_ratio": 1.0 - busy / (capacity * rollout) if rollout > 0 else 0.0}
+            "bubble_ratio": unit_ratio(1.0 - busy / (capacity * rollout)) if rollout > 0 else 0.0}
 
 
 def step_table(tl: Timeline, ends: list[float] | None = None) -> list[dict]:
@@ -199,6 +204,11 @@ def recorded_auto(meta: dict, where: Path) -> dict:
     return dict(auto)
 
 
+def _warn(line: str) -> None:
+    """A warning on stderr, as the other commands print theirs."""
+    typer.echo(f"warning: {line}", err=True)
+
+
 def _check_settles_the_trace(tl_path: Path, tl: Timeline, trace_path: Path, samples: int) -> None:
     """A finished run trains, discards or filters each sample of its trace.jsonl once: a
     timeline that settles fewer was cut short (with or without its summary.json), and a replay
@@ -211,13 +221,15 @@ def _check_settles_the_trace(tl_path: Path, tl: Timeline, trace_path: Path, samp
                           "truncated? (write the run again)")
 
 
-def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False) -> dict:
+def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False,
+             warn: Callable[[str], None] = _warn) -> dict:
     """Replay the real run in ``rundir`` on ``profile``'s cluster and compare it, step by step.
 
     The run must have finished (its ``trace.jsonl`` is written at its end), and its timeline must
     be the whole run that its ``summary.json`` describes, checked as ``plot`` checks it
     (:func:`sortedrl.run_summary.check_matches`): the replay covers the whole trace, and a
-    timeline cut at a line boundary still parses."""
+    timeline cut at a line boundary still parses. Each of the result's ``warnings`` is also
+    given to ``warn`` as it is found (by default a ``warning:`` line on stderr)."""
     rundir = Path(rundir)
     tl_path = find_timeline(rundir, "timeline.jsonl")
     if not tl_path.exists():
@@ -256,6 +268,9 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
                    attempt_lengths=dropped_attempts(real_tl, trace.meta.max_response_len))
     steps = compare_steps(real_tl, sim.timeline)
     real_sum, sim_sum = summarize(real_tl), sim.summary
+    warnings = [w for w in (speed_warning(real_sum["makespan_s"], sim_sum["makespan_s"], profile, run),) if w]
+    for line in warnings:
+        warn(line)
 
     def mean(key: str) -> float | None:  # over the steps that have the error (None: none has)
         errors = [x[key] for x in steps if x[key] is not None]
@@ -277,6 +292,7 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
         "bubble_ratio_abs_err": abs(sim_sum["bubble_ratio"] - real_sum["bubble_ratio"]),
         "makespan_err_pct": _pct(real_sum["makespan_s"], sim_sum["makespan_s"]),
         **_tool_comparison(real_sum, sim_sum),
+        "warnings": warnings,
         "steps": steps,
         "real": real_sum,
         "sim": sim_sum,
