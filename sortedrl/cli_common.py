@@ -289,15 +289,23 @@ class LazyProgress(Phases):
 
 def summary_text(summary: dict, title: str) -> str:
     """A summary as a metric-per-row text table fitted to the terminal; knobs (as used, with
-    their auto values) under it, wrapped, since one line of them can be wider than a screen."""
+    their auto values) under it, wrapped, since one line of them can be wider than a screen. A
+    real run's bound and efficiency, 0 in its summary.json, are printed ``-`` with a note: a 0
+    read as "0% efficient", where a real run has no cost model to bound it with."""
     from sortedrl.policies.auto import knob_text
+    from sortedrl.run_summary import UNBOUNDED, has_no_bound
     from sortedrl.tables import Col, render, terminal_width
 
-    rows = [[key, _cell(value, key), UNITS.get(key, "")] for key, value in summary.items()
-            if key not in ("params", "auto_params")]
-    knobs = "knobs: " + knob_text(summary.get("params", {}), summary.get("auto_params", {}))
+    unbounded = UNBOUNDED if has_no_bound(summary) else ()
+    rows = [[key, "-" if key in unbounded else _cell(value, key), UNITS.get(key, "")]
+            for key, value in summary.items() if key not in ("params", "auto_params")]
+    notes = ["knobs: " + knob_text(summary.get("params", {}), summary.get("auto_params", {}))]
+    if unbounded:
+        notes.append(f"{' and '.join(unbounded)}: - for a real run, which has no cost model to bound it "
+                     "with (summary.json holds 0); replay its trace.jsonl on a calibrated profile "
+                     "with `sortedrl simulate` for one")
     return render([Col("metric", left=True), Col("value"), Col("unit", left=True)], rows,
-                  terminal_width(), title, [knobs])
+                  terminal_width(), title, notes)
 
 
 # -- options several commands take ------------------------------------------------------------------

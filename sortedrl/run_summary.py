@@ -31,6 +31,22 @@ MATCH_TOLERANCE_S = 1e-3
 from the same numbers; this only absorbs rounding)."""
 
 
+REAL_CLUSTER = "local-vllm"
+"""The ``cluster`` of a real run's meta record, and so of its summary (``sortedrl run``:
+``sortedrl/realrun/run.py``, ``_run_meta``); a summary carries no ``backend``."""
+
+UNBOUNDED = ("lower_bound_s", "efficiency")
+"""A real run's summary keys that are 0 because it has no cost model to bound it with (docs/
+metrics.md, "Real runs"): the tables print them ``-`` (:func:`has_no_bound`), the JSON keeps 0."""
+
+
+def has_no_bound(summary: dict) -> bool:
+    """Whether ``summary`` is a real run's, whose :data:`UNBOUNDED` keys do not apply: its cluster
+    is the real runner's and its bound 0 (a simulation's bound is above 0 on any trace, and its
+    cluster a preset's, a cluster file's or a profile's name)."""
+    return summary.get("cluster") == REAL_CLUSTER and summary.get("lower_bound_s") == 0
+
+
 def is_real_run(meta: dict) -> bool:
     """A ``sortedrl run`` timeline (appended as the run goes), not a simulation's (written once)."""
     return meta.get("backend") == "vllm"

@@ -36,7 +36,11 @@ COLORS = {"rollout": "#4c78a8", "prefill": "#f58518", "idle": "#d0d0d0", "train"
           "onload": "#72b7b2", "tool": "#9d755d", "sandbox_full": "#d62728"}
 VERSION_SCALE = "Viridis"
 MAX_VERSION_GROUPS = 12  # stacked occupancy curves of a large run: at most this many version groups
-STEP_COLUMNS = ("update", "version", "start (s)", "end (s)", "duration (s)", "samples", "tokens")
+STEP_COLUMNS = ("update", "version", "start (s)", "end (s)", "duration (s)", "samples",
+                "prompt+response tokens")
+"""The steps table's headers: its tokens are the ``train`` record's, prompt + response, where
+``metrics.jsonl``'s ``tokens`` of the same update are the response tokens in the loss (a header
+``tokens`` read as the same figure)."""
 STEP_FORMATS = (",d", ",d", ",.3f", ",.3f", ",.3f", ",d", ",d")
 """One precision down each column of the steps table (the default by size switched from 931.479
 to 1,010.0 within the start column)."""
@@ -66,7 +70,8 @@ def int_dtick(span: float, ticks: int = 10) -> int:
 
 
 def step_rows(tl: Timeline) -> list[tuple]:
-    """One row per update: index, version, start, end, duration (s), samples, tokens."""
+    """One row per update: index, version, start, end, duration (s), samples, prompt + response
+    tokens (the ``train`` record's)."""
     tr = tl.columns("train")
     return [(u, v, t0, t1, t1 - t0, n, k) for u, (t0, t1, v, n, k) in enumerate(zip(
         tr["t"].tolist(), tr["t_end"].tolist(), tr["version"].tolist(),
