@@ -57,6 +57,7 @@ from sortedrl.outputs_commit import (
     remove_path,
     write_protected,
 )
+from sortedrl.realrun.rundir_force import in_checkpoint
 from sortedrl.run_marker import (
     MARKER,
     compare_part,
@@ -211,6 +212,9 @@ class Outputs:
             if real.is_relative_to(p):
                 raise OutputError(f"{option} {out}: is inside the input directory {name}; "
                                   "write the output elsewhere")
+        if (ckpt := in_checkpoint(real)) is not None:
+            raise OutputError(f"{option} {out}: is inside {ckpt}, a run's checkpoint (--resume reads "
+                              "it); write the output elsewhere")
 
     def _add(self, out: Path, option: str, is_dir: bool, into: bool = False) -> Path:
         key = _abs(out)

@@ -118,6 +118,8 @@ def test_three_step_runs_write_valid_logs(tiny_model, tmp_path, policy, sets):
     auto = {"rollout_batch": 8} if policy == "sync" else {"group_prompts": 24, "oversubscribe": 1.5}
     assert summary["auto_params"] == auto
     tl = Timeline.read_jsonl(out / "timeline.jsonl")
+    assert tl.meta["auto_params"] == auto  # recorded at the end, for validate's replay to pin
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # (no aside left)
     trained = [i for t in tl.trains for i in t[3]]
     assert sorted(trained) == list(range(96))
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -554,6 +556,7 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_over_with_force(tiny_m
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["samples_trained"] == 8 * 4
     assert (out / "checkpoint" / "state.json").exists()
+    assert not (out / ".previous-run").exists()  # the run it replaced went at its first checkpoint
 
 
 STOPS = """

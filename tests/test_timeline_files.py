@@ -129,7 +129,7 @@ def test_readers_order_the_real_runners_jsonl_by_start_time(tmp_path, monkeypatc
     a checkpoint's log offsets), so a span, written when it ends, follows records of things that
     started while it ran: its file is not ordered by t. Both JSONL readers order every kind by t
     (equal times keep their order), so readers see what a simulation's file gives them."""
-    from sortedrl.realrun.run import Appender
+    from sortedrl.realrun.run_logs import Appender
 
     meta = json.loads((FIX / "run-sync" / "timeline.jsonl").read_text().splitlines()[0])
     path = tmp_path / "timeline.jsonl"

@@ -41,6 +41,7 @@ from sortedrl.realrun import agent, run_trace
 from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.engine import import_vllm
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir, load_tokenizer
+from sortedrl.realrun.run_logs import Appender, add_to_meta, start_logs
 from sortedrl.realrun.rundir import (
     LOGS,
     PENDING,
@@ -50,13 +51,13 @@ from sortedrl.realrun.rundir import (
     first_missing,
     latest_checkpoint,
     recover_checkpoint,
-    start_over,
     sync_to_disk,
     unstart,
 )
+from sortedrl.realrun.rundir_force import drop, put_back, set_aside
 from sortedrl.realrun.task import check_task_words, decode, get_task, grader
 from sortedrl.realrun.trainer import OBJECTIVES
-from sortedrl.timeline import Timeline, record_line
+from sortedrl.timeline import Timeline
 
 
 @dataclass
@@ -103,26 +104,6 @@ def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
                            reward=())  # graded as responses finish, so filter_groups works
 
 
-class Appender:
-    """Append JSON lines; the backend flushes after every engine step and every update, so the
-    logs on disk are never more than one step behind (they survive a crash)."""
-
-    def __init__(self, path: Path) -> None:
-        self.f = open(path, "a")  # noqa: SIM115 (kept open for the run)
-
-    def __call__(self, kind: str, row: tuple) -> None:
-        self.f.write(record_line(kind, row))
-
-    def write(self, record: dict) -> None:
-        self.f.write(json.dumps(record, separators=(",", ":")) + "\n")
-
-    def flush(self) -> None:
-        self.f.flush()
-
-    def close(self) -> None:
-        self.f.close()
-
-
 def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | None = None,
              force: bool = False) -> dict:
     """Run, or resume, a real GRPO run; returns its summary. ``force``: start over in a RUNDIR
@@ -157,8 +138,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     if cfg.ray is None:  # vLLM runs on this machine: a missing one fails before RUNDIR is touched
         import_vllm()
 
-    if force:  # every check passed: the previous run goes now
-        start_over(out)
+    aside = set_aside(out) if force else None  # every check passed: kept till a checkpoint
     created = first_missing(out)  # (what a failed start removes)
     out.mkdir(parents=True, exist_ok=True)
     state = None
@@ -178,7 +158,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                 fh.truncate(size)
         timeline = Timeline.read_jsonl(out / "timeline.jsonl")
     else:
-        timeline = _start_logs(out, _run_meta(cfg, policy, task.name, len(prompts)))
+        timeline = start_logs(out, _run_meta(cfg, policy, task.name, len(prompts)))
     logs = {name: Appender(out / name) for name in LOGS}
     timeline.sink = logs["timeline.jsonl"]
 
@@ -191,6 +171,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     except BaseException:  # a new run that never started leaves no RUNDIR behind
         if not resume:
             unstart(out, created, logs.values())
+        if aside is not None:  # (--force: the run it was to replace comes back)
+            put_back(out, aside)
         raise
     controller = Controller(policy, _ids(len(problems)).repeat(n), [len(p) for p in prompts], n,
                             backend, timeline, rewards=backend.reward)
@@ -204,6 +186,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
             generated = int(timeline.columns("span")["tokens"].sum())
             progress(len(samples), f"{cfg.policy}: update {timeline.count('train') + 1}, {generated:,} tokens")
         _checkpoint(ckpt, out, trainer, policy, controller, backend, train)
+        drop(aside)  # (--force: the run replaced goes once this one can be resumed)
 
     backend.on_update = on_update
     if stats is not None:
@@ -229,11 +212,14 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         if stopped_unresumable:  # nothing to --resume from: the same command may be given again
             shutil.rmtree(out / PENDING, ignore_errors=True)
             unstart(out, created, ())
+            if aside is not None:
+                put_back(out, aside)
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
     timeline.meta["auto_params"] = auto_params(policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     run_trace.write_run_trace(out, cfg, task.name, prompts, backend, timeline)  # every sample generated
+    add_to_meta(out / "timeline.jsonl", {"auto_params": timeline.meta["auto_params"]})  # last
     return summary
 
 
@@ -275,16 +261,6 @@ def _run_meta(cfg: RunConfig, policy, task: str, samples: int) -> dict:
             "trainer_gpus": cfg.engines if cfg.placement == "colocated" else 1,
             "group_size": cfg.group_size, "samples_total": samples,
             "lower_bound_s": 0.0, "run": asdict(cfg)}
-
-
-def _start_logs(out: Path, meta: dict) -> Timeline:
-    """A new run's empty logs, the timeline's meta record written first."""
-    for name in LOGS:
-        (out / name).touch()
-    head = Appender(out / "timeline.jsonl")
-    head.write({"kind": "meta", **meta})
-    head.close()
-    return Timeline(meta)
 
 
 def _start_backend(cfg: RunConfig, model_dir: Path, common: dict, tools: tuple | None) -> tuple:

@@ -9,12 +9,13 @@ them into place at the end. Hence the rules here, all checked before any work:
   ``meta.run``): a resumed run continues the same experiment, so an option given with another
   value (``--max-num-seqs``, ``--lr``, ``--seed``, ...) is refused, naming both values, rather than
   silently mixing two configurations in one timeline whose meta names only the first;
-- ``--force`` starts RUNDIR over. Because the old run is deleted when the new one starts (not
-  replaced at the end), it deletes only what ``sortedrl run`` wrote: a directory whose
-  timeline is a real run's. As with every command's ``--force``, never a directory that holds
-  an input (``--model``, ``--dataset``) or the current directory, nor one whose files this user
-  cannot remove. Nothing is deleted until every other check of the run has passed
-  (:func:`start_over`).
+- ``--force`` starts RUNDIR over. Because the old run is replaced as the new one starts (not
+  at the end), it replaces only what ``sortedrl run`` wrote: a directory whose timeline is a
+  real run's, holding no file a run does not write. As with every command's ``--force``, never
+  a directory that holds an input (``--model``, ``--dataset``) or the current directory, nor one
+  whose files this user cannot remove. Nothing is touched until every other check of the run has
+  passed, and the old run is kept aside until the new one's first checkpoint
+  (:mod:`sortedrl.realrun.rundir_force`).
 
 A checkpoint is written aside (``checkpoint.tmp``, its ``state.json`` last) and then swapped in
 by renames (:func:`commit_checkpoint`), so a run killed at any moment leaves one complete
@@ -37,6 +38,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
 from sortedrl.policies.base import SampleState
 from sortedrl.realrun import checkpoint as ckpt_io
+from sortedrl.realrun.rundir_force import foreign_entry
 
 LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
 CHECKPOINT, PENDING, PREVIOUS = "checkpoint", "checkpoint.tmp", "checkpoint.prev"
@@ -76,22 +78,14 @@ def check_run_dir(cfg, out: Path, resume: bool, force: bool, task: str) -> None:
                "--force to start it over")
         raise ConfigError(f"--out {out}: holds a run ({how})")
     # the checks every command's --force makes: not the current directory, no input inside,
-    # every file removable; on the directory a link names (start_over empties it in place, so a
+    # every file removable; on the directory a link names (set_aside empties it in place, so a
     # linked RUNDIR is used, with or without --force, as the run writes into it)
     inputs = [Path(p) for p in (cfg.model, cfg.dataset) if p]
     target = out.resolve() if out.is_symlink() else out
     Outputs("run", True, inputs=inputs).run_dir(target, target)
-
-
-def start_over(out: Path) -> None:
-    """--force, once every check has passed: remove what the previous run wrote in RUNDIR."""
-    if not out.is_dir() or not any(out.iterdir()) or not is_run_dir(out):
-        return
-    for p in out.iterdir():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
+    if (found := foreign_entry(target)) is not None:
+        raise ConfigError(f"--out {out}: holds {found}, which `sortedrl run` does not write: --force "
+                          "replaces a run's files only (move it, or give another directory)")
 
 
 def first_missing(out: Path) -> Path | None:
