@@ -20,6 +20,7 @@ from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.run import SimResult, simulate
+from sortedrl.table_notes import seed_note, updates_note
 from sortedrl.tables import UNITS, Col, Note, cell, counted, fmt, key_value_table, percent, render
 from sortedrl.traces.schema import Trace
 
@@ -327,25 +328,6 @@ def headline_rows(summaries: list[dict], splits: list[str]) -> tuple[list[Col], 
     return cols, rows
 
 
-def count_text(mean: float) -> str:
-    """A count, or a mean of counts: whole when it is one (a fixed trace, or draws that agree)."""
-    return f"{mean:,.0f}" if mean == int(mean) else f"{mean:,.2f}"
-
-
-def updates_note(rows: list[tuple[str, float]]) -> str | None:
-    """A note when the rows' optimizer updates differ by 2x or more: a run with fewer updates
-    trains on larger batches (a sortedrl window that covers its whole loading group makes one
-    update per group), which is another training run, not only a faster schedule."""
-    if len(rows) < 2:
-        return None
-    few, many = min(rows, key=lambda r: r[1]), max(rows, key=lambda r: r[1])
-    if many[1] < 2 * max(1, few[1]):
-        return None
-    return (f"updates differ: {few[0]} makes {count_text(few[1])} update{'' if few[1] == 1 else 's'}, "
-            f"{many[0]} makes {count_text(many[1])}; fewer updates "
-            "mean larger batches, a different training run, not only a faster one")
-
-
 def compare_notes(summaries: list[dict], splits: list[str],
                   cluster: Cluster) -> list[str | Note]:
     """What a reader needs to read the table honestly: knobs as used, placements, oracles; the
@@ -369,7 +351,8 @@ def compare_notes(summaries: list[dict], splits: list[str],
     notes.append(Note(f"vs first: {rank} over {summaries[0]['label']}'s", "vs"))
     notes.append(STALE_NOTE)
     notes += filter(None, [updates_note([(s["label"], s["updates"]) for s in summaries
-                                         if "updates" in s])])
+                                         if "updates" in s]),
+                           seed_note([(s["label"], s) for s in summaries])])
     return notes
 
 

@@ -22,11 +22,12 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import typed_option
-from sortedrl.compare import count_text, fit_warnings, slots_warning, updates_note
+from sortedrl.compare import fit_warnings, slots_warning
 from sortedrl.errors import ConfigError
 from sortedrl.limits import MAX_SEED, check_seed
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
+from sortedrl.table_notes import count_text, updates_note
 from sortedrl.tables import FORMATS, Col, Note, fmt, render, terminal_width
 
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few

@@ -11,7 +11,7 @@ import json
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
-from sortedrl.compare import updates_note
+from sortedrl.table_notes import updates_note
 from sortedrl.traces import write_trace
 from sortedrl.traces.model import generate
 from tests.test_forecast import MODEL
