@@ -19,6 +19,8 @@ from sortedrl.outputs import OutputError, check_label
 from sortedrl.parallel import run_jobs
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.cluster_spec import TRAIN_STATE_BYTES
+from sortedrl.sim.hardware import GPUS, MODELS
 from sortedrl.sim.run import SimResult, simulate
 from sortedrl.table_notes import seed_note, updates_note
 from sortedrl.tables import UNITS, Col, Note, cell, counted, fmt, key_value_table, percent, render
@@ -106,6 +108,20 @@ def placement_note(policy: str, placements: tuple[str, ...] | None, cluster: Clu
                                         "the preset's are" if cluster.costs is not None else ""))
 
 
+def offload_note(cluster: Cluster) -> str | None:
+    """Said where the trainer's state does not fit its GPUs and the cluster left the choice to
+    the simulator (``trainer_offload`` auto): the optimizer is offloaded to host memory, which
+    costs every update its moves (a 70B model on 4 H100s was simulated so without a word)."""
+    if cluster.costs is not None or cluster.trainer_offload != "auto" or not cluster.optimizer_offloaded:
+        return None
+    full = TRAIN_STATE_BYTES * MODELS[cluster.model].params / cluster.trainer_gpus
+    return (f"note: on {cluster.name} the trainer's weights, gradients and Adam state need {full / 1e9:,.0f} GB "
+            f"a GPU (sharded over {counted(cluster.trainer_gpus, 'trainer GPU')} of "
+            f"{GPUS[cluster.gpu].hbm_bytes / 1e9:,.0f} GB), so the FP32 master weights and Adam state live in "
+            f"host memory and move in and out every update (+{cluster.optimizer_move_s:,.1f} s an update, as "
+            "verl's optimizer offload); more GPUs keep them on the GPUs")
+
+
 def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
     """Warn when a trace cannot show how policies differ on this cluster: a step fills fewer than
     half the decode slots (every policy mostly idles), or the trace ends before a steady-state
@@ -123,7 +139,7 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
                    f"but every policy takes batches of the first step's {trace.prompts_per_step:,}, so a "
                    "batch can hold prompts of two steps; give the policy's batch knob (e.g. --set "
                    "rollout_batch=N) or use a trace whose steps hold equal numbers of prompts")
-    return out
+    return out + list(filter(None, [offload_note(cluster)]))  # (a fact of the cluster, said with these)
 
 
 def never_synced(label: str, timeline) -> str | None:
