@@ -204,15 +204,18 @@ def compare(
 ) -> None:
     """Run several policies on the same trace and cluster; print them side by side."""
     from sortedrl.compare import (
+        cluster_for,
         compare_text,
         fit_warnings,
         gpu_split,
         never_synced,
+        offload_note,
         parse_specs,
         run_compare,
         trainer_split_note,
         wide_text,
     )
+    from sortedrl.table_notes import draws_lengths
 
     check_regen(regen)
     check_seed(seed)
@@ -233,6 +236,7 @@ def compare(
             results = run_compare(tr, specs, cl, seed=seed, progress=progress, regen=regen,
                                   workers=workers, spill_dir=spill)
             summaries = [{"label": spec.label, **r.summary} for spec, r in results]
+            drawn = [spec.label for spec, r in results if draws_lengths(r.summary, r.timeline)]  # (spilled: read now)
             files: dict[str, Callable[[Path], None]] = {
                 "compare.json": write_json(summaries, run_dir / "compare.json")}
             for spec, r in results:
@@ -243,8 +247,9 @@ def compare(
     print_notes(outs)
     moved = [(spec.label, r.summary) for spec, r in results
              if r.timeline.meta["placement"] == "disaggregated"]
-    for note in filter(None, [*fit_warnings(tr, cl, synthetic is not None), trainer_split_note(moved, cl),
-                              *(never_synced(spec.label, r.timeline) for spec, r in results)]):
+    split = offload_note(cluster_for(("disaggregated",), cl)) if moved else None  # (their trainer's)
+    for note in filter(None, dict.fromkeys([*fit_warnings(tr, cl, synthetic is not None), trainer_split_note(moved, cl),
+                                            split, *(never_synced(spec.label, r.timeline) for spec, r in results)])):
         typer.echo(note, err=True)
     if as_json:
         typer.echo(json.dumps(summaries, indent=2))
@@ -253,7 +258,7 @@ def compare(
              f"cluster {cl.name}")
     splits = [gpu_split(r.timeline.meta) for _, r in results]
     typer.echo(wide_text(summaries, title, terminal_width()) if wide
-               else compare_text(summaries, splits, cl, title, terminal_width()))
+               else compare_text(summaries, splits, cl, title, terminal_width(), drawn))
     typer.echo(f"wrote {run_dir}/compare.json and one directory per policy")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,8 +137,8 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
     if sizes.min() != sizes.max():
         out.append(f"warning: the steps of {trace.name} hold {sizes.min():,} to {sizes.max():,} prompts, "
                    f"but every policy takes batches of the first step's {trace.prompts_per_step:,}, so a "
-                   "batch can hold prompts of two steps; give the policy's batch knob (e.g. --set "
-                   "rollout_batch=N) or use a trace whose steps hold equal numbers of prompts")
+                   "batch can hold prompts of two steps (a batch knob sets another fixed size): use a "
+                   "trace whose steps hold equal numbers of prompts to keep them apart")
     return out + list(filter(None, [offload_note(cluster)]))  # (a fact of the cluster, said with these)
 
 
@@ -345,7 +345,7 @@ def headline_rows(summaries: list[dict], splits: list[str]) -> tuple[list[Col], 
 
 
 def compare_notes(summaries: list[dict], splits: list[str],
-                  cluster: Cluster) -> list[str | Note]:
+                  cluster: Cluster, drawn: Sequence[str] = ()) -> list[str | Note]:
     """What a reader needs to read the table honestly: knobs as used, placements, oracles; the
     notes of one column (the ratio's terms, the ``stale`` legend) go when it is hidden to fit."""
     from sortedrl.policies.auto import knob_text
@@ -368,14 +368,15 @@ def compare_notes(summaries: list[dict], splits: list[str],
     notes.append(STALE_NOTE)
     notes += filter(None, [updates_note([(s["label"], s["updates"]) for s in summaries
                                          if "updates" in s]),
-                           seed_note([(s["label"], s) for s in summaries])])
+                           seed_note(list(drawn), len(summaries), summaries[0].get("seed", 0))])
     return notes
 
 
 def compare_text(summaries: list[dict], splits: list[str], cluster: Cluster, title: str,
-                 width: int | None) -> str:
+                 width: int | None, drawn: Sequence[str] = ()) -> str:
+    """The table and its notes; ``drawn``: the labels whose figures the seed drew (a note)."""
     cols, rows = headline_rows(summaries, splits)
-    return render(cols, rows, width, title, compare_notes(summaries, splits, cluster))
+    return render(cols, rows, width, title, compare_notes(summaries, splits, cluster, drawn))
 
 
 def wide_text(summaries: list[dict], title: str, width: int | None = None) -> str:

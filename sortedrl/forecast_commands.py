@@ -22,7 +22,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import typed_option
-from sortedrl.compare import fit_warnings, slots_warning
+from sortedrl.compare import fit_warnings, offload_note, slots_warning
 from sortedrl.errors import ConfigError
 from sortedrl.limits import MAX_SEED, check_seed
 from sortedrl.outputs import Outputs, write_text
@@ -116,8 +116,8 @@ def forecast(
             typer.echo(note, err=True)
     else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
         per_step = source.samples_per_run() // source.steps
-        for note in filter(None, dict.fromkeys(slots_warning(trace.name, per_step, cl, "more --prompts")
-                                               for cl in cls)):
+        for note in filter(None, dict.fromkeys([*(slots_warning(trace.name, per_step, cl, "more --prompts")
+                                                  for cl in cls), *map(offload_note, cls)])):
             typer.echo(note, err=True)
     for note in filter(None, (split_note(results, cl) for cl in cls)):
         typer.echo(note, err=True)

@@ -213,8 +213,8 @@ class Outputs:
                 raise OutputError(f"{option} {out}: is inside the input directory {name}; "
                                   "write the output elsewhere")
         if (ckpt := in_checkpoint(real)) is not None:
-            raise OutputError(f"{option} {out}: is inside {ckpt}, a run's checkpoint (--resume reads "
-                              "it); write the output elsewhere")
+            raise OutputError(f"{option} {out}: would write into {ckpt}, a run's checkpoint (--resume "
+                              "reads it); write the output elsewhere")
 
     def _add(self, out: Path, option: str, is_dir: bool, into: bool = False) -> Path:
         key = _abs(out)

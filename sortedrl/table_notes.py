@@ -3,7 +3,7 @@ before trusting a ranking, beyond the figures themselves.
 
 - :func:`updates_note`: runs that make very different numbers of optimizer updates are different
   training runs, not only faster or slower schedules.
-- :func:`seed_note`: a policy that drops responses and regenerates them draws the new lengths
+- :func:`seed_note` (:func:`draws_lengths`): a policy that drops responses and regenerates them draws the new lengths
   with ``--seed`` (``--regen resample``), so its figures are one draw: on the bundled math-16k,
   ``sortedrl``'s makespan spans 687-773 s over seeds 0 to 7 and falls behind ``partial``'s
   (seed-free) 745.7 s at one of them (README). A single-seed table said nothing of it.
@@ -31,15 +31,22 @@ def updates_note(rows: list[tuple[str, float]]) -> str | None:
             "mean larger batches, a different training run, not only a faster one")
 
 
-def seed_note(rows: list[tuple[str, dict]]) -> str | None:
-    """A note when some of several rows (label, summary) regenerated responses with lengths
-    drawn by the seed (``wasted_tokens`` > 0: attempts dropped and generated again, under
-    ``--regen resample``): their figures change with ``--seed``; the others' (on a recorded
-    trace) do not."""
-    drawn = [label for label, s in rows if s.get("regen") == "resample" and s.get("wasted_tokens", 0) > 0]
-    if len(rows) < 2 or not drawn:
+def draws_lengths(summary: dict, timeline) -> bool:
+    """Whether a run's figures are a draw of its seed: it regenerated a response (a span of a
+    later attempt than the first) whose length ``--regen resample`` drew. (Its wasted tokens say
+    less: filtered groups and discarded responses are wasted with no draw.)"""
+    if summary.get("regen") != "resample" or not timeline.count("span"):
+        return False
+    return bool((timeline.columns("span")["attempt"] > 0).any())
+
+
+def seed_note(drawn: list[str], rows: int, seed: int) -> str | None:
+    """A note when some (``drawn``, their labels: :func:`draws_lengths`) of several ``rows`` are
+    draws of the seed: their figures change with ``--seed``; the others' (on a recorded trace)
+    do not."""
+    if rows < 2 or not drawn:
         return None
     names = ", ".join(drawn[:-1]) + (" and " if len(drawn) > 1 else "") + drawn[-1]
-    return (f"one seed: {names} regenerated dropped responses, whose lengths --seed "
-            f"{rows[0][1].get('seed', 0)} drew, so {'its' if len(drawn) == 1 else 'their'} figures "
-            "move with the seed; compare a few seeds before trusting a close ranking")
+    return (f"one seed: {names} regenerated dropped responses, whose lengths --seed {seed} drew, so "
+            f"{'its' if len(drawn) == 1 else 'their'} figures move with the seed; compare a few "
+            "seeds before trusting a close ranking")

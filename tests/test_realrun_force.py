@@ -81,6 +81,6 @@ def test_no_output_goes_into_a_runs_checkpoint(tmp_path, args):
     target = next(a for a in argv if "/checkpoint" in a)
     ckpt = out / Path(target).relative_to(out).parts[0]
     assert r.exit_code == 2 and r.stderr == (
-        f"error: {where} {target}: is inside {ckpt}, a run's checkpoint (--resume reads it); "
+        f"error: {where} {target}: would write into {ckpt}, a run's checkpoint (--resume reads it); "
         "write the output elsewhere\n"), r.output
     assert _files(out) == before

@@ -32,9 +32,8 @@ def _trace(sizes: list[int], group_size: int = 1):
 
 def _warning(name: str, low: int, high: int, first: int) -> str:
     return (f"warning: the steps of {name} hold {low} to {high} prompts, but every policy takes batches "
-            f"of the first step's {first}, so a batch can hold prompts of two steps; give the policy's "
-            "batch knob (e.g. --set rollout_batch=N) or use a trace whose steps hold equal numbers of "
-            "prompts")
+            f"of the first step's {first}, so a batch can hold prompts of two steps (a batch knob sets "
+            "another fixed size): use a trace whose steps hold equal numbers of prompts to keep them apart")
 
 
 def test_the_steps_are_the_distinct_steps_not_the_groups_over_the_first_step():

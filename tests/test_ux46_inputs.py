@@ -29,3 +29,18 @@ def test_a_dash_for_an_input_says_what_to_give(tmp_path, monkeypatch, args, line
     r = CliRunner().invoke(app, [*args, "--out", str(out)])
     assert r.exit_code == 2 and r.stderr == line + "\n", r.output
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run", "--model", "m", "--policy", "sync", "--steps", "1", "--seed", "-3", "--out", "r"], "error: --seed must be >= 0, got -3"),
+    (["model", "init", "--seed", "99999999999999999999", "--out", "m"],
+     "error: --seed must be at most 9223372036854775807, got 99999999999999999999"),
+    (["calibrate", "--model", "m", "--seed", "-1", "--out", "p.json"], "error: --seed must be >= 0, got -1"),
+])
+def test_the_real_runners_seed_is_checked_first(tmp_path, monkeypatch, args, line):
+    """``run --seed -3`` and ``model init --seed -3`` ended in NumPy's traceback, a seed above
+    2**63 - 1 in an overflow: refused as the simulator's commands refuse them, before anything."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and r.stderr == line + "\n", r.output
+    assert list(tmp_path.iterdir()) == []

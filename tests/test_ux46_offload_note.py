@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sortedrl.compare import fit_warnings, offload_note
+from sortedrl.compare import cluster_for, fit_warnings, offload_note
 from sortedrl.sim.cluster import preset
 from sortedrl.traces.synth import synthesize
 
@@ -30,3 +30,19 @@ def test_no_note_where_it_fits_or_the_user_chose():
     assert offload_note(preset("h100-llama3.1-8b-2gpu")) is None
     chosen = dataclasses.replace(preset("h100-llama3.1-70b-tp4-4gpu"), trainer_offload="optimizer")
     assert offload_note(chosen) is None  # (the user asked for it)
+
+
+def test_compare_notes_the_split_a_disaggregated_policy_trains_on(tmp_path):
+    """On 8 H100s a 14B model's trainer fits (16 bytes x 14.8e9 / 8 GPUs); on the 6+2 split that
+    one_step_off runs on, its 2 trainer GPUs need the optimizer offloaded, and compare says so."""
+    from typer.testing import CliRunner
+
+    from sortedrl.cli import app
+
+    assert offload_note(preset("h100-qwen3-14b")) is None
+    r = CliRunner().invoke(app, ["compare", "--trace", "math-16k", "--policy", "sync", "--policy", "one_step_off",
+                                 "--cluster", "h100-qwen3-14b", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    split = cluster_for(("disaggregated",), preset("h100-qwen3-14b"))
+    assert (split.rollout_gpus, split.trainer_gpus) == (6, 2)
+    assert offload_note(split) in r.stderr.splitlines()

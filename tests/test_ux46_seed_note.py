@@ -8,31 +8,40 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
-from sortedrl.table_notes import seed_note
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import preset
+from sortedrl.sim.run import simulate
+from sortedrl.table_notes import draws_lengths, seed_note
+from sortedrl.traces.io import BUNDLED, read_trace
 
-DRAWN = {"regen": "resample", "wasted_tokens": 1, "seed": 3}
-FIXED = {"regen": "resample", "wasted_tokens": 0, "seed": 3}
+NOTE = ("one seed: {} regenerated dropped responses, whose lengths --seed {} drew, so {} figures move "
+        "with the seed; compare a few seeds before trusting a close ranking")
 
 
 def test_the_note_names_the_rows_the_seed_draws():
-    assert seed_note([("sync", FIXED), ("sortedrl", DRAWN), ("tb", DRAWN)]) == (
-        "one seed: sortedrl and tb regenerated dropped responses, whose lengths --seed 3 drew, so "
-        "their figures move with the seed; compare a few seeds before trusting a close ranking")
-    assert seed_note([("sync", FIXED), ("sortedrl", DRAWN)]) == (
-        "one seed: sortedrl regenerated dropped responses, whose lengths --seed 3 drew, so its "
-        "figures move with the seed; compare a few seeds before trusting a close ranking")
+    assert seed_note(["sortedrl", "tb"], 3, 7) == NOTE.format("sortedrl and tb", 7, "their")
+    assert seed_note(["sortedrl"], 2, 0) == NOTE.format("sortedrl", 0, "its")
+    assert seed_note([], 3, 0) is None and seed_note(["sortedrl"], 1, 0) is None  # one row ranks nothing
 
 
-def test_no_note_without_a_draw_or_a_ranking():
-    assert seed_note([("sync", FIXED), ("partial", FIXED)]) is None
-    assert seed_note([("sortedrl", DRAWN)]) is None  # one row ranks nothing
-    assert seed_note([("sync", FIXED), ("sortedrl", {**DRAWN, "regen": "same"})]) is None  # the recorded length again
+def _run(name: str, *sets: str, regen: str = "resample"):
+    trace = read_trace(BUNDLED / "math-16k.jsonl")
+    policy = make_policy(name, list(sets), trace)
+    return simulate(trace, policy, preset("h100-llama3.1-8b-2gpu"), regen=regen)
+
+
+def test_a_draw_is_a_regenerated_attempt_not_any_wasted_token():
+    r = _run("sortedrl")
+    assert draws_lengths(r.summary, r.timeline)
+    r = _run("sortedrl", regen="same")  # the recorded length again: no draw
+    assert not draws_lengths(r.summary, r.timeline)
+    r = _run("sync", "filter_groups=true")  # wasted (filtered) tokens, no regeneration
+    assert r.summary["wasted_tokens"] > 0 and not draws_lengths(r.summary, r.timeline)
 
 
 def test_compare_prints_it_under_its_table(tmp_path):
     r = CliRunner().invoke(app, ["compare", "--trace", "math-16k", "--policy", "sync", "--policy", "tail_batch",
-                                 "--cluster", "h100-llama3.1-8b-2gpu", "--seed", "2", "--out", str(tmp_path / "c")],
-                           terminal_width=400)
+                                 "--policy", "f=sync", "--set", "f.filter_groups=true",
+                                 "--cluster", "h100-llama3.1-8b-2gpu", "--seed", "2", "--out", str(tmp_path / "c")])
     assert r.exit_code == 0, r.output
-    assert ("one seed: tail_batch regenerated dropped responses, whose lengths --seed 2 drew, so its figures "
-            "move with the seed; compare a few seeds before trusting a close ranking") in " ".join(r.stdout.split())
+    assert NOTE.format("tail_batch", 2, "its") in " ".join(r.stdout.split())

@@ -23,6 +23,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.errors import ConfigError
+from sortedrl.limits import check_seed
 from sortedrl.outputs import Outputs, read_marker
 from sortedrl.progress import Phases
 from sortedrl.run_marker import compare_part
@@ -46,6 +47,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="seed"),
     ) -> None:
         """A tiny Qwen2 model with a locally trained tokenizer, warm-started on its task (--warmup-steps); no downloads."""
+        check_seed(seed)
         out = Outputs("model init", inputs=[dataset] if dataset else []).place(out, "--out")
         from sortedrl.realrun.model import init_model
 
@@ -91,6 +93,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print only the summary JSON"),
     ) -> None:
         """Run GRPO for real (vLLM + torch) with the same controller and policy as the simulator."""
+        check_seed(seed)  # (NumPy's generator refused a negative one with a traceback)
         # the model directory's files are inputs too (a --perfetto there must not replace one)
         files = [p for p in model.iterdir() if p.is_file()] if model.is_dir() else []
         outs = Outputs("run", force, inputs=[model, *files] + ([dataset] if dataset else []))
@@ -177,6 +180,7 @@ def register(app: typer.Typer) -> None:
 
             return calibrate_measured(bench, metrics, cluster, out, samples_per_step,
                                       force, updates_per_row, wandb_run, trace, host_schedule)
+        check_seed(seed)  # (the calibration's runs: as `run`'s)
         if updates_per_row is not None:
             raise ConfigError("--updates-per-row: only with --from-metrics (the updates a logged row holds)")
         if given_options(ctx, ("host_schedule",)):

@@ -151,7 +151,7 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
             from sortedrl.realrun.ray_backend import check_in_flight
 
             check_in_flight(state, ckpt / ckpt_io.STATE, cfg.engines)
-        check_not_complete(out, state, cfg.steps)
+        check_not_complete(out, cfg.steps)
         ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
         for name, size in state["offsets"].items():
             with open(out / name, "r+") as fh:
@@ -194,26 +194,28 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     backend.flush = lambda: [a.flush() for a in logs.values()]
     if state is not None:
         _restore(state, trainer, engine, controller, backend, ckpt)
+    stopped_unresumable = False
     try:
         controller.run()
     except BaseException:  # (a policy's error, Ctrl-C): a new run with no checkpoint yet is gone
         stopped_unresumable = not resume and latest_checkpoint(out) is None
         raise
-    else:
-        stopped_unresumable = False
     finally:
-        for a in logs.values():
-            a.close()
-        (backend if cfg.on_ray else engine).close()
-        if multi_turn:
-            backend.close_tools()
-        if stats is not None:
-            stats.update(backend.stats, step_log=backend.step_log)
-        if stopped_unresumable:  # nothing to --resume from: the same command may be given again
-            shutil.rmtree(out / PENDING, ignore_errors=True)
-            unstart(out, created, ())
-            if aside is not None:
-                put_back(out, aside)
+        try:
+            for a in logs.values():
+                a.close()
+            (backend if cfg.on_ray else engine).close()
+            if multi_turn:
+                backend.close_tools()
+            if stats is not None:
+                stats.update(backend.stats, step_log=backend.step_log)
+        finally:  # (even when closing failed: a second Ctrl-C while vLLM shuts down)
+            if stopped_unresumable:  # nothing to --resume from: the same command may be given again
+                shutil.rmtree(out / PENDING, ignore_errors=True)
+                unstart(out, created, ())
+                if aside is not None:
+                    put_back(out, aside)
+    drop(aside)  # (a run that finished without an update, every group filtered, made no checkpoint)
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
     timeline.meta["auto_params"] = auto_params(policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
-from sortedrl.policies.base import SampleState
 from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.rundir_force import foreign_entry
 
@@ -226,14 +225,14 @@ def _finished(out: Path) -> bool:
     return (out / "summary.json").is_file() and (out / "trace.jsonl").is_file()
 
 
-def check_not_complete(out: Path, state: dict, steps: int) -> None:
-    """--resume of a run that finished (its checkpoint, read back and checked, has every sample
-    trained or discarded, and the files written at the end are there): one error line, before
-    any file is touched or an engine starts."""
-    if not _finished(out):
-        return
-    samples = state["public"].get("state")
-    if isinstance(samples, bytearray) and all(s in (SampleState.TRAINED, SampleState.DISCARDED) for s in samples):
+def check_not_complete(out: Path, steps: int) -> None:
+    """--resume of a run that finished (the files written at its end are there): one error line,
+    before any file is touched or an engine starts. (Its checkpoint may still hold samples
+    neither trained nor discarded, the groups filtered after its last update: it checked that,
+    and resumed such a run; but a finished run's timeline has its auto knobs added to its first
+    line (:func:`sortedrl.realrun.run_logs.add_to_meta`), which moves every offset the
+    checkpoint recorded, and a resume cut the log inside a record.)"""
+    if _finished(out):
         raise ConfigError(f"--resume: {out}: the run is complete ({steps} of {steps} steps); "
                           "nothing to resume")
 

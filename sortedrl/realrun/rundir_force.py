@@ -21,6 +21,7 @@ is touched (:func:`foreign_entry`).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -79,6 +80,16 @@ def in_checkpoint(path: Path) -> Path | None:
     command's output written there replaced the run's state (``plot --perfetto
     RUNDIR/checkpoint/state.json --force`` did), which ``--resume`` then refused."""
     for d in (path, *path.parents):
-        if d.name in ("checkpoint", "checkpoint.tmp", "checkpoint.prev") and (d.parent / "timeline.jsonl").is_file():
+        if d.name in ("checkpoint", "checkpoint.tmp", "checkpoint.prev") and _real_run(d.parent):
             return d
     return None
+
+
+def _real_run(folder: Path) -> bool:
+    """Whether ``folder``'s timeline starts with a real run's meta record (``backend`` vllm)."""
+    try:
+        with open(folder / "timeline.jsonl", "rb") as f:
+            head = json.loads(f.readline(1 << 20) or b"{}")
+    except (OSError, ValueError):
+        return False
+    return isinstance(head, dict) and head.get("kind") == "meta" and head.get("backend") == "vllm"
