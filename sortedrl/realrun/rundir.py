@@ -37,10 +37,7 @@ from pathlib import Path
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import Outputs
 from sortedrl.realrun import checkpoint as ckpt_io
-from sortedrl.realrun.rundir_force import foreign_entry
-
-LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
-CHECKPOINT, PENDING, PREVIOUS = "checkpoint", "checkpoint.tmp", "checkpoint.prev"
+from sortedrl.realrun.rundir_force import CHECKPOINT, LOGS, PENDING, PREVIOUS, foreign_entry
 
 # settings a resumed run may change: where things are (a moved run, model or Ray cluster) and
 # how the engines start (warm-up, memory share). Two more are compared otherwise: the policy

@@ -30,8 +30,10 @@ from sortedrl.interrupts import signals_deferred
 from sortedrl.run_marker import OS_METADATA
 
 ASIDE = ".previous-run"
-RUN_FILES = frozenset({"timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl", "summary.json",
-                       "trace.jsonl", "checkpoint", "checkpoint.tmp", "checkpoint.prev",
+# the names a run writes in RUNDIR (here, not in rundir, which imports this module)
+LOGS = ("timeline.jsonl", "metrics.jsonl", "trace.partial.jsonl")
+CHECKPOINT, PENDING, PREVIOUS = "checkpoint", "checkpoint.tmp", "checkpoint.prev"
+RUN_FILES = frozenset({*LOGS, "summary.json", "trace.jsonl", CHECKPOINT, PENDING, PREVIOUS,
                        "validate.json", "timeline.html", "report.html", ASIDE})
 
 
@@ -80,7 +82,7 @@ def in_checkpoint(path: Path) -> Path | None:
     command's output written there replaced the run's state (``plot --perfetto
     RUNDIR/checkpoint/state.json --force`` did), which ``--resume`` then refused."""
     for d in (path, *path.parents):
-        if d.name in ("checkpoint", "checkpoint.tmp", "checkpoint.prev") and _real_run(d.parent):
+        if d.name in (CHECKPOINT, PENDING, PREVIOUS) and _real_run(d.parent):
             return d
     return None
 
