@@ -35,9 +35,13 @@ demo: $(STAMP)
 		--cluster h100-llama3.1-8b-2gpu --out runs/demo
 	$(BIN)/sortedrl report runs/demo
 
+# the tests run on TEST_WORKERS processes (pytest-xdist); a worker that runs out of tests takes
+# some of the other's; TEST_WORKERS=0 runs them in this process
+TEST_WORKERS ?= 2
+
 test: $(STAMP_TEST)
 	$(BIN)/ruff check sortedrl tests bench
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 bench: $(STAMP_TEST)
 	$(BIN)/python bench/sim_speed.py

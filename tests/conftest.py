@@ -107,3 +107,15 @@ def tiny_model(tmp_path_factory) -> str:
     r = CliRunner().invoke(app, ["model", "init", "--out", str(out), "--warmup-steps", "300"])
     assert r.exit_code == 0, r.output
     return str(out)
+
+
+# -- the real runner's tests first ----------------------------------------------------------------
+# `make test` runs the suite on two workers (pytest-xdist, --dist worksteal). The real runner's
+# tests take tens of seconds each, the rest seconds: started first, they are spread over both
+# workers, and the last tests to run are short ones, so neither worker waits long for the other.
+
+_REAL_RUN_FILES = "test_realrun"
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: not item.path.name.startswith(_REAL_RUN_FILES))  # stable
