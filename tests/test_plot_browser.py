@@ -23,7 +23,7 @@ import pytest
 from PIL import Image
 
 from sortedrl.compare import PolicySpec, run_compare
-from sortedrl.plot.report import write_report
+from sortedrl.plot.report import PALETTE, write_report
 from sortedrl.plot.timeline_plot import COLORS, write_timeline_html
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.cluster import preset
@@ -150,3 +150,30 @@ def test_report_page_renders_in_chromium(pages, tmp_path):
     assert "response length (tokens)" in axis_titles(dom, "x")
     check_not_blank(pixels)
     assert CONSOLE[report] == []
+
+
+def test_runs_page_of_a_real_and_a_simulated_run_renders_in_chromium(pages, tmp_path):
+    """``report RUN1 RUN2 --out``: the bars and the overlaid length outlines, one per run."""
+    from sortedrl.plot.report_runs import load_runs, runs_page
+
+    real = Path(shutil.copytree(Path(__file__).parent / "fixtures" / "run-sync", tmp_path / "real"))
+    sim = tmp_path / "sim"
+    sim.mkdir()
+    r = pages[2]
+    r.timeline.write_jsonl(sim / "timeline.jsonl")
+    (sim / "summary.json").write_text(json.dumps(r.summary))
+    out = tmp_path / "runs.html"
+    runs = load_runs([real, sim])
+    out.write_text(runs_page(runs, out))
+    dom, pixels = render(out, tmp_path)
+    for div in ("bars", "lengths"):
+        assert re.search(rf'<div id="{div}"[^>]*data-rendered="1"', dom), f"{div} not rendered"
+    n = runs[1].lengths.size
+    assert legend_texts(dom) == ["real", "sim", "real (128 samples, mean 9 tokens)",
+                                 f"sim ({n:,} samples, mean {runs[1].lengths.mean():,.0f} tokens)"]
+    assert "samples (% of the run's)" in axis_titles(dom, "y")
+    assert "response length (tokens)" in axis_titles(dom, "x")
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) >= 100  # text, lines, fills
+    for color in PALETTE[:2]:  # each run's bars, in its colour (outlines draw little ink)
+        assert share_of(pixels, color) > 0.01
+    assert CONSOLE[out] == []

@@ -290,10 +290,11 @@ def test_a_summary_without_the_numbers_the_plot_shows_is_one_error_line(small, t
 @pytest.mark.parametrize("files, message", [
     (None, r"cmp: no such directory$"),
     ({}, r"cmp: neither compare\.json nor tune\.json here"),
-    # one run's directory (simulate's, run's): plot draws it
+    # one run's directory (simulate's, run's): plot draws it, or report beside other runs
     ({"summary.json": "{}"}, r"cmp: one run \(summary\.json\), not a compare or tune directory: draw it with "
-                             r"`sortedrl plot \S*cmp`; report compares the runs of `sortedrl compare` or "
-                             r"`sortedrl tune` \(their --out\)$"),
+                             r"`sortedrl plot \S*cmp`, or report it beside other runs with `sortedrl "
+                             r"report \S*cmp RUN2 \.\.\. --out FILE\.html`; report DIR compares the runs "
+                             r"of `sortedrl compare` or `sortedrl tune` \(their --out\)$"),
     ({"timeline.jsonl": ""}, r"cmp: one run \(timeline\.jsonl\), not a compare or tune directory"),
     ({"compare.json": "[{"}, r"compare\.json: line 1: not valid JSON"),
     ({"compare.json": "{}"}, r"compare\.json: expected a non-empty JSON list of summaries"),

@@ -52,15 +52,22 @@ def plot(
 
 
 def report(
-    dir: Path = typer.Argument(..., help="compare or tune output directory"),
-    out: Path = typer.Option(None, "--out", help="HTML file, FILE.html (default DIR/report.html)"),
+    dirs: list[Path] = typer.Argument(..., help="a compare or tune output directory, or two or "
+                                                "more run directories (run, simulate) side by side"),
+    out: Path = typer.Option(None, "--out", help="HTML file, FILE.html (default DIR/report.html; "
+                                                 "needed with several runs)"),
     force: bool = FORCE,
 ) -> None:
-    """Compare the policies of a compare or tune directory in one HTML page (works offline)."""
+    """Compare in one HTML page (works offline) the policies of a compare or tune directory, or
+    two or more runs, real or simulated."""
     from sortedrl.plot.inputs import check_dir
     from sortedrl.plot.page import check_html_out
     from sortedrl.plot.report import report_inputs, report_page
 
+    if len(dirs) > 1:
+        report_runs(dirs, out, force)
+        return
+    dir = dirs[0]
     check_dir(dir, "a compare or tune directory")  # before --out's default, DIR/report.html
     outs = Outputs("report", force, inputs=report_inputs(dir))
     out = outs.file(out, "--out", default=dir / "report.html")
@@ -70,6 +77,29 @@ def report(
         page = report_page(dir, out)
         outs.write({out: write_text(page)}, progress.file)
     print_notes(outs)
+    typer.echo(f"wrote {out}")
+
+
+def report_runs(dirs: list[Path], out: Path | None, force: bool) -> None:
+    """``report RUN1 RUN2 ...``: the runs side by side in ``out`` (there is no default)."""
+    from sortedrl.plot.inputs import PlotError
+    from sortedrl.plot.page import check_html_out
+    from sortedrl.plot.report_runs import check_runs, load_runs, runs_inputs, runs_page, unlike_note
+
+    if out is None:
+        raise PlotError(f"report of {len(dirs)} runs: give --out FILE.html (the default, "
+                        "DIR/report.html, is for one compare or tune directory)")
+    check_html_out(out, "--out", "report")
+    check_runs(dirs)
+    outs = Outputs("report", force, inputs=runs_inputs(dirs))
+    outs.file(out, "--out")
+    with Phases(err) as progress:
+        progress.phase(f"reading {len(dirs)} runs and drawing the report")
+        runs = load_runs(dirs)
+        outs.write({out: write_text(runs_page(runs, out))}, progress.file)
+    print_notes(outs)
+    if note := unlike_note(runs):
+        typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {out}")
 
 

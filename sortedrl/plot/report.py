@@ -15,6 +15,9 @@ It reads a ``compare`` output directory (``compare.json`` plus one run directory
   highlighted and the best trial (``best.overall``) as a star;
 - a table of the headline numbers, learnable tokens/s among them (what ``compare`` and ``tune``
   rank by), linking each run's ``timeline.html`` where one exists.
+
+Two or more run directories (``sortedrl run``'s, ``simulate``'s) get the same bars and table
+from :mod:`sortedrl.plot.report_runs`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from sortedrl.plot.inputs import (
     tune_front,
 )
 from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
+from sortedrl.run_summary import has_no_bound
 from sortedrl.tables import AS_PERCENT, FORMATS, PERCENT
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import NAMES, find_timeline
@@ -136,8 +140,9 @@ def _name(s: dict) -> str:
     return str(s["label"]) + (" (oracle)" if s.get("oracle") else "")
 
 
-def bars_figure(entries: list[dict]) -> go.Figure:
-    """Four bar charts, one per headline metric, one bar (and legend entry) per policy.
+def bars_figure(entries: list[dict], heading: str = "Policies", legend: str = "policy") -> go.Figure:
+    """Four bar charts, one per headline metric, one bar (and legend entry) per policy (per
+    run: ``heading`` "Runs", ``legend`` "run").
 
     The right-hand panels sit far enough right (and their y axes grow their margins) that their
     axis titles clear the left panel's last bar at 800 px; the title names every cluster the
@@ -160,10 +165,10 @@ def bars_figure(entries: list[dict]) -> go.Figure:
                              automargin=True)
     traces = ", ".join(dict.fromkeys(str(s.get("trace", "?")) for s in entries))
     clusters = ", ".join(dict.fromkeys(str(s.get("cluster", "?")) for s in entries))
-    fig.update_layout(title={"text": f"Policies on {html.escape(traces)} "
+    fig.update_layout(title={"text": f"{heading} on {html.escape(traces)} "
                              f"({html.escape(clusters)})", "x": 0.01},
                       height=820, barmode="group", plot_bgcolor="white",
-                      legend={"title": {"text": "policy"}}, margin={"t": 90})
+                      legend={"title": {"text": legend}}, margin={"t": 90})
     fig.update_yaxes(showgrid=True, gridcolor="#eeeeee")
     return fig
 
@@ -269,31 +274,42 @@ def _params(params: object) -> str:
 
 # each header with its unit; the bubble as the terminal's `bubble %` columns print it (100 x the
 # ratio, the unit in the header); learnable tokens/s beside useful: compare and tune rank by it
-SUMMARY_COLS = (("policy", None), ("oracle", None), ("cluster", None), ("makespan (s)", FORMATS["makespan_s"]),
-                ("bubble (%)", PERCENT), ("useful tokens/s", FORMATS["tokens_per_s"]),
-                ("learnable tokens/s", FORMATS["learnable_tokens_per_s"]),
-                ("staleness mean (versions)", FORMATS["staleness_mean"]), ("staleness max (versions)", None),
-                ("wasted (tokens)", None), ("efficiency", FORMATS["efficiency"]),
-                ("timeline", None))
+NUMBER_COLS = (("makespan (s)", FORMATS["makespan_s"]), ("bubble (%)", PERCENT),
+               ("useful tokens/s", FORMATS["tokens_per_s"]),
+               ("learnable tokens/s", FORMATS["learnable_tokens_per_s"]),
+               ("staleness mean (versions)", FORMATS["staleness_mean"]), ("staleness max (versions)", None),
+               ("wasted (tokens)", None), ("efficiency", FORMATS["efficiency"]))
+
+
+def headline_numbers(s: dict) -> tuple:
+    """A summary's cells under :data:`NUMBER_COLS`. ``-``: learnable tokens/s in a summary from
+    before it was counted, and a real run's efficiency (it has no bound: ``has_no_bound``)."""
+    return (float(s["makespan_s"]), 100 * float(s["bubble_ratio"]), float(s["tokens_per_s"]),
+            s.get("learnable_tokens_per_s", "-"), float(s["staleness_mean"]),
+            s.get("staleness_max", ""), s.get("wasted_tokens", ""),
+            "-" if has_no_bound(s) else s.get("efficiency", ""))
+
+
+def timeline_cell(timeline: Path, base: Path) -> Link | str:
+    """A link to a run's ``timeline.html`` from a page written in ``base``, or ``-``."""
+    return Link("timeline", os.path.relpath(timeline, base)) if timeline.is_file() else "-"
+
+
+def headline_table(lead: tuple[str, ...], rows: list[tuple]) -> str:
+    """The headline numbers, one precision per column (the default by size printed 718.916
+    above 1,062.4): the ``lead`` columns that name each row, :data:`NUMBER_COLS`, then the
+    timeline column only when some run has a ``timeline.html`` to link."""
+    cols = (*((c, None) for c in lead), *NUMBER_COLS, ("timeline", None))
+    keep = len(cols) - (0 if any(isinstance(r[-1], Link) for r in rows) else 1)
+    return table([c for c, _ in cols[:keep]], [r[:keep] for r in rows], "summary",
+                 [f for _, f in cols[:keep]])
 
 
 def _summary_table(root: Path, entries: list[dict], base: Path) -> str:
-    """The headline numbers, one precision per column (the default by size printed 718.916
-    above 1,062.4); the timeline column only when some run has a ``timeline.html`` to link."""
-    rows = []
-    for s in entries:
-        timeline = root / str(s["label"]) / "timeline.html"
-        rows.append((_name(s), "yes" if s.get("oracle") else "no", str(s.get("cluster", "")),
-                     float(s["makespan_s"]), 100 * float(s["bubble_ratio"]), float(s["tokens_per_s"]),
-                     s.get("learnable_tokens_per_s", "-"),  # ("-": a summary from before it was counted)
-                     float(s["staleness_mean"]),
-                     s.get("staleness_max", ""), s.get("wasted_tokens", ""),
-                     s.get("efficiency", ""),
-                     Link("timeline", os.path.relpath(timeline, base)) if timeline.is_file()
-                     else "-"))
-    keep = len(SUMMARY_COLS) - (0 if any(isinstance(r[-1], Link) for r in rows) else 1)
-    return table([c for c, _ in SUMMARY_COLS[:keep]], [r[:keep] for r in rows], "summary",
-                 [f for _, f in SUMMARY_COLS[:keep]])
+    rows = [(_name(s), "yes" if s.get("oracle") else "no", str(s.get("cluster", "")),
+             *headline_numbers(s), timeline_cell(root / str(s["label"]) / "timeline.html", base))
+            for s in entries]
+    return headline_table(("policy", "oracle", "cluster"), rows)
 
 
 def report_page(root: Path, out: Path | None = None) -> str:
@@ -304,8 +320,9 @@ def report_page(root: Path, out: Path | None = None) -> str:
         one = next((name for name in ("summary.json", "timeline.npz", "timeline.jsonl") if (root / name).is_file()), None)
         if one is not None:  # (a simulate, run or forecast directory: one run, which plot draws)
             raise PlotError(f"{root}: one run ({one}), not a compare or tune directory: draw it with "
-                            f"`sortedrl plot {root}`; report compares the runs of `sortedrl compare` or "
-                            "`sortedrl tune` (their --out)")
+                            f"`sortedrl plot {root}`, or report it beside other runs with `sortedrl "
+                            f"report {root} RUN2 ... --out FILE.html`; report DIR compares the runs of "
+                            "`sortedrl compare` or `sortedrl tune` (their --out)")
         raise PlotError(f"{root}: neither compare.json nor tune.json here (run sortedrl compare "
                         "or sortedrl tune with --out first)")
     entries, source = bar_entries(root)
