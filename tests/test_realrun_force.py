@@ -65,6 +65,8 @@ def test_force_refuses_a_file_no_run_writes_and_touches_nothing(tiny_model, tmp_
     ["plot", "{run}", "--out", "{run}/checkpoint.prev/x.html"],
     ["validate", "{run}", "--profile", str(Path(__file__).parent / "fixtures" / "cpu-profile.json"),
      "--plot", "{run}/checkpoint/x.html"],
+    ["validate", "{run}", "--profile", str(Path(__file__).parent / "fixtures" / "cpu-profile.json"),
+     "--out", "{run}/checkpoint.prev/validate.json"],
 ])
 def test_no_output_goes_into_a_runs_checkpoint(tmp_path, args):
     """``plot --perfetto RUNDIR/checkpoint/state.json --force`` wrote over the checkpoint's state,

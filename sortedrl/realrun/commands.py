@@ -249,17 +249,20 @@ def register(app: typer.Typer) -> None:
     def validate(
         rundir: Path = typer.Argument(..., help="run directory written by `sortedrl run`"),
         profile: Path = typer.Option(None, "--profile", help="calibrated profile (default RUNDIR/profile.json)"),
+        out: Path = typer.Option(None, "--out", help="write the result to FILE.json, not RUNDIR/validate.json (RUNDIR is then not touched: a read-only run or someone else's)"),
         plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated (FILE.html)"),
         force: bool = FORCE,
         wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
-        as_json: bool = typer.Option(False, "--json", help="print only validate.json"),
+        as_json: bool = typer.Option(False, "--json", help="print only the result JSON (the file written: validate.json or --out)"),
         trust_policy: bool = typer.Option(False, "--trust-policy", help=(
             "replay a run whose policy is your own module:Class (named in its timeline): "
             "importing it runs that module's code")),
     ) -> None:
-        """Replay a real run in the simulator and report the error per step."""
+        """Replay a real run in the simulator and report the error per step; the result goes to
+        RUNDIR/validate.json, or to --out FILE.json (RUNDIR untouched)."""
         from sortedrl.validate import overlay_html, update_counts, validate_writer
         from sortedrl.validate import validate as run_validation
+        from sortedrl.validate_outputs import validate_outputs
 
         if not rundir.is_dir():
             raise ConfigError(f"{rundir}: no such run directory" if not rundir.exists() else
@@ -276,14 +279,7 @@ def register(app: typer.Typer) -> None:
         profile = profile or rundir / "profile.json"
         if not profile.exists():
             raise ConfigError(f"--profile {profile}: not found (make one with `sortedrl calibrate`)")
-        outs = Outputs("validate", force, inputs=[profile, *(p for p in rundir.glob("*")
-                                                            if p.is_file() and p.name != "validate.json")])
-        written = outs.file(None, "validate.json", default=rundir / "validate.json")
-        plot = outs.file(plot, "--plot")
-        if plot is not None:  # (before the replay)
-            from sortedrl.plot.page import check_html_out
-
-            check_html_out(plot, "--plot", "validate --plot")
+        outs, written, plot = validate_outputs(rundir, profile, out, plot, force)  # (before the replay)
         with Phases(err) as progress:
             progress.phase(f"replaying {rundir} in the simulator")
             result = run_validation(rundir, profile, trust_policy)
@@ -293,7 +289,7 @@ def register(app: typer.Typer) -> None:
             outs.write(files, progress.file)
         print_notes(outs)  # (validate.json replaced without a word, where plot and report said so)
         if as_json:
-            typer.echo((rundir / "validate.json").read_text(), nl=False)
+            typer.echo(written.read_text(), nl=False)
             return
         cols = [Col("update"), Col("real step s"), Col("sim step s"), Col("err %"),
                 Col("real rollout s", hide=2), Col("sim rollout s", hide=2), Col("real train s", hide=1),
