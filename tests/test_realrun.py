@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -582,8 +583,9 @@ def test_a_new_run_stopped_before_its_first_checkpoint_leaves_nothing(tiny_model
     out = tmp_path / "runs" / "first"
     args = ["run", "--model", tiny_model, "--out", str(out), "--steps", "1"]
     r = runner.invoke(app, [*args, "--policy", "stops_error:IdleBug"])
-    assert r.exit_code == 2 and r.stderr == (
-        f"error: policy idle_bug raised RuntimeError: my bug (at {where}:9)\n"), r.output
+    assert r.exit_code == 2 and re.fullmatch(  # (after the line a log gets as the engines start)
+        r"run: starting 1 vLLM engine and the trainer on cpu, [0-9,]+ s elapsed\n"
+        + re.escape(f"error: policy idle_bug raised RuntimeError: my bug (at {where}:9)\n"), r.stderr), r.output
     assert not (tmp_path / "runs").exists()
     mine = tmp_path / "mine"
     mine.mkdir()  # a RUNDIR the user made: it stays, empty

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,10 +61,18 @@ def test_no_vllm_leaves_no_run_directory_then_a_quiet_run_and_a_resume_that_chan
 
     r = _cli(args)  # vLLM back: the same command runs
     assert r.returncode == 0, r.stderr
-    # nothing on stderr: no "Failed to load weights" (vLLM), no "Triton not available" or "NUMA
+    # nothing on stderr but the run's own lines (stderr is no terminal here: docs/metrics.md,
+    # "Progress lines"): no "Failed to load weights" (vLLM), no "Triton not available" or "NUMA
     # binding" (torch), no progress bars (vLLM's and transformers' weight loading)
-    assert r.stderr == "", r.stderr
-    assert json.loads((out / "summary.json").read_text())["updates"] == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 2
+    records = [json.loads(x) for x in (out / "timeline.jsonl").read_text().splitlines()]
+    first_update = next(x["t"] for x in records if x["kind"] == "train")
+    before = sum(x["tokens"] for x in records if x["kind"] == "span" and x["t_end"] <= first_update)
+    said = ["run: starting 1 vLLM engine and the trainer on cpu",
+            f"run: update 1 done, 8 of 16 samples trained, {before:,} tokens generated",
+            f"run: update 2 done, 16 of 16 samples trained, {summary['generated_tokens']:,} tokens generated"]
+    assert re.fullmatch("".join(re.escape(line) + r", [0-9,]+ s elapsed\n" for line in said), r.stderr), r.stderr
     done = _files(out)
 
     r = _cli([*args, "--resume"])
@@ -163,7 +172,9 @@ def test_a_run_whose_engine_fails_to_start_leaves_rundir_as_it_was(tiny_model, t
     for out in (new, empty, nested):
         r = runner.invoke(app, ["run", "--model", tiny_model, "--policy", "sync", "--steps", "1",
                                 "--out", str(out)])
-        assert r.exit_code == 2 and r.output == "error: engine: cannot start\n"
+        assert r.exit_code == 2 and re.fullmatch(  # (the engines were starting: the log says so)
+            r"run: starting 1 vLLM engine and the trainer on cpu, [0-9,]+ s elapsed\n"
+            r"error: engine: cannot start\n", r.output), r.output
     assert not new.exists() and empty.is_dir() and not any(empty.iterdir())
     assert not (tmp_path / "runs").exists()  # the parents the run made went with it
 

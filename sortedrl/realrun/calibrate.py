@@ -65,6 +65,7 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     model = check_model_dir(model_dir)
     tick = progress or (lambda n, note="": None)
     contexts = grid_contexts(max_tokens)
+    tick(0, "starting the vLLM engine for the step grid")
     grid, kv_tokens = _measure_grid(str(model), max_num_seqs, repeats, seed, contexts, tick, warm_tokens)
     run = dict(model=str(model), steps=2, prompts=prompts, group_size=group_size, max_tokens=max_tokens,
                task=task, max_num_seqs=max_num_seqs, seed=seed, warm_tokens=warm_tokens)

@@ -26,6 +26,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.limits import check_seed
 from sortedrl.outputs import Outputs, read_marker
 from sortedrl.progress import Phases
+from sortedrl.realrun.progress_lines import CountLines, RunLines
 from sortedrl.run_marker import compare_part
 from sortedrl.tables import PERCENT, Col, fmt, percent, render, terminal_width
 
@@ -112,11 +113,15 @@ def register(app: typer.Typer) -> None:
                         engines=engines, placement=placement, ray=ray_address, warm_tokens=warm_tokens,
                         max_turns=max_turns, turn_tokens=turn_tokens, tool_latency=tool_latency,
                         tool_pool=tool_pool)
-        bar = LazyProgress(steps * prompts * group_size, f"run {policy}")
+        # the bar on a terminal; elsewhere (a log, nohup, CI) a line as the engines start and per update
+        samples = steps * prompts * group_size
+        bar = LazyProgress(samples, f"run {policy}") if err.is_terminal else None
+        lines = None if bar is not None else RunLines(samples)
         try:
-            summary = run_real(cfg, resume=resume, progress=bar, force=force)
+            summary = run_real(cfg, resume=resume, progress=bar, force=force, lines=lines)
         finally:
-            bar.close()
+            if bar is not None:
+                bar.close()
         if perfetto is not None:
             from sortedrl.timeline import Timeline
 
@@ -222,7 +227,9 @@ def register(app: typer.Typer) -> None:
         get_task(task)  # an unknown task fails before any measurement
         per = (len([b for b in BATCHES if b <= max_num_seqs]) * len(grid_contexts(max_tokens))
                + len([c for c in PREFILL_COUNTS if c <= max_num_seqs]) * len(PREFILL_LENS))
-        bar = LazyProgress(repeats * (per + len(runner_runs(prompts, group_size))) + 2, "calibrate")
+        total = repeats * (per + len(runner_runs(prompts, group_size))) + 2
+        bar = (LazyProgress(total, "calibrate") if err.is_terminal  # (as `run`: lines in a log)
+               else CountLines("calibrate", total, "measurements"))
         try:
             profile = calibrate(str(model), max_num_seqs=max_num_seqs, repeats=repeats, seed=seed,
                                 progress=bar, task=task, max_tokens=max_tokens, prompts=prompts,

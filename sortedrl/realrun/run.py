@@ -41,6 +41,7 @@ from sortedrl.realrun import agent, run_trace
 from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.engine import import_vllm
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir, load_tokenizer
+from sortedrl.realrun.progress_lines import RunLines
 from sortedrl.realrun.run_logs import Appender, add_to_meta, start_logs
 from sortedrl.realrun.rundir import (
     LOGS,
@@ -105,10 +106,12 @@ def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
 
 
 def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | None = None,
-             force: bool = False) -> dict:
+             force: bool = False, lines: RunLines | None = None) -> dict:
     """Run, or resume, a real GRPO run; returns its summary. ``force``: start over in a RUNDIR
     that holds a run (:mod:`sortedrl.realrun.rundir`). ``stats`` (for calibration) receives the
-    backend's host-overhead counters and, under ``steps``, every engine step's shape and time."""
+    backend's host-overhead counters and, under ``steps``, every engine step's shape and time.
+    ``progress(samples, note)`` is called after each update (the bar); ``lines`` are told as the
+    engines start and after each update (a log's lines, :mod:`sortedrl.realrun.progress_lines`)."""
     turns = agent.turn_config(cfg)  # checked first: a bad tool setting writes nothing
     model_dir = check_model_dir(cfg.model)
     task = get_task(cfg.task, cfg.dataset, cfg.reward)
@@ -166,6 +169,8 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
                   temperature=cfg.temperature, max_num_seqs=cfg.max_num_seqs, timeline=timeline,
                   seed=cfg.seed, eos=tok.eos_token_id, clock_offset=state["clock"] if state else 0.0)
     tools = (task, turns, tok, lambda ids: decode(tok, ids, (model_dir / MODEL_CARD).exists())) if multi_turn else None
+    if lines is not None:
+        lines.starting(cfg.engines, cfg.device, cfg.on_ray)
     try:
         backend, engine, trainer = _start_backend(cfg, model_dir, common, tools)
     except BaseException:  # a new run that never started leaves no RUNDIR behind
@@ -187,6 +192,9 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
             progress(len(samples), f"{cfg.policy}: update {timeline.count('train') + 1}, {generated:,} tokens")
         _checkpoint(ckpt, out, trainer, policy, controller, backend, train)
         drop(aside)  # (--force: the run replaced goes once this one can be resumed)
+        if lines is not None:  # (resumable from here; this update's train record comes after)
+            lines.updated(timeline.count("train") + 1, timeline.columns("train")["samples"].values.size
+                          + len(samples), int(timeline.columns("span")["tokens"].sum()))
 
     backend.on_update = on_update
     if stats is not None:
