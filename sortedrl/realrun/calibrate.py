@@ -216,7 +216,7 @@ def _measure_runner(run: dict, repeats: int, tick) -> dict:
                 out["host"]["admit"].append(st["admit_s"] / max(1, st["admitted"]))
                 out["host"]["event"].append(st["event_s"] / max(1, st["events"]))
                 out["steps"] += [(*row, rep) for row in st["step_log"]]
-                tick(1, f"runner: {policy} {' '.join(sets)}")
+                tick(1, f"runner: {' '.join([policy, *sets])}")
     return out
 
 
