@@ -17,6 +17,7 @@ from sortedrl.cluster_split import split_costs, split_of
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import OutputError, check_label
 from sortedrl.parallel import run_jobs
+from sortedrl.parallel_progress import SampleCounts
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cluster_spec import TRAIN_STATE_BYTES
@@ -257,7 +258,7 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
 
 
 def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
-    """One policy's run (in a worker process of :mod:`sortedrl.parallel`, ``progress`` is None)."""
+    """One policy's run (in a worker of :mod:`sortedrl.parallel`, ``progress``: its counters)."""
     trace, cluster, seed, regen, spill_dir, progress = shared
     policy = make_policy(spec.name, list(spec.sets), trace, spec.label)
     spill = None
@@ -280,12 +281,12 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
         policy = make_policy(s.name, list(s.sets), trace, s.label)
         cluster_for(policy.placements, cluster, policy.name)
     if workers > 1 and len(specs) > 1:
-        if hasattr(progress, "phase"):
+        counts, total = SampleCounts(len(specs)), len(specs) * len(trace)  # (workers write it)
+        if hasattr(progress, "watch"):
             progress.phase(f"simulating {len(specs)} policies in {min(workers, len(specs))} "
-                           "processes", total=len(specs))
-        shared = (trace, cluster, seed, regen, spill_dir, None)
-        results = run_jobs(_simulate_spec, shared, specs, workers,
-                           done=None if progress is None else lambda: progress(1))
+                           "processes", total=total).watch(counts, total)
+        shared = (trace, cluster, seed, regen, spill_dir, counts)
+        results = run_jobs(_simulate_spec, shared, specs, workers, counts=counts)
         return list(zip(specs, results, strict=True))
     out = []
     for k, spec in enumerate(specs):

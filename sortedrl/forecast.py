@@ -24,6 +24,7 @@ import numpy as np
 from sortedrl.compare import PolicySpec, cluster_for
 from sortedrl.metrics import union_length
 from sortedrl.parallel import run_jobs
+from sortedrl.parallel_progress import SampleCounts
 from sortedrl.policies.registry import make_policy
 from sortedrl.scratch import temp_scratch
 from sortedrl.sim.cluster import Cluster
@@ -97,7 +98,7 @@ class Draw(NamedTuple):
 
 def _draw(shared: tuple, job: tuple) -> Draw:
     """Simulate one draw of the run (in a worker process of :mod:`sortedrl.parallel`,
-    ``progress`` is None)."""
+    ``progress`` is the jobs' :class:`~sortedrl.parallel_progress.SampleCounts`)."""
     source, progress = shared
     spec, cluster, seed = job
     trace = source.draw(seed)
@@ -149,8 +150,10 @@ def run_forecast(source: RunSource, specs: list[PolicySpec], clusters: list[Clus
     chosen = source.seeds(seeds, base_seed)
     jobs = [(spec, cluster, seed) for cluster in clusters for spec in specs for seed in chosen]
     if workers > 1 and len(jobs) > 1:
-        done = None if progress is None else lambda: progress(source.samples_per_run())
-        draws = run_jobs(_draw, (source, None), jobs, workers, done)
+        counts = SampleCounts(len(jobs))  # each draw's samples generated, written by its worker
+        if hasattr(progress, "watch"):
+            progress.watch(counts, len(jobs) * source.samples_per_run())
+        draws = run_jobs(_draw, (source, counts), jobs, workers, counts=counts)
     else:
         draws = run_jobs(_draw, (source, progress), jobs)
     n = len(chosen)

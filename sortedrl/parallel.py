@@ -6,7 +6,9 @@ as one process gives them, byte for byte. What every job shares (the trace, the 
 each worker once, when the pool forks it (fork, named: not the platform's default), not with
 every job; a job and its result travel by pickle. Each worker holds a whole simulation of its
 own, so memory grows with the workers. (``tune`` has its own executors, Ray included:
-:mod:`sortedrl.tune.executors`.)
+:mod:`sortedrl.tune.executors`.) A run's progress comes back through counters in shared memory
+that the workers inherit at the fork too (:mod:`sortedrl.parallel_progress`), so the parent's
+bar moves within the runs, not only as each one ends.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
+from typing import TYPE_CHECKING
 
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.interrupts import signals_deferred
 from sortedrl.scratch import forget_temp_scratches, remove_temp_scratches
+
+if TYPE_CHECKING:
+    from sortedrl.parallel_progress import SampleCounts
 
 _worker: dict = {}  # in a worker process: the job function and what the jobs share
 _pools = [0]  # this process's worker pools alive now: a child forked meanwhile is a worker
@@ -115,37 +121,55 @@ def shut_down(pool: ProcessPoolExecutor, stop: bool) -> None:
             raise
 
 
-def _start(fn: Callable, shared: object) -> None:
+def _start(fn: Callable, shared: object, counts: SampleCounts | None) -> None:
     worker_signals()
-    _worker.update(fn=fn, shared=shared)
+    _worker.update(fn=fn, shared=shared, counts=counts)
 
 
-def _call(job: object) -> object:
-    return _worker["fn"](_worker["shared"], job)
+def _call(index: int, job: object) -> object:
+    return _run_job(_worker["fn"], _worker["shared"], job, _worker["counts"], index)
+
+
+def _run_job(fn: Callable, shared: object, job: object, counts: SampleCounts | None,
+             index: int) -> object:
+    """``fn(shared, job)``, its run's samples generated written to ``counts``'s ``index``th
+    counter (its last count also for a run that raised or ended without a note)."""
+    if counts is None:
+        return fn(shared, job)
+    counts.job = index
+    try:
+        return fn(shared, job)
+    finally:
+        counts.unwatch()
 
 
 def run_jobs(fn: Callable[[object, object], object], shared: object, jobs: Sequence,
-             workers: int = 1, done: Callable[[], None] | None = None) -> list:
+             workers: int = 1, done: Callable[[], None] | None = None,
+             counts: SampleCounts | None = None) -> list:
     """``[fn(shared, job) for job in jobs]``, in up to ``workers`` processes when that is more
     than one; ``done()`` as each job ends. The first job that raises stops the rest (its error
-    is raised here); ``fn`` must be a module-level function (workers find it by name)."""
+    is raised here); ``fn`` must be a module-level function (workers find it by name).
+    ``counts``: one counter per job, the same object that ``shared`` hands the simulations as
+    their ``progress`` (in a worker it is the forked copy of it: the same memory)."""
     if workers <= 1 or len(jobs) <= 1:
         out = []
-        for job in jobs:
-            out.append(fn(shared, job))
+        for index, job in enumerate(jobs):
+            out.append(_run_job(fn, shared, job, counts, index))
             if done is not None:
                 done()
         return out
     with worker_pool():
-        return _run_in_pool(fn, shared, jobs, workers, done)
+        return _run_in_pool(fn, shared, jobs, workers, done, counts)
 
 
 def _run_in_pool(fn: Callable[[object, object], object], shared: object, jobs: Sequence,
-                 workers: int, done: Callable[[], None] | None) -> list:
-    # fork, named: the workers inherit ``shared`` without a copy (Python 3.14 turns the default
-    # to forkserver); they run only the simulation, never the parent's progress threads
+                 workers: int, done: Callable[[], None] | None,
+                 counts: SampleCounts | None) -> list:
+    # fork, named: the workers inherit ``shared`` and ``counts`` without a copy (Python 3.14
+    # turns the default to forkserver); they run only the simulation, never the parent's
+    # progress threads
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_start,
-                               initargs=(fn, shared), mp_context=get_context("fork"))
+                               initargs=(fn, shared, counts), mp_context=get_context("fork"))
     finished = False
     try:
         # the first submit forks the workers: a Ctrl-C raised between a fork and the pool's
@@ -153,10 +177,10 @@ def _run_in_pool(fn: Callable[[object, object], object], shared: object, jobs: S
         # the job queue forever and holding the terminal's output open; it waits until the
         # pool knows every worker
         with signals_deferred():
-            futures = [pool.submit(_call, job) for job in jobs]
+            futures = [pool.submit(_call, index, job) for index, job in enumerate(jobs)]
         pending = set(futures)
         while pending:
-            ended, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            ended, pending = wait(pending, return_when=FIRST_COMPLETED)  # (each as it ends)
             failed = [f for f in futures if f in ended and f.exception() is not None]
             if failed:
                 failed[0].result()  # the first job's error (in job order), which stops the rest

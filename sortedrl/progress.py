@@ -15,6 +15,8 @@ and a thread polls it twice a second for the samples generated so far (rollouts 
 at most the trace's samples) and the simulated time, so the simulator's hot path makes no
 progress calls at all (only a display that is shown is polled). The count is of generation, not
 training: a policy that generates ahead (``sortedrl``) reaches it while its last updates remain.
+Runs in worker processes (``--workers N``) are watched there, and the bar counts their sum
+(:mod:`sortedrl.parallel_progress`).
 
 The display fits an 80-column terminal without cutting a figure: the phase's name is a line of
 its own (wrapped, never cut), and under it the spinner, a bar that narrows first, the count with
@@ -43,8 +45,9 @@ from rich.text import Text
 
 
 class Watched(Protocol):
-    def progress(self) -> tuple[int, float]:
-        """Samples finished so far, and the simulated time reached (s)."""
+    def progress(self) -> tuple[int, float | None]:
+        """Samples finished so far, and the simulated time reached (s; None for runs in
+        parallel, each at its own time: :mod:`sortedrl.parallel_progress`)."""
         ...
 
 
@@ -151,8 +154,8 @@ class Phases:
             finished, now = run.progress()
             finished = min(finished, cap)
             self.watched = (run, label, finished, cap)
-            self.bar.update(self.task, advance=finished - seen,
-                            description=f"{label}, {now:,.0f} s simulated")
+            simulated = "" if now is None else f", {now:,.0f} s simulated"  # (None: parallel runs)
+            self.bar.update(self.task, advance=finished - seen, description=label + simulated)
 
     def file(self, name: str, index: int, count: int) -> None:
         """The writing phase: one file of ``count`` is being written."""

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from multiprocessing import get_context
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,20 @@ def test_results_come_back_in_the_jobs_order(workers):
     out = run_jobs(_square_slowly, 3, list(range(7)), workers, done=lambda: ended.append(1))
     assert out == [(k, 3 * k * k) for k in range(7)]
     assert len(ended) == 7
+
+
+def _wait_for_the_first(first_done, job: int) -> int:
+    if job == 1:
+        assert first_done.wait(60)  # set by done() for job 0, while this one is still going
+    return job
+
+
+def test_done_is_called_as_each_job_ends_not_once_all_have():
+    """The pool was waited on until the first error or the last job: done() came for every job
+    at the end, and a bar of finished runs sat at 0 until then."""
+    first_done = get_context("fork").Event()
+    out = run_jobs(_wait_for_the_first, first_done, [0, 1], workers=2, done=first_done.set)
+    assert out == [0, 1]
 
 
 def _fail_or_wait(pid_dir: str, job: int) -> int:
