@@ -281,8 +281,9 @@ def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: i
         policy = make_policy(s.name, list(s.sets), trace, s.label)
         cluster_for(policy.placements, cluster, policy.name)
     if workers > 1 and len(specs) > 1:
-        counts, total = SampleCounts(len(specs)), len(specs) * len(trace)  # (workers write it)
-        if hasattr(progress, "watch"):
+        counts = SampleCounts(len(specs)) if hasattr(progress, "watch") else None  # (no bar: no polls)
+        if counts is not None:
+            total = len(specs) * len(trace)
             progress.phase(f"simulating {len(specs)} policies in {min(workers, len(specs))} "
                            "processes", total=total).watch(counts, total)
         shared = (trace, cluster, seed, regen, spill_dir, counts)

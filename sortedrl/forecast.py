@@ -150,8 +150,9 @@ def run_forecast(source: RunSource, specs: list[PolicySpec], clusters: list[Clus
     chosen = source.seeds(seeds, base_seed)
     jobs = [(spec, cluster, seed) for cluster in clusters for spec in specs for seed in chosen]
     if workers > 1 and len(jobs) > 1:
-        counts = SampleCounts(len(jobs))  # each draw's samples generated, written by its worker
-        if hasattr(progress, "watch"):
+        # each draw's samples generated, written by its worker (no bar: no counters, no polls)
+        counts = SampleCounts(len(jobs)) if hasattr(progress, "watch") else None
+        if counts is not None:
             progress.watch(counts, len(jobs) * source.samples_per_run())
         draws = run_jobs(_draw, (source, counts), jobs, workers, counts=counts)
     else:

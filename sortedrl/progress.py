@@ -94,6 +94,7 @@ class Phases:
     def __init__(self, console: Console | None = None, delay: float = 1.0) -> None:
         self.bar = phase_bar(console or Console(stderr=True))
         self.task = None
+        self.label = "simulating"  # the current phase's own name (a note relabels its bar only)
         self.watched: tuple[Watched, str, int, int] | None = None  # run, label, seen, cap
         self.lock = threading.Lock()
         self.started = self.closed = False
@@ -108,6 +109,7 @@ class Phases:
             if self.task is not None:
                 self.bar.update(self.task, visible=False)
             self.task = self.bar.add_task(label, total=total)
+            self.label = label
         return self
 
     def __call__(self, advance: int, note: str = "") -> None:
@@ -125,7 +127,7 @@ class Phases:
         if self.task is None:
             self.phase("simulating")
         with self.lock:
-            label = self.bar.tasks[-1].description if self.bar.tasks else "simulating"
+            label = self.label  # (not the bar's text: a note, "summarising", may have replaced it)
             self.watched = (run, label, 0, samples)
             if self.task is not None:
                 self.bar.update(self.task, unit=GENERATED)

@@ -173,9 +173,12 @@ class Timeline:
     def progress(self) -> tuple[int, float]:
         """Spans that ended in a finish so far, and the end of the latest span (s): how far a
         run being recorded has got. Safe to call from another thread while it records."""
-        pending = list(self.spans)  # a snapshot (the simulator keeps appending)
-        finished = self._finished + sum(1 for row in pending if row[7] == "finish")
-        return finished, float(pending[-1][1]) if pending else self._last_t
+        # the count of rows already packed first, then a snapshot of those not yet (the simulator
+        # keeps appending): a packing in between is missed for one poll, never counted twice
+        packed, last_t = self._finished, self._last_t
+        pending = list(self.spans)
+        finished = packed + sum(1 for row in pending if row[7] == "finish")
+        return finished, float(pending[-1][1]) if pending else last_t
 
     # -- reading -------------------------------------------------------------------------------
 

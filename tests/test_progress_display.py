@@ -62,3 +62,21 @@ def test_a_long_phase_name_wraps_and_is_never_cut():
         bar.close()
     text = "".join(buf.getvalue().splitlines()[:3])
     assert "writing runs/compare-math-16k.jsonl-h100/sortedrl/timeline.npz (9 of 16 files)" in text
+
+
+def test_a_run_watched_after_a_note_is_labelled_by_its_phase_not_the_note():
+    """One-process forecast: each draw is watched in turn within one phase, and the previous
+    draw ended with the note "summarising the timeline"; the next draw's bar says the phase."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=True, color_system=None)
+    bar = Phases(console=console, delay=3600)
+    try:
+        bar.phase("forecast: 2 simulated runs", total=20)
+        bar.watch(Run(10, 100.0), 10)
+        bar(0, "summarising the timeline")
+        assert bar.bar.tasks[-1].description == "summarising the timeline"
+        bar.watch(Run(4, 50.0), 20)
+        bar.unwatch()
+        assert bar.bar.tasks[-1].description == "forecast: 2 simulated runs, 50 s simulated"
+    finally:
+        bar.close()

@@ -252,6 +252,19 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tiny_model, tmp_path):
     assert len(rows) == total and len({(r["prompt_id"], r["sample"]) for r in rows}) == total
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["update"] for m in metrics] == list(range(len(tl.trains)))
+    # the resumed run's log lines (its stderr is no terminal) carry on from the checkpoint: the
+    # update numbers consecutive from the one after the checkpoint's to the run's last, the
+    # samples trained growing to all of them
+    lines = r.stderr.splitlines()
+    assert re.fullmatch(r"run: starting 1 vLLM engine and the trainer on cpu, [\d,]+ s elapsed", lines[0]), lines
+    done = [re.fullmatch(r"run: update (\d+) done, ([\d,]+) of ([\d,]+) samples trained, [\d,]+ tokens "
+                         r"generated, [\d,]+ s elapsed", x) for x in lines[1:]]
+    assert all(done), lines
+    updates = [int(m[1]) for m in done]
+    assert updates[0] > 1 and updates == list(range(updates[0], len(tl.trains) + 1)), lines
+    counts = [int(m[2].replace(",", "")) for m in done]
+    assert counts == sorted(set(counts)) and counts[-1] == total, lines
+    assert {m[3] for m in done} == {f"{total:,}"}
 
 
 def test_resume_of_a_checkpoint_that_names_another_file_touches_nothing(tiny_model, tmp_path):

@@ -64,7 +64,8 @@ def test_a_real_and_a_simulated_run_side_by_side(sims, tmp_path):
     r = runner.invoke(app, ["report", str(real), str(sims / "sortedrl"), "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines() == [f"wrote {out}"]
-    note = ("the runs differ in trace (task:sort: sync; test: sortedrl), cluster (local-vllm: sync; "
+    note = ("the runs differ in trace (task:sort: sync; test: sortedrl), samples (128: sync; "
+            "8: sortedrl), group size (4: sync; 2: sortedrl), cluster (local-vllm: sync; "
             "tiny: sortedrl) and backend (vLLM: sync; simulated: sortedrl): not a like-for-like "
             "comparison")
     assert r.stderr.splitlines() == [f"note: {note}"]
@@ -199,3 +200,28 @@ def test_bad_runs_are_one_error_line_exit_2_and_nothing_written(sims, tmp_path, 
     assert "Traceback" not in r.output
     assert r.stderr.splitlines() == ["error: " + message.format(t=tmp_path)]
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_runs_of_one_trace_name_but_different_sizes_get_a_note(tmp_path):
+    """A synthetic trace is named by its preset whatever its size: the note compares the runs'
+    samples and group sizes too."""
+    small, big = make_trace(LENGTHS, group_size=2), make_trace(LENGTHS * 4, group_size=4)
+    for name, tr in (("small", small), ("big", big)):
+        write_run(tmp_path / name, simulate(tr, make_policy("sync", [], tr), tiny_cluster()))
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", str(tmp_path / "small"), str(tmp_path / "big"), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == ["note: the runs differ in samples (8: small; 32: big) and group "
+                                     "size (2: small; 4: big): not a like-for-like comparison"]
+
+
+def test_numeric_and_date_labels_are_one_bar_slot_each_and_a_link_keeps_its_name(sims, tmp_path):
+    dirs = [Path(shutil.copytree(sims / "sync", tmp_path / name)) for name in ("1", "10", "2026-12-06")]
+    link = tmp_path / "latest"
+    link.symlink_to(dirs[0])
+    assert run_labels([link, dirs[1]]) == ["latest", "10"]
+    from sortedrl.plot.report import bars_figure
+
+    fig = bars_figure([run.summary | {"label": run.label} for run in load_runs(dirs)], "Runs", "run")
+    axes = [fig.layout[k] for k in fig.layout if k.startswith("xaxis")]
+    assert len(axes) == 4 and {a.type for a in axes} == {"category"}

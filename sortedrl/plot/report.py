@@ -170,6 +170,7 @@ def bars_figure(entries: list[dict], heading: str = "Policies", legend: str = "p
                       height=820, barmode="group", plot_bgcolor="white",
                       legend={"title": {"text": legend}}, margin={"t": 90})
     fig.update_yaxes(showgrid=True, gridcolor="#eeeeee")
+    fig.update_xaxes(type="category")  # (plotly.js would read labels "1", "10" or a date as numbers)
     return fig
 
 

@@ -30,6 +30,7 @@ runs, a directory holding no run, a broken summary or timeline.
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,7 @@ class Run:
     summary: dict
     kind: str  # REAL or SIMULATED, ", unfinished" added to a real run still going
     lengths: np.ndarray  # response lengths of its finished samples (tokens)
+    group_size: int | None = None  # responses per prompt (the timeline's meta)
 
     @property
     def real(self) -> bool:
@@ -102,9 +104,10 @@ def runs_inputs(dirs: list[Path]) -> list[Path]:
 
 
 def run_labels(dirs: list[Path]) -> list[str]:
-    """Each directory's name; where names clash, as many parent names in front as make them
-    differ (the paths are distinct once resolved, so the whole path always does)."""
-    paths = [d.resolve() for d in dirs]
+    """Each directory's name as given (a symbolic link's own name, not its target's); where
+    names clash, as many parent names in front as make them differ (the paths are distinct once
+    resolved, so their absolute forms are, and the whole path always differs)."""
+    paths = [Path(os.path.abspath(d)) for d in dirs]
     parts = [p.parts for p in paths]
     depth = [1] * len(dirs)
 
@@ -135,21 +138,26 @@ def load_runs(dirs: list[Path]) -> list[Run]:
         kind = SIMULATED
         if is_real_run(tl.meta):
             kind = REAL if is_finished(d, tl.meta) else f"{REAL}, unfinished"
-        runs.append(Run(d, label, summary, kind, response_lengths(tl)))
+        runs.append(Run(d, label, summary, kind, response_lengths(tl), tl.meta.get("group_size")))
     return runs
 
 
 def unlike_note(runs: list[Run]) -> str | None:
-    """Why the runs' numbers are not like-for-like (traces, clusters, real beside simulated),
-    naming the runs of each value; None when they are on one trace and cluster."""
+    """Why the runs' numbers are not like-for-like (traces, their sizes and group sizes,
+    clusters, real beside simulated), naming the runs of each value; None when they agree. (A
+    trace's name alone does not say its size: a synthetic one is named by its preset, a real
+    run's by its task.)"""
     differ = []
-    for key in ("trace", "cluster"):
+    for key, name in (("trace", "trace"), ("samples_total", "samples"), ("group_size", "group size"),
+                      ("cluster", "cluster")):
         groups: dict[str, list[str]] = {}
         for run in runs:
-            groups.setdefault(str(run.summary.get(key, "?")), []).append(run.label)
+            value = run.group_size if key == "group_size" else run.summary.get(key)
+            value = f"{value:,}" if isinstance(value, int) else str(value if value is not None else "?")
+            groups.setdefault(value, []).append(run.label)
         if len(groups) > 1:
             each = "; ".join(f"{value}: {', '.join(labels)}" for value, labels in groups.items())
-            differ.append(f"{key} ({each})")
+            differ.append(f"{name} ({each})")
     if len({run.real for run in runs}) > 1:  # (measured beside costed by a model)
         each = [", ".join(r.label for r in runs if r.real is real) for real in (True, False)]
         differ.append(f"backend (vLLM: {each[0]}; simulated: {each[1]})")

@@ -74,7 +74,7 @@ def calibrate(model_dir: str, max_num_seqs: int = 32, repeats: int = 3, seed: in
     tick(1, "updates of chosen shapes")
     on_ray = _measure_ray(run, ray_engines) if ray_engines else {}
     shared = _measure_shared_host(str(model), ray_engines, run, runner, repeats) if ray_engines else {}
-    tick(1, "engines beside the trainer")
+    tick(1, "engines beside the trainer" if ray_engines else "engines beside the trainer: skipped, no --ray-engines")
     grid_rows = [(*key[:5], float(np.median(ts))) for key, ts in grid.items()]
     d, kept, dropped = robust_step_fit(grid_rows, runner["steps"], max_num_seqs)
     tr = fit_train(runner["train"], bare)
