@@ -174,7 +174,7 @@ def _inputs(tmp: Path, sims: Path) -> None:
      "{t}/cmp`), or give its runs' directories"),
     (["tune", "real", "--out", "new.html"],
      "{t}/tune: a tune directory (tune.json), not a run: report it alone (`sortedrl report "
-     "{t}/tune`), or give its runs' directories"),
+     "{t}/tune`)"),
     (["real", "empty", "--out", "new.html"],
      "{t}/empty: not a run directory (no summary.json, timeline.npz, timeline.jsonl): give "
      "directories written by `sortedrl run` or `sortedrl simulate`"),

@@ -90,8 +90,9 @@ def check_runs(dirs: list[Path]) -> None:
         seen[d.resolve()] = d
         for name, what in (("compare.json", "compare"), ("tune.json", "tune")):
             if (d / name).exists():
+                runs = ", or give its runs' directories" if what == "compare" else ""  # (tune keeps none)
                 raise PlotError(f"{d}: a {what} directory ({name}), not a run: report it alone "
-                                f"(`sortedrl report {d}`), or give its runs' directories")
+                                f"(`sortedrl report {d}`){runs}")
         if not any((d / name).is_file() for name in RUN_FILES):
             raise PlotError(f"{d}: not a run directory (no {', '.join(RUN_FILES)}): give "
                             "directories written by `sortedrl run` or `sortedrl simulate`")

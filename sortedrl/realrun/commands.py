@@ -256,7 +256,7 @@ def register(app: typer.Typer) -> None:
     def validate(
         rundir: Path = typer.Argument(..., help="run directory written by `sortedrl run`"),
         profile: Path = typer.Option(None, "--profile", help="calibrated profile (default RUNDIR/profile.json)"),
-        out: Path = typer.Option(None, "--out", help="write the result to FILE.json, not RUNDIR/validate.json (RUNDIR is then not touched: a read-only run or someone else's)"),
+        out: Path = typer.Option(None, "--out", help="write the result to FILE.json, not RUNDIR/validate.json (RUNDIR is then not touched, unless FILE is in it: a read-only run or someone else's)"),
         plot: Path = typer.Option(None, "--plot", help="also write an HTML overlay of real and simulated (FILE.html)"),
         force: bool = FORCE,
         wide: bool = typer.Option(False, "--wide", help="every column, not fitted to the terminal"),
@@ -266,7 +266,7 @@ def register(app: typer.Typer) -> None:
             "importing it runs that module's code")),
     ) -> None:
         """Replay a real run in the simulator and report the error per step; the result goes to
-        RUNDIR/validate.json, or to --out FILE.json (RUNDIR untouched)."""
+        RUNDIR/validate.json, or to --out FILE.json (elsewhere: RUNDIR untouched)."""
         from sortedrl.validate import overlay_html, update_counts, validate_writer
         from sortedrl.validate import validate as run_validation
         from sortedrl.validate_outputs import validate_outputs
