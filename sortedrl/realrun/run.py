@@ -187,14 +187,16 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         for i in samples:
             row = run_trace.sample_row(i, n, cfg.prompts, prompts, backend)
             logs["trace.partial.jsonl"].write(row)
-        if progress is not None:
+        update = timeline.count("train") + 1  # (this update's train record comes after)
+        if progress is not None or lines is not None:  # (the bar on a terminal, else the lines)
             generated = int(timeline.columns("span")["tokens"].sum())
-            progress(len(samples), f"{cfg.policy}: update {timeline.count('train') + 1}, {generated:,} tokens")
+        if progress is not None:
+            progress(len(samples), f"{cfg.policy}: update {update}, {generated:,} tokens")
         _checkpoint(ckpt, out, trainer, policy, controller, backend, train)
         drop(aside)  # (--force: the run replaced goes once this one can be resumed)
-        if lines is not None:  # (resumable from here; this update's train record comes after)
-            lines.updated(timeline.count("train") + 1, timeline.columns("train")["samples"].values.size
-                          + len(samples), int(timeline.columns("span")["tokens"].sum()))
+        if lines is not None:  # (resumable from here)
+            trained = timeline.columns("train")["samples"].values.size + len(samples)
+            lines.updated(update, trained, generated)
 
     backend.on_update = on_update
     if stats is not None:
