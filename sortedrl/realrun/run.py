@@ -42,12 +42,12 @@ from sortedrl.realrun import checkpoint as ckpt_io
 from sortedrl.realrun.engine import import_vllm
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir, load_tokenizer
 from sortedrl.realrun.progress_lines import RunLines
+from sortedrl.realrun.run_checks import check_config
 from sortedrl.realrun.run_logs import Appender, add_to_meta, start_logs
 from sortedrl.realrun.rundir import (
     LOGS,
     PENDING,
     check_not_complete,
-    check_run_dir,
     commit_checkpoint,
     first_missing,
     latest_checkpoint,
@@ -57,7 +57,6 @@ from sortedrl.realrun.rundir import (
 )
 from sortedrl.realrun.rundir_force import drop, put_back, set_aside
 from sortedrl.realrun.task import check_task_words, decode, get_task, grader
-from sortedrl.realrun.trainer import OBJECTIVES
 from sortedrl.timeline import Timeline
 
 
@@ -105,6 +104,20 @@ def prompt_set(cfg: RunConfig, n_groups: int) -> SimpleNamespace:
                            reward=())  # graded as responses finish, so filter_groups works
 
 
+@dataclass
+class _Start:
+    """What a run starts from: every check passed, and nothing written yet."""
+    turns: object  # a multi-turn task's turn settings (agent.turn_config)
+    model_dir: Path
+    task: object
+    multi_turn: bool
+    tok: object
+    groups: int  # prompts in the whole run (steps x prompts per step)
+    prompts: list[list[int]]  # the token ids of every sample's prompt, group by group
+    grade: object
+    policy: object
+
+
 def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | None = None,
              force: bool = False, lines: RunLines | None = None) -> dict:
     """Run, or resume, a real GRPO run; returns its summary. ``force``: start over in a RUNDIR
@@ -112,14 +125,69 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
     backend's host-overhead counters and, under ``steps``, every engine step's shape and time.
     ``progress(samples, note)`` is called after each update (the bar); ``lines`` are told as the
     engines start and after each update (a log's lines, :mod:`sortedrl.realrun.progress_lines`)."""
+    start = _prepare(cfg, resume, force)
+    out = Path(cfg.out)
+    aside = set_aside(out) if force else None  # every check passed: kept till a checkpoint
+    created = first_missing(out)  # (what a failed start removes)
+    out.mkdir(parents=True, exist_ok=True)
+    state, timeline = _open_timeline(cfg, out, resume, start)
+    logs = {name: Appender(out / name) for name in LOGS}
+    timeline.sink = logs["timeline.jsonl"]
+
+    common = dict(prompts=start.prompts, grade=start.grade, group_size=cfg.group_size,
+                  max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+                  max_num_seqs=cfg.max_num_seqs, timeline=timeline, seed=cfg.seed,
+                  eos=start.tok.eos_token_id, clock_offset=state["clock"] if state else 0.0)
+    words = (start.model_dir / MODEL_CARD).exists()
+    tools = (start.task, start.turns, start.tok,
+             lambda ids: decode(start.tok, ids, words)) if start.multi_turn else None
+    if lines is not None:
+        lines.starting(cfg.engines, cfg.device, cfg.on_ray)
+    try:
+        backend, engine, trainer = _start_backend(cfg, start.model_dir, common, tools)
+    except BaseException:  # a new run that never started leaves no RUNDIR behind
+        if not resume:
+            unstart(out, created, logs.values())
+        if aside is not None:  # (--force: the run it was to replace comes back)
+            put_back(out, aside)
+        raise
+    controller = Controller(start.policy, _ids(start.groups).repeat(cfg.group_size),
+                            [len(p) for p in start.prompts], cfg.group_size, backend, timeline,
+                            rewards=backend.reward)
+    backend.on_update = _update_hook(cfg, start, timeline, logs, (backend, trainer, controller),
+                                     aside, progress, lines)
+    if stats is not None:
+        backend.step_log = []
+    backend.flush = lambda: [a.flush() for a in logs.values()]
+    if state is not None:
+        _restore(state, trainer, engine, controller, backend, out / "checkpoint")
+    stopped_unresumable = False
+    try:
+        controller.run()
+    except BaseException:  # (a policy's error, Ctrl-C): a new run with no checkpoint yet is gone
+        stopped_unresumable = not resume and latest_checkpoint(out) is None
+        raise
+    finally:
+        try:
+            _close(cfg, logs, backend, engine, start.multi_turn, stats)
+        finally:  # (even when closing failed: a second Ctrl-C while vLLM shuts down)
+            if stopped_unresumable:  # nothing to --resume from: the same command may be given again
+                shutil.rmtree(out / PENDING, ignore_errors=True)
+                unstart(out, created, ())
+                if aside is not None:
+                    put_back(out, aside)
+    drop(aside)  # (a run that finished without an update, every group filtered, made no checkpoint)
+    return _finish(cfg, out, start, backend)
+
+
+def _prepare(cfg: RunConfig, resume: bool, force: bool) -> _Start:
+    """Every check, then the prompts, the grader and the policy, before RUNDIR is touched."""
     turns = agent.turn_config(cfg)  # checked first: a bad tool setting writes nothing
     model_dir = check_model_dir(cfg.model)
     task = get_task(cfg.task, cfg.dataset, cfg.reward)
     multi_turn = agent.check_multi_turn(task, cfg)
     cls = policy_class(cfg.policy)  # unknown policies and bad knobs fail before any work
-    out = Path(cfg.out)
-    ckpt = out / "checkpoint"
-    check_config(cfg, out, resume, force, task.name)
+    check_config(cfg, Path(cfg.out), resume, force, task.name)
 
     tok = load_tokenizer(model_dir)
     problems = task.problems(cfg.steps * cfg.prompts, cfg.seed)
@@ -140,126 +208,79 @@ def run_real(cfg: RunConfig, resume: bool = False, progress=None, stats: dict | 
         connect(cfg.ray, num_cpus=os.cpu_count())
     if cfg.ray is None:  # vLLM runs on this machine: a missing one fails before RUNDIR is touched
         import_vllm()
+    return _Start(turns, model_dir, task, multi_turn, tok, len(problems), prompts, grade, policy)
 
-    aside = set_aside(out) if force else None  # every check passed: kept till a checkpoint
-    created = first_missing(out)  # (what a failed start removes)
-    out.mkdir(parents=True, exist_ok=True)
-    state = None
-    if resume:
-        recover_checkpoint(out)  # a run killed while it swapped a checkpoint in
-        state = ckpt_io.check_state(ckpt_io.read_state(ckpt), ckpt / ckpt_io.STATE,
-                                    {name: out / name for name in LOGS}, len(prompts))
-        ckpt_io.check_tensor_files(ckpt, state["optimizer"])
-        if cfg.on_ray:
-            from sortedrl.realrun.ray_backend import check_in_flight
 
-            check_in_flight(state, ckpt / ckpt_io.STATE, cfg.engines)
-        check_not_complete(out, cfg.steps)
-        ckpt_io.restore_policy(policy, state["policy"], ckpt / ckpt_io.STATE)
-        for name, size in state["offsets"].items():
-            with open(out / name, "r+") as fh:
-                fh.truncate(size)
-        timeline = Timeline.read_jsonl(out / "timeline.jsonl")
-    else:
-        timeline = start_logs(out, _run_meta(cfg, policy, task.name, len(prompts)))
-    logs = {name: Appender(out / name) for name in LOGS}
-    timeline.sink = logs["timeline.jsonl"]
+def _open_timeline(cfg: RunConfig, out: Path, resume: bool, start: _Start) -> tuple[dict | None, Timeline]:
+    """``(checkpoint state, timeline)``: a new run's logs, started (no state), or a resumed run's
+    state, with its logs cut back to that checkpoint and its timeline read from them."""
+    if not resume:
+        meta = _run_meta(cfg, start.policy, start.task.name, len(start.prompts))
+        return None, start_logs(out, meta)
+    ckpt = out / "checkpoint"
+    recover_checkpoint(out)  # a run killed while it swapped a checkpoint in
+    state = ckpt_io.check_state(ckpt_io.read_state(ckpt), ckpt / ckpt_io.STATE,
+                                {name: out / name for name in LOGS}, len(start.prompts))
+    ckpt_io.check_tensor_files(ckpt, state["optimizer"])
+    if cfg.on_ray:
+        from sortedrl.realrun.ray_backend import check_in_flight
 
-    common = dict(prompts=prompts, grade=grade, group_size=n, max_tokens=cfg.max_tokens,
-                  temperature=cfg.temperature, max_num_seqs=cfg.max_num_seqs, timeline=timeline,
-                  seed=cfg.seed, eos=tok.eos_token_id, clock_offset=state["clock"] if state else 0.0)
-    tools = (task, turns, tok, lambda ids: decode(tok, ids, (model_dir / MODEL_CARD).exists())) if multi_turn else None
-    if lines is not None:
-        lines.starting(cfg.engines, cfg.device, cfg.on_ray)
-    try:
-        backend, engine, trainer = _start_backend(cfg, model_dir, common, tools)
-    except BaseException:  # a new run that never started leaves no RUNDIR behind
-        if not resume:
-            unstart(out, created, logs.values())
-        if aside is not None:  # (--force: the run it was to replace comes back)
-            put_back(out, aside)
-        raise
-    controller = Controller(policy, _ids(len(problems)).repeat(n), [len(p) for p in prompts], n,
-                            backend, timeline, rewards=backend.reward)
+        check_in_flight(state, ckpt / ckpt_io.STATE, cfg.engines)
+    check_not_complete(out, cfg.steps)
+    ckpt_io.restore_policy(start.policy, state["policy"], ckpt / ckpt_io.STATE)
+    for name, size in state["offsets"].items():
+        with open(out / name, "r+") as fh:
+            fh.truncate(size)
+    return state, Timeline.read_jsonl(out / "timeline.jsonl")
+
+
+def _update_hook(cfg: RunConfig, start: _Start, timeline: Timeline, logs: dict, parts: tuple,
+                 aside, progress, lines: RunLines | None):
+    """The backend's hook after each update: the logs, the bar or the lines, and a checkpoint
+    (``parts``: backend, trainer, controller; ``aside``: a run that ``--force`` replaces, dropped
+    once this one can be resumed)."""
+    backend, trainer, controller = parts
+    out = Path(cfg.out)
 
     def on_update(metrics: dict, samples: list[int], train: tuple) -> None:
         logs["metrics.jsonl"].write({"update": timeline.count("train"), **metrics})
         for i in samples:
-            row = run_trace.sample_row(i, n, cfg.prompts, prompts, backend)
+            row = run_trace.sample_row(i, cfg.group_size, cfg.prompts, start.prompts, backend)
             logs["trace.partial.jsonl"].write(row)
         update = timeline.count("train") + 1  # (this update's train record comes after)
         if progress is not None or lines is not None:  # (the bar on a terminal, else the lines)
             generated = int(timeline.columns("span")["tokens"].sum())
         if progress is not None:
             progress(len(samples), f"{cfg.policy}: update {update}, {generated:,} tokens")
-        _checkpoint(ckpt, out, trainer, policy, controller, backend, train)
+        _checkpoint(out / "checkpoint", out, trainer, start.policy, controller, backend, train)
         drop(aside)  # (--force: the run replaced goes once this one can be resumed)
         if lines is not None:  # (resumable from here)
             trained = timeline.columns("train")["samples"].values.size + len(samples)
             lines.updated(update, trained, generated)
 
-    backend.on_update = on_update
+    return on_update
+
+
+def _close(cfg: RunConfig, logs: dict, backend, engine, multi_turn: bool, stats: dict | None) -> None:
+    """Close the logs, the engines and the tool servers; hand ``stats`` the backend's counters."""
+    for a in logs.values():
+        a.close()
+    (backend if cfg.on_ray else engine).close()
+    if multi_turn:
+        backend.close_tools()
     if stats is not None:
-        backend.step_log = []
-    backend.flush = lambda: [a.flush() for a in logs.values()]
-    if state is not None:
-        _restore(state, trainer, engine, controller, backend, ckpt)
-    stopped_unresumable = False
-    try:
-        controller.run()
-    except BaseException:  # (a policy's error, Ctrl-C): a new run with no checkpoint yet is gone
-        stopped_unresumable = not resume and latest_checkpoint(out) is None
-        raise
-    finally:
-        try:
-            for a in logs.values():
-                a.close()
-            (backend if cfg.on_ray else engine).close()
-            if multi_turn:
-                backend.close_tools()
-            if stats is not None:
-                stats.update(backend.stats, step_log=backend.step_log)
-        finally:  # (even when closing failed: a second Ctrl-C while vLLM shuts down)
-            if stopped_unresumable:  # nothing to --resume from: the same command may be given again
-                shutil.rmtree(out / PENDING, ignore_errors=True)
-                unstart(out, created, ())
-                if aside is not None:
-                    put_back(out, aside)
-    drop(aside)  # (a run that finished without an update, every group filtered, made no checkpoint)
+        stats.update(backend.stats, step_log=backend.step_log)
+
+
+def _finish(cfg: RunConfig, out: Path, start: _Start, backend) -> dict:
+    """Summarise the finished run and write its summary and trace; returns the summary."""
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
-    timeline.meta["auto_params"] = auto_params(policy, cfg.engines * cfg.max_num_seqs)  # as simulate
+    timeline.meta["auto_params"] = auto_params(start.policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    run_trace.write_run_trace(out, cfg, task.name, prompts, backend, timeline)  # every sample generated
+    run_trace.write_run_trace(out, cfg, start.task.name, start.prompts, backend, timeline)  # every sample generated
     add_to_meta(out / "timeline.jsonl", {"auto_params": timeline.meta["auto_params"]})  # last
     return summary
-
-
-def check_config(cfg: RunConfig, out: Path, resume: bool, force: bool, task: str) -> None:
-    """One error line for a run that cannot start: RUNDIR (and, resumed, the settings it started
-    with), sizes, device, sampling, engines."""
-    check_run_dir(cfg, out, resume, force, task)
-    for flag, value in (("--steps", cfg.steps), ("--prompts", cfg.prompts),
-                        ("--group-size", cfg.group_size), ("--max-tokens", cfg.max_tokens)):
-        if value < 1:
-            raise ConfigError(f"{flag} {value}: must be >= 1")
-    check_device(cfg)
-    if cfg.objective not in OBJECTIVES:
-        raise ConfigError(f"--objective {cfg.objective}: expected one of {', '.join(OBJECTIVES)}")
-    if cfg.warm_tokens < 0:
-        raise ConfigError(f"--warm-tokens {cfg.warm_tokens}: must be >= 0")
-    if cfg.engines < 1:
-        raise ConfigError(f"--engines {cfg.engines}: a run needs at least one engine")
-    if cfg.placement not in ("colocated", "disaggregated"):
-        raise ConfigError(f"--placement {cfg.placement}: expected colocated or disaggregated")
-    inf = float("inf")
-    for option, value, ok, want in (  # (--lr, --kl, --max-num-seqs: refused once started, or never)
-            ("--temperature", cfg.temperature, 0.0 < cfg.temperature < inf, "a number > 0"),
-            ("--is-cap", cfg.is_cap, 1.0 < cfg.is_cap < inf, "a number > 1"),
-            ("--lr", cfg.lr, cfg.lr > 0, "a number > 0"), ("--kl", cfg.kl_coef, cfg.kl_coef >= 0, "a number >= 0"),
-            ("--max-num-seqs", cfg.max_num_seqs, cfg.max_num_seqs >= 1, ">= 1")):
-        if not ok:
-            raise ConfigError(f"{option}: must be {want}, got {value}")
 
 
 def _run_meta(cfg: RunConfig, policy, task: str, samples: int) -> dict:
@@ -304,22 +325,6 @@ def _start_backend(cfg: RunConfig, model_dir: Path, common: dict, tools: tuple |
         task, turns, tok, decoder = tools
         return agent.start(engine, trainer, task, turns, tok, cfg.seed, common, decoder), engine, trainer
     return RealBackend(engine, trainer, **common), engine, trainer
-
-
-def check_device(cfg: RunConfig) -> None:
-    """One error line for a device, dtype or memory share this machine cannot run."""
-    if cfg.device not in ("cpu", "cuda"):
-        raise ConfigError(f"--device: unknown device {cfg.device!r} (known: cpu, cuda)")
-    if cfg.dtype not in ("float32", "bfloat16"):
-        raise ConfigError(f"--dtype: unknown dtype {cfg.dtype!r} (known: float32, bfloat16)")
-    if not 0.0 < cfg.gpu_memory_utilization < 1.0:
-        raise ConfigError(f"--gpu-memory-utilization: must be in (0, 1), got {cfg.gpu_memory_utilization}")
-    if cfg.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError("--device cuda: torch sees no CUDA device here (install the [gpu] "
-                              "extra on a GPU machine; see bench/gpu_check.sh)")
 
 
 def _ids(k: int):
