@@ -27,6 +27,7 @@ pytest.importorskip("vllm", reason="the real runner needs the [cpu] extra (vllm-
 from sortedrl.cli import app  # noqa: E402
 from sortedrl.metrics import CONTRACT_KEYS  # noqa: E402
 from sortedrl.timeline import Timeline  # noqa: E402
+from sortedrl.traces.digest import trace_digest  # noqa: E402
 from sortedrl.traces.io import read_trace  # noqa: E402
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -120,6 +121,8 @@ def test_three_step_runs_write_valid_logs(tiny_model, tmp_path, policy, sets):
     assert summary["auto_params"] == auto
     tl = Timeline.read_jsonl(out / "timeline.jsonl")
     assert tl.meta["auto_params"] == auto  # recorded at the end, for validate's replay to pin
+    # the fingerprint of the trace it wrote, as a simulation of that trace.jsonl records it
+    assert tl.meta["trace_digest"] == trace_digest(read_trace(out / "trace.jsonl"))
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # (no aside left)
     trained = [i for t in tl.trains for i in t[3]]
     assert sorted(trained) == list(range(96))

@@ -21,6 +21,7 @@ from sortedrl.plot.report_runs import lengths_figure, load_runs, run_labels
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
 from sortedrl.tables import FORMATS
+from sortedrl.traces.digest import trace_digest
 from tests.cli_helpers import runner
 from tests.conftest import make_trace, tiny_cluster, write_run
 
@@ -211,8 +212,11 @@ def test_runs_of_one_trace_name_but_different_sizes_get_a_note(tmp_path):
     out = tmp_path / "r.html"
     r = runner.invoke(app, ["report", str(tmp_path / "small"), str(tmp_path / "big"), "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert r.stderr.splitlines() == ["note: the runs differ in samples (8: small; 32: big) and group "
-                                     "size (2: small; 4: big): not a like-for-like comparison"]
+    # (their contents differ too: each run's fingerprint of its trace, tests/test_trace_digest.py)
+    traces = f"test #{trace_digest(small)[:8]}: small; test #{trace_digest(big)[:8]}: big"
+    assert r.stderr.splitlines() == [f"note: the runs differ in trace ({traces}), samples (8: small; "
+                                     "32: big) and group size (2: small; 4: big): not a like-for-like "
+                                     "comparison"]
 
 
 def test_numeric_and_date_labels_are_one_bar_slot_each_and_a_link_keeps_its_name(sims, tmp_path):

@@ -14,7 +14,9 @@ need besides:
   summary has none), and the policy and knobs it ran; a real run has no lower bound, so its
   efficiency is ``-`` (:func:`sortedrl.run_summary.has_no_bound`);
 - a note naming what differs when the runs are on different traces or clusters, or mix real
-  and simulated runs: their numbers are then not a like-for-like comparison.
+  and simulated runs: their numbers are then not a like-for-like comparison. Traces are told
+  apart by the fingerprint each run's meta records (``trace_digest``:
+  :mod:`sortedrl.traces.digest`) when every run has one, else by name.
 
 The length histogram is one figure with one outline per run, as the share of that run's
 finished samples in each bin, not one histogram per trace: a real run's lengths are what its
@@ -69,6 +71,7 @@ class Run:
     kind: str  # REAL or SIMULATED, ", unfinished" added to a real run still going
     lengths: np.ndarray  # response lengths of its finished samples (tokens)
     group_size: int | None = None  # responses per prompt (the timeline's meta)
+    digest: str | None = None  # the trace's fingerprint (the meta's trace_digest: traces/digest.py)
 
     @property
     def real(self) -> bool:
@@ -139,7 +142,9 @@ def load_runs(dirs: list[Path]) -> list[Run]:
         kind = SIMULATED
         if is_real_run(tl.meta):
             kind = REAL if is_finished(d, tl.meta) else f"{REAL}, unfinished"
-        runs.append(Run(d, label, summary, kind, response_lengths(tl), tl.meta.get("group_size")))
+        digest = tl.meta.get("trace_digest")
+        runs.append(Run(d, label, summary, kind, response_lengths(tl), tl.meta.get("group_size"),
+                        digest if isinstance(digest, str) and digest else None))
     return runs
 
 
@@ -147,7 +152,7 @@ def unlike_note(runs: list[Run]) -> str | None:
     """Why the runs' numbers are not like-for-like (traces, their sizes and group sizes,
     clusters, real beside simulated), naming the runs of each value; None when they agree. (A
     trace's name alone does not say its size: a synthetic one is named by its preset, a real
-    run's by its task.)"""
+    run's by its task; traces are compared by contents when every run has a fingerprint.)"""
     differ = []
     for key, name in (("trace", "trace"), ("samples_total", "samples"), ("group_size", "group size"),
                       ("cluster", "cluster")):
@@ -156,6 +161,8 @@ def unlike_note(runs: list[Run]) -> str | None:
             value = run.group_size if key == "group_size" else run.summary.get(key)
             value = f"{value:,}" if isinstance(value, int) else str(value if value is not None else "?")
             groups.setdefault(value, []).append(run.label)
+        if key == "trace" and all(run.digest for run in runs):
+            groups = trace_groups(runs)
         if len(groups) > 1:
             each = "; ".join(f"{value}: {', '.join(labels)}" for value, labels in groups.items())
             differ.append(f"{name} ({each})")
@@ -166,6 +173,21 @@ def unlike_note(runs: list[Run]) -> str | None:
         return None
     listed = " and ".join([", ".join(differ[:-1]), differ[-1]] if len(differ) > 1 else differ)
     return f"the runs differ in {listed}: not a like-for-like comparison"
+
+
+def trace_groups(runs: list[Run]) -> dict[str, list[str]]:
+    """The runs' labels by the contents of their traces (every run has a fingerprint), each group
+    shown by its traces' names and the fingerprint's first 8 digits: ``trace.jsonl #1a2b3c4d``.
+    A real run's trace and a simulation of it are one group; two files named alike, or a preset
+    under two seeds, are two."""
+    labels: dict[str, list[str]] = {}
+    names: dict[str, list[str]] = {}
+    for run in runs:
+        labels.setdefault(run.digest, []).append(run.label)
+        name = str(run.summary.get("trace", "?"))
+        if name not in names.setdefault(run.digest, []):
+            names[run.digest].append(name)
+    return {f"{'/'.join(names[d])} #{d[:8]}": labels[d] for d in labels}
 
 
 # -- the page ------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from sortedrl.realrun.rundir import (
 from sortedrl.realrun.rundir_force import drop, put_back, set_aside
 from sortedrl.realrun.task import check_task_words, decode, get_task, grader
 from sortedrl.timeline import Timeline
+from sortedrl.traces.digest import trace_digest
 
 
 @dataclass
@@ -278,8 +279,10 @@ def _finish(cfg: RunConfig, out: Path, start: _Start, backend) -> dict:
     timeline.meta["auto_params"] = auto_params(start.policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    run_trace.write_run_trace(out, cfg, start.task.name, start.prompts, backend, timeline)  # every sample generated
-    add_to_meta(out / "timeline.jsonl", {"auto_params": timeline.meta["auto_params"]})  # last
+    trace = run_trace.write_run_trace(out, cfg, start.task.name, start.prompts, backend, timeline)  # every sample
+    # last: the fingerprint of the trace written, as a simulation of it records (traces/digest.py)
+    add_to_meta(out / "timeline.jsonl", {"auto_params": timeline.meta["auto_params"],
+                                         "trace_digest": trace_digest(trace)})
     return summary
 
 

@@ -110,9 +110,10 @@ def other_row(i: int, n: int, prompts_per_step: int, prompts, backend, tl: Timel
     return row
 
 
-def write_run_trace(out: Path, cfg, task: str, prompts, backend, tl: Timeline) -> Path:
+def write_run_trace(out: Path, cfg, task: str, prompts, backend, tl: Timeline) -> Trace:
     """Write ``out/trace.jsonl``: the trained samples' rows from ``trace.partial.jsonl``, every
-    other sample's from the backend and the timeline ``tl`` (read back from the run's file)."""
+    other sample's from the backend and the timeline ``tl`` (read back from the run's file).
+    Returns the trace written."""
     n, total = cfg.group_size, len(prompts)
     trained = {}
     for line in (out / "trace.partial.jsonl").read_text().splitlines():
@@ -125,5 +126,6 @@ def write_run_trace(out: Path, cfg, task: str, prompts, backend, tl: Timeline) -
     cols = {k: [r[k] for r in rows] for k in rows[0]}
     meta = TraceMeta(cfg.max_tokens, n, f"sortedrl run: task {task}, policy {cfg.policy}")
     path = out / "trace.jsonl"
-    write_trace(Trace.from_columns(cols, meta, where=str(path)), path)
-    return path
+    trace = Trace.from_columns(cols, meta, where=str(path))
+    write_trace(trace, path)
+    return trace

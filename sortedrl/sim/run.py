@@ -26,6 +26,7 @@ from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.turns import decode_steps, has_turns, tool_chains
 from sortedrl.timeline import Timeline
+from sortedrl.traces.digest import trace_digest
 from sortedrl.traces.schema import Trace
 
 
@@ -137,6 +138,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
         "oracle": bool(policy.oracle),  # (a policy may hold its oracle object there)
         "params": params_dict(policy.params),
         "trace": trace.name,
+        "trace_digest": trace_digest(trace),  # (the contents, which a name does not pin)
         "cluster": cluster.name,
         "seed": seed,
         "regen": "replay" if attempt_lengths is not None else regen,
