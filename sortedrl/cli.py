@@ -8,6 +8,7 @@ stderr and exit code 2, with no traceback and no half-written output directory.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections.abc import Callable
@@ -330,11 +331,24 @@ def list_clusters(
         *(f"source of {key}: {spec.source}" for key, spec in {**GPUS, **MODELS}.items())]))
 
 
+def one_line_summaries(group: typer.Typer) -> None:
+    """Give each command's line in its group's list (``sortedrl --help``) its docstring's first
+    paragraph as one line: typer's rich help keeps a docstring's line breaks there, so a
+    summary wrapped in the source broke mid-sentence in the list."""
+    for info in group.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    for sub in group.registered_groups:
+        one_line_summaries(sub.typer_instance)
+
+
 _register_plots()
 register_tune(app)
 register_forecast(app)
 register_export(app)
 register_real(app)
+one_line_summaries(app)
 
 if __name__ == "__main__":
     main()

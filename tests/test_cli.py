@@ -95,7 +95,7 @@ ROW = '{{"prompt_id": "{p}", "sample": {s}, "prompt_len": 5, "response_len": {r}
      "minibatches must be >= 1, got 0"),
     (lambda t: ["--trace", LOGIC, "--policy", "sync", "--cluster",
                 write(t, "small.json", '{"preset": "h100-llama3.1-8b", "kv_budget_tokens": 5000}')],
-     "impossible cluster: the KV budget of 4950 tokens per engine cannot hold one sequence of"),
+     "impossible cluster: the KV budget of 4,950 tokens per engine cannot hold one sequence of"),
     (lambda t: ["--trace", LOGIC, "--policy", "sync", "--cluster",
                 write(t, "big.json", '{"preset": "h100-qwen2.5-32b", "tp": 1, "gpu_mem_util": 0.5}')],
      "impossible cluster: qwen2.5-32b weights (65.5 GB) leave no KV cache"),

@@ -290,3 +290,20 @@ def test_the_readme_shows_the_table_make_demo_prints(tmp_path):
                "--cluster", "h100-llama3.1-8b-2gpu", "--out", str(tmp_path / "demo"))
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[:11] == shown.splitlines()
+
+
+@pytest.mark.parametrize("command", [["simulate", "--out"], ["tune", "--budget", "2", "--out"]])
+def test_a_trace_no_engine_can_hold_names_the_trace_its_prompt_and_cap(tmp_path, command):
+    """The error named the cluster and a bare 2000010, not the trace or where the number came
+    from (the longest prompt plus the trace's cap, not any one row)."""
+    trace = tmp_path / "big.jsonl"
+    trace.write_text('{"sortedrl_trace": 1, "max_response_len": 2000000, "group_size": 1, "source": "t"}\n'
+                     '{"prompt_id": "a", "sample": 0, "prompt_len": 12, "response_len": 50, "truncated": false}\n')
+    r = invoke(command[0], "--trace", str(trace), "--policy", "sync", "--cluster", "h100-qwen3-0.6b-1gpu-32seq",
+               *command[1:], str(tmp_path / "out"))
+    assert r.exit_code == 2
+    assert r.stderr.splitlines() == [
+        "error: h100-qwen3-0.6b-1gpu-32seq: impossible cluster: the KV budget of 611,223 tokens per engine "
+        "cannot hold one sequence of 2,000,012 tokens (trace big.jsonl: its longest prompt, 12 tokens, "
+        "plus its max_response_len, 2,000,000; a smaller cap or a cluster with more KV cache fits it)"]
+    assert not (tmp_path / "out").exists()

@@ -53,3 +53,27 @@ def test_help_strings_keep_their_brackets(path, command):
     texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
     for text in texts:
         assert render(text).plain == text.replace("\\[", "["), text  # (a MarkupError fails too)
+
+
+@pytest.mark.parametrize("path", [p for p, c in COMMANDS if hasattr(c, "commands")],
+                         ids=lambda p: " ".join(p) or "sortedrl")
+def test_a_groups_command_list_gives_each_summary_on_unbroken_lines(path):
+    """typer's rich list kept a docstring's line breaks: `report`'s summary, wrapped after 'or'
+    in the source, broke there in `sortedrl --help`. Each summary is now one line, wrapped by
+    the terminal's width alone: at 300 columns each fits on its row."""
+    group = dict(COMMANDS)[path]
+    r = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "300"}, terminal_width=300)
+    assert r.exit_code == 0, r.output
+    rows = [line.strip("│ ").split(None, 1) for line in r.output.splitlines()
+            if line.startswith("│ ") and not line.startswith("│ --")]
+    listed = {row[0]: row[1].strip() for row in rows if row and row[0] in group.commands}
+    assert set(listed) == set(group.commands)
+    for name, sub in group.commands.items():
+        summary = (sub.short_help or sub.help).split("\n\n")[0]
+        assert listed[name] == " ".join(summary.split())
+
+
+def test_reports_summary_reads_as_one_sentence():
+    r = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"}, terminal_width=300)
+    assert ("report     Compare in one HTML page (works offline) the policies of a compare or tune "
+            "directory, or two or more runs, real or simulated.") in r.output

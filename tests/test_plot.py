@@ -129,7 +129,7 @@ def test_lane_bars_partition_the_run_and_match_the_spans(size, request):
 
     for e in range(E):
         rollout, prefill = on_lane(f"engine {e}: rollout", e), on_lane(f"engine {e}: prefill", e)
-        idle = on_lane("idle (bubble)", e)
+        idle = on_lane("idle", e)
         assert rollout + prefill + idle == pytest.approx(makespan, abs=tol)
         # busy = holding a span or prefilling (a sample aborted as it is admitted leaves a
         # prefill without a span)
@@ -154,7 +154,7 @@ def test_small_run_figure_has_a_lane_per_engine_and_trainer_and_units(small):
     fig = timeline_figure(r.timeline, r.summary)
     assert names(fig) == ["engine 0: rollout", "engine 0: prefill", "engine 1: rollout",
                           "engine 1: prefill", "trainer: train", "trainer: sync",
-                          "engines: offload", "engines: onload", "idle (bubble)",
+                          "engines: offload", "engines: onload", "idle",
                           "running samples (total)", "slots (2 x 8)", "engine 0 running",
                           "engine 1 running", "sample spans", "policy version"]
     lay = fig.layout

@@ -118,7 +118,7 @@ def test_timeline_page_renders_every_lane_in_chromium(pages, tmp_path):
     assert dom.count('class="main-svg"') >= 2
     assert legend_texts(dom) == [
         "engine 0: rollout", "engine 0: prefill", "engine 1: rollout", "engine 1: prefill",
-        "trainer: train", "trainer: sync", "engines: offload", "engines: onload", "idle (bubble)",
+        "trainer: train", "trainer: sync", "engines: offload", "engines: onload", "idle",
         "running samples (total)", "slots (2 x 8)", "engine 0 running", "engine 1 running"]
     assert axis_titles(dom, "x") == ["time (s)"] * 3
     assert axis_titles(dom, "y") == ["lane", "running samples", "sample (id)"]

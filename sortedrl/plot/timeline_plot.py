@@ -170,7 +170,7 @@ def _lanes(fig: go.Figure, ln: L.Lanes) -> None:
         lane = E + 1 + int(ln.offload is not None)
         _hbar(fig, bars[lane][0], "tools: calls running", COLORS["tool"], "tools")
         _hbar(fig, bars[lane][1], "tools: pool full, calls queue", COLORS["sandbox_full"], "tools")
-    _hbar(fig, L.Bars.concat([b[2] for b in bars[:E + 1]]), "idle (bubble)", COLORS["idle"], "idle")
+    _hbar(fig, L.Bars.concat([b[2] for b in bars[:E + 1]]), "idle", COLORS["idle"], "idle")
 
 
 def _steps_xy(t: np.ndarray, n: np.ndarray, end: float) -> tuple[np.ndarray, np.ndarray]:

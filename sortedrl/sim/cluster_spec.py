@@ -323,8 +323,18 @@ class Cluster:
             raise ConfigError(f"{where}: field 'ep': {self.ep} expert-parallel shards must divide tp={self.tp} "
                               f"and the model's {experts} experts")
 
-    def check_fits(self, longest_sequence: int, where: str = "cluster") -> None:
-        """Raise unless one engine can hold the longest sequence (prompt + response) alone."""
+    def check_fits(self, longest_sequence: int, where: str = "cluster", what: str = "") -> None:
+        """Raise unless one engine can hold the longest sequence (prompt + response) alone;
+        ``what`` says where that sequence comes from (the trace, its cap)."""
         if longest_sequence + 1 > self.kv_admit_budget:
-            raise ConfigError(f"{where}: impossible cluster: the KV budget of {self.kv_admit_budget} tokens per "
-                              f"engine cannot hold one sequence of {longest_sequence} tokens")
+            raise ConfigError(f"{where}: impossible cluster: the KV budget of {self.kv_admit_budget:,} tokens per "
+                              f"engine cannot hold one sequence of {longest_sequence:,} tokens{what}")
+
+    def check_trace_fits(self, trace) -> None:
+        """:meth:`check_fits` for ``trace``'s longest prompt plus its generation cap, naming both."""
+        prompt = int(trace.prompt_len.max())
+        cap = trace.meta.max_response_len
+        self.check_fits(prompt + cap, self.name,
+                        f" (trace {trace.name}: its longest prompt, {prompt:,} tokens, plus its "
+                        f"max_response_len, {cap:,}; a smaller cap or a cluster with more KV cache "
+                        "fits it)")

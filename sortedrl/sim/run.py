@@ -131,7 +131,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
     cluster.validate(cluster.name)
     if policy.placements and cluster.placement not in policy.placements:
         raise ConfigError(placement_error(policy.name, policy.placements, cluster))
-    cluster.check_fits(int(trace.prompt_len.max()) + trace.meta.max_response_len, cluster.name)
+    cluster.check_trace_fits(trace)
     meta = {
         "backend": "sim",
         "policy": policy.name,

@@ -49,7 +49,7 @@ def shaped(cluster: Cluster, changes: dict, trace: Trace, placements) -> Cluster
         cluster = dataclasses.replace(cluster, name=f"{cluster.name}[{label}]", **changes)
         cluster.validate(cluster.name)
     cluster = cluster_for(placements, cluster)
-    cluster.check_fits(int(trace.prompt_len.max()) + trace.meta.max_response_len, cluster.name)
+    cluster.check_trace_fits(trace)
     return cluster
 
 
