@@ -60,6 +60,7 @@ from sortedrl.outputs_commit import (
 from sortedrl.realrun.rundir_force import in_checkpoint
 from sortedrl.run_marker import (
     MARKER,
+    added_pages,
     compare_part,
     differences,
     foreign_entry,
@@ -285,7 +286,9 @@ class Outputs:
                 raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options "
                                   f"({differences(previous, self.identity, self.names)}); {keep}, "
                                   f"or --force to replace it")
-            note = f"note: replacing the previous `sortedrl {self.command}` run in {out}"
+            pages = added_pages(real, previous)  # (plot's and report's: deleted with the run)
+            note = f"note: replacing the previous `sortedrl {self.command}` run in {out}" + (
+                f", and the pages added to it ({', '.join(pages)})" if pages else "")
         locked = write_protected(real)  # replacing it removes every file in it
         if locked is not None:
             raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "

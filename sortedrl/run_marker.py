@@ -238,6 +238,19 @@ def listing(top: Path) -> list[str]:
     return sorted(out)
 
 
+def added_pages(top: Path, marker: dict) -> list[str]:
+    """The pages ``plot`` and ``report`` added to the run directory ``top`` (a ``report.html``,
+    a ``timeline.html`` beside a run's timeline) that are there now and that its command did not
+    write (its ``marker``'s list): replacing the run deletes them with it, so the note says so."""
+    written = marker.get("files")
+    written = {w for w in written if isinstance(w, str)} if isinstance(written, list) else set()
+    pages = []
+    for folder, _, files in os.walk(top):
+        rel = Path(folder).relative_to(top)
+        pages += [(rel / f).as_posix() for f in files if f in _ADDED and (rel / f).as_posix() not in written]
+    return sorted(pages)
+
+
 def foreign_entry(top: Path, marker: dict) -> str | None:
     """The first entry under the run directory ``top`` (sorted, a folder before what it holds)
     that neither the command of its ``marker`` wrote nor ``plot`` or ``report`` added (their

@@ -104,13 +104,16 @@ def test_a_rerun_replaces_the_pages_plot_and_report_added(ws):
     ok(["plot", "s"])
     (ws / "s" / ".timeline.html.tmp-x1y2.html").write_text("")  # a killed plot's temporary
     r = ok([*SIM, "--out", "s"])
-    assert "note: replacing the previous `sortedrl simulate` run in s" in r.stderr
+    # (the note names the pages it deletes with the run; a killed plot's temporary is not one)
+    assert ("note: replacing the previous `sortedrl simulate` run in s, and the pages added to it "
+            "(timeline.html)") in r.stderr.splitlines()
     assert sorted(p.name for p in (ws / "s").iterdir()) == [MARKER, "summary.json", "timeline.npz"]
     ok([*CMP, "--out", "c"])
     ok(["report", "c"])
     ok(["plot", "c/a"])
     r = ok([*CMP, "--out", "c"])
-    assert "note: replacing the previous `sortedrl compare` run in c" in r.stderr
+    assert ("note: replacing the previous `sortedrl compare` run in c, and the pages added to it "
+            "(a/timeline.html, report.html)") in r.stderr.splitlines()
     assert sorted(str(p.relative_to(ws / "c")) for p in (ws / "c").rglob("*")) == [
         MARKER, "a", "a/summary.json", "a/timeline.npz", "compare.json", "sync", "sync/summary.json",
         "sync/timeline.npz"]
