@@ -47,8 +47,13 @@ def test_a_directory_named_like_a_bundled_trace_does_not_hide_it(tmp_path, monke
     assert resolve_bundled(Path("logic-8k.jsonl")) == BUNDLED / "logic-8k.jsonl"
     want = _ok(["trace", "stats", str(BUNDLED / "math-16k.jsonl"), "--json"])
     assert _ok(["trace", "stats", "math-16k", "--json"]) == want
-    _trace(tmp_path / "logic-8k", "mine")  # a file of that name is read instead
-    assert json.loads(_ok(["trace", "stats", "logic-8k", "--json"]))["source"] == "mine"
+    _trace(tmp_path / "logic-8k", "mine")  # a file of that name is read instead, with a note
+    r = runner.invoke(app, ["trace", "stats", "logic-8k", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["source"] == "mine"
+    assert r.stderr.splitlines() == ["note: logic-8k: reading the file in this directory, not the "
+                                     "bundled trace of that name (rename the file to reach the bundled one)"]
+    r = runner.invoke(app, ["simulate", "--trace", "logic-8k", "--policy", "sync", "--out", "s"])
+    assert r.exit_code == 0 and r.stderr.startswith("note: logic-8k: reading the file in this directory")
     mine = tmp_path / "math-16k"  # (a path, not a bare name: the directory itself)
     r = runner.invoke(app, ["trace", "stats", str(mine)])
     assert (r.exit_code, r.stderr) == (2, f"error: {mine}: is a directory, not a trace file\n")

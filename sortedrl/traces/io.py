@@ -62,9 +62,14 @@ def bundled_names() -> list[str]:
 def resolve_bundled(path: Path) -> Path:
     """``path``, or the bundled trace it names when no such file exists: a bare name such as
     ``math-16k`` or ``math-16k.jsonl`` reaches the package's copy from any directory. Only a
-    file of that name is read instead (README): a directory of that name does not hide it."""
+    file of that name is read instead (README), with a note on stderr saying so: a directory of
+    that name does not hide it."""
     shadowed = path.exists() and not path.is_dir()
-    if shadowed or path.parent != Path(".") or path.name.startswith("."):
+    bare = path.parent == Path(".") and not path.name.startswith(".")
+    if shadowed and bare and path.name.removesuffix(".jsonl") in bundled_names():
+        print(f"note: {path}: reading the file in this directory, not the bundled trace of that "
+              "name (rename the file to reach the bundled one)", file=sys.stderr)
+    if shadowed or not bare:
         return path
     stem = path.name.removesuffix(".jsonl")
     return BUNDLED / f"{stem}.jsonl" if stem in bundled_names() else path
