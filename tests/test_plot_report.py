@@ -239,7 +239,8 @@ META = json.dumps({"kind": "meta", "policy": "p", "trace": "t", "cluster": "c", 
 @pytest.mark.parametrize("make, message", [
     (lambda root: root / "nope", r"nope: no such directory$"),
     (lambda root: (root / "run").mkdir() or root / "run",
-     r"run: no timeline\.npz or timeline\.jsonl \(is this a run directory"),
+     r"run: no timeline\.npz or timeline\.jsonl \(a run directory is what `sortedrl simulate`, "
+     r"`run` or `compare` \(DIR/LABEL\) writes\)$"),
     (_corrupt("timeline.jsonl", META + "\n{not json\n"),
      r"timeline\.jsonl: line 2: not valid JSON"),
     (_corrupt("timeline.jsonl", META + "\n[1, 2]\n"),

@@ -71,6 +71,19 @@ def load_json(path: Path) -> object:
     return jsonio.read(path, PlotError)
 
 
+def not_a_run(rundir: Path) -> str:
+    """What a directory without a timeline is, and what to give instead: a compare directory's
+    runs are its subdirectories, a tune directory keeps none (its report is of it whole)."""
+    if (rundir / "compare.json").is_file():
+        runs = sorted(d.name for d in rundir.iterdir() if d.is_dir() and find_timeline(d).is_file())
+        one = f"{rundir / runs[0]}" if runs else f"{rundir}/LABEL"
+        return (f"a `sortedrl compare` directory, one run per policy: give one of them ({one}), "
+                f"or `sortedrl report {rundir}` for all of them")
+    if (rundir / "tune.json").is_file():
+        return f"a `sortedrl tune` directory, which keeps no runs: `sortedrl report {rundir}` shows it"
+    return "a run directory is what `sortedrl simulate`, `run` or `compare` (DIR/LABEL) writes"
+
+
 def load_run(rundir: Path) -> tuple[Timeline, dict]:
     """A run directory's timeline and summary (recomputed from the timeline if absent, or if a
     real run's unfinished summary no longer matches it); a finished run's summary must match
@@ -79,8 +92,7 @@ def load_run(rundir: Path) -> tuple[Timeline, dict]:
         raise PlotError(f"{rundir}: no such directory")
     tl_path = find_timeline(rundir)
     if not tl_path.is_file():
-        raise PlotError(f"{rundir}: no {' or '.join(NAMES)} (is this a run directory written by "
-                        "simulate?)")
+        raise PlotError(f"{rundir}: no {' or '.join(NAMES)} ({not_a_run(rundir)})")
     tl = load_timeline(tl_path)
     summary_path = rundir / "summary.json"
     if summary_path.exists():

@@ -107,6 +107,8 @@ def read_jsonl(path: Path, f: IO[str]) -> Trace:
                     obj = jsonio.loads(text.rstrip("\r\n"))
                 except json.JSONDecodeError as e:
                     msg = f"bad JSON: {e.msg} (column {e.pos + 1})"
+                    if lineno == 1 and "," in text and not text.lstrip().startswith(("{", "[")):
+                        msg += "; it reads like a CSV header: a CSV trace's name ends in .csv"
                     raise TraceError(f"{path}: line {lineno}: {msg}") from None
             add_obj(obj)
             add_line(lineno)

@@ -123,7 +123,9 @@ def _read(p: Path) -> Trace:
     except FileNotFoundError:
         raise TraceError(not_found(p)) from None
     except IsADirectoryError:
-        raise TraceError(f"{p}: is a directory, not a trace file") from None
+        held = [p / f"trace{suffix}" for suffix in FORMATS if (p / f"trace{suffix}").is_file()]
+        hint = f" (it holds {held[0]}: give that)" if held else ""  # (a run directory's trace)
+        raise TraceError(f"{p}: is a directory, not a trace file{hint}") from None
     except UnicodeDecodeError:  # (the offset of a chunk's error is within that chunk)
         raise TraceError(f"{p}: not UTF-8 text (byte {_first_bad_byte(p, data)})") from None
     except csv.Error as e:
