@@ -46,7 +46,10 @@ def test_a_bundled_trace_by_name_from_another_directory_is_the_bundled_file(tmp_
 def test_a_file_of_that_name_wins_and_an_unknown_name_is_no_such_file(tmp_path):
     (tmp_path / "math-16k").write_text("not a trace\n")
     r = sortedrl_cmd("simulate", "--policy", "sync", "--trace", "math-16k", cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith("error: math-16k: "), r.stderr
+    note, error = r.stderr.splitlines()  # (a note that the file is read, then its one error)
+    assert r.returncode == 2 and error.startswith("error: math-16k: "), r.stderr
+    assert note == ("note: math-16k: reading the file in this directory, not the bundled trace of that "
+                    "name (rename the file to reach the bundled one)")
     r = sortedrl_cmd("simulate", "--policy", "sync", "--trace", "math-1", cwd=tmp_path)
     assert (r.returncode, r.stderr) == (2, "error: math-1: no such file\n")
 
