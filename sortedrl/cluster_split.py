@@ -32,9 +32,9 @@ def check_split(cluster: Cluster, policy: str | None = None) -> None:
     who = f"policy {policy}" if policy else "this policy"
     head = f"{who} needs separate rollout and training GPUs (a disaggregated cluster); "
     if cluster.gpus == 1:
-        raise ConfigError(head + f"{cluster.name} has 1 GPU: give a cluster of {more}")
+        raise ConfigError(head + f"{cluster.where} has 1 GPU: give a cluster of {more}")
     engines = "no engine" if rollout < cluster.tp else "not whole engines"
-    raise ConfigError(head + f"{cluster.name}'s {cluster.gpus} GPUs split into {trainer} to train and "
+    raise ConfigError(head + f"{cluster.where}'s {cluster.gpus} GPUs split into {trainer} to train and "
                       f"{rollout} to roll out, {engines} of tp={cluster.tp}: give a cluster of {more} "
                       "(or a cluster file with train_gpus)")
 
@@ -94,7 +94,7 @@ def split_of(cluster: Cluster, policy: str | None = None) -> Cluster:
     scales explicit ones); :func:`check_split` refuses GPUs that have none (``policy``: the
     policy that needs it, for the error)."""
     check_split(cluster, policy)
-    return dataclasses.replace(cluster, name=split_name(cluster), placement="disaggregated").validate(cluster.name)
+    return dataclasses.replace(cluster, name=split_name(cluster), placement="disaggregated").validate(cluster.where)
 
 
 # the terms that depend on the trainer's GPUs and the sync's link, not on one rollout engine

@@ -330,6 +330,13 @@ def _minibatches(out: Export, p: dict) -> None:
                                f"a smaller train_batch_size)")
 
 
+# The responses a prompt each framework generates unless told: verl 0.9.1's rollout.n
+# (ppo_trainer.yaml), AReaL 1.0.4's gconfig.n_samples (GenerationHyperparameters in
+# areal/api/cli_args.py), slime's --n-samples-per-prompt (its argument parser at the pinned
+# commit); tests/test_export.py reads each from the framework's own source.
+GROUP_SIZE_DEFAULT = {"verl": ("verl", 1), "slime": ("slime", 1), "areal": ("AReaL", 1)}
+
+
 def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:
     keys = {"verl": ("actor_rollout_ref.rollout.n", "data.train_batch_size"),
             "slime": ("--n-samples-per-prompt", "--rollout-batch-size"),
@@ -337,9 +344,11 @@ def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:
     o = out.overrides
     if group_size is not None:
         o[keys[0]] = group_size
-    else:  # (verl's rollout.n is 1 unless set: one response a prompt, no group to compare)
+    else:  # (each framework's default is 1: one response a prompt, no group to compare)
+        name, default = GROUP_SIZE_DEFAULT[out.framework]
         out.caveats.append(f"no --group-size: {keys[0]} is not written, and the framework's default "
-                           "stands (verl's is 1: one response a prompt, no GRPO group); give --group-size n")
+                           f"stands ({name}'s is {default}: one response a prompt, no GRPO group); "
+                           "give --group-size n")
     if out.policy in ("sync", "one_step_off") and out.params.get("rollout_batch"):
         o.setdefault(keys[1], out.params["rollout_batch"])  # (its prompts a step: the batch)
     if prompts is None or (out.framework, out.policy) == ("verl", "async"):

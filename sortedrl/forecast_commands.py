@@ -15,7 +15,6 @@ import typer
 from sortedrl import jsonio
 from sortedrl.cli_common import (
     FORCE,
-    SEED,
     TRACE,
     WORKERS,
     LazyProgress,
@@ -49,7 +48,8 @@ def forecast(
     prompts: int = typer.Option(None, "--prompts", show_default=False,
                                 help="trace model: prompts per step (default: the model's)"),
     seeds: int = typer.Option(3, "--seeds", help="trace model: draws (each simulated) for the interval"),
-    seed: int = SEED,
+    seed: int = typer.Option(0, "--seed", help="trace model: the first draw's seed (draws use --seed to "
+                             "--seed + seeds - 1); also seeds regenerated attempts' lengths"),
     gpu_hour_price: float = typer.Option(0.0, "--gpu-hour-price", help="price of one GPU-hour ($)"),
     report: Path = typer.Option(None, "--report", help="also write an HTML report (.html)"),
     force: bool = FORCE,

@@ -256,7 +256,7 @@ def validate(rundir: str | Path, profile: str | Path, trust_policy: bool = False
     if trace.turn_offsets is not None and "tool_pool" in run:  # a multi-turn run's sandboxes
         cluster = dataclasses.replace(cluster, tool_pool=int(run["tool_pool"]))
     # the profile was checked as it loaded: what fails now is the run's own shape or knobs
-    cluster.validate(f"{tl_path}: the run's engines on {cluster.name}")
+    cluster.validate(f"{tl_path}: the run's engines on {cluster.where}")
     auto = recorded_auto(real_tl.meta, tl_path)
     try:
         policy = make_policy(run["policy"], list(run.get("sets", [])) + [

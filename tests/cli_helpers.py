@@ -1,5 +1,5 @@
 """Helpers shared by the CLI tests of traces and outputs: a CliRunner call that must succeed,
-small trace files written by hand or synthesised, and a SIGINT that raises an exception of the
+small trace files written by hand or synthesised, an unknown preset's error, and a SIGINT that raises an exception of the
 test's own (so pytest's Ctrl-C handling stays out of it)."""
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ from sortedrl.cli import app
 from sortedrl.traces import synthesize, write_trace
 
 runner = CliRunner()
+# what an unknown --cluster preset's error says after the part of the name it could not read
+PRESET_GRAMMAR = ("a preset is GPU-MODEL with GPU one of a100-80g, h100, h800, h20, h200, b200, mi300x and "
+                  "MODEL one of qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-14b, qwen3-32b, qwen2.5-7b, "
+                  "qwen2.5-32b, llama3.1-8b, llama3.1-70b, qwen3-30b-a3b, deepseek-v3 (optional suffixes "
+                  "-tpN, -Ngpu, -Nseq and -disagg)")
 
 
 def invoke_ok(args: list[str], **kw) -> str:

@@ -18,7 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
-from sortedrl.export import NoEquivalent, export, node_split
+from sortedrl.export import GROUP_SIZE_DEFAULT, NoEquivalent, export, node_split
 from sortedrl.sim.cluster import load_cluster
 
 WHEELS = {"verl": "verl==0.9.1", "areal": "areal==1.0.4"}
@@ -285,6 +285,32 @@ def test_an_export_with_nothing_to_override_says_so():
     r = CliRunner().invoke(app, ["export", "verl", "sync", "--prompts", "64"])
     assert "nothing to override" not in r.stdout and "data.train_batch_size=64" in r.stdout
     assert "actor_rollout_ref.actor.ppo_mini_batch_size=64" in r.stdout
+
+
+@pytest.mark.parametrize("framework, policy, key, name", [
+    ("verl", "sync", "actor_rollout_ref.rollout.n", "verl"),
+    ("areal", "async", "gconfig.n_samples", "AReaL"),
+    ("slime", "partial", "--n-samples-per-prompt", "slime")])
+def test_no_group_size_names_the_frameworks_own_default(framework, policy, key, name) -> None:
+    """`export areal async` and `export slime partial` said the default that stands was verl's."""
+    r = CliRunner().invoke(app, ["export", framework, policy])
+    assert r.exit_code == 0, r.output
+    assert (f"# caveat: no --group-size: {key} is not written, and the framework's default stands "
+            f"({name}'s is 1: one response a prompt, no GRPO group); give --group-size n"
+            ) in r.stdout.splitlines()
+
+
+def test_the_group_size_defaults_are_the_frameworks_own() -> None:
+    """GROUP_SIZE_DEFAULT, read from each framework's source: verl's ppo_trainer.yaml, AReaL's
+    GenerationHyperparameters dataclass, slime's argument parser."""
+    verl = yaml.safe_load(wheel("verl").read("verl/trainer/config/_generated_ppo_trainer.yaml"))
+    tree = ast.parse(wheel("areal").read("areal/api/cli_args.py"))
+    hyper = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GenerationHyperparameters")
+    n_samples = next(s.value for s in hyper.body if isinstance(s, ast.AnnAssign) and s.target.id == "n_samples")
+    areal = next(k.value.value for k in n_samples.keywords if k.arg == "default")
+    slime = re.search(r'"--n-samples-per-prompt",\s*type=int,\s*default=(\d+)', SLIME_ARGS.read_text())
+    assert {"verl": verl["actor_rollout_ref"]["rollout"]["n"], "areal": areal,
+            "slime": int(slime.group(1))} == {k: n for k, (_, n) in GROUP_SIZE_DEFAULT.items()}
 
 
 @pytest.mark.parametrize("framework, sets, prompts, line", [

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import fittable_trace, four_sample_trace, invoke_ok, runner
+from cli_helpers import PRESET_GRAMMAR, fittable_trace, four_sample_trace, invoke_ok, runner
 
 from sortedrl.cli import app
 from sortedrl.traces.model import is_trace_model
@@ -115,7 +115,7 @@ def test_a_cluster_that_is_an_existing_file_or_directory_is_no_unknown_preset(tm
                                        'file: {"preset": NAME, ...}) nor a preset\'s name')):
         r = runner.invoke(app, [*run, cluster])
         assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {error}\n")
-    assert runner.invoke(app, [*run, "nope"]).stderr.startswith("error: unknown cluster preset 'nope': ")
+    assert runner.invoke(app, [*run, "nope"]).stderr == f"error: unknown cluster preset 'nope' (unknown GPU 'nope'): {PRESET_GRAMMAR}\n"
     assert not (tmp_path / "s").exists()
 
 

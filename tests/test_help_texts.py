@@ -77,3 +77,16 @@ def test_reports_summary_reads_as_one_sentence():
     r = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "300"}, terminal_width=300)
     assert ("report     Compare in one HTML page (works offline) the policies of a compare or tune "
             "directory, or two or more runs, real or simulated.") in r.output
+
+
+def test_a_seed_help_says_what_the_seed_does_in_its_command():
+    """forecast's --seed said "seed (synthetic traces, searches)", and forecast has no --synthetic."""
+    for path, command in COMMANDS:
+        options = {o for p in command.params for o in getattr(p, "opts", [])}
+        seed = next((p for p in command.params if "--seed" in getattr(p, "opts", [])), None)
+        if seed is not None and "synthetic" in seed.help:
+            assert "--synthetic" in options, path
+    forecast = dict(COMMANDS)[("forecast",)]
+    assert next(p.help for p in forecast.params if p.name == "seed") == (
+        "trace model: the first draw's seed (draws use --seed to --seed + seeds - 1); also seeds "
+        "regenerated attempts' lengths")

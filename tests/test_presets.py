@@ -11,6 +11,7 @@ import json
 import random
 
 import pytest
+from cli_helpers import PRESET_GRAMMAR
 
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import load_cluster, preset
@@ -153,6 +154,27 @@ def test_unknown_preset_lists_gpus_and_models():
     with pytest.raises(ConfigError) as e:
         preset("v100-llama3.1-8b")
     assert "mi300x" in str(e.value) and "deepseek-v3" in str(e.value)
+
+
+@pytest.mark.parametrize("name, part", [
+    # it listed every GPU and model but not which part of the name it could not read
+    ("h100-qwen3-0.6b-2gpu-16sq", "unknown suffix '-16sq'"),
+    ("h100-qwen3-0.6b-16sq-2gpu", "unknown suffix '-16sq'"),
+    ("h100-llama3.1-8b-\u0663gpu", "unknown suffix '-\u0663gpu'"),  # (Arabic-Indic 3: no count)
+    ("h100-llama3.1-8b-", "unknown suffix '-'"),
+    ("h100-llama3.1-8b-16gpu-tp2", "suffix '-tp2' out of order"),
+    ("h100-llama3.1-8b-disagg-16gpu", "suffix '-16gpu' out of order"),
+    ("h100-llama3.1-8b-16gpu-32gpu", "suffix '-32gpu' repeated"),
+    ("a100-llama3.1-8b", "unknown GPU 'a100'"),
+    ("nope", "unknown GPU 'nope'"),
+    ("h100", "no MODEL"),
+    ("h100-qwen3-0.7b-16gpu", "unknown MODEL 'qwen3-0.7b'"),
+    ("a100-80g-llama9-8b-tp2", "unknown MODEL 'llama9-8b'"),
+])
+def test_an_unknown_preset_names_the_part_it_could_not_read(name, part):
+    with pytest.raises(ConfigError) as e:
+        preset(name)
+    assert str(e.value) == f"unknown cluster preset {name!r} ({part}): {PRESET_GRAMMAR}"
 
 
 @pytest.mark.parametrize("field,value", [("net_gbps", -1.0), ("offload_s", -0.5), ("host_gbs", -2.0),

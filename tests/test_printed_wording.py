@@ -1,7 +1,7 @@
 """Lines a tester read as wrong, each asserted as it now reads: a count of 1 before a plural
 ("has 1 samples", "1 steps"), a share under 1% printed as 0%, a seed with thousands separators
-(a seed is an id), "trial 7 makes 2, trial 4 4", and a compare ``--set LABEL.key`` error that
-dropped the label. (Tune's knobs line keeps its floats whole, ``oversubscribe=2.862732009962201``:
+(a seed is an id), "trial 7 makes 2, trial 4 4", a compare ``--set LABEL.key`` error that
+dropped the label, and a mistyped policy or knob (``sortd``, ``mdoe``) with no close name offered. (Tune's knobs line keeps its floats whole, ``oversubscribe=2.862732009962201``:
 a reader copies them into ``--set``, and a rounded one is another run; tests/test_tune_text.py.)
 
 Run: pytest tests/test_printed_wording.py
@@ -92,3 +92,29 @@ def test_forecast_names_a_bad_knob_with_its_label():
     r = runner.invoke(app, ["forecast", "--trace", "math-16k", "--policy", "a=sync", "--set", "a.nope=1"])
     assert (r.exit_code, r.stderr) == (2, "error: --set a.nope: unknown parameter for policy sync (known: "
                                           "rollout_batch, minibatches, filter_groups)\n")
+
+
+POLICIES = ("(known: sync, sortedrl, partial, tail_batch, async, one_step_off, oracle_sorted; or "
+            "module:Class for your own)")
+KNOBS = "(known: group_prompts, oversubscribe, update_batch, harvest, mode, max_span, filter_groups)"
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    # a mistyped policy or knob got the list alone; a close one is now named (nothing close: no guess)
+    (["simulate", "--policy", "sortd"], f"unknown policy 'sortd': did you mean sortedrl? {POLICIES}"),
+    (["simulate", "--policy", "nope"], f"unknown policy 'nope' {POLICIES}"),
+    (["simulate", "--policy", "sortedrl", "--set", "mdoe=partial"],
+     f"--set mdoe: unknown parameter for policy sortedrl: did you mean mode? {KNOBS}"),
+    (["simulate", "--policy", "sortedrl", "--set", "sortedrl.mdoe=partial"],  # (simulate's keys are plain)
+     f"--set sortedrl.mdoe: unknown parameter for policy sortedrl: did you mean mode? {KNOBS}"),
+    (["compare", "--policy", "sync", "--policy", "sortedrl", "--set", "sortedrl.mdoe=partial"],
+     f"--set sortedrl.mdoe: unknown parameter for policy sortedrl: did you mean sortedrl.mode? {KNOBS}"),
+    (["tune", "--policy", "sortedrl", "--param", "sortedrl.mdoe=sync,partial"],
+     f"--param 'sortedrl.mdoe=sync,partial': unknown parameter for policy sortedrl: did you mean "
+     f"sortedrl.mode? {KNOBS}"),
+])
+def test_a_mistyped_policy_or_knob_names_the_close_one(tmp_path, args, line):
+    out = tmp_path / "o"
+    r = runner.invoke(app, [*args, "--synthetic", "logic-8k", "--out", str(out)])
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {line}\n")
+    assert not out.exists()

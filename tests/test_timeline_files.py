@@ -488,8 +488,8 @@ def test_validate_names_a_meta_field_its_run_lacks(tmp_path):
     (lambda m: m["run"].update(sets=[5]), "field 'run.sets': expected a list of key=value strings"),
     (lambda m: m["run"].update(max_num_seqs=1e300),
      "field 'run.max_num_seqs': expected an integer >= 1, got 1e+300"),
-    (lambda m: m["run"].update(max_num_seqs=100_000),  # it blamed the profile
-     "the run's engines on cpu-profile: field 'max_num_seqs': at most 65,536, got 100,000"),
+    (lambda m: m["run"].update(max_num_seqs=100_000),  # it blamed the profile (named "cpu-profile")
+     f"the run's engines on {FIX / 'cpu-profile.json'}: field 'max_num_seqs': at most 65,536, got 100,000"),
     (lambda m: m["run"].update(sets=["zzz=1"]),  # it blamed --set
      "field 'run.sets': zzz: unknown parameter for policy sync (known: rollout_batch, minibatches, "
      "filter_groups)"),

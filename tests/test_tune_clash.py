@@ -107,8 +107,8 @@ def test_a_tune_whose_every_trial_is_skipped_is_one_error(tiny, tmp_path):
     out = tmp_path / "o"  # one GPU holds no tp=2 or tp=3 engine: both shapes skipped
     r = tune(*tiny, "--policy", "sync", "--param", "cluster.tp=2,3", "--out", str(out))
     assert r.exit_code == 2 and r.stdout == ""
-    assert r.stderr == ("error: no trial could run (2 skipped); the first: tiny[tp=2]: field "
-                        "'tp': an engine of tp=2 needs 2 GPUs, and the cluster has 1\n"), r.stderr
+    assert r.stderr == (f"error: no trial could run (2 skipped); the first: {tmp_path}/tiny.json[tp=2]: "
+                        "field 'tp': an engine of tp=2 needs 2 GPUs, and the cluster has 1\n"), r.stderr
     assert not out.exists()
 
 
@@ -122,11 +122,11 @@ def test_a_cluster_plan_counts_skipped_shapes_and_knobs_as_trials(tiny, tmp_path
     d = json.loads((out / "tune.json").read_text())
     assert [t["params"] for t in d["trials"]] == [{"cluster.tp": 1, "filter_groups": False}]
     assert [(s["params"], s["reason"]) for s in d["skipped"]] == [
-        # (it blamed 'train_gpus', which a colocated cluster does not use)
-        ({"cluster.tp": 2, "filter_groups": False}, "tiny[tp=2]: field 'tp': an engine of tp=2 "
-         "needs 2 GPUs, and the cluster has 1"),
-        ({"cluster.tp": 2, "filter_groups": True}, "tiny[tp=2]: field 'tp': an engine of tp=2 "
-         "needs 2 GPUs, and the cluster has 1"),
+        # (it blamed 'train_gpus', which a colocated cluster does not use; it named the file "tiny")
+        ({"cluster.tp": 2, "filter_groups": False}, f"{tmp_path}/tiny.json[tp=2]: field 'tp': an engine "
+         "of tp=2 needs 2 GPUs, and the cluster has 1"),
+        ({"cluster.tp": 2, "filter_groups": True}, f"{tmp_path}/tiny.json[tp=2]: field 'tp': an engine "
+         "of tp=2 needs 2 GPUs, and the cluster has 1"),
         ({"cluster.tp": 1, "filter_groups": True}, f"--param sortedrl.filter_groups=true: {NO_REWARD}")]
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import ClassVar, Literal, Union
 
-from sortedrl.errors import ConfigError
+from sortedrl.errors import ConfigError, did_you_mean
 from sortedrl.limits import INT32_MAX
 
 # -- events ------------------------------------------------------------------------------------
@@ -280,8 +280,9 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
         if not sep or not key:
             raise ConfigError(f"{option} {at + pair!r}: expected {at}key=value")
         if key not in fields:
-            known = ", ".join(fields) or "none"
-            raise ConfigError(f"{option} {at}{key}: unknown parameter for policy {policy} (known: {known})")
+            # (a dotted key, ``sortedrl.mdoe``, is matched by its last part: simulate takes plain keys)
+            known, hint = ", ".join(fields) or "none", did_you_mean(key.rpartition(".")[2], fields, at)
+            raise ConfigError(f"{option} {at}{key}: unknown parameter for policy {policy}{hint} (known: {known})")
         values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{key}={raw}")
     missing = [name for name, f in fields.items() if name not in values and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING and f.init]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import inspect
 
-from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.errors import ConfigError, SortedRLError, did_you_mean
 from sortedrl.policies.async_rl import AsyncPolicy
 from sortedrl.policies.base import Policy, RunContext, parse_params
 from sortedrl.policies.checks import check_policy_class, no_attach_oracle
@@ -37,7 +37,7 @@ def policy_class(name: str, option: str = "--policy") -> type[Policy]:
     if name in BUILTIN:
         return BUILTIN[name]
     if ":" not in name:
-        raise ConfigError(f"unknown policy {name!r} (known: {', '.join(BUILTIN)}; "
+        raise ConfigError(f"unknown policy {name!r}{did_you_mean(name, BUILTIN)} (known: {', '.join(BUILTIN)}; "
                           "or module:Class for your own)")
     mod, cls_name = import_user_module(name, option)
     cls = getattr(mod, cls_name, None)
@@ -67,7 +67,8 @@ def builtin_class(name: object, where: str) -> type[Policy]:
     if isinstance(name, str) and ":" in name:
         raise ConfigError(f"{where}: policy {name!r} is not built in, and importing it would run "
                           "code that a file names")
-    raise ConfigError(f"{where}: unknown policy {name!r} (known: {', '.join(BUILTIN)})")
+    hint = did_you_mean(name, BUILTIN) if isinstance(name, str) else ""
+    raise ConfigError(f"{where}: unknown policy {name!r}{hint} (known: {', '.join(BUILTIN)})")
 
 
 def run_context(trace) -> RunContext:

@@ -51,7 +51,8 @@ def preset(name: str) -> Cluster:
     """Parse a preset name such as ``h200-qwen2.5-32b-tp2`` or ``h100-llama3.1-8b-16gpu-64seq``."""
     m = _PRESET.match(name)
     if not m or m["gpu"] not in GPUS or m["model"] not in MODELS:
-        raise ConfigError(f"unknown cluster preset {name!r}: a preset is GPU-MODEL with GPU one of "
+        raise ConfigError(f"unknown cluster preset {name!r} ({_unread_part(name)}): a preset is "
+                          "GPU-MODEL with GPU one of "
                           f"{', '.join(GPUS)} and MODEL one of {', '.join(MODELS)} "
                           "(optional suffixes -tpN, -Ngpu, -Nseq and -disagg)")
     placement = "disaggregated" if m["dis"] else "colocated"
@@ -60,6 +61,31 @@ def preset(name: str) -> Cluster:
     seqs = int(m["seqs"]) if m["seqs"] else Cluster.max_num_seqs
     return Cluster(name=name, gpu=m["gpu"], model=m["model"], tp=tp, gpus=gpus,
                    max_num_seqs=seqs, placement=placement, chunked_prefill=True).validate(name)
+
+
+_SUFFIXES = (r"tp\d+", r"\d+gpu", r"\d+seq", "disagg")  # -tpN, -Ngpu, -Nseq, -disagg, in this order
+
+
+def _unread_part(name: str) -> str:
+    """Which part of a name that is no preset could not be read, read left to right: its GPU,
+    its MODEL, or the first suffix that is none of the forms or comes out of their order."""
+    gpu = max((g for g in GPUS if name == g or name.startswith(g + "-")), key=len, default=None)
+    if gpu is None:
+        return f"unknown GPU {name.split('-', 1)[0]!r}"
+    rest = name[len(gpu) + 1:]
+    model = max((m for m in MODELS if rest == m or rest.startswith(m + "-")), key=len, default=None)
+    if model is None:  # (_PRESET reads the suffixes off an unknown model's name, if they are whole)
+        m = _PRESET.match(name)
+        return f"unknown MODEL {m['model'] if m else rest!r}" if rest else "no MODEL"
+    last = -1
+    for part in rest[len(model) + 1:].split("-"):
+        form = next((k for k, pattern in enumerate(_SUFFIXES) if re.fullmatch(pattern, part, re.ASCII)), None)
+        if form is None:
+            return f"unknown suffix {'-' + part!r}"
+        if form <= last:
+            return f"suffix {'-' + part!r} {'repeated' if form == last else 'out of order'}"
+        last = form
+    return "cannot read it"  # (not reached: a name read this far matches _PRESET)
 
 
 def default_tp(gpu: str, model: str) -> int:
@@ -109,8 +135,10 @@ def load_cluster(spec: str) -> Cluster:
     from sortedrl.sim.profile import is_profile, profile_cluster
 
     if is_profile(raw):  # a calibrated profile from `sortedrl calibrate`
-        return profile_cluster(raw, spec, path.stem)
-    return cluster_from_dict(raw, spec, path.stem, written=True)
+        cluster = profile_cluster(raw, spec, path.stem)
+    else:
+        cluster = cluster_from_dict(raw, spec, path.stem, written=True)
+    return dataclasses.replace(cluster, source=spec)  # (a later error names the file as given)
 
 
 # the one Cluster field that was named as a cost term (the roofline's fixed step cost): a cluster
@@ -135,7 +163,7 @@ def cluster_from_dict(raw: dict, spec: str, name: str, written: bool = False) ->
     labels = written_labels(raw, "", LEGACY_FIELDS)  # (an error names t_fix so)
     raw = renamed(raw, spec, None, LEGACY_FIELDS)
     base = preset(str(raw.pop("preset", "h100-llama3.1-8b")))
-    known = [f.name for f in dataclasses.fields(Cluster)]
+    known = [f.name for f in dataclasses.fields(Cluster) if f.name != "source"]
     changes: dict[str, object] = {"name": str(raw.pop("name", name))}
     for key, value in raw.items():
         if key not in known:

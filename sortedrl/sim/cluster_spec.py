@@ -90,6 +90,8 @@ class Cluster:
     tool_pool: int = field(default=128, metadata={"help": "multi-turn traces: sandboxes that run tool calls at once; more calls queue first come first served (verl's SandboxFusion for ReTool: 128 workers)"})
     tool_holds_slot: bool = field(default=False, metadata={"help": "multi-turn traces: a trajectory keeps its engine slot and its KV through each tool call, as a synchronous agent loop that blocks a batch slot (the call's output alone is prefilled on return); false: the slot is freed and the context stays only in the evictable prefix cache (verl's agent loop, one request per turn)"})
     costs: CostModel | None = field(default=None, metadata={"help": "explicit cost terms (a calibrated profile); replaces the roofline"})
+    # not a cluster file's field: the file it was read from, as given, for its errors (:attr:`where`)
+    source: str = field(default="", compare=False, repr=False)
 
     # -- derived ----------------------------------------------------------------------------
 
@@ -230,10 +232,16 @@ class Cluster:
         per_param = OFFLOADED_STATE_BYTES if self.optimizer_offloaded else TRAIN_STATE_BYTES
         return per_param * MODELS[self.model].params / self.trainer_gpus
 
+    @property
+    def where(self) -> str:
+        """How an error names the cluster: the file it was read from, as given (``cl6.json``,
+        not its name ``cl6``), else its name (a preset's)."""
+        return self.source or self.name
+
     def fields(self) -> dict:
         """Every field (``costs`` when explicit), from which
         :func:`~sortedrl.sim.cluster.cluster_from_dict` rebuilds it."""
-        d = dataclasses.asdict(self)
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "source"}
         return d if self.costs is not None else {k: v for k, v in d.items() if k != "costs"}
 
     # -- checks -----------------------------------------------------------------------------
@@ -334,7 +342,7 @@ class Cluster:
         """:meth:`check_fits` for ``trace``'s longest prompt plus its generation cap, naming both."""
         prompt = int(trace.prompt_len.max())
         cap = trace.meta.max_response_len
-        self.check_fits(prompt + cap, self.name,
+        self.check_fits(prompt + cap, self.where,
                         f" (trace {trace.name}: its longest prompt, {prompt:,} tokens, plus its "
                         f"max_response_len, {cap:,}; a smaller cap or a cluster with more KV cache "
                         "fits it)")

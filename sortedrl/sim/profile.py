@@ -57,7 +57,7 @@ TRAIN_TERMS = ("train_fix", "train_per_token")
 # back whole.
 SHAPE = ("gpu", "model", "gpus", "tp", "placement", "train_gpus")
 CLUSTER_FIELDS = SHAPE + tuple(f.name for f in dataclasses.fields(Cluster)
-                               if f.name not in (*SHAPE, "name", "costs", "max_num_seqs", "kv_budget_tokens"))
+                               if f.name not in (*SHAPE, "name", "costs", "max_num_seqs", "kv_budget_tokens", "source"))
 
 
 # -- fitting ---------------------------------------------------------------------------------------

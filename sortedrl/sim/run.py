@@ -110,7 +110,7 @@ def placement_error(policy: str, placements: tuple[str, ...], cluster: Cluster) 
            "colocated": "a preset without -disagg, or placement: colocated in a cluster file"}
     known = [p for p in placements if p in how]  # (the class check refuses unknown ones)
     ways = "; ".join(how[p] for p in known)
-    return (f"policy {policy} needs a {' or '.join(known)} cluster ({ways}); {cluster.name} is "
+    return (f"policy {policy} needs a {' or '.join(known)} cluster ({ways}); {cluster.where} is "
             f"{cluster.placement}")
 
 
@@ -128,7 +128,7 @@ def simulate(trace: Trace, policy: Policy, cluster: Cluster, seed: int = 0,
     removes once done with the result's timeline) keeps a long run's timeline on disk
     (:mod:`sortedrl.timeline_spill`); without it, in memory."""
     check_regen(regen)
-    cluster.validate(cluster.name)
+    cluster.validate(cluster.where)
     if policy.placements and cluster.placement not in policy.placements:
         raise ConfigError(placement_error(policy.name, policy.placements, cluster))
     cluster.check_trace_fits(trace)

@@ -41,14 +41,15 @@ MAX_CHECKED = 10_000  # check_spaces enumerates a policy's knob combinations up 
 _worker: dict = {}
 
 
-def shaped(cluster: Cluster, changes: dict, trace: Trace, placements) -> Cluster:
-    """The base cluster with a trial's shape applied (and split for a policy that needs it);
-    raises ConfigError for a shape that cannot run the trace."""
+def shaped(cluster: Cluster, changes: dict, trace: Trace, placements, policy: str | None = None) -> Cluster:
+    """The base cluster with a trial's shape applied (and split for a policy that needs it:
+    ``policy``, its name for the error); raises ConfigError for a shape that cannot run the trace."""
     if changes:
         label = ",".join(f"{k}={v}" for k, v in changes.items())
-        cluster = dataclasses.replace(cluster, name=f"{cluster.name}[{label}]", **changes)
-        cluster.validate(cluster.name)
-    cluster = cluster_for(placements, cluster)
+        cluster = dataclasses.replace(cluster, name=f"{cluster.name}[{label}]", **changes,
+                                      source=cluster.source and f"{cluster.source}[{label}]")
+        cluster.validate(cluster.where)
+    cluster = cluster_for(placements, cluster, policy)
     cluster.check_trace_fits(trace)
     return cluster
 
@@ -104,7 +105,7 @@ def run_trial(trace: Trace, cluster: Cluster, seed: int, job: Job, regen: str = 
         if not knobs:
             raise
         return {SKIPPED: str(e)}
-    used = shaped(cluster, changes, trace, policy.placements)
+    used = shaped(cluster, changes, trace, policy.placements, policy.name)
     with temp_scratch("tune", scratch_root) as spill:  # a long trial's timeline waits on disk
         summary = simulate(trace, policy, used, seed=seed, regen=regen, spill_dir=spill).summary
     summary["gpus"] = used.gpus

@@ -141,7 +141,7 @@ class Tuner:
             changes, _ = split_cluster(as_sets(params))
             if changes:
                 try:
-                    shaped(self.ex.cluster, changes, self.ex.trace, policy_class(name).placements)
+                    shaped(self.ex.cluster, changes, self.ex.trace, policy_class(name).placements, name)
                 except ConfigError as e:
                     self.skipped.append({"policy": name, "params": params, "reason": str(e)})
                     self.progress(1)

@@ -18,7 +18,7 @@ import math
 import typing
 from dataclasses import dataclass
 
-from sortedrl.errors import ConfigError
+from sortedrl.errors import ConfigError, did_you_mean
 from sortedrl.limits import MAX_NUM_SEQS
 from sortedrl.policies.base import parse_params
 from sortedrl.policies.registry import policy_class
@@ -194,9 +194,10 @@ def _parse_one(spec: str, policies: list[str]) -> tuple[str, Dim]:
         hint = f"; name it as given to --policy: {yours[0]}.{key}" if yours else ""
         raise ConfigError(f"{where}: policy {name!r} is not among the --policy list ({', '.join(policies)}){hint}")
     cls = policy_class(name)
-    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    fields = [f.name for f in dataclasses.fields(cls.Params)]  # (in their order: a set's varied by run)
     if key not in fields:
-        raise ConfigError(f"{where}: unknown parameter for policy {name} (known: {', '.join(fields) or 'none'})")
+        guess = did_you_mean(key, fields, f"{name}.")
+        raise ConfigError(f"{where}: unknown parameter for policy {name}{guess} (known: {', '.join(fields) or 'none'})")
     hint = typing.get_type_hints(cls.Params)[key]
     if ":" in raw:
         parts = raw.split(":")
