@@ -113,7 +113,23 @@ def _summary(profile: dict) -> list[str]:
                    f"{tr.get('update_mape_pct', float('nan')):.1f}%"
                    + ("" if "sync_s" in (tr.get("terms") or {}) else "; sync_s from the preset (no sync column read)"))
         out += [f"  {line}" for line in trainer_notes(tr)]
-    return out
+    kept = _kept(profile)
+    return [*out, kept] if kept else out
+
+
+def _kept(profile: dict) -> str | None:
+    """What the profile takes from ``--cluster`` rather than the files: the model's shape and KV
+    budget always, and the part (engine, or trainer and sync) not fitted. The files do not say
+    which model the server ran (a local path, a checkpoint), so the user is told what must match."""
+    shape, fit = profile.get("cluster"), profile["fit"]
+    if not isinstance(shape, dict) or not isinstance(shape.get("model"), str):
+        return None
+    model, gpu = shape["model"], shape.get("gpu", "?")
+    unfitted = [terms for part, terms in (("engine", "the engine's"), ("trainer", "the trainer's and weight sync's"))
+                if not fit.get(part)]
+    terms = f", and {' and '.join(unfitted)} terms" if unfitted else ""
+    return (f"  kept from the cluster ({shape.get('preset')}): {model}'s shape and KV budget{terms}; "
+            f"right only for a {model} server and trainer on {gpu} GPUs")
 
 
 @profile_app.command("show")
