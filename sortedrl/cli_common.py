@@ -26,6 +26,7 @@ from typer.core import TyperGroup
 from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
+from sortedrl.realrun.install_check import README_SECTION, UNINSTALL, broken_install_line
 from sortedrl.tables import UNITS
 from sortedrl.tables import cell as _cell
 from sortedrl.terminal import prepare as prepare_terminal
@@ -44,9 +45,11 @@ except ImportError:  # pragma: no cover - older typer
 
 # Optional modules, by the top-level name a command imports: the smallest install that brings
 # it. The real runner's extras bring them all: 'cpu' (vLLM for CPU, the CPU torch) or 'gpu'.
-RUNNER = "or the real runner's extra: 'sortedrl[cpu]' on CPU, 'sortedrl[gpu]' on CUDA"
+# On CPU the extra is followed by removing the CUDA builds its dependencies bring (install_check).
+CPU_EXTRA = f"on CPU 'sortedrl[cpu]', then `{UNINSTALL}`, as {README_SECTION} says"
+RUNNER = f"or the real runner's extra: 'sortedrl[gpu]' on CUDA; {CPU_EXTRA}"
 EXTRAS = {"torch": f"pip install torch ({RUNNER})",
-          "vllm": "pip install 'sortedrl[cpu]' (vLLM for CPU) or 'sortedrl[gpu]' (vLLM for CUDA)",
+          "vllm": f"pip install 'sortedrl[gpu]' (vLLM for CUDA), or {CPU_EXTRA}",
           "transformers": f"pip install transformers ({RUNNER})",
           "tokenizers": f"pip install tokenizers ({RUNNER})",
           "safetensors": f"pip install safetensors ({RUNNER})",
@@ -190,9 +193,11 @@ def end_cleanly_on_termination() -> None:
 
 def user_errors(fn: Callable) -> Callable:
     """Report every failure a user can cause as one ``error:`` line and exit 2: a
-    SortedRLError, a number that is not finite, a missing optional extra, an OS error, a run
-    too large for memory; Ctrl-C as one line and exit 130, SIGTERM and SIGHUP as one line and
-    exit 143 and 129; a reader of stdout that went away as nothing and exit 141."""
+    SortedRLError, a number that is not finite, a missing optional extra, an import that fails
+    in torchvision, torchaudio or torchcodec built for another torch than the CPU one
+    (:mod:`sortedrl.realrun.install_check`), an OS error, a run too large for memory; Ctrl-C as
+    one line and exit 130, SIGTERM and SIGHUP as one line and exit 143 and 129; a reader of
+    stdout that went away as nothing and exit 141."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -202,12 +207,18 @@ def user_errors(fn: Callable) -> Callable:
             message, code = str(e), e.exit_code
         except ModuleNotFoundError as e:
             top = (e.name or "").split(".")[0]
-            if top not in EXTRAS:
-                raise
-            message, code = f"`{_command_path(fn)}` needs {top}, which is not installed: {EXTRAS[top]}", 2
+            message, code = broken_install_line(e), 2
+            if message is None:
+                if top not in EXTRAS:
+                    raise
+                message = f"`{_command_path(fn)}` needs {top}, which is not installed: {EXTRAS[top]}"
         except OSError as e:
             exit_if_reader_gone(e)  # (`| head`: not a failure; any other broken pipe is)
-            message, code = os_error_line(e), 2
+            message, code = broken_install_line(e) or os_error_line(e), 2
+        except (ImportError, RuntimeError) as e:  # only torch's companions built for another torch
+            message, code = broken_install_line(e), 2
+            if message is None:
+                raise
         except MemoryError:
             message, code = ("out of memory: the run needs more than this machine has (give fewer "
                              "samples: --prompts, --steps, a smaller trace)"), 2

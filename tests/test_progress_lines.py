@@ -1,11 +1,13 @@
-"""``sortedrl run`` and ``calibrate --model`` say what they are doing on a stderr that is not a
-terminal: one line as the engines start and one per update (calibrate: per measurement).
+"""``sortedrl run``, ``calibrate --model`` and ``model init`` say what they are doing on a stderr
+that is not a terminal: one line as the engines start and one per update (calibrate: per
+measurement; model init: one per phase and one per tenth of its warm-start).
 
 A tester's run under ``> run.log 2>&1`` printed nothing for minutes (the bar is drawn only on a
 terminal), so a slow run could not be told from a hung one. The lines' code is driven here with a
 fake clock and a StringIO; the commands are driven with the real runner's work replaced by a
 stand-in (no vLLM), on CliRunner's stderr (not a terminal) and on a console that is one. A real
-run's lines are asserted once, in test_realrun_first_hour's quiet run.
+run's lines are asserted once, in test_realrun_first_hour's quiet run, and a real
+``model init``'s there too.
 
 Run: pytest tests/test_progress_lines.py
 """
@@ -23,7 +25,7 @@ from typer.testing import CliRunner
 
 from sortedrl.cli import app
 from sortedrl.cli_common import LazyProgress
-from sortedrl.realrun.progress_lines import CountLines, RunLines
+from sortedrl.realrun.progress_lines import CountLines, ModelInitLines, RunLines
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 runner = CliRunner()
@@ -75,6 +77,27 @@ def test_a_counted_commands_lines_say_what_starts_and_how_many_are_done():
         "calibrate: 1 of 92 measurements done (decode B=1 ctx=16), 30 s elapsed",
         "calibrate: 3 of 92 measurements done (prefill 16 x 96), 30 s elapsed",
     ]
+
+
+def test_model_inits_lines_name_each_phase_and_each_tenth_of_the_warm_start():
+    out = io.StringIO()
+    lines = ModelInitLines(out)
+    lines.phase("warm-starting the model: 300 supervised steps")
+    for done in range(1, 301):
+        lines.stepped(done, 300)
+    assert out.getvalue().splitlines() == [
+        "model init: warm-starting the model: 300 supervised steps",
+        *(f"model init: {k} of 300 warm-start steps done" for k in range(30, 301, 30))]
+
+
+@pytest.mark.parametrize("steps, said", [(4, [1, 2, 3, 4]), (15, [2, 3, 5, 6, 8, 9, 11, 12, 14, 15]),
+                                         (1_000, list(range(100, 1_001, 100)))])
+def test_a_warm_start_says_at_most_ten_counts_and_always_its_last(steps, said):
+    out = io.StringIO()
+    lines = ModelInitLines(out)
+    for done in range(1, steps + 1):
+        lines.stepped(done, steps)
+    assert out.getvalue().splitlines() == [f"model init: {k:,} of {steps:,} warm-start steps done" for k in said]
 
 
 # -- the commands: lines where stderr is no terminal, the bar and no line where it is ------------
@@ -157,3 +180,40 @@ def test_calibrate_model_prints_a_line_per_measurement_on_a_stderr_that_is_no_te
     assert len(got) == len(expected), r.stderr
     for line, start in zip(got, expected, strict=True):
         assert re.fullmatch(re.escape(start) + ELAPSED, line), line
+
+
+@pytest.fixture
+def fake_init(monkeypatch):
+    """``init_model`` replaced: it says what a 20-step warm-start would (no model is built), and
+    records the lines it was given."""
+    from sortedrl.realrun import model as model_module
+
+    given = {}
+
+    def init_model(out, lines=None, **kwargs):
+        given["lines"] = lines
+        if lines is not None:
+            lines.phase("warm-starting the model: 20 supervised steps")
+            for done in range(1, 21):
+                lines.stepped(done, 20)
+        return out
+
+    monkeypatch.setattr(model_module, "init_model", init_model)
+    return given
+
+
+def test_model_init_prints_its_lines_on_a_stderr_that_is_no_terminal(tmp_path, fake_init):
+    r = runner.invoke(app, ["model", "init", "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert r.stdout == f"wrote {tmp_path / 'm'}\n"  # (the lines are on stderr only)
+    assert r.stderr.splitlines() == ["model init: warm-starting the model: 20 supervised steps",
+                                     *(f"model init: {k} of 20 warm-start steps done" for k in range(2, 21, 2))]
+
+
+def test_model_init_on_a_terminal_prints_no_line(tmp_path, fake_init, monkeypatch):
+    from sortedrl.realrun import commands
+
+    monkeypatch.setattr(commands, "err", Console(file=io.StringIO(), force_terminal=True))
+    r = runner.invoke(app, ["model", "init", "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert fake_init["lines"] is None and r.stderr == ""

@@ -81,9 +81,12 @@ def test_no_vllm_leaves_no_run_directory_then_a_quiet_run_and_a_resume_that_chan
     assert _files(out) == done
 
 
-def test_model_init_prints_one_line_and_no_progress_bar(tmp_path):
+def test_model_init_prints_one_line_its_phases_on_stderr_and_no_progress_bar(tmp_path):
+    # stderr is no terminal here: a line per phase (docs/metrics.md, "Progress lines"), nothing else
     r = _cli(["model", "init", "--out", str(tmp_path / "m"), "--warmup-steps", "0"])
-    assert (r.returncode, r.stdout, r.stderr) == (0, f"wrote {tmp_path / 'm'}\n", "")
+    assert (r.returncode, r.stdout) == (0, f"wrote {tmp_path / 'm'}\n")
+    assert r.stderr.splitlines() == ["model init: training the tokenizer on the sort task's text",
+                                     f"model init: saving the model to {tmp_path / 'm'}"]
 
 
 @pytest.mark.parametrize("mine, shown", [(None, ["an error"]), ("WARNING", ["a warning", "an error"])])

@@ -26,7 +26,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.limits import check_seed
 from sortedrl.outputs import Outputs, read_marker
 from sortedrl.progress import Phases
-from sortedrl.realrun.progress_lines import CountLines, RunLines
+from sortedrl.realrun.progress_lines import CountLines, ModelInitLines, RunLines
 from sortedrl.run_marker import compare_part
 from sortedrl.tables import PERCENT, Col, fmt, percent, render, terminal_width
 
@@ -52,7 +52,9 @@ def register(app: typer.Typer) -> None:
         out = Outputs("model init", inputs=[dataset] if dataset else []).place(out, "--out")
         from sortedrl.realrun.model import init_model
 
-        path = init_model(out, task=task, dataset=str(dataset) if dataset else None, hidden=hidden, layers=layers, warmup_steps=warmup_steps, seed=seed)
+        lines = None if err.is_terminal else ModelInitLines()  # (on a terminal: nothing, as before)
+        path = init_model(out, task=task, dataset=str(dataset) if dataset else None, hidden=hidden,
+                          layers=layers, warmup_steps=warmup_steps, seed=seed, lines=lines)
         typer.echo(f"wrote {path}")
 
 

@@ -30,6 +30,8 @@ from sortedrl.aside import aside
 from sortedrl.errors import ConfigError
 from sortedrl.interrupts import signals_deferred
 from sortedrl.outputs import umask
+from sortedrl.realrun.install_check import broken_install_line
+from sortedrl.realrun.progress_lines import ModelInitLines
 from sortedrl.realrun.task import SPECIALS, get_task
 
 MODEL_CARD = "sortedrl_model.json"
@@ -49,8 +51,11 @@ def build_tokenizer(lines: list[str]):
 
 
 def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: int = 2,
-               warmup_steps: int = 300, seed: int = 0, dataset: str | None = None) -> Path:
-    """Build and save the tiny model; returns its directory."""
+               warmup_steps: int = 300, seed: int = 0, dataset: str | None = None,
+               lines: ModelInitLines | None = None) -> Path:
+    """Build and save the tiny model; returns its directory. ``lines`` says what it does as it
+    goes (where stderr is no terminal: :mod:`~sortedrl.realrun.progress_lines`), once its
+    checks have passed."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -70,7 +75,9 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
         raise ConfigError(f"--out {out}: exists and is not empty (give a new directory; a model is never "
                           "written over another)")
     t = get_task(task, dataset)
+    say = lines.phase if lines is not None else (lambda text: None)
     torch.manual_seed(seed)
+    say(f"training the tokenizer on the {'--dataset file' if dataset else f'{task} task'}'s text")
     tokenizer = build_tokenizer(t.corpus(2000, seed))
     cfg = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
@@ -81,7 +88,9 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
     )
     model = Qwen2ForCausalLM(cfg)
     if warmup_steps:
-        warm_start(model, tokenizer, t, warmup_steps, seed)
+        say(f"warm-starting the model: {warmup_steps:,} supervised steps")
+        warm_start(model, tokenizer, t, warmup_steps, seed,
+                   stepped=lines.stepped if lines is not None else None)
     card = {"task": task, "hidden": hidden, "layers": layers, "warmup_steps": warmup_steps, "seed": seed}
 
     def save(tmp: Path) -> None:
@@ -89,6 +98,7 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
         tokenizer.save_pretrained(tmp)
         (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2))
 
+    say(f"saving the model to {out}")
     save_aside(out, save)
     return out
 
@@ -173,10 +183,11 @@ def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, inte
 
 
 def warm_start(model, tokenizer, task, steps: int, seed: int, batch: int = 32, lr: float = 3e-3,
-               max_batch_tokens: int = 16384) -> None:
+               max_batch_tokens: int = 16384,
+               stepped: Callable[[int, int], None] | None = None) -> None:
     """Supervised steps on prompt + answer + EOS, loss on the answer tokens only. A step whose
     padded batch exceeds ``max_batch_tokens`` (long tasks) is cut into micro-batches of similar
-    length whose gradients add up to the whole batch's."""
+    length whose gradients add up to the whole batch's. ``stepped(done, steps)`` after each."""
     import torch
 
     problems = task.problems(steps * batch, seed + 1)
@@ -196,6 +207,8 @@ def warm_start(model, tokenizer, task, steps: int, seed: int, batch: int = 32, l
             share = sum(sum(m) for _, m in part) / total
             (model(input_ids=ids, labels=lab).loss * share).backward()
         opt.step()
+        if stepped is not None:
+            stepped(s + 1, steps)
     model.eval()
 
 
@@ -243,6 +256,8 @@ def check_model_dir(path: str | Path) -> Path:
         try:
             loaded[name] = load(str(p))
         except Exception as e:  # transformers' own checks (a field of the wrong type, ...)
+            if broken_install_line(e) is not None:
+                raise  # (not the file's fault: user_errors names the packages to remove)
             said = " ".join(str(e).split())[:300]
             raise ConfigError(f"--model {p}/{name}: transformers cannot load it "
                               f"({type(e).__name__}: {said})") from None
@@ -262,7 +277,9 @@ def check_weights(p: Path, config) -> None:
         with torch.device("meta"):  # shapes only: no memory, no initialisation
             model = AutoModelForCausalLM.from_config(config)
         expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    except Exception:  # a model transformers cannot build bare (quantised, remote code): headers only
+    except Exception as e:  # a model transformers cannot build bare (quantised, remote code): headers only
+        if broken_install_line(e) is not None:
+            raise
         expected = None
     for path in sorted(p.glob("*.safetensors")):
         try:

@@ -1,4 +1,5 @@
-"""What ``sortedrl run`` and ``calibrate --model`` say on a stderr that is not a terminal.
+"""What ``sortedrl run``, ``calibrate --model`` and ``model init`` say on a stderr that is not a
+terminal.
 
 Why this exists: their progress bar (:class:`sortedrl.progress.Phases`) is drawn only on a
 terminal. ``sortedrl run ... > run.log 2>&1``, a run under nohup or in CI printed nothing for
@@ -9,6 +10,11 @@ one per measurement, the bar's count), each ending in the seconds since the comm
 Nothing else is printed, and none of them on a terminal, where the bar is; which of the two
 shows is decided as the bar decides it (rich's ``Console.is_terminal`` of stderr). Their words
 and figures are defined in docs/metrics.md, "Progress lines".
+
+``model init`` (minutes on two cores, nearly all of it the warm-start) showed nothing anywhere;
+on a terminal it still shows nothing, elsewhere it prints :class:`ModelInitLines`: one as each
+phase starts and one at each tenth of the warm-start's steps. These carry no elapsed seconds:
+the step count shows it moving, and the lines are the same on every machine.
 
 The stream and the clock are parameters, so a test drives the lines with a fake clock.
 """
@@ -77,3 +83,22 @@ class CountLines(Lines):
             return
         self.done += advance
         self.say(f"{self.done:,} of {self.total:,} {self.unit} done" + (f" ({note})" if note else ""))
+
+
+class ModelInitLines:
+    """``model init: TEXT`` lines on ``stream`` (default: stderr at the time of writing):
+    :meth:`phase` as each phase starts, :meth:`stepped` after each warm-start step."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream
+
+    def phase(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        stream.write(f"model init: {text}\n")
+        stream.flush()
+
+    def stepped(self, done: int, total: int) -> None:
+        """Step ``done`` (1 for the first) of ``total`` is done: a line where it completes a
+        tenth of them (every step, for fewer than ten)."""
+        if done * 10 // total > (done - 1) * 10 // total:
+            self.phase(f"{done:,} of {total:,} warm-start steps done")
