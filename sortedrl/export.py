@@ -7,7 +7,8 @@ equivalent: verl 0.9 Hydra overrides, AReaL 1.0 CLI overrides, slime command-lin
 mapping that is not exact carries a caveat saying what differs, and a knob a framework has no
 equivalent for is never dropped silently; units are converted (``async``'s staleness and batch
 sizes: :mod:`sortedrl.export_async`). A policy with no equivalent (RollPacker's tail batching, an
-oracle that reads true lengths) raises :class:`NoEquivalent`.
+oracle that reads true lengths, a user's own ``module:Class``, whose code says nothing a mapping
+could read) raises :class:`NoEquivalent`.
 
 Every key written exists in the framework's own schema: tests/test_export.py checks them against
 the config files in the verl 0.9.1 and AReaL 1.0.4 wheels and slime's argument parser at a pinned
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from sortedrl.errors import ConfigError
 from sortedrl.export_async import areal_async, rollout_gpus, verl_async
 from sortedrl.policies.base import params_dict, parse_params
-from sortedrl.policies.registry import policy_class
+from sortedrl.policies.registry import BUILTIN, policy_class
 from sortedrl.sim.cluster import Cluster
 
 FRAMEWORKS = ("verl", "slime", "areal")
@@ -76,6 +77,8 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
     for option, value in (("--group-size", group_size), ("--prompts", prompts)):
         if value is not None and value < 1:  # 0 was left out silently, -5 written as the batch
             raise ConfigError(f"{option} must be >= 1, got {value}")
+    if ":" in policy and policy not in BUILTIN:  # (not imported: no mapping would read it)
+        raise _none(framework, policy, f"it is a user policy (module:Class), and {BUILT_IN_ONLY}")
     cls = policy_class(policy, "policy")
     params = params_dict(parse_params(cls.Params, sets, policy))
     out = Export(framework, policy, params, entry="", prompts=prompts, group_size=group_size,
@@ -107,6 +110,8 @@ def _none(framework: str, policy: str, why: str) -> NoEquivalent:
     return NoEquivalent(f"policy {policy} has no equivalent in {framework}: {why}")
 
 
+BUILT_IN_ONLY = (f"export maps the built-in policies only ({', '.join(BUILTIN)}); export the built-in "
+                 "policy closest to it by its name and --set knobs")
 NO_TAIL = "RollPacker's tail batching (deferring long prompts to their own rounds) is not in it"
 NO_ORACLE = ("oracle_sorted orders prompts by predicted lengths; with the oracle it reads true "
              "lengths, and no framework has a length-predicting scheduler")

@@ -131,6 +131,10 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
         raise ConfigError(f"{path}: no trial with id {chosen}")
     where = f"{path}: trial {chosen}"
     policy = match[0].get("policy")
+    if isinstance(policy, str) and ":" in policy and policy not in BUILTIN:  # (said so, not imported)
+        from sortedrl.export import BUILT_IN_ONLY
+
+        raise ConfigError(f"{where}: policy {policy} is a user policy (module:Class), and {BUILT_IN_ONLY}")
     cls = builtin_class(policy, where)
     params = match[0].get("params")
     if not isinstance(params, dict):
@@ -196,11 +200,17 @@ def _not_a_tune(path: Path) -> str:
         entries = jsonio.read(path / "compare.json", ConfigError)
     except ConfigError:
         entries = []
-    runs = [f"{e['label']} ({e['policy']})" for e in entries if isinstance(e, dict)
-            and isinstance(e.get("label"), str) and isinstance(e.get("policy"), str)] if isinstance(entries, list) else []
+    from sortedrl.policies.registry import BUILTIN
+
+    runs = [(e["label"], e["policy"]) for e in entries if isinstance(e, dict) and isinstance(e.get("label"), str)
+            and isinstance(e.get("policy"), str)] if isinstance(entries, list) else []
+    built = [f"{label} ({policy})" for label, policy in runs if policy in BUILTIN]
+    users = [label for label, policy in runs if policy not in BUILTIN]  # (compare.json holds the class's name only)
     return (f"{path}: a `sortedrl compare` directory, not a tune: export one of its runs by its policy's name "
             f"and knobs (`sortedrl export FRAMEWORK NAME --set key=value`; the knobs are {path}/LABEL/"
-            "summary.json's 'params')" + (f"; its runs: {', '.join(runs)}" if runs else ""))
+            "summary.json's 'params')" + (f"; its runs: {', '.join(built)}" if built else "")
+            + (f"; its runs of user policies, which export does not map (it maps built-in policies only): "
+               f"{', '.join(users)}" if users else ""))
 
 
 def _infeasible(result: dict, trial: dict, where: str) -> str | None:

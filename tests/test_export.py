@@ -250,7 +250,9 @@ def test_export_of_the_knee(tmp_path) -> None:
 
 @pytest.mark.parametrize("trial, message", [
     ({"id": 0, "policy": "this:Nope", "params": {}},  # `this` prints the Zen of Python
-     "trial 0: policy 'this:Nope' is not built in, and importing it would run code that a file names"),
+     "trial 0: policy this:Nope is a user policy (module:Class), and export maps the built-in policies "
+     "only (sync, sortedrl, partial, tail_batch, async, one_step_off, oracle_sorted); export the built-in "
+     "policy closest to it by its name and --set knobs"),
     ({"id": 0, "policy": "nosuch", "params": {}}, "trial 0: unknown policy 'nosuch'"),
     ({"id": 0, "policy": "sync", "params": {"cluster.bogus": 1}},
      "trial 0: params {'cluster.bogus': 1}: not a cluster field or value ('bogus')"),

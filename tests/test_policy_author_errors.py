@@ -429,7 +429,7 @@ def test_a_knob_type_set_cannot_parse_is_one_error_line():
         parse_params(Knobs, ["sizes=1,2"], "knobs")
     assert str(e.value) == ("--set sizes=1,2: the knob's type tuple[int, ...] is not one --set "
                             "parses (supported: int, float, bool, str, Literal[...] of strings, "
-                            "and X | None of these)")
+                            "integers or booleans, and X | None of these)")
     assert parse_params(Knobs, ["label=y", "cap=3"], "knobs") == Knobs(label="y", cap=3)
 
 

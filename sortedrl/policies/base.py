@@ -17,9 +17,10 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import ClassVar, Literal, Union
+from typing import ClassVar, Literal, NoReturn, Union
 
 from sortedrl.errors import ConfigError, did_you_mean
 from sortedrl.limits import INT32_MAX
@@ -284,16 +285,23 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
             known, hint = ", ".join(fields) or "none", did_you_mean(key.rpartition(".")[2], fields, at)
             raise ConfigError(f"{option} {at}{key}: unknown parameter for policy {policy}{hint} (known: {known})")
         values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{key}={raw}")
-    missing = [name for name, f in fields.items() if name not in values and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING and f.init]
-    if missing:  # (the dataclass's own TypeError said "__init__() missing 1 required positional argument")
-        where = _defined_at(params_cls)
-        raise ConfigError(f"policy {policy}: knob {missing[0]} has no default: give it with {option} "
-                          f"{at}{missing[0]}=VALUE, or give it a default in its Params" + (f" ({where})" if where else ""))
+    check_given(params_cls, values, policy, f"{option} {at}")
     try:
         return params_cls(**values)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{option}: policy {policy}: {e}") from None
+
+
+def check_given(params_cls: type, given: Iterable[str], policy: str, give: str) -> None:
+    """Refuse a knob without a default that ``given`` lacks, saying to give it as ``give`` +
+    ``key=VALUE`` (``--set ``, compare's ``--set LABEL.``, tune's ``--param NAME.``): the
+    dataclass's own TypeError said "__init__() missing 1 required positional argument"."""
+    missing = [f.name for f in dataclasses.fields(params_cls) if f.name not in given and f.init
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        where = _defined_at(params_cls)
+        raise ConfigError(f"policy {policy}: knob {missing[0]} has no default: give it with {give}"
+                          f"{missing[0]}=VALUE, or give it a default in its Params" + (f" ({where})" if where else ""))
 
 
 def _defined_at(cls: type) -> str | None:
@@ -313,10 +321,7 @@ MAX_FLOAT_KNOB = 1e9  # a knob that is a factor or a share (1e308 x a count over
 def _coerce(raw: str, hint: object, where: str) -> object:
     origin = typing.get_origin(hint)
     if origin is Literal:
-        choices = typing.get_args(hint)
-        if raw not in choices:
-            raise ConfigError(f"{where}: expected one of {', '.join(map(str, choices))}")
-        return raw
+        return _choice(raw, hint, where)
     if origin in (Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if raw.lower() in ("none", "null") and len(args) < len(typing.get_args(hint)):
@@ -348,9 +353,40 @@ def _coerce(raw: str, hint: object, where: str) -> object:
         return value
     if hint is str:
         return raw
+    _unparsed(hint, where)
+
+
+def _choice(raw: str, hint: object, where: str) -> object:
+    """The choice of ``Literal[...]`` that ``raw`` names, as the Literal holds it: ``c=2`` of
+    ``Literal[1, 2]`` is the int 2 (it was compared as the text "2" and refused), ``true`` of a
+    bool one True, ``none`` None."""
+    choices = typing.get_args(hint)
+    if not all(c is None or isinstance(c, (str, int)) for c in choices):  # (an Enum member, bytes)
+        _unparsed(hint, where)
+    for choice in choices:
+        if choice is None or isinstance(choice, bool):
+            if raw.lower() == str(choice).lower():
+                return choice
+        elif isinstance(choice, int):
+            try:
+                if int(raw) == choice:
+                    return choice
+            except ValueError:
+                pass
+        elif raw == choice:
+            return choice
+    raise ConfigError(f"{where}: expected one of {', '.join(_shown_choice(c) for c in choices)}")
+
+
+def _shown_choice(choice: object) -> str:
+    return str(choice).lower() if choice is None or isinstance(choice, bool) else str(choice)
+
+
+def _unparsed(hint: object, where: str) -> NoReturn:
     shown = hint.__name__ if isinstance(hint, type) and not typing.get_args(hint) else str(hint)
     raise ConfigError(f"{where}: the knob's type {shown} is not one --set parses (supported: int, "
-                      f"float, bool, str, Literal[...] of strings, and X | None of these)")
+                      f"float, bool, str, Literal[...] of strings, integers or booleans, and X | None "
+                      f"of these)")
 
 
 def params_dict(params: object) -> dict:

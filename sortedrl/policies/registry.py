@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
+from pathlib import Path
 
 from sortedrl.errors import ConfigError, SortedRLError, did_you_mean
 from sortedrl.policies.async_rl import AsyncPolicy
@@ -36,6 +38,12 @@ def policy_class(name: str, option: str = "--policy") -> type[Policy]:
     """Resolve a built-in name or ``package.module:ClassName`` (given to ``option``)."""
     if name in BUILTIN:
         return BUILTIN[name]
+    module, _, cls_name = name.partition(":")
+    if "/" in module or os.sep in module:  # (a file's path: "is not a module name" said no more)
+        path = Path(module)
+        raise ConfigError(f"{option} {name!r}: {module!r} is a file's path, not a module name: put its directory "
+                          f"on the Python path and name the module, PYTHONPATH={path.parent} sortedrl ... {option} "
+                          f"{path.stem if path.suffix == '.py' else path.name}:{cls_name or 'ClassName'}")
     if ":" not in name:
         raise ConfigError(f"unknown policy {name!r}{did_you_mean(name, BUILTIN)} (known: {', '.join(BUILTIN)}; "
                           "or module:Class for your own)")
