@@ -3,13 +3,18 @@
 Importing a module runs it, and a policy's hooks run inside a simulation: a typo in the name, a
 module that raises or does not parse, a hook that raises would each end in a traceback through
 sortedrl. Here they become one error line that names the option or the policy, the exception,
-and the file and line of the user's code where it was raised.
+and the file and line of the user's code where it was raised: the innermost frame of the user's
+own (the policy's file, or any outside sortedrl, the standard library and site-packages), with
+the library's frame after it when a library call raised (``statistics.mean([])``).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import site
+import sys
+import sysconfig
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +22,10 @@ from types import ModuleType
 from sortedrl.errors import ConfigError
 
 PACKAGE = os.path.realpath(Path(__file__).parent) + os.sep  # sortedrl's own files start with this
+# the standard library's and installed packages' files start with one of these (numpy, statistics)
+LIBRARIES = tuple(sorted({os.path.realpath(d) + os.sep for d in (
+    *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+    *site.getsitepackages(), site.getusersitepackages())}))
 
 
 def import_user_module(spec: str, option: str) -> tuple[ModuleType, str]:
@@ -53,12 +62,12 @@ def _names_the_module(e: ImportError, module: str) -> bool:
     return module == missing or module.startswith(missing + ".")
 
 
-def raised(e: BaseException) -> str:
+def raised(e: BaseException, hook: str | None = None, home: str | None = None) -> str:
     """``ExcType: message (at file:line)``, on one line: what was raised and where (the
     innermost frame of the traceback; for a SyntaxError, the line that does not parse). Raised
-    inside sortedrl by the user's call, it names the user's line first: ``(at mypolicy.py:7,
-    raised in .../policies/common.py:143)`` (only sortedrl's frames are passed over: a frame of
-    another library counts as the user's, :func:`users_frame`)."""
+    inside sortedrl or a library by the user's call, it names the user's line first: ``(at
+    mypolicy.py:7, raised in .../policies/common.py:143)`` (:func:`users_frame`; ``home``: the
+    policy's file). ``hook``: the policy's hook it was raised in, ``(in on_finished at ...)``."""
     if isinstance(e, SyntaxError):
         message, file, line = e.msg, e.filename, e.lineno
     else:
@@ -69,17 +78,29 @@ def raised(e: BaseException) -> str:
     text = " ".join(f"{type(e).__name__}: {message}".split()).removesuffix(":")
     if not file:
         return text
-    mine = None if isinstance(e, SyntaxError) else users_frame(e)
+    mine = None if isinstance(e, SyntaxError) else users_frame(e, home)
     where = f"{file}:{line}"
-    return f"{text} (at {where})" if mine in (None, where) else f"{text} (at {mine}, raised in {where})"
+    at = f"in {hook} at " if hook else "at "
+    return f"{text} ({at}{where})" if mine in (None, where) else f"{text} ({at}{mine}, raised in {where})"
 
 
-def users_frame(e: BaseException) -> str | None:
-    """``file:line`` of the innermost frame of ``e``'s traceback in the user's code (outside
-    sortedrl and the standard library's frozen modules); None if there is none."""
+def users_frame(e: BaseException, home: str | None = None) -> str | None:
+    """``file:line`` of the innermost frame of ``e``'s traceback in the user's code: in the file
+    ``home`` (the policy's module), or outside sortedrl, the standard library (its frozen
+    modules included) and site-packages; else the innermost outside sortedrl (a user's module
+    installed in site-packages); None if there is none."""
     frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<")
               and not os.path.realpath(f.filename).startswith(PACKAGE)]
+    home = os.path.realpath(home) if home else None
+    mine = [f for f in frames if os.path.realpath(f.filename) == home
+            or not os.path.realpath(f.filename).startswith(LIBRARIES)]
+    frames = mine or frames
     return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+
+
+def source_file(cls: type) -> str | None:
+    """The file that defines ``cls`` (a policy's module), or None (a class made at run time)."""
+    return getattr(sys.modules.get(cls.__module__), "__file__", None)
 
 
 def is_users(cls: type) -> bool:

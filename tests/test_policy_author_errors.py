@@ -162,7 +162,8 @@ def test_ids_that_are_no_sequence_are_one_error_line(ids, got):
     with pytest.raises(PolicyError) as e:
         run(Bad)
     assert str(e.value) == ("policy bad_ids: Admit.samples must be a tuple or list of sample ids "
-                            f"(or a 1-D integer NumPy array), got {got}")
+                            f"(or a 1-D integer NumPy array), got {got} (from on_start"
+                            f" {at(AdmitAll, 'on_start')[2:]}")  # (the hook that returned it)
 
 
 @pytest.mark.parametrize("action, line", [
@@ -215,7 +216,7 @@ def test_a_standing_order_field_of_the_wrong_type_is_one_error_line(orders, line
     Orders.orders = staticmethod(orders)
     with pytest.raises(PolicyError) as e:
         run(Orders)
-    assert str(e.value) == f"policy ordering: {line}"
+    assert str(e.value) == f"policy ordering: {line} (from on_start {at(Ordering, 'on_start')[2:]}"
 
 
 def test_numpy_counts_in_standing_orders_are_taken():
@@ -411,7 +412,8 @@ def test_an_error_of_the_view_in_a_hook_names_the_policy_and_the_user_s_line(tmp
     trace = make_trace([3, 4])
     with pytest.raises(PolicyError) as e:
         simulate(trace, make_policy("peeking:Peek", [], trace), tiny_cluster())
-    assert str(e.value) == f"policy peek: sample 0 has not finished: its length is unknown (at {path}:5)"
+    assert str(e.value) == ("policy peek: sample 0 has not finished: its length is unknown "
+                            f"(in on_start at {path}:5)")
 
 
 # -- 9. knob types ------------------------------------------------------------------------------
@@ -573,7 +575,7 @@ def test_the_error_examples_in_the_docs_are_what_the_tool_prints(tmp_path, monke
     sys.modules.pop("mymodule")  # imported now: a later test sees no mymodule, as this one did
     assert str(e.value).endswith(": no name 'harvest' in module mymodule (did you mean Harvest?)")
     assert "`no name 'harvest' in module mymodule (did you mean Harvest?)`" in text
-    assert "`error: policy harvest raised KeyError: 3 (at /home/me/mymodule.py:21)`" in text
+    assert "`error: policy harvest raised KeyError: 3 (in on_finished at /home/me/mymodule.py:18)`" in text
 
 
 # -- 16. regenerating forever ------------------------------------------------------------------

@@ -601,7 +601,7 @@ def test_a_new_run_stopped_before_its_first_checkpoint_leaves_nothing(tiny_model
     r = runner.invoke(app, [*args, "--policy", "stops_error:IdleBug"])
     assert r.exit_code == 2 and re.fullmatch(  # (after the line a log gets as the engines start)
         r"run: starting 1 vLLM engine and the trainer on cpu, [0-9,]+ s elapsed\n"
-        + re.escape(f"error: policy idle_bug raised RuntimeError: my bug (at {where}:9)\n"), r.stderr), r.output
+        + re.escape(f"error: policy idle_bug raised RuntimeError: my bug (in on_idle at {where}:9)\n"), r.stderr), r.output
     assert not (tmp_path / "runs").exists()
     mine = tmp_path / "mine"
     mine.mkdir()  # a RUNDIR the user made: it stays, empty

@@ -97,7 +97,7 @@ def test_a_policy_that_raises_is_one_error_line_naming_where(tmp_path, monkeypat
     compare = ["compare", "--trace", TRACE, "--policy", "sync", "--workers", workers]
     # a hook, run in a worker process with --workers 2: the same line, not a _RemoteTraceback
     assert one_error_line(tmp_path, *compare, "--policy", f"{module}:StartBug") == (
-        f"error: policy start_bug raised KeyError: 'missing' (at {where}:9)")
+        f"error: policy start_bug raised KeyError: 'missing' (in on_start at {where}:9)")
     assert one_error_line(tmp_path, *compare, "--policy", f"{module}:InitBug") == (
         f"error: policy {module}:InitBug raised RuntimeError: two lines (at {where}:14)")
     # a ValueError is a refused knob, as the built-in policies raise it; a user's says where too
@@ -123,5 +123,5 @@ def test_an_error_raised_inside_sortedrl_names_the_users_line_first(tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     line = one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", "helper_misuse:Misuse")
     mine, theirs = re.escape(str(tmp_path / "helper_misuse.py")), re.escape(inspect.getsourcefile(common))
-    assert re.fullmatch(rf"error: policy misuse raised TypeError: .+ \(at {mine}:6, raised in {theirs}:\d+\)",
+    assert re.fullmatch(rf"error: policy misuse raised TypeError: .+ \(in on_start at {mine}:6, raised in {theirs}:\d+\)",
                         line), line

@@ -16,7 +16,8 @@ Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError
   or range (a 1-D integer NumPy array is converted): checked once per action, not per sample;
 - a sample is regenerated fewer than ``MAX_ATTEMPTS`` times, and the run does not loop
   (regenerating or syncing with no progress: :mod:`sortedrl.policies.loops`).
-An illegal action's error names the hook that returned it (``illegal action from on_idle:``).
+An illegal action's error names the hook that returned it (``illegal action from on_idle:``),
+or, at a top-up, the ``Keep`` order whose queue gave the sample and the hook that gave it.
 
 It also serves the policy's standing orders (:mod:`sortedrl.policies.orders`): a finish that
 wakes no ``WakeOn`` condition is handled here without calling the policy. Per-engine loads,
@@ -110,7 +111,7 @@ class Controller(Admission):
             self.deferred.book()
         if not self.done:
             raise PolicyError(f"policy {self.policy.name} stalled at t={self.backend.now():.3f}s: "
-                              + stall_reason(self.s.state))
+                              + stall_reason(self.s.state) + self.orders.stalled(self.s, self.policy))
 
     @property
     def done(self) -> bool:
@@ -139,7 +140,7 @@ class Controller(Admission):
                 try:
                     actions = self.policy.on_event(event, self.view)
                 except Exception as e:  # a user's policy's bug: one line naming where it is
-                    bug = users_bug(self.policy, e)
+                    bug = users_bug(self.policy, e, hook_name(self.policy, event))
                     if bug is e:
                         raise
                     raise bug from None
@@ -217,7 +218,7 @@ class Controller(Admission):
     def _apply(self, action: object) -> None:
         field = ID_FIELD.get(type(action))
         if field is not None and type(getattr(action, field)) not in ID_SEQUENCES:
-            action = with_id_tuple(self.policy.name, action, field)
+            action = with_id_tuple(self.policy, action, field, self.hook)
         if isinstance(action, Admit):
             self._admit(action)
         elif isinstance(action, Train):
@@ -231,7 +232,7 @@ class Controller(Admission):
         elif isinstance(action, Filter):
             self._filter(action)
         elif isinstance(action, (Keep, WakeOn)):
-            self.orders.set(action, self.s, self.policy)
+            self.orders.set(action, self.s, self.policy, self.hook)
         else:
             raise not_an_action(self.policy, action, self.event)
 
@@ -241,7 +242,8 @@ class Controller(Admission):
         return None if self.event is None else hook_name(self.policy, self.event)
 
     def _bad(self, what: str) -> PolicyError:
-        by = f" from {self.hook}{hook_at(self.policy, self.hook)}" if self.event is not None else ""
+        by = (f" from {self.hook}{hook_at(self.policy, self.hook)}" if self.event is not None
+              else self.orders.keep_source(self.policy))
         return PolicyError(f"policy {self.policy.name}: illegal action{by}: {what}")
 
     def _check_ids(self, samples: tuple[int, ...], verb: str) -> None:

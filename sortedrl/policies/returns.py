@@ -29,7 +29,7 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.user_code import PACKAGE, is_users, raised, users_frame
+from sortedrl.user_code import PACKAGE, is_users, raised, source_file, users_frame
 
 HOOK_OF = {EventKind.STARTED: "on_start", EventKind.FINISHED: "on_finished",
            EventKind.ENGINE_IDLE: "on_idle", EventKind.UPDATE_DONE: "on_update_done",
@@ -41,17 +41,18 @@ ACTIONS = (Admit, Abort, Discard, Filter, Train, Sync, Keep, WakeOn)
 SHOWN_ITEMS = 3  # items of a list an error line shows
 
 
-def users_bug(policy: Policy, e: Exception) -> Exception:
-    """What a hook raised, as the error to raise: from a user's policy, one line naming the
-    policy and where in the user's code (a SortedRLError, e.g. the view's, keeps its text);
-    from a built-in, the exception itself, with its traceback."""
+def users_bug(policy: Policy, e: Exception, hook: str) -> Exception:
+    """What ``hook`` raised, as the error to raise: from a user's policy, one line naming the
+    policy, the hook and where in the user's code (a SortedRLError, e.g. the view's, keeps its
+    text); from a built-in, the exception itself, with its traceback."""
     if not is_users(type(policy)):
         return e
     name = policy.name or type(policy).__name__
+    home = source_file(type(policy))
     if not isinstance(e, SortedRLError):
-        return PolicyError(f"policy {name} raised {raised(e)}")
-    where = users_frame(e)
-    return PolicyError(f"policy {name}: {e} (at {where})") if where else e
+        return PolicyError(f"policy {name} raised {raised(e, hook, home)}")
+    where = users_frame(e, home)
+    return PolicyError(f"policy {name}: {e} (in {hook} at {where})") if where else e
 
 
 def hook_name(policy: Policy, event) -> str:
@@ -62,10 +63,25 @@ def hook_name(policy: Policy, event) -> str:
 def hook_at(policy: Policy, hook: str | None) -> str:
     """`` (at FILE:LINE)`` of a user's policy's hook, where its author reads what it returned;
     empty for a built-in policy (or a hook it did not define)."""
+    line = hook_line(policy, hook)
+    return f" (at {line})" if line else ""
+
+
+def hook_line(policy: Policy, hook: str | None) -> str | None:
+    """``FILE:LINE`` of a user's policy's hook (its ``def``); None for a built-in policy's."""
     code = getattr(getattr(type(policy), hook or "", None), "__code__", None)
     if code is None or not is_users(type(policy)) or os.path.realpath(code.co_filename).startswith(PACKAGE):
-        return ""  # (a hook a user's subclass inherits from sortedrl: no line of the user's)
-    return f" (at {code.co_filename}:{code.co_firstlineno})"
+        return None  # (a hook a user's subclass inherits from sortedrl: no line of the user's)
+    return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+def given_by(policy: Policy, hook: str | None) -> str:
+    """`` (from on_start at FILE:LINE)``, ending the error line of an action a hook returned;
+    empty where no hook is known."""
+    if not hook:
+        return ""
+    line = hook_line(policy, hook)
+    return f" (from {hook} at {line})" if line else f" (from {hook})"
 
 
 def not_a_list(policy: Policy, returned: object, event) -> PolicyError:
@@ -96,16 +112,17 @@ def not_an_action(policy: Policy, item: object, event) -> PolicyError:
     return PolicyError(f"{head} {_shown(item)} in its list, which is not an action")
 
 
-def with_id_tuple(policy: str, action, field: str):
+def with_id_tuple(policy: Policy, action, field: str, hook: str | None = None):
     """``action`` with its ids (``field``) as a tuple of Python ints, if they are a 1-D integer
-    NumPy array; one error line if they are not a sequence of ids at all."""
+    NumPy array; one error line (naming ``hook``, which returned it) if they are not a sequence
+    of ids at all."""
     ids = getattr(action, field)
     if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu":
         return dataclasses.replace(action, **{field: tuple(ids.tolist())})
     got = f"a {ids.ndim}-D {ids.dtype} array" if isinstance(ids, np.ndarray) else type(ids).__name__
-    raise PolicyError(f"policy {policy}: {type(action).__name__}.{field} must be a tuple or list of "
-                      f"{'group' if field == 'groups' else 'sample'} ids (or a 1-D integer NumPy "
-                      f"array), got {got}")
+    raise PolicyError(f"policy {policy.name}: {type(action).__name__}.{field} must be a tuple or list "
+                      f"of {'group' if field == 'groups' else 'sample'} ids (or a 1-D integer NumPy "
+                      f"array), got {got}{given_by(policy, hook)}")
 
 
 def _shown(value: object, depth: int = 2) -> str:

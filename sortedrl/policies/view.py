@@ -4,6 +4,13 @@ The view is built over :class:`PublicState`, the controller's bookkeeping, and o
 public halves (:class:`EngineInfo`). Neither holds a sample's true length, the trace, or the
 backend, so nothing reachable from a view can reveal how long an unfinished response will be.
 ``tests/test_no_peeking.py`` walks every object reachable from a view to prove it.
+
+An id a getter takes (a sample's, a group's, an engine's) is checked as it is used: a negative
+one by a comparison (Python's indexing would read it from the end: ``state(-1)``, the last
+sample's), one past the end by the IndexError of the indexing itself (a ``try``, which costs
+nothing until it raises); either is the same IndexError, ``no sample -1: sample ids are 0 to
+511``. Nothing else is checked per call: the getters are the policies' hot path (``group_of``
+indexes nothing, so it checks the sign alone; ``group_samples``, called per group, both ends).
 """
 
 from __future__ import annotations
@@ -88,13 +95,29 @@ STATES = tuple(SampleState)  # a state code read from ``PublicState.state`` -> i
 ADMITTED = SampleState.ADMITTED
 
 
+def no_such(what: str, i: object, count: int) -> IndexError:
+    """The error of a getter given an id that names nothing: ``no sample 512: sample ids are 0
+    to 511`` (``what``: sample, group or engine; ``count``: how many there are)."""
+    return IndexError(f"no {what} {i!r}: {what} ids are 0 to {count - 1}")
+
+
 class ClusterView:
-    """Read-only access to the cluster for a policy. Every method returns a copy or a number."""
+    """Read-only access to the cluster for a policy. Every method returns a copy or a number.
+    A sample, group or engine id out of range raises IndexError (:func:`no_such`)."""
 
     __slots__ = ("_s",)
 
     def __init__(self, state: PublicState) -> None:
         self._s = state
+
+    def _no_sample(self, sample: object) -> IndexError:
+        return no_such("sample", sample, len(self._s.state))
+
+    def _no_group(self, group: object) -> IndexError:
+        return no_such("group", group, self._s.num_groups)
+
+    def _no_engine(self, engine: object) -> IndexError:
+        return no_such("engine", engine, len(self._s.engines))
 
     # cluster ------------------------------------------------------------------------------
     @property
@@ -102,7 +125,12 @@ class ClusterView:
         return len(self._s.engines)
 
     def capacity(self, engine: int) -> int:
-        return self._s.engines[engine].max_num_seqs
+        if engine < 0:
+            raise self._no_engine(engine)
+        try:
+            return self._s.engines[engine].max_num_seqs
+        except IndexError:
+            raise self._no_engine(engine) from None
 
     @property
     def total_capacity(self) -> int:
@@ -117,7 +145,12 @@ class ClusterView:
         return self._s.version
 
     def engine_version(self, engine: int) -> int:
-        return self._s.engines[engine].version
+        if engine < 0:
+            raise self._no_engine(engine)
+        try:
+            return self._s.engines[engine].version
+        except IndexError:
+            raise self._no_engine(engine) from None
 
     @property
     def trainer_busy(self) -> bool:
@@ -156,40 +189,82 @@ class ClusterView:
         return tuple(out)
 
     def group_samples(self, group: int) -> range:
-        n = self._s.group_size
+        s = self._s
+        if not 0 <= group < s.num_groups:
+            raise self._no_group(group)
+        n = s.group_size
         return range(group * n, (group + 1) * n)
 
     def group_of(self, sample: int) -> int:
+        """The group of ``sample`` (arithmetic only: an id past the end is not looked up)."""
+        if sample < 0:
+            raise self._no_sample(sample)
         return sample // self._s.group_size
 
     def prompt_id(self, group: int) -> str:
-        return str(self._s.prompt_id[group])
+        if group < 0:
+            raise self._no_group(group)
+        try:
+            return str(self._s.prompt_id[group])
+        except IndexError:
+            raise self._no_group(group) from None
 
     def prompt_len(self, sample: int) -> int:
-        return self._s.prompt_len[sample]
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            return self._s.prompt_len[sample]
+        except IndexError:
+            raise self._no_sample(sample) from None
 
     # samples ------------------------------------------------------------------------------
     def state(self, sample: int) -> SampleState:
-        return STATES[self._s.state[sample]]
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            return STATES[self._s.state[sample]]
+        except IndexError:
+            raise self._no_sample(sample) from None
 
     def attempt(self, sample: int) -> int:
-        return self._s.attempt[sample]
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            return self._s.attempt[sample]
+        except IndexError:
+            raise self._no_sample(sample) from None
 
     def oldest_version(self, sample: int) -> int | None:
         """The policy version that generated the sample's oldest kept token (None: no tokens)."""
-        v = self._s.oldest[sample]
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            v = self._s.oldest[sample]
+        except IndexError:
+            raise self._no_sample(sample) from None
         return None if v < 0 else v
 
     def generated(self, sample: int) -> int:
         """Tokens generated so far (live for running samples)."""
         s = self._s
-        if s.state[sample] == ADMITTED:
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            admitted = s.state[sample] == ADMITTED
+        except IndexError:
+            raise self._no_sample(sample) from None
+        if admitted:
             return s.engines[s.engine_of[sample]].tokens(sample, s.now)
         return s.generated[sample]
 
     def response_len(self, sample: int) -> int:
         """The length of a finished response. Unfinished samples have no length yet."""
-        n = self._s.response_len[sample]
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            n = self._s.response_len[sample]
+        except IndexError:
+            raise self._no_sample(sample) from None
         if n < 0:
             raise PolicyError(f"sample {sample} has not finished: its length is unknown")
         return n
@@ -197,30 +272,54 @@ class ClusterView:
     def reward(self, sample: int) -> float:
         """The reward of a finished response (graded when it finished)."""
         s = self._s
-        if not s.rewarded or s.response_len[sample] < 0:
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            unknown = not s.rewarded or s.response_len[sample] < 0
+        except IndexError:
+            raise self._no_sample(sample) from None
+        if unknown:
             raise PolicyError(f"sample {sample} has no reward: it has not finished, or the trace "
                               "has no reward column")
         return s.reward[sample]
 
     def engine_of(self, sample: int) -> int | None:
-        e = self._s.engine_of[sample]
+        if sample < 0:
+            raise self._no_sample(sample)
+        try:
+            e = self._s.engine_of[sample]
+        except IndexError:
+            raise self._no_sample(sample) from None
         return None if e < 0 else e
 
+    def _engine(self, engine: int) -> EngineInfo:
+        if engine < 0:
+            raise self._no_engine(engine)
+        try:
+            return self._s.engines[engine]
+        except IndexError:
+            raise self._no_engine(engine) from None
+
     def running(self, engine: int) -> tuple[int, ...]:
-        return self._s.engines[engine].running()
+        return self._engine(engine).running()
 
     def queued(self, engine: int) -> tuple[int, ...]:
-        return self._s.engines[engine].queued()
+        return self._engine(engine).queued()
 
     def in_tool(self, engine: int) -> tuple[int, ...]:
         """Samples admitted to an engine that are away on a tool call (or waiting for a
         sandbox) between two turns: they hold no slot and come back to this engine."""
-        away = getattr(self._s.engines[engine], "in_tool", None)
+        away = getattr(self._engine(engine), "in_tool", None)
         return away() if away is not None else ()
 
     def load(self, engine: int) -> int:
         """Admitted samples on an engine: running, queued, or away on a tool call."""
-        return self._s.load[engine]
+        if engine < 0:
+            raise self._no_engine(engine)
+        try:
+            return self._s.load[engine]
+        except IndexError:
+            raise self._no_engine(engine) from None
 
     @property
     def admitted(self) -> int:
@@ -240,7 +339,12 @@ class ClusterView:
 
     def finished_in(self, group: int) -> int:
         """Finished, untrained samples of a group."""
-        return self._s.finished_in[group]
+        if group < 0:
+            raise self._no_group(group)
+        try:
+            return self._s.finished_in[group]
+        except IndexError:
+            raise self._no_group(group) from None
 
     @property
     def complete_groups(self) -> int:
