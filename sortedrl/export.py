@@ -77,6 +77,8 @@ def export(framework: str, policy: str, sets: list[str], cluster: Cluster | None
     for option, value in (("--group-size", group_size), ("--prompts", prompts)):
         if value is not None and value < 1:  # 0 was left out silently, -5 written as the batch
             raise ConfigError(f"{option} must be >= 1, got {value}")
+    # a built-in class given by its path (sortedrl.policies.sync:SyncPolicy) is that policy
+    policy = {f"{c.__module__}:{c.__qualname__}": name for name, c in BUILTIN.items()}.get(policy, policy)
     if ":" in policy and policy not in BUILTIN:  # (not imported: no mapping would read it)
         raise _none(framework, policy, f"it is a user policy (module:Class), and {BUILT_IN_ONLY}")
     cls = policy_class(policy, "policy")

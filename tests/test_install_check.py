@@ -165,6 +165,22 @@ def test_an_unrelated_failure_keeps_its_traceback(tmp_path, monkeypatch):
     assert r.exit_code == 1 and str(r.exception) == "a bug of ours"
 
 
+def test_code_in_a_folder_named_like_a_companion_is_not_the_companion(tmp_path, monkeypatch, companions):
+    """A checkout under ``~/torchaudio/``: a failure raised in its code is not torchaudio's (a
+    frame counts only inside the directory the package is imported from)."""
+    from sortedrl.realrun import model
+
+    mine = tmp_path / "torchaudio" / "src"
+    mine.mkdir(parents=True)
+    (mine / "helper_48.py").write_text("def fails(*args, **kwargs):\n    raise RuntimeError('a bug of ours')\n")
+    monkeypatch.syspath_prepend(str(mine))
+    monkeypatch.delitem(sys.modules, "helper_48", raising=False)
+    installed(monkeypatch, BROKEN)
+    monkeypatch.setattr(model, "init_model", importlib.import_module("helper_48").fails)
+    r = runner.invoke(app, ["model", "init", "--out", str(tmp_path / "new")])
+    assert r.exit_code == 1 and str(r.exception) == "a bug of ours" and "error:" not in r.stderr
+
+
 def test_without_torch_a_companions_failure_is_the_missing_extras_line(tmp_path, monkeypatch):
     from sortedrl.cli_common import EXTRAS
     from sortedrl.realrun import model

@@ -61,6 +61,13 @@ def test_export_of_a_user_policy_says_export_maps_the_built_in_ones(framework):
         f"(module:Class), and {BUILT_IN_ONLY}")
 
 
+def test_a_built_in_class_given_by_its_path_exports_as_the_built_in_policy():
+    by_path = CliRunner().invoke(app, ["export", "verl", "sortedrl.policies.sync:SyncPolicy"])
+    by_name = CliRunner().invoke(app, ["export", "verl", "sync"])
+    assert by_path.exit_code == by_name.exit_code == 0, by_path.output
+    assert by_path.stdout.splitlines()[1:] == by_name.stdout.splitlines()[1:]  # (the first names it as given)
+
+
 def test_export_of_a_tune_trial_of_a_user_policy_says_the_same(tmp_path):
     tune = tmp_path / "t" / "tune.json"
     tune.parent.mkdir()
@@ -162,6 +169,9 @@ def test_a_module_given_as_a_file_path_says_to_name_it_on_the_python_path(tmp_pa
     assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", f"{path}:Harvest") == (
         f"error: --policy '{path}:Harvest': '{path}' is a file's path, not a module name: put its directory on "
         f"the Python path and name the module, PYTHONPATH={tmp_path} sortedrl ... --policy mymodule:Harvest")
+    spaced = tmp_path / "my policies" / "mymodule.py"  # (the command shown is quoted for a shell)
+    assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", f"{spaced}:Harvest").endswith(
+        f"PYTHONPATH='{spaced.parent}' sortedrl ... --policy mymodule:Harvest")
     assert one_error_line(tmp_path, "simulate", "--trace", TRACE, "--policy", str(path)) == (
         f"error: --policy '{path}': '{path}' is a file's path, not a module name: put its directory on "
         f"the Python path and name the module, PYTHONPATH={tmp_path} sortedrl ... --policy mymodule:ClassName")

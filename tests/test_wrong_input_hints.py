@@ -38,6 +38,9 @@ def test_plot_of_a_compare_or_tune_directory_names_a_run_in_it_and_report(tmp_pa
     assert refused(["plot", str(tune)]) == (
         f"error: {tune}: no timeline.npz or timeline.jsonl (a `sortedrl tune` directory, which keeps "
         f"no runs: `sortedrl report {tune}` shows it)")
+    spaced = Path(shutil.copytree(tune, tmp_path / "odd dir's"))  # (the command shown is quoted)
+    assert refused(["plot", str(spaced)]).endswith(
+        f"`sortedrl report '{tmp_path}/odd dir'\"'\"'s'` shows it)")
     empty = tmp_path / "empty"
     empty.mkdir()
     assert refused(["plot", str(empty)]) == (

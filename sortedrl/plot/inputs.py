@@ -7,6 +7,7 @@ is wrong, which the CLI prints as one ``error:`` line with exit code 2.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -74,13 +75,16 @@ def load_json(path: Path) -> object:
 def not_a_run(rundir: Path) -> str:
     """What a directory without a timeline is, and what to give instead: a compare directory's
     runs are its subdirectories, a tune directory keeps none (its report is of it whole)."""
+    report = f"`sortedrl report {shlex.quote(str(rundir))}`"  # (a command to paste: quoted)
     if (rundir / "compare.json").is_file():
-        runs = sorted(d.name for d in rundir.iterdir() if d.is_dir() and find_timeline(d).is_file())
+        try:
+            runs = sorted(d.name for d in rundir.iterdir() if d.is_dir() and find_timeline(d).is_file())
+        except OSError:  # (an unreadable folder: the hint names none)
+            runs = []
         one = f"{rundir / runs[0]}" if runs else f"{rundir}/LABEL"
-        return (f"a `sortedrl compare` directory, one run per policy: give one of them ({one}), "
-                f"or `sortedrl report {rundir}` for all of them")
+        return f"a `sortedrl compare` directory, one run per policy: give one of them ({one}), or {report} for all of them"
     if (rundir / "tune.json").is_file():
-        return f"a `sortedrl tune` directory, which keeps no runs: `sortedrl report {rundir}` shows it"
+        return f"a `sortedrl tune` directory, which keeps no runs: {report} shows it"
     return "a run directory is what `sortedrl simulate`, `run` or `compare` (DIR/LABEL) writes"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
+import shlex
 from pathlib import Path
 
 from sortedrl.errors import ConfigError, SortedRLError, did_you_mean
@@ -42,7 +43,7 @@ def policy_class(name: str, option: str = "--policy") -> type[Policy]:
     if "/" in module or os.sep in module:  # (a file's path: "is not a module name" said no more)
         path = Path(module)
         raise ConfigError(f"{option} {name!r}: {module!r} is a file's path, not a module name: put its directory "
-                          f"on the Python path and name the module, PYTHONPATH={path.parent} sortedrl ... {option} "
+                          f"on the Python path and name the module, PYTHONPATH={shlex.quote(str(path.parent))} sortedrl ... {option} "
                           f"{path.stem if path.suffix == '.py' else path.name}:{cls_name or 'ClassName'}")
     if ":" not in name:
         raise ConfigError(f"unknown policy {name!r}{did_you_mean(name, BUILTIN)} (known: {', '.join(BUILTIN)}; "

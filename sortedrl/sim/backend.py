@@ -77,7 +77,7 @@ class SimBackend(Backend):
             lengths, engine = self.tools.plan.end, TurnEngine
             kw = dict(ctx=self.tools.plan.ctx, sleeps=c.placement == "colocated" and c.sleep,
                       caching=c.prefix_caching, holds_slot=c.tool_holds_slot)
-            c.check_fits(self.tools.plan.longest_context(trace.prompt_len), c.name)
+            c.check_fits(self.tools.plan.longest_context(trace.prompt_len), c.where)
         self.engines = [
             engine(e, self.cost, c.max_num_seqs, c.kv_budget, c.kv_admit_budget, lengths,
                    self._plen, timeline, c.max_num_batched_tokens if c.chunked_prefill else 0,
