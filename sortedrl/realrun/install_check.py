@@ -71,11 +71,10 @@ def _package_dirs(name: str) -> tuple[str, ...]:
     return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
 
 
-def _raised_in(e: BaseException, name: str) -> bool:
-    """Whether ``e`` was raised in package ``name``'s code (a frame in the directory it is
-    imported from, not any folder that happens to bear its name: a checkout under
+def _raised_in(e: BaseException, name: str, dirs: tuple[str, ...]) -> bool:
+    """Whether ``e`` was raised in package ``name``'s code (a frame in ``dirs``, the directories
+    it is imported from, not any folder that happens to bear its name: a checkout under
     ``~/torchaudio/``) or names one of its operators (``torchvision::nms``)."""
-    dirs = _package_dirs(name)
     tb = e.__traceback__
     while dirs and tb is not None:
         if os.path.realpath(tb.tb_frame.f_code.co_filename).startswith(dirs):
@@ -92,7 +91,8 @@ def broken_install_line(e: BaseException) -> str | None:
     if not isinstance(e, ImportError | RuntimeError | OSError):
         return None
     chain = _chain(e)
-    suspects = [name for name in COMPANIONS if any(_raised_in(x, name) for x in chain)]
+    places = {name: _package_dirs(name) for name in COMPANIONS}  # (found once each, not per frame)
+    suspects = [name for name in COMPANIONS if any(_raised_in(x, name, places[name]) for x in chain)]
     torch = installed_version("torch") if suspects else None  # (metadata only where it matters)
     if torch is None or _local_tag(torch) != "cpu":
         return None

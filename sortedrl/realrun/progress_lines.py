@@ -29,16 +29,17 @@ from typing import TextIO
 
 class Lines:
     """``LABEL: TEXT, N s elapsed`` lines on ``stream`` (default: stderr at the time of writing),
-    N the whole seconds since this object was made."""
+    N the whole seconds since this object was made (``clock`` None: ``LABEL: TEXT`` alone)."""
 
     def __init__(self, label: str, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] | None = time.monotonic) -> None:
         self.label, self.stream, self.clock = label, stream, clock
-        self.start = clock()
+        self.start = clock() if clock is not None else 0.0
 
     def say(self, text: str) -> None:
         stream = self.stream or sys.stderr
-        stream.write(f"{self.label}: {text}, {self.clock() - self.start:,.0f} s elapsed\n")
+        elapsed = f", {self.clock() - self.start:,.0f} s elapsed" if self.clock is not None else ""
+        stream.write(f"{self.label}: {text}{elapsed}\n")
         stream.flush()  # (a log read while the run goes)
 
     def close(self) -> None:
@@ -85,17 +86,15 @@ class CountLines(Lines):
         self.say(f"{self.done:,} of {self.total:,} {self.unit} done" + (f" ({note})" if note else ""))
 
 
-class ModelInitLines:
-    """``model init: TEXT`` lines on ``stream`` (default: stderr at the time of writing):
-    :meth:`phase` as each phase starts, :meth:`stepped` after each warm-start step."""
+class ModelInitLines(Lines):
+    """``model init: TEXT`` lines, without elapsed seconds: :meth:`phase` as each phase starts,
+    :meth:`stepped` after each warm-start step."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream
+        super().__init__("model init", stream, clock=None)
 
     def phase(self, text: str) -> None:
-        stream = self.stream or sys.stderr
-        stream.write(f"model init: {text}\n")
-        stream.flush()
+        self.say(text)
 
     def stepped(self, done: int, total: int) -> None:
         """Step ``done`` (1 for the first) of ``total`` is done: a line where it completes a
