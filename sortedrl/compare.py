@@ -8,7 +8,6 @@ gets the same hardware; the summary's ``cluster`` says which placement each one 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from sortedrl.sim.run import SimResult, simulate
 from sortedrl.table_notes import seed_note, updates_note
 from sortedrl.tables import UNITS, Col, Note, cell, counted, fmt, key_value_table, percent, render
 from sortedrl.traces.schema import Trace
+from sortedrl.trainer_bound import trainer_bound_note
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
 
@@ -174,62 +174,6 @@ def trainer_split_note(runs: list[tuple[str, dict]], cluster: Cluster, named: bo
     for the split only when some did (one GPU has none). ``named``: the note names the split's
     cluster (forecast's several clusters)."""
     return trainer_bound_note(runs, cluster_for(("disaggregated",), cluster), named) if runs else None
-
-
-def trainer_bound_note(runs: list[tuple[str, dict]], ran_on: Cluster, named: bool = False
-                       ) -> str | None:
-    """Say so when runs (label, summary) on a disaggregated split whose trainer pool was sized
-    by default (a quarter of the GPUs, AReaL's 75/25) kept the trainer busier than the rollout
-    engines, by enough that their busy GPU-seconds balance at least half a trainer GPU above
-    the split, and the GPUs allow a larger pool. A policy then looks slow for the split, not for
-    its schedule: on logic-8k at 1,024 prompts x 16 on 8 x H100, `async` on 6+2 took 18,833 s
-    against `sync`'s 6,710 s colocated, and 8,494 s on 3+5. The range to search runs from one
-    more trainer GPU to one past the split that balances the run's busy GPU-seconds (each
-    side's busy time x its GPUs, taken to scale with the GPUs, which rollout's tail does not:
-    the best split measured on either side of the balance, within the range), over the splits
-    the GPUs allow."""
-    if ran_on.placement != "disaggregated" or ran_on.train_gpus:
-        return None
-    t, r = ran_on.trainer_gpus, ran_on.rollout_gpus
-    balances = {label: ran_on.gpus * s["train_s"] * t / (s["train_s"] * t + s["rollout_s"] * r)
-                for label, s in runs if s["train_s"] > 0}  # (above t: the trainer was busier)
-    busier = [(label, s) for label, s in runs if balances.get(label, 0) >= t + 0.5]
-    if not busier:  # (nearly balanced: one GPU more would not round to a better split)
-        return None
-    balance = max(balances[label] for label, _ in busier)
-    sizes = [n for n in range(t + 1, min(ran_on.gpus, math.ceil(balance) + 2))
-             if _splits(ran_on, n)]
-    if not sizes:  # (on 2 GPUs, 1+1 is the only split)
-        return None
-    train = _share_range([s["train_s"] / s["makespan_s"] for _, s in busier])
-    rollout = _share_range([s["rollout_s"] / s["makespan_s"] for _, s in busier])
-    where = f"{ran_on.name}, the " if named else "the "
-    return (f"note: on {where}{r}+{t} split, {', '.join(label for label, _ in busier)} kept the "
-            f"trainer busier than the rollout engines ({train} of the run against {rollout}): a "
-            "larger trainer pool may suit this trace; `tune --param "
-            f"cluster.train_gpus={_values(sizes)} --objective makespan_s` searches it "
-            "(train_gpus is a cluster file's field)")
-
-
-def _values(sizes: list[int]) -> str:
-    """``3:7`` for a run of sizes, else the sizes themselves (``4,6``: tp 2's whole engines)."""
-    if len(sizes) > 1 and sizes == list(range(sizes[0], sizes[-1] + 1)):
-        return f"{sizes[0]}:{sizes[-1]}"
-    return ",".join(map(str, sizes))
-
-
-def _splits(cluster: Cluster, train_gpus: int) -> bool:
-    """Whether ``cluster``'s GPUs split into ``train_gpus`` trainer GPUs and whole engines."""
-    try:
-        dataclasses.replace(cluster, train_gpus=train_gpus).validate(cluster.name)
-    except ConfigError:  # the rollout GPUs do not split into engines, or the trainer won't fit
-        return False
-    return True
-
-
-def _share_range(shares: list[float]) -> str:
-    lo, hi = round(100 * min(shares)), round(100 * max(shares))
-    return f"{lo}%" if lo == hi else f"{lo}-{hi}%"
 
 
 def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:

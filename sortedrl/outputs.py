@@ -51,28 +51,16 @@ from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
 from sortedrl.outputs_commit import (
     OutputError,
-    check_writable_into,
     commit,
     dir_lock,
     remove_path,
-    write_protected,
 )
+from sortedrl.outputs_replace import replacing_note
 from sortedrl.realrun.rundir_force import in_checkpoint
 from sortedrl.run_marker import (
     MARKER,
-    added_pages,
-    compare_part,
-    differences,
-    foreign_entry,
-    interrupted_write,
     is_label,
-    is_live_work,
-    is_work_dir,
     listing,
-    read_marker,
-    same_options,
-    unrecorded_pipe,
-    user_entries,
     work_prefix,
 )
 from sortedrl.scratch import noted_tempdir
@@ -151,7 +139,9 @@ class Outputs:
         self._check_inputs(out, option, is_dir=True)  # (first: --force would not help)
         if real.exists():
             with dir_lock(real, shared=True):  # (not while another command moves its outputs in)
-                self._check_replace_dir(out, option, given)
+                note = replacing_note(out, option, given, self.command, self.force, self.identity, self.names)
+                if note is not None:
+                    self.notes.append(note)
         return self._add(out, option, is_dir=True, into=into)
 
     def file(self, path: Path | None, option: str, default: Path | None = None) -> Path | None:
@@ -243,58 +233,6 @@ class Outputs:
         if not os.access(parent, os.W_OK | os.X_OK):
             why = "is on a read-only filesystem" if _read_only(parent) else "is not writable"
             raise OutputError(f"{option} {out}: {parent} {why}")
-
-    def _check_replace_dir(self, out: Path, option: str, given: bool) -> None:
-        real = Path(os.path.normpath(out))  # (as checked; relative as given, for the messages)
-        if not real.is_dir():
-            raise OutputError(f"{option} {out}: exists and is not a directory")
-        # (empty but for another command's live work and the work directories a killed one left,
-        # not a previous run moved aside)
-        if all(is_live_work(real, n) or is_work_dir(real, n, ("new", "scratch", "probe")) for n in os.listdir(real)):
-            check_writable_into(real, option, out)  # written into without a word, if it can be
-            return
-        if self.force:
-            note = f"note: replacing {out} (--force)"
-        else:
-            previous = read_marker(real)
-            moved = interrupted_write(real) if not previous else None
-            if moved is not None:
-                raise OutputError(f"{option} {out}: holds an interrupted sortedrl write; the previous run "
-                                  f"is in {out}/{moved}: move its entries back into {out}, or --force to discard it")
-            owner = compare_part(real) if not previous else None
-            if owner is not None:
-                raise OutputError(f"{option} {out}: is the {real.name!r} run of the `sortedrl compare` run in "
-                                  f"{owner} (its compare.json holds it too); give another directory, or "
-                                  f"--force to replace it")
-            if previous.get("command") != self.command:
-                foreign = foreign_entry(real, previous) if previous else user_entries(real)
-                what = f"a `sortedrl {previous['command']}` run" if previous else ""
-                mine = f"files not written by sortedrl: {foreign}" if foreign else ""
-                said = " and ".join(filter(None, (what, mine))) or "files not written by sortedrl"
-                raise OutputError(f"{option} {out}: not empty ({said}); "
-                                  "give another directory, or --force to replace it"
-                                  + (", deleting them" if foreign else ""))
-            foreign = foreign_entry(real, previous)
-            if foreign is not None:  # (replacing the run would delete it with the run)
-                raise OutputError(f"{option} {out}: not empty (a `sortedrl {self.command}` run and files "
-                                  f"not written by sortedrl: {foreign}); give another directory, or "
-                                  f"--force to replace it, deleting them")
-            if not same_options(previous, self.identity):  # (an explicit --out too: it held results of their own)
-                keep = "give --out DIR to keep both" if not given else "give another directory to keep both"
-                if (why := unrecorded_pipe(previous, self.identity)) is not None:
-                    raise OutputError(f"{out} holds a `sortedrl {self.command}` run {why}; give --force to replace it, or {keep[5:]}")
-                raise OutputError(f"{out} holds a `sortedrl {self.command}` run with other options "
-                                  f"({differences(previous, self.identity, self.names)}); {keep}, "
-                                  f"or --force to replace it")
-            pages = added_pages(real, previous)  # (plot's and report's: deleted with the run)
-            note = f"note: replacing the previous `sortedrl {self.command}` run in {out}" + (
-                f", and the pages added to it ({', '.join(pages)})" if pages else "")
-        locked = write_protected(real)  # replacing it removes every file in it
-        if locked is not None:
-            raise OutputError(f"{option} {out}: cannot be replaced: {locked} is write-protected "
-                              f"(its files cannot be removed)")
-        check_writable_into(real, option, out)
-        self.notes.append(note)
 
     # -- writing, after the work -----------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from sortedrl.cli import app
 from sortedrl.compare import cluster_for, compare_notes
 from sortedrl.errors import ConfigError, PolicyError
-from sortedrl.policies import controller
+from sortedrl.policies import removal
 from sortedrl.policies.auto import auto_params
 from sortedrl.policies.base import (
     Abort,
@@ -588,7 +588,7 @@ def test_a_policy_that_regenerates_forever_is_stopped(monkeypatch):
         def on_finished(self, view, samples, engine):
             return [Abort(samples, keep_tokens=False), Admit(samples)]
 
-    monkeypatch.setattr(controller, "MAX_ATTEMPTS", 25)
+    monkeypatch.setattr(removal, "MAX_ATTEMPTS", 25)
     with pytest.raises(PolicyError) as e:
         run(Forever, lengths=(3,))
     assert str(e.value) == ("policy forever regenerated sample 0 25 times: it drops and re-admits "

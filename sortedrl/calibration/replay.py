@@ -107,6 +107,83 @@ class _Host:
 SCHEDULES = ("serial", "overlapped")
 
 
+class _Client:
+    """The benchmark's closed loop up to the engine: requests sent in order as they arrive, at
+    most ``concurrency`` in flight, each through the host's work (:class:`_Host`)."""
+
+    def __init__(self, run: BenchRun, host_s: float) -> None:
+        n = len(run.input_lens)
+        self.concurrency = run.concurrency
+        self.arrive = [0.0] * n if run.arrivals is None else run.arrivals.tolist()
+        self.pending = deque(range(n))
+        self.inflight = 0
+        self.sent = np.zeros(n)
+        self.host = _Host(host_s)
+
+    def next_arrival(self) -> float:
+        return self.arrive[self.pending[0]] if self.pending and self.inflight < self.concurrency else math.inf
+
+    def send(self, now: float) -> None:
+        pending, arrive = self.pending, self.arrive
+        while pending and self.inflight < self.concurrency and arrive[pending[0]] <= now:
+            i = pending.popleft()
+            self.inflight += 1
+            self.sent[i] = now
+            self.host.add(now, i)
+
+    def release(self, ready: list, now: float, sent_before: float, most: float = math.inf) -> None:
+        """Hand at most ``most`` requests whose host work is done by ``now`` to the engine's
+        ``ready`` heap (only those sent before ``sent_before``: the engine loop has already
+        scheduled the step that starts then)."""
+        host = self.host
+        while host.next_job < len(host.jobs) and most > 0:
+            s, e, i = host.jobs[host.next_job]
+            if e > now or self.sent[i] >= sent_before:
+                break
+            heapq.heappush(ready, (e, i))
+            host.next_job += 1
+            most -= 1
+
+    def busy(self) -> bool:
+        """Whether requests remain to send or to pass through the host."""
+        return bool(self.pending) or self.host.next_job < len(self.host.jobs)
+
+    def advance(self, t: float, work: float, overlap: bool) -> float:
+        """When a step needing ``work`` s of engine time from ``t`` ends: the host runs first
+        (overlapped: beside it; the arrivals within the step are sent as they come)."""
+        if overlap:
+            end = t + work
+            while self.next_arrival() <= end:
+                self.send(self.next_arrival())
+            return end
+        host = self.host
+        while True:
+            self.send(t)
+            if host.free_at > t:
+                t = min(host.free_at, self.next_arrival())
+                continue
+            nxt = self.next_arrival()
+            if t + work <= nxt:
+                return t + work
+            work -= nxt - t
+            t = nxt
+
+    def start_idle(self, t: float, ready: list, overlap: bool) -> tuple[float, bool]:
+        """The idle engine starts a step as soon as one request is through the host (the others'
+        host work then runs during that step, also when it takes no time): (the time it starts,
+        True), or (a request's arrival, False) when that comes first (sent here; the loop looks
+        again)."""
+        host = self.host
+        through = host.jobs[host.next_job][1] if host.next_job < len(host.jobs) else math.inf
+        arrival = self.next_arrival()
+        if arrival < max(t, through):
+            self.send(arrival)
+            return arrival, False
+        t = max(t, through)
+        self.release(ready, t, math.inf, most=math.inf if overlap else 1)
+        return t, True
+
+
 def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int,
            schedule: str = "serial") -> Replay:
     """Predict the benchmark's duration on ``costs`` with ``host_s`` of host work per request.
@@ -122,70 +199,21 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int,
         raise ConfigError(f"{run.path}: host work per request of {host_s!r} s: expected a finite number >= 0")
     n = len(run.input_lens)
     ins, outs = run.input_lens.tolist(), run.output_lens.tolist()
-    arrive = [0.0] * n if run.arrivals is None else run.arrivals.tolist()
-    pending, ready, done = deque(range(n)), [], []  # ready: (host work done at, request)
-    host = _Host(host_s)
-    sent, first, end = np.zeros(n), np.zeros(n), np.zeros(n)
+    client = _Client(run, host_s)
+    host = client.host
+    ready, done = [], []  # ready: (host work done at, request); done: (last step, request)
+    first, end = np.zeros(n), np.zeros(n)
     rows, idles, starts, ends = [], [], [], []
     admit_step, end_step = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    state = {"inflight": 0}
-
-    def next_arrival() -> float:
-        return arrive[pending[0]] if pending and state["inflight"] < run.concurrency else math.inf
-
-    def send(now: float) -> None:
-        while pending and state["inflight"] < run.concurrency and arrive[pending[0]] <= now:
-            i = pending.popleft()
-            state["inflight"] += 1
-            sent[i] = now
-            host.add(now, i)
-
-    def release(now: float, sent_before: float, most: float = math.inf) -> None:
-        """Hand at most ``most`` requests whose host work is done by ``now`` to the engine (only
-        those sent before ``sent_before``: the engine loop has already scheduled the step that
-        starts then)."""
-        while host.next_job < len(host.jobs) and most > 0:
-            s, e, i = host.jobs[host.next_job]
-            if e > now or sent[i] >= sent_before:
-                break
-            heapq.heappush(ready, (e, i))
-            host.next_job += 1
-            most -= 1
-
-    def advance(t: float, work: float) -> float:
-        """When a step needing ``work`` s of engine time from ``t`` ends: the host runs first
-        (overlapped: beside it; the arrivals within the step are sent as they come)."""
-        if overlap:
-            end = t + work
-            while next_arrival() <= end:
-                send(next_arrival())
-            return end
-        while True:
-            send(t)
-            if host.free_at > t:
-                t = min(host.free_at, next_arrival())
-                continue
-            nxt = next_arrival()
-            if t + work <= nxt:
-                return t + work
-            work -= nxt - t
-            t = nxt
-
     t = span_start = 0.0
     step = running = kv = 0
-    send(t)
-    while pending or host.next_job < len(host.jobs) or ready or running:
-        release(t, math.inf if overlap else t)
+    client.send(t)
+    while client.busy() or ready or running:
+        client.release(ready, t, math.inf if overlap else t)
         if not running and not ready:
-            # the idle engine starts a step as soon as one request is through the host (the
-            # others' host work then runs during that step, also when it takes no time)
-            through = host.jobs[host.next_job][1] if host.next_job < len(host.jobs) else math.inf
-            if next_arrival() < max(t, through):
-                t = next_arrival()
-                send(t)
+            t, started = client.start_idle(t, ready, overlap)
+            if not started:
                 continue
-            t = max(t, through)
-            release(t, math.inf, most=math.inf if overlap else 1)
         admitted, tokens, pairs = [], 0, 0
         while ready and running < max_num_seqs:
             _, i = heapq.heappop(ready)
@@ -198,7 +226,7 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int,
         if not math.isfinite(t + work):  # (a NaN or infinite step never ended: advance looped for ever)
             raise ConfigError(f"{run.path}: the replay's step {step} ends at {t + work:g} s, past any "
                               "real time: the cost terms or the host work are not usable")
-        t = advance(t, work)
+        t = client.advance(t, work, overlap)
         units = 0.0 if overlap else host.busy_units(span_start, t)  # (overlapped: no engine time)
         rows.append((1.0, running, kv, tokens, len(admitted), units))
         idles.append(max(0.0, t - span_start - work - units * host_s))
@@ -211,11 +239,11 @@ def replay(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int,
             end[i], end_step[i] = t, step
             running -= 1
             kv -= ins[i] + outs[i]
-            state["inflight"] -= 1
+            client.inflight -= 1
         step += 1
         span_start = t
-        send(t)
-    return _result(t, rows, idles, starts, ends, admit_step, end_step, sent, first, end)
+        client.send(t)
+    return _result(t, rows, idles, starts, ends, admit_step, end_step, client.sent, first, end)
 
 
 def _result(t, rows, idles, starts, ends, admit_step, end_step, sent, first, end) -> Replay:

@@ -14,7 +14,7 @@ Rules it enforces (an illegal action raises :class:`~sortedrl.errors.PolicyError
   to have nothing running, and rollout stays stopped until the update and any sync are done;
 - a hook returns a list of actions (a tuple or None too), and an action's ids are a tuple, list
   or range (a 1-D integer NumPy array is converted): checked once per action, not per sample;
-- a sample is regenerated fewer than ``MAX_ATTEMPTS`` times, and the run does not loop
+- a sample is regenerated fewer than ``MAX_ATTEMPTS`` times (:mod:`.removal`), and the run does not loop
   (regenerating or syncing with no progress: :mod:`sortedrl.policies.loops`).
 An illegal action's error names the hook that returned it (``illegal action from on_idle:``),
 or, at a top-up, the ``Keep`` order whose queue gave the sample and the hook that gave it.
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from sortedrl.errors import PolicyError
-from sortedrl.policies.admission import ADMITTED, PAUSED, WAITING, Admission
+from sortedrl.policies.admission import Admission
 from sortedrl.policies.backends import Backend
 from sortedrl.policies.base import (
     Abort,
@@ -51,6 +51,7 @@ from sortedrl.policies.base import (
 from sortedrl.policies.deferred import DeferredFinishes, group_counts, typed_view
 from sortedrl.policies.loops import RegenWatch, SyncWatch, stall_reason
 from sortedrl.policies.orders import StandingOrders
+from sortedrl.policies.removal import Removal
 from sortedrl.policies.returns import (
     ID_FIELD,
     ID_SEQUENCES,
@@ -65,10 +66,9 @@ from sortedrl.policies.view import ClusterView, PublicState
 from sortedrl.timeline import Timeline
 
 FINISHED, TRAINED, DISCARDED = SampleState.FINISHED, SampleState.TRAINED, SampleState.DISCARDED
-MAX_ATTEMPTS = 10_000  # a sample regenerated this often: the policy drops and re-admits forever
 
 
-class Controller(Admission):
+class Controller(Admission, Removal):
     """Checks and applies a policy's actions on a backend, and keeps the public bookkeeping."""
 
     def __init__(self, policy: Policy, prompt_id: np.ndarray, prompt_len: Sequence[int],
@@ -256,92 +256,6 @@ class Controller(Admission):
             if not isinstance(i, (int, np.integer)) or not 0 <= i < n:
                 raise self._bad(f"{verb} of unknown sample {i!r}")
 
-    def _abort(self, act: Abort) -> None:
-        s, samples = self.s, list(act.samples)
-        if not samples:
-            return
-        self._check_ids(act.samples, "abort")
-        live = [i for i in samples if s.state[i] == ADMITTED]
-        allowed = (ADMITTED,) if act.keep_tokens else (ADMITTED, PAUSED, FINISHED)
-        for i in samples:
-            if s.state[i] not in allowed:
-                raise self._bad(f"abort (keep_tokens={act.keep_tokens}) of sample {i}, which is "
-                                f"{SampleState(s.state[i]).name.lower()}")
-        if not act.keep_tokens and self.regens.dropped(len(samples)):
-            raise self.regens.error(self.policy.name, self.hook)
-        tokens = dict(zip(live, self.backend.abort(live), strict=True)) if live else {}
-        self.timeline.abort(self.backend.now(), samples, act.keep_tokens)
-        for i in live:
-            s.load[s.engine_of[i]] -= 1
-        s.admitted -= len(live)
-        for i in samples:
-            if s.state[i] == FINISHED:
-                self._unfinish(i)
-            s.engine_of[i] = -1
-            if act.keep_tokens:
-                s.generated[i] = tokens[i]
-                s.state[i] = PAUSED
-                s.paused[i] = None
-            else:  # the (partial or finished) response is wasted; regenerate from scratch
-                s.generated[i] = 0
-                s.oldest[i] = -1
-                s.attempt[i] += 1
-                if s.attempt[i] >= MAX_ATTEMPTS:
-                    raise PolicyError(f"policy {self.policy.name} regenerated sample {i} "
-                                      f"{MAX_ATTEMPTS:,} times: it drops and re-admits responses "
-                                      "forever (Abort with keep_tokens=False, then Admit)")
-                s.state[i] = WAITING
-                s.paused.pop(i, None)
-                s.buffer.pop(i, None)
-                s.response_len[i] = -1  # its reward goes with it (read only beside a length)
-
-    def _discard(self, act: Discard) -> None:
-        s = self.s
-        self._check_ids(act.samples, "discard")
-        for i in act.samples:
-            if s.state[i] not in (WAITING, PAUSED, FINISHED):
-                raise self._bad(f"discard of sample {i}, which is {SampleState(s.state[i]).name.lower()}")
-        for i in act.samples:
-            if not s.started[i // s.group_size]:
-                s.started[i // s.group_size] = 1
-                s.started_count += 1
-            if s.state[i] == FINISHED:
-                self._unfinish(i)
-            s.state[i] = DISCARDED
-            s.paused.pop(i, None)
-            s.buffer.pop(i, None)
-        while s.next_group < s.num_groups and s.started[s.next_group]:
-            s.next_group += 1
-        self.settled += len(act.samples)
-        if act.samples:
-            self.regens.count = 0
-            self.timeline.discard(self.backend.now(), list(act.samples))
-
-    def _filter(self, act: Filter) -> None:
-        s, n = self.s, self.s.group_size
-        if len(set(act.groups)) != len(act.groups):
-            raise self._bad("filter lists a group twice")
-        dropped: list[int] = []
-        for g in act.groups:
-            if not isinstance(g, (int, np.integer)) or not 0 <= g < s.num_groups:
-                raise self._bad(f"filter of unknown group {g!r}")
-            members = range(g * n, (g + 1) * n)
-            done = [i for i in members if s.state[i] == FINISHED]
-            if not done or any(s.state[i] not in (FINISHED, DISCARDED) for i in members):
-                raise self._bad(f"filter of group {g}, which is not finished")
-            rewards = {s.reward[i] for i in done} if s.rewarded else set()
-            if len(rewards) != 1:
-                raise self._bad(f"filter of group {g}, whose rewards are not all equal")
-            dropped += done
-        for i in dropped:
-            self._unfinish(i)
-            s.state[i] = DISCARDED
-            del s.buffer[i]
-        self.settled += len(dropped)
-        if dropped:
-            self.regens.count = 0
-            self.timeline.filter(self.backend.now(), dropped)
-
     def _train(self, act: Train) -> None:
         s = self.s
         if not act.samples:
@@ -377,14 +291,6 @@ class Controller(Admission):
         self.regens.count = 0
         s.trainer_busy = True
         self.backend.train(list(act.samples), s.version)
-
-    def _unfinish(self, i: int) -> None:
-        """Sample i leaves the finished state: one finished member fewer in its group."""
-        s = self.s
-        g = i // s.group_size
-        if s.finished_in[g] == s.complete_at:
-            s.complete -= 1
-        s.finished_in[g] -= 1
 
     def _sync(self) -> None:
         s = self.s

@@ -24,10 +24,10 @@ from sortedrl.cli_common import (
 )
 from sortedrl.errors import ConfigError
 from sortedrl.limits import check_seed
-from sortedrl.outputs import Outputs, read_marker
+from sortedrl.outputs import Outputs
 from sortedrl.progress import Phases
 from sortedrl.realrun.progress_lines import CountLines, ModelInitLines, RunLines
-from sortedrl.run_marker import compare_part
+from sortedrl.run_marker import compare_part, read_marker
 from sortedrl.tables import PERCENT, Col, fmt, percent, render, terminal_width
 
 
