@@ -24,6 +24,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
+from sortedrl.cli_empty import empty_path
 from sortedrl.errors import ConfigError, SortedRLError
 from sortedrl.progress import Phases
 from sortedrl.realrun.install_check import README_SECTION, UNINSTALL, broken_install_line
@@ -110,6 +111,10 @@ class OneLineUsageErrors(TyperGroup):
         _interrupt_reported = False  # (a process may run the app more than once: tests, library use)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        empty = empty_path(self, list(sys.argv[1:] if args is None else args))
+        if empty is not None:
+            typer.echo(f"error: {empty}", err=True)
+            sys.exit(2)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except NoArgsIsHelpError as e:  # the help, as typer shows it

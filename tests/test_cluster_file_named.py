@@ -24,8 +24,12 @@ RUN = ["--synthetic", "logic-8k", "--prompts", "8", "--group-size", "2", "--step
 
 @pytest.mark.parametrize("fields, policy, message", [
     # the split a disaggregated-only policy runs on
-    ({"train_gpus": 9}, "async", "conf/cl6.json: field 'train_gpus': 9 trainer GPUs of 8 leave no rollout "
-                                 "engine of tp=1"),
+    ({"train_gpus": 7, "tp": 2}, "async", "conf/cl6.json: field 'train_gpus': 7 trainer GPUs of 8 leave no "
+                                           "rollout engine of tp=2"),
+    # a split no policy could run on, refused with the file whatever the policy
+    ({"train_gpus": 9}, "sync", "conf/cl6.json: field 'train_gpus': 9 trainer GPUs of 8 leave none to roll out "
+                                "in the disaggregated split that async and one_step_off run on (a colocated "
+                                "cluster uses train_gpus only for that split)"),
     ({"gpus": 1}, "async", "policy async needs separate rollout and training GPUs (a disaggregated "
                            "cluster); conf/cl6.json has 1 GPU: give a cluster of 2 or more GPUs"),
     # the trace's longest sequence against one engine's KV

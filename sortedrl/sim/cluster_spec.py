@@ -256,6 +256,10 @@ class Cluster:
             raise ConfigError(f"{where}: field 'placement': unknown placement {self.placement!r} "
                               f"(known: {', '.join(PLACEMENTS)})")
         self._check_counts(where)
+        if self.placement == "colocated" and self.train_gpus >= self.gpus:  # (caught here, not at the split)
+            raise ConfigError(f"{where}: field 'train_gpus': {self.train_gpus} trainer GPUs of {self.gpus} leave "
+                              "none to roll out in the disaggregated split that async and one_step_off run on "
+                              "(a colocated cluster uses train_gpus only for that split)")
         if self.chunked_prefill and self.max_num_batched_tokens <= self.max_num_seqs:
             raise ConfigError(f"{where}: field 'max_num_batched_tokens': must be > max_num_seqs "
                               f"({self.max_num_seqs}), got {self.max_num_batched_tokens}")

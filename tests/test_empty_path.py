@@ -1,0 +1,34 @@
+"""An empty path on the command line is named as given (``--out ''`` was reported as ``--out .``)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["simulate", "--trace", "math-16k", "--policy", "sync", "--out", ""],
+     "simulate --out: the path is empty (''); give a file or directory name"),
+    (["simulate", "--trace", "math-16k", "--policy", "sync", "--out="],
+     "simulate --out: the path is empty (''); give a file or directory name"),
+    (["compare", "--trace", "", "--policy", "sync", "--out", "c"],
+     "compare --trace: the path is empty (''); give a file or directory name"),
+    (["report", ""], "report: an empty path (''); give a file or directory name"),
+    (["trace", "stats", ""], "trace stats: an empty path (''); give a file or directory name"),
+])
+def test_an_empty_path_is_one_error_naming_its_option(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, args)
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_value_of_another_option_keeps_its_own_error(tmp_path, monkeypatch):
+    """Only paths are judged before the command runs: ``--set ''`` gets compare's own error."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["compare", "--trace", "math-16k", "--policy", "sync", "--set", "", "--out", "c"])
+    assert (r.exit_code, r.stderr) == (2, "error: --set '': compare needs LABEL.key=value (labels: sync)\n")
