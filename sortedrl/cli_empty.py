@@ -22,7 +22,9 @@ def _takes_path(param) -> bool:
 
 def empty_path(group, args: list[str]) -> str | None:
     """The error line for the first empty path in ``args`` of the command they run under
-    ``group`` (a click group), or None."""
+    ``group`` (a click group), or None. A command's own file-list options (``file_options``:
+    calibrate's ``--from-metrics A B ...``, :mod:`sortedrl.calibration.file_options`) check
+    their names themselves; the names after one are theirs."""
     command, path = group, []
     while args and hasattr(command, "commands") and args[0] in command.commands:
         command = command.commands[args[0]]
@@ -32,19 +34,23 @@ def empty_path(group, args: list[str]) -> str | None:
         return None
     options = {o: p for p in command.params if getattr(p, "param_type_name", "") == "option" for o in p.opts}
     takes_arg = any(getattr(p, "param_type_name", "") == "argument" and _takes_path(p) for p in command.params)
-    name = " ".join(path)
+    own = getattr(command, "file_options", ())
+    in_list = False  # after one of ``own``: its names, not a positional argument
     i = 0
     while i < len(args):
         a = args[i]
         opt, eq, value = a.partition("=")
         param = options.get(opt) if opt.startswith("-") else None
-        if param is not None and not getattr(param, "is_flag", False):
+        if opt.startswith("-"):
+            in_list = opt in own
+        if param is not None and not in_list and not getattr(param, "is_flag", False):
             if not eq:
                 value = args[i + 1] if i + 1 < len(args) else None
                 i += 1
             if value == "" and _takes_path(param):
-                return f"{name} {opt}: the path is empty (''); give a file or directory name"
-        elif a == "" and takes_arg:
-            return f"{name}: an empty path (''); give a file or directory name"
+                return f"{opt}: an empty path (an unset shell variable?); give a file or directory name"
+        elif a == "" and takes_arg and not in_list:
+            return (f"{' '.join(path)}: an empty path argument (an unset shell variable?); "
+                    "give a file or directory name")
         i += 1
     return None

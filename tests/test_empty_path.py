@@ -12,13 +12,13 @@ runner = CliRunner()
 
 @pytest.mark.parametrize("args, message", [
     (["simulate", "--trace", "math-16k", "--policy", "sync", "--out", ""],
-     "simulate --out: the path is empty (''); give a file or directory name"),
+     "--out: an empty path (an unset shell variable?); give a file or directory name"),
     (["simulate", "--trace", "math-16k", "--policy", "sync", "--out="],
-     "simulate --out: the path is empty (''); give a file or directory name"),
+     "--out: an empty path (an unset shell variable?); give a file or directory name"),
     (["compare", "--trace", "", "--policy", "sync", "--out", "c"],
-     "compare --trace: the path is empty (''); give a file or directory name"),
-    (["report", ""], "report: an empty path (''); give a file or directory name"),
-    (["trace", "stats", ""], "trace stats: an empty path (''); give a file or directory name"),
+     "--trace: an empty path (an unset shell variable?); give a file or directory name"),
+    (["report", ""], "report: an empty path argument (an unset shell variable?); give a file or directory name"),
+    (["trace", "stats", ""], "trace stats: an empty path argument (an unset shell variable?); give a file or directory name"),
 ])
 def test_an_empty_path_is_one_error_naming_its_option(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
@@ -28,7 +28,15 @@ def test_an_empty_path_is_one_error_naming_its_option(tmp_path, monkeypatch, arg
 
 
 def test_an_empty_value_of_another_option_keeps_its_own_error(tmp_path, monkeypatch):
-    """Only paths are judged before the command runs: ``--set ''`` gets compare's own error."""
+    """Only paths are judged before the command runs: ``--set ''`` gets compare's own error, and
+    calibrate's file lists keep theirs (they take every name after the option)."""
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["compare", "--trace", "math-16k", "--policy", "sync", "--set", "", "--out", "c"])
     assert (r.exit_code, r.stderr) == (2, "error: --set '': compare needs LABEL.key=value (labels: sync)\n")
+    r = runner.invoke(app, ["calibrate", "--from-metrics", "m.csv", "", "--cluster", "h100-llama3.1-8b",
+                            "--out", "p.json"])
+    assert (r.exit_code, r.stderr) == (2, "error: --from-metrics: an empty file name (an unset shell variable?); "
+                                          "give FILE ... after it\n")
+    r = runner.invoke(app, ["calibrate", "--from-metrics", "m.csv", "--cluster", "h100-llama3.1-8b", "--out", ""])
+    assert (r.exit_code, r.stderr) == (2, "error: --out: an empty path (an unset shell variable?); give a file or "
+                                          "directory name\n")

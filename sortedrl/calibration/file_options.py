@@ -79,6 +79,8 @@ def _check_value(option: str, value: str | None, joined: bool = False) -> None:
 class FileListCommand(TyperCommand):
     """A typer command whose file options (:data:`FILE_OPTIONS`) take every name after them."""
 
+    file_options = FILE_OPTIONS  # (their empty names are checked here: sortedrl/cli_empty.py)
+
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         return super().parse_args(ctx, spread(list(args)))
 
