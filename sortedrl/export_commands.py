@@ -58,6 +58,8 @@ def export_cmd(
         result.caveats.append(f"multi-turn: the trial's trajectories made {c.tool_calls / c.samples:.2f} tool "
                               f"calls each; these settings hold no multi-turn rollout or tool server: "
                               f"configure {framework}'s own")
+    if framework == "verl" and c.sync_said:
+        result.caveats.append(c.sync_said)
     warning = f"{c.where} is infeasible: {c.infeasible}" if c.infeasible else None
     if warning:
         typer.echo(f"warning: {warning}", err=True)
@@ -91,6 +93,7 @@ class Chosen(NamedTuple):
     trace_shape: dict | None = None  # the tune's trace: group_size, prompts_per_step (tune.json)
     updates: int | None = None  # the trial's run: updates (summary.updates)
     tool_calls: int | None = None  # the trial's run: tool calls of a multi-turn trace (summary.tool_calls)
+    sync_said: str | None = None  # the tune's sync trial on the same shape (what verl's sync trainer runs)
 
 
 def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
@@ -150,7 +153,43 @@ def _chosen(best: str, sets: list[str], trial: str | None) -> Chosen:
     return Chosen(policy, knobs, shape, lambda: _tuned_cluster(result, path), where,
                   _auto_params(match[0], where), _samples_total(match[0], where),
                   _infeasible(result, match[0], where), _trace_shape(result, path),
-                  _summary_count(match[0], "updates", where), _summary_count(match[0], "tool_calls", where))
+                  _summary_count(match[0], "updates", where), _summary_count(match[0], "tool_calls", where),
+                  _sync_on_shape(trials, match[0], shape))
+
+
+def _sync_on_shape(trials: list, trial: dict, shape: dict) -> str | None:
+    """For a ``sortedrl`` or ``partial`` trial, which verl runs as its synchronous trainer: the
+    simulated time of the tune's feasible ``sync`` trials on the same cluster shape (the fastest,
+    when several), against the trial's own; None when the tune ran no such trial, or a time is
+    not recorded (a hand-written trial)."""
+    from sortedrl.tune.space import as_sets, split_cluster
+
+    own = _makespan(trial)
+    if trial.get("policy") not in ("sortedrl", "partial") or own is None:
+        return None
+    twins = []
+    for t in trials:
+        if not (isinstance(t, dict) and t.get("policy") == "sync" and t.get("feasible", True) is True
+                and isinstance(t.get("params"), dict) and _is_id(t.get("id"))):
+            continue
+        try:
+            same = split_cluster(as_sets(t["params"]))[0] == shape
+        except (KeyError, ValueError):  # (a hand-edited trial: not this shape)
+            same = False
+        if same and _makespan(t) is not None:
+            twins.append((_makespan(t), t["id"]))
+    if not twins:
+        return None
+    fastest, ident = min(twins)
+    which = f"the fastest of the tune's {len(twins)} sync trials" if len(twins) > 1 else "the tune's sync trial"
+    return (f"time: these settings run verl's synchronous trainer: expect the makespan of {which} on "
+            f"this shape (trial {ident}, {fastest:,.1f} s), not this trial's ({own:,.1f} s)")
+
+
+def _makespan(trial: dict) -> float | None:
+    summary = trial.get("summary")
+    value = summary.get("makespan_s") if isinstance(summary, dict) else None
+    return float(value) if jsonio.finite(value) and value > 0 else None
 
 
 def _trace_shape(result: dict, path: Path) -> dict | None:

@@ -362,3 +362,49 @@ def test_a_rollout_batch_knob_is_the_exported_batch(framework, policy, key) -> N
     assert got.overrides[key] == 32
     assert f"--prompts 64: {key} is the update batch too: written as the batch knob's 32 prompts" in got.caveats
     assert export(framework, policy, ["rollout_batch=32"], group_size=8).overrides[key] == 32
+
+
+def test_a_sortedrl_trial_exported_to_verl_names_the_tunes_sync_time(tmp_path) -> None:
+    """verl runs a sortedrl or partial trial as its synchronous trainer: the export names the
+    time the tune simulated for sync on the same cluster shape (the fastest feasible one), not
+    only the trial's own."""
+    def trial(i, policy, gpus, makespan, **more):
+        return {"id": i, "policy": policy, "params": {"cluster.gpus": gpus, **more.pop("params", {})},
+                "summary": {"makespan_s": makespan}, **more}
+    tune = {"cluster": "h100-llama3.1-8b", "best": {"overall": 0},
+            "trials": [trial(0, "sortedrl", 16, 519.25), trial(1, "sync", 16, 2954.0),
+                       trial(2, "sync", 16, 2800.5, params={"minibatches": 2}),
+                       trial(3, "sync", 16, 100.0, feasible=False), trial(4, "sync", 32, 1500.0),
+                       trial(5, "partial", 32, 900.0), trial(6, "partial", 64, 800.0)],
+            "cluster_pareto": {"front": [0, 5, 6], "knee": 0}}
+    (tmp_path / "tune.json").write_text(json.dumps(tune))
+
+    def caveats(*args):
+        r = CliRunner().invoke(app, ["export", *args, "--json"])
+        assert r.exit_code == 0, r.output
+        return [c for c in json.loads(r.stdout)["caveats"] if c.startswith("time:")]
+    assert caveats("verl", str(tmp_path), "--trial", "knee") == [
+        "time: these settings run verl's synchronous trainer: expect the makespan of the fastest of the "
+        "tune's 2 sync trials on this shape (trial 2, 2,800.5 s), not this trial's (519.2 s)"]
+    assert caveats("verl", str(tmp_path), "--trial", "5") == [
+        "time: these settings run verl's synchronous trainer: expect the makespan of the tune's sync "
+        "trial on this shape (trial 4, 1,500.0 s), not this trial's (900.0 s)"]
+    assert caveats("verl", str(tmp_path), "--trial", "6") == []  # no sync on 64 GPUs
+    assert caveats("slime", str(tmp_path), "--trial", "5") == []  # slime's own partial rollout
+
+
+def test_the_sync_time_of_a_real_tune_is_its_sync_trials(tmp_path) -> None:
+    out = tmp_path / "plan"
+    r = CliRunner().invoke(app, [
+        "tune", "--synthetic", "math-16k", "--prompts", "16", "--group-size", "4", "--steps", "2",
+        "--policy", "sync", "--policy", "sortedrl", "--param", "cluster.gpus=2,4",
+        "--objective", "makespan_s", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    trials = json.loads((out / "tune.json").read_text())["trials"]
+    mine = next(t for t in trials if t["policy"] == "sortedrl" and t["params"] == {"cluster.gpus": 4})
+    sync = next(t for t in trials if t["policy"] == "sync" and t["params"] == {"cluster.gpus": 4})
+    r = CliRunner().invoke(app, ["export", "verl", str(out), "--trial", str(mine["id"])])
+    assert r.exit_code == 0, r.output
+    assert (f"# caveat: time: these settings run verl's synchronous trainer: expect the makespan of the "
+            f"tune's sync trial on this shape (trial {sync['id']}, {sync['summary']['makespan_s']:,.1f} s), "
+            f"not this trial's ({mine['summary']['makespan_s']:,.1f} s)\n") in r.stdout
