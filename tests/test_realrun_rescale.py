@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -203,5 +204,13 @@ def test_a_real_rescale_compares_its_run_with_the_profile(tmp_path, tiny_model):
     assert new["costs"]["sync_s"] == prof["costs"]["sync_s"] * f["sync_factor"]
     assert new["fit"]["steps"]["table"] == [x * f["engine_factor"] for x in prof["fit"]["steps"]["table"]]
     assert f"wrote {out}: {src} rescaled to this host now: engine x{f['engine_factor']:.3f}" in r.output
+    said = [line for line in r.stderr.splitlines() if line.startswith("calibrate --rescale: ")]
+    runner = prof["fit"]["runner"]
+    assert len(said) == 2 and re.fullmatch(  # (stderr is no terminal here: lines, not the bar)
+        rf"calibrate --rescale: run 1 of 1 starts: the profile's sync run, 2 steps of {runner['prompts']} "
+        rf"prompts x {runner['group_size']}, \d+ s elapsed", said[0]), said
+    assert said[1] == (f"calibrate --rescale: 1 of 1 runs done (run 1: {f['steps']:,} engine steps, 2 updates, "
+                       f"{f['syncs']} sync{'s' if f['syncs'] != 1 else ''})" + said[1][said[1].rindex(", "):])
+    assert re.fullmatch(r", \d+ s elapsed", said[1][said[1].rindex(", "):])
     assert load_cluster(str(out)).costs.step_table[0] == new["costs"]["step_table"][0]
     assert any("rescaled at" in line for line in render(new, str(out)))

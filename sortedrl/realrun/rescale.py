@@ -25,12 +25,14 @@ from __future__ import annotations
 import copy
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from sortedrl.errors import ConfigError
 from sortedrl.jsonio import finite
+from sortedrl.tables import counted
 
 # Every CostModel field, by what scales it (tests check that none is left out).
 ENGINE_COSTS = ("step_fixed_s", "weight_read_s", "kv_read_s_per_token", "compute_s_per_seq", "step_s_per_seq",
@@ -108,17 +110,23 @@ def speed_ratios(profile: dict, steps: list, updates: list, syncs: list[float] =
             "step_count": len(steps), "update_count": len(ratios), "sync_count": len(syncs)}
 
 
-def measure(profile: dict, run: dict, repeats: int) -> dict:
+def measure(profile: dict, run: dict, repeats: int, progress: Callable[[int, str], None] | None = None) -> dict:
     """Run the calibration's ``sync`` run (``run``, from :func:`run_config`) ``repeats`` times;
-    the factors against the profile."""
+    the factors against the profile. ``progress(advance, note)``: 0 as a run starts, 1 as it ends
+    (a bar's or :class:`~sortedrl.realrun.progress_lines.CountLines`' call)."""
     from sortedrl.realrun.calibrate import run_apart, sync_run_rows
 
+    tick = progress or (lambda n, note="": None)
     each = []
-    for _ in range(repeats):
+    for k in range(repeats):
+        tick(0, f"run {k + 1} of {repeats} starts: the profile's sync run, {run['steps']} steps of "
+                f"{run['prompts']} prompts x {run['group_size']}")
         with tempfile.TemporaryDirectory() as tmp:
             st = run_apart(dict(policy="sync", sets=[], out=tmp + "/run", **run))
             updates, syncs = sync_run_rows(Path(tmp) / "run", run["group_size"])
             each.append(speed_ratios(profile, st["step_log"], updates, syncs))
+        tick(1, f"run {k + 1}: {counted(len(st['step_log']), 'engine step')}, {counted(len(updates), 'update')}, "
+                f"{counted(len(syncs), 'sync')}")
     return factors(profile, median_ratios(each), run, repeats)
 
 
@@ -209,7 +217,15 @@ def rescale_command(source: Path, model: Path, out: Path, repeats: int, warm_tok
     run = run_config(profile, str(model), str(source))  # a profile that cannot be rescaled fails before any run
     if warm_tokens:
         run["warm_tokens"] = warm_tokens
-    f = measure(profile, run, repeats)
+    from sortedrl.cli_common import LazyProgress, err
+    from sortedrl.realrun.progress_lines import CountLines
+
+    bar = (LazyProgress(repeats, "calibrate --rescale") if err.is_terminal  # (as calibrate --model)
+           else CountLines("calibrate --rescale", repeats, "runs"))
+    try:
+        f = measure(profile, run, repeats, bar)
+    finally:
+        bar.close()
     new = rescaled(profile, f, str(source))
     outs.write({out: lambda p: write_profile(p, new)})
     typer.echo(f"wrote {out}: {source} rescaled to this host now: engine x{f['engine_factor']:.3f} "
