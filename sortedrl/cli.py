@@ -116,7 +116,7 @@ def simulate(
     trace: Path = TRACE,
     synthetic: str = SYNTHETIC,
     policy: str = typer.Option(..., "--policy", help="policy name or module:Class"),
-    sets: list[str] = typer.Option([], "--set", help="policy knob key=value (repeatable)"),
+    sets: list[str] = typer.Option([], "--set", help="policy knob key=value, or POLICY.key=value as compare and tune print it (repeatable)"),
     cluster: str = CLUSTER,
     seed: int = SEED,
     prompts: int = PROMPTS,
@@ -144,6 +144,7 @@ def simulate(
     cl = load_cluster(cluster)
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
+    sets = [knob.removeprefix(f"{policy}.") for knob in sets]  # (compare's and tune's form, POLICY.key=value)
     outs = Outputs("simulate", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),
@@ -249,7 +250,8 @@ def compare(
     moved = [(spec.label, r.summary) for spec, r in results
              if r.timeline.meta["placement"] == "disaggregated"]
     split = offload_note(cluster_for(("disaggregated",), cl)) if moved else None  # (their trainer's)
-    for note in filter(None, dict.fromkeys([*fit_warnings(tr, cl, synthetic is not None), trainer_split_note(moved, cl),
+    for note in filter(None, dict.fromkeys([*fit_warnings(tr, cl, synthetic is not None, bool(moved)),
+                                            trainer_split_note(moved, cl),
                                             split, *(never_synced(spec.label, r.timeline) for spec, r in results)])):
         typer.echo(note, err=True)
     if as_json:

@@ -148,6 +148,10 @@ def usage_line(e: ClickException) -> str:
     ctx = getattr(e, "ctx", None)
     if ctx is None:
         return message
+    if ctx.command_path.endswith(" forecast") and message.startswith("No such option: --synthetic"):
+        return (f"{ctx.command_path}: no --synthetic: a forecast runs a trace (--trace) or a trace model "
+                "(--trace-model, for --steps); draw a synthetic trace first with `sortedrl trace synth "
+                "PRESET --out T.jsonl`, or fit a model with `sortedrl trace fit`")
     return f"{ctx.command_path}: {message.rstrip('.')}; see `{ctx.command_path} --help`"
 
 
@@ -342,7 +346,7 @@ CLUSTER = typer.Option("h100-llama3.1-8b", "--cluster", help=(
     "a preset GPU-MODEL, optionally with -tpN, -Ngpu, -Nseq, -disagg (`sortedrl clusters` lists them with their "
     "tp and GPUs; defaults 8 GPUs unless the model needs more, 256 seqs per engine, colocated), a "
     "cluster JSON file, or a calibrated profile"))
-SEED = typer.Option(0, "--seed", help="seed (synthetic traces, searches)")
+SEED = typer.Option(0, "--seed", help="seed: synthetic traces, the lengths of regenerated responses (--regen resample), searches")
 PROMPTS = typer.Option(None, "--prompts", show_default=False,
                        help=f"synthetic or trace model: prompts per step (default: {_preset_default('prompts')}; a "
                             "trace model's own)")

@@ -97,6 +97,12 @@ def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster,
     return dataclasses.replace(split, costs=split_costs(cluster, split))
 
 
+def needs_split(policies: Sequence[str], cluster: Cluster) -> bool:
+    """Whether some of ``policies`` (names) runs on ``cluster``'s disaggregated split."""
+    return any(placement_for(policy_class(name).placements, cluster.placement) != cluster.placement
+               for name in policies)
+
+
 def placement_note(policy: str, placements: tuple[str, ...] | None, cluster: Cluster) -> str | None:
     """The one rule, said where it applies: a policy that needs separate rollout and training GPUs
     runs on the disaggregated split of the same GPUs (in simulate, compare and tune alike)."""
@@ -123,13 +129,14 @@ def offload_note(cluster: Cluster) -> str | None:
             "verl's optimizer offload); more GPUs keep them on the GPUs")
 
 
-def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool) -> list[str]:
+def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool, split: bool = False) -> list[str]:
     """Warn when a trace cannot show how policies differ on this cluster: a step fills fewer than
     half the decode slots (every policy mostly idles), or the trace ends before a steady-state
     step (the first step of every policy is its warm-up), or its steps differ in size (every
-    policy's batch is the first step's prompts, so a batch then straddles two steps)."""
+    policy's batch is the first step's prompts, so a batch then straddles two steps). ``split``:
+    some policy runs on the cluster's disaggregated split (a smaller cluster to try keeps one)."""
     slots = slots_warning(trace.name, trace.prompts_per_step * trace.meta.group_size, cluster,
-                          "more --prompts" if synthetic else "a trace with more prompts per step")
+                          "more --prompts" if synthetic else "a trace with more prompts per step", split)
     out = [slots] if slots else []
     if trace.num_steps < 2:
         out.append(f"warning: {trace.name} has 1 step, so no policy gets past its warm-up step "
@@ -154,13 +161,14 @@ def never_synced(label: str, timeline) -> str | None:
             "with the first version's weights: return Sync() from on_update_done (the default does)")
 
 
-def slots_warning(name: str, per_step: int, cluster: Cluster, more: str) -> str | None:
+def slots_warning(name: str, per_step: int, cluster: Cluster, more: str, split: bool = False) -> str | None:
     """The warning for steps of ``per_step`` samples that fill less than half the decode slots
-    (every policy mostly idles), with a smaller preset to try, or ``more`` of the trace."""
+    (every policy mostly idles), with a smaller preset to try (``split``: one a disaggregated
+    split can be made of, 2 GPUs or more), or ``more`` of the trace."""
     slots = cluster.engines * cluster.max_num_seqs
     if per_step >= slots / 2:
         return None
-    hint = _smaller_cluster(cluster, per_step)
+    hint = _smaller_cluster(cluster, per_step, split)
     share = 100 * per_step / slots  # (under 0.5%, not "0%": a step of 1 sample fills some)
     return (f"warning: a step of {name} has {counted(per_step, 'sample')}, filling "
             f"{'<1' if 0 < share < 1 else format(share, '.0f')}% of the {slots:,} decode slots of {cluster.name} "
@@ -176,7 +184,7 @@ def trainer_split_note(runs: list[tuple[str, dict]], cluster: Cluster, named: bo
     return trainer_bound_note(runs, cluster_for(("disaggregated",), cluster), named) if runs else None
 
 
-def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
+def _smaller_cluster(cluster: Cluster, per_step: int, needs_split: bool = False) -> str | None:
     """A preset of the same GPU and model whose decode slots the trace's steps fill: fewer GPUs,
     or, on the fewest already, fewer sequences an engine (a ``-Nseq`` preset)."""
     if not cluster.name.startswith(f"{cluster.gpu}-{cluster.model}"):
@@ -184,7 +192,7 @@ def _smaller_cluster(cluster: Cluster, per_step: int) -> str | None:
     best = None
     split = cluster.name.endswith("-disagg")  # (the same placement: its rollout GPUs decode)
     for gpus in (1, 2, 4, 8, 16, 32):
-        if gpus % cluster.tp or gpus >= cluster.gpus or split and gpus < 2:  # (a split needs 2)
+        if gpus % cluster.tp or gpus >= cluster.gpus or (split or needs_split) and gpus < 2:  # (a split needs 2)
             continue
         rollout = gpus - max(1, gpus // 4) if split else gpus  # (-disagg's default: a quarter train)
         if rollout < cluster.tp or rollout % cluster.tp:  # (no whole engine of tp GPUs: no preset)

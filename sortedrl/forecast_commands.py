@@ -21,7 +21,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import typed_option
-from sortedrl.compare import fit_warnings, offload_note, slots_warning
+from sortedrl.compare import fit_warnings, needs_split, offload_note, slots_warning
 from sortedrl.errors import ConfigError
 from sortedrl.limits import MAX_SEED, check_seed
 from sortedrl.outputs import Outputs, write_text
@@ -82,6 +82,7 @@ def forecast(
         if c in clusters[:i]:
             raise ConfigError(f"--cluster {c} is given twice")
     cls = [load_cluster(c) for c in clusters]
+    _refuse_same_cluster(clusters, cls)
     if is_trace_model(trace):
         if steps is None or steps < 1:
             raise ConfigError("--trace-model needs --steps N >= 1: the length of the run to forecast")
@@ -103,23 +104,27 @@ def forecast(
         if typed_option("seeds", seeds) and seeds != 1:  # (one run of a trace: 1 is what it does)
             raise ConfigError(f"--seeds needs a trace model: {fixed}; a trace is simulated once, as it is")
         source = RunSource(trace=fixed_trace)
-    runs = len(source.seeds(seeds, seed)) * len(specs) * len(cls)
+    skip, said = _same_runs(specs, cls)
+    runs = len(source.seeds(seeds, seed)) * (len(specs) * len(cls) - len(skip))
     bar = LazyProgress(runs * source.samples_per_run(), f"forecast: {runs} simulated runs")
     try:
         results = run_forecast(source, specs, cls, seeds, seed, gpu_hour_price, progress=bar,
-                               workers=workers)
+                               workers=workers, skip=skip)
     finally:
         bar.close()
     text = jsonio.dumps(results, "the forecast", indent=2)  # (an infinite cost: before any output)
+
+    def split(cl) -> bool:  # (a policy runs on the cluster's split: a smaller cluster to try keeps one)
+        return needs_split([spec.name for spec in specs], cl)
     if source.trace is not None:  # (a trace model's draws: each its own trace)
-        for note in dict.fromkeys(w for cl in cls for w in fit_warnings(source.trace, cl, False)):
+        for note in dict.fromkeys(w for cl in cls for w in fit_warnings(source.trace, cl, False, split(cl))):
             typer.echo(note, err=True)
     else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
         per_step = source.samples_per_run() // source.steps
-        for note in filter(None, dict.fromkeys([*(slots_warning(trace.name, per_step, cl, "more --prompts")
+        for note in filter(None, dict.fromkeys([*(slots_warning(trace.name, per_step, cl, "more --prompts", split(cl))
                                                   for cl in cls), *map(offload_note, cls)])):
             typer.echo(note, err=True)
-    for note in filter(None, (split_note(results, cl) for cl in cls)):
+    for note in filter(None, dict.fromkeys([*said, *(split_note(results, cl) for cl in cls)])):
         typer.echo(note, err=True)
     if report is not None:
         outs.write({report: write_text(report_html(results, trace.name))})
@@ -130,6 +135,43 @@ def forecast(
                              None if wide else terminal_width(), priced=gpu_hour_price > 0))
     if report is not None:
         typer.echo(f"wrote {report}")
+
+
+def _refuse_same_cluster(given: list[str], clusters: list) -> None:
+    """Two --cluster names of one cluster (``h100-qwen3-8b`` and ``h100-qwen3-8b-8gpu``): one
+    error, as a name given twice is (they would forecast the same runs twice)."""
+    import dataclasses
+
+    seen = {}
+    for name, cl in zip(given, clusters, strict=True):
+        key = dataclasses.replace(cl, name="", source=None)
+        if key in seen:
+            raise ConfigError(f"--cluster {name} is the cluster --cluster {seen[key]} gives ({cl.gpus} x {cl.gpu}, "
+                              f"{cl.model}, tp {cl.tp}, {cl.placement}, max_num_seqs {cl.max_num_seqs}): give it once")
+        seen[key] = name
+
+
+def _same_runs(specs: list, clusters: list) -> tuple[set, list[str]]:
+    """The (label, cluster name) runs that would repeat another: a policy that runs on the
+    disaggregated split of a colocated --cluster which another --cluster gives as it is (async
+    on ``h100-qwen3-8b``, with ``h100-qwen3-8b-disagg`` given). Each is left out, with a note."""
+    import dataclasses
+
+    from sortedrl.compare import cluster_for
+    from sortedrl.policies.registry import policy_class
+
+    skip, said, ran = set(), [], {}
+    for cl in clusters:
+        for spec in specs:
+            on = cluster_for(policy_class(spec.name).placements, cl, spec.name)
+            key = (spec.label, dataclasses.replace(on, name="", source=None))
+            if key in ran:
+                skip.add((spec.label, cl.name))
+                said.append(f"note: {spec.label} on {cl.name} runs on its split, {on.name}, which --cluster "
+                            f"{ran[key]} gives: forecast once")
+            else:
+                ran[key] = cl.name
+    return skip, said
 
 
 def split_note(results: list[dict], cluster) -> str | None:

@@ -105,8 +105,10 @@ KNOBS = "(known: group_prompts, oversubscribe, update_batch, harvest, mode, max_
     (["simulate", "--policy", "nope"], f"unknown policy 'nope' {POLICIES}"),
     (["simulate", "--policy", "sortedrl", "--set", "mdoe=partial"],
      f"--set mdoe: unknown parameter for policy sortedrl: did you mean mode? {KNOBS}"),
-    (["simulate", "--policy", "sortedrl", "--set", "sortedrl.mdoe=partial"],  # (simulate's keys are plain)
-     f"--set sortedrl.mdoe: unknown parameter for policy sortedrl: did you mean mode? {KNOBS}"),
+    (["simulate", "--policy", "sortedrl", "--set", "sortedrl.mdoe=partial"],  # (simulate takes POLICY.key too)
+     f"--set sortedrl.mdoe: unknown parameter for policy sortedrl: did you mean sortedrl.mode? {KNOBS}"),
+    (["simulate", "--policy", "sortedrl", "--set", "mdoe=partial"],
+     f"--set mdoe: unknown parameter for policy sortedrl: did you mean mode? {KNOBS}"),
     (["compare", "--policy", "sync", "--policy", "sortedrl", "--set", "sortedrl.mdoe=partial"],
      f"--set sortedrl.mdoe: unknown parameter for policy sortedrl: did you mean sortedrl.mode? {KNOBS}"),
     (["tune", "--policy", "sortedrl", "--param", "sortedrl.mdoe=sync,partial"],

@@ -280,11 +280,15 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"{option} {at + pair!r}: expected {at}key=value")
+        named = key  # (as given: simulate's --set takes POLICY.key too, as compare and tune print it)
+        if not label and key.startswith(f"{policy}."):
+            key = key.removeprefix(f"{policy}.")
         if key not in fields:
-            # (a dotted key, ``sortedrl.mdoe``, is matched by its last part: simulate takes plain keys)
-            known, hint = ", ".join(fields) or "none", did_you_mean(key.rpartition(".")[2], fields, at)
-            raise ConfigError(f"{option} {at}{key}: unknown parameter for policy {policy}{hint} (known: {known})")
-        values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{key}={raw}")
+            # (a dotted key, ``sync.mdoe``, is matched by its last part)
+            prefix = named[:len(named) - len(key)] if named != key else at
+            known, hint = ", ".join(fields) or "none", did_you_mean(key.rpartition(".")[2], fields, prefix)
+            raise ConfigError(f"{option} {at}{named}: unknown parameter for policy {policy}{hint} (known: {known})")
+        values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{named}={raw}")
     check_given(params_cls, values, policy, f"{option} {at}")
     try:
         return params_cls(**values)

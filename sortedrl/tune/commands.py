@@ -34,6 +34,7 @@ from sortedrl.compare import (
     STALE_NOTE,
     cluster_for,
     fit_warnings,
+    needs_split,
     placement_for,
     placement_note,
     trainer_split_note,
@@ -125,7 +126,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(infeasible_message(result))
         outs.write({run_dir: {"tune.json": write_json(result, run_dir / "tune.json")}})
         print_notes(outs)
-        notes = fit_warnings(tr, cl, synthetic is not None)
+        notes = fit_warnings(tr, cl, synthetic is not None, needs_split([s.policy for s in spaces], cl))
         notes += [split_note(s.policy, result["trials"], cl) for s in spaces]
         notes.append(trainer_note(result, cl))
         if not params:  # (a search of one trial a policy, said nowhere)
@@ -221,6 +222,15 @@ def _trial_row(t: dict, rate: str, top: float, splits: dict) -> list[str]:
             f"{s['updates']:,}", splits.get(t["id"], splits[t["policy"]]), fmt("gpu_hours", s.get("gpu_hours", 0))]
 
 
+def _seed_said(result: dict) -> list[str]:
+    """Under a seed other than 0, how to rerun a trial: its knobs and that seed (without it, a
+    run whose regenerated lengths or synthetic trace the seed drew is another run)."""
+    seed = result.get("seed")
+    if not seed:
+        return []
+    return [f"seed: every trial ran with --seed {seed}; rerun one with its knobs and --seed {seed}"]
+
+
 def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     """Two tables: the best feasible trial per policy (best first), then the Pareto front of
     feasible trials; each trial's knobs under them."""
@@ -258,7 +268,8 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     what = "learnable" if learnable else "useful"
     second = render(cols, rows(front), width,
                     f"Pareto front: feasible trials no other beats on both {what} tok/s and staleness mean",
-                    ["knobs: " + "; ".join(knobs), f"vs best: {what} tok/s over the best trial's", STALE_NOTE])
+                    ["knobs: " + "; ".join(knobs), *_seed_said(result),
+                     f"vs best: {what} tok/s over the best trial's", STALE_NOTE])
     if result.get("cluster_pareto"):  # tune --param cluster.*
         from sortedrl.tune.plan import plan_text
 

@@ -1,0 +1,76 @@
+"""What an engineer planning a run met (a fresh-eyes walk, stop 49), mended."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from sortedrl.cli import app
+
+runner = CliRunner()
+RUN = ["--synthetic", "math-16k", "--prompts", "16", "--group-size", "4", "--steps", "2",
+       "--cluster", "h100-llama3.1-8b-2gpu"]
+
+
+def test_simulate_takes_a_knob_as_compare_and_tune_print_it(tmp_path):
+    """tune's best is printed as sortedrl.oversubscribe=1.638 (compare's --set form): simulate
+    runs it as the plain key, the same run (the same summary, the same rerun identity)."""
+    got = []
+    for knob in ("sortedrl.oversubscribe=1.638", "oversubscribe=1.638"):
+        out = tmp_path / knob.partition(".")[0]
+        r = runner.invoke(app, ["simulate", *RUN, "--policy", "sortedrl", "--set", knob, "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        got.append((out / "summary.json").read_bytes())
+    assert got[0] == got[1]
+    assert json.loads(got[0])["params"]["oversubscribe"] == 1.638
+
+
+def test_forecast_says_it_has_no_synthetic_and_what_to_do_instead():
+    r = runner.invoke(app, ["forecast", "--synthetic", "agentic-swe", "--policy", "sync"])
+    assert (r.exit_code, r.stdout) == (2, "")
+    assert r.stderr.endswith(": no --synthetic: a forecast runs a trace (--trace) or a trace model (--trace-model, "
+                             "for --steps); draw a synthetic trace first with `sortedrl trace synth PRESET --out "
+                             "T.jsonl`, or fit a model with `sortedrl trace fit`\n"), r.stderr
+
+
+def test_tune_under_a_seed_says_to_rerun_with_it(tmp_path):
+    args = ["tune", *RUN, "--policy", "tail_batch", "--param", "tail_batch.eta=1.0:2.0", "--budget", "2"]
+    r = runner.invoke(app, [*args, "--seed", "7", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    assert "\nseed: every trial ran with --seed 7; rerun one with its knobs and --seed 7\n" in r.stdout
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0 and "seed:" not in r.stdout, r.output
+
+
+def test_the_mostly_idle_warning_suggests_a_cluster_every_policy_can_run_on(tmp_path):
+    """With async beside sync, a 1-GPU cluster has no split for async: the warning suggests
+    fewer sequences on the same GPUs instead (it sent the user to a cluster compare refuses)."""
+    args = ["compare", "--synthetic", "agentic-search", "--prompts", "16", "--group-size", "8", "--steps", "2",
+            "--cluster", "h100-qwen3-8b-2gpu"]
+    r = runner.invoke(app, [*args, "--policy", "sync", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0 and "try --cluster h100-qwen3-8b-1gpu or more --prompts" in r.stderr, r.output
+    r = runner.invoke(app, [*args, "--policy", "sync", "--policy", "async", "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    assert "try --cluster h100-qwen3-8b-2gpu-128seq or more --prompts" in r.stderr, r.stderr
+
+
+def test_forecast_runs_a_cluster_once(tmp_path):
+    """A cluster named twice another way is refused; a policy whose split of one --cluster is
+    another --cluster as given runs once, with a note (it was two identical rows, and the
+    trainer note was printed twice)."""
+    trace = tmp_path / "t.jsonl"
+    r = runner.invoke(app, ["trace", "synth", "agentic-search", "--prompts", "8", "--steps", "2", "--out", str(trace)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["forecast", "--trace", str(trace), "--policy", "sync", "--cluster", "h100-qwen3-8b",
+                            "--cluster", "h100-qwen3-8b-8gpu"])
+    assert (r.exit_code, r.stderr) == (2, "error: --cluster h100-qwen3-8b-8gpu is the cluster --cluster h100-qwen3-8b "
+                                          "gives (8 x h100, qwen3-8b, tp 1, colocated, max_num_seqs 256): give it once\n")
+    r = runner.invoke(app, ["forecast", "--trace", str(trace), "--policy", "sync", "--policy", "async",
+                            "--cluster", "h100-qwen3-8b-disagg", "--cluster", "h100-qwen3-8b", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = [(f["policy"], f["cluster"]) for f in json.loads(r.stdout)]
+    assert rows == [("sync", "h100-qwen3-8b-disagg"), ("async", "h100-qwen3-8b-disagg"), ("sync", "h100-qwen3-8b")]
+    assert ("note: async on h100-qwen3-8b runs on its split, h100-qwen3-8b-disagg, which --cluster "
+            "h100-qwen3-8b-disagg gives: forecast once\n") in r.stderr
+    assert len([line for line in r.stderr.splitlines() if "kept the trainer busier" in line]) <= 1
