@@ -74,3 +74,24 @@ def test_forecast_runs_a_cluster_once(tmp_path):
     assert ("note: async on h100-qwen3-8b runs on its split, h100-qwen3-8b-disagg, which --cluster "
             "h100-qwen3-8b-disagg gives: forecast once\n") in r.stderr
     assert len([line for line in r.stderr.splitlines() if "kept the trainer busier" in line]) <= 1
+
+
+def test_a_multi_turn_trace_too_long_for_the_kv_names_its_longest_trajectory(tmp_path):
+    """The first error gave prompt + cap (17,052), and a budget that held it failed again at
+    17,506 with no reason: the tool outputs stay in the context. Now the first says so."""
+    trace = tmp_path / "t.jsonl"
+    r = runner.invoke(app, ["trace", "synth", "agentic-retool", "--prompts", "16", "--steps", "3", "--out", str(trace)])
+    assert r.exit_code == 0, r.output
+    cl = tmp_path / "kv.json"
+    cl.write_text(json.dumps({"preset": "h100-qwen3-8b-2gpu", "kv_budget_tokens": 5000}))
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policy", "sync", "--cluster", str(cl),
+                            "--out", str(tmp_path / "o")])
+    assert (r.exit_code, r.stdout) == (2, "")
+    assert r.stderr == (f"error: {cl}: impossible cluster: the KV budget of 4,950 tokens per engine cannot hold one "
+                        "sequence of 17,506 tokens (trace t.jsonl: its longest trajectory, prompt p000041 sample 3: a "
+                        "prompt of 590 tokens, 16,384 generated and 532 of tool outputs; a cluster with more KV cache "
+                        "fits it)\n")
+    cl.write_text(json.dumps({"preset": "h100-qwen3-8b-2gpu", "kv_budget_tokens": 17_700}))  # 17,523 usable
+    r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policy", "sync", "--cluster", str(cl),
+                            "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output

@@ -21,6 +21,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sortedrl.errors import ConfigError
 from sortedrl.limits import INT32_MAX, INT64_MAX, MAX_GPUS, MAX_NUM_SEQS, short_repr
 from sortedrl.sim.cost import CostModel, all_to_all_s
@@ -343,10 +345,24 @@ class Cluster:
                               f"engine cannot hold one sequence of {longest_sequence:,} tokens{what}")
 
     def check_trace_fits(self, trace) -> None:
-        """:meth:`check_fits` for ``trace``'s longest prompt plus its generation cap, naming both."""
+        """:meth:`check_fits` for ``trace``'s longest prompt plus its generation cap, naming both;
+        or, of a multi-turn trace, its longest trajectory's context when that is longer (the tool
+        outputs stay in the context: a recorded trajectory may need more than prompt + cap)."""
         prompt = int(trace.prompt_len.max())
         cap = trace.meta.max_response_len
-        self.check_fits(prompt + cap, self.where,
-                        f" (trace {trace.name}: its longest prompt, {prompt:,} tokens, plus its "
-                        f"max_response_len, {cap:,}; a smaller cap or a cluster with more KV cache "
-                        "fits it)")
+        need, what = prompt + cap, (f" (trace {trace.name}: its longest prompt, {prompt:,} tokens, plus its "
+                                    f"max_response_len, {cap:,}; a smaller cap or a cluster with more KV "
+                                    "cache fits it)")
+        if trace.turn_offsets is not None:
+            off = trace.turn_offsets
+            gen, tool = (np.concatenate([[0], np.cumsum(col, dtype=np.int64)]) for col in
+                         (trace.turn_gen, trace.turn_tool_tokens))
+            context = trace.prompt_len + (gen[off[1:]] - gen[off[:-1]]) + (tool[off[1:]] - tool[off[:-1]])
+            i = int(np.argmax(context))
+            if int(context[i]) > need:
+                g, k = int(gen[off[i + 1]] - gen[off[i]]), int(tool[off[i + 1]] - tool[off[i]])
+                need, what = int(context[i]), (
+                    f" (trace {trace.name}: its longest trajectory, prompt {trace.prompt_id[i]} sample "
+                    f"{trace.sample[i]}: a prompt of {int(trace.prompt_len[i]):,} tokens, {g:,} generated and "
+                    f"{k:,} of tool outputs; a cluster with more KV cache fits it)")
+        self.check_fits(need, self.where, what)
