@@ -95,3 +95,22 @@ def test_a_multi_turn_trace_too_long_for_the_kv_names_its_longest_trajectory(tmp
     r = runner.invoke(app, ["simulate", "--trace", str(trace), "--policy", "sync", "--cluster", str(cl),
                             "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
+
+
+def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused():
+    """vLLM refuses tp=3 for a 32-head model: a plan must not pick such a shape."""
+    from sortedrl.errors import ConfigError
+    from sortedrl.sim.cluster import preset
+
+    for name, message in [
+        ("h100-qwen3-8b-tp3-6gpu", "h100-qwen3-8b-tp3-6gpu: field 'tp': tp=3 does not split qwen3-8b's 32 attention "
+                                   "heads (8 KV heads) evenly, which vLLM requires; tp 1, 2, 4, 8, 16, 32 do"),
+        ("h100-qwen2.5-7b-tp8", "h100-qwen2.5-7b-tp8: field 'tp': tp=8 does not split qwen2.5-7b's 28 attention "
+                                "heads (4 KV heads) evenly, which vLLM requires; tp 1, 2, 4 do")]:
+        try:
+            preset(name)
+        except ConfigError as e:
+            assert str(e) == message
+        else:
+            raise AssertionError(f"{name} was accepted")
+    assert preset("h100-qwen2.5-7b-tp4").tp == 4 and preset("h100-llama3.1-70b-tp8").tp == 8

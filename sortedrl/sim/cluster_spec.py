@@ -279,6 +279,7 @@ class Cluster:
         if self.rollout_gpus % self.tp:
             raise ConfigError(f"{where}: field 'gpus': {self.rollout_gpus} rollout GPUs do not split into "
                               f"tp={self.tp} engines")
+        self._check_heads(where)
         if self.decode_model not in DECODE_MODELS:
             raise ConfigError(f"{where}: field 'decode_model': unknown {self.decode_model!r} "
                               f"(known: {', '.join(DECODE_MODELS)})")
@@ -330,6 +331,18 @@ class Cluster:
             f"{per_param * m.params / 1e9:,.0f} GB ({per_param} bytes x {m.params / 1e9:.2f}B parameters), "
             f"{self.train_state_bytes / 1e9:.0f} GB per GPU sharded over {self.trainer_gpus} trainer GPUs, "
             f"more than an {self.gpu}'s {g.hbm_bytes / 1e9:.0f} GB")
+
+    def _check_heads(self, where: str) -> None:
+        """vLLM splits the attention heads over the tensor-parallel GPUs: it refuses a tp that
+        does not divide them, and KV heads it can neither split nor replicate evenly."""
+        m = MODELS[self.model]
+        kv_ok = m.kv_heads % self.tp == 0 if m.kv_heads >= self.tp else self.tp % m.kv_heads == 0
+        if m.n_heads % self.tp == 0 and kv_ok:
+            return
+        fits = [t for t in (1, 2, 4, 8, 16, 32, 64) if m.n_heads % t == 0
+                and (m.kv_heads % t == 0 if m.kv_heads >= t else t % m.kv_heads == 0)]
+        raise ConfigError(f"{where}: field 'tp': tp={self.tp} does not split {m.name}'s {m.n_heads} attention heads "
+                          f"({m.kv_heads} KV heads) evenly, which vLLM requires; tp {', '.join(map(str, fits))} do")
 
     def _check_ep(self, where: str) -> None:
         experts = MODELS[self.model].experts
