@@ -95,7 +95,8 @@ class Engine(EngineActions):
         self.resume: dict[int, int] = {}
         self.enabled = True  # rollout allowed (colocated placement turns it off to train)
         self.stalled = False  # a weight sync is loading new weights
-        self._slots: list[float] = [INF] * (index + 1)  # the backend's list of next times
+        # the backend's next times by engine, once bound (a list of index + 1: n^2 / 2 floats)
+        self._slots: list[float] | dict[int, float] = {}
         self.next_t = INF
         self._next_k = 0
         self.idle_reported = True
