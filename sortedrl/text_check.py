@@ -15,6 +15,12 @@ COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
               (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
 
 
+def compression(head: bytes) -> str | None:
+    """The compression (``gzip``, ``bzip2``, ``xz``, ``zstd``, ``zip``) of a file that starts
+    with ``head``, by its magic number; None when it starts as none does."""
+    return next((kind for magic, kind in COMPRESSED if head.startswith(magic)), None)
+
+
 def not_text(head: bytes) -> str | None:
     """Why a file that starts with ``head`` is no text (``bzip2-compressed: decompress it
     first``, ``binary data (a NUL byte at byte N)``, which no JSON, JSONL or CSV input holds, or
@@ -22,7 +28,7 @@ def not_text(head: bytes) -> str | None:
     ``>``) is named as such: its byte-order mark, or every other byte NUL."""
     if (utf16 := utf16_text(head)) is not None:
         return utf16
-    packed = next((kind for magic, kind in COMPRESSED if head.startswith(magic)), None)
+    packed = compression(head)
     if packed is not None:
         return f"{packed}-compressed: decompress it first"
     nul = head.find(b"\0")

@@ -92,7 +92,8 @@ def test_cli_notes_say_how_many_groups_were_split_and_dropped(tok, tmp_path) -> 
         "one step, grouped by its text) into groups of 4, in file order",
         "note: dropped 1 group (2 samples) whose size is not a multiple of the group size 4 (a "
         "filtered or aborted sample)"]
-    assert "18 samples from 1 verl file(s), 4 groups x 4 over 1 step(s), cap 11" in r.stdout
+    assert ("16 samples of 18 read (2 dropped in groups whose size is not a multiple of 4) from 1 "
+            "verl file(s), 4 groups x 4 over 1 step(s), cap 11") in r.stdout
 
 
 # -- B: verl V1's uid is the TransferQueue key {uid}_{session_id}_{index} -------------------------

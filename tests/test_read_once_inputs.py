@@ -219,7 +219,7 @@ def test_an_empty_or_compressed_pipe_is_one_error_line(tmp_path):
     assert _cli(["trace", "stats", "/dev/stdin"], tmp_path, b"") == (
         2, "", "error: /dev/stdin: empty file\n")
     assert _cli(["trace", "stats", "/dev/stdin"], tmp_path, b"\x1f\x8b\x08\x00") == (
-        2, "", "error: /dev/stdin: gzip-compressed: decompress it first\n")
+        2, "", "error: /dev/stdin: gzip-compressed: decompress it first (a trace is JSONL, CSV or Parquet)\n")
 
 
 def _sourced(path: Path, source: str) -> Path:

@@ -87,8 +87,9 @@ def test_grouping_by_order_says_when_groups_mix_prompts_and_names_the_columns_it
 def test_a_step_column_alone_groups_consecutive_rows_within_each_step(tmp_path):
     rows = [dict(r, uid="x", prompt_tokens=10) for r in ROWS[:3] + ROWS[4:]]  # step 1 has 3 rows
     table = write(tmp_path / "dump.jsonl", rows)
-    r, out = run(tmp_path, table, "--step-col", "step", "--prompt-id-col", "uid")  # one id: 3 and 4 rows
-    assert (r.exit_code, r.stderr) == (2, f"error: {table}: no prompt id in one step has 2 rows, the "
+    odd = write(tmp_path / "odd.jsonl", rows[:-1])  # one id: 3 rows in each step (4 would be split)
+    r, out = run(tmp_path, odd, "--step-col", "step", "--prompt-id-col", "uid")
+    assert (r.exit_code, r.stderr) == (2, f"error: {odd}: no prompt id in one step has 2 rows, the "
                                           "group size (--group-size)\n")
     r, out = run(tmp_path, table, "--step-col", "step", "--reward-col", "reward")
     assert r.exit_code == 0, r.output
@@ -104,7 +105,8 @@ def test_a_prompt_group_of_another_size_is_dropped_and_counted(tmp_path):
     r, out = run(tmp_path, write(tmp_path / "dump.jsonl", ROWS[:3] + ROWS[4:]), *OWN)
     assert r.exit_code == 0, r.output
     assert r.stderr.splitlines() == [
-        "note: dropped 1 prompt group (1 row) of another size than --group-size 2 (a filtered or aborted sample?)"]
+        "note: dropped 1 prompt group (1 row) whose size is not a multiple of --group-size 2 (a filtered or "
+        "aborted sample?)"]
     assert read_trace(out).prompt_id.tolist() == ["a", "a", "c", "c", "a", "a"]
 
 

@@ -38,7 +38,7 @@ def test_stats_leave_unfinished_rows_out_of_the_lengths_and_count_them() -> None
 
 
 def test_a_step_with_only_unfinished_rows_has_no_mean_length() -> None:
-    stats = trace_stats(_trace(["abort", "abort", "stop", "stop"]))
+    stats = trace_stats(_trace(["abort", "abort", "stop", "length"]))
     assert stats["unfinished"] == 2
     assert stats["per_step"][0] == {"step": 0, "samples": 2, "mean_response_len": None}
     assert stats["response_len_mean"] == 65.0
@@ -53,7 +53,7 @@ def test_stats_without_unfinished_rows_are_unchanged() -> None:
 
 def test_a_trace_of_unfinished_rows_only_has_no_statistics() -> None:
     with pytest.raises(TraceError, match="every row is unfinished"):
-        trace_stats(_trace(["abort"] * 4))
+        trace_stats(_trace(["abort"] * 4, truncated=[False] * 4))
 
 
 def test_cli_stats_table_and_fit_note(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ def traces(draw: st.DrawFn) -> Trace:
         # (any other value is refused; prompt_id carries the arbitrary text)
         reasons = st.sampled_from(FINISH_REASONS)
         cols["finish_reason"] = draw(st.lists(reasons, min_size=n, max_size=n))
+        cols["truncated"] = [r == "length" for r in cols["finish_reason"]]  # (what truncated means)
     meta = TraceMeta(max_response_len=cap, group_size=g, source=draw(st.text(max_size=10)))
     return Trace.from_columns(cols, meta)
 
@@ -477,7 +478,8 @@ def test_owned_columns_in_canonical_order_are_kept_not_copied() -> None:
 
 @pytest.mark.parametrize("ext", ["parquet", "jsonl", "csv"])
 def test_read_trace_columns_are_writable_and_unshared(tmp_path: Path, ext: str) -> None:
-    t = _small(step=[0, 0, 1, 1], reward=[1.0, 0.0, 0.5, 0.5], finish_reason=["stop"] * 4)
+    t = _small(step=[0, 0, 1, 1], reward=[1.0, 0.0, 0.5, 0.5],
+               finish_reason=["stop", "length", "stop", "stop"])
     write_trace(t, tmp_path / f"t.{ext}")
     back = read_trace(tmp_path / f"t.{ext}")
     assert back == t

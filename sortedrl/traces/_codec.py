@@ -18,6 +18,8 @@ import numpy as np
 from sortedrl import streams
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT64_MAX
+from sortedrl.text_check import TEXT_HEAD, compression, not_text
+from sortedrl.traces.columns import as_int, plain
 from sortedrl.traces.schema import COLUMNS, REQUIRED, Trace, TraceMeta
 from sortedrl.traces.turns import TURN_FIELDS
 
@@ -27,6 +29,15 @@ META_FIELDS = (MAGIC, "max_response_len", "group_size", "source")
 CSV_META_PREFIX = f"# {MAGIC} "
 INT_COLUMNS = ("sample", "prompt_len", "response_len", "step")
 STR_COLUMNS = ("prompt_id", "finish_reason")
+
+
+def refuse_compressed(path: Path, head: bytes, hint: str = "") -> None:
+    """One error naming the compression of a file that starts with ``head``, when it is no text
+    (:func:`~sortedrl.text_check.not_text`): ``gzip-compressed: decompress it first``, with
+    ``hint`` (trace import and every trace read: it was a bare "not UTF-8 text (byte 1)")."""
+    kind = compression(head)
+    if kind is not None and not_text(head[:TEXT_HEAD]) is not None:
+        raise TraceError(f"{path}: {kind}-compressed: decompress it first{hint}")
 
 
 def meta_dict(meta: TraceMeta) -> dict[str, Any]:
@@ -77,6 +88,16 @@ def int_array(values: list[Any], kinds: set[type] | None = None) -> np.ndarray |
     return None
 
 
+def _largest(values: Any) -> int | None:
+    """The largest value of an integer column as :meth:`Trace.from_columns` will read it: an
+    integral float such as ``10.0`` (pandas' ``to_json``) counts as 10 (None: no such value).
+    A column of a metadata field's values must infer that field as a clean one does."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return int(values.max()) if values.size else None
+    ints = [v for v in map(as_int, plain(values)) if v is not None]
+    return max(ints) if ints else None
+
+
 def build(
     path: Path,
     columns: dict[str, Any],
@@ -96,9 +117,9 @@ def build(
     inferred = {}
     for key, col, extra in (("group_size", "sample", 1), ("max_response_len", "response_len", 0)):
         if key not in given:
-            arr = columns[col] if isinstance(columns[col], np.ndarray) else None
+            top = _largest(columns[col])
             # a malformed value makes from_columns raise before the placeholder 1 is used
-            inferred[key] = max(1, int(arr.max()) + extra) if arr is not None else 1
+            inferred[key] = max(1, top + extra) if top is not None else 1
     meta = TraceMeta(
         max_response_len=given.get("max_response_len", inferred.get("max_response_len", 1)),
         group_size=given.get("group_size", inferred.get("group_size", 1)),

@@ -47,7 +47,7 @@ def int_column(raw: object, n: int, col: str, minimum: int, where: str, line: Li
         raw = out[: int(bad[0]) + 1].tolist() + [0] * (n - int(bad[0]) - 1)
     out = np.empty(n, dtype=np.int64)
     for i, value in enumerate(plain(raw)):
-        v = _as_int(value)
+        v = as_int(value)
         if v is None:
             raise _bad(where, line, i, col, f"{value!r} is not an integer")
         if v < minimum:
@@ -61,7 +61,7 @@ def int_column(raw: object, n: int, col: str, minimum: int, where: str, line: Li
     return out
 
 
-def _as_int(v: object) -> int | None:
+def as_int(v: object) -> int | None:
     """``v`` as an int, or None when it is not one (a bool, a fraction, text that is no number)."""
     if isinstance(v, bool) or v is None:
         return None

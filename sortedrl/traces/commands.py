@@ -167,7 +167,11 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
         typer.echo(f"note: dropped {counted(report.dropped_groups, 'group')} ({counted(report.dropped_rows, 'sample')}) "
                    f"whose size is not a multiple of the group size "
                    f"{report.group_size:,} (a filtered or aborted sample)", err=True)
-    typer.echo(f"wrote {out}: {counted(report.rows, 'sample')} from {report.files:,} {framework} file(s), "
+    written = counted(len(trace), "sample")  # (a dropped group's samples were read, not written)
+    if report.dropped_rows:
+        written += (f" of {report.rows:,} read ({report.dropped_rows:,} dropped in groups whose size is "
+                    f"not a multiple of {report.group_size:,})")
+    typer.echo(f"wrote {out}: {written} from {report.files:,} {framework} file(s), "
                f"{counted(report.groups, 'group')} x {report.group_size:,} over {report.steps:,} step(s), "
                f"cap {trace.meta.max_response_len:,} tokens")
 

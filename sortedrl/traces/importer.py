@@ -26,6 +26,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError, TraceError, not_found
 from sortedrl.limits import INT32_MAX, short_repr
+from sortedrl.text_check import COMPRESSED, compression
 from sortedrl.traces.importer_groups import group_rows, mixed_prompt_lengths
 from sortedrl.traces.schema import Trace, TraceMeta
 
@@ -39,9 +40,10 @@ class ImportReport:
     dropped_rows: int  # rows that did not fill a whole group (trailing ones, a step's last ones)
     clipped_rows: int  # rows whose response was above max_response_len (clipped, truncated)
     steps: int = 0  # distinct steps (0: no step column)
-    dropped_groups: int = 0  # with a prompt id column: groups of another size than group_size
+    dropped_groups: int = 0  # with a prompt id column: groups whose size is no multiple of group_size
     mixed_groups: int = 0  # groups whose rows have different prompt lengths
     unread: tuple[tuple[str, str], ...] = ()  # (column, option): one that looks like a step, id, reward
+    split_groups: int = 0  # with a prompt id column: groups of k x group_size rows split into k
 
 
 # columns a user's own dump names so, and the option that would read each
@@ -80,8 +82,9 @@ def import_table_with_report(
 
     Consecutive rows form the ``group_size`` samples of one prompt (within each step's rows,
     with ``step_col``); a trailing incomplete group is dropped. With ``prompt_id_col`` the rows
-    of one prompt id (in one step) form a group wherever they lie, and a group of another size
-    is dropped. With ``max_response_len=None`` the cap is the longest kept response; responses
+    of one prompt id (in one step) form a group wherever they lie; a group of k x ``group_size``
+    rows (a prompt drawn k times) is split into k (ids ``id``, ``id#2``, ...), one of any other
+    size is dropped. With ``max_response_len=None`` the cap is the longest kept response; responses
     above a given cap are clipped to it. Responses at the cap are ``truncated`` (finish reason
     ``length``), the others ``stop``.
     """
@@ -149,7 +152,7 @@ def import_table_with_report(
     trace = Trace.from_columns(columns, meta, where=str(p), rows=np.asarray(lines)[take].tolist())
     steps = len(np.unique(columns["step"])) if "step" in extra else 0  # (the kept rows')
     return trace, ImportReport(rows, groups, grouped.dropped_rows, clipped, steps, grouped.dropped_groups,
-                               mixed_prompt_lengths(prompt_len, group_size), unread)
+                               mixed_prompt_lengths(prompt_len, group_size), unread, grouped.split_groups)
 
 
 def _distinct(flags: dict[str, str | None]) -> None:
@@ -163,11 +166,6 @@ def _distinct(flags: dict[str, str | None]) -> None:
             seen[col] = flag
 
 
-# a compressed file's first bytes, named when the file is not text
-COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
-              (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
-
-
 def _read_text(p: Path, data: bytes, cols: tuple[str, ...], parsers: tuple) -> tuple[list[list], list[int], list[str]]:
     """A CSV with a header, or JSONL of objects (told apart by the first character): the
     columns' values, each row's line and the columns the table has (JSONL: its first row's)."""
@@ -175,7 +173,7 @@ def _read_text(p: Path, data: bytes, cols: tuple[str, ...], parsers: tuple) -> t
     try:
         text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
-        kind = next((kind for magic, kind in COMPRESSED if data.startswith(magic)), None)
+        kind = compression(data)
         if kind is not None:
             raise TraceError(f"{p}: {kind}-compressed: decompress it first (a table import reads "
                              "CSV, JSONL or Parquet)") from None

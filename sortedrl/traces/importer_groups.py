@@ -28,7 +28,8 @@ class Groups:
     sample: np.ndarray  # int64
     prompt_id: np.ndarray  # str, one per kept row
     dropped_rows: int  # rows of groups that are not whole
-    dropped_groups: int  # with prompt ids: groups of another size than group_size
+    dropped_groups: int  # with prompt ids: groups whose size is no multiple of group_size
+    split_groups: int = 0  # with prompt ids: groups of k x group_size rows split into k
 
 
 def group_rows(p: Path, lines: list[int], group_size: int, step: list[int] | None,
@@ -69,17 +70,28 @@ def _step_runs(p: Path, lines: list[int], step: list[int]) -> list[tuple[int, in
 
 def _by_id(step: list[int] | None, ids: list[str], group_size: int) -> Groups:
     """Rows grouped by ``(step, id)`` in the order each group first appears, each group's rows
-    in table order; a group of another size than ``group_size`` is left out."""
+    in table order. A group of k x ``group_size`` rows (a prompt drawn k times in one step) is
+    split in table order into k groups, the second named ``id#2``, the third ``id#3``, as the
+    framework importers split theirs; a group of any other size is left out."""
     keys = list(zip(step, ids, strict=True)) if step is not None else ids
     members: dict[object, list[int]] = {}
     for row, key in enumerate(keys):
         members.setdefault(key, []).append(row)
-    whole = [rows for rows in members.values() if len(rows) == group_size]
-    rows = np.array([r for group in whole for r in group], dtype=np.int64)
-    left = [rows for rows in members.values() if len(rows) != group_size]
-    return Groups(rows, np.tile(np.arange(group_size, dtype=np.int64), len(whole)),
-                  np.array([ids[group[0]] for group in whole for _ in group], dtype=str),
-                  sum(map(len, left)), len(left))
+    whole: list[list[int]] = []
+    names: list[str] = []
+    split = 0
+    for rows in members.values():
+        k, rest = divmod(len(rows), group_size)
+        if rest:
+            continue
+        split += k > 1
+        whole.extend(rows[j * group_size:(j + 1) * group_size] for j in range(k))
+        names.extend(ids[rows[0]] + (f"#{j + 1}" if j else "") for j in range(k))
+    kept = np.array([r for group in whole for r in group], dtype=np.int64)
+    left = [rows for rows in members.values() if len(rows) % group_size]
+    return Groups(kept, np.tile(np.arange(group_size, dtype=np.int64), len(whole)),
+                  np.repeat(np.array(names, dtype=str), group_size),
+                  sum(map(len, left)), len(left), split)
 
 
 def mixed_prompt_lengths(prompt_len: np.ndarray, group_size: int) -> int:
@@ -94,9 +106,16 @@ def table_notes(report, group_size: int, cap: int, by_id: bool, by_step: bool) -
     table has a prompt id column it was not told of (a public serving log's groups are several
     prompts' requests by design: said nothing)."""
     out = []
+    if report.split_groups and group_size == 1:  # (the default: rather a --group-size left out)
+        out.append(f"note: split {counted(report.split_groups, 'prompt group')} of several rows into "
+                   "groups of 1 (--group-size 1): give --group-size N if a prompt's rows are its group")
+    elif report.split_groups:
+        out.append(f"note: split {counted(report.split_groups, 'prompt group')} holding a multiple of "
+                   f"--group-size {group_size:,} rows (a prompt drawn more than once in one step) into "
+                   f"groups of {group_size:,}, in table order (the second named ID#2, the third ID#3)")
     if report.dropped_groups:
         out.append(f"note: dropped {counted(report.dropped_groups, 'prompt group')} ({counted(report.dropped_rows, 'row')}) "
-                   f"of another size than --group-size {group_size:,} (a filtered or aborted sample?)")
+                   f"whose size is not a multiple of --group-size {group_size:,} (a filtered or aborted sample?)")
     elif report.dropped_rows:
         n = report.dropped_rows
         rows = counted(n, "row") + " at the end of a step" if by_step else f"{n:,} trailing row{'s' * (n != 1)}"

@@ -36,7 +36,7 @@ from sortedrl.aside import aside
 from sortedrl.errors import TraceError, not_found
 from sortedrl.text_check import TEXT_HEAD, not_text
 from sortedrl.traces import _fast, _parquet, _text
-from sortedrl.traces._codec import CSV_META_PREFIX, MAGIC, pyarrow_modules
+from sortedrl.traces._codec import CSV_META_PREFIX, MAGIC, pyarrow_modules, refuse_compressed
 from sortedrl.traces.schema import Trace
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
@@ -137,12 +137,13 @@ def _read(p: Path) -> Trace:
 def _check_text_head(path: Path, data: bytes | None) -> None:
     """Refuse a file whose first bytes are no text (:func:`~sortedrl.text_check.not_text`) before it
     is parsed: a model's weights given by mistake (``model.safetensors``, 16 GB) were read whole,
-    into memory, to say so."""
+    into memory, to say so. A compressed file (``run.jsonl.gz``) is said to be one."""
     if data is None:
         with open(path, "rb") as f:
             head = f.read(TEXT_HEAD)
     else:
         head = data[:TEXT_HEAD]
+    refuse_compressed(path, head, " (a trace is JSONL, CSV or Parquet)")  # (as trace import names it)
     why = not_text(head)
     if why is not None:
         raise TraceError(f"{path}: {why}" + (", not a JSONL or CSV trace" if why.startswith("binary") else ""))

@@ -12,7 +12,8 @@ so a write followed by a read gives an equal :class:`Trace`.
 The same prompt may appear in several steps (epochs); the key of a row is therefore
 ``(step, prompt_id, sample)`` when the trace has a ``step`` column and ``(prompt_id, sample)``
 otherwise. A duplicate key is an error. A finish reason, where a trace has the column, is one of
-:data:`FINISH_REASONS` (vLLM's); ``truncated`` may be true below the cap (docs/traces.md says why).
+:data:`FINISH_REASONS` (vLLM's), and ``length`` exactly where ``truncated`` is true; ``truncated``
+may be true below the cap (docs/traces.md says why).
 
 A row may also carry its *turns* (a multi-turn agentic trajectory: generation, tool call, tool
 output, next turn), as optional ragged columns ``turn_offsets``, ``turn_gen``, ``turn_tool_s``
@@ -132,6 +133,7 @@ class Trace:
         if columns.get("finish_reason") is not None:
             finish = str_column(columns["finish_reason"], "finish_reason", where, line)
             _check_finish_reasons(finish, where, line)
+            _check_truncated(truncated, finish, where, line)
         _check_bounds(meta, response_len, sample, where, line)
         order, canonical = _canonical_order(meta, prompt_id, sample, step, where, line)
 
@@ -251,6 +253,18 @@ def _check_finish_reasons(finish: np.ndarray, where: str, line: Line) -> None:
         i = int(left[0])
         raise TraceError(f"{where}: row {line(i)}: field 'finish_reason': unknown value "
                          f"{str(finish[i])!r} (known: {', '.join(FINISH_REASONS)})")
+
+
+def _check_truncated(truncated: np.ndarray, finish: np.ndarray, where: str, line: Line) -> None:
+    """``truncated`` exactly where the finish reason is ``length``: it means that finish reason
+    (docs/traces.md), and a row with one but not the other would count as cut short in one
+    statistic and finished in another."""
+    bad = np.flatnonzero(truncated != (finish == "length"))
+    if bad.size:
+        i = int(bad[0])
+        raise TraceError(f"{where}: row {line(i)}: field 'truncated': {str(bool(truncated[i])).lower()} "
+                         f"contradicts field 'finish_reason': {str(finish[i])!r} (truncated means "
+                         "finish reason 'length')")
 
 
 def _canonical_order(meta: TraceMeta, prompt_id: np.ndarray, sample: np.ndarray,

@@ -24,6 +24,8 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import TraceError, not_found
 from sortedrl.limits import INT32_MAX, INT64_MAX, short_repr
+from sortedrl.text_check import TEXT_HEAD
+from sortedrl.traces._codec import refuse_compressed
 from sortedrl.traces.schema import Trace, TraceMeta
 
 
@@ -162,6 +164,8 @@ def dump_files(path: Path, pattern: str | tuple[str, ...], what: str) -> list[Pa
 def read_jsonl(path: Path):
     """Yield (line number, object) for each non-empty line; one-line errors for bad JSON and for
     a file with no line at all (a dump cut short must not vanish from the trace unsaid)."""
+    with open(path, "rb") as f:  # (its head only: a compressed dump is not read whole to say so)
+        refuse_compressed(path, f.read(TEXT_HEAD))  # (as trace import names it)
     try:
         text = jsonio.text(jsonio.read_text_bytes(path, TraceError))  # (after a byte-order mark, if any)
     except UnicodeDecodeError as e:
@@ -174,7 +178,7 @@ def read_jsonl(path: Path):
         try:
             obj = jsonio.loads(raw)
         except json.JSONDecodeError as e:
-            raise TraceError(f"{path}: line {lineno}: bad JSON: {e.msg}") from None
+            raise TraceError(f"{path}: line {lineno}: bad JSON: {e.msg} (column {e.pos + 1})") from None
         if type(obj) is not dict:
             raise TraceError(f"{path}: line {lineno}: expected a JSON object")
         yield lineno, obj
