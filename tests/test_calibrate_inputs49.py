@@ -40,7 +40,8 @@ def test_a_compressed_trace_or_bench_file_is_named_so_too(tmp_path):
     f = tmp_path / "t.jsonl.bz2"
     f.write_bytes(bz2.compress(b'{"prompt_id": "a", "sample": 0, "prompt_len": 5, "response_len": 9}\n'))
     r = runner.invoke(app, ["trace", "stats", str(f)])
-    assert (r.exit_code, r.stderr) == (2, f"error: {f}: bzip2-compressed: decompress it first\n")
+    assert (r.exit_code, r.stderr) == (2, f"error: {f}: bzip2-compressed: decompress it first (a trace is JSONL, "
+                                          "CSV or Parquet)\n")
     r, out = calibrate(tmp_path, "--from-vllm-bench", str(f))
     assert (r.exit_code, r.stderr) == (2, f"error: {f}: bzip2-compressed: decompress it first\n")
 
