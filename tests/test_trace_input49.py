@@ -247,3 +247,15 @@ def test_consistent_rows_and_a_trace_without_finish_reasons_read(tmp_path):
     assert (t.truncated.tolist(), t.finish_reason.tolist()) == ([False, True], ["abort", "length"])
     t = read_trace(_jsonl(tmp_path / "u.jsonl", _rows(at=1, truncated=True), META_FULL))
     assert t.finish_reason is None and t.truncated.tolist() == [False, True]  # (below the cap: allowed)
+
+
+def test_a_tool_output_beyond_32_bits_is_refused_with_its_line(tmp_path):
+    """A turn's tool_tokens of 3e9 was read, then the run ended in an OverflowError traceback
+    (lengths are 32-bit in a run): it is refused as any length above 2**31 - 1 is."""
+    rows = [{"prompt_id": "a", "sample": 0, "prompt_len": 5, "response_len": 3, "truncated": False,
+             "turns": [{"gen": 1, "tool_s": 1.0, "tool_tokens": 3_000_000_000}, {"gen": 2, "tool_s": 0.0, "tool_tokens": 0}]}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = CliRunner().invoke(app, ["trace", "stats", str(path)])
+    assert (r.exit_code, r.stderr) == (2, f"error: {path}: line 1: field 'turns': turn 1: 'tool_tokens': 3,000,000,000 "
+                                          "is above 2,147,483,647, the largest length (lengths are 32-bit in a run)\n")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from sortedrl.errors import TraceError
-from sortedrl.limits import INT64_MAX
+from sortedrl.limits import INT32_MAX, INT64_MAX
 from sortedrl.tables import counted
 
 TURN_FIELDS = ("turn_gen", "turn_tool_s", "turn_tool_tokens")
@@ -197,6 +197,11 @@ def _ints(raw: Any, col: str, at: Callable[[int, str], str]) -> np.ndarray:
         j = int(low[0])
         v = int(arr[j])
         raise TraceError(at(j, col) + f": {v} is {'negative' if v < 0 else f'below {minimum}'}")
+    high = np.flatnonzero(arr > INT32_MAX)  # (a tool output of 3e9 tokens was a traceback in the run)
+    if high.size:
+        j = int(high[0])
+        raise TraceError(at(j, col) + f": {int(arr[j]):,} is above {INT32_MAX:,}, the largest length "
+                         "(lengths are 32-bit in a run)")
     return arr
 
 
