@@ -25,6 +25,7 @@ from pathlib import Path
 
 from sortedrl.compare import cluster_for
 from sortedrl.errors import ConfigError
+from sortedrl.interrupts import signals_deferred
 from sortedrl.parallel import shut_down, worker_pool, worker_signals
 from sortedrl.policies.base import Policy, parse_params
 from sortedrl.policies.registry import make_policy, policy_class
@@ -186,26 +187,36 @@ class RayCluster(Executor):
             raise ConfigError("--ray needs Ray: pip install 'sortedrl[ray]'") from None
         self.ray = ray
         self.started = False
+        # a Ray started here runs its workers on this machine: their trials' scratch goes in one
+        # of the driver's, which close() removes, since ray.shutdown() kills a worker mid-trial
+        # before it can remove its own (Ctrl-C); a cluster's workers may be on other machines
+        self.scratch = contextlib.ExitStack()
         if not ray.is_initialized():
             if address not in ("local", "auto"):  # (else Ray retried for 20 s, 20 log lines)
                 from sortedrl.realrun.actors import check_reachable
 
                 check_reachable(address, 10.0)
-            try:  # (its INFO line, "Started a local Ray instance", is not ours to print)
-                ray.init(address=None if address == "local" else address,
-                         include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
-            self.started = True
-        # a Ray started here runs its workers on this machine: their trials' scratch goes in one
-        # of the driver's, which close() removes, since ray.shutdown() kills a worker mid-trial
-        # before it can remove its own (Ctrl-C); a cluster's workers may be on other machines
-        self.scratch = contextlib.ExitStack()
+            self._start(address)
         try:  # (a failure here, or Ctrl-C, must not leave the scratch or the Ray started here)
             self.scratch_root = self.scratch.enter_context(temp_scratch("tune")) if address == "local" else None
             self.trace_ref = ray.put(trace)
             self.remote = ray.remote(run_trial)
         except BaseException:
+            self.close()
+            raise
+
+    def _start(self, address: str) -> None:
+        """Start or join Ray. A Ctrl-C within its start waits for it (one there was swallowed by
+        Ray's fork handlers, and tune ran on, or crashed it), then stops it again, as after."""
+        ray = self.ray
+        try:  # (its INFO line, "Started a local Ray instance", is not ours to print)
+            with signals_deferred():
+                ray.init(address=None if address == "local" else address,
+                         include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+                self.started = True
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
+        except BaseException:  # (the Ctrl-C that waited)
             self.close()
             raise
 
@@ -221,7 +232,8 @@ class RayCluster(Executor):
     def close(self) -> None:
         try:
             if self.started:
-                self.ray.shutdown()
+                with signals_deferred():  # (one Ctrl-C does not cut Ray's shutdown short: a segfault)
+                    self.ray.shutdown()
         finally:
             self.scratch.close()
 

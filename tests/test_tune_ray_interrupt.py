@@ -1,0 +1,35 @@
+"""Ctrl-C while tune starts or stops Ray (a fresh-eyes walk, stop 49: ``tune --ray local`` under
+SIGINT segfaulted, exited 1 in silence, or swallowed the interrupt and ran every trial).
+
+Ray's start forks its processes, and a KeyboardInterrupt raised in a fork handler is printed
+and dropped; so a Ctrl-C within ``ray.init`` waits for it to return, then stops the Ray started
+here, and is raised: the command ends 130 with nothing running."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from sortedrl.sim.cluster import preset
+from sortedrl.traces.synth import synthesize
+from sortedrl.tune.executors import RayCluster
+
+
+def test_a_ctrl_c_inside_rays_start_stops_the_ray_started_here(monkeypatch):
+    ray = pytest.importorskip("ray", reason="Ray is the [ray] extra; make test installs it")
+    if ray.is_initialized():  # (a Ray an earlier test left up is joined, not started here)
+        ray.shutdown()
+    init, seen = ray.init, []
+
+    def init_then_ctrl_c(*args, **kwargs):
+        out = init(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # (as if pressed while Ray started)
+        seen.append(ray.is_initialized())  # (still inside the start: it waited)
+        return out
+
+    monkeypatch.setattr(ray, "init", init_then_ctrl_c)
+    tr = synthesize("math-16k", prompts=4, group_size=2, steps=1, seed=0)
+    with pytest.raises(KeyboardInterrupt):
+        RayCluster(tr, preset("h100-llama3.1-8b-1gpu-16seq"), 0, "local")
+    assert seen == [True] and not ray.is_initialized()
