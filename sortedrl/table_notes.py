@@ -31,6 +31,23 @@ def updates_note(rows: list[tuple[str, float]]) -> str | None:
             "mean larger batches, a different training run, not only a faster one")
 
 
+def trained_note(rows: list[tuple[str, int, int]]) -> str | None:
+    """A note when a row (label, samples trained, samples in the trace) trained under 90% of
+    what the row that trained most did: its makespan covers less training (tail_batch's
+    ``responses`` below the group size trains part of each group), so it reads faster than it
+    is; the learnable rate, per token trained, compares it fairly."""
+    if len(rows) < 2:
+        return None
+    most = max(r[1] for r in rows)
+    few = [r for r in rows if r[1] < 0.9 * most]
+    if not few:
+        return None
+    said = ", ".join(f"{label} trained {trained:,} of its {total:,} samples ({100 * trained / max(1, total):.0f}%)"
+                     for label, trained, total in few)
+    return (f"trained less: {said}, where another trained {most:,}: a makespan that covers less training "
+            "reads faster than it is; compare the learnable tok/s")
+
+
 def draws_lengths(summary: dict, timeline) -> bool:
     """Whether a run's figures are a draw of its seed: it regenerated a response (a span of a
     later attempt than the first) whose length ``--regen resample`` drew. (Its wasted tokens say

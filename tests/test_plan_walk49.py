@@ -130,3 +130,20 @@ def test_an_engine_alone_holds_no_list_the_size_of_its_index():
     assert sys.getsizeof(e._slots) < 1_000
     e.plan()  # alone, it still records its next time by its index
     assert e._slots == {1_000_000: e.next_t}
+
+
+def test_compare_says_when_a_row_trained_part_of_the_trace(tmp_path):
+    """tail_batch with responses below the group size trains part of each group: the fastest
+    makespan of the table, flagged only by its wasted share."""
+    args = ["compare", "--synthetic", "agentic-search", "--prompts", "16", "--group-size", "8", "--steps", "2",
+            "--cluster", "h100-qwen3-8b-2gpu", "--policy", "sync", "--policy", "tb=tail_batch"]
+    r = runner.invoke(app, [*args, "--set", "tb.responses=4", "--json", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    trained = {s["label"]: (s["samples_trained"], s["samples_total"]) for s in json.loads(r.stdout)}
+    assert trained == {"sync": (256, 256), "tb": (128, 256)}
+    r = runner.invoke(app, [*args, "--set", "tb.responses=4", "--out", str(tmp_path / "b")])
+    text = " ".join(r.stdout.split())
+    assert ("trained less: tb trained 128 of its 256 samples (50%), where another trained 256: a makespan that "
+            "covers less training reads faster than it is; compare the learnable tok/s") in text, r.stdout
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0 and "trained less" not in r.stdout, r.output

@@ -47,7 +47,7 @@ from sortedrl.policies.registry import policy_class
 from sortedrl.progress import Phases
 from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import Cluster, load_cluster
-from sortedrl.table_notes import updates_note
+from sortedrl.table_notes import trained_note, updates_note
 from sortedrl.tables import Col, counted, fmt, render, terminal_width
 
 MAX_BUDGET = 100_000  # trials of one tune: each is a whole simulation
@@ -258,7 +258,10 @@ def tune_text(result: dict, cluster: Cluster, width: int | None) -> str:
     if result.get("skipped") and not result.get("cluster_pareto"):  # (the plan counts them)
         n = len(result["skipped"])
         notes.append(f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')")
-    notes += filter(None, [updates_note([(f"trial {t['id']}", t["summary"]["updates"]) for t in best])])
+    notes += filter(None, [updates_note([(f"trial {t['id']}", t["summary"]["updates"]) for t in best]),
+                           trained_note([(f"trial {t['id']}", t["summary"]["samples_trained"],
+                                          t["summary"]["samples_total"]) for t in best
+                                         if "samples_trained" in t["summary"]])])
     first = render(cols, rows(best), width, f"tune: best trial per policy by {result['objective']}{bound} "
                    f"({counted(len(trials), 'trial')}, {result['search']})", notes, footer="")
     front = [trials[i] for i in result["pareto"]]  # (feasible trials only)
