@@ -85,8 +85,12 @@ def _preset_with_gpus(cluster: Cluster, gpus: int) -> str | None:
 
 
 def split_name(cluster: Cluster) -> str:
-    """The name of the cluster a disaggregated-only policy runs on (:func:`cluster_for`)."""
-    return cluster.name if cluster.placement == "disaggregated" else f"{cluster.name}-disagg"
+    """The name of the cluster a disaggregated-only policy runs on (:func:`cluster_for`): a
+    tune trial's shape stays last (``h100-llama3.1-8b-disagg[gpus=8]``, as a preset is named)."""
+    if cluster.placement == "disaggregated":
+        return cluster.name
+    base, shape, rest = cluster.name.partition("[")
+    return f"{base}-disagg{shape}{rest}"
 
 
 def split_of(cluster: Cluster, policy: str | None = None) -> Cluster:

@@ -147,3 +147,27 @@ def test_compare_says_when_a_row_trained_part_of_the_trace(tmp_path):
             "covers less training reads faster than it is; compare the learnable tok/s") in text, r.stdout
     r = runner.invoke(app, [*args, "--out", str(tmp_path / "c")])
     assert r.exit_code == 0 and "trained less" not in r.stdout, r.output
+
+
+def test_a_front_of_one_shape_says_it_has_nothing_to_trade():
+    from sortedrl.tune.plan import plan_text
+
+    trial = {"id": 0, "policy": "sync", "params": {"cluster.gpus": 8},
+             "summary": {"makespan_s": 100.0, "gpu_hours": 0.5, "staleness_mean": 0.0}}
+    one = plan_text({"cluster_pareto": {"front": [0], "knee": None}, "trials": [trial]}, 100)
+    assert "no knee: one shape is both the fastest and the cheapest, so there is no trade to make" in one
+    other = {**trial, "id": 1, "params": {"cluster.gpus": 16},
+             "summary": {"makespan_s": 60.0, "gpu_hours": 0.6, "staleness_mean": 0.0}}
+    two = plan_text({"cluster_pareto": {"front": [1, 0], "knee": None}, "trials": [trial, other]}, 200)
+    assert "no knee: no shape on the front beats the straight line" in two
+
+
+def test_a_shaped_trials_split_keeps_its_shape_last():
+    import dataclasses
+
+    from sortedrl.cluster_split import split_name
+    from sortedrl.sim.cluster import preset
+
+    shaped = dataclasses.replace(preset("h100-llama3.1-8b"), name="h100-llama3.1-8b[gpus=8]")
+    assert split_name(shaped) == "h100-llama3.1-8b-disagg[gpus=8]"  # (was ...[gpus=8]-disagg)
+    assert split_name(preset("h100-llama3.1-8b")) == "h100-llama3.1-8b-disagg"

@@ -23,7 +23,10 @@ def plan_text(result: dict, width: int | None) -> str:
                      *(fmt(k, s[k]) for k in ("makespan_s", "gpu_hours", "staleness_mean"))])
     n = len(result.get("skipped", []))
     notes = [f"{n} trial{'s' * (n != 1)} skipped (cannot run: see tune.json 'skipped')"] if n else []
-    if plan["knee"] is None:
+    if plan["knee"] is None and len(plan["front"]) == 1:  # (no line to beat: nothing to trade)
+        notes.append("no knee: one shape is both the fastest and the cheapest, so there is no trade "
+                     "to make")
+    elif plan["knee"] is None:
         notes.append("no knee: no shape on the front beats the straight line from the fastest to "
                      "the cheapest (each step trades wall-clock for GPU-hours at the same rate or "
                      "worse)")
