@@ -22,7 +22,7 @@ from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.cluster_spec import TRAIN_STATE_BYTES
 from sortedrl.sim.hardware import GPUS, MODELS
 from sortedrl.sim.run import SimResult, simulate
-from sortedrl.table_notes import seed_note, trained_note, updates_note
+from sortedrl.table_notes import sandbox_note, seed_note, trained_note, updates_note
 from sortedrl.tables import UNITS, Col, Note, cell, counted, fmt, key_value_table, percent, render
 from sortedrl.traces.schema import Trace
 from sortedrl.trainer_bound import trainer_bound_note
@@ -324,6 +324,8 @@ def compare_notes(summaries: list[dict], splits: list[str],
                                          if "updates" in s]),
                            trained_note([(s["label"], s["samples_trained"], s["samples_total"]) for s in summaries
                                          if "samples_trained" in s]),
+                           sandbox_note([(s["label"], s["sandbox_wait_s"], s["tool_s"]) for s in summaries
+                                         if "sandbox_wait_s" in s], cluster.tool_pool),
                            seed_note(list(drawn), len(summaries), summaries[0].get("seed", 0))])
     return notes
 

@@ -48,6 +48,18 @@ def trained_note(rows: list[tuple[str, int, int]]) -> str | None:
             "reads faster than it is; compare the learnable tok/s")
 
 
+def sandbox_note(rows: list[tuple[str, float, float]], pool: int) -> str | None:
+    """A note when rows (label, seconds waited for a sandbox, seconds in tool calls) waited for
+    a free sandbox longer than their tools ran: the cluster's ``tool_pool`` is the bottleneck
+    (the wait shows only in ``--wide``'s ``sandbox_wait_s``)."""
+    slow = [(label, wait, tools) for label, wait, tools in rows if wait > tools > 0]
+    if not slow:
+        return None
+    said = ", ".join(f"{label} {wait:,.0f} s against {tools:,.0f} s" for label, wait, tools in slow)
+    return (f"sandboxes: trajectories waited longer for a free sandbox than their tool calls ran ({said}): "
+            f"the cluster's tool_pool of {pool:,} is the bottleneck; a cluster file's tool_pool raises it")
+
+
 def draws_lengths(summary: dict, timeline) -> bool:
     """Whether a run's figures are a draw of its seed: it regenerated a response (a span of a
     later attempt than the first) whose length ``--regen resample`` drew. (Its wasted tokens say

@@ -171,3 +171,21 @@ def test_a_shaped_trials_split_keeps_its_shape_last():
     shaped = dataclasses.replace(preset("h100-llama3.1-8b"), name="h100-llama3.1-8b[gpus=8]")
     assert split_name(shaped) == "h100-llama3.1-8b-disagg[gpus=8]"  # (was ...[gpus=8]-disagg)
     assert split_name(preset("h100-llama3.1-8b")) == "h100-llama3.1-8b-disagg"
+
+
+def test_compare_names_a_tool_pool_that_is_the_bottleneck(tmp_path):
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps({"preset": "h100-qwen3-8b", "gpus": 2, "tool_pool": 1, "tool_holds_slot": True}))
+    args = ["compare", "--synthetic", "agentic-search", "--prompts", "8", "--group-size", "4", "--steps", "2",
+            "--policy", "sync"]
+    r = runner.invoke(app, [*args, "--cluster", str(pool), "--json", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    [s] = json.loads(r.stdout)
+    assert s["sandbox_wait_s"] > s["tool_s"] > 0
+    r = runner.invoke(app, [*args, "--cluster", str(pool), "--out", str(tmp_path / "b")])
+    text = " ".join(r.stdout.split())
+    assert (f"sandboxes: trajectories waited longer for a free sandbox than their tool calls ran (sync "
+            f"{s['sandbox_wait_s']:,.0f} s against {s['tool_s']:,.0f} s): the cluster's tool_pool of 1 is the "
+            "bottleneck; a cluster file's tool_pool raises it") in text, r.stdout
+    r = runner.invoke(app, [*args, "--cluster", "h100-qwen3-8b-2gpu", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0 and "sandboxes:" not in r.stdout, r.output
