@@ -110,3 +110,14 @@ def test_profile_show_names_the_kind_of_file_it_got_and_a_cluster_files_name(tmp
     r, out = calibrate(tmp_path, "--from-metrics", str(METRICS))
     r = runner.invoke(app, ["profile", "show", str(out)])
     assert f"  cluster: preset {PRESET}: 8 x h100, tp 1, colocated;" in r.stdout
+
+
+@pytest.mark.parametrize("gap, shown", [(-0.5, "-0.5"), (float("nan"), "nan"), ("x", "'x'")])
+def test_a_bad_inter_token_gap_is_named_with_its_value(tmp_path, gap, shown):
+    raw = json.loads((HERE / "vllm_bench" / "c8-r0.json").read_text())
+    raw["itls"][2] = [0.01, gap] + raw["itls"][2][2:]
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps(raw))
+    r, out = calibrate(tmp_path, "--from-vllm-bench", str(f))
+    assert (r.exit_code, r.stderr) == (2, f"error: {f}: field 'itls': entry 2: gap 1: expected seconds >= 0, "
+                                          f"got {shown}\n")

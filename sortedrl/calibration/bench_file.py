@@ -203,8 +203,13 @@ def _requests(raw: dict, where: str, duration: float) -> tuple[list, bool]:
         itls = []
         for i in keep:
             row = raw["itls"][i]
-            if not isinstance(row, list) or not all(finite(x) and x >= 0 for x in row):
-                raise ConfigError(f"{where}: field 'itls': entry {i}: expected a list of seconds >= 0")
+            if not isinstance(row, list):
+                raise ConfigError(f"{where}: field 'itls': entry {i}: expected a list of seconds >= 0, "
+                                  f"got {short_repr(row)}")
+            bad = next((k for k, x in enumerate(row) if not (finite(x) and x >= 0)), None)
+            if bad is not None:
+                raise ConfigError(f"{where}: field 'itls': entry {i}: gap {bad}: expected seconds >= 0, "
+                                  f"got {short_repr(row[bad])}")
             if len(row) > outs[i] - 1:
                 raise ConfigError(f"{where}: field 'itls': entry {i}: {len(row)} gaps for {outs[i]} output "
                                   f"tokens (one gap per streamed chunk after the first: at most {outs[i] - 1})")
