@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 
 from sortedrl import jsonio
@@ -147,6 +148,8 @@ def import_cmd(
     for note in table_notes(report, group_size, trace.meta.max_response_len, prompt_id_col is not None,
                             step_col is not None):
         typer.echo(note, err=True)
+    if max_response_len is None and (said := _cap_note(trace)):
+        typer.echo(said, err=True)
     steps = f" over {report.steps:,} step(s)" if report.steps else ""
     typer.echo(
         f"wrote {out}: {counted(report.rows, 'row')} read, {counted(report.prompts, 'prompt')} x {group_size:,}{steps}, "
@@ -163,6 +166,8 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
         outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     for note in report.notes:
         typer.echo(f"note: {note}", err=True)
+    if options["max_response_len"] is None and (said := _cap_note(trace)):
+        typer.echo(said, err=True)
     if report.dropped_groups:
         typer.echo(f"note: dropped {counted(report.dropped_groups, 'group')} ({counted(report.dropped_rows, 'sample')}) "
                    f"whose size is not a multiple of the group size "
@@ -174,6 +179,19 @@ def _import_framework(framework: str, path: Path, out: Path, outs: Outputs, opti
     typer.echo(f"wrote {out}: {written} from {report.files:,} {framework} file(s), "
                f"{counted(report.groups, 'group')} x {report.group_size:,} over {report.steps:,} step(s), "
                f"cap {trace.meta.max_response_len:,} tokens")
+
+
+def _cap_note(trace) -> str | None:
+    """Without --max-response-len the longest response is taken as the run's cap, so the
+    responses of that length are marked truncated (``trace fit`` counts them as runaways): said,
+    with how many, when several are (a pile-up at the longest length, which a real cap makes;
+    one longest response alone is not said)."""
+    cap, at_cap = trace.meta.max_response_len, int(np.count_nonzero(trace.truncated))
+    if at_cap < 2:
+        return None
+    return (f"note: no --max-response-len: the longest response, {cap:,} tokens, is taken as the run's cap, so "
+            f"the {at_cap:,} responses of that length ({100 * at_cap / len(trace):.1f}% of {len(trace):,}) are "
+            "marked truncated (finish reason length); give the run's cap if it was larger")
 
 
 @app.command("synth")
