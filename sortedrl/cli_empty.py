@@ -30,7 +30,11 @@ def empty_path(group, args: list[str]) -> str | None:
         command = command.commands[args[0]]
         path.append(args[0])
         args = args[1:]
+    if "--" in args:  # (after it, every word is an argument: read only what comes before)
+        args = args[:args.index("--")]
     if hasattr(command, "commands") or "" not in args and not any(a.endswith("=") for a in args):
+        return None
+    if "--help" in args:  # (help is what was asked for)
         return None
     options = {o: p for p in command.params if getattr(p, "param_type_name", "") == "option" for o in p.opts}
     takes_arg = any(getattr(p, "param_type_name", "") == "argument" and _takes_path(p) for p in command.params)
@@ -41,6 +45,8 @@ def empty_path(group, args: list[str]) -> str | None:
         a = args[i]
         opt, eq, value = a.partition("=")
         param = options.get(opt) if opt.startswith("-") else None
+        if opt.startswith("-") and param is None and opt not in own:
+            return None  # (an unknown option: click's error says so, and what followed it is unknown)
         if opt.startswith("-"):
             in_list = opt in own
         if param is not None and not in_list and not getattr(param, "is_flag", False):

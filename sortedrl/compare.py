@@ -194,7 +194,7 @@ def _smaller_cluster(cluster: Cluster, per_step: int, needs_split: bool = False)
     for gpus in (1, 2, 4, 8, 16, 32):
         if gpus % cluster.tp or gpus >= cluster.gpus or (split or needs_split) and gpus < 2:  # (a split needs 2)
             continue
-        rollout = gpus - max(1, gpus // 4) if split else gpus  # (-disagg's default: a quarter train)
+        rollout = gpus - max(1, gpus // 4) if split or needs_split else gpus  # (a split: a quarter train)
         if rollout < cluster.tp or rollout % cluster.tp:  # (no whole engine of tp GPUs: no preset)
             continue
         if (rollout // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:

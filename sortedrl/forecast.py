@@ -145,13 +145,13 @@ def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> 
 def run_forecast(source: RunSource, specs: list[PolicySpec], clusters: list[Cluster],
                  seeds: int = 3, base_seed: int = 0, gpu_hour_price: float = 0.0,
                  progress: Callable[[int], None] | None = None, workers: int = 1,
-                 skip: Collection[tuple[str, str]] = ()) -> list[dict]:
-    """One forecast per (cluster, policy), clusters in the order given, but the (label,
-    cluster name) pairs in ``skip``; ``workers`` > 1 simulates that many draws at once, in
+                 skip: Collection[tuple[str, int]] = ()) -> list[dict]:
+    """One forecast per (cluster, policy), clusters in the order given, but the (label, index
+    of the cluster) pairs in ``skip``; ``workers`` > 1 simulates that many draws at once, in
     processes (the same forecasts)."""
     chosen = source.seeds(seeds, base_seed)
-    jobs = [(spec, cluster, seed) for cluster in clusters for spec in specs
-            if (spec.label, cluster.name) not in skip for seed in chosen]
+    jobs = [(spec, cluster, seed) for k, cluster in enumerate(clusters) for spec in specs
+            if (spec.label, k) not in skip for seed in chosen]
     if workers > 1 and len(jobs) > 1:
         # each draw's samples generated, written by its worker (no bar: no counters, no polls)
         counts = SampleCounts(len(jobs)) if hasattr(progress, "watch") else None

@@ -152,25 +152,26 @@ def _refuse_same_cluster(given: list[str], clusters: list) -> None:
 
 
 def _same_runs(specs: list, clusters: list) -> tuple[set, list[str]]:
-    """The (label, cluster name) runs that would repeat another: a policy that runs on the
-    disaggregated split of a colocated --cluster which another --cluster gives as it is (async
-    on ``h100-qwen3-8b``, with ``h100-qwen3-8b-disagg`` given). Each is left out, with a note."""
+    """The runs (label, index of the cluster in ``clusters``) that would repeat another: a
+    policy that runs on the disaggregated split of a colocated --cluster which another --cluster
+    gives as it is (async on ``h100-qwen3-8b``, with ``h100-qwen3-8b-disagg`` given). Each is
+    left out, with a note."""
     import dataclasses
 
     from sortedrl.compare import cluster_for
     from sortedrl.policies.registry import policy_class
 
     skip, said, ran = set(), [], {}
-    for cl in clusters:
+    for k, cl in enumerate(clusters):
         for spec in specs:
             on = cluster_for(policy_class(spec.name).placements, cl, spec.name)
             key = (spec.label, dataclasses.replace(on, name="", source=None))
             if key in ran:
-                skip.add((spec.label, cl.name))
-                said.append(f"note: {spec.label} on {cl.name} runs on its split, {on.name}, which --cluster "
-                            f"{ran[key]} gives: forecast once")
+                skip.add((spec.label, k))
+                said.append(f"note: {spec.label} runs on one cluster, {on.name}, for --cluster "
+                            f"{clusters[ran[key]].name} and --cluster {cl.name}: forecast once")
             else:
-                ran[key] = cl.name
+                ran[key] = k
     return skip, said
 
 

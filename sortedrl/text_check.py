@@ -6,18 +6,22 @@ that a binary file is refused before it is read whole and UTF-16 is named as suc
 from __future__ import annotations
 
 import codecs
+import re
 
 TEXT_HEAD = 1 << 16  # bytes of a text input checked before the rest is read
 
 
 # a compressed file's first bytes (magic numbers), named where a text file was expected
-COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"),
-              (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
+COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
+              (b"PK\x03\x04", "zip"))  # (bzip2's BZh is text: its whole header, below)
+_BZIP2 = re.compile(rb"BZh[1-9]1AY&SY")
 
 
 def compression(head: bytes) -> str | None:
     """The compression (``gzip``, ``bzip2``, ``xz``, ``zstd``, ``zip``) of a file that starts
     with ``head``, by its magic number; None when it starts as none does."""
+    if _BZIP2.match(head):
+        return "bzip2"
     return next((kind for magic, kind in COMPRESSED if head.startswith(magic)), None)
 
 
@@ -29,6 +33,8 @@ def not_text(head: bytes) -> str | None:
     if (utf16 := utf16_text(head)) is not None:
         return utf16
     packed = compression(head)
+    if packed == "zip" and (b"[Content_Types].xml" in head[:4096] or b"mimetypeapplication/vnd.oasis" in head[:128]):
+        return "a spreadsheet (.xlsx or .ods: zipped XML), not text: save it as CSV"
     if packed is not None:
         return f"{packed}-compressed: decompress it first"
     nul = head.find(b"\0")

@@ -121,3 +121,12 @@ def test_a_bad_inter_token_gap_is_named_with_its_value(tmp_path, gap, shown):
     r, out = calibrate(tmp_path, "--from-vllm-bench", str(f))
     assert (r.exit_code, r.stderr) == (2, f"error: {f}: field 'itls': entry 2: gap 1: expected seconds >= 0, "
                                           f"got {shown}\n")
+
+
+def test_samples_per_step_is_refused_with_the_cpu_calibration_too(tmp_path):
+    out = tmp_path / "p.json"
+    for more in ([], ["--model", str(tmp_path)]):
+        r = runner.invoke(app, ["calibrate", "--samples-per-step", "4", *more, "--out", str(out)])
+        assert (r.exit_code, r.stderr) == (2, "error: --samples-per-step: only with --from-metrics (the samples "
+                                              "an update trained)\n")
+    assert not out.exists()

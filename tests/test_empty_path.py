@@ -40,3 +40,14 @@ def test_an_empty_value_of_another_option_keeps_its_own_error(tmp_path, monkeypa
     r = runner.invoke(app, ["calibrate", "--from-metrics", "m.csv", "--cluster", "h100-llama3.1-8b", "--out", ""])
     assert (r.exit_code, r.stderr) == (2, "error: --out: an empty path (an unset shell variable?); give a file or "
                                           "directory name\n")
+
+
+def test_help_an_unknown_option_and_the_words_after_dashes_are_left_to_click(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["report", "", "--help"])
+    assert r.exit_code == 0 and "Usage:" in r.stdout
+    r = runner.invoke(app, ["report", "--bogus", "", "x"])
+    assert r.exit_code == 2 and "No such option: --bogus" in r.stderr, r.stderr
+    r = runner.invoke(app, ["simulate", "--trace", "math-16k", "--policy", "sync", "--", "--out", ""])
+    assert r.exit_code == 2 and "unexpected extra argument" in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -53,6 +53,10 @@ def test_the_mostly_idle_warning_suggests_a_cluster_every_policy_can_run_on(tmp_
     r = runner.invoke(app, [*args, "--policy", "sync", "--policy", "async", "--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
     assert "try --cluster h100-qwen3-8b-2gpu-128seq or more --prompts" in r.stderr, r.stderr
+    r = runner.invoke(app, ["compare", "--synthetic", "math-16k", "--prompts", "16", "--steps", "2", "--policy", "sync",
+                            "--policy", "async", "--cluster", "h100-qwen3-32b", "--out", str(tmp_path / "d")])
+    hint = "try --cluster h100-qwen3-32b-tp2-8gpu-64seq or more --prompts"  # (not tp2-2gpu: no split of tp2)
+    assert r.exit_code == 0 and hint in r.stderr, r.stderr
 
 
 def test_forecast_runs_a_cluster_once(tmp_path):
@@ -71,9 +75,22 @@ def test_forecast_runs_a_cluster_once(tmp_path):
     assert r.exit_code == 0, r.output
     rows = [(f["policy"], f["cluster"]) for f in json.loads(r.stdout)]
     assert rows == [("sync", "h100-qwen3-8b-disagg"), ("async", "h100-qwen3-8b-disagg"), ("sync", "h100-qwen3-8b")]
-    assert ("note: async on h100-qwen3-8b runs on its split, h100-qwen3-8b-disagg, which --cluster "
-            "h100-qwen3-8b-disagg gives: forecast once\n") in r.stderr
+    assert ("note: async runs on one cluster, h100-qwen3-8b-disagg, for --cluster h100-qwen3-8b-disagg and "
+            "--cluster h100-qwen3-8b: forecast once\n") in r.stderr
     assert len([line for line in r.stderr.splitlines() if "kept the trainer busier" in line]) <= 1
+    r = runner.invoke(app, ["forecast", "--trace", str(trace), "--policy", "async", "--cluster", "h100-qwen3-8b",
+                            "--cluster", "h100-qwen3-8b-disagg", "--json"])  # (the other order)
+    assert r.exit_code == 0 and [f["cluster"] for f in json.loads(r.stdout)] == ["h100-qwen3-8b-disagg"], r.output
+    assert ("note: async runs on one cluster, h100-qwen3-8b-disagg, for --cluster h100-qwen3-8b and "
+            "--cluster h100-qwen3-8b-disagg: forecast once\n") in r.stderr
+    for name, placement in (("a", "colocated"), ("b", "disaggregated")):  # two files named alike
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "c.json").write_text(json.dumps({"name": "c", "gpu": "h100", "model": "qwen3-8b",
+                                                            "gpus": 8, "placement": placement}))
+    r = runner.invoke(app, ["forecast", "--trace", str(trace), "--policy", "async", "--policy", "sync", "--cluster",
+                            str(tmp_path / "a" / "c.json"), "--cluster", str(tmp_path / "b" / "c.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert [f["policy"] for f in json.loads(r.stdout)] == ["async", "sync", "sync"]  # (async was lost by name)
 
 
 def test_a_multi_turn_trace_too_long_for_the_kv_names_its_longest_trajectory(tmp_path):
@@ -106,7 +123,7 @@ def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused():
         ("h100-qwen3-8b-tp3-6gpu", "h100-qwen3-8b-tp3-6gpu: field 'tp': tp=3 does not split qwen3-8b's 32 attention "
                                    "heads (8 KV heads) evenly, which vLLM requires; tp 1, 2, 4, 8, 16, 32 do"),
         ("h100-qwen2.5-7b-tp8", "h100-qwen2.5-7b-tp8: field 'tp': tp=8 does not split qwen2.5-7b's 28 attention "
-                                "heads (4 KV heads) evenly, which vLLM requires; tp 1, 2, 4 do")]:
+                                "heads (4 KV heads) evenly, which vLLM requires; tp 1, 2, 4, 28 do")]:
         try:
             preset(name)
         except ConfigError as e:
@@ -114,6 +131,11 @@ def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused():
         else:
             raise AssertionError(f"{name} was accepted")
     assert preset("h100-qwen2.5-7b-tp4").tp == 4 and preset("h100-llama3.1-70b-tp8").tp == 8
+    # with expert parallelism the attention runs on tp // ep GPUs (data-parallel over the rest)
+    from sortedrl.sim.cluster import cluster_from_dict
+
+    ds = cluster_from_dict({"gpu": "h100", "model": "deepseek-v3", "gpus": 256, "tp": 256, "ep": 256}, "ds.json", "ds")
+    assert (ds.tp, ds.ep) == (256, 256)
 
 
 def test_an_engine_alone_holds_no_list_the_size_of_its_index():

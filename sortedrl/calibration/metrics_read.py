@@ -36,6 +36,7 @@ import csv
 import gzip
 import json
 import math
+import shlex
 import zlib
 from pathlib import Path
 
@@ -171,9 +172,9 @@ def read_metrics(path: str | Path, run: str | None = None) -> Metrics:
     except UnicodeDecodeError as e:
         plain = " named .gz, but not gzip-compressed, and" if notes else ""
         raise ConfigError(f"{where}:{plain} not UTF-8 text (byte {e.start})") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
     if not text.strip():
         raise ConfigError(f"{where}: empty file")
-    text = text.removeprefix("\ufeff")  # a byte-order mark: the first header was '\ufeffStep'
     kind = FORMATS.get(Path(name).suffix)
     if kind is None:
         inner = " (gzip-compressed)" if gzipped else ""
@@ -209,7 +210,7 @@ def _read_by_kind(kind: str, text: str, where: str, run: str | None) -> Metrics:
 def _read_jsonl(text: str, where: str) -> Metrics:
     if text.lstrip().startswith("["):  # (one JSON document: line 1 was "not valid JSON")
         raise ConfigError(f"{where}: a JSON array, not JSON lines (one object a step on each line): "
-                          f"convert it with jq -c '.[]' {where} > steps.jsonl")
+                          f"convert it with jq -c '.[]' {shlex.quote(where)} > steps.jsonl")
     out: dict[str, dict[int, float]] = {}
     repeated: set[int] = set()  # steps logged again with other values
     for n, line in enumerate(text.splitlines(), 1):

@@ -281,10 +281,8 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
         if not sep or not key:
             raise ConfigError(f"{option} {at + pair!r}: expected {at}key=value")
         named = key  # (as given: simulate's --set takes POLICY.key too, as compare and tune print it)
-        if not label and key.startswith(f"{policy}."):
-            key = key.removeprefix(f"{policy}.")
-        if key not in fields:
-            # (a dotted key, ``sync.mdoe``, is matched by its last part)
+        key = key.removeprefix(f"{policy}.") if not label else key
+        if key not in fields:  # (a dotted key, ``sync.mdoe``, is matched by its last part)
             prefix = named[:len(named) - len(key)] if named != key else at
             known, hint = ", ".join(fields) or "none", did_you_mean(key.rpartition(".")[2], fields, prefix)
             raise ConfigError(f"{option} {at}{named}: unknown parameter for policy {policy}{hint} (known: {known})")

@@ -191,6 +191,8 @@ def register(app: typer.Typer) -> None:
         check_seed(seed)  # (the calibration's runs: as `run`'s)
         if updates_per_row is not None:
             raise ConfigError("--updates-per-row: only with --from-metrics (the updates a logged row holds)")
+        if samples_per_step is not None:
+            raise ConfigError("--samples-per-step: only with --from-metrics (the samples an update trained)")
         if given_options(ctx, ("host_schedule",)):
             raise ConfigError("--host-schedule: only with --from-vllm-bench (the schedule its replay assumes)")
         if wandb_run is not None or trace is not None:

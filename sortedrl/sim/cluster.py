@@ -138,6 +138,11 @@ def load_cluster(spec: str) -> Cluster:
         cluster = profile_cluster(raw, spec, path.stem)
     else:
         cluster = cluster_from_dict(raw, spec, path.stem, written=True)
+        if cluster.placement == "colocated" and cluster.train_gpus >= cluster.gpus:  # (as written: not a
+            raise ConfigError(  # shape tune derives from it, for policies that never split)
+                f"{spec}: field 'train_gpus': {cluster.train_gpus} trainer GPUs of {cluster.gpus} leave none "
+                "to roll out in the disaggregated split that async and one_step_off run on (a colocated "
+                "cluster uses train_gpus only for that split)")
     return dataclasses.replace(cluster, source=spec)  # (a later error names the file as given)
 
 

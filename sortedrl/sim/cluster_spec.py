@@ -258,10 +258,6 @@ class Cluster:
             raise ConfigError(f"{where}: field 'placement': unknown placement {self.placement!r} "
                               f"(known: {', '.join(PLACEMENTS)})")
         self._check_counts(where)
-        if self.placement == "colocated" and self.train_gpus >= self.gpus:  # (caught here, not at the split)
-            raise ConfigError(f"{where}: field 'train_gpus': {self.train_gpus} trainer GPUs of {self.gpus} leave "
-                              "none to roll out in the disaggregated split that async and one_step_off run on "
-                              "(a colocated cluster uses train_gpus only for that split)")
         if self.chunked_prefill and self.max_num_batched_tokens <= self.max_num_seqs:
             raise ConfigError(f"{where}: field 'max_num_batched_tokens': must be > max_num_seqs "
                               f"({self.max_num_seqs}), got {self.max_num_batched_tokens}")
@@ -333,16 +329,21 @@ class Cluster:
             f"more than an {self.gpu}'s {g.hbm_bytes / 1e9:.0f} GB")
 
     def _check_heads(self, where: str) -> None:
-        """vLLM splits the attention heads over the tensor-parallel GPUs: it refuses a tp that
-        does not divide them, and KV heads it can neither split nor replicate evenly."""
+        """vLLM splits the attention heads over the attention's tensor-parallel GPUs (``tp //
+        ep``: with expert parallelism the rest run attention data-parallel): it refuses a size
+        that does not divide them, and KV heads it can neither split nor replicate evenly."""
         m = MODELS[self.model]
-        kv_ok = m.kv_heads % self.tp == 0 if m.kv_heads >= self.tp else self.tp % m.kv_heads == 0
-        if m.n_heads % self.tp == 0 and kv_ok:
+
+        def splits(t: int) -> bool:
+            return m.n_heads % t == 0 and (m.kv_heads % t == 0 if m.kv_heads >= t else t % m.kv_heads == 0)
+
+        attention = self.tp // self.ep if self.ep > 1 and self.tp % self.ep == 0 else self.tp
+        if splits(attention):
             return
-        fits = [t for t in (1, 2, 4, 8, 16, 32, 64) if m.n_heads % t == 0
-                and (m.kv_heads % t == 0 if m.kv_heads >= t else t % m.kv_heads == 0)]
-        raise ConfigError(f"{where}: field 'tp': tp={self.tp} does not split {m.name}'s {m.n_heads} attention heads "
-                          f"({m.kv_heads} KV heads) evenly, which vLLM requires; tp {', '.join(map(str, fits))} do")
+        fits = ", ".join(str(t) for t in range(1, m.n_heads + 1) if splits(t))
+        of = f"the attention's tp // ep = {attention}" if attention != self.tp else f"tp={self.tp}"
+        raise ConfigError(f"{where}: field 'tp': {of} does not split {m.name}'s {m.n_heads} attention heads "
+                          f"({m.kv_heads} KV heads) evenly, which vLLM requires; tp {fits} do")
 
     def _check_ep(self, where: str) -> None:
         experts = MODELS[self.model].experts

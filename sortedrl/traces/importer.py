@@ -26,7 +26,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import ConfigError, TraceError, not_found
 from sortedrl.limits import INT32_MAX, short_repr
-from sortedrl.text_check import COMPRESSED, compression
+from sortedrl.text_check import COMPRESSED, TEXT_HEAD, compression, not_text
 from sortedrl.traces.importer_groups import group_rows, mixed_prompt_lengths
 from sortedrl.traces.schema import Trace, TraceMeta
 
@@ -107,7 +107,7 @@ def import_table_with_report(
     _distinct({"--prompt-len-col": prompt_len_col, "--response-len-col": response_len_col, **options})
     try:
         # (Parquet; a compressed file, which _read_text names)
-        data = jsonio.read_text_bytes(p, TraceError, binary=(b"PAR1", *(magic for magic, _ in COMPRESSED)))
+        data = jsonio.read_text_bytes(p, TraceError, binary=(b"PAR1", b"BZh", *(magic for magic, _ in COMPRESSED)))
     except FileNotFoundError:
         raise TraceError(not_found(p)) from None
     except IsADirectoryError:
@@ -173,10 +173,9 @@ def _read_text(p: Path, data: bytes, cols: tuple[str, ...], parsers: tuple) -> t
     try:
         text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
-        kind = compression(data)
-        if kind is not None:
-            raise TraceError(f"{p}: {kind}-compressed: decompress it first (a table import reads "
-                             "CSV, JSONL or Parquet)") from None
+        if compression(data) is not None:  # (named as not_text names it: a spreadsheet, or the compression)
+            raise TraceError(f"{p}: {not_text(data[:TEXT_HEAD])} (a table import reads CSV, JSONL or "
+                             "Parquet)") from None
         raise TraceError(f"{p}: not UTF-8 text (byte {bom + e.start})") from None
     head = text.lstrip()
     if not head:

@@ -24,8 +24,6 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import TraceError, not_found
 from sortedrl.limits import INT32_MAX, INT64_MAX, short_repr
-from sortedrl.text_check import TEXT_HEAD
-from sortedrl.traces._codec import refuse_compressed
 from sortedrl.traces.schema import Trace, TraceMeta
 
 
@@ -164,8 +162,6 @@ def dump_files(path: Path, pattern: str | tuple[str, ...], what: str) -> list[Pa
 def read_jsonl(path: Path):
     """Yield (line number, object) for each non-empty line; one-line errors for bad JSON and for
     a file with no line at all (a dump cut short must not vanish from the trace unsaid)."""
-    with open(path, "rb") as f:  # (its head only: a compressed dump is not read whole to say so)
-        refuse_compressed(path, f.read(TEXT_HEAD))  # (as trace import names it)
     try:
         text = jsonio.text(jsonio.read_text_bytes(path, TraceError))  # (after a byte-order mark, if any)
     except UnicodeDecodeError as e:
