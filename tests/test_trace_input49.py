@@ -259,3 +259,25 @@ def test_a_tool_output_beyond_32_bits_is_refused_with_its_line(tmp_path):
     r = CliRunner().invoke(app, ["trace", "stats", str(path)])
     assert (r.exit_code, r.stderr) == (2, f"error: {path}: line 1: field 'turns': turn 1: 'tool_tokens': 3,000,000,000 "
                                           "is above 2,147,483,647, the largest length (lengths are 32-bit in a run)\n")
+
+
+def test_an_import_without_a_cap_says_how_many_responses_it_marked_truncated(tmp_path):
+    """Without --max-response-len the longest response is taken as the cap: several responses at
+    that length (a pile-up, as a real cap makes) are all marked truncated, and a note says so;
+    one longest response alone is not said."""
+    table = tmp_path / "t.csv"
+    table.write_text("p,r\n5,10\n5,40\n5,40\n5,40\n5,7\n5,8\n5,9\n5,11\n")
+    out = tmp_path / "t.jsonl"
+    r = CliRunner().invoke(app, ["trace", "import", str(table), "--prompt-len-col", "p", "--response-len-col", "r",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert r.stderr == ("note: no --max-response-len: the longest response, 40 tokens, is taken as the run's cap, "
+                        "so the 3 responses of that length (37.5% of 8) are marked truncated (finish reason "
+                        "length); give the run's cap if it was larger\n")
+    r = CliRunner().invoke(app, ["trace", "import", str(table), "--prompt-len-col", "p", "--response-len-col", "r",
+                                 "--max-response-len", "64", "--out", str(out), "--force"])
+    assert r.exit_code == 0 and r.stderr == "", r.output
+    table.write_text("p,r\n5,10\n5,40\n5,7\n5,8\n")
+    r = CliRunner().invoke(app, ["trace", "import", str(table), "--prompt-len-col", "p", "--response-len-col", "r",
+                                 "--out", str(out), "--force"])
+    assert r.exit_code == 0 and r.stderr == "", r.output
