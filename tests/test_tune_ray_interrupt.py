@@ -30,6 +30,11 @@ def test_a_ctrl_c_inside_rays_start_stops_the_ray_started_here(monkeypatch):
 
     monkeypatch.setattr(ray, "init", init_then_ctrl_c)
     tr = synthesize("math-16k", prompts=4, group_size=2, steps=1, seed=0)
-    with pytest.raises(KeyboardInterrupt):
-        RayCluster(tr, preset("h100-llama3.1-8b-1gpu-16seq"), 0, "local")
+    # Ctrl-C as a command gets it: a test worker (pytest-xdist) may ignore SIGINT
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            RayCluster(tr, preset("h100-llama3.1-8b-1gpu-16seq"), 0, "local")
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert seen == [True] and not ray.is_initialized()
