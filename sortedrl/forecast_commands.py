@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -28,6 +29,9 @@ from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
 from sortedrl.table_notes import count_text, updates_note
 from sortedrl.tables import FORMATS, Col, Note, fmt, render, terminal_width
+
+if TYPE_CHECKING:  # (imported where a forecast runs: numpy and the simulator load then)
+    from sortedrl.forecast import RunSource
 
 MAX_SEEDS = 1000  # draws of a whole run: each is a full simulation; the interval needs a few
 MAX_GPU_HOUR_PRICE = 1e6  # $ per GPU-hour, far above any (1.7e308 made the cost infinite)
@@ -113,18 +117,7 @@ def forecast(
     finally:
         bar.close()
     text = jsonio.dumps(results, "the forecast", indent=2)  # (an infinite cost: before any output)
-
-    def split(cl) -> bool:  # (a policy runs on the cluster's split: a smaller cluster to try keeps one)
-        return needs_split([spec.name for spec in specs], cl)
-    if source.trace is not None:  # (a trace model's draws: each its own trace)
-        for note in dict.fromkeys(w for cl in cls for w in fit_warnings(source.trace, cl, False, split(cl))):
-            typer.echo(note, err=True)
-    else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
-        per_step = source.samples_per_run() // source.steps
-        for note in filter(None, dict.fromkeys([*(slots_warning(trace.name, per_step, cl, "more --prompts", split(cl))
-                                                  for cl in cls), *map(offload_note, cls)])):
-            typer.echo(note, err=True)
-    for note in filter(None, dict.fromkeys([*said, *(split_note(results, cl) for cl in cls)])):
+    for note in _notes(source, trace.name, specs, cls, results, said):
         typer.echo(note, err=True)
     if report is not None:
         outs.write({report: write_text(report_html(results, trace.name))})
@@ -135,6 +128,22 @@ def forecast(
                              None if wide else terminal_width(), priced=gpu_hour_price > 0))
     if report is not None:
         typer.echo(f"wrote {report}")
+
+
+def _notes(source: RunSource, name: str, specs: list, clusters: list, results: list[dict],
+           said: list[str]) -> list[str]:
+    """The warnings and notes under a forecast, each once: the trace's fit to each cluster, the
+    runs forecast once (``said``), and the trainer pools of the splits."""
+    def split(cl) -> bool:  # (a policy runs on the cluster's split: a smaller cluster to try keeps one)
+        return needs_split([spec.name for spec in specs], cl)
+
+    if source.trace is not None:  # (a trace model's draws: each its own trace)
+        fits = [w for cl in clusters for w in fit_warnings(source.trace, cl, False, split(cl))]
+    else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
+        per_step = source.samples_per_run() // source.steps
+        fits = [*(slots_warning(name, per_step, cl, "more --prompts", split(cl)) for cl in clusters),
+                *map(offload_note, clusters)]
+    return list(filter(None, dict.fromkeys([*fits, *said, *(split_note(results, cl) for cl in clusters)])))
 
 
 def _refuse_same_cluster(given: list[str], clusters: list) -> None:

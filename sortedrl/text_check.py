@@ -27,13 +27,15 @@ def compression(head: bytes) -> str | None:
 
 def not_text(head: bytes) -> str | None:
     """Why a file that starts with ``head`` is no text (``bzip2-compressed: decompress it
-    first``, ``binary data (a NUL byte at byte N)``, which no JSON, JSONL or CSV input holds, or
-    ``not UTF-8 text (byte N)``); None when it may be. ``head`` may end inside a character. UTF-16 (Excel's "Unicode Text", PowerShell's
-    ``>``) is named as such: its byte-order mark, or every other byte NUL."""
+    first``, a spreadsheet, ``binary data (a NUL byte at byte N)``, which no JSON, JSONL or CSV
+    input holds, or ``not UTF-8 text (byte N)``); None when it may be. ``head`` may end inside a
+    character. UTF-16 (Excel's "Unicode Text", PowerShell's ``>``) is named as such: its
+    byte-order mark, or every other byte NUL."""
     if (utf16 := utf16_text(head)) is not None:
         return utf16
     packed = compression(head)
-    if packed == "zip" and (b"[Content_Types].xml" in head[:4096] or b"mimetypeapplication/vnd.oasis" in head[:128]):
+    if packed == "zip" and (b"[Content_Types].xml" in head[:4096]
+                            or b"mimetypeapplication/vnd.oasis" in head[:128]):
         return "a spreadsheet (.xlsx or .ods: zipped XML), not text: save it as CSV"
     if packed is not None:
         return f"{packed}-compressed: decompress it first"

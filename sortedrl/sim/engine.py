@@ -36,11 +36,10 @@ The engine is split in two: :class:`EngineState` is what a policy may see; :clas
 the private finish heap, which encodes true lengths and is never exposed. This module holds the
 state machine (planning the next change, applying it, admitting from the queue); the actions a
 controller takes mid-interval (abort, sync, hold), preemption, the bookkeeping audit and the
-prefix-cache helpers are in :mod:`sortedrl.sim.engine_actions`. The hot path runs once or twice per sample,
-so it is written flat: the prefix-cache bookkeeping and the common closed forms are inlined
-there, with the cost model's terms read as locals (:attr:`Engine.cost` keeps them).
+prefix-cache helpers are in :mod:`sortedrl.sim.engine_actions`. The hot path runs once or twice
+per sample, so it is written flat: the prefix-cache bookkeeping and the common closed forms are
+inlined there, with the cost model's terms read as locals (:attr:`Engine.cost` keeps them).
 """
-
 
 from __future__ import annotations
 
