@@ -144,7 +144,7 @@ def simulate(
     cl = load_cluster(cluster)
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
-    sets = [knob.removeprefix(f"{policy}.") for knob in sets]  # (compare's and tune's form, POLICY.key=value)
+    sets = [knob.removeprefix(f"{policy}.").removeprefix(f"{policy.rpartition(':')[2]}.") for knob in sets]  # (POLICY.key)
     outs = Outputs("simulate", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),

@@ -177,13 +177,15 @@ def _sync_on_shape(trials: list, trial: dict, shape: dict) -> str | None:
         except (KeyError, ValueError):  # (a hand-edited trial: not this shape)
             same = False
         if same and _makespan(t) is not None:
-            twins.append((_makespan(t), t["id"]))
+            knobs = ", ".join(f"{k}={v}" for k, v in t["params"].items() if not str(k).startswith("cluster."))
+            twins.append((_makespan(t), t["id"], knobs))
     if not twins:
         return None
-    fastest, ident = min(twins)
+    fastest, ident, knobs = min(twins)
     which = f"the fastest of the tune's {len(twins)} sync trials" if len(twins) > 1 else "the tune's sync trial"
     return (f"time: these settings run verl's synchronous trainer: expect the makespan of {which} on "
-            f"this shape (trial {ident}, {fastest:,.1f} s), not this trial's ({own:,.1f} s)")
+            f"this shape (trial {ident}{f', with {knobs}' if knobs else ''}, {fastest:,.1f} s), not this "
+            f"trial's ({own:,.1f} s)")
 
 
 def _makespan(trial: dict) -> float | None:

@@ -385,7 +385,7 @@ def test_a_sortedrl_trial_exported_to_verl_names_the_tunes_sync_time(tmp_path) -
         return [c for c in json.loads(r.stdout)["caveats"] if c.startswith("time:")]
     assert caveats("verl", str(tmp_path), "--trial", "knee") == [
         "time: these settings run verl's synchronous trainer: expect the makespan of the fastest of the "
-        "tune's 2 sync trials on this shape (trial 2, 2,800.5 s), not this trial's (519.2 s)"]
+        "tune's 2 sync trials on this shape (trial 2, with minibatches=2, 2,800.5 s), not this trial's (519.2 s)"]
     assert caveats("verl", str(tmp_path), "--trial", "5") == [
         "time: these settings run verl's synchronous trainer: expect the makespan of the tune's sync "
         "trial on this shape (trial 4, 1,500.0 s), not this trial's (900.0 s)"]

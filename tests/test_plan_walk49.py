@@ -211,3 +211,25 @@ def test_compare_names_a_tool_pool_that_is_the_bottleneck(tmp_path):
             "bottleneck; a cluster file's tool_pool raises it") in text, r.stdout
     r = runner.invoke(app, [*args, "--cluster", "h100-qwen3-8b-2gpu", "--out", str(tmp_path / "c")])
     assert r.exit_code == 0 and "sandboxes:" not in r.stdout, r.output
+
+
+def test_simulate_takes_a_user_policys_knob_under_its_compare_label_too():
+    """compare labels pkg.mod:Mine as Mine (its runs print Mine: k=16); simulate's --set takes
+    Mine.k=16 as it takes pkg.mod:Mine.k=16 and k=16."""
+    from dataclasses import dataclass
+
+    from sortedrl.policies.base import parse_params
+
+    @dataclass(frozen=True)
+    class MineParams:
+        k: int = 1
+
+    for knob in ("k=16", "pkg.mod:Mine.k=16", "Mine.k=16"):
+        assert parse_params(MineParams, [knob], "pkg.mod:Mine").k == 16
+
+
+def test_profile_show_calls_a_preset_a_preset_even_when_a_later_check_refuses_it():
+    from sortedrl.calibration.show import _base_name
+
+    assert _base_name("h100-qwen2.5-7b-tp8") == "preset h100-qwen2.5-7b-tp8"  # (its tp is refused now)
+    assert _base_name("myc") == "myc (a cluster file or profile of that name)"

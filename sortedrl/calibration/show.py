@@ -150,8 +150,9 @@ def _base_name(name: object) -> str:
 
     try:
         preset(str(name))
-    except ConfigError:
-        return f"{name} (a cluster file or profile of that name)"
+    except ConfigError as e:  # (a preset a later check refuses, tp=3, is still a preset's name)
+        if str(e).startswith("unknown cluster preset"):
+            return f"{name} (a cluster file or profile of that name)"
     return f"preset {name}"
 
 

@@ -281,7 +281,8 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
         if not sep or not key:
             raise ConfigError(f"{option} {at + pair!r}: expected {at}key=value")
         named = key  # (as given: simulate's --set takes POLICY.key too, as compare and tune print it)
-        key = key.removeprefix(f"{policy}.") if not label else key
+        if not label:  # (compare's label of a module:Class policy is its class name: taken too)
+            key = key.removeprefix(f"{policy}.").removeprefix(f"{policy.rpartition(':')[2]}.")
         if key not in fields:  # (a dotted key, ``sync.mdoe``, is matched by its last part)
             prefix = named[:len(named) - len(key)] if named != key else at
             known, hint = ", ".join(fields) or "none", did_you_mean(key.rpartition(".")[2], fields, prefix)
