@@ -146,14 +146,17 @@ def _notes(source: RunSource, name: str, specs: list, clusters: list, results: l
     return list(filter(None, dict.fromkeys([*fits, *said, *(split_note(results, cl) for cl in clusters)])))
 
 
+def _unnamed(cluster):
+    """The cluster without its name and source: equal for one cluster given under two names."""
+    return dataclasses.replace(cluster, name="", source=None)
+
+
 def _refuse_same_cluster(given: list[str], clusters: list) -> None:
     """Two --cluster names of one cluster (``h100-qwen3-8b`` and ``h100-qwen3-8b-8gpu``): one
     error, as a name given twice is (they would forecast the same runs twice)."""
-    import dataclasses
-
     seen = {}
     for name, cl in zip(given, clusters, strict=True):
-        key = dataclasses.replace(cl, name="", source=None)
+        key = _unnamed(cl)
         if key in seen:
             raise ConfigError(f"--cluster {name} is the cluster --cluster {seen[key]} gives ({cl.gpus} x {cl.gpu}, "
                               f"{cl.model}, tp {cl.tp}, {cl.placement}, max_num_seqs {cl.max_num_seqs}): give it once")
@@ -165,8 +168,6 @@ def _same_runs(specs: list, clusters: list) -> tuple[set, list[str]]:
     policy that runs on the disaggregated split of a colocated --cluster which another --cluster
     gives as it is (async on ``h100-qwen3-8b``, with ``h100-qwen3-8b-disagg`` given). Each is
     left out, with a note."""
-    import dataclasses
-
     from sortedrl.compare import cluster_for
     from sortedrl.policies.registry import policy_class
 
@@ -174,7 +175,7 @@ def _same_runs(specs: list, clusters: list) -> tuple[set, list[str]]:
     for k, cl in enumerate(clusters):
         for spec in specs:
             on = cluster_for(policy_class(spec.name).placements, cl, spec.name)
-            key = (spec.label, dataclasses.replace(on, name="", source=None))
+            key = (spec.label, _unnamed(on))
             if key in ran:
                 skip.add((spec.label, k))
                 said.append(f"note: {spec.label} runs on one cluster, {on.name}, for --cluster "

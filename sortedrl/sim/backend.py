@@ -44,6 +44,7 @@ from sortedrl.sim.tools import ToolEnv
 from sortedrl.sim.turns import TurnEngine, TurnPlan, has_turns
 from sortedrl.timeline import Timeline
 from sortedrl.traces.schema import Trace
+from sortedrl.traces.turns import trajectory_tokens
 
 
 class SimBackend(Backend):
@@ -77,7 +78,8 @@ class SimBackend(Backend):
             lengths, engine = self.tools.plan.end, TurnEngine
             kw = dict(ctx=self.tools.plan.ctx, sleeps=c.placement == "colocated" and c.sleep,
                       caching=c.prefix_caching, holds_slot=c.tool_holds_slot)
-            c.check_fits(self.tools.plan.longest_context(trace.prompt_len), c.where)
+            gen, tool = trajectory_tokens(trace)  # (the longest recorded context: check_trace_fits' too)
+            c.check_fits(int(np.max(trace.prompt_len + gen + tool)), c.where)
         self.engines = [
             engine(e, self.cost, c.max_num_seqs, c.kv_budget, c.kv_admit_budget, lengths,
                    self._plen, timeline, c.max_num_batched_tokens if c.chunked_prefill else 0,

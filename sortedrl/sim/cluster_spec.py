@@ -368,13 +368,13 @@ class Cluster:
                                     f"max_response_len, {cap:,}; a smaller cap or a cluster with more KV "
                                     "cache fits it)")
         if trace.turn_offsets is not None:
-            off = trace.turn_offsets
-            gen, tool = (np.concatenate([[0], np.cumsum(col, dtype=np.int64)]) for col in
-                         (trace.turn_gen, trace.turn_tool_tokens))
-            context = trace.prompt_len + (gen[off[1:]] - gen[off[:-1]]) + (tool[off[1:]] - tool[off[:-1]])
+            from sortedrl.traces.turns import trajectory_tokens
+
+            gen, tool = trajectory_tokens(trace)
+            context = trace.prompt_len + gen + tool
             i = int(np.argmax(context))
             if int(context[i]) > need:
-                g, k = int(gen[off[i + 1]] - gen[off[i]]), int(tool[off[i + 1]] - tool[off[i]])
+                g, k = int(gen[i]), int(tool[i])
                 need, what = int(context[i]), (
                     f" (trace {trace.name}: its longest trajectory, prompt {trace.prompt_id[i]} sample "
                     f"{trace.sample[i]}: a prompt of {int(trace.prompt_len[i]):,} tokens, {g:,} generated and "

@@ -175,13 +175,6 @@ class TurnPlan:
         k = len(new)
         return new, tool_s[:k - 1] + [0.0], tool_tok[:k - 1] + [0]
 
-    def longest_context(self, prompt_len: np.ndarray) -> int:
-        """The longest prompt + generated + tool output of any recorded trajectory."""
-        off = np.asarray(self._off)
-        tool = np.add.reduceat(np.asarray(self._tool_tok), off[:-1]) if len(off) > 1 else 0
-        gen = np.add.reduceat(np.asarray(self._gen), off[:-1]) if len(off) > 1 else 0
-        return int(np.max(prompt_len + gen + tool))
-
 
 class PrefixCache:
     """One engine's cached contexts of samples away on a tool call, least recently used first."""

@@ -225,3 +225,12 @@ def _floats(raw: Any, at: Callable[[int, str], str]) -> np.ndarray:
             "overflow)")
         raise TraceError(at(j, col) + f": {v!r} is {what}")
     return arr
+
+
+def trajectory_tokens(trace: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a trace with turns: (generated tokens, tool-output tokens) over its turns, the
+    context a recorded trajectory reaches beyond its prompt (both stay in the KV cache)."""
+    off = np.asarray(trace.turn_offsets, dtype=np.int64)
+    gen, tool = (np.concatenate([[0], np.cumsum(col, dtype=np.int64)])
+                 for col in (trace.turn_gen, trace.turn_tool_tokens))
+    return gen[off[1:]] - gen[off[:-1]], tool[off[1:]] - tool[off[:-1]]
