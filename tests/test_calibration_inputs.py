@@ -270,7 +270,7 @@ def test_a_profile_with_a_nan_or_negative_cost_is_refused_by_show_and_by_calibra
     assert r.exit_code == 2 and r.output == f"error: {bad}: field 'costs.step_s_per_seq': expected a finite number >= 0, got {shown}\n"
     out = tmp_path / "p.json"
     assert refused(["calibrate", "--from-metrics", str(METRICS), "--cluster", str(bad), "--out", str(out)], out) == (
-        f"error: {bad}: field 'costs.step_s_per_seq': expected a number >= 0, got {shown}")
+        f"error: {bad}: field 'costs.step_s_per_seq': expected a finite number >= 0, got {shown}")
 
 
 # -- 4. --out ----------------------------------------------------------------------------------------------

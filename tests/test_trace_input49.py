@@ -115,7 +115,8 @@ def test_a_prompt_drawn_twice_in_one_step_is_split_and_another_size_dropped(tmp_
     assert t.sample.tolist() == [0, 1] * 3
     assert r.stderr.splitlines() == [
         "note: split 1 prompt group holding a multiple of --group-size 2 rows (a prompt drawn more "
-        "than once in one step) into groups of 2, in table order (the second named ID#2, the third ID#3)",
+        "than once in one step) into groups of 2, in table order (the second named ID#2, the third ID#3, "
+        "skipping the ids its step has)",
         "note: dropped 1 prompt group (1 row) whose size is not a multiple of --group-size 2 (a "
         "filtered or aborted sample?)"]
     assert r.stdout == f"wrote {tmp_path / 'out.jsonl'}: 7 rows read, 3 prompts x 2, 1 row dropped, 0 clipped\n"
@@ -126,6 +127,18 @@ def test_a_split_is_within_a_step(tmp_path):
     r, t = _import(tmp_path, table, "--group-size", "2", "--step-col", "s")
     assert (t.step.tolist(), t.prompt_id.tolist()) == ([0, 0, 1, 1, 1, 1], ["a", "a", "a", "a", "a#2", "a#2"])
     assert r.stderr.startswith("note: split 1 prompt group holding a multiple")
+
+
+def test_a_split_name_skips_an_id_its_step_already_has(tmp_path):
+    # 'a' drawn three times in step 0 beside a prompt the table itself calls 'a#2' (it was
+    # refused: duplicate (prompt_id, sample) = ('a#2', 0) in step 0); in step 1 'a#2' is free
+    table = ("s,pid,p,r\n" + "".join(f"0,a,5,{n}\n" for n in range(1, 7)) + "0,a#2,6,7\n0,a#2,6,8\n"
+             + "1,a,5,9\n1,a,5,10\n1,a,5,11\n1,a,5,12\n")
+    r, t = _import(tmp_path, table, "--group-size", "2", "--step-col", "s")
+    assert t.prompt_id.tolist() == ["a", "a", "a#3", "a#3", "a#4", "a#4", "a#2", "a#2",
+                                    "a", "a", "a#2", "a#2"]
+    assert t.response_len.tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert r.stderr.startswith("note: split 2 prompt groups holding a multiple")
 
 
 def test_with_the_default_group_size_the_note_says_to_give_one(tmp_path):

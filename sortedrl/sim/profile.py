@@ -197,19 +197,7 @@ def profile_cluster(raw: dict, where: str, name: str) -> Cluster:
             if f.default is not dataclasses.MISSING:
                 continue
             raise ConfigError(f"{where}: field 'costs.{f.name}': missing")
-        v = costs[f.name]
-        if f.name == "step_table":
-            vals[f.name] = _table(v, where)
-            continue
-        if f.name in ("prefill_in_step", "train_padded"):
-            if not isinstance(v, bool):
-                raise ConfigError(f"{where}: field 'costs.{f.name}': expected true or false, got {v!r}")
-            vals[f.name] = v
-            continue
-        if not finite(v) or v < 0:
-            raise ConfigError(f"{where}: field {as_written(f.name, given['costs'], 'costs.')}: "
-                              f"expected a number >= 0, got {short_repr(v)}")
-        vals[f.name] = _count(f.name, v, where) if f.name in _INT_COSTS else float(v)
+        vals[f.name] = _term(f.name, costs[f.name], where, given["costs"])
     for term in ("engine_contention", "train_contention", "peer_step_factor",  # a shared host slows,
                  "engine_contention_one", "train_contention_one"):  # never speeds up (0: not measured)
         if vals.get(term, 1.0) < 1.0 and not (term.endswith("_one") and vals[term] == 0.0):
@@ -283,6 +271,21 @@ def _table(v: object, where: str) -> tuple[float, ...] | None:
 _INT_COSTS = ("experts", "experts_per_token", "expert_shards")
 
 
+def _term(name: str, v: object, where: str, given: object) -> object:
+    """One term of a ``costs`` object, checked (a profile's and a cluster file's alike, so one
+    bad value gets one message). ``given``: the costs as the file spells them (t_fix, a0)."""
+    if name == "step_table":
+        return _table(v, where)
+    if name in ("prefill_in_step", "train_padded"):
+        if not isinstance(v, bool):
+            raise ConfigError(f"{where}: field 'costs.{name}': expected true or false, got {v!r}")
+        return v
+    if not finite(v) or v < 0:
+        raise ConfigError(f"{where}: field {as_written(name, given, 'costs.')}: expected a finite number "
+                          f">= 0, got {short_repr(v)}")
+    return _count(name, v, where) if name in _INT_COSTS else float(v)
+
+
 def _count(name: str, v: int | float, where: str) -> int:
     """A count of ``costs`` (a number >= 0 already): whole (2.5 experts was read as 2)."""
     if v != int(v):
@@ -325,18 +328,6 @@ def parse_costs(raw: object, where: str) -> CostModel:
         raise ConfigError(f"{where}: field 'costs': unknown {', '.join(extra)}")
     vals = {}
     for n in (n for n in names if n in raw):
-        v = raw[n]
-        if n == "step_table":
-            vals[n] = _table(v, where)
-            continue
-        if n in ("prefill_in_step", "train_padded"):
-            if not isinstance(v, bool):
-                raise ConfigError(f"{where}: field 'costs.{n}': expected true or false, got {v!r}")
-            vals[n] = v
-            continue
-        if not finite(v) or v < 0:
-            raise ConfigError(f"{where}: field {as_written(n, given, 'costs.')}: expected a finite number "
-                              f">= 0, got {short_repr(v)}")
-        vals[n] = _count(n, v, where) if n in _INT_COSTS else float(v)
+        vals[n] = _term(n, raw[n], where, given)
     _check_step_time(vals, where, given)
     return CostModel(**vals)

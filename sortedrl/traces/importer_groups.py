@@ -80,18 +80,31 @@ def _by_id(step: list[int] | None, ids: list[str], group_size: int) -> Groups:
     whole: list[list[int]] = []
     names: list[str] = []
     split = 0
+    taken = set(members)  # a split's names skip the ids its step has ('A#2' beside an 'A' drawn twice)
     for rows in members.values():
         k, rest = divmod(len(rows), group_size)
         if rest:
             continue
         split += k > 1
         whole.extend(rows[j * group_size:(j + 1) * group_size] for j in range(k))
-        names.extend(ids[rows[0]] + (f"#{j + 1}" if j else "") for j in range(k))
+        names.append(ids[rows[0]])
+        n = 1
+        for _ in range(k - 1):
+            n += 1
+            while _in_step(keys[rows[0]], f"{ids[rows[0]]}#{n}") in taken:
+                n += 1
+            names.append(f"{ids[rows[0]]}#{n}")
+            taken.add(_in_step(keys[rows[0]], names[-1]))
     kept = np.array([r for group in whole for r in group], dtype=np.int64)
     left = [rows for rows in members.values() if len(rows) % group_size]
     return Groups(kept, np.tile(np.arange(group_size, dtype=np.int64), len(whole)),
                   np.repeat(np.array(names, dtype=str), group_size),
                   sum(map(len, left)), len(left), split)
+
+
+def _in_step(key: object, name: str) -> object:
+    """The grouping key of prompt ``name`` in the step of ``key`` (a (step, id) pair, or an id)."""
+    return (key[0], name) if isinstance(key, tuple) else name
 
 
 def mixed_prompt_lengths(prompt_len: np.ndarray, group_size: int) -> int:
@@ -112,7 +125,8 @@ def table_notes(report, group_size: int, cap: int, by_id: bool, by_step: bool) -
     elif report.split_groups:
         out.append(f"note: split {counted(report.split_groups, 'prompt group')} holding a multiple of "
                    f"--group-size {group_size:,} rows (a prompt drawn more than once in one step) into "
-                   f"groups of {group_size:,}, in table order (the second named ID#2, the third ID#3)")
+                   f"groups of {group_size:,}, in table order (the second named ID#2, the third ID#3, "
+                   "skipping the ids its step has)")
     if report.dropped_groups:
         out.append(f"note: dropped {counted(report.dropped_groups, 'prompt group')} ({counted(report.dropped_rows, 'row')}) "
                    f"whose size is not a multiple of --group-size {group_size:,} (a filtered or aborted sample?)")
