@@ -73,8 +73,8 @@ def test_a_profile_rejects_a_contention_below_one():
     assert profile_cluster(raw, "p.json", "p").costs.engine_contention == 1.7
     for term, bad, says in (("engine_contention_one", 0.5, "a factor >= 1 (or 0: not measured)"),
                             ("peer_step_factor", 0.9, "a factor >= 1"),
-                            ("step_overhead_s", -0.1, "a number >= 0"), ("train_contention_one", "x", "a number >= 0"),
-                            ("step_overhead_one_s", float("nan"), "a number >= 0")):
+                            ("step_overhead_s", -0.1, "a finite number >= 0"), ("train_contention_one", "x", "a finite number >= 0"),
+                            ("step_overhead_one_s", float("nan"), "a finite number >= 0")):
         with pytest.raises(ConfigError, match=rf"p\.json: field 'costs\.{term}': expected {re.escape(says)}"):
             profile_cluster({**raw, "costs": {**raw["costs"], term: bad}}, "p.json", "p")
     raw["costs"]["engine_contention_one"] = 0.0  # not measured: as with every engine busy
