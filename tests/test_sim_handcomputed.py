@@ -131,3 +131,26 @@ def test_the_weights_are_pushed_between_steps_not_after_the_last():
     assert [t[:2] for t in r.timeline.trains] == [(10.0, 20.0), (35.0, 45.0)]
     assert r.timeline.syncs == [(20.0, 25.0, 1)]
     assert (r.summary["makespan_s"], r.summary["sync_s"]) == (45.0, 5.0)
+
+
+def test_the_bound_takes_the_fastest_step_of_a_step_table_that_dips():
+    # A hand-written step table slower at batch 1 (1 s) than at 2-4 (0.25 s). Two samples of 5
+    # tokens (4 decode steps each: the prefill yields the first) on one engine of 4 slots: the
+    # chain floor is 4 steps of the fastest step, 1.0 s (it took batch 1's 4 s, which sync beat:
+    # a bound of 14 s, efficiency 1.27); work 8 tokens at the peak of 4 / 0.25 s, 0.5 s; training 10 s.
+    table = (1.0, 0.25, 0.25, 0.25)
+    cl = tiny_cluster(weight_read_s=0.0, step_fixed_s=0.0, step_table=table)
+    assert cl.cost().fastest_step(4) == 0.25 and cl.cost().fixed(1) == 1.0
+    r = run(make_trace([5, 5], prompt_lens=[1, 1]), cl)
+    assert r.summary["lower_bound_s"] == 1.0 + 10.0
+    assert r.summary["makespan_s"] == 1.0 + 10.0  # both run at batch 2 throughout: 4 x 0.25 s
+    assert r.summary["efficiency"] == 1.0
+
+
+def test_a_step_table_never_falls_past_its_end():
+    # its last slope goes on past the table, but not down: a dip at the end stays flat (it went
+    # on falling, to a negative step at a batch of 5)
+    cl = tiny_cluster(step_table=(1.0, 0.5))
+    assert [cl.cost().fixed(b) for b in (1, 2, 3, 5)] == [1.0, 0.5, 0.5, 0.5]
+    rising = tiny_cluster(step_table=(1.0, 1.5))
+    assert rising.cost().fixed(4) == 2.5

@@ -165,8 +165,16 @@ class CostModel:
             return self.step_fixed_s + self.step_s_per_seq * batch
         if batch <= len(tab):
             return tab[batch - 1] if batch > 0 else tab[0]
-        slope = (tab[-1] - tab[-2]) if len(tab) > 1 else 0.0
+        # past the table its last slope goes on, never down (a hand-written table whose last
+        # entry dips would reach a negative step time at a large enough batch)
+        slope = max(0.0, tab[-1] - tab[-2]) if len(tab) > 1 else 0.0
         return tab[-1] + slope * (batch - len(tab))
+
+    def fastest_step(self, max_batch: int) -> float:
+        """The shortest decode step at any batch of 1 to ``max_batch`` (KV reads ignored): a
+        floor for each step of one sample's chain. A batch of 1 where steps grow with the batch,
+        as fitted and preset ones do; a hand-written step table need not."""
+        return min(self.fixed(b) + self.weight_read(b) for b in range(1, max_batch + 1))
 
     # -- decode ----------------------------------------------------------------------------
 

@@ -57,7 +57,8 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     decode = int(steps.sum())
     prefill = c.prefill_s_per_token * prefill_tokens_floor(trace, cluster.prefix_caching)
     work = (decode / peak + prefill) / cluster.engines
-    chain = int(steps.max()) * (c.fixed(1) + c.weight_read(1))
+    step = c.fastest_step(q)  # (a batch of 1 but for a hand-written step table that dips)
+    chain = int(steps.max()) * step
     tokens = int(trace.prompt_len.sum() + trace.response_len.sum())
     lengths = trace.prompt_len.astype(np.int64) + trace.response_len
     if int(lengths.max()) ** 2 * len(lengths) < 2**62:  # the sum fits in int64: exact
@@ -67,14 +68,14 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     train = c.train(tokens, pairs)  # unpadded: a true floor
     if cluster.placement == "colocated":
         bound = max(work, chain) + train
-        return max(bound, _colocated_turns(trace, cluster, c, lengths)) if has_turns(trace) else bound
+        return max(bound, _colocated_turns(trace, cluster, c, lengths, step)) if has_turns(trace) else bound
     if has_turns(trace):  # a tool call lies on its trajectory's chain, and in the sandbox pool
-        rows, tool = tool_chains(trace, c)
+        rows, tool = tool_chains(trace, step)
         chain = max(chain, float(np.max(rows)), float(tool.sum()) / cluster.tool_pool)
     return max(work, chain, train)
 
 
-def _colocated_turns(trace: Trace, cluster: Cluster, c, lengths: np.ndarray) -> float:
+def _colocated_turns(trace: Trace, cluster: Cluster, c, lengths: np.ndarray, step: float) -> float:
     """The floors tool calls set on a colocated cluster. A tool call holds no GPU, so it may run
     through an update (docs/metrics.md); what it cannot overlap is its own trajectory's later
     turns and the update that trains the trajectory, which starts after its last token. So:
@@ -82,7 +83,7 @@ def _colocated_turns(trace: Trace, cluster: Cluster, c, lengths: np.ndarray) -> 
     sample alone; and the sandbox pool's busy time (the calls of the attempts that are trained
     fill ``tool_pool`` sandboxes until at least Σ tool seconds / pool) plus the smallest such
     update of a sample with tool time (the last call to return is one's)."""
-    rows, tool = tool_chains(trace, c)
+    rows, tool = tool_chains(trace, step)
     own = c.train(lengths, lengths * (lengths + 1) // 2)  # one update on just that sample
     bound = float(np.max(rows + own))
     if float(tool.sum()) > 0:

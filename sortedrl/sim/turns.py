@@ -382,11 +382,11 @@ def decode_steps(trace: Trace) -> np.ndarray:
     return trace.response_len.astype(np.int64) - np.diff(np.asarray(trace.turn_offsets, dtype=np.int64))
 
 
-def tool_chains(trace: Trace, cost) -> tuple[np.ndarray, np.ndarray]:
+def tool_chains(trace: Trace, step_s: float) -> tuple[np.ndarray, np.ndarray]:
     """Per trajectory of a trace with turns (:func:`sortedrl.sim.run.lower_bound`'s parts): the
-    fewest seconds its turns take one after another (each decode step at least a batch-1 step,
-    each tool call its own latency), and its tool calls' seconds alone."""
+    fewest seconds its turns take one after another (each decode step at least ``step_s``, the
+    fastest step, each tool call its own latency), and its tool calls' seconds alone."""
     off = np.asarray(trace.turn_offsets, dtype=np.int64)
     tool_s = np.asarray(trace.turn_tool_s, dtype=float)
     per_row = np.add.reduceat(tool_s, off[:-1]) if tool_s.size else np.zeros(len(trace))
-    return decode_steps(trace) * (cost.fixed(1) + cost.weight_read(1)) + per_row, per_row
+    return decode_steps(trace) * step_s + per_row, per_row
