@@ -61,3 +61,26 @@ def test_the_file_is_no_field_of_the_cluster(tmp_path):
     assert cluster_from_dict(cluster.fields(), "tune.json", "cl6") == cluster
     with pytest.raises(Exception, match="unknown field 'source'"):
         cluster_from_dict({"source": "x"}, "c.json", "c")
+
+
+def test_the_kv_refusal_says_the_clause_that_decides():
+    # a budget of exactly the sequence's tokens: the token its next step writes is what does not fit
+    # (it read 'the KV budget of 8,520 tokens per engine cannot hold one sequence of 8,520 tokens');
+    # a budget that holds it but for the watermark says so
+    import dataclasses
+
+    from sortedrl.errors import ConfigError
+    from sortedrl.sim.cluster import preset
+
+    base = preset("h100-llama3.1-8b-1gpu")
+    exact = dataclasses.replace(base, kv_budget_tokens=8520, kv_watermark=0.0)
+    with pytest.raises(ConfigError) as e:
+        exact.check_fits(8520, "c.json")
+    assert str(e.value) == ("c.json: impossible cluster: the KV budget of 8,520 tokens per engine cannot hold "
+                            "one sequence of 8,520 tokens and the one its next step writes")
+    exact.check_fits(8519, "c.json")
+    marked = dataclasses.replace(base, kv_budget_tokens=8600, kv_watermark=0.01)
+    with pytest.raises(ConfigError) as e:
+        marked.check_fits(8520, "c.json")
+    assert str(e.value) == ("c.json: impossible cluster: the KV budget of 8,514 tokens per engine (8,600 less the "
+                            "kv_watermark, 0.01) cannot hold one sequence of 8,520 tokens")

@@ -354,9 +354,12 @@ class Cluster:
     def check_fits(self, longest_sequence: int, where: str = "cluster", what: str = "") -> None:
         """Raise unless one engine can hold the longest sequence (prompt + response) alone;
         ``what`` says where that sequence comes from (the trace, its cap)."""
-        if longest_sequence + 1 > self.kv_admit_budget:
-            raise ConfigError(f"{where}: impossible cluster: the KV budget of {self.kv_admit_budget:,} tokens per "
-                              f"engine cannot hold one sequence of {longest_sequence:,} tokens{what}")
+        admit, need = self.kv_admit_budget, longest_sequence + 1  # (a step writes a token first)
+        if need > admit:  # each clause said where it decides (a budget of N did not hold N tokens)
+            less = f" ({self.kv_budget:,} less the kv_watermark, {self.kv_watermark:g})" if need <= self.kv_budget else ""
+            more = " and the one its next step writes" if longest_sequence <= admit else ""
+            raise ConfigError(f"{where}: impossible cluster: the KV budget of {admit:,} tokens per engine{less} "
+                              f"cannot hold one sequence of {longest_sequence:,} tokens{more}{what}")
 
     def check_trace_fits(self, trace) -> None:
         """:meth:`check_fits` for ``trace``'s longest prompt plus its generation cap, naming both;
