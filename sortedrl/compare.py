@@ -26,6 +26,7 @@ from sortedrl.table_notes import sandbox_note, seed_note, trained_note, updates_
 from sortedrl.tables import UNITS, Col, Note, cell, counted, fmt, key_value_table, percent, render
 from sortedrl.traces.schema import Trace
 from sortedrl.trainer_bound import trainer_bound_note
+from sortedrl.unmodelled import unmodelled_notes
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
 
@@ -147,7 +148,8 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool, split: bool = 
                    f"but every policy takes batches of the first step's {trace.prompts_per_step:,}, so a "
                    "batch can hold prompts of two steps (a batch knob sets another fixed size): use a "
                    "trace whose steps hold equal numbers of prompts to keep them apart")
-    return out + list(filter(None, [offload_note(cluster)]))  # (a fact of the cluster, said with these)
+    # (facts of the cluster, said with these)
+    return out + list(filter(None, [offload_note(cluster)])) + unmodelled_notes(cluster)
 
 
 def never_synced(label: str, timeline) -> str | None:

@@ -1,0 +1,64 @@
+"""What a GPU preset's cost model leaves out, said beside the results it would move.
+
+The presets cost an engine's decode step from its weight and KV reads and its compute, and an
+update from its FLOPs (docs/calibration.md). Three costs of real clusters are not in them, and
+each favours a layout: tensor parallelism's all-reduces (a higher ``tp`` looks nearly free), an
+MoE trainer's expert parallelism (an MoE update is costed as a dense model of its active
+parameters) and a trainer's traffic across nodes (an update's time halves with twice the GPUs).
+A user choosing between such layouts should hear it where the numbers are printed, so
+``simulate``, ``compare``, ``tune`` and ``forecast`` print these notes with the cluster's other
+notes (:func:`sortedrl.compare.fit_warnings`). A calibrated profile or a cluster file's own
+``costs`` measured them, so nothing is said there.
+"""
+
+from __future__ import annotations
+
+from sortedrl.sim.cluster import Cluster
+from sortedrl.sim.hardware import MODELS
+
+# NCCL all-reduces of a decode step's sizes (2 KB to 1 MB) on H100s over NVLink, medians of
+# Vidur's profiles (data/profiling/network/h100_pair_nvlink and h100_dgx/all_reduce.csv): 7-30 µs
+# between 2 GPUs, 20-40 µs among 8
+ALL_REDUCE_S = {2: (7e-6, 30e-6), 8: (20e-6, 40e-6)}
+
+
+def unmodelled_notes(cluster: Cluster) -> list[str]:
+    """The notes for a preset-derived ``cluster`` (none for one with its own costs)."""
+    if cluster.costs is not None:
+        return []
+    return [note for note in (_tensor_parallel(cluster), _moe_trainer(cluster), _trainer_nodes(cluster)) if note]
+
+
+def _tensor_parallel(cluster: Cluster) -> str | None:
+    if cluster.tp <= 1:
+        return None
+    m = MODELS[cluster.model]
+    low, high = ALL_REDUCE_S[2 if cluster.tp == 2 else 8]
+    calls = 2 * m.n_layers  # after attention and after the MLP, in every layer
+    c = cluster.cost()
+    step = c.fixed(1) + max(c.weight_read(1), c.compute_s_per_seq)
+    return (f"note: {cluster.name}: an engine's {cluster.tp} tensor-parallel GPUs are costed without "
+            f"their all-reduces ({calls} a decode step, 2 a layer; NCCL's took {low * 1e6:.0f}-{high * 1e6:.0f} "
+            f"µs each on {2 if cluster.tp == 2 else 8} H100s in Vidur's measurements: "
+            f"{calls * low * 1e3:.1f}-{calls * high * 1e3:.1f} ms a step, beside a modelled step of "
+            f"{step * 1e3:.1f} ms at batch 1), so a higher tp looks faster than it is (docs/calibration.md)")
+
+
+def _moe_trainer(cluster: Cluster) -> str | None:
+    m = MODELS[cluster.model]
+    if not m.experts:
+        return None
+    return (f"note: {cluster.name}: the trainer's update is costed as FSDP on the model's "
+            f"{m.active_params / 1e9:,.1f}B active parameters (of {m.params / 1e9:,.1f}B): expert "
+            "parallelism's all-to-all and the lower MFU MoE training reaches are not modelled, so an "
+            "update is faster here than on GPUs (docs/calibration.md)")
+
+
+def _trainer_nodes(cluster: Cluster) -> str | None:
+    nodes = -(-cluster.trainer_gpus // cluster.gpus_per_node)
+    if nodes <= 1:
+        return None
+    return (f"note: {cluster.name}: the trainer's {cluster.trainer_gpus:,} GPUs span {nodes:,} nodes of "
+            f"{cluster.gpus_per_node:,}, and FSDP's all-gathers and gradient reduce-scatters across them "
+            "are not modelled (an update is costed by its FLOPs alone, so its time halves with twice the "
+            "GPUs) (docs/calibration.md)")
