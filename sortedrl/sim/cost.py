@@ -263,6 +263,17 @@ class CostModel:
         return self.admit_s_per_request * requests + self.step_fixed_s + max(self.weight_read(tokens),
                                                                              per_token * tokens + per_pair * pairs)
 
+    def chunk_expert_read(self, batch: int, tokens: int, room: int, steps: int) -> float:
+        """The expert reads that ``tokens`` prompt tokens, prefilled in chunks of ``room`` (the
+        last one the rest) beside ``batch`` decoding sequences over ``steps`` mixed steps, add to
+        those decode steps: an MoE step reads the experts all its tokens route to, not only its
+        decode tokens' (a chunk of 200 prompt tokens cost less than reading their experts). 0 for
+        a dense model, whose weights a decode step reads whole anyway."""
+        if not self.experts or not tokens:
+            return 0.0
+        base, last = self.weight_read(batch), tokens - (steps - 1) * room
+        return (steps - 1) * (self.weight_read(batch + room) - base) + self.weight_read(batch + last) - base
+
     def train(self, tokens: int, pairs: int = 0) -> float:
         """One update on ``tokens`` tokens (prompt + response of every sample in the batch, or
         batch size x the longest sequence when ``train_padded``: see :meth:`train_tokens`) with

@@ -22,7 +22,8 @@ Conventions (the brute-force reference in the tests uses the same ones):
 - with chunked prefill (``chunk_budget``, vLLM V1's ``max_num_batched_tokens``; the GPU presets)
   an admission is no stall: the ``B`` running samples keep decoding in ``n = ceil(T / (budget -
   B))`` mixed steps that also carry the ``T`` prompt tokens, each costing a decode step of the
-  ``B`` plus its chunk's prefill compute; the last chunk yields the new samples' first token.
+  ``B`` plus its chunk's prefill compute (and an MoE model's reads of the experts its chunk
+  routes to beyond the ``B``'s); the last chunk yields the new samples' first token.
   Samples join FCFS while the chunks end by the next finish of a running sample (else the
   admission waits for that finish: the closed form needs a constant batch) and ``kv + T + new +
   n·B`` leaves room for one more step. An action mid-phase lets the phase finish, as mid-step;
@@ -378,8 +379,8 @@ class Engine(EngineActions):
             alpha = weight + kv_read * kv0
             if alpha >= compute * b0:  # memory-bound throughout: the same sum
                 decode = steps * (fixed + per_seq * b0 + alpha) + kv_read * b0 * ((steps * (steps - 1)) // 2)
-        if decode is None:
-            decode = self._cost.decode_time(steps, b0, kv0)
+        if decode is None:  # (an MoE step also reads the experts its chunk's tokens route to)
+            decode = self._cost.decode_time(steps, b0, kv0) + self._cost.chunk_expert_read(b0, tokens, room, steps)
         admit_step, per_request, per_token, per_pair = self._chunk_prefill
         dt = decode + admit_step + per_request * n + per_token * tokens + per_pair * pairs
         step = p.step = p.step + steps
