@@ -8,6 +8,7 @@ Thin over :mod:`sortedrl.forecast`; the report is a self-contained plotly page l
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
 from sortedrl.table_notes import count_text, updates_note
 from sortedrl.tables import FORMATS, Col, Note, fmt, render, terminal_width
+from sortedrl.unmodelled import unmodelled_notes
 
 if TYPE_CHECKING:  # (imported where a forecast runs: numpy and the simulator load then)
     from sortedrl.forecast import RunSource
@@ -142,8 +144,25 @@ def _notes(source: RunSource, name: str, specs: list, clusters: list, results: l
     else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
         per_step = source.samples_per_run() // source.steps
         fits = [*(slots_warning(name, per_step, cl, "more --prompts", split(cl)) for cl in clusters),
-                *map(offload_note, clusters)]
+                *map(offload_note, clusters), *(n for cl in clusters for n in unmodelled_notes(cl)),
+                _drift_note(source, name)]
     return list(filter(None, dict.fromkeys([*fits, *said, *(split_note(results, cl) for cl in clusters)])))
+
+
+def _drift_note(source: RunSource, name: str) -> str | None:
+    """Said when the trace model's drift moves the lengths twofold or more over the forecast's
+    steps: e^(drift x steps) multiplies them, and a drift fitted on a few steps may be their
+    noise (a 4-step fit's -0.017 took a 300-step forecast's lengths to x0.0063)."""
+    drift, steps = source.model.drift, source.steps
+    grow = drift * (steps - 1)  # (the log of step `steps`' lengths against step 1's)
+    if abs(grow) < math.log(2):
+        return None
+    factor = math.exp(max(-700.0, min(700.0, grow)))
+    shown = f"x{factor:,.0f}" if factor >= 10 else f"x{factor:.2g}"
+    return (f"note: {name}: the trace model's drift, {drift:.3g} log-tokens a step, makes the responses of "
+            f"step {steps:,} {shown} those of step 1 (each step moves a prompt's mean log-length by it): "
+            "check it against your run's growth (trace fit --drift-from), or set drift to 0 in the model "
+            "for lengths that do not grow")
 
 
 def _unnamed(cluster):

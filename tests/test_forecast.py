@@ -236,3 +236,18 @@ def test_a_multi_turn_forecast_keeps_the_tool_figures(tmp_path):
     assert {k: forecast[k] for k in ("tool_calls", "tool_s", "sandbox_wait_s", "bubble_tool_ratio")} == {
         k: ran[k] for k in ("tool_calls", "tool_s", "sandbox_wait_s", "bubble_tool_ratio")}
     assert ran["tool_calls"] > 0
+
+
+def test_a_drift_that_moves_the_lengths_twofold_over_the_forecast_is_said(model_file):
+    # drift 0.01 a step: x2.2 by step 80 (79 steps of it), x1.8 by step 60 (said from x2 on)
+    def drift_notes(steps):
+        r = run(["forecast", "--trace-model", str(model_file), "--steps", str(steps), "--prompts", "4",
+                 "--seeds", "1", "--policy", "sync", "--cluster", "h100-llama3.1-8b-1gpu"])
+        assert r.exit_code == 0, r.output
+        return [line for line in r.stderr.splitlines() if "drift" in line]
+
+    assert drift_notes(80) == [
+        f"note: {model_file.name}: the trace model's drift, 0.01 log-tokens a step, makes the responses of step 80 "
+        "x2.2 those of step 1 (each step moves a prompt's mean log-length by it): check it against your run's "
+        "growth (trace fit --drift-from), or set drift to 0 in the model for lengths that do not grow"]
+    assert drift_notes(60) == []
