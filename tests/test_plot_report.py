@@ -399,11 +399,12 @@ def test_headline_table_one_precision_a_column_and_no_empty_timeline_column(comp
     # learnable tokens/s, the rate compare and tune rank by (the report showed only useful)
     assert heads == ["policy", "oracle", "cluster", "makespan (s)", "bubble (%)", "useful tokens/s",
                      "learnable tokens/s", "staleness mean (versions)", "staleness max (versions)",
-                     "wasted (tokens)", "efficiency"]
+                     "wasted (tokens)", "efficiency", "updates"]
     for s, row in zip(summaries, rows, strict=True):
         assert row[3:] == [f"{s['makespan_s']:,.1f}", f"{100 * s['bubble_ratio']:.1f}", f"{s['tokens_per_s']:,.0f}",
                            f"{s['learnable_tokens_per_s']:,.0f}", f"{s['staleness_mean']:.2f}",
-                           f"{s['staleness_max']:,}", f"{s['wasted_tokens']:,}", f"{s['efficiency']:.3f}"]
+                           f"{s['staleness_max']:,}", f"{s['wasted_tokens']:,}", f"{s['efficiency']:.3f}",
+                           f"{s['updates']:,}"]
     (root / "sync" / "timeline.html").write_text("<html></html>")
     heads, rows = body(report_page(root))
     assert heads[-1] == "timeline"
@@ -415,3 +416,26 @@ def test_headline_table_one_precision_a_column_and_no_empty_timeline_column(comp
     heads, rows = body(report_page(root))
     col = heads.index("learnable tokens/s")
     assert [row[col] for row in rows] == ["-"] * len(rows)
+
+
+def test_the_report_says_what_compare_says_of_updates_and_training(compare_dir, tmp_path):
+    # compare's notes that change how a row reads were in the terminal only: runs whose updates
+    # differ twofold, runs that trained less; the table has an updates column
+    out, summaries, _ = compare_dir
+    root = tmp_path / "cmp"
+    shutil.copytree(out, root)
+    raw = json.loads((root / "compare.json").read_text())
+    raw[0].update(updates=1, samples_trained=10)  # (as a run that made one update of part of the trace)
+    (root / "compare.json").write_text(json.dumps(raw))
+    run = json.loads((root / "sync" / "summary.json").read_text())
+    (root / "sync" / "summary.json").write_text(json.dumps({**run, "updates": 1, "samples_trained": 10}))
+    text = report_page(root)
+    most = max(s["samples_trained"] for s in raw)
+    many = max(raw, key=lambda s: s["updates"])
+    assert (f'<p class="note">updates differ: sync makes 1 update, {many["label"]} makes {many["updates"]}; fewer '
+            'updates mean larger batches, a different training run, not only a faster one</p>') in text
+    assert (f'<p class="note">trained less: sync trained 10 of its {raw[0]["samples_total"]:,} samples '
+            f'({100 * 10 / raw[0]["samples_total"]:.0f}%), where another trained {most:,}: a makespan that covers '
+            'less training reads faster than it is; compare the learnable tok/s</p>') in text
+    assert report_page(out).count('<p class="note">updates differ') == (
+        max(s["updates"] for s in summaries) >= 2 * max(1, min(s["updates"] for s in summaries)))

@@ -56,7 +56,7 @@ def numbers(s: dict) -> list[str]:
             format(s["tokens_per_s"], FORMATS["tokens_per_s"]),
             format(s["learnable_tokens_per_s"], FORMATS["learnable_tokens_per_s"]),
             format(s["staleness_mean"], FORMATS["staleness_mean"]), f"{s['staleness_max']:,}",
-            f"{s['wasted_tokens']:,}", format(s["efficiency"], FORMATS["efficiency"])]
+            f"{s['wasted_tokens']:,}", format(s["efficiency"], FORMATS["efficiency"]), f"{s['updates']:,}"]
 
 
 def test_a_real_and_a_simulated_run_side_by_side(sims, tmp_path):
@@ -76,10 +76,10 @@ def test_a_real_and_a_simulated_run_side_by_side(sims, tmp_path):
     assert heads == ["run", "backend", "policy", "knobs", "trace", "cluster", "makespan (s)",
                      "bubble (%)", "useful tokens/s", "learnable tokens/s",
                      "staleness mean (versions)", "staleness max (versions)", "wasted (tokens)",
-                     "efficiency"]
+                     "efficiency", "updates"]
     # the real run: no learnable tokens counted in its summary, and no bound, so no efficiency
     assert rows[0] == ["sync", "real (vLLM)", "sync", "rollout_batch=0, minibatches=1", "task:sort",
-                       "local-vllm", "0.5", "74.0", "2,110", "-", "0.00", "0", "0", "-"]
+                       "local-vllm", "0.5", "74.0", "2,110", "-", "0.00", "0", "0", "-", "4"]
     s = load_runs([sims / "sortedrl"])[0].summary
     assert rows[1][:3] == ["sortedrl", "simulated", "sortedrl"]
     assert rows[1][4:6] == ["test", "tiny"]

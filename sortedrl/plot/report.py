@@ -45,6 +45,7 @@ from sortedrl.plot.inputs import (
 )
 from sortedrl.plot.page import Link, atomic_write, figure_div, page, table
 from sortedrl.run_summary import has_no_bound
+from sortedrl.table_notes import trained_note, updates_note
 from sortedrl.tables import AS_PERCENT, FORMATS, PERCENT
 from sortedrl.timeline import Timeline
 from sortedrl.timeline_file import NAMES, find_timeline
@@ -279,7 +280,7 @@ NUMBER_COLS = (("makespan (s)", FORMATS["makespan_s"]), ("bubble (%)", PERCENT),
                ("useful tokens/s", FORMATS["tokens_per_s"]),
                ("learnable tokens/s", FORMATS["learnable_tokens_per_s"]),
                ("staleness mean (versions)", FORMATS["staleness_mean"]), ("staleness max (versions)", None),
-               ("wasted (tokens)", None), ("efficiency", FORMATS["efficiency"]))
+               ("wasted (tokens)", None), ("efficiency", FORMATS["efficiency"]), ("updates", None))
 
 
 def headline_numbers(s: dict) -> tuple:
@@ -288,7 +289,7 @@ def headline_numbers(s: dict) -> tuple:
     return (float(s["makespan_s"]), 100 * float(s["bubble_ratio"]), float(s["tokens_per_s"]),
             s.get("learnable_tokens_per_s", "-"), float(s["staleness_mean"]),
             s.get("staleness_max", ""), s.get("wasted_tokens", ""),
-            "-" if has_no_bound(s) else s.get("efficiency", ""))
+            "-" if has_no_bound(s) else s.get("efficiency", ""), s.get("updates", ""))
 
 
 def timeline_cell(timeline: Path, base: Path) -> Link | str:
@@ -346,8 +347,17 @@ def report_page(root: Path, out: Path | None = None) -> str:
 
             parts.append(figure_div(plan_figure(tune), "plan"))
     base = (out or root / "report.html").parent
-    parts += ["<h2>Headline numbers</h2>", _summary_table(root, entries, base)]
+    parts += ["<h2>Headline numbers</h2>", _summary_table(root, entries, base), *_table_notes(entries)]
     return page(f"report: {root.name}", parts)
+
+
+def _table_notes(entries: list[dict]) -> list[str]:
+    """The notes compare and tune print under their tables that change how a row reads: runs
+    whose updates differ twofold (a different training run), runs that trained less."""
+    said = [updates_note([(str(s["label"]), s["updates"]) for s in entries if "updates" in s]),
+            trained_note([(str(s["label"]), s["samples_trained"], s["samples_total"]) for s in entries
+                          if "samples_trained" in s and "samples_total" in s])]
+    return [f'<p class="note">{html.escape(note)}</p>' for note in said if note]
 
 
 def write_report(dir: str | Path, path: str | Path | None = None) -> Path:
