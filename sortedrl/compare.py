@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from sortedrl.cluster_split import split_costs, split_of
 from sortedrl.errors import ConfigError
 from sortedrl.outputs import OutputError, check_label
@@ -136,8 +138,9 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool, split: bool = 
     step (the first step of every policy is its warm-up), or its steps differ in size (every
     policy's batch is the first step's prompts, so a batch then straddles two steps). ``split``:
     some policy runs on the cluster's disaggregated split (a smaller cluster to try keeps one)."""
+    mean = int(np.mean(trace.prompt_len.astype(np.int64) + trace.response_len)) if len(trace) else 0
     slots = slots_warning(trace.name, trace.prompts_per_step * trace.meta.group_size, cluster,
-                          "more --prompts" if synthetic else "a trace with more prompts per step", split)
+                          "more --prompts" if synthetic else "a trace with more prompts per step", split, mean)
     out = [slots] if slots else []
     if trace.num_steps < 2:
         out.append(f"warning: {trace.name} has 1 step, so no policy gets past its warm-up step "
@@ -163,18 +166,30 @@ def never_synced(label: str, timeline) -> str | None:
             "with the first version's weights: return Sync() from on_update_done (the default does)")
 
 
-def slots_warning(name: str, per_step: int, cluster: Cluster, more: str, split: bool = False) -> str | None:
+def slots_warning(name: str, per_step: int, cluster: Cluster, more: str, split: bool = False,
+                  mean_tokens: int = 0) -> str | None:
     """The warning for steps of ``per_step`` samples that fill less than half the decode slots
     (every policy mostly idles), with a smaller preset to try (``split``: one a disaggregated
-    split can be made of, 2 GPUs or more), or ``more`` of the trace."""
-    slots = cluster.engines * cluster.max_num_seqs
+    split can be made of, 2 GPUs or more), or ``more`` of the trace. ``mean_tokens``: the
+    trace's mean prompt + response; an engine whose KV cache holds under half its max_num_seqs of
+    such sequences has that many slots (1,024 sequences of verl's settings at gpu_mem_util 0.5,
+    87 in the KV cache, were told to try a smaller cluster)."""
+    held = cluster.kv_admit_budget // mean_tokens if mean_tokens else cluster.max_num_seqs
+    # (said when it holds under half: a running sequence holds less than its whole length, and
+    # the presets' caches hold 80% of their slots of a trace's mean length or more)
+    per_engine = max(1, held) if 2 * held < cluster.max_num_seqs else cluster.max_num_seqs
+    slots = cluster.engines * per_engine
     if per_step >= slots / 2:
         return None
     hint = _smaller_cluster(cluster, per_step, split)
     share = 100 * per_step / slots  # (under 0.5%, not "0%": a step of 1 sample fills some)
+    which = f"{counted(cluster.engines, 'engine')} x {per_engine}" + (
+        "" if per_engine == cluster.max_num_seqs else
+        f": the KV cache holds {per_engine:,} sequences of the trace's mean {mean_tokens:,} tokens, "
+        f"under max_num_seqs {cluster.max_num_seqs:,}")
     return (f"warning: a step of {name} has {counted(per_step, 'sample')}, filling "
             f"{'<1' if 0 < share < 1 else format(share, '.0f')}% of the {slots:,} decode slots of {cluster.name} "
-            f"({counted(cluster.engines, 'engine')} x {cluster.max_num_seqs}): every policy will mostly idle; "
+            f"({which}): every policy will mostly idle; "
             + (f"try --cluster {hint}" if hint else "try a smaller --cluster") + f" or {more}")
 
 

@@ -120,3 +120,23 @@ def test_a_mistyped_policy_or_knob_names_the_close_one(tmp_path, args, line):
     r = runner.invoke(app, [*args, "--synthetic", "logic-8k", "--out", str(out)])
     assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {line}\n")
     assert not out.exists()
+
+
+def test_the_slots_of_an_engine_whose_kv_cache_holds_fewer_sequences_are_those_it_holds():
+    # verl's settings (max_num_seqs 1,024, gpu_mem_util 0.5) on 16 H100s: the KV cache holds 87
+    # sequences of 1,820 tokens an engine; 4,096 samples fill them, and were told they filled 25%
+    # of 16,384 slots and to try a smaller cluster
+    import dataclasses
+
+    from sortedrl.compare import slots_warning
+    from sortedrl.sim.cluster import preset
+
+    cl = dataclasses.replace(preset("h100-qwen3-8b-16gpu"), max_num_seqs=1024, gpu_mem_util=0.5)
+    assert cl.kv_admit_budget // 1820 == 87
+    assert slots_warning("t", 4096, cl, "more --prompts", False, 1820) is None
+    assert slots_warning("t", 128, cl, "more --prompts", False, 1820) == (
+        "warning: a step of t has 128 samples, filling 9% of the 1,392 decode slots of h100-qwen3-8b-16gpu "
+        "(16 engines x 87: the KV cache holds 87 sequences of the trace's mean 1,820 tokens, under "
+        "max_num_seqs 1,024): every policy will mostly idle; try --cluster h100-qwen3-8b-16gpu-16seq or more "
+        "--prompts")
+    assert "(16 engines x 1024)" in slots_warning("t", 128, cl, "more --prompts")  # (no lengths: the slots)
