@@ -38,3 +38,29 @@ def test_a_ctrl_c_inside_rays_start_stops_the_ray_started_here(monkeypatch):
     finally:
         signal.signal(signal.SIGINT, before)
     assert seen == [True] and not ray.is_initialized()
+
+
+def test_a_ray_started_here_keeps_its_session_files_in_a_scratch_it_removes(monkeypatch):
+    # tune --ray local left a session directory of ~200 KB in /tmp/ray per run, outside --out
+    import tempfile
+    from pathlib import Path
+
+    ray = pytest.importorskip("ray", reason="Ray is the [ray] extra; make test installs it")
+    if ray.is_initialized():
+        ray.shutdown()
+    init, where = ray.init, []
+
+    def init_seen(*args, **kwargs):
+        where.append(kwargs.get("_temp_dir"))
+        return init(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "init", init_seen)
+    tr = synthesize("math-16k", prompts=4, group_size=2, steps=1, seed=0)
+    cluster = RayCluster(tr, preset("h100-llama3.1-8b-1gpu-16seq"), 0, "local")
+    try:
+        (tmp,) = where
+        assert Path(tmp).parent == Path(tempfile.gettempdir()) and Path(tmp).name.startswith("sortedrl-ray-")
+        assert any(Path(tmp).glob("session_*"))
+    finally:
+        cluster.close()
+    assert not Path(tmp).exists() and not ray.is_initialized()

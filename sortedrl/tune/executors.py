@@ -209,10 +209,13 @@ class RayCluster(Executor):
         """Start or join Ray. A Ctrl-C within its start waits for it (one there was swallowed by
         Ray's fork handlers, and tune ran on, or crashed it), then stops it again, as after."""
         ray = self.ray
+        # a Ray started here keeps its session files (logs, sockets) in a scratch directory that
+        # close() removes once Ray is down, not in /tmp/ray, where each run left 200 KB
+        where = {"_temp_dir": str(self.scratch.enter_context(temp_scratch("ray")))} if address == "local" else {}
         try:  # (its INFO line, "Started a local Ray instance", is not ours to print)
             with signals_deferred():
                 ray.init(address=None if address == "local" else address,
-                         include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+                         include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, **where)
                 self.started = True
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
