@@ -43,6 +43,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import (
+    check_input_trace,
     input_files,
     load_input_trace,
     run_identity,
@@ -145,6 +146,7 @@ def simulate(
     cls = policy_class(policy)
     parse_params(cls.Params, sets, policy)  # bad knobs fail before any work
     sets = [knob.removeprefix(f"{policy}.").removeprefix(f"{policy.rpartition(':')[2]}.") for knob in sets]  # (POLICY.key)
+    check_input_trace(trace, synthetic, prompts, group_size, steps, seed)  # (before --out's run)
     outs = Outputs("simulate", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"{source}-{policy}-{cl.name}" + (f"-seed{seed}" if seed else "")),
@@ -225,6 +227,7 @@ def compare(
     tl_name = timeline_file.file_name(timeline)
     specs = parse_specs(policies, sets)
     cl = load_cluster(cluster)
+    check_input_trace(trace, synthetic, prompts, group_size, steps, seed)  # (before --out's run)
     outs = Outputs("compare", force, inputs=input_files(trace, cluster))
     source = source_name(trace, synthetic)
     run_dir = outs.run_dir(out, Path("runs") / slug(f"compare-{source}-{cl.name}" + (f"-seed{seed}" if seed else "")),

@@ -10,26 +10,46 @@ recognised however the input was typed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sortedrl import streams
 from sortedrl.cli_common import get_current_context, slug
 from sortedrl.errors import ConfigError, TraceError, not_found
 from sortedrl.traces.io import BUNDLED, read_trace, trace_label
 from sortedrl.traces.schema import Trace
-from sortedrl.traces.synth import synthesize
+from sortedrl.traces.synth import check_synthesis, synthesize
+
+
+def check_input_trace(trace: Path | None, synthetic: str | None, prompts: int | None,
+                      group_size: int | None, steps: int | None, seed: int) -> None:
+    """The cheap checks of a run's trace, made before its run directory is compared with the
+    run it holds (that refusal hid them: a mistyped ``--synthetic math16k`` was "a run with
+    other options"): one of --trace and --synthetic, a preset and its shape options, a trace
+    file that is there, the shape options a file refuses, and a trace model's fields. A trace
+    file's rows are read later."""
+    if (trace is None) == (synthetic is None):
+        raise ConfigError("give exactly one of --trace FILE or --synthetic PRESET")
+    if trace is None:
+        _options_named(check_synthesis, synthetic, prompts, group_size, steps, seed)
+        return
+    from sortedrl.traces.model import is_trace_model, load_model
+
+    trace_source(trace, None)  # (there, or the error)
+    model = is_trace_model(trace)
+    check_no_shape_options(trace, model, prompts, group_size, steps)
+    if model:
+        load_model(trace)
 
 
 def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | None,
                      group_size: int | None, steps: int | None, seed: int) -> Trace:
-    if (trace is None) == (synthetic is None):
-        raise ConfigError("give exactly one of --trace FILE or --synthetic PRESET")
+    check_input_trace(trace, synthetic, prompts, group_size, steps, seed)
     if trace is not None:
         from sortedrl.traces.model import generate, is_trace_model, load_model
 
-        model = is_trace_model(trace)
-        check_no_shape_options(trace, model, prompts, group_size, steps)
-        if model:  # --trace-model MODEL.json: a run of --steps from the model
+        if is_trace_model(trace):  # --trace-model MODEL.json: a run of --steps from the model
             return generate(load_model(trace), 1 if steps is None else steps, seed=seed, prompts=prompts)
         return read_trace(trace)
     return synthesized(synthetic, prompts, group_size, steps, seed)
@@ -44,9 +64,16 @@ def synthesized(preset: str, prompts: int | None, group_size: int | None, steps:
                 dataset_size: int | None = None) -> Trace:
     """:func:`~sortedrl.traces.synth.synthesize`, a refused value named by its option (the
     function names its parameter: `group_size must be >= 1` for --group-size 0)."""
+    return _options_named(synthesize, preset, prompts, group_size, steps, seed, dataset_size)
+
+
+def _options_named(call: Callable, preset: str, prompts: int | None, group_size: int | None,
+                   steps: int | None, seed: int, dataset_size: int | None = None) -> Any:
+    """``call(preset, ...)`` (:func:`synthesize` or :func:`check_synthesis`), a refused value
+    named by its option rather than its parameter."""
     try:
-        return synthesize(preset, prompts=prompts, group_size=group_size, steps=steps, seed=seed,
-                          dataset_size=dataset_size)
+        return call(preset, prompts=prompts, group_size=group_size, steps=steps, seed=seed,
+                    dataset_size=dataset_size)
     except ConfigError as e:
         name = str(e).split(" ", 1)[0]
         if name in SYNTH_OPTIONS:

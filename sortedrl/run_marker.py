@@ -53,6 +53,7 @@ _PATHS = ("source", "cluster")  # the options that may name a file: recorded by 
 # (not --policy's: compare lists its policies in that order, tune its best per policy)
 _UNORDERED = ("sets", "params")
 _OPTIONS = {"source": "--trace", "policies": "--policy", "sets": "--set", "params": "--param"}  # (the others: --KEY)
+_SAME_OPTION = {"--trace-model": "--trace"}  # (one option by two names: a marker cannot tell them apart)
 _HASH = re.compile(r"(sha256:[0-9a-f]{12})[0-9a-f]+")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
@@ -159,11 +160,12 @@ def differences(marker: dict, current: dict, names: dict[str, str | None] | None
     for one with no effect on this run (a trace file's ``steps``: not typed, only its default),
     named only when nothing else differs."""
     previous, current = _comparable(marker, current)
+    given = (names or {}).get("source") or _option_of(current.get("source"))  # (this command's, as typed)
     names = {**_OPTIONS, **(names or {})}
     differing = [key for key in sorted(previous.keys() | current.keys()) if previous.get(key) != current.get(key)]
     named = [key for key in differing if names.get(key, "") is not None] or differing
-    return "; ".join(_source_change(previous.get("source"), current.get("source"))
-                     if key == "source" and _option_of(previous.get("source")) != _option_of(current.get("source"))
+    return "; ".join(_source_change(previous.get("source"), current.get("source"), given)
+                     if key == "source" and _option_of(previous.get("source")) != _SAME_OPTION.get(given, given)
                      else f"{names.get(key) or '--' + key.replace('_', '-')}: {_shown(previous.get(key))} "
                      f"then {_shown(current.get(key))}" for key in named)
 
@@ -177,10 +179,11 @@ def _option_of(source: object) -> str:
     return "--synthetic" if source in preset_names() else "--trace"
 
 
-def _source_change(old: object, new: object) -> str:
+def _source_change(old: object, new: object, given: str) -> str:
     """A run's trace that changed option too: ``--synthetic math-16k then --trace /t/math-16k.jsonl``
-    (a synthetic preset and a trace file of the same name share a default directory)."""
-    return f"trace: {_option_of(old)} {_shown(old)} then {_option_of(new)} {_shown(new)}"
+    (a synthetic preset and a trace file of the same name share a default directory); the new
+    one by the option this command was ``given`` (``--trace-model``), the old by its value."""
+    return f"trace: {_option_of(old)} {_shown(old)} then {given} {_shown(new)}"
 
 
 def unrecorded_pipe(marker: dict, current: dict) -> str | None:

@@ -10,15 +10,22 @@ differs (an audit of commands chained together).
 - The refusal named no option: it says which now, the previous value then the new one.
 - `simulate --trace nonexist.jsonl --out A`, A holding another run, reported the --out conflict;
   the missing trace is what is wrong, and is said first.
+- `simulate --synthetic math16k --out A` (a typo of math-16k), A holding another run, was "a run
+  with other options (trace: --synthetic math-16k then --trace math16k)": the unknown preset,
+  and any bad shape option, is said first now, by simulate, compare and tune alike; and the
+  refusal names this command's trace by the option given (--trace-model, not --trace).
 
 Run: pytest tests/test_rerun_options.py
 """
 
 from __future__ import annotations
 
+import pytest
+from cli_helpers import fittable_trace
 from typer.testing import CliRunner
 
 from sortedrl.cli import app
+from sortedrl.run_marker import differences
 
 runner = CliRunner()
 BASE = ["--synthetic", "math-16k", "--prompts", "4", "--group-size", "2", "--steps", "2",
@@ -101,3 +108,35 @@ def test_the_refusal_names_the_option_as_given_and_not_one_without_effect(tmp_pa
     write_trace(synthesize("math-16k", prompts=4, group_size=2, steps=2, seed=0), tmp_path / "t.jsonl")
     r = run(tmp_path, *args, "--trace", "t.jsonl")
     assert (r.exit_code, r.stderr) == (2, refused(tmp_path, "simulate", f"trace: --synthetic math-16k then --trace {tmp_path / 't.jsonl'}"))
+
+
+PRESETS = "logic-8k, math-16k, agentic-retool, agentic-search, agentic-swe"
+
+
+@pytest.mark.parametrize("command", [["simulate", "--policy", "partial"], ["compare", "--policy", "sync"],
+                                     ["tune", "--policy", "sync"]])
+def test_an_unknown_preset_or_shape_is_said_before_the_out_it_would_replace(tmp_path, command):
+    assert run(tmp_path, "simulate", *BASE, "--policy", "sync").exit_code == 0
+    cluster = ["--cluster", "h100-llama3.1-8b-2gpu"]
+    r = run(tmp_path, *command, "--synthetic", "math16k", *cluster)
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: unknown preset 'math16k'; known presets: {PRESETS}\n")
+    r = run(tmp_path, *command, "--synthetic", "math-16k", "--prompts", "0", *cluster)
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", "error: --prompts must be >= 1, got 0\n")
+    r = run(tmp_path, *command, *cluster)
+    assert (r.exit_code, r.stdout, r.stderr) == (2, "", "error: give exactly one of --trace FILE or --synthetic PRESET\n")
+
+
+def test_the_refusal_names_a_trace_model_as_given(tmp_path):
+    assert run(tmp_path, "simulate", *BASE, "--policy", "sync").exit_code == 0
+    model = tmp_path / "m.json"
+    assert runner.invoke(app, ["trace", "fit", str(fittable_trace(tmp_path / "t.jsonl")), "--out", str(model)]).exit_code == 0
+    r = run(tmp_path, "simulate", "--trace-model", str(model), "--policy", "sync", *BASE[2:4], *BASE[6:])
+    assert (r.exit_code, r.stderr) == (2, refused(tmp_path, "simulate", f"trace: --synthetic math-16k then --trace-model {model}"))
+
+
+def test_differences_name_this_commands_trace_by_its_option():
+    previous = {"command": "simulate", "source": "math-16k", "steps": 4}
+    assert differences(previous, {**previous, "source": "math16k"}, {"source": "--synthetic"}) == (
+        "--synthetic: math-16k then math16k")
+    assert differences(previous, {**previous, "source": "/t/m.json"}, {"source": "--trace-model"}) == (
+        "trace: --synthetic math-16k then --trace-model /t/m.json")

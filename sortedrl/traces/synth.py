@@ -39,7 +39,12 @@ import numpy as np
 from sortedrl.errors import ConfigError
 from sortedrl.limits import check_seed
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
-from sortedrl.traces.synth_agentic import AGENTIC_PRESETS, generate_agentic, synthetic_trace
+from sortedrl.traces.synth_agentic import (
+    AGENTIC_PRESETS,
+    AgenticParams,
+    generate_agentic,
+    synthetic_trace,
+)
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,24 @@ def synthesize(
     shuffled order (like a shuffling dataloader with ``drop_last``); a prompt keeps its
     difficulty and prompt length across epochs, so its ``prompt_id`` recurs.
     """
+    params, P, n, S = check_synthesis(preset, prompts, group_size, steps, seed, dataset_size)
+    if isinstance(params, SynthParams):
+        trace = generate(params, P, n, S, seed=seed, dataset_size=dataset_size)
+    else:
+        trace = generate_agentic(params, P, n, S, int(seed), _dataset_size(dataset_size, P, S), "synth")
+    D = P * S if dataset_size is None else dataset_size
+    source = f"synth:{preset} seed={seed} prompts={P} group_size={n} steps={S} dataset_size={D}"
+    meta = TraceMeta(trace.meta.max_response_len, trace.meta.group_size, source)
+    return dataclasses.replace(trace, meta=meta, name=preset)
+
+
+def check_synthesis(preset: str, prompts: int | None = None, group_size: int | None = None,
+                    steps: int | None = None, seed: int = 0, dataset_size: int | None = None,
+                    ) -> tuple[SynthParams | AgenticParams, int, int, int]:
+    """Check :func:`synthesize`'s arguments without drawing anything; return the preset's
+    parameters and the prompts per step, group size and steps it will draw. Cheap, so that a
+    command checks them before its outputs: an unknown preset is what is wrong, not the run
+    directory of other options it would replace."""
     if preset not in PRESETS and preset not in AGENTIC_PRESETS:
         known = ", ".join(preset_names())
         raise ConfigError(f"unknown preset {preset!r}; known presets: {known}")
@@ -146,21 +169,14 @@ def synthesize(
     P = params.prompts if prompts is None else prompts
     n = params.group_size if group_size is None else group_size
     S = params.steps if steps is None else steps
-    if isinstance(params, SynthParams):
-        trace = generate(params, P, n, S, seed=seed, dataset_size=dataset_size)
-    else:
-        P, n, S, seed = (_check_int(k, v, m) for k, v, m in
-                         (("prompts", P, 1), ("group_size", n, 1), ("steps", S, 1), ("seed", seed, 0)))
-        check_seed(seed, "seed")
-        check_samples(P, n, S)
-        D = _dataset_size(dataset_size, P, S)
-        if D < P:
-            raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
-        trace = generate_agentic(params, P, n, S, seed, D, "synth")
-    D = P * S if dataset_size is None else dataset_size
-    source = f"synth:{preset} seed={seed} prompts={P} group_size={n} steps={S} dataset_size={D}"
-    meta = TraceMeta(trace.meta.max_response_len, trace.meta.group_size, source)
-    return dataclasses.replace(trace, meta=meta, name=preset)
+    P, n, S, seed = (_check_int(k, v, m) for k, v, m in
+                     (("prompts", P, 1), ("group_size", n, 1), ("steps", S, 1), ("seed", seed, 0)))
+    check_seed(seed, "seed")
+    check_samples(P, n, S)
+    D = _dataset_size(dataset_size, P, S)
+    if D < P:
+        raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
+    return params, P, n, S
 
 
 def preset_names() -> list[str]:

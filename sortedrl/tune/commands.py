@@ -24,6 +24,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import (
+    check_input_trace,
     input_files,
     load_input_trace,
     run_identity,
@@ -100,6 +101,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--max-staleness {max_staleness}: must be >= 0")
         spaces = parse_spaces(policies, params)
         cl = load_cluster(cluster)
+        check_input_trace(trace, synthetic, prompts, group_size, steps, seed)  # (before --out's run)
         outs = Outputs("tune", force, inputs=input_files(trace, cluster))
         run_dir = outs.run_dir(out, Path("runs") / slug(f"tune-{source_name(trace, synthetic)}-{cl.name}" + (f"-seed{seed}" if seed else "")),
                                identity=run_identity(trace, synthetic, cluster, seed=seed, prompts=prompts,
