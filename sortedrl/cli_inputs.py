@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sortedrl import streams
+from sortedrl import file_kinds, streams
 from sortedrl.cli_common import get_current_context, slug
 from sortedrl.errors import ConfigError, TraceError, not_found
 from sortedrl.traces.io import BUNDLED, read_trace, trace_label
@@ -27,7 +27,8 @@ def check_input_trace(trace: Path | None, synthetic: str | None, prompts: int | 
     """The cheap checks of a run's trace, made before its run directory is compared with the
     run it holds (that refusal hid them: a mistyped ``--synthetic math16k`` was "a run with
     other options"): one of --trace and --synthetic, a preset and its shape options, a trace
-    file that is there, the shape options a file refuses, and a trace model's fields. A trace
+    file that is there and is no other file of sortedrl's own (a profile: said so, not that it
+    "has its own steps"), the shape options a file refuses, and a trace model's fields. A trace
     file's rows are read later."""
     if (trace is None) == (synthetic is None):
         raise ConfigError("give exactly one of --trace FILE or --synthetic PRESET")
@@ -38,6 +39,8 @@ def check_input_trace(trace: Path | None, synthetic: str | None, prompts: int | 
 
     trace_source(trace, None)  # (there, or the error)
     model = is_trace_model(trace)
+    if not model and (what := file_kinds.not_a_trace(trace)) is not None:  # (what it is, before --steps)
+        raise TraceError(what)
     check_no_shape_options(trace, model, prompts, group_size, steps)
     if model:
         load_model(trace)

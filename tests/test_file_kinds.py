@@ -8,6 +8,9 @@ together).
   ``summary.json`` or timeline given where a trace goes was a malformed trace ("line 1: bad
   JSON" of valid JSON, "unknown column '['", "not UTF-8 text"): it is said to be what it is,
   and where it goes.
+- `simulate --trace-model PROFILE.json --steps 2` said "--steps: not with a trace file
+  (PROFILE.json has its own steps)": the file's kind is said before the shape options now, as
+  without them (and before an --out of another run is compared), by simulate, compare and tune.
 
 Run: pytest tests/test_file_kinds.py
 """
@@ -103,6 +106,18 @@ def test_simulate_names_a_profile_given_to_trace(tmp_path):
     assert (r.returncode, r.stdout, r.stderr) == (2, "", f"error: {FIX / 'cpu-profile.json'}: is a calibrated profile "
                                                   "(`sortedrl calibrate`), not a trace; give it to --cluster\n")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("shape", [["--steps", "2"], ["--prompts", "4", "--group-size", "2"]])
+@pytest.mark.parametrize("command", [["simulate", "--policy", "sync"], ["compare", "--policy", "sync"],
+                                     ["tune", "--policy", "sync", "--budget", "1"]])
+def test_a_profile_given_with_shape_options_is_named_before_them(tmp_path, command, shape):
+    profile = FIX / "cpu-profile.json"
+    invoke_ok(["simulate", "--synthetic", "math-16k", *shape, "--policy", "sync", *CLUSTER, "--out", str(tmp_path / "o")])
+    for out in ([], ["--out", str(tmp_path / "o")]):  # (an --out holding another run: the profile first too)
+        r = runner.invoke(app, [*command, "--trace-model", str(profile), *shape, *CLUSTER, *out])
+        assert (r.exit_code, r.stdout, r.stderr) == (2, "", f"error: {profile}: is a calibrated profile "
+                                                     "(`sortedrl calibrate`), not a trace; give it to --cluster\n")
 
 
 def test_a_cluster_that_is_an_existing_file_or_directory_is_no_unknown_preset(tmp_path, monkeypatch):
