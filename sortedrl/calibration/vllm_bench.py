@@ -288,7 +288,8 @@ def _full_batch(reps: list[Replay], x: np.ndarray, err: list[float], batch: int)
 
 def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: int, schedule: str) -> dict:
     rep = replay(run, costs, host_s, max_num_seqs, schedule)
-    out = {"path": run.path, "engine_version": run.engine_version, "concurrency": run.concurrency,
+    out = {"path": run.path, "engine": run.engine, "engine_version": run.engine_version,
+           **({"model_id": run.model} if run.model is not None else {}), "concurrency": run.concurrency,
            "requests": len(run.input_lens), "detailed": run.detailed,
            "lengths_from_totals": run.lengths_from_totals, "duration_s": run.duration_s,
            "predicted_s": rep.duration_s,
