@@ -15,11 +15,10 @@ each sign, read off the profile's records, that the profile is not the server's:
   or a model the presets do not know is never flagged.
 Both commands read the records alone, so a profile written before these checks gets them too.
 :func:`bench_notes`: the notes ``calibrate --from-vllm-bench`` gives when what the files say of
-their server plainly is not the cluster given (an engine named for a CPU, ``vllm-cpu``, fitted
-onto a GPU preset; a ``model_id`` that does not name the cluster's model, and no other known
-model either, which the warning above covers). Notes, not errors: the user may know (a CPU
-recording tried on a preset's shape, a checkpoint of the cluster's model under its own name).
-They read what the fit records of each file (``engine``, ``model_id``), which a profile written
+their server plainly is not the cluster given: an engine named for a CPU, ``vllm-cpu``, fitted
+onto a GPU preset (a note, not an error: a CPU recording tried on a preset's shape is what a user
+may mean). A ``model_id`` naming no known model is not one: a user's own checkpoint is served
+under its path. It reads what the fit records of each file (``engine``), which a profile written
 before it recorded them does not hold.
 """
 
@@ -168,17 +167,9 @@ def bench_notes(raw: dict, cluster: str) -> list[str]:
     if not isinstance(eng, dict) or not isinstance(shape, dict):
         return []
     files = [f for f in eng.get("files", []) if isinstance(f, dict)]
-    gpu, mine = shape.get("gpu"), shape.get("model")
+    gpu = shape.get("gpu")
     engines = dict.fromkeys(" ".join(str(f[k]) for k in ("engine", "engine_version") if f.get(k))
                             for f in files if isinstance(f.get("engine"), str))
-    out = [f"note: the benchmark files' engine is {name}, a CPU build, fitted onto --cluster {cluster} "
-           f"({gpu} GPUs): the profile's engine terms are that CPU's step times, not a GPU's"
-           for name in engines if _CPU.search(name) and gpu in GPUS]
-    if mine not in MODELS:
-        return out
-    for mid in dict.fromkeys(f["model_id"] for f in files if isinstance(f.get("model_id"), str)):
-        if not named_models(mid):  # (another known model: _model_warnings says so)
-            out.append(f"note: the benchmark files' model_id {mid!r} does not name {mine}, the model of "
-                       f"--cluster {cluster}: the profile keeps {mine}'s shape and KV budget beside terms "
-                       f"measured on that model; right only if it is {mine} (a checkpoint of it)")
-    return out
+    return [f"note: the benchmark files' engine is {name}, a CPU build, fitted onto --cluster {cluster} "
+            f"({gpu} GPUs): the profile's engine terms are that CPU's step times, not a GPU's"
+            for name in engines if _CPU.search(name) and gpu in GPUS]
