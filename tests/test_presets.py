@@ -162,8 +162,9 @@ def test_unknown_preset_lists_gpus_and_models():
     ("h100-qwen3-0.6b-16sq-2gpu", "unknown suffix '-16sq'"),
     ("h100-llama3.1-8b-\u0663gpu", "unknown suffix '-\u0663gpu'"),  # (Arabic-Indic 3: no count)
     ("h100-llama3.1-8b-", "unknown suffix '-'"),
-    ("h100-llama3.1-8b-16gpu-tp2", "suffix '-tp2' out of order"),
-    ("h100-llama3.1-8b-disagg-16gpu", "suffix '-16gpu' out of order"),
+    ("h100-llama3.1-8b-16gpu-tp2", "suffix '-tp2' out of order; in order: h100-llama3.1-8b-tp2-16gpu"),
+    ("h100-llama3.1-8b-disagg-16gpu", "suffix '-16gpu' out of order; in order: h100-llama3.1-8b-16gpu-disagg"),
+    ("h100-qwen3-8b-1024seq-16gpu-tp2", "suffix '-16gpu' out of order; in order: h100-qwen3-8b-tp2-16gpu-1024seq"),
     ("h100-llama3.1-8b-16gpu-32gpu", "suffix '-32gpu' repeated"),
     ("a100-llama3.1-8b", "unknown GPU 'a100'"),
     ("nope", "unknown GPU 'nope'"),

@@ -197,3 +197,14 @@ def test_profile_show_refuses_the_cluster_object_simulate_refuses(tmp_path, edit
     for r in (shown, sim):
         assert r.exit_code == 2 and r.stdout == "" and r.stderr == f"error: {bad}: {message}\n", r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+
+
+def test_a_metrics_profile_says_its_gpus_are_taken_from_the_cluster(tmp_path):
+    # "measured on: 16 x h100" read as if the metrics said so; they do not, and the trainer
+    # terms scale with the GPUs (a run on 8 would be 2x off)
+    out = tmp_path / "p.json"
+    r = runner.invoke(app, ["calibrate", "--from-metrics", str(FIX / "metrics" / "verl_metrics.jsonl"),
+                            "--cluster", "h100-qwen3-8b-16gpu", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert show(out)[1] == ("  measured on: 16 x h100 as --cluster h100-qwen3-8b-16gpu gives them (taken to be "
+                            "the metrics' run's GPUs); model qwen3-8b; engine none measured (the preset's cost model)")

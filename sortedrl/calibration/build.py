@@ -192,7 +192,9 @@ def _base_profile(spec: str, cluster: Cluster) -> dict:
                 raw["measured_terms"] = sorted(raw.get("costs", {}))
             return raw
     return {"sortedrl_profile": FORMAT,
-            "device": f"{cluster.gpus} x {cluster.gpu} (shape of {cluster.name})",
+            # (what the metrics' run ran on is not in them: the trainer terms scale with its GPUs)
+            "device": f"{cluster.gpus} x {cluster.gpu} as --cluster {cluster.name} gives them (taken to be the "
+                      "metrics' run's GPUs)",
             "model": cluster.model, "engine": "none measured (the preset's cost model)", "engine_version": "",
             "engine_config": {"max_num_seqs": cluster.max_num_seqs, "kv_budget_tokens": cluster.kv_budget},
             "cluster": cluster_record(cluster)}

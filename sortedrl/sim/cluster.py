@@ -77,13 +77,19 @@ def _unread_part(name: str) -> str:
     if model is None:  # (_PRESET reads the suffixes off an unknown model's name, if they are whole)
         m = _PRESET.match(name)
         return f"unknown MODEL {m['model'] if m else rest!r}" if rest else "no MODEL"
-    last = -1
-    for part in rest[len(model) + 1:].split("-"):
-        form = next((k for k, pattern in enumerate(_SUFFIXES) if re.fullmatch(pattern, part, re.ASCII)), None)
+    last, parts = -1, rest[len(model) + 1:].split("-")
+    forms = [next((k for k, pattern in enumerate(_SUFFIXES) if re.fullmatch(pattern, part, re.ASCII)), None)
+             for part in parts]
+    for part, form in zip(parts, forms, strict=True):
         if form is None:
             return f"unknown suffix {'-' + part!r}"
         if form <= last:
-            return f"suffix {'-' + part!r} {'repeated' if form == last else 'out of order'}"
+            if form == last:
+                return f"suffix {'-' + part!r} repeated"
+            if len(set(forms)) == len(forms) and None not in forms:  # (each once: the name in order)
+                ordered = "-".join(p for _, p in sorted(zip(forms, parts, strict=True)))
+                return f"suffix {'-' + part!r} out of order; in order: {gpu}-{model}-{ordered}"
+            return f"suffix {'-' + part!r} out of order"
         last = form
     return "cannot read it"  # (not reached: a name read this far matches _PRESET)
 
