@@ -138,6 +138,7 @@ def simulate(
         placement_note,
         trainer_split_note,
     )
+    from sortedrl.unmodelled import unmodelled_notes
 
     check_regen(regen)
     check_seed(seed)
@@ -171,7 +172,8 @@ def simulate(
             outs.write(files, progress.file)
     print_notes(outs)
     split = ran_on.placement == "disaggregated"
-    notes = [*fit_warnings(tr, ran_on, synthetic is not None), placement_note(pol.name, pol.placements, cl),
+    notes = [*fit_warnings(tr, ran_on, synthetic is not None), *unmodelled_notes(ran_on),
+             placement_note(pol.name, pol.placements, cl),
              trainer_split_note([(pol.name, result.summary)] if split else [], cl),
              never_synced(f"policy {pol.name}", result.timeline)]
     for note in filter(None, notes):
@@ -217,9 +219,11 @@ def compare(
         parse_specs,
         run_compare,
         trainer_split_note,
+        used_clusters,
         wide_text,
     )
     from sortedrl.table_notes import draws_lengths
+    from sortedrl.unmodelled import unmodelled_notes
 
     check_regen(regen)
     check_seed(seed)
@@ -254,6 +258,7 @@ def compare(
              if r.timeline.meta["placement"] == "disaggregated"]
     split = offload_note(cluster_for(("disaggregated",), cl)) if moved else None  # (their trainer's)
     for note in filter(None, dict.fromkeys([*fit_warnings(tr, cl, synthetic is not None, bool(moved)),
+                                            *unmodelled_notes(*used_clusters([s.name for s in specs], cl)),
                                             trainer_split_note(moved, cl),
                                             split, *(never_synced(spec.label, r.timeline) for spec, r in results)])):
         typer.echo(note, err=True)

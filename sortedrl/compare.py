@@ -28,7 +28,6 @@ from sortedrl.table_notes import sandbox_note, seed_note, trained_note, updates_
 from sortedrl.tables import UNITS, Col, Note, cell, counted, fmt, key_value_table, percent, render
 from sortedrl.traces.schema import Trace
 from sortedrl.trainer_bound import trainer_bound_note
-from sortedrl.unmodelled import unmodelled_notes
 
 RESERVED = ("compare.json", "report.html")  # files beside the per-policy directories
 
@@ -100,6 +99,16 @@ def cluster_for(policy_placements: tuple[str, ...] | None, cluster: Cluster,
     return dataclasses.replace(split, costs=split_costs(cluster, split))
 
 
+def used_clusters(policies: Sequence[str], cluster: Cluster) -> list[Cluster]:
+    """The clusters ``policies`` (names) run on: ``cluster``, its disaggregated split, or both."""
+    out: list[Cluster] = []
+    for name in policies:
+        used = cluster_for(policy_class(name).placements, cluster, name)
+        if used not in out:
+            out.append(used)
+    return out
+
+
 def needs_split(policies: Sequence[str], cluster: Cluster) -> bool:
     """Whether some of ``policies`` (names) runs on ``cluster``'s disaggregated split."""
     return any(placement_for(policy_class(name).placements, cluster.placement) != cluster.placement
@@ -151,8 +160,7 @@ def fit_warnings(trace: Trace, cluster: Cluster, synthetic: bool, split: bool = 
                    f"but every policy takes batches of the first step's {trace.prompts_per_step:,}, so a "
                    "batch can hold prompts of two steps (a batch knob sets another fixed size): use a "
                    "trace whose steps hold equal numbers of prompts to keep them apart")
-    # (facts of the cluster, said with these)
-    return out + list(filter(None, [offload_note(cluster)])) + unmodelled_notes(cluster)
+    return out + list(filter(None, [offload_note(cluster)]))  # (a fact of the cluster, said with these)
 
 
 def never_synced(label: str, timeline) -> str | None:
@@ -172,8 +180,9 @@ def slots_warning(name: str, per_step: int, cluster: Cluster, more: str, split: 
     (every policy mostly idles), with a smaller preset to try (``split``: one a disaggregated
     split can be made of, 2 GPUs or more), or ``more`` of the trace. ``mean_tokens``: the
     trace's mean prompt + response; an engine whose KV cache holds under half its max_num_seqs of
-    such sequences has that many slots (1,024 sequences of verl's settings at gpu_mem_util 0.5,
-    87 in the KV cache, were told to try a smaller cluster)."""
+    such sequences has that many slots (verl's max_num_seqs 1,024 at gpu_mem_util 0.5 on Qwen3-8B:
+    an H100 engine's KV cache holds 114 sequences of the bundled math-16k's mean 1,388 tokens, and
+    4,096 samples were told they filled 25% of the slots and to try a smaller cluster)."""
     held = cluster.kv_admit_budget // mean_tokens if mean_tokens else cluster.max_num_seqs
     # (said when it holds under half: a running sequence holds less than its whole length, and
     # the presets' caches hold 80% of their slots of a trace's mean length or more)
@@ -181,7 +190,7 @@ def slots_warning(name: str, per_step: int, cluster: Cluster, more: str, split: 
     slots = cluster.engines * per_engine
     if per_step >= slots / 2:
         return None
-    hint = _smaller_cluster(cluster, per_step, split)
+    hint = _smaller_cluster(cluster, per_step, split, per_engine)
     share = 100 * per_step / slots  # (under 0.5%, not "0%": a step of 1 sample fills some)
     which = f"{counted(cluster.engines, 'engine')} x {per_engine}" + (
         "" if per_engine == cluster.max_num_seqs else
@@ -201,9 +210,12 @@ def trainer_split_note(runs: list[tuple[str, dict]], cluster: Cluster, named: bo
     return trainer_bound_note(runs, cluster_for(("disaggregated",), cluster), named) if runs else None
 
 
-def _smaller_cluster(cluster: Cluster, per_step: int, needs_split: bool = False) -> str | None:
+def _smaller_cluster(cluster: Cluster, per_step: int, needs_split: bool = False,
+                     per_engine: int | None = None) -> str | None:
     """A preset of the same GPU and model whose decode slots the trace's steps fill: fewer GPUs,
-    or, on the fewest already, fewer sequences an engine (a ``-Nseq`` preset)."""
+    or, on the fewest already, fewer sequences an engine (a ``-Nseq`` preset). ``per_engine``:
+    the sequences an engine holds (its KV cache's, where under its max_num_seqs)."""
+    slots = per_engine or cluster.max_num_seqs
     if not cluster.name.startswith(f"{cluster.gpu}-{cluster.model}"):
         return None
     best = None
@@ -214,14 +226,14 @@ def _smaller_cluster(cluster: Cluster, per_step: int, needs_split: bool = False)
         rollout = gpus - max(1, gpus // 4) if split or needs_split else gpus  # (a split: a quarter train)
         if rollout < cluster.tp or rollout % cluster.tp:  # (no whole engine of tp GPUs: no preset)
             continue
-        if (rollout // cluster.tp) * cluster.max_num_seqs <= 2 * per_step:
+        if (rollout // cluster.tp) * slots <= 2 * per_step:
             best = gpus
     tp = f"-tp{cluster.tp}" if cluster.tp > 1 else ""
     disagg = "-disagg" if split else ""
     if best is not None:
         return f"{cluster.gpu}-{cluster.model}{tp}-{best}gpu{disagg}"
     seqs = 1 << max(0, (2 * per_step // cluster.engines).bit_length() - 1)  # a power of 2, filled half
-    if seqs >= cluster.max_num_seqs:
+    if seqs >= slots:
         return None
     return f"{cluster.gpu}-{cluster.model}{tp}-{cluster.gpus}gpu-{seqs}seq{disagg}"
 

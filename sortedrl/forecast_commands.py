@@ -23,7 +23,7 @@ from sortedrl.cli_common import (
     user_errors,
 )
 from sortedrl.cli_inputs import typed_option
-from sortedrl.compare import fit_warnings, needs_split, offload_note, slots_warning
+from sortedrl.compare import fit_warnings, needs_split, offload_note, slots_warning, used_clusters
 from sortedrl.errors import ConfigError
 from sortedrl.limits import MAX_SEED, check_seed
 from sortedrl.outputs import Outputs, write_text
@@ -139,13 +139,14 @@ def _notes(source: RunSource, name: str, specs: list, clusters: list, results: l
     def split(cl) -> bool:  # (a policy runs on the cluster's split: a smaller cluster to try keeps one)
         return needs_split([spec.name for spec in specs], cl)
 
+    used = [u for cl in clusters for u in used_clusters([spec.name for spec in specs], cl)]
     if source.trace is not None:  # (a trace model's draws: each its own trace)
         fits = [w for cl in clusters for w in fit_warnings(source.trace, cl, False, split(cl))]
     else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
         per_step = source.samples_per_run() // source.steps
         fits = [*(slots_warning(name, per_step, cl, "more --prompts", split(cl)) for cl in clusters),
-                *map(offload_note, clusters), *(n for cl in clusters for n in unmodelled_notes(cl)),
-                _drift_note(source, name)]
+                *map(offload_note, clusters), _drift_note(source, name)]
+    fits += unmodelled_notes(*used)
     return list(filter(None, dict.fromkeys([*fits, *said, *(split_note(results, cl) for cl in clusters)])))
 
 
@@ -158,9 +159,10 @@ def _drift_note(source: RunSource, name: str) -> str | None:
     if abs(grow) < math.log(2):
         return None
     factor = math.exp(max(-700.0, min(700.0, grow)))
-    shown = f"x{factor:,.0f}" if factor >= 10 else f"x{factor:.2g}"
+    shown = f"x{factor:,.0f}" if 10 <= factor < 1e6 else f"x{factor:.2g}"
     return (f"note: {name}: the trace model's drift, {drift:.3g} log-tokens a step, makes the responses of "
-            f"step {steps:,} {shown} those of step 1 (each step moves a prompt's mean log-length by it): "
+            f"step {steps:,} {shown} those of step 1 before the cap clips them (each step moves a prompt's mean "
+            "log-length by it): "
             "check it against your run's growth (trace fit --drift-from), or set drift to 0 in the model "
             "for lengths that do not grow")
 

@@ -6,9 +6,9 @@ each favours a layout: tensor parallelism's all-reduces (a higher ``tp`` looks n
 MoE trainer's expert parallelism (an MoE update is costed as a dense model of its active
 parameters) and a trainer's traffic across nodes (an update's time halves with twice the GPUs).
 A user choosing between such layouts should hear it where the numbers are printed, so
-``simulate``, ``compare``, ``tune`` and ``forecast`` print these notes with the cluster's other
-notes (:func:`sortedrl.compare.fit_warnings`). A calibrated profile or a cluster file's own
-``costs`` measured them, so nothing is said there.
+``simulate``, ``compare``, ``tune`` and ``forecast`` print these notes for the clusters their
+runs used (the given one, or the disaggregated split a policy runs on). A calibrated profile or
+a cluster file's own ``costs`` measured them, so nothing is said there.
 """
 
 from __future__ import annotations
@@ -22,18 +22,27 @@ from sortedrl.sim.hardware import MODELS
 ALL_REDUCE_S = {2: (7e-6, 30e-6), 8: (20e-6, 40e-6)}
 
 
-def unmodelled_notes(cluster: Cluster) -> list[str]:
-    """The notes for a preset-derived ``cluster`` (none for one with its own costs)."""
-    if cluster.costs is not None:
-        return []
-    return [note for note in (_tensor_parallel(cluster), _moe_trainer(cluster), _trainer_nodes(cluster)) if note]
+def unmodelled_notes(*clusters: Cluster) -> list[str]:
+    """The notes for the preset-derived clusters a command's runs used (none for one with its
+    own costs: ``cluster_for`` gives each policy's, the given one or its disaggregated split),
+    each once: the split's engines and model are the given cluster's, its trainer its own."""
+    out, said = [], set()
+    for c in clusters:
+        if c.costs is not None:
+            continue
+        for key, note in (((c.gpu, c.model, c.tp), _tensor_parallel(c)), (c.model, _moe_trainer(c)),
+                          ((c.trainer_gpus, c.gpus_per_node), _trainer_nodes(c))):
+            if note and key not in said:
+                said.add(key)
+                out.append(note)
+    return out
 
 
 def _tensor_parallel(cluster: Cluster) -> str | None:
     if cluster.tp <= 1:
         return None
     m = MODELS[cluster.model]
-    low, high = ALL_REDUCE_S[2 if cluster.tp == 2 else 8]
+    low, high = ALL_REDUCE_S[2 if cluster.tp == 2 else 8]  # (tp 4 and 16 or more: the 8 GPUs' figures)
     calls = 2 * m.n_layers  # after attention and after the MLP, in every layer
     c = cluster.cost()
     step = c.fixed(1) + max(c.weight_read(1), c.compute_s_per_seq)
@@ -41,7 +50,15 @@ def _tensor_parallel(cluster: Cluster) -> str | None:
             f"their all-reduces ({calls} a decode step, 2 a layer; NCCL's took {low * 1e6:.0f}-{high * 1e6:.0f} "
             f"µs each on {2 if cluster.tp == 2 else 8} H100s in Vidur's measurements: "
             f"{calls * low * 1e3:.1f}-{calls * high * 1e3:.1f} ms a step, beside a modelled step of "
-            f"{step * 1e3:.1f} ms at batch 1), so a higher tp looks faster than it is (docs/calibration.md)")
+            f"{step * 1e3:.1f} ms at batch 1{_across(cluster)}), so a higher tp looks faster than it is "
+            "(docs/calibration.md)")
+
+
+def _across(cluster: Cluster) -> str:
+    """An engine wider than a node all-reduces over the network too, which the figures leave out."""
+    if cluster.tp <= cluster.gpus_per_node:
+        return ""
+    return f"; its {cluster.tp} GPUs span nodes of {cluster.gpus_per_node}, where an all-reduce takes longer still"
 
 
 def _moe_trainer(cluster: Cluster) -> str | None:
@@ -51,7 +68,7 @@ def _moe_trainer(cluster: Cluster) -> str | None:
     return (f"note: {cluster.name}: the trainer's update is costed as FSDP on the model's "
             f"{m.active_params / 1e9:,.1f}B active parameters (of {m.params / 1e9:,.1f}B): expert "
             "parallelism's all-to-all and the lower MFU MoE training reaches are not modelled, so an "
-            "update is faster here than on GPUs (docs/calibration.md)")
+            "update is faster here than on real GPUs (docs/calibration.md)")
 
 
 def _trainer_nodes(cluster: Cluster) -> str | None:

@@ -82,5 +82,5 @@ def test_the_kv_refusal_says_the_clause_that_decides():
     marked = dataclasses.replace(base, kv_budget_tokens=8600, kv_watermark=0.01)
     with pytest.raises(ConfigError) as e:
         marked.check_fits(8520, "c.json")
-    assert str(e.value) == ("c.json: impossible cluster: the KV budget of 8,514 tokens per engine (8,600 less the "
-                            "kv_watermark, 0.01) cannot hold one sequence of 8,520 tokens")
+    assert str(e.value) == ("c.json: impossible cluster: the KV budget of 8,514 tokens per engine (8,600 less its "
+                            "kv_watermark of 1%) cannot hold one sequence of 8,520 tokens")

@@ -248,6 +248,7 @@ def test_a_drift_that_moves_the_lengths_twofold_over_the_forecast_is_said(model_
 
     assert drift_notes(80) == [
         f"note: {model_file.name}: the trace model's drift, 0.01 log-tokens a step, makes the responses of step 80 "
-        "x2.2 those of step 1 (each step moves a prompt's mean log-length by it): check it against your run's "
-        "growth (trace fit --drift-from), or set drift to 0 in the model for lengths that do not grow"]
+        "x2.2 those of step 1 before the cap clips them (each step moves a prompt's mean log-length by it): "
+        "check it against your run's growth (trace fit --drift-from), or set drift to 0 in the model for "
+        "lengths that do not grow"]
     assert drift_notes(60) == []

@@ -125,7 +125,7 @@ def test_a_mistyped_policy_or_knob_names_the_close_one(tmp_path, args, line):
 def test_the_slots_of_an_engine_whose_kv_cache_holds_fewer_sequences_are_those_it_holds():
     # verl's settings (max_num_seqs 1,024, gpu_mem_util 0.5) on 16 H100s: the KV cache holds 87
     # sequences of 1,820 tokens an engine; 4,096 samples fill them, and were told they filled 25%
-    # of 16,384 slots and to try a smaller cluster
+    # of 16,384 slots and to try a smaller cluster (sized by max_num_seqs: 16seq engines)
     import dataclasses
 
     from sortedrl.compare import slots_warning
@@ -137,6 +137,6 @@ def test_the_slots_of_an_engine_whose_kv_cache_holds_fewer_sequences_are_those_i
     assert slots_warning("t", 128, cl, "more --prompts", False, 1820) == (
         "warning: a step of t has 128 samples, filling 9% of the 1,392 decode slots of h100-qwen3-8b-16gpu "
         "(16 engines x 87: the KV cache holds 87 sequences of the trace's mean 1,820 tokens, under "
-        "max_num_seqs 1,024): every policy will mostly idle; try --cluster h100-qwen3-8b-16gpu-16seq or more "
-        "--prompts")
+        "max_num_seqs 1,024): every policy will mostly idle; try --cluster h100-qwen3-8b-2gpu or more "
+        "--prompts")  # (2 engines of 87: 174 slots, which 128 samples fill half of)
     assert "(16 engines x 1024)" in slots_warning("t", 128, cl, "more --prompts")  # (no lengths: the slots)

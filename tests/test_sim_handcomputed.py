@@ -170,7 +170,7 @@ def test_an_moe_chunk_reads_the_experts_its_prompt_tokens_route_to():
 
 def test_an_moe_chunked_prefill_is_no_cheaper_than_its_experts_read():
     # a 200-token prompt alone on a Qwen3-30B-A3B engine: its chunked prefill took 3.6 ms, less
-    # than reading the experts its tokens route to (10.9 ms by the same cost model)
+    # than reading the weights its tokens need (10.9 ms by the same cost model)
     from sortedrl.sim.cluster import preset
 
     cl = preset("h100-qwen3-30b-a3b-2gpu")

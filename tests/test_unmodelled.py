@@ -42,3 +42,22 @@ def test_simulate_prints_them_with_the_cluster_notes(tmp_path):
     assert r.exit_code == 0, r.output
     assert [line[:60] for line in r.stderr.splitlines() if "tensor-parallel" in line] == [
         "note: h100-qwen3-8b-tp8-8gpu: an engine's 8 tensor-parallel "]
+
+
+def test_the_notes_are_of_the_clusters_the_runs_used():
+    # async and one_step_off run on the 12 + 4 split of 16 GPUs: their trainer spans no node, and
+    # compare said "the trainer's 16 GPUs span 2 nodes"; sync with them trains on all 16
+    from sortedrl.compare import used_clusters
+
+    cl = preset("h100-qwen3-8b-tp2-16gpu")
+    split = used_clusters(["async", "one_step_off"], cl)
+    assert [c.name for c in split] == ["h100-qwen3-8b-tp2-16gpu-disagg"]
+    assert [n.split(": ")[2][:30] for n in unmodelled_notes(*split)] == ["an engine's 2 tensor-parallel "]
+    both = used_clusters(["sync", "async"], cl)
+    assert [n.split(": ")[2][:30] for n in unmodelled_notes(*both)] == [
+        "an engine's 2 tensor-parallel ", "the trainer's 16 GPUs span 2 n"]  # (the engines' note once)
+
+
+def test_an_engine_wider_than_a_node_says_so():
+    note = unmodelled_notes(preset("h100-deepseek-v3"))[0]
+    assert "; its 32 GPUs span nodes of 8, where an all-reduce takes longer still)" in note

@@ -356,7 +356,7 @@ class Cluster:
         ``what`` says where that sequence comes from (the trace, its cap)."""
         admit, need = self.kv_admit_budget, longest_sequence + 1  # (a step writes a token first)
         if need > admit:  # each clause said where it decides (a budget of N did not hold N tokens)
-            less = f" ({self.kv_budget:,} less the kv_watermark, {self.kv_watermark:g})" if need <= self.kv_budget else ""
+            less = f" ({self.kv_budget:,} less its kv_watermark of {self.kv_watermark * 100:g}%)" if need <= self.kv_budget else ""
             more = " and the one its next step writes" if longest_sequence <= admit else ""
             raise ConfigError(f"{where}: impossible cluster: the KV budget of {admit:,} tokens per engine{less} "
                               f"cannot hold one sequence of {longest_sequence:,} tokens{more}{what}")

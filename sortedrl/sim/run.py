@@ -41,7 +41,8 @@ def lower_bound(trace: Trace, cluster: Cluster) -> float:
     """Seconds no policy can beat when every sample is generated and trained once.
 
     Rollout: the decode work at the engines' peak rate (full batch, KV reads ignored) plus the
-    prompt prefill compute, or the longest response's chain of decode steps at batch 1, whichever
+    prompt prefill compute, or the longest response's chain of decode steps, each at least the
+    fastest step (batch 1's where steps grow with the batch), whichever
     is longer (a response needs a decode step for every token but the first of each turn, which
     a prefill yields: :func:`~sortedrl.sim.turns.decode_steps`); with prefix caching a GRPO group's prompt is prefilled once and each other member
     computes one token (:func:`prefill_tokens_floor`). Training: every token once plus one

@@ -39,6 +39,7 @@ from sortedrl.compare import (
     placement_for,
     placement_note,
     trainer_split_note,
+    used_clusters,
 )
 from sortedrl.errors import ConfigError
 from sortedrl.limits import check_seed
@@ -50,6 +51,7 @@ from sortedrl.sim.attempts import check_regen
 from sortedrl.sim.cluster import Cluster, load_cluster
 from sortedrl.table_notes import trained_note, updates_note
 from sortedrl.tables import Col, counted, fmt, render, terminal_width
+from sortedrl.unmodelled import unmodelled_notes
 
 MAX_BUDGET = 100_000  # trials of one tune: each is a whole simulation
 
@@ -129,6 +131,7 @@ def register(app: typer.Typer) -> None:
         outs.write({run_dir: {"tune.json": write_json(result, run_dir / "tune.json")}})
         print_notes(outs)
         notes = fit_warnings(tr, cl, synthetic is not None, needs_split([s.policy for s in spaces], cl))
+        notes += unmodelled_notes(*used_clusters([s.policy for s in spaces], cl))
         notes += [split_note(s.policy, result["trials"], cl) for s in spaces]
         notes.append(trainer_note(result, cl))
         if not params:  # (a search of one trial a policy, said nowhere)
