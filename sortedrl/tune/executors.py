@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -210,8 +211,11 @@ class RayCluster(Executor):
         Ray's fork handlers, and tune ran on, or crashed it), then stops it again, as after."""
         ray = self.ray
         # a Ray started here keeps its session files (logs, sockets) in a scratch directory that
-        # close() removes once Ray is down, not in /tmp/ray, where each run left 200 KB
-        where = {"_temp_dir": str(self.scratch.enter_context(temp_scratch("ray")))} if address == "local" else {}
+        # close() removes once Ray is down, not in /tmp/ray, where each run left 200 KB; in /tmp,
+        # as Ray's own default, since its socket paths must stay under 107 bytes (103 on macOS)
+        # and $TMPDIR may be long; a RAY_TMPDIR the user set is theirs
+        mine = address == "local" and not os.environ.get("RAY_TMPDIR") and Path("/tmp").is_dir()
+        where = {"_temp_dir": str(self.scratch.enter_context(temp_scratch("ray", Path("/tmp"))))} if mine else {}
         try:  # (its INFO line, "Started a local Ray instance", is not ours to print)
             with signals_deferred():
                 ray.init(address=None if address == "local" else address,
