@@ -10,6 +10,7 @@ quiet exit 141, as SIGPIPE gives (:mod:`sortedrl.broken_pipe`).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import pathlib
@@ -37,10 +38,10 @@ from sortedrl.traces.synth import AGENTIC_PRESETS, PRESETS, preset_names
 err = Console(stderr=True)
 
 try:  # typer 0.2x carries its own copy of click; before that it used click itself
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption
     from typer._click.globals import get_current_context
 except ImportError:  # pragma: no cover - older typer
-    from click.exceptions import ClickException, NoArgsIsHelpError
+    from click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption
     from click.globals import get_current_context
 
 
@@ -141,6 +142,8 @@ class OneLineUsageErrors(TyperGroup):
 
 def usage_line(e: ClickException) -> str:
     """A click error as one line: the command, the message, where to read its options."""
+    if isinstance(e, NoSuchOption) and e.possibilities:
+        e.possibilities = close_options(e.option_name, e.possibilities)
     message = " ".join(e.format_message().split())
     flag = _NO_VALUE.fullmatch(message)
     if flag is not None:  # (`--force=false`: click's error has no command to point at)
@@ -153,6 +156,13 @@ def usage_line(e: ClickException) -> str:
                 "(--trace-model, for --steps); draw a synthetic trace first with `sortedrl trace synth "
                 "PRESET --out T.jsonl`, or fit a model with `sortedrl trace fit`")
     return f"{ctx.command_path}: {message.rstrip('.')}; see `{ctx.command_path} --help`"
+
+
+def close_options(given: str, options: list[str]) -> list[str]:
+    """The options close to ``given`` by their names: click matched them with their dashes, which
+    made every '--' name half alike (``--bogus`` was offered ``--out``, ``--trac`` ``--force``)."""
+    by_name = {option.lstrip("-"): option for option in options}
+    return [by_name[n] for n in difflib.get_close_matches(given.lstrip("-"), list(by_name), cutoff=0.6)]
 
 
 def pin_malloc_threshold() -> bool:

@@ -140,3 +140,16 @@ def test_the_slots_of_an_engine_whose_kv_cache_holds_fewer_sequences_are_those_i
         "max_num_seqs 1,024): every policy will mostly idle; try --cluster h100-qwen3-8b-2gpu or more "
         "--prompts")  # (2 engines of 87: 174 slots, which 128 samples fill half of)
     assert "(16 engines x 1024)" in slots_warning("t", 128, cl, "more --prompts")  # (no lengths: the slots)
+
+
+@pytest.mark.parametrize("given, said", [
+    ("--bogus", "No such option: --bogus; see"),  # (it offered --out: click matched the dashes too)
+    ("--trac", "No such option: --trac (Possible options: --trace); see"),  # (and --force, --trace-model)
+    ("--polcy", "No such option: --polcy (Possible options: --policy); see"),
+])
+def test_an_unknown_option_is_offered_the_options_named_like_it(given, said):
+    from sortedrl.cli_common import close_options
+
+    r = CliRunner().invoke(app, ["simulate", given, "x"])
+    assert r.exit_code == 2 and said in r.stderr
+    assert close_options("--bogus", ["--out", "--force"]) == []
