@@ -60,23 +60,24 @@ def load_input_trace(trace: Path | None, synthetic: str | None, prompts: int | N
 
 # synthesize()'s parameters, as the commands' options name them
 SYNTH_OPTIONS = {"prompts": "--prompts", "group_size": "--group-size", "steps": "--steps", "seed": "--seed",
-                 "dataset_size": "--dataset-size"}
+                 "dataset_size": "--dataset-size", "max_response_len": "--max-response-len"}
 
 
 def synthesized(preset: str, prompts: int | None, group_size: int | None, steps: int | None, seed: int,
-                dataset_size: int | None = None) -> Trace:
+                dataset_size: int | None = None, max_response_len: int | None = None) -> Trace:
     """:func:`~sortedrl.traces.synth.synthesize`, a refused value named by its option (the
     function names its parameter: `group_size must be >= 1` for --group-size 0)."""
-    return _options_named(synthesize, preset, prompts, group_size, steps, seed, dataset_size)
+    return _options_named(synthesize, preset, prompts, group_size, steps, seed, dataset_size, max_response_len)
 
 
 def _options_named(call: Callable, preset: str, prompts: int | None, group_size: int | None,
-                   steps: int | None, seed: int, dataset_size: int | None = None) -> Any:
+                   steps: int | None, seed: int, dataset_size: int | None = None,
+                   max_response_len: int | None = None) -> Any:
     """``call(preset, ...)`` (:func:`synthesize` or :func:`check_synthesis`), a refused value
     named by its option rather than its parameter."""
     try:
         return call(preset, prompts=prompts, group_size=group_size, steps=steps, seed=seed,
-                    dataset_size=dataset_size)
+                    dataset_size=dataset_size, max_response_len=max_response_len)
     except ConfigError as e:
         name = str(e).split(" ", 1)[0]
         if name in SYNTH_OPTIONS:

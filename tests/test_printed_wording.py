@@ -153,3 +153,21 @@ def test_an_unknown_option_is_offered_the_options_named_like_it(given, said):
     r = CliRunner().invoke(app, ["simulate", given, "x"])
     assert r.exit_code == 2 and said in r.stderr
     assert close_options("--bogus", ["--out", "--force"]) == []
+
+
+def test_a_synthetic_trace_at_another_cap_is_the_same_draws_cut_there(tmp_path):
+    # a 32k cap (RL runs of reasoning models use 16k to 64k) needed an edited trace model
+    import numpy as np
+
+    from sortedrl.traces.synth import synthesize
+
+    base = synthesize("math-16k", prompts=16, steps=2, seed=4)
+    wide = synthesize("math-16k", prompts=16, steps=2, seed=4, max_response_len=32768)
+    assert (base.meta.max_response_len, wide.meta.max_response_len) == (16384, 32768)
+    below = base.response_len < 16384
+    assert np.array_equal(wide.response_len[below], base.response_len[below])
+    assert (wide.response_len[~below] >= 16384).all() and (wide.response_len <= 32768).all()
+    assert wide.meta.source.endswith(" max_response_len=32768") and "max_response_len" not in base.meta.source
+    out = tmp_path / "t.jsonl"
+    r = CliRunner().invoke(app, ["trace", "synth", "agentic-retool", "--max-response-len", "0", "--out", str(out)])
+    assert (r.exit_code, r.stderr, out.exists()) == (2, "error: --max-response-len must be >= 1, got 0\n", False)

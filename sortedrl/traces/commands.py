@@ -208,6 +208,9 @@ def synth_cmd(
     dataset_size: Annotated[
         int | None, typer.Option(help="Distinct prompts (default prompts x steps).")
     ] = None,
+    max_response_len: Annotated[int | None, typer.Option(
+        help="Generation cap in tokens (default: the preset's, 8,192 for logic-8k, 16,384 for math-16k): "
+             "the same length model cut at another cap, e.g. 32768", show_default=False)] = None,
     force: Annotated[bool, FORCE] = False,
 ) -> None:
     """Draw a synthetic trace from a preset fitted to published length statistics."""
@@ -215,7 +218,7 @@ def synth_cmd(
     outs = _output(out, force, [])
     with Phases(err) as progress:
         progress.phase(f"drawing {preset}")
-        trace = synthesized(preset, prompts, group_size, steps, seed, dataset_size)
+        trace = synthesized(preset, prompts, group_size, steps, seed, dataset_size, max_response_len)
         outs.write({out: lambda p: write_trace(trace, p)}, progress.file)
     typer.echo(
         f"wrote {out}: {counted(len(trace), 'sample')}, {counted(trace.prompts_per_step, 'prompt')} x "

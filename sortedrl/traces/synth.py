@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sortedrl.errors import ConfigError
-from sortedrl.limits import check_seed
+from sortedrl.limits import INT32_MAX, check_seed
 from sortedrl.traces.schema import Trace, TraceMeta, check_samples
 from sortedrl.traces.synth_agentic import (
     AGENTIC_PRESETS,
@@ -136,6 +136,7 @@ def synthesize(
     steps: int | None = None,
     seed: int = 0,
     dataset_size: int | None = None,
+    max_response_len: int | None = None,
 ) -> Trace:
     """Draw a trace from a preset; ``None`` arguments take the preset's defaults.
 
@@ -143,21 +144,25 @@ def synthesize(
     ``prompts * steps``: no repeats). A smaller dataset is cycled epoch by epoch in a fresh
     shuffled order (like a shuffling dataloader with ``drop_last``); a prompt keeps its
     difficulty and prompt length across epochs, so its ``prompt_id`` recurs.
+    ``max_response_len`` replaces the preset's generation cap (of a trajectory, all turns
+    together, for an agentic preset): the same length model, cut at another cap, so its runaways
+    run to that cap (RL runs of reasoning models use 16k to 64k).
     """
-    params, P, n, S = check_synthesis(preset, prompts, group_size, steps, seed, dataset_size)
+    params, P, n, S = check_synthesis(preset, prompts, group_size, steps, seed, dataset_size, max_response_len)
     if isinstance(params, SynthParams):
         trace = generate(params, P, n, S, seed=seed, dataset_size=dataset_size)
     else:
         trace = generate_agentic(params, P, n, S, int(seed), _dataset_size(dataset_size, P, S), "synth")
     D = P * S if dataset_size is None else dataset_size
-    source = f"synth:{preset} seed={seed} prompts={P} group_size={n} steps={S} dataset_size={D}"
+    source = f"synth:{preset} seed={seed} prompts={P} group_size={n} steps={S} dataset_size={D}" + (
+        f" max_response_len={max_response_len}" if max_response_len is not None else "")
     meta = TraceMeta(trace.meta.max_response_len, trace.meta.group_size, source)
     return dataclasses.replace(trace, meta=meta, name=preset)
 
 
 def check_synthesis(preset: str, prompts: int | None = None, group_size: int | None = None,
                     steps: int | None = None, seed: int = 0, dataset_size: int | None = None,
-                    ) -> tuple[SynthParams | AgenticParams, int, int, int]:
+                    max_response_len: int | None = None) -> tuple[SynthParams | AgenticParams, int, int, int]:
     """Check :func:`synthesize`'s arguments without drawing anything; return the preset's
     parameters and the prompts per step, group size and steps it will draw. Cheap, so that a
     command checks them before its outputs: an unknown preset is what is wrong, not the run
@@ -166,6 +171,9 @@ def check_synthesis(preset: str, prompts: int | None = None, group_size: int | N
         known = ", ".join(preset_names())
         raise ConfigError(f"unknown preset {preset!r}; known presets: {known}")
     params = PRESETS.get(preset) or AGENTIC_PRESETS[preset]
+    if max_response_len is not None:  # (a 32-bit length, as a trace's)
+        cap = _check_int("max_response_len", max_response_len, 1, INT32_MAX)
+        params = dataclasses.replace(params, max_response_len=cap)
     P = params.prompts if prompts is None else prompts
     n = params.group_size if group_size is None else group_size
     S = params.steps if steps is None else steps
