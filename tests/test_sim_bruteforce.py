@@ -155,7 +155,9 @@ def brute_chunked(t, samples, L, P, cost, cap, K, K_admit, chunk, held, keep=Non
             left, t0 = tokens, t
             for _ in range(steps):  # mixed steps: the running batch decodes beside a chunk
                 part = min(left, chunk - b0)
-                t += cost.decode_step(b0, kv) + cost.prefill_s_per_token * part
+                # an MoE step reads the experts its chunk's tokens route to beyond the batch's
+                extra = cost.weight_read(b0 + part) - cost.weight_read(b0) if cost.experts else 0.0
+                t += cost.decode_step(b0, kv) + extra + cost.prefill_s_per_token * part
                 left -= part
                 for r in running:
                     r[1] += 1
@@ -238,6 +240,8 @@ def cases(draw):
         step_s_per_seq=draw(st.sampled_from([0.0, 0.02])),
         prefill_in_step=draw(st.booleans()),
     )
+    if draw(st.integers(0, 3)) == 0:  # an MoE model: a step reads the experts its tokens touch
+        costs.update(experts=4, experts_per_token=draw(st.sampled_from([1, 2])), expert_read=0.05)
     batch = draw(st.integers(1, max(1, n // group)))
     chunk = draw(st.sampled_from([0, 0, cap + 1, cap + 7, 64]))  # 0: prefill stalls the engine
     prefix = draw(st.booleans())
