@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import typer
 
 from sortedrl import jsonio
@@ -30,6 +31,7 @@ from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
 from sortedrl.table_notes import count_text, updates_note
 from sortedrl.tables import FORMATS, Col, Note, fmt, render, terminal_width
+from sortedrl.traces.model import generate
 from sortedrl.unmodelled import unmodelled_notes
 
 if TYPE_CHECKING:  # (imported where a forecast runs: numpy and the simulator load then)
@@ -143,11 +145,18 @@ def _notes(source: RunSource, name: str, specs: list, clusters: list, results: l
     if source.trace is not None:  # (a trace model's draws: each its own trace)
         fits = [w for cl in clusters for w in fit_warnings(source.trace, cl, False, split(cl))]
     else:  # (its steps fill the slots alike in every draw: prompts a step x the group size)
-        per_step = source.samples_per_run() // source.steps
-        fits = [*(slots_warning(name, per_step, cl, "more --prompts", split(cl)) for cl in clusters),
+        per_step, mean = source.samples_per_run() // source.steps, _mean_tokens(source)
+        fits = [*(slots_warning(name, per_step, cl, "more --prompts", split(cl), mean) for cl in clusters),
                 *map(offload_note, clusters), _drift_note(source, name)]
     fits += unmodelled_notes(*used)
     return list(filter(None, dict.fromkeys([*fits, *said, *(split_note(results, cl) for cl in clusters)])))
+
+
+def _mean_tokens(source: RunSource) -> int:
+    """A trace model's mean prompt + response in its first step (one step drawn again, cheap),
+    for the KV cache's count of sequences in the mostly-idle warning, as a fixed trace's mean."""
+    first = generate(source.model, 1, seed=0, prompts=source.prompts)
+    return int(np.mean(first.prompt_len.astype(np.int64) + first.response_len))
 
 
 def _drift_note(source: RunSource, name: str) -> str | None:

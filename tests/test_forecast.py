@@ -252,3 +252,14 @@ def test_a_drift_that_moves_the_lengths_twofold_over_the_forecast_is_said(model_
         "check it against your run's growth (trace fit --drift-from), or set drift to 0 in the model for "
         "lengths that do not grow"]
     assert drift_notes(60) == []
+
+
+def test_a_trace_models_warning_counts_the_sequences_the_kv_cache_holds(model_file, tmp_path):
+    # the fixed trace's warning did (its mean length); a trace model's counted max_num_seqs
+    cluster = tmp_path / "verl.json"
+    cluster.write_text('{"preset": "h100-qwen3-8b-16gpu", "max_num_seqs": 1024, "gpu_mem_util": 0.5}')
+    r = run(["forecast", "--trace-model", str(model_file), "--steps", "2", "--prompts", "4", "--seeds", "1",
+             "--policy", "sync", "--cluster", str(cluster)])
+    assert r.exit_code == 0, r.output
+    (warning,) = [line for line in r.stderr.splitlines() if line.startswith("warning: a step")]
+    assert "the KV cache holds" in warning and "under max_num_seqs 1,024)" in warning

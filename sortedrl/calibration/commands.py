@@ -144,3 +144,6 @@ def show(profile: Path = typer.Argument(..., help="profile JSON from `sortedrl c
         typer.echo(line)
     for line in profile_warnings(raw):
         typer.echo(f"warning: {line}", err=True)
+    shape = raw.get("cluster") if isinstance(raw.get("cluster"), dict) else {}
+    for note in bench_notes(raw, str(shape.get("preset") or "?")):  # (calibrate's, said again)
+        typer.echo(note, err=True)

@@ -19,7 +19,7 @@ their server plainly is not the cluster given: an engine named for a CPU, ``vllm
 onto a GPU preset (a note, not an error: a CPU recording tried on a preset's shape is what a user
 may mean). A ``model_id`` naming no known model is not one: a user's own checkpoint is served
 under its path. It reads what the fit records of each file (``engine``), which a profile written
-before it recorded them does not hold.
+before it recorded them does not hold; ``profile show`` says it again.
 """
 
 from __future__ import annotations
