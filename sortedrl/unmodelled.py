@@ -39,16 +39,23 @@ def unmodelled_notes(*clusters: Cluster) -> list[str]:
 
 
 def _tensor_parallel(cluster: Cluster) -> str | None:
-    if cluster.tp <= 1:
+    """With expert parallelism (``ep`` > 1) attention is data-parallel over the shards, each of
+    ``tp / ep`` GPUs, and an MoE layer exchanges its tokens by all-to-all (modelled): the
+    all-reduces left are those of attention and of the dense layers' MLPs among ``tp / ep``."""
+    ranks = cluster.tp // cluster.ep
+    if ranks <= 1:
         return None
     m = MODELS[cluster.model]
-    low, high = ALL_REDUCE_S[2 if cluster.tp == 2 else 8]  # (tp 4 and 16 or more: the 8 GPUs' figures)
-    calls = 2 * m.n_layers  # after attention and after the MLP, in every layer
+    low, high = ALL_REDUCE_S[2 if ranks == 2 else 8]  # (4 and 16 or more GPUs: the 8 GPUs' figures)
+    # after attention and after the MLP, in every layer; with ep > 1 not after an MoE layer
+    calls = 2 * m.n_layers - (m.moe_layers if cluster.ep > 1 else 0)
     c = cluster.cost()
     step = c.fixed(1) + max(c.weight_read(1), c.compute_s_per_seq)
-    return (f"note: {cluster.name}: an engine's {cluster.tp} tensor-parallel GPUs are costed without "
-            f"their all-reduces ({calls} a decode step, 2 a layer; NCCL's took {low * 1e6:.0f}-{high * 1e6:.0f} "
-            f"µs each on {2 if cluster.tp == 2 else 8} H100s in Vidur's measurements: "
+    which = f"{ranks} tensor-parallel GPUs" + (f" (of {cluster.tp}, ep {cluster.ep})" if cluster.ep > 1 else "")
+    layer = "2 a layer" if cluster.ep == 1 else "after attention, and after a dense layer's MLP"
+    return (f"note: {cluster.name}: an engine's {which} are costed without their all-reduces ({calls} a "
+            f"decode step, {layer}; NCCL's took {low * 1e6:.0f}-{high * 1e6:.0f} "
+            f"µs each on {2 if ranks == 2 else 8} H100s in Vidur's measurements: "
             f"{calls * low * 1e3:.1f}-{calls * high * 1e3:.1f} ms a step, beside a modelled step of "
             f"{step * 1e3:.1f} ms at batch 1{_across(cluster)}), so a higher tp looks faster than it is "
             "(docs/calibration.md)")
