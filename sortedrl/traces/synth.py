@@ -174,17 +174,25 @@ def check_synthesis(preset: str, prompts: int | None = None, group_size: int | N
     if max_response_len is not None:  # (a 32-bit length, as a trace's)
         cap = _check_int("max_response_len", max_response_len, 1, INT32_MAX)
         params = dataclasses.replace(params, max_response_len=cap)
-    P = params.prompts if prompts is None else prompts
-    n = params.group_size if group_size is None else group_size
-    S = params.steps if steps is None else steps
+    P, n, S, _, _ = _shape(params.prompts if prompts is None else prompts,
+                           params.group_size if group_size is None else group_size,
+                           params.steps if steps is None else steps, seed, dataset_size)
+    return params, P, n, S
+
+
+def _shape(prompts: object, group_size: object, steps: object, seed: object,
+           dataset_size: int | None) -> tuple[int, int, int, int, int]:
+    """A draw's prompts per step, group size, steps, seed and dataset size, checked in that
+    order (one message a refused value: :func:`check_synthesis` and :func:`generate` alike)."""
     P, n, S, seed = (_check_int(k, v, m) for k, v, m in
-                     (("prompts", P, 1), ("group_size", n, 1), ("steps", S, 1), ("seed", seed, 0)))
-    check_seed(seed, "seed")
+                     (("prompts", prompts, 1), ("group_size", group_size, 1), ("steps", steps, 1),
+                      ("seed", seed, 0)))
+    seed = check_seed(seed, "seed")
     check_samples(P, n, S)
     D = _dataset_size(dataset_size, P, S)
     if D < P:
         raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
-    return params, P, n, S
+    return P, n, S, seed, D
 
 
 def preset_names() -> list[str]:
@@ -226,14 +234,7 @@ def generate(
     source: str = "synth",
 ) -> Trace:
     """Draw a trace from explicit parameters (``synthesize`` with a preset is the usual entry)."""
-    P = _check_int("prompts", prompts, 1)
-    n = _check_int("group_size", group_size, 1)
-    S = _check_int("steps", steps, 1)
-    seed = check_seed(_check_int("seed", seed, 0), "seed")
-    check_samples(P, n, S)
-    D = _dataset_size(dataset_size, P, S)
-    if D < P:
-        raise ConfigError(f"dataset_size ({D}) must be >= prompts per step ({P})")
+    P, n, S, seed, D = _shape(prompts, group_size, steps, seed, dataset_size)
     rng = np.random.default_rng(seed)
     cap = params.max_response_len
 
