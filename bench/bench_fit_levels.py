@@ -107,7 +107,10 @@ def _classified(run) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 def noise_bound(runs: dict, levels: list[int]) -> None:
     files = [(r.duration_s, engine_steps(r)) for c in levels for r in runs[c]]
     if any(s is None for _, s in files):
-        print("noise bound: needs per-request latencies (--save-detailed)")
+        why = ("per-request latencies (--save-detailed)" if not all(r.detailed for c in levels for r in runs[c])
+               else "every file's steps read off its tokens (some files' tokens came in merged chunks where "
+                    "the count needs them one a chunk)")
+        print(f"noise bound: needs {why}")
         return
     (k_all, t0), *_ = np.linalg.lstsq(np.array([[1.0, s] for _, s in files]), np.array([d for d, _ in files]),
                                        rcond=None)
