@@ -86,7 +86,19 @@ def test_a_bad_value_of_a_read_metric_is_one_error_naming_its_line(tmp_path, cel
 
 def test_commit_lines_without_tables_are_one_error(tmp_path):
     path = tmp_path / "main.log"
-    path.write_text("".join(line + "\n" for line in LOG.read_text().splitlines() if "Train step" in line))
+    path.write_text("".join(line + "\n" for line in LOG.read_text().splitlines()
+                            if "Train step" in line or "Stats (" in line))
     code, lines = calibrate("--from-metrics", str(path), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
     assert (code, lines) == (2, [f"error: {path}: AReaL's log, but no stats table after its 'Train step N/M "
-                                 "done.' lines (StatsLogger.commit's)"])
+                                 "done.' and 'Stats (i/n):' lines (StatsLogger.commit's)"])
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_tables_without_their_stats_line_are_one_error_naming_it(tmp_path):
+    # StatsLogger.commit prints 'Stats (i/n):' before each table: a log without it is not read
+    path = tmp_path / "main.log"
+    path.write_text("".join(line + "\n" for line in LOG.read_text().splitlines() if "Stats (" not in line))
+    code, lines = calibrate("--from-metrics", str(path), "--cluster", PRESET, "--out", str(tmp_path / "p.json"))
+    assert (code, lines) == (2, [f"error: {path}: AReaL's log, but no 'Stats (i/n):' line after its 'Train step "
+                                 "N/M done.' lines (StatsLogger.commit prints one before each step's stats table)"])
+    assert not (tmp_path / "p.json").exists()

@@ -37,6 +37,7 @@ def read_areal_log(text: str, where: str) -> Metrics:
     out: dict[str, dict[int, float]] = {}
     repeated: set[int] = set()
     commit = step = None
+    headed = False  # a 'Stats (i/n):' line seen after a commit line
     for n, raw in enumerate(text.splitlines(), 1):
         line = COLOUR.sub("", raw).strip()
         found = COMMIT.search(line)
@@ -45,15 +46,18 @@ def read_areal_log(text: str, where: str) -> Metrics:
             continue
         found = STATS.search(line)
         if found and commit is not None:
-            step = commit + int(found[1]) - 1
+            step, headed = commit + int(found[1]) - 1, True
             continue
         row = line[line.find(CELL):] if CELL in line else ""  # (after a prefix: Ray's "(pid=...) ")
         if step is not None and row.endswith(CELL) and len(row) > 1:
             for key, cell in _pairs(row):
                 store_value(out, repeated, key, cell, step, f"{where}: line {n}")
+    if not out and not headed:  # (StatsLogger.commit prints the line before each table)
+        raise ConfigError(f"{where}: AReaL's log, but no 'Stats (i/n):' line after its 'Train step N/M done.' "
+                          "lines (StatsLogger.commit prints one before each step's stats table)")
     if not out:
-        raise ConfigError(f"{where}: AReaL's log, but no stats table after its 'Train step N/M done.' lines "
-                          "(StatsLogger.commit's)")
+        raise ConfigError(f"{where}: AReaL's log, but no stats table after its 'Train step N/M done.' and "
+                          "'Stats (i/n):' lines (StatsLogger.commit's)")
     return _metrics(out, where, repeated, step_column=AREAL_STEP)
 
 
