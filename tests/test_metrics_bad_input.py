@@ -104,6 +104,18 @@ def test_a_step_logged_again_with_another_value_keeps_the_last(tmp_path):
         fit_metrics(read_metrics(last), str(last), samples_per_step=256)["terms"])
 
 
+def test_a_step_logged_again_with_other_values_only_of_metrics_no_fit_reads_is_not_noted(tmp_path):
+    # W&B's history holds every metric: a step whose entropy or loss was logged twice, the fit's
+    # columns once (or the same twice), is no resumed run of the fit's columns
+    lines = VERL.read_text().splitlines()
+    assert '"actor/entropy": 0.58' in lines[2]
+    again = write(tmp_path / "m.jsonl", [*lines, lines[2].replace('"actor/entropy": 0.58', '"actor/entropy": 0.7')])
+    read = read_metrics(again)
+    assert read["actor/entropy"][3] == 0.7 and read.notes == []
+    assert fit_metrics(read, str(again))["terms"] == fit_metrics(read_metrics(VERL), str(VERL))["terms"]
+    assert not any("logged more than once" in n for n in fit_metrics(read, str(again)).get("notes", []))
+
+
 def test_a_step_logged_again_with_the_same_values_is_read_once(tmp_path):
     lines = VERL.read_text().splitlines()
     again = write(tmp_path / "m.jsonl", [*lines, lines[2]])

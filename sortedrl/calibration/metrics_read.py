@@ -26,7 +26,8 @@ A gzip-compressed file (told by its first bytes) is read decompressed, its forma
 without ``.gz``; a plain file named ``.gz`` is read as it is, and noted. A UTF-8 byte-order
 mark (Excel's, some exports') is skipped. In JSON lines and the console log, a metric of the
 table whose value is not a number is an error; other keys' are ignored. A step logged again with other values (a run resumed from an earlier checkpoint into the
-same log logs the steps after it twice) is read from its last logging, and the fit notes it
+same log logs the steps after it twice) is read from its last logging, and the fit notes it when
+a metric it may read differs (an entropy logged twice is not noted)
 (:func:`~sortedrl.wandb_runs.repeated_note`); logged again with the same values, it is read once.
 """
 
@@ -279,11 +280,13 @@ def _store(out: dict[str, dict[int, float]], name: str, step: int, value: float,
            repeated: set[int]) -> None:
     """``value`` of metric ``name`` at ``step`` (``at``: where it is). A step logged again (on a
     later line or row) with another value keeps the later one, the value of the run that went on
-    after a resume from an earlier checkpoint, and joins ``repeated``."""
+    after a resume from an earlier checkpoint, and joins ``repeated`` when ``name`` is a metric
+    the fit may read (:data:`~sortedrl.calibration.metrics_names.KNOWN`: an entropy logged twice
+    does not make the fit's note)."""
     if name == GLOBAL_STEP and step_number(value) is None:
         raise ConfigError(f"{at}: expected a whole number of updates, got {value:g}")
     column = out.setdefault(name, {})
-    if column.get(step, value) != value:
+    if column.get(step, value) != value and name in KNOWN:
         repeated.add(step)
     column[step] = value
 
