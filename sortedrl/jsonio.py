@@ -45,13 +45,17 @@ def loads(text: str | bytes | bytearray) -> object:
 def read(path: Path | str, error: type[Exception], missing: str = "no such file",
          bad: str = "line {line}: not valid JSON ({msg})") -> object:
     """The JSON value in the file at ``path``, or one ``error`` naming the file: ``missing``
-    when it is not there, ``bad`` (formatted with ``line``, ``msg`` and ``e``, the decode
-    error) when it is not JSON, and what the system said when it cannot be read."""
+    when it is not there, ``empty file`` when it holds nothing (or only white space), ``bad``
+    (formatted with ``line``, ``msg`` and ``e``, the decode error) when it is not JSON, and what
+    the system said when it cannot be read."""
     try:
         data = streams.take(path)
         if data is None:  # (the head checked before the rest: a model's 16 GB of weights)
             data = read_text_bytes(path, error)
-        return loads(text(data))
+        body = text(data)
+        if not body.strip():  # ("Expecting value: line 1 column 1 (char 0)" said less)
+            raise error(f"{path}: empty file")
+        return loads(body)
     except FileNotFoundError:
         raise error(not_found(path, missing)) from None
     except UnicodeDecodeError as e:

@@ -2,6 +2,7 @@
 clusters, profiles, trace models, framework dumps, and the readers that read a profile again
 after ``load_cluster`` (validate's Ray terms, calibrate's base profile) or a run's dataset.
 ``json.loads`` refused the mark ("Unexpected UTF-8 BOM"), while traces in JSONL and CSV took it.
+An empty JSON input (or one of white space, or of the mark alone) is one error saying so.
 
 Run: pytest tests/test_json_bom.py
 """
@@ -13,8 +14,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from sortedrl import jsonio
+from sortedrl.cli import app
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import load_cluster
 from sortedrl.traces.importers import import_framework
@@ -123,3 +126,22 @@ def test_the_readers_after_load_cluster_take_a_byte_order_mark_too(tmp_path):
     data.write_text('{"prompt": "sort 2 1 =", "answer": "1 2"}\n')
     numbers, rows = read_rows(_bom(data, tmp_path / "bom" / "data.jsonl"))
     assert (numbers, [(r.prompt, r.answer) for r in rows]) == ([1], [("sort 2 1 =", "1 2")])
+
+
+# -- an empty JSON input ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [b"", b"\n  \n", BOM])
+def test_an_empty_json_input_is_one_error_saying_empty(tmp_path, body):
+    # json's "Expecting value: line 1 column 1 (char 0)" said less, beside "empty file" elsewhere
+    p = tmp_path / "p.json"
+    p.write_bytes(body)
+    with pytest.raises(ConfigError) as e:
+        jsonio.read(p, ConfigError)
+    assert str(e.value) == f"{p}: empty file"
+    for args in (["profile", "show", str(p)],
+                 ["calibrate", "--from-vllm-bench", str(p), "--cluster", "h100-llama3.1-8b",
+                  "--out", str(tmp_path / "out.json")]):
+        r = CliRunner().invoke(app, args)
+        assert (r.exit_code, r.output.strip().splitlines()) == (2, [f"error: {p}: empty file"])
+    assert not (tmp_path / "out.json").exists()
