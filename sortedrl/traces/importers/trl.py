@@ -6,7 +6,8 @@ unweighted values; NaN where it returned None), one per ``log_extra`` column a r
 added, and ``advantage``. Since TRL 0.28 it writes the table to
 ``output_dir/completions/completions_{step:05d}.parquet``; W&B exports it as
 ``{"columns": [...], "data": [[...], ...]}`` (``*.table.json``); the same rows as JSONL objects
-are read too. It holds no token counts, so ``--tokenizer`` is needed; TRL decodes with
+are read too. The step is logged as text (``str(global_step)``) and read as the number it
+holds. It holds no token counts, so ``--tokenizer`` is needed; TRL decodes with
 ``skip_special_tokens=True``, so a chat template's special tokens are not in the text and not
 counted. A group is the completions of one prompt text within one step (a prompt drawn twice in
 one step is split by the common step, :func:`._common.form_groups`).
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from sortedrl import jsonio
@@ -45,6 +47,7 @@ from sortedrl.traces.importers._common import (
 
 REQUIRED = ("step", "prompt", "completion")
 NOT_REWARD = {"step", "prompt", "completion", "advantage"}
+WHOLE_NUMBER_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")  # TRL logs the step as text: "10"
 
 
 def parse_reward_columns(spec: str) -> dict[str, float]:
@@ -125,6 +128,17 @@ def _records(f: Path) -> list[tuple[str, dict]]:
     return [(f"{f}: line {n}", obj) for n, obj in read_jsonl(f)]
 
 
+def _step(where: str, value: object) -> int:
+    """A row's step: a whole number, or text holding one (TRL builds the table with
+    ``"step": [str(self.state.global_step)] * n``, so W&B and Parquet hold ``"10"``)."""
+    if isinstance(value, str) and WHOLE_NUMBER_TEXT.fullmatch(value):
+        try:
+            value = int(value)
+        except ValueError:  # (past Python's limit on the digits of an int: no step, said below)
+            pass
+    return whole_number(where, "step", value)
+
+
 def _tables(files: list[Path]) -> list[tuple[int, list[tuple[str, dict]]]]:
     """The logged tables, ``(step, records)``, by step: each file's runs of rows of one step."""
     tables: list[tuple[int, list[tuple[str, dict]]]] = []
@@ -136,7 +150,7 @@ def _tables(files: list[Path]) -> list[tuple[int, list[tuple[str, dict]]]]:
                 if not isinstance(obj[name], str):
                     raise TraceError(f"{where}: field '{name}': expected text")
                 check_text(where, name, obj[name])
-            step = whole_number(where, "step", obj["step"])
+            step = _step(where, obj["step"])
             if step != last:
                 tables.append((step, []))
                 last = step
