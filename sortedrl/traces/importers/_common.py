@@ -24,6 +24,7 @@ import numpy as np
 from sortedrl import jsonio
 from sortedrl.errors import TraceError, not_found
 from sortedrl.limits import INT32_MAX, INT64_MAX, short_repr
+from sortedrl.traces.importers._compressed import SUFFIXES, refuse_compressed_dumps
 from sortedrl.traces.schema import Trace, TraceMeta
 
 
@@ -147,13 +148,15 @@ def check_layout(where: str, framework: str, record: dict, required: tuple[str, 
 
 def dump_files(path: Path, pattern: str | tuple[str, ...], what: str) -> list[Path]:
     """``path`` itself, or the files in directory ``path`` matching ``pattern`` (or any of
-    several), sorted."""
+    several), sorted; one error line for a compressed one (:mod:`._compressed`)."""
     if not path.exists():
         raise TraceError(not_found(path, "no such file or directory", stdin=False))
     if path.is_file():
         return [path]
     patterns = (pattern,) if isinstance(pattern, str) else pattern
-    files = sorted({p for pat in patterns for p in path.glob(pat) if p.is_file()})
+    refuse_compressed_dumps(path, patterns, what)  # (else skipped unsaid: its step lost)
+    files = sorted({p for pat in patterns for p in path.glob(pat)
+                    if p.is_file() and p.suffix not in SUFFIXES})  # (one kept: its plain copy read)
     if not files:
         raise TraceError(f"{path}: no {what} files ({', '.join(patterns)}) in this directory")
     return files

@@ -66,6 +66,7 @@ from sortedrl.traces.importers._common import (
     read_jsonl,
     whole_number,
 )
+from sortedrl.traces.importers._compressed import refuse_compressed_dumps
 
 NAME = "nemo_gym_metrics.json"
 LISTS = ("response_latencies", "token_usages", "action_execution_latencies")
@@ -219,6 +220,7 @@ def _records(path: Path):
     if not path.exists():
         raise TraceError(f"{path}: no such file or directory")
     if path.is_dir():
+        refuse_compressed_dumps(path, (NAME,), "NeMo-Gym metrics", recursive=True)
         files = sorted(p for p in path.rglob(NAME) if p.is_file())
         if not files:
             raise TraceError(f"{path}: no NeMo-Gym {NAME} files under this directory")

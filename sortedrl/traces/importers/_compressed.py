@@ -1,0 +1,38 @@
+"""A compressed dump file in a dump directory (``2.jsonl.gz`` beside ``1.jsonl``): an importer
+matches its files by name (``*.jsonl``), so such a file would be skipped without a word and its
+step left out of the trace. It is refused as a compressed file given itself is
+(:func:`~sortedrl.text_check.not_text`: ``gzip-compressed: decompress it first``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sortedrl.errors import TraceError
+from sortedrl.text_check import compression
+
+# the compression a file name's last suffix says (its first bytes say it first, where known)
+SUFFIXES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip": "zip",
+            ".lz4": "lz4"}
+HEAD = 16  # bytes enough for every magic number text_check knows
+
+
+def refuse_compressed_dumps(directory: Path, patterns: tuple[str, ...], what: str,
+                            recursive: bool = False) -> None:
+    """One error line naming the first file in ``directory`` (under it: ``recursive``) that
+    matches one of ``patterns`` but for a compression suffix, unless the file it decompresses
+    to is there too (``gunzip -k`` keeps both; that one is read)."""
+    find = directory.rglob if recursive else directory.glob
+    found = sorted({p for pat in patterns for suffix in SUFFIXES for p in find(pat + suffix)
+                    if p.is_file() and p.suffix in SUFFIXES})
+    for f in found:
+        if f.with_suffix("").is_file():
+            continue
+        try:
+            with open(f, "rb") as handle:
+                kind = compression(handle.read(HEAD))
+        except OSError:
+            kind = None
+        said = f"{kind}-compressed" if kind else f"{SUFFIXES[f.suffix]}-compressed (by its name)"
+        raise TraceError(f"{f}: {said}: decompress it first ({what} files are read as plain "
+                         f"{' or '.join(patterns)})")
