@@ -134,8 +134,8 @@ def forecast_one(spec: PolicySpec, draws: list[Draw], gpu_hour_price: float) -> 
     }
     for key in PARTS:
         out[key] = math.fsum(p[key] for p in parts) / len(parts)
-    for key in ("tokens_per_s", "learnable_tokens_per_s", "staleness_mean", "bubble_ratio",
-                *TOOL_KEYS):  # (the tool keys: a multi-turn trace's runs only)
+    for key in ("samples_trained", "samples_total", "tokens_per_s", "learnable_tokens_per_s", "staleness_mean",
+                "bubble_ratio", *TOOL_KEYS):  # (the tool keys: a multi-turn trace's runs only)
         if key in summaries[0]:
             out[key] = math.fsum(float(s[key]) for s in summaries) / len(summaries)
     out["walls_s"] = walls

@@ -29,7 +29,7 @@ from sortedrl.errors import ConfigError
 from sortedrl.limits import MAX_SEED, check_seed
 from sortedrl.outputs import Outputs, write_text
 from sortedrl.parallel import check_workers
-from sortedrl.table_notes import count_text, updates_note
+from sortedrl.table_notes import count_text, trained_note, updates_note
 from sortedrl.tables import FORMATS, Col, Note, fmt, render, terminal_width
 from sortedrl.traces.model import generate
 from sortedrl.unmodelled import unmodelled_notes
@@ -253,8 +253,9 @@ def forecast_text(results: list[dict], title: str, width: int | None, priced: bo
                                Note("low-high: the range of their wall-clock", "low-high")]
     if not priced:  # (each note of a column goes when the column does: a narrow terminal)
         notes.append(Note("cost: give --gpu-hour-price ($ per GPU-hour)", "cost"))
-    notes += filter(None, [updates_note([(f"{r['policy']} @ {r['cluster']}", r["updates"])
-                                         for r in results])])
+    notes += filter(None, [updates_note([(f"{r['policy']} @ {r['cluster']}", r["updates"]) for r in results]),
+                           trained_note([(f"{r['policy']} @ {r['cluster']}", r["samples_trained"], r["samples_total"])
+                                         for r in results], "their learnable_tokens_per_s (--json)")])
     kept = {"cost"} if priced else set()
     if len({r["cluster"] for r in results}) > 1:  # (its rows would read alike without it)
         kept.add("cluster")

@@ -31,21 +31,22 @@ def updates_note(rows: list[tuple[str, float]]) -> str | None:
             "mean larger batches, a different training run, not only a faster one")
 
 
-def trained_note(rows: list[tuple[str, int, int]]) -> str | None:
-    """A note when a row (label, samples trained, samples in the trace) trained under 90% of
-    what the row that trained most did: its makespan covers less training (tail_batch's
-    ``responses`` below the group size trains part of each group), so it reads faster than it
-    is; the learnable rate, per token trained, compares it fairly."""
+def trained_note(rows: list[tuple[str, float, float]], rate: str = "the learnable tok/s") -> str | None:
+    """A note when a row (label, samples trained, samples in the trace; ``forecast``'s: means
+    over its draws) trained under 90% of what the row that trained most did: its makespan covers
+    less training (tail_batch's ``responses`` below the group size trains part of each group), so
+    it reads faster than it is; the learnable rate, per token trained, compares it fairly
+    (``rate``: where to read it)."""
     if len(rows) < 2:
         return None
     most = max(r[1] for r in rows)
     few = [r for r in rows if r[1] < 0.9 * most]
     if not few:
         return None
-    said = ", ".join(f"{label} trained {trained:,} of its {total:,} samples ({100 * trained / max(1, total):.0f}%)"
-                     for label, trained, total in few)
-    return (f"trained less: {said}, where another trained {most:,}: a makespan that covers less training "
-            "reads faster than it is; compare the learnable tok/s")
+    said = ", ".join(f"{label} trained {count_text(trained)} of its {count_text(total)} samples "
+                     f"({100 * trained / max(1, total):.0f}%)" for label, trained, total in few)
+    return (f"trained less: {said}, where another trained {count_text(most)}: a makespan that covers less training "
+            f"reads faster than it is; compare {rate}")
 
 
 def sandbox_note(rows: list[tuple[str, float, float]], pool: int) -> str | None:

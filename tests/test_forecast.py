@@ -263,3 +263,20 @@ def test_a_trace_models_warning_counts_the_sequences_the_kv_cache_holds(model_fi
     assert r.exit_code == 0, r.output
     (warning,) = [line for line in r.stderr.splitlines() if line.startswith("warning: a step")]
     assert "the KV cache holds" in warning and "under max_num_seqs 1,024)" in warning
+
+
+def test_a_policy_that_trains_part_of_each_group_is_said_to_train_less(tmp_path) -> None:
+    # tail_batch with responses=2 trains 2 of each group of 4: its wall covers a quarter less
+    # training per group, so it read faster than sync with no word (compare said it)
+    trace = generate(dataclasses.replace(MODEL, prompts_per_step=8), 2, seed=1)
+    write_trace(trace, tmp_path / "t.jsonl")
+    args = ["forecast", "--trace", str(tmp_path / "t.jsonl"), "--policy", "sync", "--policy", "tb=tail_batch",
+            "--set", "tb.responses=2", "--cluster", "h100-llama3.1-8b-2gpu"]
+    out = json.loads(run([*args, "--json"]).stdout)
+    assert [(o["policy"], o["samples_trained"], o["samples_total"]) for o in out] == [
+        ("sync", 64, 64), ("tb", 32, 64)]
+    r = run(args)
+    assert r.exit_code == 0, r.output
+    assert ("trained less: tb @ h100-llama3.1-8b-2gpu trained 32 of its 64 samples (50%), where another "
+            "trained 64: a makespan that covers less training reads faster than it is; compare their "
+            "learnable_tokens_per_s (--json)") in " ".join(r.output.split())  # (wrapped to the terminal)
