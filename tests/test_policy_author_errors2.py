@@ -399,6 +399,8 @@ def test_the_stall_reason_counts_each_state_once():
         "ones (or keep them in a Keep queue); re-admit the paused ones (Abort leaves a sample "
         "paused, or waiting with keep_tokens=False); return Train(...) for the finished ones")
     assert loops.stall_reason(bytearray([4, 5])) == "1 trained, 1 discarded samples, nothing in flight"
+    # counts print as every other count does: 2,048, not 2048
+    assert loops.stall_reason(bytearray([4] * 2048)) == "2,048 trained samples, nothing in flight"
 
 
 # -- 7, 8. the docs name every view member; `sortedrl policies` shows a whole first paragraph --

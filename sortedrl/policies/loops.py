@@ -50,7 +50,7 @@ def stall_reason(states) -> str:
     """The samples left when nothing is in flight, counted by state, and what to do about them.
     ``states``: each sample's state code (``PublicState.state``, a bytearray)."""
     counts = {st: states.count(int(st)) for st in SampleState}
-    told = ", ".join(f"{n} {st.name.lower()}" for st, n in counts.items() if n)
+    told = ", ".join(f"{n:,} {st.name.lower()}" for st, n in counts.items() if n)
     hints = [hint for st, hint in HINTS.items() if counts[st]]
     return f"{told} samples, nothing in flight" + (": " + "; ".join(hints) if hints else "")
 
