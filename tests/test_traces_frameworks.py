@@ -108,6 +108,19 @@ def test_a_length_that_is_not_a_whole_number_is_one_error(tmp_path, value) -> No
     assert not (tmp_path / "t.jsonl").exists()
 
 
+def test_a_long_text_in_a_number_field_is_cut_in_the_error_line(tmp_path) -> None:
+    # the value was printed whole: a 10,000-character string made a 10,000-character error line
+    dump = tmp_path / "nemo"
+    dump.mkdir()
+    lines = (DUMPS / "nemo_rl_logs" / "train_data_step1.jsonl").read_text().splitlines()
+    lines[1] = lines[1].replace('"input_lengths": [8]', f'"input_lengths": ["{"x" * 10_000}"]', 1)
+    (dump / "train_data_step1.jsonl").write_text("\n".join(lines) + "\n")
+    r = run(["trace", "import", str(dump), "--from", "nemo-rl", "--out", str(tmp_path / "t.jsonl")])
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert r.output.rstrip().endswith("field 'input_lengths': 'xxxxxxxxxxxxxxxxxxx... (10002 characters) is not an integer")
+    assert len(r.output) < 300 and not (tmp_path / "t.jsonl").exists()
+
+
 def test_trl_completions_table(tokenizer) -> None:
     trace, report = import_framework("trl", DUMPS / "trl_completions.table.json", tokenizer)
     assert (report.rows, report.groups, report.steps) == (24, 6, 2)

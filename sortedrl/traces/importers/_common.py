@@ -192,9 +192,9 @@ def whole_number(where: str, name: str, value: object, minimum: int = 0,
     """An integer field; ``maximum=INT32_MAX`` for a token count (32-bit in a run)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or (isinstance(value, float) and not value.is_integer())):  # (NaN and inf are not)
-        raise TraceError(f"{where}: field '{name}': {value!r} is not an integer")
+        raise TraceError(f"{where}: field '{name}': {short_repr(value)} is not an integer")
     if int(value) < minimum:
-        raise TraceError(f"{where}: field '{name}': {value!r} is below {minimum}")
+        raise TraceError(f"{where}: field '{name}': {short_repr(value)} is below {minimum}")
     if int(value) > INT64_MAX:  # the trace's columns are int64
         raise TraceError(f"{where}: field '{name}': {int(value):,} is past 2**63")
     if int(value) > maximum:
