@@ -213,3 +213,18 @@ def test_a_sync_shorter_than_the_step_in_flight_ends_at_its_boundary():
         finishes[i] += end == "finish"
     assert tokens == [1, 2, 3, 4] and finishes == [1] * 4
     assert r.summary["makespan_s"] == 16.5  # the last update's end: no push after it
+
+
+def test_the_view_gives_a_queued_sample_the_tokens_it_holds_not_none():
+    # One sequence an engine. s2 and s3 wait in engine 0's queue behind s0; at s0's finish (t=6)
+    # s2 starts, and s1 is paused on engine 1 with its 2 completed tokens and queued on engine 0
+    # behind s3. A queued sample holds what it resumes from: 0 fresh (s3), 2 kept (s1);
+    # view.generated returned None for both, where the real runner's engine gives the kept
+    # tokens (plus any generated since).
+    trace = make_trace([3, 20, 10, 4], prompt_lens=[1, 4, 1, 1])
+    cluster = tiny_cluster(engines=2, max_num_seqs=1, prefill_s_per_token=0.5)
+    policy = Scripted([Admit((0, 2, 3), 0), Admit((1,), 1)],
+                      {0: [Abort((1,), keep_tokens=True), Admit((1,), 0)]}, run_context(trace))
+    simulate(trace, policy, cluster, audit=True)
+    # at 6, s3 queued fresh (s2 is being prefilled); at s2's finish, s1 queued with its 2 tokens
+    assert policy.seen[:2] == [(0, (3, 2, 0, 0)), (2, (3, 2, 10, 0))]

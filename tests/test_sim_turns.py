@@ -275,3 +275,24 @@ def test_a_tool_call_of_zero_seconds_never_returns_before_now():
     tools = r.timeline.columns("tool")
     assert len(tools["t"]) == 6 and (tools["t_end"] >= tools["t_start"]).all()
     assert r.summary["samples_trained"] == 4
+
+
+def test_the_view_gives_a_trajectory_away_on_a_tool_its_generated_tokens():
+    # TWO_TURNS: turn 0 generates 2 tokens, then a 5 s tool call (4 output tokens). Away on the
+    # tool, a trajectory holds the 2 tokens it generated (what a pause there keeps; the tool's
+    # output is context, not generated); view.generated returned None.
+    from sortedrl.policies.registry import policy_class
+
+    seen = []
+
+    class Watch(policy_class("sync")):
+        name = "watch"
+
+        def on_turn_done(self, view, samples, engine):
+            seen.append([(i, view.generated(i), i in view.in_tool(engine)) for i in samples])
+            return []
+
+    trace = make_turn_trace(TWO_TURNS, prompt_lens=[2, 2])
+    cluster = dataclasses.replace(tiny_cluster(prefill_s_per_token=0.5), tool_pool=2)
+    simulate(trace, Watch(None), cluster, audit=True)
+    assert seen[0] == [(0, 2, True), (1, 2, True)]

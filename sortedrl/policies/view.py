@@ -245,7 +245,8 @@ class ClusterView:
         return None if v < 0 else v
 
     def generated(self, sample: int) -> int:
-        """Tokens generated so far (live for running samples)."""
+        """Tokens generated so far: live for running samples; for queued ones (admitted, not
+        yet running) and ones away on a tool call, the tokens they hold (0 for a fresh one)."""
         s = self._s
         if sample < 0:
             raise self._no_sample(sample)
@@ -254,7 +255,9 @@ class ClusterView:
         except IndexError:
             raise self._no_sample(sample) from None
         if admitted:
-            return s.engines[s.engine_of[sample]].tokens(sample, s.now)
+            n = s.engines[s.engine_of[sample]].tokens(sample, s.now)
+            if n is not None:  # (an engine that does not know it yet: the tokens it was admitted with)
+                return n
         return s.generated[sample]
 
     def response_len(self, sample: int) -> int:

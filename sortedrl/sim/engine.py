@@ -89,7 +89,7 @@ class Engine(EngineActions):
         self._live: dict[int, int] = {}  # sample -> seq of its valid heap entry
         self._stale = 0  # heap entries of aborted or preempted samples not yet popped
         self._seq = 0
-        self._gen0: dict[int, int] = {}  # queued sample -> tokens it resumes from
+        self._gen0: dict[int, int] = self.pub.kept  # queued sample -> tokens it resumes from
         # multi-turn (sim/turns.py): queued sample back from a tool call -> its tool-output
         # tokens, never prefilled before (the rest of its context is recomputed, or cached)
         self.resume: dict[int, int] = {}

@@ -15,7 +15,7 @@ from sortedrl.sim.cost import CostModel
 class EngineState:
     """The public half of an engine: who is running or queued, and the clock of its base point."""
 
-    __slots__ = ("index", "max_num_seqs", "version", "run", "queue", "t", "step", "kv",
+    __slots__ = ("index", "max_num_seqs", "version", "run", "queue", "kept", "t", "step", "kv",
                  "inflight", "prefilling", "frozen", "cost")
 
     def __init__(self, index: int, max_num_seqs: int, cost: CostModel) -> None:
@@ -24,6 +24,7 @@ class EngineState:
         self.version = 0
         self.run: dict[int, tuple[int, float, int, int]] = {}  # sample -> (off, t0, tok0, version)
         self.queue: deque[int] = deque()
+        self.kept: dict[int, int] = {}  # queued sample -> the tokens it resumes from (the engine's)
         self.t = 0.0  # base time
         self.step = 0  # decode steps completed at the base
         self.kv = 0  # KV tokens held at the base
@@ -42,10 +43,12 @@ class EngineState:
         return len(self.run) + len(self.queue)
 
     def tokens(self, sample: int, now: float) -> int | None:
-        """Tokens a running sample holds at ``now`` (``None`` if it is not running here)."""
+        """Tokens a sample admitted here holds at ``now``: a running one's, live; a queued one's,
+        those it resumes from (0 for a fresh one, a paused or preempted one's kept tokens);
+        ``None`` if it is not here."""
         entry = self.run.get(sample)
         if entry is None:
-            return None
+            return self.kept.get(sample)
         off, _, tok0, _ = entry
         if self.frozen:
             return self.step + off

@@ -105,7 +105,7 @@ class ToolEnv:
                 held = plan.end[i]
                 eng.cache.put(i, plen[i] + held, held)
                 self.cached_on[i] = engine
-            eng.pub.away[i] = None
+            eng.pub.away[i] = plan.end[i] - plan.ctx[i]  # through the turn that ended
             seconds, tokens = plan.tool_call(i)
             call = ToolCall(i, plan.attempt[i], plan.turn[i], engine, t, seconds=seconds, tokens=tokens)
             self.active[i] = call
@@ -193,7 +193,7 @@ class ToolEnv:
                 self._forget(i)
                 plan.start_attempt(i, attempt[i])
             if i in self.active:
-                eng.pub.away[i] = None
+                eng.pub.away[i] = plan.end[i] - plan.ctx[i]  # through the turn that ended
                 continue
             self._drop_cached_elsewhere(i, engine)
             fresh = self.fresh.pop(i, 0)

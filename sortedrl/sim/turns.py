@@ -223,7 +223,9 @@ class TurnEngineState(EngineState):
 
     def __init__(self, index: int, max_num_seqs: int, cost, ctx: list[int]) -> None:
         super().__init__(index, max_num_seqs, cost)
-        self.away: dict[int, None] = {}  # admitted here, in a tool call or waiting for a sandbox
+        # admitted here, in a tool call or waiting for a sandbox -> the tokens it generated
+        # through the turn that ended (what a pause keeps: ToolEnv.pause)
+        self.away: dict[int, int] = {}
         self._ctx = ctx
 
     def load(self) -> int:
@@ -233,6 +235,8 @@ class TurnEngineState(EngineState):
         return tuple(self.away)
 
     def tokens(self, sample: int, now: float) -> int | None:
+        if sample in self.away:
+            return self.away[sample]
         n = super().tokens(sample, now)
         return None if n is None else n - self._ctx[sample]
 
@@ -252,6 +256,7 @@ class TurnEngine(Engine):
         self._kept: dict[int, int] = {}  # back from a held slot, queued first -> own tokens in KV
         p = self.pub
         self.pub = TurnEngineState(p.index, p.max_num_seqs, p.cost, ctx)
+        self.pub.kept = self._gen0  # (the engine's, as the base class shares it)
         self.cache = PrefixCache()
         self._sleeps = sleeps  # colocated with vLLM sleep: the KV cache is dropped for an update
         self._router = router
