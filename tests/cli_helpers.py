@@ -29,6 +29,18 @@ def invoke_ok(args: list[str], **kw) -> str:
     return r.stdout
 
 
+def import_error(tmp_path: Path, args: list) -> str:
+    """The one ``error:`` line of a ``trace import`` refused with exit 2, having written no
+    ``tmp_path / "t.jsonl"``."""
+    out = tmp_path / "t.jsonl"
+    r = runner.invoke(app, ["trace", "import", *map(str, args), "--out", str(out)])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert not out.exists()
+    return lines[0]
+
+
 def four_sample_trace(path: Path, source: str) -> Path:
     """Four samples, two prompts of two, two at the 16,384 cap."""
     rows = [{"sortedrl_trace": 1, "max_response_len": 16384, "group_size": 2, "source": source}]

@@ -119,6 +119,26 @@ def tiny_model(tmp_path_factory) -> str:
     return str(out)
 
 
+# -- the tiny model's tokenizer, for the importers that count tokens ----------------------------
+
+
+@pytest.fixture(scope="session")
+def tok(tmp_path_factory) -> Path:
+    """The tiny model's word-level tokenizer (what `sortedrl model init` saves), built locally
+    once a session (``tokenizer`` is the same, by the name some test files use)."""
+    from sortedrl.realrun.model import build_tokenizer
+    from sortedrl.realrun.task import get_task
+
+    out = tmp_path_factory.mktemp("tok")
+    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tok) -> Path:
+    return tok
+
+
 # -- the real runner's tests first ----------------------------------------------------------------
 # `make test` runs the suite on two workers (pytest-xdist, --dist worksteal): each worker starts
 # on one half of the collected tests, and one that runs out takes half of what the other has

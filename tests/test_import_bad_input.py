@@ -13,34 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sortedrl.cli import app
 from sortedrl.traces.importers import import_framework
+from tests.cli_helpers import import_error
 
 runner = CliRunner()
 FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
 LONE = "a \ud800"  # json.loads('"a \\ud800"'): valid JSON, not valid Unicode
 SURROGATE = "not valid Unicode text (a lone surrogate, '\\ud800', at character 2)"
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Path:
-    """The tiny model's word-level tokenizer (what `sortedrl model init` saves), built locally."""
-    from sortedrl.realrun.model import build_tokenizer
-    from sortedrl.realrun.task import get_task
-
-    out = tmp_path_factory.mktemp("tok")
-    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
-    return out
-
-
-def _one_error(tmp_path: Path, args: list) -> str:
-    out = tmp_path / "t.jsonl"
-    r = runner.invoke(app, ["trace", "import", *map(str, args), "--out", str(out)])
-    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert not out.exists()
-    return lines[0]
 
 
 def _jsonl(path: Path, records: list[dict]) -> Path:
@@ -63,7 +42,7 @@ def test_verl_lone_surrogate_in_text_is_one_error_line(tok, tmp_path, field) -> 
     records = _verl()
     records[1][field] = LONE
     f = _jsonl(tmp_path / "verl" / "1.jsonl", records)
-    assert _one_error(tmp_path, [f.parent, "--from", "verl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [f.parent, "--from", "verl", "--tokenizer", tok]) == (
         f"error: {f}: line 2: field '{field}': {SURROGATE}")
 
 
@@ -71,7 +50,7 @@ def test_verl_lone_surrogate_in_text_is_one_error_line(tok, tmp_path, field) -> 
 def test_verl_uid_not_a_string_is_one_error_line(tok, tmp_path, uid, kind) -> None:
     """Was stringified: every sample one group."""
     f = _jsonl(tmp_path / "verl" / "1.jsonl", _verl(uid=uid))
-    assert _one_error(tmp_path, [f.parent, "--from", "verl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [f.parent, "--from", "verl", "--tokenizer", tok]) == (
         f"error: {f}: line 1: field 'uid': expected a string, got {kind}")
 
 
@@ -93,7 +72,7 @@ def test_trl_lone_surrogate_in_text_is_one_error_line(tok, tmp_path, column, fie
     table = _trl_table()
     table["data"][2][column] = LONE
     f = _write_table(tmp_path, table)
-    assert _one_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
         f"error: {f}: row 3: field '{field}': {SURROGATE}")
 
 
@@ -102,7 +81,7 @@ def test_trl_duplicate_column_is_one_error_line(tok, tmp_path) -> None:
     table = _trl_table()
     table["columns"][4] = "accuracy_reward"  # (was advantage)
     f = _write_table(tmp_path, table)
-    assert _one_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
         f"error: {f}: column 'accuracy_reward' appears twice (rename one of them)")
 
 
@@ -116,7 +95,7 @@ def test_trl_duplicate_parquet_column_is_one_error_line(tok, tmp_path) -> None:
     f.parent.mkdir()
     pq.write_table(pa.Table.from_arrays([pa.array(c) for c in zip(*data, strict=True)],
                                         names=names), f)
-    assert _one_error(tmp_path, [f.parent, "--from", "trl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [f.parent, "--from", "trl", "--tokenizer", tok]) == (
         f"error: {f}: column 'accuracy_reward' appears twice (rename one of them)")
 
 
@@ -127,7 +106,7 @@ def test_trl_non_number_in_the_reward_column_is_one_error_line(tok, tmp_path, va
     table = _trl_table()
     table["data"][0][3] = value
     f = _write_table(tmp_path, table)
-    assert _one_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
         f"error: {f}: row 1: field 'accuracy_reward': {shown} is not a number (the column holds "
         "numbers otherwise: a reward column? give --reward-columns to name the rewards)")
 
@@ -174,7 +153,7 @@ def _slime(tmp_path: Path, change) -> Path:
 def test_slime_prompt_json_cannot_write_is_one_error_line(tmp_path, prompt, kind, why) -> None:
     """Was a TypeError traceback from json.dumps naming the prompt."""
     f = _slime(tmp_path, lambda samples, torch: samples[0].update(prompt=prompt(torch)))
-    assert _one_error(tmp_path, [f, "--from", "slime"]) == (
+    assert import_error(tmp_path, [f, "--from", "slime"]) == (
         f"error: {f}: sample 0: field 'prompt': expected text or chat messages, found a {kind} "
         f"holding what JSON cannot write ({why})")
 
@@ -185,7 +164,7 @@ def test_slime_tokens_shorter_than_the_response_is_one_error_line(tmp_path) -> N
         samples[1]["tokens"] = samples[1]["tokens"][:1]
     f = _slime(tmp_path, cut)
     n = _slime_response_length(1)
-    assert _one_error(tmp_path, [f, "--from", "slime"]) == (
+    assert import_error(tmp_path, [f, "--from", "slime"]) == (
         f"error: {f}: sample 1: field 'tokens': 1 tokens, fewer than response_length {n} "
         f"(tokens hold the prompt and the response)")
 
@@ -212,7 +191,7 @@ def _session(task: object = 0, rank: object = 0, status: object = "accepted") ->
 def test_areal_lone_surrogate_in_a_key_is_one_error_line(tmp_path, field, record) -> None:
     """Was a UnicodeEncodeError traceback hashing the prompt id."""
     f = _jsonl(tmp_path / "rollout" / "sessions-r0.jsonl", [_session(), record])
-    assert _one_error(tmp_path, [f.parent, "--from", "areal"]) == (
+    assert import_error(tmp_path, [f.parent, "--from", "areal"]) == (
         f"error: {f}: line 2: field '{field}': {SURROGATE}")
 
 
@@ -220,7 +199,7 @@ def test_areal_status_not_a_string_is_one_error_line(tmp_path) -> None:
     """Was skipped as a session neither accepted nor rejected."""
     f = _jsonl(tmp_path / "rollout" / "sessions-r0.jsonl",
                [_session(), _session(status=["accepted"])])
-    assert _one_error(tmp_path, [f.parent, "--from", "areal"]) == (
+    assert import_error(tmp_path, [f.parent, "--from", "areal"]) == (
         f"error: {f}: line 2: field 'status': expected a string such as 'accepted', got "
         f"['accepted']")
 
@@ -256,7 +235,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 def test_nemo_gym_lone_surrogate_in_instance_id_is_one_error_line(tmp_path) -> None:
     base = _gym(tmp_path, [("a", _metrics(T0)), ("b", _metrics(T0, instance_id=LONE))])
     f = base / "b_1700000000001_ab1" / "nemo_gym_metrics.json"
-    assert _one_error(tmp_path, [base, "--from", "nemo-gym"]) == (
+    assert import_error(tmp_path, [base, "--from", "nemo-gym"]) == (
         f"error: {f}: field 'instance_id': {SURROGATE}")
 
 

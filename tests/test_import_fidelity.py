@@ -22,17 +22,6 @@ from sortedrl.traces.importers._common import group_size_of, prompt_name
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Path:
-    """The tiny model's word-level tokenizer (what `sortedrl model init` saves), built locally."""
-    from sortedrl.realrun.model import build_tokenizer
-    from sortedrl.realrun.task import get_task
-
-    out = tmp_path_factory.mktemp("tok")
-    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
-    return out
-
-
 def _cli(args: list[str]):
     r = runner.invoke(app, ["trace", "import", *map(str, args)])
     assert "Traceback" not in r.output, r.output

@@ -78,17 +78,6 @@ def test_simulate_takes_a_cluster_and_a_trace_model_with_a_byte_order_mark(tmp_p
                         f"{tmp_path / 'run' / 'timeline.npz'}\n")
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    """The tiny model's tokenizer (what `sortedrl model init` saves), built locally."""
-    from sortedrl.realrun.model import build_tokenizer
-    from sortedrl.realrun.task import get_task
-
-    out = tmp_path_factory.mktemp("tok")
-    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
-    return out
-
-
 @pytest.mark.parametrize("framework, dump", [("verl", "verl_rollout"),
                                              ("nemo-rl", "nemo_rl_logs"),
                                              ("trl", "trl_completions.table.json")])

@@ -23,17 +23,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
 NO_REWARD = ("the trace has no reward column (a trace's reward is on every row or on none)")
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Path:
-    """The tiny model's word-level tokenizer (what `sortedrl model init` saves), built locally."""
-    from sortedrl.realrun.model import build_tokenizer
-    from sortedrl.realrun.task import get_task
-
-    out = tmp_path_factory.mktemp("tok")
-    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
-    return out
-
-
 def _import(tmp_path: Path, args: list):
     """``trace import ARGS --out TMP/out.jsonl`` (test_trace_import_table_input2 uses it too)."""
     out = tmp_path / "out.jsonl"

@@ -19,22 +19,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from sortedrl.cli import app
 from sortedrl.traces.importers import import_framework
+from tests.cli_helpers import import_error
 
 runner = CliRunner()
 DUMPS = Path(__file__).parent / "fixtures" / "frameworks"
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Path:
-    """The tiny model's word-level tokenizer (what `sortedrl model init` saves), built locally."""
-    from sortedrl.realrun.model import build_tokenizer
-    from sortedrl.realrun.task import get_task
-
-    out = tmp_path_factory.mktemp("tok")
-    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
-    return out
 
 
 def _zipped(data: bytes) -> bytes:
@@ -60,16 +49,6 @@ SUFFIX = {gzip.compress: ".gz", lzma.compress: ".xz", bz2.compress: ".bz2", _zip
 KIND = {gzip.compress: "gzip", lzma.compress: "xz", bz2.compress: "bzip2", _zipped: "zip"}
 
 
-def _one_error(tmp_path: Path, args: list) -> str:
-    out = tmp_path / "t.jsonl"
-    r = runner.invoke(app, ["trace", "import", *map(str, args), "--out", str(out)])
-    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert not out.exists()
-    return lines[0]
-
-
 @pytest.mark.parametrize("framework, fixture, compressed, compress, plain", [
     ("verl", "verl_rollout", "2.jsonl", gzip.compress, "verl rollout dump files are read as "
      "plain *.jsonl"),
@@ -86,7 +65,7 @@ def test_a_compressed_file_in_a_dump_directory_is_one_error_line(
         tok, tmp_path, framework, fixture, compressed, compress, plain) -> None:
     d, packed = _dump_dir(tmp_path, fixture, compressed, compress)
     extra = ["--tokenizer", tok] if framework == "verl" else []
-    assert _one_error(tmp_path, [d, "--from", framework, *extra]) == (
+    assert import_error(tmp_path, [d, "--from", framework, *extra]) == (
         f"error: {packed}: {KIND[compress]}-compressed: decompress it first ({plain})")
 
 
@@ -96,7 +75,7 @@ def test_a_directory_of_only_compressed_files_names_the_first(tok, tmp_path) -> 
     d.mkdir()
     for name in ("1.jsonl", "2.jsonl"):
         (d / f"{name}.gz").write_bytes(gzip.compress((DUMPS / "verl_rollout" / name).read_bytes()))
-    assert _one_error(tmp_path, [d, "--from", "verl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [d, "--from", "verl", "--tokenizer", tok]) == (
         f"error: {d / '1.jsonl.gz'}: gzip-compressed: decompress it first (verl rollout dump "
         "files are read as plain *.jsonl)")
 
@@ -107,20 +86,20 @@ def test_areal_trl_and_nemo_gym_directories_alike(tok, tmp_path) -> None:
     areal.mkdir()
     (areal / "sessions-r0.jsonl").write_text("{}\n")
     (areal / "sessions-r1.jsonl.gz").write_bytes(gzip.compress(b"{}\n"))
-    assert _one_error(tmp_path, [areal, "--from", "areal"]) == (
+    assert import_error(tmp_path, [areal, "--from", "areal"]) == (
         f"error: {areal / 'sessions-r1.jsonl.gz'}: gzip-compressed: decompress it first (AReaL "
         "session tracer sessions-r{rank}.jsonl files are read as plain sessions-r*.jsonl)")
     trl = tmp_path / "completions"
     trl.mkdir()
     shutil.copy(DUMPS / "trl_completions.table.json", trl)
     (trl / "completions_00010.parquet.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"\0" * 12)
-    assert _one_error(tmp_path, [trl, "--from", "trl", "--tokenizer", tok]) == (
+    assert import_error(tmp_path, [trl, "--from", "trl", "--tokenizer", tok]) == (
         f"error: {trl / 'completions_00010.parquet.zst'}: zstd-compressed: decompress it first "
         "(TRL completions files are read as plain *.json* or *.parquet)")
     gym = tmp_path / "gym"
     (gym / "run1").mkdir(parents=True)
     (gym / "run1" / "nemo_gym_metrics.json.lz4").write_bytes(b"\x04\x22\x4d\x18")
-    assert _one_error(tmp_path, [gym, "--from", "nemo-gym"]) == (
+    assert import_error(tmp_path, [gym, "--from", "nemo-gym"]) == (
         f"error: {gym / 'run1' / 'nemo_gym_metrics.json.lz4'}: lz4-compressed (by its name): "
         "decompress it first (NeMo-Gym metrics files are read as plain nemo_gym_metrics.json)")
 
@@ -140,5 +119,5 @@ def test_a_gzip_pt_given_itself_says_so(tmp_path) -> None:
     # was: "not a torch.save file: corrupt pickle stream (Unsupported operand 31)"
     f = tmp_path / "rollout_data_0.pt.gz"
     f.write_bytes(gzip.compress((DUMPS / "slime_rollout" / "rollout_data_0.pt").read_bytes()))
-    assert _one_error(tmp_path, [f, "--from", "slime"]) == (
+    assert import_error(tmp_path, [f, "--from", "slime"]) == (
         f"error: {f}: gzip-compressed: decompress it first")

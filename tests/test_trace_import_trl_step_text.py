@@ -22,17 +22,6 @@ FIXTURE = Path(__file__).parent / "fixtures" / "frameworks" / "trl_completions.t
 COMPARED = ("prompt_id", "sample", "step", "prompt_len", "response_len", "truncated", "reward")
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> Path:
-    """The tiny model's word-level tokenizer (what `sortedrl model init` saves), built locally."""
-    from sortedrl.realrun.model import build_tokenizer
-    from sortedrl.realrun.task import get_task
-
-    out = tmp_path_factory.mktemp("tok")
-    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
-    return out
-
-
 def _wandb_table(step_text) -> dict:
     """The fixture as W&B exports TRL's table: each step cell ``step_text(step)``, and the
     keys W&B adds besides ``columns`` and ``data``."""

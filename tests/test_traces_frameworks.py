@@ -19,17 +19,6 @@ from sortedrl.traces.importers import import_framework
 DUMPS = Path(__file__).parent / "fixtures" / "frameworks"
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    """The tiny model's tokenizer (what `sortedrl model init` saves), built locally."""
-    from sortedrl.realrun.model import build_tokenizer
-    from sortedrl.realrun.task import get_task
-
-    out = tmp_path_factory.mktemp("tok")
-    build_tokenizer(get_task("sort").corpus(2000, 0)).save_pretrained(out)
-    return out
-
-
 def test_verl_rollout_dir(tokenizer) -> None:
     trace, report = import_framework("verl", DUMPS / "verl_rollout", tokenizer)
     assert (report.files, report.rows, report.groups, report.group_size) == (2, 32, 8, 4)
