@@ -11,12 +11,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from sortedrl.traces.importers import import_framework
 from tests.cli_helpers import import_error
 
-runner = CliRunner()
 FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
 LONE = "a \ud800"  # json.loads('"a \\ud800"'): valid JSON, not valid Unicode
 SURROGATE = "not valid Unicode text (a lone surrogate, '\\ud800', at character 2)"

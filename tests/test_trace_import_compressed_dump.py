@@ -17,12 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from sortedrl.traces.importers import import_framework
 from tests.cli_helpers import import_error
 
-runner = CliRunner()
 DUMPS = Path(__file__).parent / "fixtures" / "frameworks"
 
 
