@@ -222,3 +222,24 @@ def test_a_task_the_models_tokenizer_cannot_read_is_refused_and_a_model_made_for
     assert r.exit_code == 0, r.output
     assert unknown_word(load_tokenizer(model), get_task(task).problems(4, 0)) is None
     assert unknown_word(load_tokenizer(tiny_model), get_task(task).problems(4, 0)) == (2, "prompt")
+
+
+def test_a_policy_whose_state_no_checkpoint_holds_is_refused_before_rundir(tiny_model, tmp_path, monkeypatch):
+    # an open log file in __init__ ran under simulate, then stopped a real run at its first
+    # checkpoint, after generating and training, its RUNDIR removed: now before anything runs
+    (tmp_path / "logged.py").write_text(
+        "from sortedrl.policies.registry import policy_class\n\n\n"
+        "class Logged(policy_class('sync')):\n"
+        "    name = 'logged'\n\n"
+        "    def __init__(self, *a, **k):\n"
+        "        super().__init__(*a, **k)\n"
+        "        self.log = open(__file__)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["run", "--model", tiny_model, "--policy", "logged:Logged", "--steps", "1",
+                            "--prompts", "2", "--group-size", "2", "--max-tokens", "4", "--out", str(out)])
+    assert r.exit_code == 2 and r.stderr.splitlines() == [
+        "error: cannot checkpoint the policy: policy logged's attribute 'log': a TextIOWrapper is not plain "
+        'data; keep policy state in plain data (docs/policies.md, "State a real run keeps") or define '
+        "state_dict() and load_state_dict(state)"], r.output
+    assert not out.exists()

@@ -2,13 +2,15 @@
 
 A run directory may come from someone else, and ``--resume`` must not run code that it carries,
 so nothing here is pickled: the bookkeeping is JSON, written by a small tagged codec that knows
-only plain data (numbers, strings, lists, tuples, dicts with any plain keys, sets, deques,
-bytearrays, typed arrays (``array.array``), NumPy arrays and
-:class:`~sortedrl.policies.base.SampleState`), and every tensor is a safetensors file. The
+only plain data (numbers, strings, lists, tuples, dicts with any plain keys, sets, frozensets,
+deques, ranges, ``Counter``, ``OrderedDict``, a ``defaultdict`` whose factory is a built-in type
+(:data:`FACTORIES`), ``random.Random`` (its state), bytearrays, typed arrays (``array.array``),
+NumPy arrays and :class:`~sortedrl.policies.base.SampleState`), and every tensor is a
+safetensors file. The
 policy is rebuilt from its name and knobs, as at the start of the run, and then given back its
-recorded state (its attributes other than ``params`` and ``ctx``); a user policy whose state is
-not plain data gets one error naming the attribute, or may define ``state_dict()`` /
-``load_state_dict(state)`` itself.
+recorded state (its attributes other than ``params`` and ``ctx``; a ``SampleQueue`` it made in a
+hook is rebuilt for it); a user policy whose state is not plain data gets one error naming the
+attribute, or may define ``state_dict()`` / ``load_state_dict(state)`` itself.
 
 Layout of ``checkpoint/``: ``state.json`` (controller, backend, policy, log offsets, the update
 the checkpoint closed), ``model.safetensors`` and ``optimizer.safetensors`` + the optimizer's
@@ -20,8 +22,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from array import array
-from collections import deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
@@ -36,12 +39,28 @@ from sortedrl.policies.base import SampleState, params_dict
 
 STATE = "state.json"
 ENUMS: dict[str, type[IntEnum]] = {"SampleState": SampleState}
+# a defaultdict's factory, by name: only these (a factory is code, never read from a checkpoint)
+FACTORIES: dict[str, type] = {t.__name__: t for t in (int, float, str, list, dict, set, tuple, deque)}
 SKIPPED = ("params", "ctx")  # rebuilt from the run's configuration
 SHOWN = 200  # characters of a value an error line shows (a path whole, not a megabyte of it)
 
 
 class Attrs(dict):
-    """The decoded attributes of one of our helper objects."""
+    """The decoded attributes of one of our helper objects; ``helper``: its class's name when it
+    is one of :data:`HELPERS`, which a policy may make in a hook (then rebuilt empty and given
+    them, where the rebuilt policy has none)."""
+
+    def __init__(self, attrs: dict, helper: str | None = None) -> None:
+        super().__init__(attrs)
+        self.helper = helper
+
+
+def _helpers() -> dict[str, type]:
+    """The helper classes a policy may hold that a checkpoint may name (by name only: a key in
+    this table, never an import): the documented ones a policy makes in ``on_start``."""
+    from sortedrl.policies.common import SampleQueue
+
+    return {"SampleQueue": SampleQueue}
 
 
 class NotPlainData(TypeError):
@@ -60,10 +79,16 @@ def encode(value: object, where: str = "state") -> object:
         return value.item() if isinstance(value, np.generic) else value
     if isinstance(value, list):
         return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, (tuple, set, deque)):
-        items = sorted(value) if isinstance(value, set) else value
-        tag = {tuple: "$tuple", set: "$set", deque: "$deque"}[type(value)]
+    if type(value) in (tuple, set, frozenset, deque):
+        items = sorted(value) if isinstance(value, (set, frozenset)) else value
+        tag = {tuple: "$tuple", set: "$set", frozenset: "$frozenset", deque: "$deque"}[type(value)]
         return {tag: [encode(v, f"{where}[{i}]") for i, v in enumerate(items)]}
+    if isinstance(value, range):
+        return {"$range": [value.start, value.stop, value.step]}
+    if type(value) is random.Random:  # a policy's own generator (docs/policies.md): its state
+        return {"$random": encode(value.getstate(), where)}
+    if type(value) in (Counter, OrderedDict, defaultdict):
+        return _tagged_dict(value, where)
     if isinstance(value, bytearray):
         return {"$bytearray": list(value)}
     if isinstance(value, array):
@@ -73,12 +98,28 @@ def encode(value: object, where: str = "state") -> object:
     if type(value).__module__.startswith("sortedrl.") and hasattr(value, "__dict__"):
         # one of our helpers (a length predictor, the runner's group rewards): its attributes,
         # restored into the helper that the rebuilt run made: a checkpoint never names a class
-        return {"$attrs": encode(vars(value), where)}
+        helper = type(value).__name__
+        return {"$attrs": encode(vars(value), where),
+                **({"helper": helper} if _helpers().get(helper) is type(value) else {})}
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("$") for k in value):
             return {k: encode(v, f"{where}.{k}") for k, v in value.items()}
         return {"$dict": [[encode(k, where), encode(v, f"{where}[{k!r}]")] for k, v in value.items()]}
     raise NotPlainData(f"{where}: a {type(value).__name__} is not plain data")
+
+
+def _tagged_dict(value: dict, where: str) -> dict:
+    """A ``Counter``, ``OrderedDict`` or ``defaultdict`` (whose factory must be one of
+    :data:`FACTORIES`), kept as what it is: read back as a plain dict, a defaultdict lost its
+    default and a Counter its zero for a missing key."""
+    items = [[encode(k, where), encode(v, f"{where}[{k!r}]")] for k, v in value.items()]
+    if type(value) is not defaultdict:
+        return {f"${type(value).__name__.lower()}": items}
+    factory = value.default_factory
+    if factory is not None and FACTORIES.get(getattr(factory, "__name__", "")) is not factory:
+        raise NotPlainData(f"{where}: a defaultdict of {getattr(factory, '__name__', type(factory).__name__)} "
+                           f"is not plain data (its factory may be one of {', '.join(FACTORIES)}, or None)")
+    return {"$defaultdict": items, "factory": None if factory is None else factory.__name__}
 
 
 def decode(value: object) -> object:
@@ -94,6 +135,22 @@ def decode(value: object) -> object:
         return {decode(v) for v in value["$set"]}
     if "$deque" in value:
         return deque(decode(v) for v in value["$deque"])
+    if "$frozenset" in value:
+        return frozenset(decode(v) for v in value["$frozenset"])
+    if "$range" in value:
+        return range(*value["$range"])
+    if "$random" in value:
+        rng = random.Random()
+        rng.setstate(decode(value["$random"]))
+        return rng
+    if "$counter" in value:
+        return Counter({decode(k): decode(v) for k, v in value["$counter"]})
+    if "$ordereddict" in value:
+        return OrderedDict((decode(k), decode(v)) for k, v in value["$ordereddict"])
+    if "$defaultdict" in value:
+        factory = value["factory"]
+        return defaultdict(None if factory is None else FACTORIES[factory],
+                           ((decode(k), decode(v)) for k, v in value["$defaultdict"]))
     if "$bytearray" in value:
         return bytearray(value["$bytearray"])
     if "$array" in value:
@@ -103,7 +160,7 @@ def decode(value: object) -> object:
     if "$dict" in value:
         return {decode(k): decode(v) for k, v in value["$dict"]}
     if "$attrs" in value:
-        return Attrs(decode(value["$attrs"]))
+        return Attrs(decode(value["$attrs"]), value.get("helper"))
     return {k: decode(v) for k, v in value.items()}
 
 
@@ -111,15 +168,16 @@ def decode(value: object) -> object:
 
 def policy_state(policy) -> object:
     """The policy's own state: ``state_dict()`` if it defines one, else its plain attributes."""
-    if hasattr(policy, "state_dict"):
-        raw = policy.state_dict()
-    else:
-        raw = {k: v for k, v in vars(policy).items() if k not in SKIPPED}
     try:
-        return {"params": params_dict(policy.params), "state": encode(raw, f"policy {policy.name}")}
+        if hasattr(policy, "state_dict"):
+            state = encode(policy.state_dict(), f"policy {policy.name}'s state_dict()")
+        else:  # each attribute named as the policy's (not "policy p.log", a file's name)
+            state = {k: encode(v, f"policy {policy.name}'s attribute {k!r}") for k, v in vars(policy).items()
+                     if k not in SKIPPED}  # (as encode writes a dict of names: {name: value})
+        return {"params": params_dict(policy.params), "state": state}
     except NotPlainData as e:
-        raise ConfigError(f"cannot checkpoint the policy: {e}; keep policy state in plain data or "
-                          "define state_dict() and load_state_dict(state)") from None
+        raise ConfigError(f"cannot checkpoint the policy: {e}; keep policy state in plain data (docs/policies.md, "
+                          "\"State a real run keeps\") or define state_dict() and load_state_dict(state)") from None
 
 
 def restore_policy(policy, saved: dict, where: Path) -> None:
@@ -152,6 +210,8 @@ def _check_all(target: object, attrs: dict, where: Path | str, same_shape: bool)
         _check_name(target, name, where)
         if isinstance(value, Attrs):
             helper = getattr(target, name, None)
+            if helper is None and value.helper in _helpers():  # made in a hook: rebuilt empty
+                helper = _helpers()[value.helper].__new__(_helpers()[value.helper])
             if helper is None or not hasattr(helper, "__dict__"):
                 raise ConfigError(f"{where}: the {type(target).__name__} has no helper object "
                                   f"{name!r} to restore")
@@ -163,6 +223,8 @@ def _check_all(target: object, attrs: dict, where: Path | str, same_shape: bool)
 def _set_all(target: object, attrs: dict) -> None:
     for name, value in attrs.items():
         if isinstance(value, Attrs):
+            if getattr(target, name, None) is None:  # (checked: one of the helpers)
+                setattr(target, name, _helpers()[value.helper].__new__(_helpers()[value.helper]))
             _set_all(getattr(target, name), value)
         else:
             setattr(target, name, value)

@@ -200,6 +200,7 @@ def _prepare(cfg: RunConfig, resume: bool, force: bool) -> _Start:
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
     grade = grader(task, problems, tok, n, words=(model_dir / MODEL_CARD).exists())
     policy = make_policy(cfg.policy, cfg.sets, prompt_set(cfg, len(problems)))
+    ckpt_io.policy_state(policy)  # state its checkpoints cannot hold: refused before RUNDIR is touched
     if policy.placements and cfg.placement not in policy.placements:
         raise ConfigError(f"policy {cls.name} needs a {' or '.join(policy.placements)} cluster "
                           f"(--placement {policy.placements[0]})")
