@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl.cluster_split import split_costs, split_of
-from sortedrl.errors import ConfigError
+from sortedrl.errors import ConfigError, PolicyError
 from sortedrl.outputs import OutputError, check_label
 from sortedrl.parallel import run_jobs
 from sortedrl.parallel_progress import SampleCounts
@@ -246,8 +246,13 @@ def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
     if spill_dir is not None:
         spill = spill_dir / spec.label
         spill.mkdir()
-    return simulate(trace, policy, cluster_for(policy.placements, cluster, policy.name), seed=seed,
-                    progress=progress, regen=regen, spill_dir=spill)
+    try:
+        return simulate(trace, policy, cluster_for(policy.placements, cluster, policy.name), seed=seed,
+                        progress=progress, regen=regen, spill_dir=spill)
+    except PolicyError as e:  # two labels of one policy ("a=m:Buggy", "b=m:Buggy"): say which
+        if spec.label == policy.name:
+            raise
+        raise PolicyError(f"--policy {spec.label}: {e}") from None
 
 
 def run_compare(trace: Trace, specs: list[PolicySpec], cluster: Cluster, seed: int = 0,

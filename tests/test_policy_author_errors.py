@@ -170,7 +170,11 @@ def test_ids_that_are_no_sequence_are_one_error_line(ids, got):
     (Train(7), "Train.samples must be a tuple or list of sample ids"),
     (Abort("01"), "Abort.samples must be a tuple or list of sample ids"),
     (Filter(3), "Filter.groups must be a tuple or list of group ids"),
-    (Admit((0,), engine="0"), "illegal action from on_start{at}: admit to unknown engine '0'"),
+    (Admit((0,), engine="0"), "illegal action from on_start{at}: Admit.engine must be an int (an engine's "
+                              "index, 0 to 0) or None, got str '0'"),
+    (Admit((0,), engine=0.0), "illegal action from on_start{at}: Admit.engine must be an int (an engine's "
+                              "index, 0 to 0) or None, got float 0.0"),  # (said "unknown engine 0.0")
+    (Admit((0,), engine=1), "illegal action from on_start{at}: admit to unknown engine 1"),
 ])
 def test_each_action_names_its_field(action, line):
     class Wrong(AdmitAll):
@@ -346,9 +350,10 @@ def test_wake_on_without_an_on_finished_hook_says_so_and_names_the_misspelling()
 
     with pytest.raises(PolicyError) as e:
         run(Deaf)
-    assert str(e.value) == ("policy deaf gave WakeOn, which calls on_finished, but its class "
-                            "defines no on_finished hook (on_finish is not a hook: a misspelling?): "
-                            "define on_finished(self, view, samples, engine)")
+    at = f"{__file__}:{Ordering.on_start.__code__.co_firstlineno}"  # the hook that gave it
+    assert str(e.value) == (f"policy deaf gave WakeOn (from on_start at {at}), which calls on_finished, "
+                            "but its class defines no on_finished hook (on_finish is not a hook: a "
+                            "misspelling?): define on_finished(self, view, samples, engine)")
 
 
 def test_a_wake_up_for_a_class_that_listens_by_its_flag_but_has_no_on_finished_is_refused():
@@ -370,8 +375,10 @@ def test_a_wake_up_for_a_class_that_listens_by_its_flag_but_has_no_on_finished_i
 
     with pytest.raises(PolicyError) as e:
         run(FlagOnly)
-    assert str(e.value) == ("policy flag_only gave WakeOn, which calls on_finished, but its class defines "
-                            "no on_finished hook: define on_finished(self, view, samples, engine)")
+    at = f"{__file__}:{FlagOnly.on_start.__code__.co_firstlineno}"
+    assert str(e.value) == (f"policy flag_only gave WakeOn (from on_start at {at}), which calls on_finished, "
+                            "but its class defines no on_finished hook: define on_finished(self, view, "
+                            "samples, engine)")
     FlagOnly.wake = WakeOn()
     assert run(FlagOnly).summary["samples_trained"] == 4
 
@@ -388,10 +395,12 @@ def test_keep_from_a_class_with_only_on_idle_says_to_listen_and_then_runs():
                 return []
             return [Train(view.finished())]
 
-    with pytest.raises(PolicyError, match=r"^policy idle_keep gave a standing order but does not "
-                                          r"listen to finishes: set listens_to_finishes = True on "
-                                          r"the class \(a Keep order tops up at finishes"):
+    with pytest.raises(PolicyError) as e:
         run(IdleKeep)
+    at = f"{__file__}:{IdleKeep.on_start.__code__.co_firstlineno}"  # the hook that gave the order
+    assert str(e.value).startswith(
+        f"policy idle_keep gave a standing order (from on_start at {at}) but does not listen to finishes: "
+        "set listens_to_finishes = True on the class (a Keep order tops up at finishes")
     IdleKeep.listens_to_finishes = True  # the advice, followed: Keep keeps 2 admitted
     r = run(IdleKeep)
     assert [a[2] for a in r.timeline.admits] == [[0, 1], [2], [3]]
@@ -593,3 +602,38 @@ def test_a_policy_that_regenerates_forever_is_stopped(monkeypatch):
         run(Forever, lengths=(3,))
     assert str(e.value) == ("policy forever regenerated sample 0 25 times: it drops and re-admits "
                             "responses forever (Abort with keep_tokens=False, then Admit)")
+
+
+def test_a_knob_for_a_class_without_params_says_where_knobs_go():
+    # a class that forgot `Params = ...`: "(known: none)" gave no hint
+    from sortedrl.errors import ConfigError
+    from sortedrl.policies.base import NoParams, parse_params
+
+    with pytest.raises(ConfigError) as e:
+        parse_params(NoParams, ["groups=16"], "audit_mod:Audit")
+    assert str(e.value) == ("--set groups: unknown parameter for policy audit_mod:Audit (known: none: the "
+                            "class sets no Params, a frozen dataclass of its knobs (docs/policies.md))")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_compare_names_the_label_whose_run_a_policy_error_stopped(tmp_path, monkeypatch, workers):
+    # two labels of one user policy: "policy buggy: illegal action ..." did not say which
+    (tmp_path / "buggy_mod.py").write_text(
+        "from dataclasses import dataclass\n\n"
+        "from sortedrl.policies.base import Train\n"
+        "from sortedrl.policies.registry import policy_class\n\n\n"
+        "@dataclass(frozen=True)\n"
+        "class BuggyParams(policy_class('sync').Params):\n"
+        "    bug: bool = False\n\n\n"
+        "class Buggy(policy_class('sync')):\n"
+        "    name = 'buggy'\n"
+        "    Params = BuggyParams\n\n"
+        "    def on_start(self, view):\n"
+        "        return [Train(())] if self.params.bug else super().on_start(view)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    r = CliRunner().invoke(app, ["compare", "--synthetic", "math-16k", "--prompts", "8", "--group-size", "2",
+                                 "--steps", "1", "--cluster", "h100-llama3.1-8b-1gpu-32seq",
+                                 "--policy", "a=buggy_mod:Buggy", "--policy", "b=buggy_mod:Buggy",
+                                 "--set", "b.bug=true", "--workers", workers, "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.splitlines()[-1].startswith("error: --policy b: policy buggy: illegal action from on_start")

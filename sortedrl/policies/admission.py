@@ -34,8 +34,10 @@ class Admission:
                 if state[i] != WAITING and state[i] != PAUSED:
                     raise self._bad(f"admit of sample {i}, which is {SampleState(state[i]).name.lower()}")
         e = act.engine
-        if e is not None and (type(e) is bool or not isinstance(e, (int, np.integer))
-                              or not 0 <= e < len(s.engines)):
+        if e is not None and (type(e) is bool or not isinstance(e, (int, np.integer))):
+            raise self._bad(f"Admit.engine must be an int (an engine's index, 0 to {len(s.engines) - 1}) "
+                            f"or None, got {type(e).__name__} {e!r}")  # (0.0 read as no engine 0)
+        if e is not None and not 0 <= e < len(s.engines):
             raise self._bad(f"admit to unknown engine {e!r}")
         big = len(samples) >= BATCH  # a whole step's batch: NumPy; a few samples: loops
         for g in (g for g, _ in group_counts(samples, n)) if big else (i // n for i in samples):

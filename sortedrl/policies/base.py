@@ -286,6 +286,8 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
         if key not in fields:  # (a dotted key, ``sync.mdoe``, is matched by its last part)
             prefix = named[:len(named) - len(key)] if named != key else at
             known, hint = ", ".join(fields) or "none", did_you_mean(key.rpartition(".")[2], fields, prefix)
+            if params_cls is NoParams:  # (a class that forgot `Params = ...`: say where knobs go)
+                known = "none: the class sets no Params, a frozen dataclass of its knobs (docs/policies.md)"
             raise ConfigError(f"{option} {at}{named}: unknown parameter for policy {policy}{hint} (known: {known})")
         values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{named}={raw}")
     check_given(params_cls, values, policy, f"{option} {at}")

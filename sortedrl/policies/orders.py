@@ -59,11 +59,11 @@ class StandingOrders:
     def set(self, order: Keep | WakeOn, s: PublicState, policy, hook: str | None = None) -> None:
         """Put ``order`` (returned by ``hook``) in force in place of the previous one of its kind."""
         if not policy.listens_to_finishes:
-            raise PolicyError(_unheard(order, policy))
+            raise PolicyError(_unheard(order, policy, hook))
         check_fields(order, policy, hook)
         wakes = isinstance(order, WakeOn) and (order.finished or order.groups or order.drained or order.any_group)
         if wakes and _no_finish_hook(type(policy)):  # (it listens by its flag: nothing would hear the wake-up)
-            raise PolicyError(_unheard(order, policy))
+            raise PolicyError(_unheard(order, policy, hook))
         if isinstance(order, WakeOn):
             self.wake = order
             need = order.members or s.group_size
@@ -194,15 +194,16 @@ def _no_finish_hook(cls: type) -> bool:
     return cls.on_finished is Policy.on_finished and cls.on_event is Policy.on_event
 
 
-def _unheard(order: Keep | WakeOn, policy: Policy) -> str:
-    """Why a standing order from a policy that does not listen to finishes cannot be served."""
-    cls = type(policy)
+def _unheard(order: Keep | WakeOn, policy: Policy, hook: str | None = None) -> str:
+    """Why a standing order from a policy that does not listen to finishes cannot be served;
+    ``hook``: the hook that returned it (named, with its line in a user's file)."""
+    cls, by = type(policy), given_by(policy, hook)
     if isinstance(order, WakeOn) and _no_finish_hook(cls):
         names = [n for n in dir(cls) if n.startswith("on_") and not hasattr(Policy, n)]
         close = difflib.get_close_matches("on_finished", names, n=1)
         typo = f" ({close[0]} is not a hook: a misspelling?)" if close else ""
-        return (f"policy {policy.name} gave WakeOn, which calls on_finished, but its class defines "
+        return (f"policy {policy.name} gave WakeOn{by}, which calls on_finished, but its class defines "
                 f"no on_finished hook{typo}: define on_finished(self, view, samples, engine)")
-    return (f"policy {policy.name} gave a standing order but does not listen to finishes: set "
+    return (f"policy {policy.name} gave a standing order{by} but does not listen to finishes: set "
             "listens_to_finishes = True on the class (a Keep order tops up at finishes, and only "
             "a policy that listens has its finishes served as they happen)")
