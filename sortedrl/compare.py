@@ -250,7 +250,7 @@ def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
         return simulate(trace, policy, cluster_for(policy.placements, cluster, policy.name), seed=seed,
                         progress=progress, regen=regen, spill_dir=spill)
     except PolicyError as e:  # two labels of one policy ("a=m:Buggy", "b=m:Buggy"): say which
-        if spec.label == policy.name:
+        if spec.label in (policy.name, spec.name, spec.name.rpartition(":")[2]):  # (no LABEL= given)
             raise
         raise PolicyError(f"--policy {spec.label}: {e}") from None
 
