@@ -462,3 +462,40 @@ def test_a_checkpoint_is_on_the_disk_before_it_is_swapped_in(tmp_path, monkeypat
     last_rename = max(k for k, e in enumerate(events) if e[0] == "replace")
     assert ("fsync", str(tmp_path)) in events[last_rename:]
     assert read_state(tmp_path / "checkpoint") == {"update": 2}
+
+
+def test_a_crafted_policy_state_is_one_error_line_not_a_traceback(tmp_path):
+    # ints past C's in a Random's state, and the policy's own tags (decoded in restore_policy,
+    # outside read_state's net): an OverflowError or TypeError traceback
+    (tmp_path / "state.json").write_text(json.dumps({"x": {"$random": {"$tuple": [3, {"$tuple": [-1] * 625}, None]}}}))
+    with pytest.raises(ConfigError, match=r"state.json: not a readable checkpoint \(can't convert negative"):
+        read_state(tmp_path)
+    policy = make_policy("sync", [], make_trace([5, 9, 2, 14], group_size=2))
+    for bad in ({"$range": "abc"}, {"$defaultdict": [], "factory": "os.system"},
+                {"$random": {"$tuple": [3, {"$tuple": [0] * 625}, "x"]}}):
+        saved = {"params": policy_state(policy)["params"], "state": {"$dict": [["x", bad]]}}
+        with pytest.raises(ConfigError, match=r"^ckpt: field 'policy.state': not a readable policy state"):
+            restore_policy(policy, saved, "ckpt")
+    saved = {"params": policy_state(policy)["params"], "state": {"x": {"$attrs": {}, "helper": ["x"]}}}
+    with pytest.raises(ConfigError, match=r"^ckpt: the SyncPolicy has no helper object 'x' to restore$"):
+        restore_policy(policy, saved, "ckpt")  # (an unhashable helper name: a TypeError traceback)
+
+
+def test_a_sample_queue_inside_a_container_is_refused_and_one_rebuilt_has_its_defaults():
+    policy = make_policy("sync", [], make_trace([5, 9, 2, 14], group_size=2))
+    policy.queues = [SampleQueue()]  # restored, it was an Attrs dict with no popleft
+    with pytest.raises(ConfigError, match=r"policy sync's attribute 'queues'\[0\]: a SampleQueue inside a list "
+                                          r"or dict is not restored: keep it as an attribute of its own"):
+        policy_state(policy)
+    del policy.queues
+    fresh = make_policy("sync", [], make_trace([5, 9, 2, 14], group_size=2))
+    saved = {"params": policy_state(policy)["params"], "state": {"q": {"$attrs": {}, "helper": "SampleQueue"}}}
+    restore_policy(fresh, saved, "ckpt")  # (the attributes a checkpoint leaves out: the new queue's)
+    assert len(fresh.q) == 0 and fresh.q.ids == deque()
+
+
+def test_a_set_of_items_that_do_not_compare_is_kept_in_one_order():
+    value = {"mixed": frozenset({1, "a", (2, 3)}), "also": {2.5, "b"}}
+    once = json.dumps(encode(value))
+    assert once == json.dumps(encode({"mixed": frozenset({(2, 3), "a", 1}), "also": {"b", 2.5}}))
+    assert decode(json.loads(once)) == value

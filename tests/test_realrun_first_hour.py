@@ -243,3 +243,25 @@ def test_a_policy_whose_state_no_checkpoint_holds_is_refused_before_rundir(tiny_
         'data; keep policy state in plain data (docs/policies.md, "State a real run keeps") or define '
         "state_dict() and load_state_dict(state)"], r.output
     assert not out.exists()
+
+
+def test_a_policy_with_its_own_state_dict_is_not_asked_for_it_before_on_start(tiny_model, tmp_path, monkeypatch):
+    # the check before RUNDIR called state_dict(), which may read what on_start makes: an
+    # AttributeError traceback before the run started
+    from sortedrl.realrun.run import RunConfig, _prepare
+
+    (tmp_path / "own_state.py").write_text(
+        "from sortedrl.policies.registry import policy_class\n\n\n"
+        "class OwnState(policy_class('sync')):\n"
+        "    name = 'own_state'\n\n"
+        "    def on_start(self, view):\n"
+        "        self.seen = []\n"
+        "        return super().on_start(view)\n\n"
+        "    def state_dict(self):\n"
+        "        return list(self.seen)\n\n"
+        "    def load_state_dict(self, state):\n"
+        "        self.seen = state\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    start = _prepare(RunConfig(model=tiny_model, policy="own_state:OwnState", out=str(tmp_path / "run"), steps=1,
+                               prompts=2, group_size=2, max_tokens=4), resume=False, force=False)
+    assert type(start.policy).__name__ == "OwnState" and not (tmp_path / "run").exists()

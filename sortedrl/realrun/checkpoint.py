@@ -43,6 +43,8 @@ ENUMS: dict[str, type[IntEnum]] = {"SampleState": SampleState}
 FACTORIES: dict[str, type] = {t.__name__: t for t in (int, float, str, list, dict, set, tuple, deque)}
 SKIPPED = ("params", "ctx")  # rebuilt from the run's configuration
 SHOWN = 200  # characters of a value an error line shows (a path whole, not a megabyte of it)
+# what decoding a crafted state.json may raise (an int past C's, in a Random's state or an array)
+UNREADABLE = (OSError, KeyError, TypeError, ValueError, OverflowError, RecursionError)
 
 
 class Attrs(dict):
@@ -69,8 +71,10 @@ class NotPlainData(TypeError):
 
 # -- a tagged JSON codec for plain data ---------------------------------------------------------
 
-def encode(value: object, where: str = "state") -> object:
-    """``value`` as JSON-ready data; containers other than str-keyed dicts and lists are tagged."""
+def encode(value: object, where: str = "state", attr: bool = False) -> object:
+    """``value`` as JSON-ready data; containers other than str-keyed dicts and lists are tagged.
+    ``attr``: ``value`` is an attribute that a restore sets itself (a policy's or a helper's),
+    where a helper of :func:`_helpers` can be rebuilt; inside a container it could not be."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, IntEnum) and type(value).__name__ in ENUMS:
@@ -80,7 +84,7 @@ def encode(value: object, where: str = "state") -> object:
     if isinstance(value, list):
         return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if type(value) in (tuple, set, frozenset, deque):
-        items = sorted(value) if isinstance(value, (set, frozenset)) else value
+        items = _sorted(value) if isinstance(value, (set, frozenset)) else value
         tag = {tuple: "$tuple", set: "$set", frozenset: "$frozenset", deque: "$deque"}[type(value)]
         return {tag: [encode(v, f"{where}[{i}]") for i, v in enumerate(items)]}
     if isinstance(value, range):
@@ -95,17 +99,29 @@ def encode(value: object, where: str = "state") -> object:
         return {"$array": value.tolist(), "typecode": value.typecode}
     if isinstance(value, np.ndarray) and value.dtype.kind in "biufU":
         return {"$ndarray": value.tolist(), "dtype": value.dtype.str}
+    if type(value) in _helpers().values() and not attr:
+        raise NotPlainData(f"{where}: a {type(value).__name__} inside a list or dict is not restored: keep "
+                           "it as an attribute of its own")
     if type(value).__module__.startswith("sortedrl.") and hasattr(value, "__dict__"):
         # one of our helpers (a length predictor, the runner's group rewards): its attributes,
         # restored into the helper that the rebuilt run made: a checkpoint never names a class
         helper = type(value).__name__
-        return {"$attrs": encode(vars(value), where),
+        return {"$attrs": {k: encode(v, f"{where}.{k}", attr=True) for k, v in vars(value).items()},
                 **({"helper": helper} if _helpers().get(helper) is type(value) else {})}
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("$") for k in value):
             return {k: encode(v, f"{where}.{k}") for k, v in value.items()}
         return {"$dict": [[encode(k, where), encode(v, f"{where}[{k!r}]")] for k, v in value.items()]}
     raise NotPlainData(f"{where}: a {type(value).__name__} is not plain data")
+
+
+def _sorted(items: set | frozenset) -> list:
+    """A set's items in one order every run (sorted; by type and repr where they do not compare:
+    ``{1, 'a'}``)."""
+    try:
+        return sorted(items)
+    except TypeError:
+        return sorted(items, key=lambda v: (type(v).__name__, repr(v)))
 
 
 def _tagged_dict(value: dict, where: str) -> dict:
@@ -140,8 +156,10 @@ def decode(value: object) -> object:
     if "$range" in value:
         return range(*value["$range"])
     if "$random" in value:
-        rng = random.Random()
-        rng.setstate(decode(value["$random"]))
+        rng, state = random.Random(), decode(value["$random"])
+        if not isinstance(state, tuple) or len(state) != 3 or not (state[2] is None or isinstance(state[2], float)):
+            raise ValueError("a Random's state is (version, internal state, gauss_next)")
+        rng.setstate(state)
         return rng
     if "$counter" in value:
         return Counter({decode(k): decode(v) for k, v in value["$counter"]})
@@ -172,8 +190,8 @@ def policy_state(policy) -> object:
         if hasattr(policy, "state_dict"):
             state = encode(policy.state_dict(), f"policy {policy.name}'s state_dict()")
         else:  # each attribute named as the policy's (not "policy p.log", a file's name)
-            state = {k: encode(v, f"policy {policy.name}'s attribute {k!r}") for k, v in vars(policy).items()
-                     if k not in SKIPPED}  # (as encode writes a dict of names: {name: value})
+            state = {k: encode(v, f"policy {policy.name}'s attribute {k!r}", attr=True)
+                     for k, v in vars(policy).items() if k not in SKIPPED}  # (as encode writes {name: value})
         return {"params": params_dict(policy.params), "state": state}
     except NotPlainData as e:
         raise ConfigError(f"cannot checkpoint the policy: {e}; keep policy state in plain data (docs/policies.md, "
@@ -185,7 +203,10 @@ def restore_policy(policy, saved: dict, where: Path) -> None:
     if params_dict(policy.params) != saved["params"]:
         raise ConfigError(f"{where}: the checkpoint's policy knobs {saved['params']} differ from "
                           f"this run's {params_dict(policy.params)}")
-    state = decode(saved["state"])
+    try:  # (the policy's state is encoded within the state: its own tags are read here)
+        state = decode(saved["state"])
+    except UNREADABLE as e:
+        raise ConfigError(f"{where}: field 'policy.state': not a readable policy state ({e})") from None
     if hasattr(policy, "load_state_dict"):
         policy.load_state_dict(state)
     else:
@@ -210,8 +231,8 @@ def _check_all(target: object, attrs: dict, where: Path | str, same_shape: bool)
         _check_name(target, name, where)
         if isinstance(value, Attrs):
             helper = getattr(target, name, None)
-            if helper is None and value.helper in _helpers():  # made in a hook: rebuilt empty
-                helper = _helpers()[value.helper].__new__(_helpers()[value.helper])
+            if helper is None and isinstance(value.helper, str) and value.helper in _helpers():
+                helper = _helpers()[value.helper]()  # made in a hook: rebuilt as new, then given its state
             if helper is None or not hasattr(helper, "__dict__"):
                 raise ConfigError(f"{where}: the {type(target).__name__} has no helper object "
                                   f"{name!r} to restore")
@@ -224,7 +245,7 @@ def _set_all(target: object, attrs: dict) -> None:
     for name, value in attrs.items():
         if isinstance(value, Attrs):
             if getattr(target, name, None) is None:  # (checked: one of the helpers)
-                setattr(target, name, _helpers()[value.helper].__new__(_helpers()[value.helper]))
+                setattr(target, name, _helpers()[value.helper]())
             _set_all(getattr(target, name), value)
         else:
             setattr(target, name, value)
@@ -366,7 +387,7 @@ def write_state(directory: Path, state: dict) -> None:
 def read_state(directory: Path) -> dict:
     try:
         return decode(json.loads((directory / STATE).read_text()))
-    except (OSError, KeyError, TypeError, ValueError, RecursionError) as e:
+    except UNREADABLE as e:
         raise ConfigError(f"{directory / STATE}: not a readable checkpoint ({e})") from None
 
 

@@ -39,6 +39,7 @@ from sortedrl.policies.controller import Controller
 from sortedrl.policies.registry import make_policy, policy_class
 from sortedrl.realrun import agent, run_trace
 from sortedrl.realrun import checkpoint as ckpt_io
+from sortedrl.realrun.checkpoint_orders import orders_state, restore_orders
 from sortedrl.realrun.engine import import_vllm
 from sortedrl.realrun.model import MODEL_CARD, check_model_dir, load_tokenizer
 from sortedrl.realrun.progress_lines import RunLines
@@ -200,7 +201,8 @@ def _prepare(cfg: RunConfig, resume: bool, force: bool) -> _Start:
     prompts = [tok(p.prompt)["input_ids"] for p in problems for _ in range(n)]
     grade = grader(task, problems, tok, n, words=(model_dir / MODEL_CARD).exists())
     policy = make_policy(cfg.policy, cfg.sets, prompt_set(cfg, len(problems)))
-    ckpt_io.policy_state(policy)  # state its checkpoints cannot hold: refused before RUNDIR is touched
+    if not hasattr(policy, "state_dict"):  # (its own may read what on_start makes: not called early)
+        ckpt_io.policy_state(policy)  # state its checkpoints cannot hold: refused before RUNDIR is touched
     if policy.placements and cfg.placement not in policy.placements:
         raise ConfigError(f"policy {cls.name} needs a {' or '.join(policy.placements)} cluster "
                           f"(--placement {policy.placements[0]})")
@@ -351,7 +353,8 @@ def _checkpoint(ckpt: Path, out: Path, trainer, policy, controller, backend, tra
     s = controller.s
     public = {k: v for k, v in vars(s).items() if k != "engines"}
     b = backend
-    state = {"policy": ckpt_io.policy_state(policy), "optimizer": optimizer, "public": public,
+    state = {"policy": ckpt_io.policy_state(policy), "orders": orders_state(controller.orders, policy),
+             "optimizer": optimizer, "public": public,
              "settled": controller.settled, "rollout_on": controller.rollout_on, "engine_version": backend.state.version,
              "backend": {"kept": b.kept, "kept_lp": b.kept_lp, "kept_ver": b.kept_ver,
                          "reward": b.reward, "reason": b.reason, "rewards": b.rewards,
@@ -382,6 +385,8 @@ def _restore(state: dict, trainer, engine, controller, backend, ckpt: Path) -> N
     ckpt_io.assign(controller.s, state["public"], ckpt / ckpt_io.STATE, same_shape=True)
     controller.s.engines = engines
     controller.settled, controller.rollout_on = state["settled"], state["rollout_on"]
+    if "orders" in state:  # (a checkpoint of an earlier version has none: orders given again or lost)
+        restore_orders(controller.orders, controller.policy, state["orders"], ckpt / ckpt_io.STATE)
     saved = dict(state["backend"])
     backend.reward.update(saved.pop("reward", {}))  # the controller reads rewards through this dict
     ckpt_io.assign(backend, saved, ckpt / ckpt_io.STATE, same_shape=True)
