@@ -39,6 +39,11 @@ class PolicySpec:
     sets: tuple[str, ...] = ()
 
 
+def default_label(name: str) -> str:
+    """A policy's label when ``--policy`` gives none: its name, a user policy's class name."""
+    return name.rpartition(":")[2]
+
+
 def parse_specs(policies: list[str], sets: list[str]) -> list[PolicySpec]:
     """``--policy [LABEL=]NAME`` (repeatable) and ``--set LABEL.key=value``."""
     if not policies:
@@ -47,7 +52,7 @@ def parse_specs(policies: list[str], sets: list[str]) -> list[PolicySpec]:
     for p in policies:
         label, sep, name = p.partition("=")
         if not sep:  # a user policy module:Class is labelled by its class
-            label, name = p.rpartition(":")[2], p
+            label, name = default_label(p), p
         if not label or not name:
             raise ConfigError(f"--policy {p!r}: expected NAME or LABEL=NAME")
         try:
@@ -250,7 +255,7 @@ def _simulate_spec(shared: tuple, spec: PolicySpec) -> SimResult:
         return simulate(trace, policy, cluster_for(policy.placements, cluster, policy.name), seed=seed,
                         progress=progress, regen=regen, spill_dir=spill)
     except PolicyError as e:  # two labels of one policy ("a=m:Buggy", "b=m:Buggy"): say which
-        if spec.label in (policy.name, spec.name, spec.name.rpartition(":")[2]):  # (no LABEL= given)
+        if spec.label in (policy.name, default_label(spec.name)):  # (no LABEL= given)
             raise
         raise PolicyError(f"--policy {spec.label}: {e}") from None
 

@@ -19,8 +19,10 @@ from sortedrl.errors import ConfigError
 from sortedrl.policies.base import Keep, WakeOn
 from sortedrl.policies.common import SampleQueue
 from sortedrl.policies.orders import StandingOrders
+from sortedrl.realrun.checkpoint import _count
 
 WAKE_FIELDS = tuple(f.name for f in fields(WakeOn))
+WAKE_KINDS = {f.name: type(f.default) for f in fields(WakeOn)}  # (int counts, bool flags)
 
 
 def orders_state(orders: StandingOrders, policy: object) -> dict:
@@ -73,12 +75,8 @@ def _wake(wake: object, where: Path | str) -> WakeOn:
                           f"WakeOn ({', '.join(WAKE_FIELDS)})")
     order = WakeOn(*wake)
     for name, value in zip(WAKE_FIELDS, wake, strict=True):
-        kind = bool if isinstance(getattr(WakeOn(), name), bool) else int
+        kind = WAKE_KINDS[name]
         if type(value) is not kind or (kind is int and value < 0):
             raise ConfigError(f"{where}: field 'orders.wake': {name} must be "
                               f"{'true or false' if kind is bool else 'an integer >= 0'}")
     return order
-
-
-def _count(v: object) -> bool:
-    return type(v) is int and v >= 0

@@ -17,6 +17,16 @@ SUFFIXES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd", ".zip":
 HEAD = 16  # bytes enough for every magic number text_check knows
 
 
+def file_compression(path: Path) -> str | None:
+    """The compression a file's first bytes say (:func:`~sortedrl.text_check.compression`);
+    None for none, or a file that cannot be read (its reader says why)."""
+    try:
+        with open(path, "rb") as handle:
+            return compression(handle.read(HEAD))
+    except OSError:
+        return None
+
+
 def refuse_compressed_dumps(directory: Path, patterns: tuple[str, ...], what: str,
                             recursive: bool = False) -> None:
     """One error line naming the first file in ``directory`` (under it: ``recursive``) that
@@ -28,11 +38,7 @@ def refuse_compressed_dumps(directory: Path, patterns: tuple[str, ...], what: st
     for f in found:
         if f.with_suffix("").is_file():
             continue
-        try:
-            with open(f, "rb") as handle:
-                kind = compression(handle.read(HEAD))
-        except OSError:
-            kind = None
+        kind = file_compression(f)
         said = f"{kind}-compressed" if kind else f"{SUFFIXES[f.suffix]}-compressed (by its name)"
         raise TraceError(f"{f}: {said}: decompress it first ({what} files are read as plain "
                          f"{' or '.join(patterns)})")

@@ -47,7 +47,6 @@ from pathlib import Path
 
 from sortedrl.errors import TraceError
 from sortedrl.limits import INT64_MAX
-from sortedrl.text_check import compression
 from sortedrl.traces.importers._common import (
     Rows,
     check_layout,
@@ -57,7 +56,7 @@ from sortedrl.traces.importers._common import (
     turns_from_mask,
     whole_number,
 )
-from sortedrl.traces.importers._compressed import HEAD
+from sortedrl.traces.importers._compressed import file_compression
 
 REQUIRED = ("group_index", "index", "response_length", "reward", "status")
 
@@ -112,11 +111,7 @@ def load_pt(path: Path) -> object:
             kind = f"{type(e).__module__}.{kind}"  # struct.error
         detail = (str(e).strip().splitlines() or [""])[0]
         why = f"corrupt pickle stream ({kind}{': ' + detail if detail else ''})"
-    try:  # a gzip file reads as a bad pickle stream: say what it is
-        with open(path, "rb") as f:
-            packed = compression(f.read(HEAD))
-    except OSError:
-        packed = None
+    packed = file_compression(path)  # a gzip file reads as a bad pickle stream: say what it is
     if packed not in (None, "zip"):  # (torch.save's own format is a zip archive)
         raise TraceError(f"{path}: {packed}-compressed: decompress it first")
     if len(why) > 160:  # its first sentence (torch's zip error goes on with a paragraph of advice)
