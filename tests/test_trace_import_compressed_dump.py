@@ -119,3 +119,27 @@ def test_a_gzip_pt_given_itself_says_so(tmp_path) -> None:
     f.write_bytes(gzip.compress((DUMPS / "slime_rollout" / "rollout_data_0.pt").read_bytes()))
     assert import_error(tmp_path, [f, "--from", "slime"]) == (
         f"error: {f}: gzip-compressed: decompress it first")
+
+
+def test_an_upper_case_suffix_is_a_compressed_file_too(tok, tmp_path) -> None:
+    # was: `2.jsonl.GZ` skipped without a word (matched neither *.jsonl nor *.jsonl.gz)
+    d, packed = _dump_dir(tmp_path, "verl_rollout", "2.jsonl", gzip.compress)
+    upper = packed.rename(packed.with_name("2.jsonl.GZ"))
+    assert import_error(tmp_path, [d, "--from", "verl", "--tokenizer", tok]) == (
+        f"error: {upper}: gzip-compressed: decompress it first (verl rollout dump files are "
+        "read as plain *.jsonl)")
+
+
+def test_a_compressed_slime_eval_file_is_skipped_as_slime_skips_it(tmp_path) -> None:
+    # slime's eval dumps hold no GRPO groups and are skipped; compressed, they were refused
+    d = tmp_path / "dump"
+    shutil.copytree(DUMPS / "slime_rollout", d)
+    (d / "eval_0.pt.gz").write_bytes(gzip.compress((d / "rollout_data_0.pt").read_bytes()))
+    trace, report = import_framework("slime", d)
+    expected, _ = import_framework("slime", DUMPS / "slime_rollout")
+    assert report.files == 2
+    assert np.array_equal(trace.response_len, expected.response_len)
+    (d / "rollout_data_1.pt").rename(d / "rollout_data_1.pt.Gz")
+    assert import_error(tmp_path, [d, "--from", "slime"]) == (
+        f"error: {d / 'rollout_data_1.pt.Gz'}: zip-compressed: decompress it first (slime debug "
+        "rollout files are read as plain *.pt)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,17 +147,19 @@ def check_layout(where: str, framework: str, record: dict, required: tuple[str, 
                          f"{', '.join(missing)}; found: {found}")
 
 
-def dump_files(path: Path, pattern: str | tuple[str, ...], what: str) -> list[Path]:
+def dump_files(path: Path, pattern: str | tuple[str, ...], what: str,
+               ignore: re.Pattern | None = None) -> list[Path]:
     """``path`` itself, or the files in directory ``path`` matching ``pattern`` (or any of
-    several), sorted; one error line for a compressed one (:mod:`._compressed`)."""
+    several), sorted; one error line for a compressed one (:mod:`._compressed`) unless its plain
+    name matches ``ignore`` (files the importer skips)."""
     if not path.exists():
         raise TraceError(not_found(path, "no such file or directory", stdin=False))
     if path.is_file():
         return [path]
     patterns = (pattern,) if isinstance(pattern, str) else pattern
-    refuse_compressed_dumps(path, patterns, what)  # (else skipped unsaid: its step lost)
+    refuse_compressed_dumps(path, patterns, what, ignore=ignore)  # (else skipped unsaid: its step lost)
     files = sorted({p for pat in patterns for p in path.glob(pat)
-                    if p.is_file() and p.suffix not in SUFFIXES})  # (one kept: its plain copy read)
+                    if p.is_file() and p.suffix.lower() not in SUFFIXES})  # (one kept: its plain copy read)
     if not files:
         raise TraceError(f"{path}: no {what} files ({', '.join(patterns)}) in this directory")
     return files

@@ -1,11 +1,14 @@
 """A compressed dump file in a dump directory (``2.jsonl.gz`` beside ``1.jsonl``): an importer
 matches its files by name (``*.jsonl``), so such a file would be skipped without a word and its
 step left out of the trace. It is refused as a compressed file given itself is
-(:func:`~sortedrl.text_check.not_text`: ``gzip-compressed: decompress it first``).
+(:func:`~sortedrl.text_check.not_text`: ``gzip-compressed: decompress it first``). The
+suffix is matched in any case (``2.jsonl.GZ``), as the file's first bytes say what it is.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from pathlib import Path
 
 from sortedrl.errors import TraceError
@@ -28,17 +31,18 @@ def file_compression(path: Path) -> str | None:
 
 
 def refuse_compressed_dumps(directory: Path, patterns: tuple[str, ...], what: str,
-                            recursive: bool = False) -> None:
+                            recursive: bool = False, ignore: re.Pattern | None = None) -> None:
     """One error line naming the first file in ``directory`` (under it: ``recursive``) that
-    matches one of ``patterns`` but for a compression suffix, unless the file it decompresses
-    to is there too (``gunzip -k`` keeps both; that one is read)."""
-    find = directory.rglob if recursive else directory.glob
-    found = sorted({p for pat in patterns for suffix in SUFFIXES for p in find(pat + suffix)
-                    if p.is_file() and p.suffix in SUFFIXES})
+    matches one of ``patterns`` but for a compression suffix (in any case), unless the file it
+    decompresses to is there too (``gunzip -k`` keeps both; that one is read) or its plain name
+    matches ``ignore`` (files the importer skips anyway, e.g. slime's ``eval_N.pt``)."""
+    found = sorted(p for p in (directory.rglob("*") if recursive else directory.glob("*"))
+                   if p.suffix.lower() in SUFFIXES and p.is_file()
+                   and any(fnmatch.fnmatchcase(p.stem, pat) for pat in patterns))
     for f in found:
-        if f.with_suffix("").is_file():
+        if f.with_suffix("").is_file() or (ignore is not None and ignore.search(f.stem)):
             continue
         kind = file_compression(f)
-        said = f"{kind}-compressed" if kind else f"{SUFFIXES[f.suffix]}-compressed (by its name)"
+        said = f"{kind}-compressed" if kind else f"{SUFFIXES[f.suffix.lower()]}-compressed (by its name)"
         raise TraceError(f"{f}: {said}: decompress it first ({what} files are read as plain "
                          f"{' or '.join(patterns)})")

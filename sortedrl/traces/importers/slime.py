@@ -124,7 +124,7 @@ EVAL_FILE = re.compile(r"(?:^|[^0-9A-Za-z])eval_\d+\.pt$")  # the template's "ev
 
 
 def read_slime(path: Path) -> tuple[Rows, int]:
-    files = dump_files(path, "*.pt", "slime debug rollout")
+    files = dump_files(path, "*.pt", "slime debug rollout", ignore=EVAL_FILE)
     train = [f for f in files if not EVAL_FILE.search(f.name)]
     if not train:
         raise TraceError(f"{path}: only evaluation rollouts (eval_*.pt: slime's eval dumps, with "
