@@ -300,7 +300,7 @@ def perfetto_writer(timeline) -> Callable[[Path], None]:
     def write(path: Path) -> None:
         from sortedrl.plot.perfetto import perfetto_json
 
-        path.write_text(perfetto_json(timeline))
+        path.write_text(perfetto_json(timeline), encoding="utf-8")
     return write
 
 

@@ -90,11 +90,11 @@ def write_json(obj: object, path: Path | str) -> Writer:
     """Writes ``obj`` as JSON. It is formatted here, before any output is written, so that a
     value JSON cannot hold (an infinite float) is an error naming ``path`` and the field."""
     text = jsonio.dumps(obj, str(path), indent=2) + "\n"
-    return lambda p: p.write_text(text)
+    return lambda p: p.write_text(text, encoding="utf-8")
 
 
 def write_text(text: str) -> Writer:
-    return lambda p: p.write_text(text)
+    return lambda p: p.write_text(text, encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -296,7 +296,7 @@ class Outputs:
                     self._tick()
                     write(dest)
                 marker = {**self.identity, "files": listing(tmp)}  # (what a rerun may replace)
-                (tmp / MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
+                (tmp / MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n", encoding="utf-8")
             else:
                 self._tick()
                 what(tmp)

@@ -117,7 +117,7 @@ def read_marker(out: Path) -> dict:
     """The command and options recorded in a run directory, or {} if none (or not as we write
     it: a marker without a command string is no marker)."""
     try:
-        raw = json.loads((out / MARKER).read_text())
+        raw = json.loads((out / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return {}
     return raw if isinstance(raw, dict) and isinstance(raw.get("command"), str) else {}

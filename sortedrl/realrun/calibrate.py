@@ -280,7 +280,7 @@ def _run_for_stats(config: dict) -> dict:
 def _sequence_lengths(rows_path: Path, n: int) -> dict[int, int]:
     """Prompt + response length of every trained sample of a run, by sample index."""
     out = {}
-    for line in rows_path.read_text().splitlines():
+    for line in rows_path.read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
         out[int(r["prompt_id"][1:]) * n + int(r["sample"])] = r["prompt_len"] + r["response_len"]
     return out

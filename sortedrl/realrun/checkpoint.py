@@ -242,12 +242,12 @@ def _check_samples(state: dict, where: Path, samples: int) -> None:
 # -- files --------------------------------------------------------------------------------------
 
 def write_state(directory: Path, state: dict) -> None:
-    (directory / STATE).write_text(json.dumps(encode(state)))
+    (directory / STATE).write_text(json.dumps(encode(state)), encoding="utf-8")
 
 
 def read_state(directory: Path) -> dict:
     try:
-        return decode(json.loads((directory / STATE).read_text()))
+        return decode(json.loads((directory / STATE).read_text(encoding="utf-8")))
     except UNREADABLE as e:
         raise ConfigError(f"{directory / STATE}: not a readable checkpoint ({e})") from None
 

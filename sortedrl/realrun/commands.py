@@ -301,7 +301,7 @@ def register(app: typer.Typer) -> None:
             outs.write(files, progress.file)
         print_notes(outs)  # (validate.json replaced without a word, where plot and report said so)
         if as_json:
-            typer.echo(written.read_text(), nl=False)
+            typer.echo(written.read_text(encoding="utf-8"), nl=False)
             return
         cols = [Col("update"), Col("real step s"), Col("sim step s"), Col("err %"),
                 Col("real rollout s", hide=2), Col("sim rollout s", hide=2), Col("real train s", hide=1),

@@ -99,7 +99,7 @@ def measure_contention(model_dir: str, engines: int, max_num_seqs: int, update_l
 
     connect(None, num_cpus=os.cpu_count())
     try:
-        vocab = int(json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"])
+        vocab = int(json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))["vocab_size"])
         workers, trainer = start_actors(engines, model_dir, max_num_seqs,
                                         max(context + DECODE_STEPS + 8, 128),
                                         dict(seed=seed, warm_tokens=warm_tokens), dict(seed=seed))

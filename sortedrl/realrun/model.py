@@ -96,7 +96,7 @@ def init_model(out: str | Path, task: str = "sort", hidden: int = 64, layers: in
     def save(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2))
+        (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2), encoding="utf-8")
 
     say(f"saving the model to {out}")
     save_aside(out, save)
@@ -166,7 +166,7 @@ def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, inte
             if name in old:
                 o = old[name] * (scale if name.endswith("norm.weight") else 1.0)
                 w[tuple(slice(0, n) for n in o.shape)] = o
-    card = jsonio.loads((src / MODEL_CARD).read_text()) if (src / MODEL_CARD).exists() else {}
+    card = jsonio.loads((src / MODEL_CARD).read_text(encoding="utf-8")) if (src / MODEL_CARD).exists() else {}
     count = sum(p.numel() for p in big.parameters())
     card.update(hidden=hidden, layers=layers, intermediate=intermediate, parameters=count,
                 widened_from=str(src), widen_noise=noise)
@@ -176,7 +176,7 @@ def widen_model(src: str | Path, out: str | Path, hidden: int, layers: int, inte
         for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
             if (src / f).exists():
                 shutil.copy(src / f, tmp / f)
-        (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2))
+        (tmp / MODEL_CARD).write_text(json.dumps(card, indent=2), encoding="utf-8")
 
     save_aside(out, save)
     return out, count
@@ -246,7 +246,7 @@ def check_model_dir(path: str | Path) -> Path:
     if not any(p.glob("*.safetensors")):
         raise ConfigError(f"--model {p}: no *.safetensors weights")
     try:
-        jsonio.loads((p / "config.json").read_text())
+        jsonio.loads((p / "config.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ConfigError(f"--model {p}/config.json: line {e.lineno}: not valid JSON ({e.msg})") from None
     from transformers import AutoConfig

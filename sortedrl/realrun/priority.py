@@ -19,7 +19,7 @@ def raise_priority(who: str) -> bool:
         os.nice(-20)
         auto = Path("/proc/self/autogroup")
         if auto.exists():
-            auto.write_text("-20")
+            auto.write_text("-20", encoding="ascii")
     except OSError as e:
         print(f"{who}: could not raise the priority ({e}); timings will follow the machine's load", flush=True)
         return False

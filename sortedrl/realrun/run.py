@@ -233,7 +233,7 @@ def _open_timeline(cfg: RunConfig, out: Path, resume: bool, start: _Start) -> tu
     check_not_complete(out, cfg.steps)
     ckpt_io.restore_policy(start.policy, state["policy"], ckpt / ckpt_io.STATE)
     for name, size in state["offsets"].items():
-        with open(out / name, "r+") as fh:
+        with open(out / name, "r+", encoding="utf-8") as fh:
             fh.truncate(size)
     return state, Timeline.read_jsonl(out / "timeline.jsonl")
 
@@ -281,7 +281,7 @@ def _finish(cfg: RunConfig, out: Path, start: _Start, backend) -> dict:
     timeline = Timeline.read_jsonl(out / "timeline.jsonl")
     timeline.meta["auto_params"] = auto_params(start.policy, cfg.engines * cfg.max_num_seqs)  # as simulate
     summary = summarize(timeline)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     trace = run_trace.write_run_trace(out, cfg, start.task.name, start.prompts, backend, timeline)  # every sample
     # last: the fingerprint of the trace written, as a simulation of it records (traces/digest.py)
     add_to_meta(out / "timeline.jsonl", {"auto_params": timeline.meta["auto_params"],

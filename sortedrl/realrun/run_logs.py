@@ -24,7 +24,7 @@ class Appender:
     logs on disk are never more than one step behind (they survive a crash)."""
 
     def __init__(self, path: Path) -> None:
-        self.f = open(path, "a")  # noqa: SIM115 (kept open for the run)
+        self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
 
     def __call__(self, kind: str, row: tuple) -> None:
         self.f.write(record_line(kind, row))

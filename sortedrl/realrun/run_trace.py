@@ -116,7 +116,7 @@ def write_run_trace(out: Path, cfg, task: str, prompts, backend, tl: Timeline) -
     Returns the trace written."""
     n, total = cfg.group_size, len(prompts)
     trained = {}
-    for line in (out / "trace.partial.jsonl").read_text().splitlines():
+    for line in (out / "trace.partial.jsonl").read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
         trained[int(r["prompt_id"][1:]) * n + r["sample"]] = r
     facts = last_attempts(tl, total)

@@ -126,7 +126,7 @@ def is_run_dir(out: Path) -> bool:
 def _meta(out: Path) -> dict | None:
     """The timeline's first record; {} for an empty timeline, None for none or not JSON."""
     try:
-        with open(out / "timeline.jsonl") as f:
+        with open(out / "timeline.jsonl", encoding="utf-8") as f:
             first = f.readline(1 << 20)
     except (OSError, UnicodeDecodeError):
         return None

@@ -113,7 +113,7 @@ class ToolServer:
         cmd = [sys.executable, "-m", "sortedrl.realrun.tools", "--latency", str(self.latency_s),
                "--jitter", str(self.jitter_s), "--pool", str(self.pool), "--seed", str(self.seed)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8",
                                      env=env)
         port = self.proc.stdout.readline().strip()
         if not port.isdigit():
