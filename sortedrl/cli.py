@@ -53,6 +53,7 @@ from sortedrl.cli_inputs import (
 from sortedrl.compare import gpu_split
 from sortedrl.export_commands import register as register_export
 from sortedrl.forecast_commands import register as register_forecast
+from sortedrl.interrupts import ignore_once_done
 from sortedrl.limits import check_seed
 from sortedrl.outputs import Outputs, write_json
 from sortedrl.parallel import check_workers
@@ -103,6 +104,10 @@ def main() -> None:
     rich_raises_broken_pipes()  # (`| head`: a quiet exit 141, as every command's, not rich's 1)
     try:
         app()
+    except SystemExit:  # (typer ends every command so, its exit code given)
+        if command not in REAL_RUNNER_COMMANDS:  # (Ray's own shutdown at exit stays interruptible)
+            ignore_once_done()
+        raise
     except Terminated as e:  # outside a command's own reporting (user_errors)
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)

@@ -56,3 +56,13 @@ def _restore(handlers: list) -> None:
             signal.signal(*handlers[0])
         finally:
             _restore(handlers[1:])
+
+
+def ignore_once_done() -> None:
+    """The command has ended (its outputs written, its table printed, or its error said): the
+    interpreter's teardown that follows (freeing a large run's arrays takes tenths of a second)
+    ignores Ctrl-C, SIGTERM and SIGHUP. One that landed there ended a complete run with exit 130
+    and no error line, or with a ``KeyboardInterrupt`` traceback from a finalizer."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HELD:
+            signal.signal(signum, signal.SIG_IGN)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterable
@@ -49,6 +50,7 @@ from pathlib import Path
 
 from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
+from sortedrl.errors import SortedRLError
 from sortedrl.outputs_commit import (
     OutputError,
     commit,
@@ -301,10 +303,20 @@ class Outputs:
                 self._tick()
                 what(tmp)
                 os.chmod(tmp, 0o666 & ~umask())
-        except BaseException:
+        except BaseException as e:
             remove_path(tmp)
+            if isinstance(e, SortedRLError) and str(tmp) in str(e):
+                raise self._named(e, tmp, path) from None
             raise
         return tmp
+
+    def _named(self, e: SortedRLError, tmp: Path, path: Path) -> OutputError:
+        """A writer's own error names the copy it was given to build (a trace writer's "cannot
+        write", a page's): name the output as the user gave it instead, as an OSError here does."""
+        target = self.targets[path]
+        text = str(e).replace(str(tmp), f"{target.option} {target.path}")
+        cut = re.fullmatch(r"(.*?): cannot write: (.*)", text, re.S)
+        return OutputError(f"{cut[1]}: cannot write ({cut[2]})" if cut else text)
 
     def _tick(self) -> None:
         if self._progress is not None:

@@ -114,11 +114,27 @@ def shut_down(pool: ProcessPoolExecutor, stop: bool) -> None:
     with a traceback)."""
     if stop:
         stop_workers(pool)
+        _close_result_writer(pool)
     try:
         pool.shutdown(wait=True, cancel_futures=True)
     except RuntimeError:
         if not stop:
             raise
+
+
+def _close_result_writer(pool: ProcessPoolExecutor) -> None:
+    """Close this process's copy of the write end of the pool's result pipe, once its workers
+    are gone. A worker stopped while it wrote a result (a whole run, pickled) leaves part of a
+    message in the pipe, and the pool's manager thread waits in its read for the rest: for
+    ever, since this process holds a write end too, and ``shutdown`` joins that thread (one
+    Ctrl-C or SIGTERM in several hung ``compare --workers 2``). With no writer left the read
+    ends (end of file mid-message), the pool counts itself broken, and its thread exits. The
+    parent never writes there (its manager is woken through a pipe of its own)."""
+    queue = getattr(pool, "_result_queue", None)
+    writer = getattr(queue, "_writer", None)
+    if writer is not None:
+        with contextlib.suppress(OSError):
+            writer.close()
 
 
 def _start(fn: Callable, shared: object, counts: SampleCounts | None) -> None:

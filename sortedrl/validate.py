@@ -354,13 +354,15 @@ def validate_writer(result: dict, out: Path) -> Writer:
     return write_json({k: v for k, v in result.items() if not k.startswith("_")}, out)
 
 
-def overlay_html(result: dict, path: Path) -> None:
-    """Running samples over time, real against simulated, with the updates marked."""
+def overlay_page(result: dict) -> str:
+    """The ``--plot`` page: running samples over time, real against simulated, with the
+    updates marked (written by :class:`~sortedrl.outputs.Outputs`, which names ``--plot`` when
+    the page cannot be written)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from sortedrl.plot.lanes import running_steps
-    from sortedrl.plot.page import atomic_write, figure_div, page
+    from sortedrl.plot.page import figure_div, page
 
     real_tl, sim_tl = result["_timelines"]
     fig = make_subplots(rows=2, cols=1, subplot_titles=("Running samples", "Step time per update"),
@@ -385,4 +387,4 @@ def overlay_html(result: dict, path: Path) -> None:
     fig.update_layout(height=800, barmode="group", title=(
         f"validate {result['policy']}: step-time MAPE {'-' if mape is None else f'{mape:{PERCENT}}%'}, "
         f"bubble error {percent(result['bubble_ratio_abs_err'])} points"))
-    atomic_write({path: page(f"validate {result['run']}", [figure_div(fig, "validate")])})
+    return page(f"validate {result['run']}", [figure_div(fig, "validate")])

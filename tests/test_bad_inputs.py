@@ -103,6 +103,16 @@ CASES = {
         lambda t: ["simulate", *SMALL, "--policy", "sync", "--set", "rollout_batch=" + "9" * 30,
                    "--out", "o"],
         "expected an integer of at most 2,147,483,647"),
+    # past Python's 4,300-digit int(): "expected an integer", and the 5,000 digits in the line
+    "an integer knob of 5,000 digits": (
+        lambda t: ["simulate", *SMALL, "--policy", "sync", "--set", "rollout_batch=" + "9" * 5000,
+                   "--out", "o"],
+        "--set rollout_batch=99999999999999999999... (5,000 characters): expected an integer of "
+        "at most 2,147,483,647"),
+    "a long knob value that is no integer": (
+        lambda t: ["simulate", *SMALL, "--policy", "sync", "--set", "rollout_batch=" + "x" * 100,
+                   "--out", "o"],
+        "--set rollout_batch=xxxxxxxxxxxxxxxxxxxx... (100 characters): expected an integer"),
     "a generation cap of 10^30": (
         lambda t: ["trace", "import", str(FIX / "splitwise_conv_head.csv"), "--prompt-len-col",
                    "num_prefill_tokens", "--response-len-col", "num_decode_tokens",

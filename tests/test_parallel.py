@@ -209,3 +209,30 @@ def test_ctrl_c_stops_the_workers_exits_130_and_writes_nothing(tmp_path):
     assert (proc.returncode, stdout, stderr) == (130, b"", b"error: interrupted (Ctrl-C)\n")
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
     assert not any(map(_alive, workers))
+
+
+def test_stopping_a_pool_whose_worker_was_cut_off_mid_result_does_not_hang():
+    """A worker stopped (Ctrl-C, SIGTERM) while it wrote its result left part of a message in
+    the result pipe; the pool's manager thread read on, waiting for the rest, and shutdown()
+    joined it for ever (`compare --workers 2`: 3 of 16 interrupts hung). The partial message is
+    put there by hand; shut_down must return, the pool broken and its worker gone."""
+    import struct
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    from sortedrl.parallel import shut_down
+
+    pool = ProcessPoolExecutor(1, mp_context=get_context("fork"))
+    assert pool.submit(abs, -3).result() == 3  # the worker and the manager thread run
+    workers = list(pool._processes.values())
+    writer = pool._result_queue._writer
+    os.write(writer.fileno(), struct.pack("!i", 4096) + b"part of a pickled result")
+    stopper = threading.Thread(target=shut_down, args=(pool, True), daemon=True)
+    stopper.start()
+    stopper.join(timeout=60)  # (a guard against a hang, not a timing: it returns at once)
+    hung = stopper.is_alive()
+    if hung:  # let the manager thread read on and end, so that the test process can exit
+        os.write(writer.fileno(), b"\0" * 4096)
+        stopper.join()
+    assert not hung, "shut_down hung on a partial result in the pipe"
+    assert not any(p.is_alive() for p in workers)

@@ -123,3 +123,22 @@ def test_a_read_only_rundir_validates_with_out_and_without_it_is_one_error_line(
     assert (done.stdout.splitlines()[-1], done.stderr) == ("wrote v.json", "")
     assert json.loads(out.read_text())["policy"] == "sync"
     assert files(run) == before
+
+
+def test_a_plot_that_cannot_be_written_names_plot_not_its_temporary_file(run, tmp_path):
+    # was: `error: /tmp/.../.v.html.tmp-_iheyml5.html: cannot write (File too large)`, the staged
+    # copy's name (the page wrote itself through a second temporary file of its own)
+    import resource
+
+    out, plot = tmp_path / "o" / "v.json", tmp_path / "o" / "v.html"
+    limit = 200_000  # bytes: validate.json fits, the page (plotly inlined) does not
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([sys.executable, "-m", "sortedrl", "validate", str(run), "--profile",
+                        str(PROFILE), "--out", str(out), "--plot", str(plot)],
+                       capture_output=True, text=True, preexec_fn=small_files, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert (r.returncode, r.stderr) == (2, f"error: --plot {plot}: cannot write (File too large)\n")
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Iterable
@@ -289,7 +290,8 @@ def parse_params(params_cls: type, pairs: list[str], policy: str, option: str = 
             if params_cls is NoParams:  # (a class that forgot `Params = ...`: say where knobs go)
                 known = "none: the class sets no Params, a frozen dataclass of its knobs (docs/policies.md)"
             raise ConfigError(f"{option} {at}{named}: unknown parameter for policy {policy}{hint} (known: {known})")
-        values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{named}={raw}")
+        shown = raw if len(raw) <= 40 else f"{raw[:20]}... ({len(raw):,} characters)"
+        values[key] = _coerce(raw.strip(), hints[key], f"{option} {at}{named}={shown}")
     check_given(params_cls, values, policy, f"{option} {at}")
     try:
         return params_cls(**values)
@@ -341,7 +343,9 @@ def _coerce(raw: str, hint: object, where: str) -> object:
     if hint is int:
         try:
             value = int(raw)
-        except ValueError:
+        except ValueError:  # (one of over 4,300 digits too: Python's int() refuses it)
+            if re.fullmatch(r"[+-]?\d[\d_]*", raw):
+                raise ConfigError(f"{where}: expected an integer of at most {INT32_MAX:,}") from None
             raise ConfigError(f"{where}: expected an integer") from None
         if abs(value) > INT32_MAX:  # a count (a batch, a span): past 32 bits it counts nothing
             raise ConfigError(f"{where}: expected an integer of at most {INT32_MAX:,}")

@@ -24,7 +24,7 @@ from sortedrl.cli_common import (
 )
 from sortedrl.errors import ConfigError
 from sortedrl.limits import check_seed
-from sortedrl.outputs import Outputs
+from sortedrl.outputs import Outputs, write_text
 from sortedrl.progress import Phases
 from sortedrl.realrun.progress_lines import CountLines, ModelInitLines, RunLines
 from sortedrl.run_marker import compare_part, read_marker
@@ -272,7 +272,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a real run in the simulator and report the error per step; the result goes to
         RUNDIR/validate.json, or to --out FILE.json (elsewhere: RUNDIR untouched)."""
-        from sortedrl.validate import overlay_html, update_counts, validate_writer
+        from sortedrl.validate import overlay_page, update_counts, validate_writer
         from sortedrl.validate import validate as run_validation
         from sortedrl.validate_outputs import validate_outputs
 
@@ -297,7 +297,7 @@ def register(app: typer.Typer) -> None:
             result = run_validation(rundir, profile, trust_policy)
             files = {written: validate_writer(result, written)}
             if plot is not None:
-                files[plot] = lambda p: overlay_html(result, p)
+                files[plot] = write_text(overlay_page(result))
             outs.write(files, progress.file)
         print_notes(outs)  # (validate.json replaced without a word, where plot and report said so)
         if as_json:

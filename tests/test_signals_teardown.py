@@ -1,0 +1,42 @@
+"""A Ctrl-C after a command has ended, while the interpreter tears down (freeing a large run's
+arrays takes tenths of a second), ended a complete run with exit 130 and no error line, or
+with a KeyboardInterrupt traceback from a finalizer. The console entry now ignores Ctrl-C,
+SIGTERM and SIGHUP once the command has ended, its exit code kept. The teardown is stood in
+for by an exit handler that sends the process a Ctrl-C, as a user's lands there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = """
+import atexit, os, signal, sys, time
+import sortedrl.cli as cli
+
+def teardown():
+    os.kill(os.getpid(), signal.{signal})
+    time.sleep(0.2)  # (a pending signal is handled between bytecodes: this runs some)
+    print("teardown done", flush=True)
+
+def app():  # a command that has printed its table and ends with its exit code
+    atexit.register(teardown)
+    print("table", flush=True)
+    raise SystemExit({code})
+
+cli.app = app
+sys.argv = ["sortedrl", "simulate"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("code", [0, 2])
+def test_a_signal_in_the_teardown_keeps_the_commands_exit(signal, code) -> None:
+    r = subprocess.run([sys.executable, "-c", SCRIPT.format(signal=signal, code=code)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert (r.returncode, r.stdout, r.stderr) == (code, "table\nteardown done\n", "")
