@@ -105,12 +105,22 @@ def main() -> None:
     try:
         app()
     except SystemExit:  # (typer ends every command so, its exit code given)
-        if command not in REAL_RUNNER_COMMANDS:  # (Ray's own shutdown at exit stays interruptible)
-            ignore_once_done()
+        _ending()
         raise
     except Terminated as e:  # outside a command's own reporting (user_errors)
         typer.echo(f"error: {e}", err=True)
+        _ending()
         sys.exit(e.exit_code)
+
+
+def _ending() -> None:
+    """The command is over: a signal in the teardown keeps its exit code (a second one ends it
+    at once), but where Ray shuts down at exit (a real run, a tune that joined a cluster), which
+    stays interruptible as before."""
+    ray = sys.modules.get("ray")
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command not in REAL_RUNNER_COMMANDS and not (ray is not None and getattr(ray, "is_initialized", bool)()):
+        ignore_once_done()
 
 
 # -- commands ---------------------------------------------------------------------------------------

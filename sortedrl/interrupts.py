@@ -17,6 +17,7 @@ and a progress display's thread takes them instead.)
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 
@@ -59,10 +60,20 @@ def _restore(handlers: list) -> None:
 
 
 def ignore_once_done() -> None:
-    """The command has ended (its outputs written, its table printed, or its error said): the
-    interpreter's teardown that follows (freeing a large run's arrays takes tenths of a second)
-    ignores Ctrl-C, SIGTERM and SIGHUP. One that landed there ended a complete run with exit 130
-    and no error line, or with a ``KeyboardInterrupt`` traceback from a finalizer."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in HELD:
-            signal.signal(signum, signal.SIG_IGN)
+    """The command has ended (its outputs written, its table printed, or its error said): in
+    the interpreter's teardown that follows (freeing a large run's arrays takes tenths of a
+    second) Ctrl-C, SIGTERM and SIGHUP are let be, the command's exit code kept. One that landed
+    there ended a complete run with exit 130 and no error line, or with a ``KeyboardInterrupt``
+    traceback from a finalizer. The same signal a second time ends the process at once (exit
+    128 + its number), as in :func:`signals_deferred`: a teardown that hangs stays stoppable."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    seen: set[int] = set()
+
+    def once(signum: int, frame) -> None:
+        if signum in seen:
+            os._exit(128 + signum)
+        seen.add(signum)
+
+    for signum in HELD:
+        signal.signal(signum, once)

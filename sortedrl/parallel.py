@@ -113,8 +113,10 @@ def shut_down(pool: ProcessPoolExecutor, stop: bool) -> None:
     reaped already, so its RuntimeError is dropped (else it replaced the interrupt's one line
     with a traceback)."""
     if stop:
-        stop_workers(pool)
-        _close_result_writer(pool)
+        try:
+            stop_workers(pool)
+        finally:  # (a second Ctrl-C in the join: the pipe is closed all the same)
+            _close_result_writer(pool)
     try:
         pool.shutdown(wait=True, cancel_futures=True)
     except RuntimeError:

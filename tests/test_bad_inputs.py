@@ -109,6 +109,9 @@ CASES = {
                    "--out", "o"],
         "--set rollout_batch=99999999999999999999... (5,000 characters): expected an integer of "
         "at most 2,147,483,647"),
+    "a knob value with a stray underscore": (  # (no "at most": it is no integer at all)
+        lambda t: ["simulate", *SMALL, "--policy", "sync", "--set", "rollout_batch=1_", "--out", "o"],
+        "--set rollout_batch=1_: expected an integer"),
     "a long knob value that is no integer": (
         lambda t: ["simulate", *SMALL, "--policy", "sync", "--set", "rollout_batch=" + "x" * 100,
                    "--out", "o"],

@@ -21,13 +21,12 @@ def _small_files() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
 
 
-@pytest.mark.parametrize("name, why", [
-    ("t.jsonl", "File too large"), ("t.csv", "File too large"),
-    ("t.parquet", "Error writing bytes to file. Detail: [errno 27] File too large"),
-])
-def test_a_trace_that_cannot_be_written_names_out(tmp_path, name, why) -> None:
+@pytest.mark.parametrize("name", ["t.jsonl", "t.csv", "t.parquet"])
+def test_a_trace_that_cannot_be_written_names_out(tmp_path, name) -> None:
     r = subprocess.run([sys.executable, "-m", "sortedrl", "trace", "synth", "math-16k", "--prompts",
                         "256", "--steps", "2", "--out", name], capture_output=True, text=True,
                        preexec_fn=_small_files, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert (r.returncode, r.stderr) == (2, f"error: --out {name}: cannot write ({why})\n")
+    # (Parquet's reason is pyarrow's: "Error writing bytes to file. Detail: [errno 27] File too large")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: --out {name}: cannot write (") and r.stderr.endswith("File too large)\n")
     assert list(tmp_path.iterdir()) == []

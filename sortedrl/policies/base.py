@@ -344,7 +344,7 @@ def _coerce(raw: str, hint: object, where: str) -> object:
         try:
             value = int(raw)
         except ValueError:  # (one of over 4,300 digits too: Python's int() refuses it)
-            if re.fullmatch(r"[+-]?\d[\d_]*", raw):
+            if re.fullmatch(r"[+-]?\d+(?:_\d+)*", raw):
                 raise ConfigError(f"{where}: expected an integer of at most {INT32_MAX:,}") from None
             raise ConfigError(f"{where}: expected an integer") from None
         if abs(value) > INT32_MAX:  # a count (a batch, a span): past 32 bits it counts nothing
