@@ -207,7 +207,8 @@ def end_cleanly_on_termination() -> None:
         raise Terminated(signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, terminated)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # (`nohup sortedrl ...`: a hang-up is let be)
+            signal.signal(sig, terminated)
 
 
 def user_errors(fn: Callable) -> Callable:

@@ -3,15 +3,32 @@
 The CLI imports NumPy, SimPy, typer and its commands before it parses a single option; a Ctrl-C
 in that second printed a ``KeyboardInterrupt`` traceback from whichever import it hit. This
 entry point imports the CLI inside a handler, so an interrupt at any moment ends with the one
-line every command prints for it, and exit code 130.
+line every command prints for it, and exit code 130; a SIGTERM or SIGHUP there, likewise (exit
+143 or 129), where it ended the process without a word.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
+class _Stopped(BaseException):
+    """SIGTERM or SIGHUP before the CLI's own handlers are in (cli_common.Terminated)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
+
+
 def main() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # (one ignored, as under nohup, stays ignored)
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _stopped)
     try:
         from sortedrl.terminal import normalise_columns
 
@@ -22,3 +39,6 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted (Ctrl-C)\n")
         sys.exit(130)
+    except _Stopped as e:  # (it was killed silently, exit -15, during the imports)
+        sys.stderr.write(f"error: terminated ({signal.Signals(e.signum).name})\n")
+        sys.exit(128 + e.signum)

@@ -16,6 +16,7 @@ and a progress display's thread takes them instead.)
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -59,13 +60,19 @@ def _restore(handlers: list) -> None:
             _restore(handlers[1:])
 
 
+_ended = [False]  # the command has ended: see ignore_once_done
+
+
 def ignore_once_done() -> None:
     """The command has ended (its outputs written, its table printed, or its error said): in
     the interpreter's teardown that follows (freeing a large run's arrays takes tenths of a
     second) Ctrl-C, SIGTERM and SIGHUP are let be, the command's exit code kept. One that landed
     there ended a complete run with exit 130 and no error line, or with a ``KeyboardInterrupt``
-    traceback from a finalizer. The same signal a second time ends the process at once (exit
-    128 + its number), as in :func:`signals_deferred`: a teardown that hangs stays stoppable."""
+    traceback from a finalizer. While threads are joined and exit handlers run, the same signal
+    a second time ends the process at once (exit 128 + its number), as in
+    :func:`signals_deferred`, so a teardown that hangs there stays stoppable; after them they
+    are ignored (Python puts its own handlers back to the default near its very end, which
+    ended a finished run by the signal: an ignored signal stays ignored)."""
     if threading.current_thread() is not threading.main_thread():
         return
     seen: set[int] = set()
@@ -76,4 +83,17 @@ def ignore_once_done() -> None:
         seen.add(signum)
 
     for signum in HELD:
-        signal.signal(signum, once)
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # (under nohup: ignored already)
+            signal.signal(signum, once)
+    _ended[0] = True
+
+
+def _ignore_at_the_end() -> None:
+    """Registered when this module is imported, before Ray or any command registers its exit
+    handlers, so it runs after theirs (last in, first out)."""
+    if _ended[0]:
+        for signum in HELD:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+atexit.register(_ignore_at_the_end)

@@ -51,6 +51,7 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
 from sortedrl.errors import SortedRLError
+from sortedrl.interrupts import signals_deferred
 from sortedrl.outputs_commit import (
     OutputError,
     commit,
@@ -278,15 +279,17 @@ class Outputs:
         """Build one output beside its target (a directory written into: inside it); on a
         failure remove what was built."""
         is_dir, into = self.targets[path].is_dir, self.targets[path].into
-        if is_dir:
-            where, prefix = (path, work_prefix("new")) if into else (path.parent, aside(path.name, "tmp-"))
-            tmp = Path(tempfile.mkdtemp(dir=where, prefix=prefix)).absolute()
-        else:
-            fd, name = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, "tmp-"),
-                                        suffix=suffix(path.suffix))
-            os.close(fd)
-            tmp = Path(name).absolute()
+        tmp = None
         try:
+            with signals_deferred():  # (a stop between making the copy and naming it left it there)
+                if is_dir:
+                    where, prefix = (path, work_prefix("new")) if into else (path.parent, aside(path.name, "tmp-"))
+                    tmp = Path(tempfile.mkdtemp(dir=where, prefix=prefix)).absolute()
+                else:
+                    fd, name = tempfile.mkstemp(dir=path.parent, prefix=aside(path.name, "tmp-"),
+                                                suffix=suffix(path.suffix))
+                    os.close(fd)
+                    tmp = Path(name).absolute()
             if is_dir and not into:  # (mkdtemp's 0700; the setgid bit of a parent's kept, and so its group)
                 os.chmod(tmp, 0o777 & ~umask() | os.stat(tmp).st_mode & stat.S_ISGID)
             if is_dir:
@@ -304,8 +307,9 @@ class Outputs:
                 what(tmp)
                 os.chmod(tmp, 0o666 & ~umask())
         except BaseException as e:
-            remove_path(tmp)
-            if isinstance(e, SortedRLError) and str(tmp) in str(e):
+            if tmp is not None:
+                remove_path(tmp)
+            if isinstance(e, SortedRLError) and tmp is not None and str(tmp) in str(e):
                 raise self._named(e, tmp, path) from None
             raise
         return tmp

@@ -54,9 +54,11 @@ def noted_tempdir(parent: Path | None, prefix: str, noted: set[Path], failed: Ca
         yield tmp
     finally:
         if tmp is not None:
-            with contextlib.suppress(OSError):  # (the error in flight, if any, is the one to report)
-                remove_path(tmp)
-            noted.discard(tmp)
+            # (a stop in the middle of removing it left it half removed, noted, and not removed again)
+            with signals_deferred():
+                with contextlib.suppress(OSError):  # (the error in flight, if any, is the one to report)
+                    remove_path(tmp)
+                noted.discard(tmp)
 
 
 def remove_temp_scratches() -> None:

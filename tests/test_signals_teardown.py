@@ -49,3 +49,34 @@ def test_the_same_signal_twice_in_the_teardown_ends_it_at_once(signal, number) -
     r = subprocess.run([sys.executable, "-c", SCRIPT.format(signal=signal, code=0, times=2)],
                        capture_output=True, text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (128 + number, "table\n", "")
+
+
+LATE = """
+import os, signal, sys, time
+import sortedrl.cli as cli
+
+class Late:  # freed with the script's globals, near the interpreter's very end
+    def __del__(self):
+        os.kill(os.getpid(), signal.{signal})
+        time.sleep(0.2)
+        os.write(1, b"freed\\n")
+
+keep = Late()
+
+def app():
+    print("table", flush=True)
+    raise SystemExit(0)
+
+cli.app = app
+sys.argv = ["sortedrl", "simulate"]
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_at_the_very_end_of_the_teardown_keeps_the_exit(signal) -> None:
+    # Python puts the handlers it set back to the default near its end: a handler of ours there
+    # let the signal end a finished run by itself (exit -2, no line); ignored, it stays ignored
+    r = subprocess.run([sys.executable, "-c", LATE.format(signal=signal)], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "table\nfreed\n", "")

@@ -20,6 +20,7 @@ import itertools
 import logging
 import math
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -223,6 +224,13 @@ class RayCluster(Executor):
                 self.started = True
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
+        except SystemExit as e:  # Ray's own SIGTERM handler, in force within ray.init: sys.exit(15)
+            self.close()
+            if e.code != signal.SIGTERM:
+                raise
+            from sortedrl.cli_common import Terminated
+
+            raise Terminated(signal.SIGTERM) from None  # (the CLI's one line for it, not a bare exit 15)
         except BaseException:  # (the Ctrl-C that waited)
             self.close()
             raise
