@@ -27,6 +27,7 @@ from typer.core import TyperGroup
 from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
 from sortedrl.cli_empty import empty_path
 from sortedrl.errors import ConfigError, SortedRLError
+from sortedrl.interrupts import ARRIVED
 from sortedrl.progress import Phases
 from sortedrl.realrun.install_check import README_SECTION, UNINSTALL, broken_install_line
 from sortedrl.tables import UNITS
@@ -204,11 +205,18 @@ def end_cleanly_on_termination() -> None:
     """Make SIGTERM and SIGHUP raise :class:`Terminated`: in the CLI's own process only (its
     entry point calls this), never on import, since a library's caller owns its signals."""
     def terminated(signum: int, frame: object) -> None:
+        ARRIVED.append(signum)  # (raise_if_stopped: in case this exception is lost)
         raise Terminated(signum)
+
+    def interrupted(signum: int, frame: object) -> None:
+        ARRIVED.append(signum)
+        raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (`nohup sortedrl ...`: a hang-up is let be)
             signal.signal(sig, terminated)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where it is ignored)
+        signal.signal(signal.SIGINT, interrupted)
 
 
 def user_errors(fn: Callable) -> Callable:
@@ -220,6 +228,7 @@ def user_errors(fn: Callable) -> Callable:
     stdout that went away as nothing and exit 141."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        ARRIVED.clear()  # (a stop that ended an earlier command in this process is not this one's)
         try:
             _check_finite(kwargs)
             return fn(*args, **kwargs)

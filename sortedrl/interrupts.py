@@ -60,6 +60,25 @@ def _restore(handlers: list) -> None:
             _restore(handlers[1:])
 
 
+# stop signals whose handler ran in this command (the CLI's: cli_common.end_cleanly_on_termination)
+ARRIVED: list[int] = []
+
+
+def raise_if_stopped() -> None:
+    """Before a command puts its outputs in place: a stop whose exception was lost goes on now.
+    A signal's handler raises in whatever code runs when it lands, and an exception raised in a
+    finalizer, an at-fork hook or a C function that cannot raise is dropped ("Exception
+    ignored in ..."): the command then ran on, and replaced its previous outputs, exit 0."""
+    if ARRIVED:
+        signum = ARRIVED[0]
+        ARRIVED.clear()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        from sortedrl.cli_common import Terminated
+
+        raise Terminated(signum)
+
+
 _ended = [False]  # the command has ended: see ignore_once_done
 
 

@@ -51,7 +51,7 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
 from sortedrl.errors import SortedRLError
-from sortedrl.interrupts import signals_deferred
+from sortedrl.interrupts import raise_if_stopped, signals_deferred
 from sortedrl.outputs_commit import (
     OutputError,
     commit,
@@ -262,6 +262,7 @@ class Outputs:
                 _make_parents(dest, made_dirs)
                 staged.append((dest, self._stage(dest, what)))
             target = None
+            raise_if_stopped()  # (a stop whose exception was lost: these outputs are not put in place)
             commit(staged, into=[p for p, _ in staged if self.targets[p].into], keep=self.work)
         except BaseException as e:
             for _, tmp in staged:
