@@ -202,7 +202,9 @@ class Terminated(BaseException):
 
 
 def end_cleanly_on_termination() -> None:
-    """Make SIGTERM and SIGHUP raise :class:`Terminated`: in the CLI's own process only (its
+    """Make SIGTERM and SIGHUP raise :class:`Terminated` (Ctrl-C raises ``KeyboardInterrupt``
+    as before), each noted in ``ARRIVED`` first (:func:`~sortedrl.interrupts.raise_if_stopped`:
+    an exception Python drops does not let the outputs in): in the CLI's own process only (its
     entry point calls this), never on import, since a library's caller owns its signals."""
     def terminated(signum: int, frame: object) -> None:
         ARRIVED.append(signum)  # (raise_if_stopped: in case this exception is lost)
@@ -212,6 +214,7 @@ def end_cleanly_on_termination() -> None:
         ARRIVED.append(signum)
         raise KeyboardInterrupt
 
+    ARRIVED.clear()  # (a new command line: an earlier one's stop in this process is not its own)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) is not signal.SIG_IGN:  # (`nohup sortedrl ...`: a hang-up is let be)
             signal.signal(sig, terminated)
@@ -228,7 +231,6 @@ def user_errors(fn: Callable) -> Callable:
     stdout that went away as nothing and exit 141."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        ARRIVED.clear()  # (a stop that ended an earlier command in this process is not this one's)
         try:
             _check_finite(kwargs)
             return fn(*args, **kwargs)
@@ -255,8 +257,10 @@ def user_errors(fn: Callable) -> Callable:
             global _interrupt_reported
             _interrupt_reported = True
             message, code = "interrupted (Ctrl-C)", INTERRUPTED
+            ARRIVED.clear()  # (this stop is the one reported: not a later command's in this process)
         except Terminated as e:
             message, code = str(e), e.exit_code
+            ARRIVED.clear()
         drop_if_unwritable(sys.stdout)  # (a full disk: its buffer would fail the exit, 120)
         typer.echo(f"error: {message}", err=True)
         raise typer.Exit(code)

@@ -80,6 +80,7 @@ def raise_if_stopped() -> None:
 
 
 _ended = [False]  # the command has ended: see ignore_once_done
+_seen_in_teardown: set[int] = set()  # the stop signals that came once it had
 
 
 def ignore_once_done() -> None:
@@ -94,7 +95,7 @@ def ignore_once_done() -> None:
     ended a finished run by the signal: an ignored signal stays ignored)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    seen: set[int] = set()
+    seen = _seen_in_teardown
 
     def once(signum: int, frame) -> None:
         if signum in seen:
@@ -109,10 +110,12 @@ def ignore_once_done() -> None:
 
 def _ignore_at_the_end() -> None:
     """Registered when this module is imported, before Ray or any command registers its exit
-    handlers, so it runs after theirs (last in, first out)."""
+    handlers, so it runs after theirs (last in, first out). A signal that came once already is
+    left to end the process at its next coming (a late hang stays stoppable by it)."""
     if _ended[0]:
         for signum in HELD:
-            signal.signal(signum, signal.SIG_IGN)
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # (under nohup: stays ignored)
+                signal.signal(signum, signal.SIG_DFL if signum in _seen_in_teardown else signal.SIG_IGN)
 
 
 atexit.register(_ignore_at_the_end)

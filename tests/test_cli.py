@@ -275,6 +275,7 @@ def test_the_real_runners_commands_leave_malloc_alone(monkeypatch, argv, pinned)
     calls = []
     monkeypatch.setattr(cli, "pin_malloc_threshold", lambda: calls.append(1))
     monkeypatch.setattr(cli, "app", lambda: None)
+    monkeypatch.setattr(cli, "end_cleanly_on_termination", lambda: None)  # (this process's signals stay pytest's)
     monkeypatch.setattr(cli.sys, "argv", ["sortedrl", *argv])
     cli.main()
     assert len(calls) == pinned

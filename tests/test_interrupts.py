@@ -193,3 +193,30 @@ def test_the_same_app_run_twice_says_a_parse_time_ctrl_c_each_time(monkeypatch):
     monkeypatch.setattr(Command, "parse_args", parse_args)
     second = runner.invoke(app, ["trace", "stats", "math-16k"])
     assert (second.exit_code, second.output) == (130, "error: interrupted (Ctrl-C)\n")
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_a_ctrl_c_as_the_staging_copy_is_made_leaves_no_copy(tmp_path, monkeypatch, sigint_raises, kind):
+    """The copy an output is built in was made by ``mkstemp``/``mkdtemp`` and named for removal
+    only after: a Ctrl-C in between left `.x.txt.tmp-*` beside the output (a walk saw one)."""
+    import tempfile
+
+    made = "mkstemp" if kind == "file" else "mkdtemp"
+    real = getattr(tempfile, made)
+
+    def make_then_ctrl_c(*args, **kwargs):
+        out = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return out
+
+    outs = Outputs("test")
+    if kind == "file":
+        out = outs.file(tmp_path / "x.txt", "--out")
+        what = write_text("x")
+    else:
+        out = outs.run_dir(tmp_path / "run", tmp_path / "run")
+        what = {"a.txt": write_text("a")}
+    monkeypatch.setattr(tempfile, made, make_then_ctrl_c)
+    with pytest.raises(Interrupted):
+        outs.write({out: what})
+    assert siblings(tmp_path) == []

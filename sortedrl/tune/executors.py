@@ -20,7 +20,6 @@ import itertools
 import logging
 import math
 import os
-import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -218,19 +217,12 @@ class RayCluster(Executor):
         mine = address == "local" and not os.environ.get("RAY_TMPDIR") and Path("/tmp").is_dir()
         where = {"_temp_dir": str(self.scratch.enter_context(temp_scratch("ray", Path("/tmp"))))} if mine else {}
         try:  # (its INFO line, "Started a local Ray instance", is not ours to print)
-            with signals_deferred():
+            with signals_deferred(), _without_rays_sigterm_handler(ray):
                 ray.init(address=None if address == "local" else address,
                          include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, **where)
                 self.started = True
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ConfigError(f"--ray {address}: cannot connect ({str(e).splitlines()[0]})") from None
-        except SystemExit as e:  # Ray's own SIGTERM handler, in force within ray.init: sys.exit(15)
-            self.close()
-            if e.code != signal.SIGTERM:
-                raise
-            from sortedrl.cli_common import Terminated
-
-            raise Terminated(signal.SIGTERM) from None  # (the CLI's one line for it, not a bare exit 15)
         except BaseException:  # (the Ctrl-C that waited)
             self.close()
             raise
@@ -251,6 +243,23 @@ class RayCluster(Executor):
                     self.ray.shutdown()
         finally:
             self.scratch.close()
+
+
+@contextlib.contextmanager
+def _without_rays_sigterm_handler(ray):
+    """``ray.init`` puts its own SIGTERM handler (``sys.exit(15)``) over the one holding the
+    signal back: a SIGTERM while Ray started ended tune with a bare exit 15, no line, or was lost
+    in Ray's fork hooks. Within the start it is not installed, so SIGTERM waits as Ctrl-C does."""
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    saved = getattr(utils, "set_sigterm_handler", None)
+    if saved is None:
+        yield
+        return
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = saved
 
 
 def make_executor(trace: Trace, cluster: Cluster, seed: int, workers: int, ray: str | None,
