@@ -69,3 +69,11 @@ def sigint_raises():
     before = signal.signal(signal.SIGINT, handler)
     yield
     signal.signal(signal.SIGINT, before)
+
+
+def default_stop_signals() -> None:
+    """A child's ``preexec_fn``: the stop signals as a terminal's process has them (a suite run in
+    the background, as a non-interactive shell starts it, has Ctrl-C ignored, and a child inherits
+    that)."""
+    for stop in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, signal.SIG_DFL)

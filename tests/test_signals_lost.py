@@ -15,16 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import default_stop_signals
+
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def _default_signals() -> None:
-    """In the child: the stop signals as a terminal's process has them (a suite run in the
-    background, as a non-interactive shell starts it, has Ctrl-C ignored, and a child inherits that)."""
-    import signal as sig
-
-    for s in (sig.SIGINT, sig.SIGTERM, sig.SIGHUP):
-        sig.signal(s, sig.SIG_DFL)
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 SCRIPT = """
@@ -57,11 +51,11 @@ def test_a_lost_stop_keeps_the_previous_outputs(tmp_path, signal, line, code) ->
     run = tmp_path / "run"
     first = subprocess.run([sys.executable, "-m", "sortedrl", "simulate", "--trace", "math-16k",
                             "--policy", "sync", "--cluster", "h100-llama3.1-8b-2gpu", "--out", str(run)],
-                           capture_output=True, preexec_fn=_default_signals, text=True, cwd=tmp_path, env=ENV)
+                           capture_output=True, preexec_fn=default_stop_signals, text=True, cwd=tmp_path, env=ENV)
     assert first.returncode == 0, first.stderr
     before = {p.name: p.read_bytes() for p in run.iterdir()}
     (run / "summary.json").write_text("{}\n")  # (a rerun that replaced it would write it anew)
-    r = subprocess.run([sys.executable, "-c", SCRIPT.format(signal=signal)], capture_output=True, preexec_fn=_default_signals,
+    r = subprocess.run([sys.executable, "-c", SCRIPT.format(signal=signal)], capture_output=True, preexec_fn=default_stop_signals,
                        text=True, cwd=tmp_path, env=ENV)
     assert "Exception ignored in" in r.stderr  # (Python's own report of the dropped exception)
     assert (r.returncode, r.stderr.splitlines()[-1]) == (code, line), r.stderr

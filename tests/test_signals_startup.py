@@ -11,16 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import default_stop_signals
+
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def _default_signals() -> None:
-    """In the child: the stop signals as a terminal's process has them (a suite run in the
-    background, as a non-interactive shell starts it, has Ctrl-C ignored, and a child inherits that)."""
-    import signal as sig
-
-    for s in (sig.SIGINT, sig.SIGTERM, sig.SIGHUP):
-        sig.signal(s, sig.SIG_DFL)
 
 DURING_IMPORTS = """
 import builtins, os, signal, sys
@@ -41,7 +35,7 @@ main()
 @pytest.mark.parametrize("signal, number", [("SIGTERM", 15), ("SIGHUP", 1)])
 def test_a_signal_during_the_imports_is_one_line(signal, number) -> None:
     r = subprocess.run([sys.executable, "-c", DURING_IMPORTS.format(signal=signal)],
-                       capture_output=True, preexec_fn=_default_signals, text=True, cwd=ROOT)
+                       capture_output=True, preexec_fn=default_stop_signals, text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (128 + number, "", f"error: terminated ({signal})\n")
 
 
@@ -59,7 +53,7 @@ for step in (lambda: None, end_cleanly_on_termination, ignore_once_done):
 
 
 def test_a_hang_up_ignored_at_the_start_stays_ignored() -> None:
-    r = subprocess.run([sys.executable, "-c", NOHUP], capture_output=True, preexec_fn=_default_signals, text=True, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-c", NOHUP], capture_output=True, preexec_fn=default_stop_signals, text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (0, "True False\nTrue True\nTrue True\n", "")
 
 

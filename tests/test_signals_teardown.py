@@ -13,16 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import default_stop_signals
+
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def _default_signals() -> None:
-    """In the child: the stop signals as a terminal's process has them (a suite run in the
-    background, as a non-interactive shell starts it, has Ctrl-C ignored, and a child inherits that)."""
-    import signal as sig
-
-    for s in (sig.SIGINT, sig.SIGTERM, sig.SIGHUP):
-        sig.signal(s, sig.SIG_DFL)
 
 SCRIPT = """
 import atexit, os, signal, sys, time
@@ -49,14 +43,14 @@ cli.main()
 @pytest.mark.parametrize("code", [0, 2])
 def test_a_signal_in_the_teardown_keeps_the_commands_exit(signal, code) -> None:
     r = subprocess.run([sys.executable, "-c", SCRIPT.format(signal=signal, code=code, times=1)],
-                       capture_output=True, preexec_fn=_default_signals, text=True, cwd=ROOT)
+                       capture_output=True, preexec_fn=default_stop_signals, text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (code, "table\nteardown done\n", "")
 
 
 @pytest.mark.parametrize("signal, number", [("SIGINT", 2), ("SIGTERM", 15), ("SIGHUP", 1)])
 def test_the_same_signal_twice_in_the_teardown_ends_it_at_once(signal, number) -> None:
     r = subprocess.run([sys.executable, "-c", SCRIPT.format(signal=signal, code=0, times=2)],
-                       capture_output=True, preexec_fn=_default_signals, text=True, cwd=ROOT)
+                       capture_output=True, preexec_fn=default_stop_signals, text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (128 + number, "table\n", "")
 
 
@@ -86,6 +80,6 @@ cli.main()
 def test_a_signal_at_the_very_end_of_the_teardown_keeps_the_exit(signal) -> None:
     # Python puts the handlers it set back to the default near its end: a handler of ours there
     # let the signal end a finished run by itself (exit -2, no line); ignored, it stays ignored
-    r = subprocess.run([sys.executable, "-c", LATE.format(signal=signal)], capture_output=True, preexec_fn=_default_signals,
+    r = subprocess.run([sys.executable, "-c", LATE.format(signal=signal)], capture_output=True, preexec_fn=default_stop_signals,
                        text=True, cwd=ROOT)
     assert (r.returncode, r.stdout, r.stderr) == (0, "table\nfreed\n", "")
