@@ -12,6 +12,11 @@ same signal a second time goes through at once. Python runs signal handlers in t
 thread only, so this is where it works; elsewhere the renames run as they are. (Blocking the
 signals with ``pthread_sigmask`` is no good here: it holds them back from the calling thread only,
 and a progress display's thread takes them instead.)
+
+Two more rules for the stop signals live here, at the two ends of a command: a stop whose
+exception Python dropped (raised in a finalizer) still keeps the new outputs out
+(:func:`raise_if_stopped`), and one that lands once the command has ended keeps its exit code
+(:func:`ignore_once_done`).
 """
 
 from __future__ import annotations
