@@ -27,7 +27,7 @@ from typer.core import TyperGroup
 from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
 from sortedrl.cli_empty import empty_path
 from sortedrl.errors import ConfigError, SortedRLError
-from sortedrl.interrupts import ARRIVED
+from sortedrl.interrupts import ARRIVED, Terminated
 from sortedrl.progress import Phases
 from sortedrl.realrun.install_check import README_SECTION, UNINSTALL, broken_install_line
 from sortedrl.tables import UNITS
@@ -185,20 +185,6 @@ def pin_malloc_threshold() -> bool:
         return False
     m_mmap_threshold = -3  # malloc.h
     return mallopt(m_mmap_threshold, 128 * 1024) == 1
-
-
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP arrived. Raised in the main thread, as Ctrl-C raises KeyboardInterrupt,
-    so that every ``finally`` cleans up (scratch directories, staged outputs, worker processes);
-    a BaseException, so that no ``except Exception`` takes it for a failure of its own."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-        self.exit_code = 128 + signum  # as a shell reports a process the signal ended
-
-    def __str__(self) -> str:
-        return f"terminated ({signal.Signals(self.signum).name})"
 
 
 def end_cleanly_on_termination() -> None:

@@ -12,17 +12,11 @@ from __future__ import annotations
 import signal
 import sys
 
-
-class _Stopped(BaseException):
-    """SIGTERM or SIGHUP before the CLI's own handlers are in (cli_common.Terminated)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+from sortedrl.interrupts import Terminated  # (light: the standard library's signal and threading)
 
 
 def _stopped(signum: int, frame: object) -> None:
-    raise _Stopped(signum)
+    raise Terminated(signum)
 
 
 def main() -> None:
@@ -39,6 +33,6 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted (Ctrl-C)\n")
         sys.exit(130)
-    except _Stopped as e:  # (it was killed silently, exit -15, during the imports)
-        sys.stderr.write(f"error: terminated ({signal.Signals(e.signum).name})\n")
-        sys.exit(128 + e.signum)
+    except Terminated as e:  # (before the CLI's handlers: it was killed silently, exit -15)
+        sys.stderr.write(f"error: {e}\n")
+        sys.exit(e.exit_code)

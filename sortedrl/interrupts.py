@@ -65,6 +65,20 @@ def _restore(handlers: list) -> None:
             _restore(handlers[1:])
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived. Raised in the main thread, as Ctrl-C raises KeyboardInterrupt,
+    so that every ``finally`` cleans up (scratch directories, staged outputs, worker processes);
+    a BaseException, so that no ``except Exception`` takes it for a failure of its own."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.exit_code = 128 + signum  # as a shell reports a process the signal ended
+
+    def __str__(self) -> str:
+        return f"terminated ({signal.Signals(self.signum).name})"
+
+
 # stop signals whose handler ran in this command (the CLI's: cli_common.end_cleanly_on_termination)
 ARRIVED: list[int] = []
 
@@ -79,8 +93,6 @@ def raise_if_stopped() -> None:
         ARRIVED.clear()
         if signum == signal.SIGINT:
             raise KeyboardInterrupt
-        from sortedrl.cli_common import Terminated
-
         raise Terminated(signum)
 
 
