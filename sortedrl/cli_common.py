@@ -27,7 +27,7 @@ from typer.core import TyperGroup
 from sortedrl.broken_pipe import drop_if_unwritable, exit_if_reader_gone, reader_gone_exits
 from sortedrl.cli_empty import empty_path
 from sortedrl.errors import ConfigError, SortedRLError
-from sortedrl.interrupts import ARRIVED, Terminated
+from sortedrl.interrupts import ARRIVED, WRITTEN, Terminated, stopped_line
 from sortedrl.progress import Phases
 from sortedrl.realrun.install_check import README_SECTION, UNINSTALL, broken_install_line
 from sortedrl.tables import UNITS
@@ -111,6 +111,7 @@ class OneLineUsageErrors(TyperGroup):
                          **extra):
         global _interrupt_reported
         _interrupt_reported = False  # (a process may run the app more than once: tests, library use)
+        WRITTEN.clear()
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         empty = empty_path(self, list(sys.argv[1:] if args is None else args))
@@ -242,10 +243,10 @@ def user_errors(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             global _interrupt_reported
             _interrupt_reported = True
-            message, code = "interrupted (Ctrl-C)", INTERRUPTED
+            message, code = stopped_line("interrupted (Ctrl-C)"), INTERRUPTED
             ARRIVED.clear()  # (this stop is the one reported: not a later command's in this process)
         except Terminated as e:
-            message, code = str(e), e.exit_code
+            message, code = stopped_line(str(e)), e.exit_code
             ARRIVED.clear()
         drop_if_unwritable(sys.stdout)  # (a full disk: its buffer would fail the exit, 120)
         typer.echo(f"error: {message}", err=True)

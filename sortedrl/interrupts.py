@@ -81,6 +81,17 @@ class Terminated(BaseException):
 
 # stop signals whose handler ran in this command (the CLI's: cli_common.end_cleanly_on_termination)
 ARRIVED: list[int] = []
+# the outputs this command has put in place (sortedrl.outputs), as given: a stop after them (while
+# the table prints) says they are complete, so that its error line is not read as "nothing written"
+WRITTEN: list[str] = []
+
+
+def stopped_line(what: str) -> str:
+    """The error line's text for a stop (``interrupted (Ctrl-C)``), naming the outputs already
+    written, if any."""
+    if not WRITTEN:
+        return what
+    return f"{what}, after writing {', '.join(WRITTEN)} (complete)"
 
 
 def raise_if_stopped() -> None:

@@ -51,7 +51,7 @@ from pathlib import Path
 from sortedrl import jsonio
 from sortedrl.aside import aside, suffix
 from sortedrl.errors import SortedRLError
-from sortedrl.interrupts import raise_if_stopped, signals_deferred
+from sortedrl.interrupts import WRITTEN, raise_if_stopped, signals_deferred
 from sortedrl.outputs_commit import (
     OutputError,
     commit,
@@ -264,6 +264,7 @@ class Outputs:
             target = None
             raise_if_stopped()  # (a stop whose exception was lost: these outputs are not put in place)
             commit(staged, into=[p for p, _ in staged if self.targets[p].into], keep=self.work)
+            WRITTEN.extend(str(self.targets[p].path) for p, _ in staged)
         except BaseException as e:
             for _, tmp in staged:
                 remove_path(tmp)

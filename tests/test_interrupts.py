@@ -220,3 +220,27 @@ def test_a_ctrl_c_as_the_staging_copy_is_made_leaves_no_copy(tmp_path, monkeypat
     with pytest.raises(Interrupted):
         outs.write({out: what})
     assert siblings(tmp_path) == []
+
+
+@pytest.mark.parametrize("stop, line, code", [
+    (KeyboardInterrupt, "interrupted (Ctrl-C)", 130),
+    (lambda: cli_common.Terminated(signal.SIGTERM), "terminated (SIGTERM)", 143)])
+def test_a_stop_once_the_outputs_are_written_says_they_are_complete(tmp_path, monkeypatch, stop, line, code):
+    """A Ctrl-C while the table prints, after the run directory was put in place: the bare
+    `interrupted` line read as if nothing was written (the `wrote ...` line never came)."""
+    monkeypatch.setattr(cli_common, "_interrupt_reported", False)
+
+    def summary_text(*args, **kwargs):
+        raise stop()
+
+    monkeypatch.setattr("sortedrl.cli.summary_text", summary_text)
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["simulate", "--policy", "sync", "--synthetic", "math-16k", "--prompts", "4", "--steps", "1",
+                            "--out", str(out)])
+    errors = [x for x in r.output.splitlines() if x.startswith("error:")]  # (after the warnings)
+    assert (r.exit_code, errors) == (code, [f"error: {line}, after writing {out} (complete)"])
+    assert (out / "summary.json").is_file()
+    # the next command in this process starts with nothing written
+    monkeypatch.setattr("sortedrl.traces.commands.read_trace", lambda path: summary_text())
+    r = runner.invoke(app, ["trace", "stats", "math-16k"])
+    assert (r.exit_code, r.output) == (code, f"error: {line}\n")
