@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sortedrl.calibration.bench_file import engine_steps, read_bench
+from sortedrl.calibration.bench_concurrency import engine_steps
+from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.vllm_bench import fit_bench, predict_duration
 from sortedrl.sim.cluster import preset
 

@@ -14,7 +14,8 @@ import pytest
 from cli_helpers import PRESET_GRAMMAR
 from typer.testing import CliRunner
 
-from sortedrl.calibration.bench_file import BenchRun, engine_steps, read_bench
+from sortedrl.calibration.bench_concurrency import engine_steps
+from sortedrl.calibration.bench_file import BenchRun, read_bench
 from sortedrl.calibration.replay import replay
 from sortedrl.calibration.vllm_bench import engine_costs, fit_bench, predict_duration
 from sortedrl.cli import app

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sortedrl.calibration.bench_file import engine_steps, read_bench
+from sortedrl.calibration.bench_concurrency import engine_steps
+from sortedrl.calibration.bench_file import read_bench
 from sortedrl.calibration.vllm_bench import fit_bench
 from sortedrl.cli import app
 from sortedrl.sim.cluster import preset

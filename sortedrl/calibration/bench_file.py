@@ -3,7 +3,9 @@
 Both layouts are accepted: ``vllm bench serve --save-result --save-detailed`` (vLLM >= 0.9) and
 the older ``benchmarks/benchmark_serving.py``. They share the keys used here: ``duration``,
 ``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``request_rate``, ``max_concurrency``;
-the newer one adds ``start_times`` and ``queue_times``. A summary saved without
+the newer one adds ``start_times`` and ``queue_times`` (without them, :attr:`BenchRun.sends`
+reads a closed loop's sends off the latencies). A chat run's role chunk, a ramp-up's sends and
+runs appended to one file are read as docs/calibration.md says. A summary saved without
 ``--save-detailed`` has no per-request lists; its ``total_input_tokens``,
 ``total_output_tokens`` and ``completed`` stand in for them (every request then gets the mean
 lengths, an approximation the fit report names).
@@ -37,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from sortedrl import jsonio, streams
-from sortedrl.calibration.bench_concurrency import in_flight
+from sortedrl.calibration.bench_chat import chat_run, role_chunk_folded
+from sortedrl.calibration.bench_concurrency import closed_loop_sends, in_flight
 from sortedrl.errors import ConfigError, not_found
 from sortedrl.jsonio import finite
 from sortedrl.limits import short_repr
@@ -77,6 +80,17 @@ class BenchRun:
         return self.ttfts is not None and self.itls is not None
 
     @property
+    def sends(self) -> np.ndarray | None:
+        """When each request was sent, s from the first: its ``start_times``, or, in a file
+        without them (the older client's), a closed loop's sends read off its latencies
+        (:func:`~.bench_concurrency.closed_loop_sends`); None without latencies."""
+        if self.start_times is not None:
+            return self.start_times
+        if not self.detailed:
+            return None
+        return closed_loop_sends(self.concurrency, self.ttfts, self.itls)
+
+    @property
     def merged_tokens(self) -> np.ndarray | None:
         """Per request, the tokens that reached the client in one chunk with an earlier token
         (``output_lens - 1 - len(itls)``; 0 when each token streamed alone; None without itls)."""
@@ -95,10 +109,33 @@ def read_bench_runs(path: str | Path) -> list[tuple[BenchRun, bytes]]:
     """The runs of one benchmark file, each with its bytes: a ``.jsonl`` file holds one run a
     line (SGLang's ``python -m sglang.bench_serving --output-file F.jsonl --output-details``
     appends each run as a line, its keys those of vLLM's older ``benchmark_serving.py``, whence
-    it came), each named ``FILE:LINE``; any other file is one JSON object (vLLM's client)."""
+    it came), each named ``FILE:LINE``; any other file is one JSON object (vLLM's client), or,
+    where it is not and its lines are, runs that ``--append-result`` appended a line each."""
     if not str(path).lower().endswith(".jsonl"):
-        return [(read_bench(path), _bytes(path))]
-    data = _bytes(path)
+        try:
+            return [(read_bench(path), _bytes(path))]
+        except ConfigError:
+            data = _bytes(path)
+            if not _appended(data):
+                raise
+            return _lines(path, data)
+    return _lines(path, _bytes(path))
+
+
+def _appended(data: bytes) -> bool:
+    """Whether a file that is not one JSON object is runs appended a line each: ``vllm bench
+    serve --append-result`` adds a newline and the next run's JSON to the file, ``.json`` named."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return False
+    try:
+        return isinstance(jsonio.loads(jsonio.text(lines[0])), dict)
+    except ValueError:  # (UnicodeDecodeError is one)
+        return False
+
+
+def _lines(path: str | Path, data: bytes) -> list[tuple[BenchRun, bytes]]:
+    """The runs of a file holding one a line, each named ``FILE:LINE``."""
     runs = []
     for n, line in enumerate(data.splitlines(), 1):
         if not line.strip():
@@ -143,15 +180,16 @@ def _run(raw: object, where: str) -> BenchRun:
     n = len(ins)
     conc = raw.get("max_concurrency")
     rate = _rate(raw, where)
+    ramp = raw.get("ramp_up_strategy") is not None  # (its rate is "inf", its sends spread)
     from_sends = False
     if conc is None:  # vLLM's client without --max-concurrency: no limit
         conc = n
-        if math.isinf(rate) and starts is not None and ttfts is not None and itls is not None:
+        if math.isinf(rate) and not ramp and starts is not None and ttfts is not None and itls is not None:
             conc = in_flight(starts, ttfts, itls)
             from_sends = conc < n
     elif isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
         raise ConfigError(f"{where}: field 'max_concurrency': expected an integer >= 1 or null, got {conc!r}")
-    arrivals = _arrivals(rate, starts, queues, where)
+    arrivals = _arrivals(rate, starts, queues, where, ramp)
     version = next((str(raw[k]) for k in VERSION_KEYS if raw.get(k)), None)
     model = raw.get("model_id")
     return BenchRun(where, duration, ins, outs, min(conc, n), arrivals, ttfts, itls, starts,
@@ -220,6 +258,7 @@ def _requests(raw: dict, where: str, duration: float) -> tuple[list, bool]:
     itls = None
     if lists["itls"]:
         itls = []
+        chat = chat_run(raw)
         for i in keep:
             row = raw["itls"][i]
             if not isinstance(row, list):
@@ -229,10 +268,14 @@ def _requests(raw: dict, where: str, duration: float) -> tuple[list, bool]:
             if bad is not None:
                 raise ConfigError(f"{where}: field 'itls': entry {i}: gap {bad}: expected seconds >= 0, "
                                   f"got {short_repr(row[bad])}")
-            if len(row) > outs[i] - 1:
+            most = outs[i] if chat else outs[i] - 1
+            if len(row) > most:
+                first = "the role's chunk" if chat else "the first"
                 raise ConfigError(f"{where}: field 'itls': entry {i}: {len(row)} gaps for {outs[i]} output "
-                                  f"tokens (one gap per streamed chunk after the first: at most {outs[i] - 1})")
+                                  f"tokens (one gap per streamed chunk after {first}: at most {most})")
             itls.append(np.asarray(row, dtype=float))
+        if chat and any(len(g) == outs[i] for g, i in zip(itls, keep, strict=True)):
+            ttfts, itls = role_chunk_folded(ttfts, itls)
     starts = _floats(raw, "start_times", where, keep) if lists["start_times"] else None
     _check_ends(raw, where, duration, keep, [k for k in ("start_times", "ttfts", "itls") if lists[k]])
     if starts is not None:
@@ -334,52 +377,18 @@ def _rate(raw: dict, where: str) -> float:
     return float(v)
 
 
-def _arrivals(rate: float, starts, queues, where: str) -> np.ndarray | None:
+def _arrivals(rate: float, starts, queues, where: str, ramp: bool = False) -> np.ndarray | None:
     """When each request became ready to send: all at once at an infinite rate, else the send
-    time minus the time it waited for the concurrency limit (``start_times - queue_times``)."""
-    if math.isinf(rate):
+    time minus the time it waited for the concurrency limit (``start_times - queue_times``).
+    ``ramp``: ``--ramp-up-strategy``, whose file says ``request_rate`` "inf" (vLLM's client
+    refuses a rate beside it) while its sends follow the ramp from ``ramp_up_start_rps`` to
+    ``ramp_up_end_rps``: replayed from its sends, as a finite rate is (read as all at once, a
+    linear 1-to-20 rps ramp fitted -63.5%)."""
+    if math.isinf(rate) and not ramp:
         return None
     if starts is None:
-        raise ConfigError(f"{where}: field 'start_times': needed to replay a request_rate of {rate:g}/s "
+        what = "a ramp-up (ramp_up_strategy)" if ramp else f"a request_rate of {rate:g}/s"
+        raise ConfigError(f"{where}: field 'start_times': needed to replay {what} "
                           "(save with --save-detailed, or benchmark with --request-rate inf)")
     q = queues if queues is not None else np.zeros_like(starts)
     return np.maximum(0.0, starts - q)
-
-
-def engine_steps(run: BenchRun, margin_s: float | None = None) -> int | None:
-    """The engine steps of a detailed run, read off its tokens' arrival times (None without
-    them): a running request gets one token per step, so follow a chain of requests that covers
-    the run, each adding its tokens that arrive after the previous one's last (later by
-    ``margin_s``, by default half the median gap between tokens: the tokens of one step reach
-    the client close together, within about a millisecond on the recorded files).
-
-    A request whose tokens came in merged chunks (:attr:`BenchRun.merged_tokens`) counts whole
-    (all its output tokens) where the chain starts afresh with it, but is never joined mid-way:
-    its chunks do not say how many of its tokens came after the previous request's last. Where
-    only such requests overlap that last token, the count is None (not readable)."""
-    if not run.detailed:
-        return None
-    if margin_s is None:
-        gaps = np.concatenate([g for g in run.itls if len(g)] or [np.zeros(1)])
-        margin_s = 0.5 * float(np.median(gaps))
-    sent = run.start_times if run.start_times is not None else np.zeros(len(run.ttfts))
-    times = [sent[i] + run.ttfts[i] + np.concatenate([[0.0], np.cumsum(g)]) for i, g in enumerate(run.itls)]
-    whole = (run.merged_tokens == 0).tolist()
-    outs = run.output_lens.tolist()
-    cur = min(range(len(times)), key=lambda i: times[i][0])
-    steps, end = outs[cur], times[cur][-1]
-    while True:
-        later = [i for i in range(len(times)) if times[i][-1] > end + margin_s]
-        if not later:
-            return steps
-        overlapping = [i for i in later if times[i][0] <= end + margin_s]
-        if overlapping:
-            exact = [i for i in overlapping if whole[i]]
-            if not exact:
-                return None
-            nxt = max(exact, key=lambda i: times[i][-1])
-            steps += int((times[nxt] > end + margin_s).sum())
-        else:
-            nxt = min(later, key=lambda i: times[i][0])
-            steps += outs[nxt]
-        end = times[nxt][-1]

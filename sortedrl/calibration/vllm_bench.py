@@ -45,8 +45,8 @@ import math
 
 import numpy as np
 
-from sortedrl.calibration.bench_concurrency import most_running
-from sortedrl.calibration.bench_file import BenchRun, engine_steps
+from sortedrl.calibration.bench_concurrency import engine_steps, most_running
+from sortedrl.calibration.bench_file import BenchRun
 from sortedrl.calibration.replay import COLUMNS, ENGINE_TERMS, Replay, replay
 from sortedrl.errors import ConfigError
 from sortedrl.sim.cluster import Cluster
@@ -305,7 +305,7 @@ def _file_report(run: BenchRun, costs: CostModel, host_s: float, max_num_seqs: i
         # the schedule check: the replay's step count against the one read off the tokens
         out["steps_replayed"], out["steps_measured"] = rep.steps, engine_steps(run)
         # the server's batch, read off the tokens: below the concurrency, its max_num_seqs was
-        out["running_most"] = most_running(run.start_times, run.ttfts, run.itls)
+        out["running_most"] = most_running(run.sends, run.ttfts, run.itls)
     return out
 
 
