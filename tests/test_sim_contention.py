@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
 from sortedrl.errors import ConfigError
 from sortedrl.policies.registry import make_policy
+from sortedrl.sim.cluster import load_cluster
 from sortedrl.sim.contention import slowed
 from sortedrl.sim.profile import profile_cluster
 from sortedrl.sim.run import simulate
@@ -132,3 +134,22 @@ def test_engines_recosted_by_busy_count_keep_their_bookkeeping(policy):
             cluster = dataclasses.replace(cluster, gpus=engines + 1, placement="disaggregated", train_gpus=1)
         r = simulate(trace, make_policy(policy, [], trace), cluster, audit=True)
         assert r.summary["samples_trained"] == n and r.summary["updates"] >= 1
+
+
+@pytest.mark.parametrize("table", [True, False])
+def test_the_per_step_overhead_lengthens_a_prefill_pass_of_its_own_with_or_without_a_step_table(table):
+    """A prefill that stalls the engine is a step of its own, so the driver's per-step time is
+    added to it too; with a step table (a calibrated profile) it was added to the decode steps'
+    entries only, and the prefill pass, which reads ``step_fixed_s``, kept its old length."""
+    base = load_cluster(str(Path(__file__).parent / "fixtures" / "cpu-profile.json"))
+    cost = base.costs if table else dataclasses.replace(base.costs, step_table=None, step_fixed_s=0.001)
+    trace = make_trace([40, 60, 80, 100], prompt_lens=[30] * 4)
+    passes = {}
+    for overhead in (0.0, 0.05):
+        cl = dataclasses.replace(base, chunked_prefill=False, costs=dataclasses.replace(
+            cost, prefill_in_step=False, step_overhead_s=overhead, step_overhead_one_s=overhead))
+        timeline = simulate(trace, make_policy("sync", [], trace), cl).timeline
+        passes[overhead] = [end - start for start, end, *_ in timeline.rows("prefill")]
+    assert len(passes[0.05]) == len(passes[0.0]) >= 1
+    assert [b - a for a, b in zip(passes[0.0], passes[0.05], strict=True)] == pytest.approx(
+        [0.05] * len(passes[0.0]), abs=1e-12)

@@ -49,12 +49,14 @@ def slowed(cost: CostModel, factor: float) -> CostModel:
 
 
 def with_step_overhead(cost: CostModel, seconds: float) -> CostModel:
-    """The engine's costs when each step (decode or prefill) takes ``seconds`` more."""
+    """The engine's costs when each step (decode or prefill) takes ``seconds`` more: a decode
+    step's fixed time (its table's entries, where it has one) and a prefill pass's of its own,
+    which reads ``step_fixed_s`` with or without a table (the table's entries alone left a
+    stalling prefill pass without the overhead)."""
     if not seconds:
         return cost
     table = cost.step_table and tuple(x + seconds for x in cost.step_table)
-    return dataclasses.replace(cost, step_table=table,
-                               step_fixed_s=cost.step_fixed_s + (0.0 if table else seconds))
+    return dataclasses.replace(cost, step_table=table, step_fixed_s=cost.step_fixed_s + seconds)
 
 
 def shares_host(cost: CostModel, placement: str) -> bool:
