@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -101,26 +102,33 @@ def test_trl_one_nan_reward_is_a_note_naming_its_row(tok, tmp_path) -> None:
 # -- 2. an empty response ----------------------------------------------------------------------
 
 
-def test_verl_empty_response_names_its_file_line_and_field(tok, tmp_path) -> None:
-    """Was: `error: DIR: sample 18: response has 0 tokens` (a 0-based place in the dump). The
-    end-of-sequence token is not counted (docs/traces.md), so the sample is still refused."""
+def test_verl_empty_response_counts_its_end_of_sequence_token_and_keeps_its_group(tok, tmp_path) -> None:
+    """Was: `error: DIR: sample 18: response has 0 tokens` (a 0-based place in the dump), then
+    an error asking to remove the record (dropping its group): a response of only the
+    end-of-sequence token decodes to empty text. It counts as that one token now, with a note
+    naming the first such record (helper 207: one empty response stopped a whole import)."""
     d = _verl_copy(tmp_path)
+    before, _ = import_framework("verl", d, tok)
     _set_line(d / "2.jsonl", 3, output="")
-    assert _one_error(tmp_path, [d, "--from", "verl", "--tokenizer", tok]) == (
-        f"error: {d / '2.jsonl'}: line 3: field 'output': '' counts 0 tokens; a response needs "
-        "at least 1 (a response of only the end-of-sequence token decodes to empty text, and "
-        "that token is not counted): remove the record (its group is then dropped)")
+    trace, report = import_framework("verl", d, tok)
+    changed = np.flatnonzero(trace.response_len != before.response_len)
+    assert len(trace.response_len) == len(before.response_len) == 32
+    assert len(changed) == 1 and trace.response_len[changed[0]] == 1
+    assert report.notes == (
+        f"1 response(s) that count no token ('output': only the end-of-sequence token, which "
+        f"decodes to nothing) counted as 1 token; the first: {d / '2.jsonl'}: line 3",)
 
 
-def test_trl_empty_completion_names_its_row(tok, tmp_path) -> None:
+def test_trl_blank_completion_counts_one_token_with_a_note(tok, tmp_path) -> None:
     table = json.loads((FIXTURES / "trl_completions.table.json").read_text())
     table["data"][6][2] = "   "
     f = tmp_path / "completions.table.json"
     f.write_text(json.dumps(table))
-    assert _one_error(tmp_path, [f, "--from", "trl", "--tokenizer", tok]) == (
-        f"error: {f}: row 7: field 'completion': '   ' counts 0 tokens; a response needs at "
-        "least 1 (a response of only the end-of-sequence token decodes to empty text, and that "
-        "token is not counted): remove the record (its group is then dropped)")
+    r, out = _import(tmp_path, [f, "--from", "trl", "--tokenizer", tok])
+    assert r.exit_code == 0, r.output
+    assert (f"note: 1 response(s) that count no token ('completion': only the end-of-sequence "
+            f"token, which decodes to nothing) counted as 1 token; the first: {f}: row 7") in r.stderr.splitlines()
+    assert len(read_trace(out).response_len) == 24 and 1 in read_trace(out).response_len
 
 
 # -- 3. an empty dump file ---------------------------------------------------------------------

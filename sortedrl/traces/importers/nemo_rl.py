@@ -40,7 +40,7 @@ STEP = re.compile(r"train_data_step(\d+)\.jsonl$")
 
 def read_nemo_rl(path: Path) -> tuple[Rows, int]:
     files = dump_files(path, "train_data_step*.jsonl", "NeMo-RL train_data_step")
-    rows = Rows()
+    rows, empty = Rows(), []
     for f in files:
         match = STEP.search(f.name)
         if match is None:
@@ -56,8 +56,11 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
                 raise TraceError(f"{where}: 'token_ids' and 'token_loss_mask' must be lists of "
                                  f"at least input_lengths = {total} entries")
             mask = check_mask(where, "token_loss_mask", mask[:total])  # (past it: padding)
-            if 1 not in mask:
-                raise TraceError(f"{where}: field 'token_loss_mask' marks no generated token")
+            if 1 not in mask:  # (the context was full: vLLM generated nothing; it stopped the import)
+                empty.append(where)
+                rows.add("ids:" + ",".join(map(str, ids[:total])), step, max(1, total), 1,
+                         number_or_none(where, "rewards", _one(where, obj, "rewards")), where=where)
+                continue
             prompt = mask.index(1)
             response = sum(1 for m in mask if m)
             key = "ids:" + ",".join(map(str, ids[:prompt]))
@@ -67,6 +70,9 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
                 rows.add(key, step, max(1, total - response), response, reward, where=where)
             else:
                 rows.add(key, step, max(1, prompt), response, reward, turns=turns, where=where)
+    if empty:
+        rows.notes.append(f"{len(empty)} sample(s) with no generated token ('token_loss_mask' all 0: "
+                          f"the prompt filled the context) counted as 1 token; the first: {empty[0]}")
     return rows, len(files)
 
 

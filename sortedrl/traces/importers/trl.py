@@ -42,6 +42,7 @@ from sortedrl.traces.importers._common import (
     check_text,
     dump_files,
     read_jsonl,
+    tool_output_note,
     whole_number,
 )
 
@@ -249,10 +250,13 @@ def read_trl(path: Path, tokenizer: Path | None,
     weights, note = _reward_weights(path, records, reward_columns)
     counter = TokenCounter(tokenizer, "trl", "'prompt', 'completion'")
     prompt_tokens = counter.count([o["prompt"] for _, o in records])
-    response_tokens = counter.responses(records, "completion")
     rows = Rows()
+    response_tokens = counter.responses(records, "completion", rows.notes)
     if note:
         rows.notes.append(note)
+    tools = tool_output_note(records, "completion", "TRL's table keeps no tool mask")
+    if tools:
+        rows.notes.append(tools)
     if repeats:
         rows.notes.append(f"dropped {repeats} logged table(s) identical to the one before but for "
                           f"the step (TRL logs the last generation batch at every logging step: "

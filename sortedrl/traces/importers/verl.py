@@ -55,6 +55,7 @@ from sortedrl.traces.importers._common import (
     dump_files,
     number_or_none,
     read_jsonl,
+    tool_output_note,
     turns_from_mask,
     whole_number,
 )
@@ -82,7 +83,10 @@ def read_verl(path: Path, tokenizer: Path | None) -> tuple[Rows, int]:
             records.append((where, obj))
     counter = TokenCounter(tokenizer, "verl", "'input', 'output'")
     prompt_tokens = counter.count([obj["input"] for _, obj in records])
-    response_tokens = counter.responses(records, "output")
+    notes: list[str] = []
+    response_tokens = counter.responses(records, "output", notes)
+    tools = tool_output_note(records, "output", "give each record its 'response_mask' to split "
+                             "them: docs/traces.md")
     sessions: dict[tuple[int, str, object], list[Output]] = {}  # (step, key, session) -> outputs
     for (where, obj), p_len, r_len in zip(records, prompt_tokens, response_tokens, strict=True):
         step = whole_number(where, "step", obj["step"])
@@ -101,6 +105,7 @@ def read_verl(path: Path, tokenizer: Path | None) -> tuple[Rows, int]:
                              f"(first at {next(o.where for o in outputs if o.index == index)})")
         outputs.append(out)
     rows = Rows()
+    rows.notes += notes + ([tools] if tools else [])
     folded = 0
     for (step, key, _), outputs in sessions.items():
         outputs.sort(key=lambda o: o.index)
