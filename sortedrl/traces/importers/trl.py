@@ -37,14 +37,13 @@ from sortedrl import jsonio
 from sortedrl.errors import ConfigError, TraceError
 from sortedrl.traces.importers._common import (
     Rows,
-    TokenCounter,
     check_layout,
     check_text,
     dump_files,
     read_jsonl,
-    tool_output_note,
     whole_number,
 )
+from sortedrl.traces.importers._tokens import TokenCounter, tool_output_note
 
 REQUIRED = ("step", "prompt", "completion")
 NOT_REWARD = {"step", "prompt", "completion", "advantage"}

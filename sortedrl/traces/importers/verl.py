@@ -48,17 +48,16 @@ from typing import NamedTuple
 from sortedrl.errors import TraceError
 from sortedrl.traces.importers._common import (
     Rows,
-    TokenCounter,
     Turns,
     check_layout,
     check_text,
     dump_files,
     number_or_none,
     read_jsonl,
-    tool_output_note,
     turns_from_mask,
     whole_number,
 )
+from sortedrl.traces.importers._tokens import TokenCounter, tool_output_note
 
 REQUIRED = ("input", "output", "score", "step")
 DIGITS = re.compile(r"[0-9]+")
