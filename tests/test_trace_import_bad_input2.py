@@ -115,8 +115,8 @@ def test_verl_empty_response_counts_its_end_of_sequence_token_and_keeps_its_grou
     assert len(trace.response_len) == len(before.response_len) == 32
     assert len(changed) == 1 and trace.response_len[changed[0]] == 1
     assert report.notes == (
-        f"1 response(s) that count no token ('output': only the end-of-sequence token, which "
-        f"decodes to nothing) counted as 1 token; the first: {d / '2.jsonl'}: line 3",)
+        f"1 response(s) that count no token ('output': empty or blank text, as only the "
+        f"end-of-sequence token decodes) counted as 1 token; the first: {d / '2.jsonl'}: line 3",)
 
 
 def test_trl_blank_completion_counts_one_token_with_a_note(tok, tmp_path) -> None:
@@ -126,8 +126,8 @@ def test_trl_blank_completion_counts_one_token_with_a_note(tok, tmp_path) -> Non
     f.write_text(json.dumps(table))
     r, out = _import(tmp_path, [f, "--from", "trl", "--tokenizer", tok])
     assert r.exit_code == 0, r.output
-    assert (f"note: 1 response(s) that count no token ('completion': only the end-of-sequence "
-            f"token, which decodes to nothing) counted as 1 token; the first: {f}: row 7") in r.stderr.splitlines()
+    assert (f"note: 1 response(s) that count no token ('completion': empty or blank text, as only "
+            f"the end-of-sequence token decodes) counted as 1 token; the first: {f}: row 7") in r.stderr.splitlines()
     assert len(read_trace(out).response_len) == 24 and 1 in read_trace(out).response_len
 
 

@@ -53,9 +53,9 @@ class TokenCounter:
                                         cut, strict=True)]
         empty = [where for (where, _), n in zip(records, counts, strict=True) if n < 1]
         if empty:
-            notes.append(f"{len(empty)} response(s) that count no token ('{name}': only the "
-                         f"end-of-sequence token, which decodes to nothing) counted as 1 token; "
-                         f"the first: {empty[0]}")
+            notes.append(f"{len(empty)} response(s) that count no token ('{name}': empty or "
+                         f"blank text, as only the end-of-sequence token decodes) counted as 1 "
+                         f"token; the first: {empty[0]}")
         if any(cut):
             notes.append(f"{sum(1 for c in cut if c)} response(s) end in a character cut mid-way "
                          "(U+FFFD, the length cap's cut): each counted as 1 token, not re-encoded")
