@@ -263,8 +263,8 @@ class Outputs:
                 staged.append((dest, self._stage(dest, what)))
             target = None
             raise_if_stopped()  # (a stop whose exception was lost: these outputs are not put in place)
-            commit(staged, into=[p for p, _ in staged if self.targets[p].into], keep=self.work)
-            WRITTEN.extend(str(self.targets[p].path) for p, _ in staged)
+            commit(staged, into=[p for p, _ in staged if self.targets[p].into], keep=self.work,
+                   done=lambda: WRITTEN.extend(str(self.targets[p].path) for p, _ in staged))
         except BaseException as e:
             for _, tmp in staged:
                 remove_path(tmp)

@@ -41,7 +41,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from sortedrl.aside import aside
@@ -50,16 +50,20 @@ from sortedrl.interrupts import signals_deferred
 from sortedrl.run_marker import MARKER, is_live_work, work_prefix
 
 
-def commit(staged: list[tuple[Path, Path]], into: Collection[Path] = (), keep: Collection[Path] = ()) -> None:
+def commit(staged: list[tuple[Path, Path]], into: Collection[Path] = (), keep: Collection[Path] = (),
+           done: Callable[[], None] | None = None) -> None:
     """Put each staged ``(path, tmp)`` in place: ``tmp`` renamed onto ``path``, or for a
     ``path`` in ``into`` (a directory that exists) ``tmp``'s entries moved into it in place of
     its own but those in ``keep`` (this command's work directories). On a failure the ones
     already done are undone. An interrupt waits until the outputs are in place and the
-    previous ones removed."""
+    previous ones removed; ``done`` runs before it goes on (the outputs are in place then: an
+    interrupt that waited is reported as coming after them)."""
     with signals_deferred(), contextlib.ExitStack() as locks:
         for path in sorted(set(into)):
             locks.enter_context(dir_lock(path))
         _renames(staged, set(into), {Path(k) for k in keep})
+        if done is not None:
+            done()
 
 
 @contextlib.contextmanager

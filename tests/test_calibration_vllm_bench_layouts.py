@@ -58,16 +58,20 @@ def test_a_chat_run_fits_as_its_completions_twin(tmp_path):
     assert [len(g) for g in run.itls] == [len(g) for g in twin.itls]
 
 
-def test_a_chat_server_that_sends_the_role_with_the_first_token_is_read_as_it_is(tmp_path):
-    """No request has as many gaps as tokens: nothing is folded (the first gap is a token's)."""
+def test_a_chat_run_whose_every_request_has_a_merged_chunk_still_has_its_role_chunk_folded(tmp_path):
+    """Review: folded only where some request had as many gaps as tokens, a run whose every
+    request also had two tokens in one chunk kept the role chunk's time as its first token's."""
     path = two_levels(tmp_path)[0]
     raw = json.loads(path.read_text())
-    raw["backend"] = "openai-chat"
-    chat = tmp_path / "chat-merged-role.json"
-    chat.write_text(json.dumps(raw))
-    run, twin = read_bench(chat), read_bench(path)
-    assert run.ttfts.tolist() == twin.ttfts.tolist()
-    assert [g.tolist() for g in run.itls] == [g.tolist() for g in twin.itls]
+    raw["itls"] = [[g[0] + g[1], *g[2:]] if len(g) > 1 else [] for g in raw["itls"]]  # (a merged pair each)
+    merged = tmp_path / "merged.json"
+    merged.write_text(json.dumps(raw))
+    twin = read_bench(merged)
+    run = read_bench(as_chat(merged, "chat-merged.json"))
+    assert run.ttfts == pytest.approx(twin.ttfts, abs=1e-12)
+    assert [len(g) for g in run.itls] == [len(g) for g in twin.itls]
+    assert np.concatenate(run.itls) == pytest.approx(np.concatenate(twin.itls), abs=1e-12)
+    assert run.merged_tokens.tolist() == twin.merged_tokens.tolist()
 
 
 def test_a_chat_run_with_more_gaps_than_chunks_can_have_is_refused(tmp_path):
@@ -133,7 +137,7 @@ def test_a_ramp_up_without_send_times_cannot_be_replayed(tmp_path):
     assert read_bench(ramp_file(tmp_path, "open.json", None)[0]).concurrency == 40  # (no closed loop read off its sends)
     assert run_bad(tmp_path, [path]) == (
         f"error: {path}: field 'start_times': needed to replay a ramp-up (ramp_up_strategy) (save "
-        "with --save-detailed, or benchmark with --request-rate inf)")
+        "with --save-detailed, or benchmark without --ramp-up-strategy)")
 
 
 def test_runs_appended_to_a_json_file_are_read_a_line_each(tmp_path):

@@ -244,3 +244,24 @@ def test_a_stop_once_the_outputs_are_written_says_they_are_complete(tmp_path, mo
     monkeypatch.setattr("sortedrl.traces.commands.read_trace", lambda path: summary_text())
     r = runner.invoke(app, ["trace", "stats", "math-16k"])
     assert (r.exit_code, r.output) == (code, f"error: {line}\n")
+
+
+def test_a_ctrl_c_that_waited_for_the_outputs_to_go_in_says_they_are_complete(tmp_path, monkeypatch):
+    """The renames hold Ctrl-C back and raise it once the outputs are in place: that stop came
+    after them too (review: it said the bare line, the paths recorded only after the commit)."""
+    from sortedrl import outputs_commit
+
+    monkeypatch.setattr(cli_common, "_interrupt_reported", False)
+    real = outputs_commit._renames
+
+    def renames_then_ctrl_c(*args, **kwargs):
+        real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # (held until the renames' block ends)
+
+    monkeypatch.setattr(outputs_commit, "_renames", renames_then_ctrl_c)
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["simulate", "--policy", "sync", "--synthetic", "math-16k", "--prompts", "4",
+                            "--steps", "1", "--out", str(out)])
+    errors = [x for x in r.output.splitlines() if x.startswith("error:")]
+    assert (r.exit_code, errors) == (130, [f"error: interrupted (Ctrl-C), after writing {out} (complete)"])
+    assert (out / "summary.json").is_file()

@@ -24,7 +24,9 @@ def chat_run(raw: dict) -> bool:
 def role_chunk_folded(ttfts: np.ndarray | None, itls: list[np.ndarray]) -> tuple:
     """A chat run's first gap is the role chunk's to the first token's: fold it into the time to
     first token, so each request's gaps are between its tokens' chunks, as a completions run's
-    are. Applied where some request has as many gaps as output tokens (so the server did send a
-    role chunk of its own; one that sends the role with the first token gives one gap fewer)."""
+    are. Decided by the backend alone (vLLM's chat server always sends the role chunk): a rule
+    read off the gaps (some request with as many gaps as tokens) missed a run whose every
+    request had a merged chunk, and took the role chunk's time for the first token's. A server
+    that sent the role with the first token would be read one gap short a request."""
     firsts = np.asarray([g[0] if len(g) else 0.0 for g in itls])
     return (None if ttfts is None else ttfts + firsts), [g[1:] for g in itls]

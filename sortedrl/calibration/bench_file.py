@@ -274,7 +274,7 @@ def _requests(raw: dict, where: str, duration: float) -> tuple[list, bool]:
                 raise ConfigError(f"{where}: field 'itls': entry {i}: {len(row)} gaps for {outs[i]} output "
                                   f"tokens (one gap per streamed chunk after {first}: at most {most})")
             itls.append(np.asarray(row, dtype=float))
-        if chat and any(len(g) == outs[i] for g, i in zip(itls, keep, strict=True)):
+        if chat:
             ttfts, itls = role_chunk_folded(ttfts, itls)
     starts = _floats(raw, "start_times", where, keep) if lists["start_times"] else None
     _check_ends(raw, where, duration, keep, [k for k in ("start_times", "ttfts", "itls") if lists[k]])
@@ -388,7 +388,8 @@ def _arrivals(rate: float, starts, queues, where: str, ramp: bool = False) -> np
         return None
     if starts is None:
         what = "a ramp-up (ramp_up_strategy)" if ramp else f"a request_rate of {rate:g}/s"
+        other = "without --ramp-up-strategy" if ramp else "with --request-rate inf"
         raise ConfigError(f"{where}: field 'start_times': needed to replay {what} "
-                          "(save with --save-detailed, or benchmark with --request-rate inf)")
+                          f"(save with --save-detailed, or benchmark {other})")
     q = queues if queues is not None else np.zeros_like(starts)
     return np.maximum(0.0, starts - q)
