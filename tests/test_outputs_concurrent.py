@@ -37,13 +37,13 @@ GATED = textwrap.dedent("""
     import sortedrl.outputs as outputs
     ready, go, inode = map(Path, sys.argv[1:4])
     real = outputs.commit
-    def gated(staged, into=(), keep=()):
+    def gated(staged, into=(), keep=(), done=None):
         [(dest, tmp)] = staged
         inode.write_text(str(os.stat(tmp / "summary.json").st_ino))
         ready.touch()
         while not go.exists():
             time.sleep(0.02)
-        real(staged, into=into, keep=keep)
+        real(staged, into=into, keep=keep, done=done)
     outputs.commit = gated
     from sortedrl.cli import main
     sys.argv = ["sortedrl", *sys.argv[4:]]
