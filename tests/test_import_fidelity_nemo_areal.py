@@ -272,7 +272,8 @@ def test_nemo_gym_all_rollouts_failed_is_one_error_line(tmp_path) -> None:
     with pytest.raises(TraceError) as e:
         import_framework("nemo-gym", path)
     assert str(e.value) == (f"{path}: none of the 2 NeMo-Gym rollouts has per_turn_metrics "
-                            "(each agent failed): nothing to import")
+                            "(each agent failed, or its harness writes none: anyswe_agent and "
+                            "anyterminal_agent do not): nothing to import")
 
 
 # -- AReaL: session_tracer/{role}/sessions-r{rank}.jsonl ---------------------------------------
@@ -320,3 +321,31 @@ def test_areal_an_eval_task_reusing_a_training_task_id_is_its_own_group(tmp_path
                                 "separate times (an eval executor numbers its tasks from 0 too, "
                                 "into the same file; or a restarted run): one group per run of "
                                 "them")
+
+
+def _areal_dir(tmp_path, sessions: list[dict]):
+    d = tmp_path / "session_tracer" / "rollout"
+    d.mkdir(parents=True)
+    (d / "sessions-r0.jsonl").write_text("".join(json.dumps(s) + "\n" for s in sessions))
+    return d
+
+
+def test_areal_a_session_without_phases_is_skipped_unless_kept(tmp_path) -> None:
+    """SessionRecord.to_dict leaves out an empty ``phases``: a ``pending`` session written at
+    shutdown has none, and one such record stopped the whole file ("not a AReaL session tracer
+    dump: missing field(s) phases"); it is skipped, as its status says."""
+    sessions = [_session(0, k, 1000.0, 1.0 + k) for k in range(4)]
+    pending = {key: v for key, v in _session(1, 4, 1001.0, 1.0, "pending").items() if key != "phases"}
+    trace, report = import_framework("areal", _areal_dir(tmp_path, sessions + [pending]))
+    assert trace.response_len.tolist() == [10, 20, 30, 40]
+
+
+def test_areal_a_kept_session_without_phases_says_it_has_no_turn(tmp_path) -> None:
+    """AReaL's OpenAI-proxy agent workflow traces no phase: its accepted sessions have none."""
+    proxy = {key: v for key, v in _session(0, 0, 1000.0, 1.0).items() if key != "phases"}
+    d = _areal_dir(tmp_path, [proxy])
+    with pytest.raises(TraceError) as e:
+        import_framework("areal", d)
+    assert str(e.value) == (f"{d / 'sessions-r0.jsonl'}: line 1: field 'phases': missing: the "
+                            "session recorded no phase (AReaL's OpenAI-proxy agent workflow traces "
+                            "none), so it has no turn to import")

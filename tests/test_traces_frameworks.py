@@ -141,8 +141,19 @@ def test_wrong_layout_names_missing_and_found(tmp_path) -> None:
 def test_pt_with_pickled_code_is_refused(tmp_path) -> None:
     bad = tmp_path / "evil.pt"
     torch.save({"rollout_id": 0, "samples": [fractions.Fraction(1, 3)]}, bad)
-    with pytest.raises(TraceError, match="refused: loading it needs pickled code"):
+    with pytest.raises(TraceError) as e:
         import_framework("slime", bad)
+    assert str(e.value) == (f"{bad}: refused: loading it needs pickled code, which could run "
+                            "arbitrary code (it holds fractions.Fraction objects)")
+    from PIL import Image  # (a test dependency)
+
+    vlm = tmp_path / "vlm.pt"  # (slime's multimodal_inputs: process_vision_info's PIL images)
+    torch.save([{"rollout_id": 0, "multimodal_inputs": {"images": [Image.new("RGB", (2, 2))]}}], vlm)
+    with pytest.raises(TraceError) as e:
+        import_framework("slime", vlm)
+    assert str(e.value) == (f"{vlm}: refused: loading it needs pickled code, which could run "
+                            "arbitrary code (it holds PIL.Image.Image objects: a vision-language "
+                            "run's images, in multimodal_inputs)")
     r = run(["trace", "import", str(bad), "--from", "slime", "--out", str(tmp_path / "t.csv")])
     assert r.exit_code == 2 and r.output.startswith("error: ") and r.output.count("\n") == 1
     assert not (tmp_path / "t.csv").exists()

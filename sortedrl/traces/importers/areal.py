@@ -56,7 +56,7 @@ from sortedrl.traces.importers._common import (
     whole_number,
 )
 
-REQUIRED = ("task_id", "session_id", "status", "phases")
+REQUIRED = ("task_id", "session_id", "status")  # and "phases", on a kept session
 KEPT = ("accepted", "rejected")
 
 
@@ -78,6 +78,10 @@ def read_areal(path: Path, decode_tps: float | None, prompt_len: int | None) -> 
             if obj["status"] not in KEPT:
                 skipped += 1
                 continue
+            if "phases" not in obj:  # (SessionRecord.to_dict leaves out an empty one)
+                raise TraceError(f"{where}: field 'phases': missing: the session recorded no "
+                                 "phase (AReaL's OpenAI-proxy agent workflow traces none), so it "
+                                 "has no turn to import")
             gen_s, tool_s, left_out, span = _turn_times(where, obj["phases"])
             outside += left_out
             gen = _turn_tokens(where, obj, gen_s, decode_tps)

@@ -92,7 +92,8 @@ def read_nemo_gym(path: Path) -> tuple[Rows, int]:
     rows = Rows()
     if not any(r.row for r in rollouts):
         raise TraceError(f"{path}: none of the {len(rollouts)} NeMo-Gym rollouts has "
-                         "per_turn_metrics (each agent failed): nothing to import")
+                         "per_turn_metrics (each agent failed, or its harness writes none: "
+                         "anyswe_agent and anyterminal_agent do not): nothing to import")
     groups, n, split, timed = _groups(rollouts)
     stats["unplaced"] = sum(r.step is None and r.start is None for r in rollouts)
     for key, step, members in groups:

@@ -96,9 +96,14 @@ def load_pt(path: Path) -> object:
         said = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", str(e))
         if said is None or said.group(1).startswith("Unsupported global"):
             first = str(e).strip().splitlines()[0] if str(e).strip() else "unsafe content"
+            detail = f"torch.load weights_only=True said: {first[:160]}"
+            named = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
+            if named is not None:  # (torch's first line says only that the load failed)
+                detail = f"it holds {named.group(1)[:120]} objects"
+                if named.group(1).startswith("PIL."):
+                    detail += ": a vision-language run's images, in multimodal_inputs"
             raise TraceError(f"{path}: refused: loading it needs pickled code, which could run "
-                             f"arbitrary code (torch.load weights_only=True said: {first[:160]})"
-                             ) from None
+                             f"arbitrary code ({detail})") from None
         why = f"corrupt pickle stream ({said.group(1)})"  # a bad opcode, not code to run
     except (RuntimeError, EOFError, OSError) as e:
         why = (str(e).strip().splitlines() or [type(e).__name__])[0]  # an empty file: EOFError()
