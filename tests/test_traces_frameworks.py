@@ -144,7 +144,7 @@ def test_pt_with_pickled_code_is_refused(tmp_path) -> None:
     with pytest.raises(TraceError) as e:
         import_framework("slime", bad)
     assert str(e.value) == (f"{bad}: refused: loading it needs pickled code, which could run "
-                            "arbitrary code (it holds fractions.Fraction objects)")
+                            "arbitrary code (it needs fractions.Fraction to load)")
     from PIL import Image  # (a test dependency)
 
     vlm = tmp_path / "vlm.pt"  # (slime's multimodal_inputs: process_vision_info's PIL images)
@@ -152,7 +152,7 @@ def test_pt_with_pickled_code_is_refused(tmp_path) -> None:
     with pytest.raises(TraceError) as e:
         import_framework("slime", vlm)
     assert str(e.value) == (f"{vlm}: refused: loading it needs pickled code, which could run "
-                            "arbitrary code (it holds PIL.Image.Image objects: a vision-language "
+                            "arbitrary code (it needs PIL.Image.Image to load: a vision-language "
                             "run's images, in multimodal_inputs)")
     r = run(["trace", "import", str(bad), "--from", "slime", "--out", str(tmp_path / "t.csv")])
     assert r.exit_code == 2 and r.output.startswith("error: ") and r.output.count("\n") == 1

@@ -99,7 +99,7 @@ def load_pt(path: Path) -> object:
             detail = f"torch.load weights_only=True said: {first[:160]}"
             named = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(e))
             if named is not None:  # (torch's first line says only that the load failed)
-                detail = f"it holds {named.group(1)[:120]} objects"
+                detail = f"it needs {named.group(1)[:120]} to load"  # (a class, or a function: numpy's)
                 if named.group(1).startswith("PIL."):
                     detail += ": a vision-language run's images, in multimodal_inputs"
             raise TraceError(f"{path}: refused: loading it needs pickled code, which could run "
