@@ -260,8 +260,12 @@ def test_a_ctrl_c_that_waited_for_the_outputs_to_go_in_says_they_are_complete(tm
 
     monkeypatch.setattr(outputs_commit, "_renames", renames_then_ctrl_c)
     out = tmp_path / "run"
-    r = runner.invoke(app, ["simulate", "--policy", "sync", "--synthetic", "math-16k", "--prompts", "4",
-                            "--steps", "1", "--out", str(out)])
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a suite run in the
+    try:  # background has Ctrl-C ignored: a terminal's Ctrl-C raises KeyboardInterrupt)
+        r = runner.invoke(app, ["simulate", "--policy", "sync", "--synthetic", "math-16k", "--prompts",
+                                "4", "--steps", "1", "--out", str(out)])
+    finally:
+        signal.signal(signal.SIGINT, before)
     errors = [x for x in r.output.splitlines() if x.startswith("error:")]
     assert (r.exit_code, errors) == (130, [f"error: interrupted (Ctrl-C), after writing {out} (complete)"])
     assert (out / "summary.json").is_file()
