@@ -147,8 +147,9 @@ def _verl(out: Export, p: dict, cluster: Cluster | None) -> None:
                          f"max_num_seqs to {ratio} x its value")
         if p.get("keep_partial") or p.get("mode") == "partial":
             c.append("resuming: nothing is aborted here, so nothing is resumed; verl resumes "
-                     "aborted responses only in its fully-async trainer "
-                     "(async_training.partial_rollout), by re-prefilling them")
+                     "aborted responses only in its asynchronous trainers (the fully-async "
+                     "recipe's async_training.partial_rollout, the V1 trainer's colocate_async and "
+                     "separate_async modes), by re-prefilling them")
     elif out.policy == "async":
         out.entry = ("verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml "
                      "(python -m verl.experimental.fully_async_policy.fully_async_main)")
@@ -169,9 +170,14 @@ def _verl_filter(out: Export) -> None:
                            "whose rewards are all equal are trained, not replaced")
         return
     out.overrides["algorithm.filter_groups.enable"] = True
+    # (its default is null, and verl's trainers refuse that when filtering is on: "algorithm.
+    # filter_groups.metric must be set"; seq_reward is the reward score summed over the response)
+    out.overrides["algorithm.filter_groups.metric"] = "seq_reward"
     out.caveats.append("filter_groups: verl's DAPO dynamic sampling drops groups whose rewards "
-                       "are all equal (metric algorithm.filter_groups.metric, default reward) "
-                       "and generates fresh prompts until data.train_batch_size groups remain")
+                       "are all equal (metric seq_reward: the reward score; acc where the reward "
+                       "function returns one) and generates fresh prompts until "
+                       "data.train_batch_size groups remain; it needs a rule-based reward (or a "
+                       "reward model on its own resource pool)")
 
 
 def _verl_cluster(out: Export, cl: Cluster) -> None:
@@ -230,9 +236,14 @@ def _areal(out: Export, p: dict, cluster: Cluster | None) -> None:
 
 def _areal_cluster(out: Export, cl: Cluster) -> None:
     out.overrides["cluster.n_nodes"], out.overrides["cluster.n_gpus_per_node"] = node_split(cl.gpus)
-    out.caveats.append(f"AReaL always disaggregates: give the rollout backend {rollout_gpus(cl)} "
-                       f"GPUs in engines of tp={cl.tp} and the actor {cl.gpus - rollout_gpus(cl)} "
-                       f"in the per-engine backend fields (allocation_mode is deprecated in 1.0)")
+    out.caveats.append(f"AReaL splits the GPUs unless told to colocate: give the rollout backend "
+                       f"{rollout_gpus(cl)} GPUs in engines of tp={cl.tp} and the actor "
+                       f"{cl.gpus - rollout_gpus(cl)} in the per-engine backend fields "
+                       f"(allocation_mode is deprecated in 1.0)"
+                       + ("; to share them as this cluster does, AReaL 1.0.4 colocates with "
+                          "rollout.scheduling_strategy.type=colocation (target actor), which needs "
+                          "enable_offload=true and actor.weight_update_mode=disk"
+                          if cl.placement == "colocated" else ""))
 
 
 def _areal_filter(out: Export) -> None:
@@ -248,10 +259,11 @@ def _areal_filter(out: Export) -> None:
 def _slime(out: Export, p: dict, cluster: Cluster | None) -> None:
     o, c = out.overrides, out.caveats
     out.entry = "train.py"
+    # one update a rollout, or sync's minibatches: slime's default (None) leaves Megatron's global
+    # batch at micro-batch x data-parallel GPUs, 64 updates a rollout of 64 x 8 on 8 GPUs
+    o["--num-steps-per-rollout"] = p["minibatches"] if out.policy == "sync" else 1
     if out.policy == "sync":
-        if p["minibatches"] > 1:
-            c.append(f"minibatches={p['minibatches']}: set --num-steps-per-rollout "
-                     f"{p['minibatches']}")
+        pass  # (its updates a rollout: above; the rest is the batch and the cluster)
     elif out.policy == "partial":
         groups = p["rollout_batch"] or out.prompts
         if not groups and "rollout_batch" in out.auto:  # rollout_batch=0: the step's prompts
@@ -358,6 +370,9 @@ def _batch(out: Export, group_size: int | None, prompts: int | None) -> None:
                            "give --group-size n")
     if out.policy in ("sync", "one_step_off") and out.params.get("rollout_batch"):
         o.setdefault(keys[1], out.params["rollout_batch"])  # (its prompts a step: the batch)
+    if prompts is None and out.framework == "slime" and keys[1] not in o:
+        out.caveats.append("no --prompts: --rollout-batch-size (prompts a rollout), which slime "
+                           "requires, is not written; give --prompts, or set it")
     if prompts is None or (out.framework, out.policy) == ("verl", "async"):
         return  # (fully-async: data.train_batch_size must be 0; the batch is ppo_mini_batch_size)
     if o.get(keys[1], prompts) != prompts:  # async's batch knob, the update batch, sets it

@@ -19,9 +19,11 @@ import math
 
 from sortedrl.sim.cluster import Cluster
 
-NO_DROP = ("drop_stale=true: neither verl nor AReaL drops a response whose oldest token is more "
-           "than eta versions old (no such knob): both bound admission only and train it, as "
-           "drop_stale=false simulates")
+NO_DROP = ("drop_stale=true: neither verl's fully-async recipe nor AReaL drops a response whose "
+           "oldest token is more than eta versions old (no such knob): both bound admission only "
+           "and train it, as drop_stale=false simulates (verl's V1 trainer, in its colocate_async "
+           "and separate_async modes, drops groups sampled more than "
+           "trainer.v1.sampler.max_off_policy_threshold steps ago)")
 
 
 def rollout_gpus(cl: Cluster) -> int:

@@ -171,7 +171,7 @@ def test_conversions() -> None:
     assert verl.overrides["async_training.staleness_threshold"] == 3.0  # (1 + s) x B, AReaL's (eta + 1) x B
     assert export("areal", "async", ["eta=3"]).overrides["rollout.max_head_offpolicyness"] == 3
     slime = export("slime", "partial", ["over_sample=1.5"], prompts=64)
-    assert slime.lines()[:2] == ["--over-sampling-batch-size 96", "--partial-rollout"]
+    assert slime.lines()[:3] == ["--num-steps-per-rollout 1", "--over-sampling-batch-size 96", "--partial-rollout"]
     assert [node_split(g) for g in (4, 8, 12, 16, 24, 7)] == [
         (1, 4), (1, 8), (2, 6), (2, 8), (3, 8), (1, 7)]
 
@@ -179,11 +179,30 @@ def test_conversions() -> None:
 def test_slime_partial_writes_the_rollout_batch_its_over_sampling_is_sized_on() -> None:
     # (only --over-sampling-batch-size was written: slime's default rollout batch ran beside it)
     slime = export("slime", "partial", ["rollout_batch=16"])
-    assert slime.lines()[:3] == ["--over-sampling-batch-size 32", "--partial-rollout",
-                                 "--rollout-batch-size 16"]
+    assert slime.lines()[:4] == ["--num-steps-per-rollout 1", "--over-sampling-batch-size 32",
+                                 "--partial-rollout", "--rollout-batch-size 16"]
     derived = export("slime", "partial", [], auto={"rollout_batch": 24})  # a tune trial's run
     assert derived.overrides["--rollout-batch-size"] == 24
     assert derived.overrides["--over-sampling-batch-size"] == 48
+
+
+@pytest.mark.parametrize("policy, sets, steps", [("sync", [], 1), ("sync", ["minibatches=2"], 2),
+                                                 ("partial", [], 1), ("one_step_off", [], 1), ("async", [], 1)])
+def test_slime_is_told_its_updates_a_rollout(policy, sets, steps) -> None:
+    """slime's --num-steps-per-rollout defaults to None, and Megatron then sets the global batch
+    to micro-batch x data-parallel GPUs: 64 prompts x 8 on 8 GPUs made 64 updates a rollout, not
+    the one (or sync's minibatches) the simulated step makes (helper 209, slime arguments.py)."""
+    got = export("slime", policy, sets, group_size=8, prompts=64)
+    assert got.overrides["--num-steps-per-rollout"] == steps
+    assert not [c for c in got.caveats if "num-steps-per-rollout" in c]
+
+
+def test_slime_without_prompts_says_its_required_rollout_batch_is_not_written() -> None:
+    got = export("slime", "sync", [], group_size=8)
+    assert "--rollout-batch-size" not in got.overrides
+    assert got.caveats[-1] == ("no --prompts: --rollout-batch-size (prompts a rollout), which slime "
+                               "requires, is not written; give --prompts, or set it")
+    assert not [c for c in export("slime", "sync", [], group_size=8, prompts=64).caveats if "no --prompts" in c]
 
 
 def test_no_equivalent_exits_2() -> None:

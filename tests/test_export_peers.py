@@ -85,9 +85,11 @@ def test_verl_async_always_continues_responses_and_says_it_re_prefills(recompute
 
 @pytest.mark.parametrize("framework", ["verl", "areal"])
 def test_drop_stale_says_neither_peer_drops_stale_responses(framework) -> None:
-    assert NO_DROP == ("drop_stale=true: neither verl nor AReaL drops a response whose oldest "
-                       "token is more than eta versions old (no such knob): both bound admission "
-                       "only and train it, as drop_stale=false simulates")
+    assert NO_DROP == ("drop_stale=true: neither verl's fully-async recipe nor AReaL drops a response "
+                       "whose oldest token is more than eta versions old (no such knob): both bound "
+                       "admission only and train it, as drop_stale=false simulates (verl's V1 "
+                       "trainer, in its colocate_async and separate_async modes, drops groups "
+                       "sampled more than trainer.v1.sampler.max_off_policy_threshold steps ago)")
     assert export(framework, "async", ["drop_stale=true"], group_size=8).caveats[-1] == NO_DROP
     assert NO_DROP not in export(framework, "async", [], group_size=8).caveats
 
@@ -136,8 +138,9 @@ def test_areal_async_without_a_run_sizes_the_window_from_the_cluster(cluster, wi
 @pytest.mark.parametrize("framework, policy, key, value, caveat", [
     ("verl", "sync", "algorithm.filter_groups.enable", True,
      "filter_groups: verl's DAPO dynamic sampling drops groups whose rewards are all equal (metric "
-     "algorithm.filter_groups.metric, default reward) and generates fresh prompts until "
-     "data.train_batch_size groups remain"),
+     "seq_reward: the reward score; acc where the reward function returns one) and generates fresh "
+     "prompts until data.train_batch_size groups remain; it needs a rule-based reward (or a reward "
+     "model on its own resource pool)"),
     ("verl", "async", None, None,
      "filter_groups: verl's fully-async and one-step-off trainers do not read "
      "algorithm.filter_groups (only main_ppo's trainer does): groups whose rewards are all equal "
@@ -158,6 +161,8 @@ def test_filter_groups_is_mapped_or_caveated_never_dropped(framework, policy, ke
     got = export(framework, policy, ["filter_groups=true"])
     if key:
         assert got.overrides[key] == value
+    if key == "algorithm.filter_groups.enable":  # (null by default, and verl refuses null: helper 209)
+        assert got.overrides["algorithm.filter_groups.metric"] == "seq_reward"
     assert SLIME_FILTER == "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
     written = [c for c in got.caveats if c.startswith("filter_groups")]
     assert len(written) == 1 and (caveat is None or written == [caveat])
