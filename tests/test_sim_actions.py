@@ -228,3 +228,19 @@ def test_the_view_gives_a_queued_sample_the_tokens_it_holds_not_none():
     simulate(trace, policy, cluster, audit=True)
     # at 6, s3 queued fresh (s2 is being prefilled); at s2's finish, s1 queued with its 2 tokens
     assert policy.seen[:2] == [(0, (3, 2, 0, 0)), (2, (3, 2, 10, 0))]
+
+
+def test_an_action_at_an_instant_a_change_was_planned_an_ulp_after_keeps_the_books():
+    """Two engines' changes fall at one instant (27.3907 s), but the plan's closed form put
+    engine 1's an ulp after the other's, which decode_steps_within counted as done: the policy's
+    abort then stopped the run at `materialize past a pending change` (helper 204's fuzzing,
+    once in about 30,000 abort-heavy runs). The action's base is now the end of that step."""
+    from sortedrl.policies.registry import make_policy
+
+    trace = make_trace([1, 2, 1, 2, 3, 1, 1, 1], [2, 2, 2, 2, 3, 3, 3, 3], group_size=4, max_len=3)
+    cluster = tiny_cluster(engines=2, max_num_seqs=1, kv=8, kv_read_s_per_token=0.01,
+                           train_per_token=1e-4, prefill_in_step=True, admit_step_s=0.05)
+    policy = make_policy("sortedrl", ["harvest=samples", "mode=on_policy"], trace)
+    result = simulate(trace, policy, cluster, audit=True, regen="same", seed=3)  # (audits each change)
+    assert result.summary["samples_trained"] == 8
+    assert sorted(i for row in result.timeline.trains for i in row[3]) == list(range(8))

@@ -131,6 +131,7 @@ def brute_step(eng, w):
         eng.t = t + cost.prefill(tokens, pairs)
         return
     if not eng.running:
+        eng.fit(K)  # (idle too: the cache over its budget is evicted after every change; fuzzing)
         eng.t = INF
         return
     eng.t = t + cost.decode_step(len(eng.running), eng.kv)
