@@ -171,13 +171,15 @@ def _verl_filter(out: Export) -> None:
         return
     out.overrides["algorithm.filter_groups.enable"] = True
     # (its default is null, and verl's trainers refuse that when filtering is on: "algorithm.
-    # filter_groups.metric must be set"; seq_reward is the reward score summed over the response)
-    out.overrides["algorithm.filter_groups.metric"] = "seq_reward"
+    # filter_groups.metric must be set"; the V1 trainer reads it from each trajectory's reward
+    # extra info, where verl's reward managers write acc: the score itself when compute_score
+    # returns a number; seq_reward was the old DAPO recipe's only)
+    out.overrides["algorithm.filter_groups.metric"] = "acc"
     out.caveats.append("filter_groups: verl's DAPO dynamic sampling drops groups whose rewards "
-                       "are all equal (metric seq_reward: the reward score; acc where the reward "
-                       "function returns one) and generates fresh prompts until "
-                       "data.train_batch_size groups remain; it needs a rule-based reward (or a "
-                       "reward model on its own resource pool)")
+                       "are all equal (metric acc: the score, where compute_score returns a "
+                       "number; one returning a dict must hold acc, or name another of its keys) "
+                       "and generates fresh prompts until data.train_batch_size groups remain; "
+                       "it needs a rule-based reward (or a reward model on its own resource pool)")
 
 
 def _verl_cluster(out: Export, cl: Cluster) -> None:
@@ -263,7 +265,11 @@ def _slime(out: Export, p: dict, cluster: Cluster | None) -> None:
     # batch at micro-batch x data-parallel GPUs, 64 updates a rollout of 64 x 8 on 8 GPUs
     o["--num-steps-per-rollout"] = p["minibatches"] if out.policy == "sync" else 1
     if out.policy == "sync":
-        pass  # (its updates a rollout: above; the rest is the batch and the cluster)
+        samples = (p["rollout_batch"] or out.prompts or 0) * (out.group_size or 0)
+        if samples and samples % p["minibatches"]:  # (slime's global batch is the floor)
+            c.append(f"minibatches={p['minibatches']}: {samples} samples a rollout do not split "
+                     f"evenly: slime trains {samples // p['minibatches']} an update and leaves "
+                     f"{samples % p['minibatches']} out")
     elif out.policy == "partial":
         groups = p["rollout_batch"] or out.prompts
         if not groups and "rollout_batch" in out.auto:  # rollout_batch=0: the step's prompts

@@ -197,6 +197,16 @@ def test_slime_is_told_its_updates_a_rollout(policy, sets, steps) -> None:
     assert not [c for c in got.caveats if "num-steps-per-rollout" in c]
 
 
+def test_slime_says_when_minibatches_leave_samples_out() -> None:
+    """slime's global batch is samples // num_steps_per_rollout, and the rest is dropped: 32 x 8
+    in 3 updates trains 255 (a review ran slime's own dp_schedule)."""
+    got = export("slime", "sync", ["minibatches=3"], group_size=8, prompts=32)
+    assert got.caveats[-1] == ("minibatches=3: 256 samples a rollout do not split evenly: slime "
+                               "trains 85 an update and leaves 1 out")
+    assert not [c for c in export("slime", "sync", ["minibatches=2"], group_size=8, prompts=32).caveats
+                if "split evenly" in c]
+
+
 def test_slime_without_prompts_says_its_required_rollout_batch_is_not_written() -> None:
     got = export("slime", "sync", [], group_size=8)
     assert "--rollout-batch-size" not in got.overrides

@@ -138,9 +138,9 @@ def test_areal_async_without_a_run_sizes_the_window_from_the_cluster(cluster, wi
 @pytest.mark.parametrize("framework, policy, key, value, caveat", [
     ("verl", "sync", "algorithm.filter_groups.enable", True,
      "filter_groups: verl's DAPO dynamic sampling drops groups whose rewards are all equal (metric "
-     "seq_reward: the reward score; acc where the reward function returns one) and generates fresh "
-     "prompts until data.train_batch_size groups remain; it needs a rule-based reward (or a reward "
-     "model on its own resource pool)"),
+     "acc: the score, where compute_score returns a number; one returning a dict must hold acc, or "
+     "name another of its keys) and generates fresh prompts until data.train_batch_size groups "
+     "remain; it needs a rule-based reward (or a reward model on its own resource pool)"),
     ("verl", "async", None, None,
      "filter_groups: verl's fully-async and one-step-off trainers do not read "
      "algorithm.filter_groups (only main_ppo's trainer does): groups whose rewards are all equal "
@@ -162,7 +162,7 @@ def test_filter_groups_is_mapped_or_caveated_never_dropped(framework, policy, ke
     if key:
         assert got.overrides[key] == value
     if key == "algorithm.filter_groups.enable":  # (null by default, and verl refuses null: helper 209)
-        assert got.overrides["algorithm.filter_groups.metric"] == "seq_reward"
+        assert got.overrides["algorithm.filter_groups.metric"] == "acc"  # (review: verl writes no seq_reward)
     assert SLIME_FILTER == "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
     written = [c for c in got.caveats if c.startswith("filter_groups")]
     assert len(written) == 1 and (caveat is None or written == [caveat])

@@ -244,3 +244,26 @@ def test_an_action_at_an_instant_a_change_was_planned_an_ulp_after_keeps_the_boo
     result = simulate(trace, policy, cluster, audit=True, regen="same", seed=3)  # (audits each change)
     assert result.summary["samples_trained"] == 8
     assert sorted(i for row in result.timeline.trains for i in row[3]) == list(range(8))
+
+
+def test_an_abort_in_a_step_whose_end_rounds_to_the_abort_leaves_that_steps_token_unmade():
+    """The step still running at an abort ends after it; its end, summed as t + the steps' time,
+    rounded to the abort's own instant (13.87 s), and the abort took that step's token as made: a
+    sample about to finish was aborted with all 30 of its tokens (the view said 29), then
+    re-prefilled and ended before it started (a review's case: the audit's "tokens out of range")."""
+    from sortedrl.compare import cluster_for
+    from sortedrl.policies.registry import make_policy
+
+    lengths = [20] * 48
+    lengths[4] = lengths[7] = 30
+    trace = make_trace(lengths, [2] * 48, group_size=2, steps=[0] * 16 + [1] * 16 + [2] * 16)
+    base = dataclasses.replace(
+        tiny_cluster(engines=4, max_num_seqs=2, kv=36, kv_read_s_per_token=1e-3, prefill_s_per_token=1e-2,
+                     train_per_token=1e-3, step_fixed_s=0.1, weight_read_s=0.3),
+        train_gpus=1, placement="disaggregated", prefix_caching=True)
+    policy = make_policy("partial", ["over_sample=2.0", "keep_partial=True", "max_span=0", "rollout_batch=2"], trace)
+    result = simulate(trace, policy, cluster_for(policy.placements, base), audit=True)
+    spans = [row for row in result.timeline.spans if row[3] == 7]
+    assert all(end >= start for start, end, *_ in spans)
+    assert sum(row[6] for row in spans) == 30 and spans[-1][7] == "finish"
+    assert result.summary["wasted_tokens"] == 0 and result.summary["samples_trained"] == 48

@@ -11,6 +11,8 @@ preemption of a sample when the next step has no KV room.
 
 from __future__ import annotations
 
+import math
+
 
 class EngineActions:
     """Actions on an engine (the mix-in half of :class:`~sortedrl.sim.engine.Engine`)."""
@@ -39,8 +41,11 @@ class EngineActions:
             p.t, done, p.inflight = self.next_t, self._next_k, 1
         elif self.cost.decode_time(k, b, p.kv) == elapsed:
             p.t, done, p.inflight = now, k, 0
-        else:
-            p.t, done, p.inflight = p.t + self.cost.decode_time(k + 1, b, p.kv), k + 1, 1
+        else:  # (the step still running ends after now: a sum that rounds to now is an ulp past it,
+            # else an action at now took that step's token as made: a finishing sample aborted
+            # whole, and re-prefilled with every token it had; a review's case)
+            end = p.t + self.cost.decode_time(k + 1, b, p.kv)
+            p.t, done, p.inflight = end if end > now else math.nextafter(now, math.inf), k + 1, 1
         p.step += done
         p.kv += done * b
 
