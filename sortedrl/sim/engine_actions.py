@@ -33,13 +33,11 @@ class EngineActions:
             return
         elapsed = now - p.t
         k = self.cost.decode_steps_within(elapsed, b, p.kv)
-        if self._next_k and k >= self._next_k:
-            # the pending change is due at ``now`` but planned an ulp or two later (the plan's
-            # closed form and decode_steps_within round the same instant differently): ``now``
-            # lies in its last step, whose end is the change's time (a fuzzer's run stopped at
-            # an assertion here, once in about 30,000 abort-heavy runs)
-            p.t, done, p.inflight = self.next_t, self._next_k, 1
-        elif self.cost.decode_time(k, b, p.kv) == elapsed:
+        if self._next_k:  # never past the pending change, planned after now: where the plan's closed
+            # form and decode_steps_within round one instant apart, now lies in the change's last
+            # step (it was an assertion a fuzzer's run stopped at, once in about 30,000 runs)
+            k = min(k, self._next_k - 1)
+        if self.cost.decode_time(k, b, p.kv) == elapsed:
             p.t, done, p.inflight = now, k, 0
         else:  # (the step still running ends after now: a sum that rounds to now is an ulp past it,
             # else an action at now took that step's token as made: a finishing sample aborted

@@ -56,15 +56,14 @@ def read_nemo_rl(path: Path) -> tuple[Rows, int]:
                 raise TraceError(f"{where}: 'token_ids' and 'token_loss_mask' must be lists of "
                                  f"at least input_lengths = {total} entries")
             mask = check_mask(where, "token_loss_mask", mask[:total])  # (past it: padding)
-            if 1 not in mask:  # (the context was full: vLLM generated nothing; it stopped the import)
-                empty.append(where)
-                rows.add("ids:" + ",".join(map(str, ids[:total])), step, max(1, total), 1,
-                         number_or_none(where, "rewards", _one(where, obj, "rewards")), where=where)
-                continue
-            prompt = mask.index(1)
-            response = sum(1 for m in mask if m)
+            prompt = mask.index(1) if 1 in mask else total  # (none: vLLM generated nothing)
             key = "ids:" + ",".join(map(str, ids[:prompt]))
             reward = number_or_none(where, "rewards", _one(where, obj, "rewards"))
+            if prompt == total:  # (the prompt filled the context: counted 1, it stopped the import)
+                empty.append(where)
+                rows.add(key, step, max(1, total), 1, reward, where=where)
+                continue
+            response = sum(1 for m in mask if m)
             turns = turns_from_mask(where, "token_loss_mask", mask[prompt:], None)
             if len(turns[0]) == 1:
                 rows.add(key, step, max(1, total - response), response, reward, where=where)
