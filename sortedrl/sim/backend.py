@@ -36,6 +36,7 @@ from sortedrl.policies.base import Event, EventKind, hears_turns
 from sortedrl.policies.controller import Backend, Controller
 from sortedrl.policies.deferred import typed_view
 from sortedrl.policies.view import EngineInfo, int_array
+from sortedrl.sim import pool_fast
 from sortedrl.sim.attempts import AttemptLengths
 from sortedrl.sim.cluster import Cluster
 from sortedrl.sim.contention import SharedHost, shares_host
@@ -53,6 +54,9 @@ class SimBackend(Backend):
     # a policy that never hears a finish gets its finishes booked in batches (policies/deferred.py);
     # False books each as it happens (the tests compare the two)
     defer_finishes = True
+    # the pool's common case compiled (sim/pool_fast.py): "auto" from AUTO_SAMPLES samples up,
+    # True wherever the run allows it, False never; the results are the same either way
+    compiled: bool | str = "auto"
 
     def __init__(self, trace: Trace, cluster: Cluster, timeline: Timeline, progress=None,
                  audit: bool = False, attempt_lengths: dict | None = None, seed: int = 0,
@@ -100,6 +104,8 @@ class SimBackend(Backend):
         self._instant: float | None = None  # the time of a finish being served (see above)
         self._held: list[Engine] = []  # engines whose served finish holds their host for policy_event_s
         self._proc = None
+        self._fast = None  # the compiled pool loop, where the run allows it (set in run())
+        self._trace = trace
         self._asleep = False  # colocated: the engines are offloaded for an update
         self._waiting = False
         self._poked = False
@@ -203,9 +209,19 @@ class SimBackend(Backend):
         kw = {"pending": to.pending} if to is controller.deferred else {}
         for e in self.engines:
             e.bind(to, controller.s.attempt, controller.s.oldest, **kw)
+        self._fast = self._compiled_pool(controller)
         self._proc = self.env.process(self._pool())
         self._dispatch(controller.start)
         self.env.run()
+
+    def _compiled_pool(self, controller: Controller):
+        """The compiled pool loop (sim/pool_fast.py) if this run may use it, else None."""
+        n = len(self._lengths)
+        if not self.compiled or (self.compiled == "auto" and n < pool_fast.AUTO_SAMPLES):
+            return None
+        if not pool_fast.usable(self, self._trace, controller):
+            return None
+        return pool_fast.FastPool(self, n)
 
     # -- processes ---------------------------------------------------------------------------------
 
@@ -239,6 +255,7 @@ class SimBackend(Backend):
 
     def _pool(self):
         env, engines, nexts, deferred, advance = self.env, self.engines, self._next, self._deferred, self._advance
+        fast = self._fast
         while True:
             if deferred:
                 t, event = deferred.popleft()
@@ -256,6 +273,11 @@ class SimBackend(Backend):
                 except simpy.Interrupt:
                     self._poked = False
                 self._waiting = False
+                continue
+            if fast is not None:  # the same changes, compiled, until Python must act
+                code, e = fast.run(env.now, env.peek())
+                if code == pool_fast.PYTHON:  # (the others: wait, dispatch, or go on)
+                    advance(engines[e])
                 continue
             advance(engines[nexts.index(t)])
 

@@ -1,0 +1,221 @@
+"""Moving the engines' state into the compiled pool loop and back (:mod:`sortedrl.sim.pool_kernel`).
+
+:class:`FastPool` serves :meth:`SimBackend._pool` when the run is the kernel's case: a policy
+that never hears a finish (its finishes are booked in batches: policies/deferred.py), engines
+without turns, a dense model's memory-bound decode step (``compute_s_per_seq · max_num_seqs <=
+weight_read_s``, so every step is), chunked prefill and no shared host (sim/contention.py). Each call copies the engines' state into typed arrays, runs the kernel until Python must
+act, and writes the state back into the same Python objects (dicts, deque, heap) the engines
+use, so everything else (policies' views, aborts, syncs, the audit in tests) sees exactly what
+the Python loop would have left. The timeline rows and finished samples it made are appended in
+the order they happened. Whether it is used changes nothing in a run's results (the tests
+compare both ways); ``SimBackend.compiled`` chooses: ``"auto"`` uses it from ``AUTO_SAMPLES``
+samples up (below that, numba's start-up costs more than it saves), ``True`` always where the
+case allows, ``False`` never.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+
+import numpy as np
+
+from sortedrl.policies.base import Event, EventKind
+from sortedrl.sim.engine import Engine
+
+AUTO_SAMPLES = 20_000
+# why the kernel stopped: another process may act first; an engine change it does not make
+# (Python makes it); an engine went idle (Python queues its event); its output rows are full
+WAIT, PYTHON, IDLE, FULL = 0, 1, 2, 3
+
+
+def usable(backend, trace, controller) -> bool:
+    """Whether a run is the kernel's case (the module doc), engine by engine aside."""
+    engines = backend.engines
+    if backend.tools is not None or backend._host is not None:
+        return False
+    if controller.policy.listens_to_finishes or any(e._pending is None for e in engines):
+        return False
+    if any(type(e) is not Engine or e._decode is None or e.chunk <= e.seq_cap for e in engines):
+        return False
+    if any(e._decode[2] * e.seq_cap > e._decode[0] for e in engines):  # compute-bound steps
+        return False
+    group = engines[0]._group
+    if group:  # a group's members share one prompt length, so a group is a prefix-cache key
+        plen = np.asarray(trace.prompt_len)
+        if not np.array_equal(plen, plen[(np.arange(plen.size) // group) * group]):
+            return False
+    return True
+
+
+class FastPool:
+    """The kernel's arrays for one run, and the copies in and out of them."""
+
+    def __init__(self, backend, n_samples: int) -> None:
+        from sortedrl.sim import pool_kernel  # numba: imported only where the kernel runs
+
+        self.k = pool_kernel
+        self.backend = backend
+        engines = backend.engines
+        self.group = engines[0]._group
+        groups = -(-n_samples // self.group) if self.group else 1
+        self.mem = np.zeros((len(engines), groups), dtype=np.int32)
+        # per sample (pool_kernel's GEN0 .. ORDER_POS): valid for the samples loaded in a call
+        i64, i32 = np.int64, np.int32
+        self.smp = (np.zeros(n_samples, i64), np.zeros(n_samples, i64), np.zeros(n_samples, np.float64),
+                    np.zeros(n_samples, i64), np.zeros(n_samples, i32), np.zeros(n_samples, np.int8),
+                    np.zeros(n_samples, i64), np.zeros(n_samples, i32))
+        self.cf = np.array([[e.seq_cap, e.chunk, e.kv_budget, e.kv_admit_budget] for e in engines], dtype=i64)
+        self.heap_width = 2 * int(self.cf[:, 0].max()) + 2
+        self.changes = 0  # engine changes the kernel applied (the tests check that it ran)
+
+    def run(self, now: float, peek: float) -> tuple[int, int]:
+        """Apply engine changes until Python must act; returns (kernel code, engine)."""
+        k, b = self.k, self.backend
+        engines = b.engines
+        E = len(engines)
+        eligible = np.array([e.enabled and not e.stalled and not e.pub.frozen and not e.resume
+                             for e in engines], dtype=np.int8)
+        margin = max([len(e.pub.run) + len(e.pub.queue) for e in engines] + [1])
+        ist = np.zeros((E, 12), dtype=np.int64)
+        heap = np.zeros((3, E, self.heap_width), dtype=np.int64)
+        queue = np.zeros((E, 2 * margin + 1), dtype=np.int64)
+        order = np.zeros((E, 2 * margin + 1), dtype=np.int64)
+        loaded = [self._load(j, eng, ist, heap, queue, order, margin) if eligible[j] else None
+                  for j, eng in enumerate(engines)]
+        rows = int(ist[:, k.B].sum() + (ist[:, k.QTAIL] - ist[:, k.QHEAD]).sum()) + 4 * self.heap_width
+        out = (np.empty((rows, 2)), np.empty((rows, 6), dtype=np.int64), np.empty((rows, 2)),
+               np.empty((rows, 5), dtype=np.int64), np.empty(rows, dtype=np.int64),
+               np.empty(rows, dtype=np.int64), np.zeros(6, dtype=np.int64), np.empty((rows, 2), dtype=np.int64))
+        advanced = np.zeros(E, dtype=np.int8)
+        ctl = b.ctl.s
+        trc = (np.frombuffer(b._plen, dtype=np.int32), np.frombuffer(b._lengths, dtype=np.int32),
+               np.frombuffer(ctl.attempt, dtype=np.int32), np.frombuffer(ctl.oldest, dtype=np.int32))
+        t = np.array([e.pub.t for e in engines], dtype=np.float64)
+        next_t = np.array([e.next_t for e in engines], dtype=np.float64)
+        next_k = np.array([e._next_k for e in engines], dtype=np.int64)
+        idle = np.array([e.idle_reported for e in engines], dtype=np.int8)
+        tm = np.array([e._decode + e._chunk_prefill for e in engines], dtype=np.float64)
+        code, e, when = k.run_pool(now, peek, eligible, idle, t, next_t, next_k, ist, self.cf, tm,
+                                   (heap[0], heap[1], heap[2]), queue, order, self.smp, trc, self.group,
+                                   self.mem, out, advanced)
+        del trc  # (a typed array cannot grow while a view holds it)
+        for j, eng in enumerate(engines):
+            if advanced[j]:
+                self._store(j, eng, t, next_t, next_k, ist, heap, queue, order, out, loaded[j])
+            elif loaded[j] is not None:
+                self.mem[j, loaded[j]] = 0
+        self._rows(out)
+        self.changes += int(out[6][k.CHANGES])
+        if b.audit:  # (the tests' check of every engine's bookkeeping, after each call here)
+            for j in np.flatnonzero(advanced).tolist():
+                engines[j].audit()
+        if code == IDLE:
+            engines[e].idle_reported = True
+            b._deferred.append((max(float(when), b.env.now), Event(EventKind.ENGINE_IDLE, int(e))))
+        return int(code), int(e)
+
+    def _load(self, j: int, eng: Engine, ist, heap, queue, order, margin: int) -> np.ndarray:
+        """Copy engine ``j``'s state into the arrays; returns the groups its prefix cache holds
+        (their counts are cleared after the call)."""
+        k, p, smp = self.k, eng.pub, self.smp
+        run, entries = p.run, eng._heap
+        if eng._stale:  # (the kernel's heap holds live entries only)
+            live = eng._live
+            entries = [x for x in entries if live.get(x[2]) == x[1]]
+        b, h, q = len(run), len(entries), len(p.queue)
+        if h:  # sorted: a valid heap, whose pops come in the same order as Python's
+            rows = np.array(entries, dtype=np.int64)
+            rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+            heap[:, j, :h] = rows.T
+            smp[k.LIVE_SEQ][rows[:, 2]] = rows[:, 1]
+        if b:
+            keys = np.fromiter(run, np.int64, b)
+            vals = np.array(list(run.values()), dtype=np.float64)  # (off, t0, tok0, version)
+            order[j, :b] = keys
+            smp[k.ORDER_POS][keys] = np.arange(b)
+            smp[k.OFF][keys] = vals[:, 0]
+            smp[k.T0][keys] = vals[:, 1]
+            smp[k.TOK0][keys] = vals[:, 2]
+            smp[k.SVER][keys] = vals[:, 3]
+            smp[k.RUNNING][keys] = 1
+        if q:
+            queued = np.fromiter(p.queue, np.int64, q)
+            queue[j, margin:margin + q] = queued
+            smp[k.GEN0][queued] = np.fromiter(map(eng._gen0.__getitem__, p.queue), np.int64, q)
+            smp[k.RUNNING][queued] = 0
+        groups = np.zeros(0, dtype=np.int64)
+        if self.group and eng._members:
+            members = eng._members
+            groups = np.fromiter(members, np.int64, len(members)) >> 32
+            self.mem[j, groups] = np.fromiter(members.values(), np.int32, len(members))
+        ist[j, :] = (p.step, p.kv, b, eng._seq, p.version, p.inflight, margin, margin + q, b, h, -1, 0)
+        return groups
+
+    def _store(self, j: int, eng: Engine, t, next_t, next_k, ist, heap, queue, order, out, groups) -> None:
+        """Write engine ``j``'s state back into its Python objects."""
+        k, p, smp, row = self.k, eng.pub, self.smp, ist[j].tolist()
+        pf_i, pf_s = out[3], out[4]
+        p.t, p.step, p.kv, p.inflight = float(t[j]), row[k.STEP], row[k.KV], row[k.INFLIGHT]
+        last = row[k.LASTPF]
+        first, n = (int(pf_i[last, 3]), int(pf_i[last, 4])) if last >= 0 else (0, 0)
+        p.prefilling = tuple(pf_s[first:first + n].tolist())
+        eng._seq, eng.preemptions = row[k.SEQ], eng.preemptions + row[k.PREEMPTED]
+        eng.next_t, eng._next_k = float(next_t[j]), int(next_k[j])
+        self.backend._next[j] = eng.next_t
+        queued = queue[j, row[k.QHEAD]:row[k.QTAIL]]
+        p.queue.clear()
+        p.queue.extend(queued.tolist())
+        eng._gen0.clear()
+        eng._gen0.update(zip(queued.tolist(), smp[k.GEN0][queued].tolist(), strict=True))
+        keys = order[j, :row[k.NORDER]]
+        keys = keys[(smp[k.RUNNING][keys] == 1) & (smp[k.ORDER_POS][keys] == np.arange(keys.size))]
+        p.run.clear()
+        values = zip(smp[k.OFF][keys].tolist(), smp[k.T0][keys].tolist(), smp[k.TOK0][keys].tolist(),
+                     smp[k.SVER][keys].tolist(), strict=True)
+        p.run.update(zip(keys.tolist(), values, strict=True))
+        fs, sq, sm = heap[:, j, :row[k.HEAPN]]
+        live = (smp[k.RUNNING][sm] == 1) & (smp[k.LIVE_SEQ][sm] == sq)
+        if not live.all():  # stale entries (preempted samples'): dropped, then a valid heap again
+            fs, sq, sm = fs[live], sq[live], sm[live]
+            o = np.lexsort((sq, fs))
+            fs, sq, sm = fs[o], sq[o], sm[o]
+        eng._heap[:] = zip(fs.tolist(), sq.tolist(), sm.tolist(), strict=True)
+        eng._live.clear()
+        eng._live.update(zip(sm.tolist(), sq.tolist(), strict=True))
+        eng._stale = 0
+        if self.group:
+            self._store_members(j, eng, np.concatenate((groups, pf_s[:out[6][k.PREFILLED]] // self.group)))
+
+    def _store_members(self, j: int, eng: Engine, touched: np.ndarray) -> None:
+        """Engine ``j``'s prefix-cache counts back into its dict (keyed as Engine._key): the
+        groups it held at the call's start or took in since hold all it holds now. Their counts
+        are cleared for the next call."""
+        touched = np.unique(touched)
+        counts = self.mem[j, touched]
+        held = touched[counts > 0]
+        plen = np.frombuffer(self.backend._plen, dtype=np.int32)
+        keys = held << 32 | plen[held * self.group]
+        eng._members.clear()
+        eng._members.update(zip(keys.tolist(), counts[counts > 0].tolist(), strict=True))
+        self.mem[j, touched] = 0
+
+    def _rows(self, out) -> None:
+        """Append the kernel's timeline rows, finishes and preemptions, in the order they happened."""
+        sp_f, sp_i, pf_f, pf_i, pf_s, fin, out_n, pre = out
+        spans, finished, prefills, samples, preempts, _ = out_n.tolist()
+        b = self.backend
+        eng = b.engines[0]
+        if spans:
+            cols = sp_i[:spans, :5].T.tolist()
+            ends = ["preempt" if x else "finish" for x in sp_i[:spans, 5].tolist()] if preempts else \
+                list(repeat("finish", spans))
+            eng._spans.extend(zip(sp_f[:spans, 0].tolist(), sp_f[:spans, 1].tolist(), *cols, ends, strict=True))
+        if finished:
+            eng._pending.extend(fin[:finished].tolist())
+        for i, tok in pre[:preempts].tolist():
+            eng._ctl.sample_preempted(i, tok)  # (as Engine._preempt reports it)
+        if prefills:
+            admitted = pf_s[:samples].tolist()
+            ends, ints = pf_f[:prefills].tolist(), pf_i[:prefills].tolist()
+            eng._prefills.extend((t0, t1, e, admitted[first:first + n], tokens, recomputed)
+                                 for (t0, t1), (e, tokens, recomputed, first, n) in zip(ends, ints, strict=True))

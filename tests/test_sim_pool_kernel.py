@@ -1,0 +1,128 @@
+"""The compiled pool loop (sim/pool_kernel.py) gives the same run as the Python loop, byte for byte.
+
+``SimBackend.compiled`` on and off: the summary, the timeline's columns (as the bytes of an
+.npz) and the controller's state at every policy call must be identical, on the bundled trace
+(rewards, dynamic sampling, minibatches, prefix caching on and off, KV pressure with
+preemption) and on random small runs of the kernel's case; each comparison also checks that the
+kernel did apply engine changes, and the engines' bookkeeping is audited after each of its calls.
+
+Run: pytest tests/test_sim_pool_kernel.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sortedrl.compare import cluster_for
+from sortedrl.policies.registry import make_policy
+from sortedrl.sim import pool_fast
+from sortedrl.sim.backend import SimBackend
+from sortedrl.sim.cluster import preset
+from sortedrl.sim.run import simulate
+from sortedrl.traces.io import read_trace
+from tests.conftest import make_trace
+from tests.test_sim_deferred import BUNDLED, fingerprint, state_hash
+
+
+def both(monkeypatch, trace, name, sets, cluster, audit=True):
+    """Each way: the summary, the timeline, the state at every policy call; and the engine
+    changes the kernel applied in the compiled run (preemptions alongside)."""
+    runs, pools = [], []
+    original = SimBackend._compiled_pool
+
+    def kept(self, controller):
+        pool = original(self, controller)
+        pools.append(pool)
+        return pool
+
+    monkeypatch.setattr(SimBackend, "_compiled_pool", kept)
+    for compiled in (True, False):
+        monkeypatch.setattr(SimBackend, "compiled", compiled)
+        policy = make_policy(name, sets, trace)
+        seen = []
+        on_event = policy.on_event
+
+        def watched(event, view, on_event=on_event, seen=seen):
+            seen.append((event.kind.name, state_hash(view._s)))
+            return on_event(event, view)
+
+        policy.on_event = watched
+        result = simulate(trace, policy, cluster, audit=audit)
+        runs.append((*fingerprint(result), seen, result.summary.get("preemptions")))
+    assert pools[1] is None  # (compiled off)
+    return runs, pools[0].changes if pools[0] is not None else 0
+
+
+@pytest.mark.parametrize(("name", "sets", "kv", "caching"), [
+    ("sync", [], 0, True), ("sync", [], 0, False), ("sync", ["minibatches=2"], 0, True),
+    ("sync", ["filter_groups=true"], 0, True), ("one_step_off", [], 0, True),
+    ("one_step_off", ["filter_groups=true"], 0, False), ("oracle_sorted", [], 0, True),
+    ("oracle_sorted", ["predictor=history"], 0, False),
+    ("sync", [], 20_000, True), ("sync", [], 20_000, False), ("one_step_off", [], 20_000, True),
+    ("oracle_sorted", [], 20_000, True),
+])
+def test_bundled_trace_identical(monkeypatch, name, sets, kv, caching):
+    trace = read_trace(BUNDLED)
+    cluster = cluster_for(make_policy(name, sets, trace).placements, preset("h100-llama3.1-8b-2gpu"))
+    cluster = dataclasses.replace(cluster, prefix_caching=caching)
+    if kv:  # small enough to preempt
+        cluster = dataclasses.replace(cluster, kv_budget_tokens=kv)
+    (compiled, python), changes = both(monkeypatch, trace, name, sets, cluster)
+    assert compiled == python
+    assert changes > len(trace.response_len) / 2  # most of the run's engine changes were the kernel's
+    if kv:
+        assert python[3] > 0  # it did preempt (in the kernel: the fallback is only for other engines)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_random_runs_identical(data):
+    group = data.draw(st.sampled_from([1, 2, 4]))
+    n = group * data.draw(st.integers(1, 12))
+    lengths = data.draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    prompts = [p for p in data.draw(st.lists(st.integers(1, 120), min_size=n // group, max_size=n // group))
+               for _ in range(group)]  # one prompt length a group (the kernel's prefix-cache key)
+    name = data.draw(st.sampled_from(["sync", "one_step_off", "oracle_sorted"]))
+    groups = n // group
+    trace = make_trace(lengths, prompt_lens=prompts, group_size=group,
+                       steps=[i // group * 2 // groups for i in range(n)])
+    seqs = data.draw(st.integers(1, 8))
+    cluster = dataclasses.replace(
+        preset("h100-llama3.1-8b-2gpu"), max_num_seqs=seqs, kv_budget_tokens=data.draw(st.integers(450, 3000)),
+        max_num_batched_tokens=data.draw(st.integers(seqs + 1, 300)), prefix_caching=data.draw(st.booleans()))
+    cluster = cluster_for(make_policy(name, [], trace).placements, cluster)
+    with pytest.MonkeyPatch.context() as mp:
+        (compiled, python), changes = both(mp, trace, name, [], cluster)
+    assert compiled == python
+    assert changes > 0
+
+
+@pytest.mark.parametrize("name", ["async", "sortedrl", "partial"])
+def test_a_policy_that_hears_finishes_runs_in_python(monkeypatch, name):
+    """Its finishes are served one engine step at a time (a Keep top-up, an event): no kernel."""
+    trace = read_trace(BUNDLED)
+    cluster = cluster_for(make_policy(name, [], trace).placements, preset("h100-llama3.1-8b-2gpu"))
+    monkeypatch.setattr(SimBackend, "compiled", True)
+    pools = []
+    original = SimBackend._compiled_pool
+    monkeypatch.setattr(SimBackend, "_compiled_pool", lambda self, ctl: pools.append(original(self, ctl)))
+    simulate(trace, make_policy(name, [], trace), cluster)
+    assert pools == [None]
+
+
+def test_auto_uses_the_kernel_from_its_size(monkeypatch):
+    """``auto`` below AUTO_SAMPLES samples: Python (numba's start-up would cost more)."""
+    trace = read_trace(BUNDLED)
+    assert len(trace.response_len) < pool_fast.AUTO_SAMPLES
+    cluster = cluster_for(make_policy("sync", [], trace).placements, preset("h100-llama3.1-8b-2gpu"))
+    pools = []
+    original = SimBackend._compiled_pool
+    monkeypatch.setattr(SimBackend, "_compiled_pool", lambda self, ctl: pools.append(original(self, ctl)))
+    simulate(trace, make_policy("sync", [], trace), cluster)
+    monkeypatch.setattr(pool_fast, "AUTO_SAMPLES", len(trace.response_len))
+    simulate(trace, make_policy("sync", [], trace), cluster)
+    assert pools[0] is None and isinstance(pools[1], pool_fast.FastPool)
