@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+
 from sortedrl.policies.base import RunContext, SampleState
 from sortedrl.policies.view import ClusterView
 
@@ -54,7 +56,8 @@ def waiting_in(view: ClusterView, group: int) -> list[int]:
 
 def shortest_first(view: ClusterView, samples) -> tuple[int, ...]:
     """Finished samples sorted by observed length (ties by index): SortedRL's update order."""
-    return tuple(sorted(samples, key=lambda i: (view.response_len(i), i)))
+    idx = np.asarray(samples, dtype=np.int64).reshape(-1)
+    return tuple(idx[np.lexsort((idx, view.response_lens(idx)))].tolist())
 
 
 def complete_groups(view: ClusterView, samples) -> list[int]:

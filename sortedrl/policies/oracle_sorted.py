@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from sortedrl.policies.base import (
     Action,
     Admit,
@@ -118,15 +120,19 @@ class OracleSortedPolicy(Policy):
         return size
 
     def _next_round(self, view: ClusterView, size: int | None = None) -> list[Action]:
+        predict = self.predictor.predict_many
         if not self.order:
             groups = view.next_groups(self.batch)
             samples = [i for g in groups for i in view.group_samples(g)]
-            if self.params.whole_groups:  # groups by their longest predicted member, kept together
-                def longest(g: int) -> tuple:
-                    return (max(self.predictor.predict(view, i) for i in view.group_samples(g)), g)
-                samples = [i for g in sorted(groups, key=longest) for i in view.group_samples(g)]
-            else:
-                samples = sorted(samples, key=lambda i: (self.predictor.predict(view, i), i))
+            guess = np.asarray(predict(view, samples), dtype=np.float64)
+            if self.params.whole_groups and groups:  # by their longest predicted member, kept together
+                by_group = np.asarray(groups, dtype=np.int64)
+                longest = guess.reshape(len(groups), view.group_size).max(axis=1)
+                samples = [i for g in by_group[np.lexsort((by_group, longest))].tolist()
+                           for i in view.group_samples(g)]
+            elif samples:  # shortest predicted first (ties by index)
+                idx = np.asarray(samples, dtype=np.int64)
+                samples = idx[np.lexsort((idx, guess))].tolist()
             self.order = samples
         size = self._size(view) if size is None else size
         if self.params.whole_groups:
@@ -135,9 +141,11 @@ class OracleSortedPolicy(Policy):
         # longest predicted first onto the least loaded engine (LPT), so engines end together
         load = [0.0] * view.engines
         per_engine: list[list[int]] = [[] for _ in range(view.engines)]
-        guess = {i: self.predictor.predict(view, i) for i in self.round}  # (a predictor is pure)
-        for i in sorted(self.round, key=lambda i: (-guess[i], i)):
+        idx = np.asarray(self.round, dtype=np.int64)
+        guess = np.asarray(predict(view, self.round), dtype=np.float64)  # (a predictor is pure)
+        first = np.lexsort((idx, -guess))
+        for i, g in zip(idx[first].tolist(), guess[first].tolist(), strict=True):
             e = load.index(min(load))  # the least loaded, the lowest index on ties
             per_engine[e].append(i)
-            load[e] += guess[i]
+            load[e] += g
         return [Admit(tuple(s), e) for e, s in enumerate(per_engine) if s]

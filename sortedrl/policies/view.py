@@ -272,6 +272,19 @@ class ClusterView:
             raise PolicyError(f"sample {sample} has not finished: its length is unknown")
         return n
 
+    def response_lens(self, samples) -> np.ndarray:
+        """``response_len`` of many finished samples at once, as an int64 array (the same errors:
+        the first sample that is unknown or unfinished is named)."""
+        idx = np.asarray(samples, dtype=np.int64).reshape(-1)
+        s = self._s
+        bad = np.flatnonzero((idx < 0) | (idx >= len(s.response_len)))
+        if bad.size:
+            raise self._no_sample(int(idx[bad[0]]))
+        lens = np.frombuffer(s.response_len, dtype=np.int32)[idx].astype(np.int64)
+        if lens.size and lens.min() < 0:
+            return self.response_len(int(idx[np.flatnonzero(lens < 0)[0]]))  # (raises)
+        return lens
+
     def reward(self, sample: int) -> float:
         """The reward of a finished response (graded when it finished)."""
         s = self._s

@@ -275,8 +275,8 @@ class SimBackend(Backend):
                 self._waiting = False
                 continue
             if fast is not None:  # the same changes, compiled, until Python must act
-                code, e = fast.run(env.now, env.peek())
-                if code == pool_fast.PYTHON:  # (the others: wait, dispatch, or go on)
+                e = fast.run(env.now, env.peek())
+                if e >= 0:  # a change the kernel does not make
                     advance(engines[e])
                 continue
             advance(engines[nexts.index(t)])

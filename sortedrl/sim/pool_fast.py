@@ -23,9 +23,6 @@ from sortedrl.policies.base import Event, EventKind
 from sortedrl.sim.engine import Engine
 
 AUTO_SAMPLES = 20_000
-# why the kernel stopped: another process may act first; an engine change it does not make
-# (Python makes it); an engine went idle (Python queues its event); its output rows are full
-WAIT, PYTHON, IDLE, FULL = 0, 1, 2, 3
 
 
 def usable(backend, trace, controller) -> bool:
@@ -68,8 +65,9 @@ class FastPool:
         self.heap_width = 2 * int(self.cf[:, 0].max()) + 2
         self.changes = 0  # engine changes the kernel applied (the tests check that it ran)
 
-    def run(self, now: float, peek: float) -> tuple[int, int]:
-        """Apply engine changes until Python must act; returns (kernel code, engine)."""
+    def run(self, now: float, peek: float) -> int:
+        """Apply engine changes until Python must act; returns the engine whose next change
+        Python must make now, or -1 (the pool goes on: it waits, dispatches, or calls again)."""
         k, b = self.k, self.backend
         engines = b.engines
         E = len(engines)
@@ -77,9 +75,9 @@ class FastPool:
                              for e in engines], dtype=np.int8)
         margin = max([len(e.pub.run) + len(e.pub.queue) for e in engines] + [1])
         ist = np.zeros((E, 12), dtype=np.int64)
-        heap = np.zeros((3, E, self.heap_width), dtype=np.int64)
-        queue = np.zeros((E, 2 * margin + 1), dtype=np.int64)
-        order = np.zeros((E, 2 * margin + 1), dtype=np.int64)
+        heap = np.empty((3, E, self.heap_width), dtype=np.int64)  # (only the rows' used parts are read)
+        queue = np.empty((E, 2 * margin + 1), dtype=np.int64)
+        order = np.empty((E, 2 * margin + 1), dtype=np.int64)
         loaded = [self._load(j, eng, ist, heap, queue, order, margin) if eligible[j] else None
                   for j, eng in enumerate(engines)]
         rows = int(ist[:, k.B].sum() + (ist[:, k.QTAIL] - ist[:, k.QHEAD]).sum()) + 4 * self.heap_width
@@ -95,13 +93,13 @@ class FastPool:
         next_k = np.array([e._next_k for e in engines], dtype=np.int64)
         idle = np.array([e.idle_reported for e in engines], dtype=np.int8)
         tm = np.array([e._decode + e._chunk_prefill for e in engines], dtype=np.float64)
-        code, e, when = k.run_pool(now, peek, eligible, idle, t, next_t, next_k, ist, self.cf, tm,
+        code, e, when = k.run_pool(float(now), float(peek), eligible, idle, t, next_t, next_k, ist, self.cf, tm,
                                    (heap[0], heap[1], heap[2]), queue, order, self.smp, trc, self.group,
                                    self.mem, out, advanced)
         del trc  # (a typed array cannot grow while a view holds it)
         for j, eng in enumerate(engines):
             if advanced[j]:
-                self._store(j, eng, t, next_t, next_k, ist, heap, queue, order, out, loaded[j])
+                self._store(j, eng, t, next_t, next_k, ist, heap, queue, order, out)
             elif loaded[j] is not None:
                 self.mem[j, loaded[j]] = 0
         self._rows(out)
@@ -109,23 +107,25 @@ class FastPool:
         if b.audit:  # (the tests' check of every engine's bookkeeping, after each call here)
             for j in np.flatnonzero(advanced).tolist():
                 engines[j].audit()
-        if code == IDLE:
+        if code == k.IDLE:
             engines[e].idle_reported = True
             b._deferred.append((max(float(when), b.env.now), Event(EventKind.ENGINE_IDLE, int(e))))
-        return int(code), int(e)
+        return int(e) if code == k.PYTHON else -1
 
     def _load(self, j: int, eng: Engine, ist, heap, queue, order, margin: int) -> np.ndarray:
         """Copy engine ``j``'s state into the arrays; returns the groups its prefix cache holds
         (their counts are cleared after the call)."""
         k, p, smp = self.k, eng.pub, self.smp
         run, entries = p.run, eng._heap
-        if eng._stale:  # (the kernel's heap holds live entries only)
+        stale = eng._stale
+        if stale:  # (the kernel's heap holds live entries only)
             live = eng._live
             entries = [x for x in entries if live.get(x[2]) == x[1]]
         b, h, q = len(run), len(entries), len(p.queue)
-        if h:  # sorted: a valid heap, whose pops come in the same order as Python's
-            rows = np.array(entries, dtype=np.int64)
-            rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+        if h:  # Python's heap as it is, or sorted once stale entries are out: a valid heap either
+            rows = np.array(entries, dtype=np.int64)  # way, whose pops come in Python's order
+            if stale:
+                rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
             heap[:, j, :h] = rows.T
             smp[k.LIVE_SEQ][rows[:, 2]] = rows[:, 1]
         if b:
@@ -151,7 +151,7 @@ class FastPool:
         ist[j, :] = (p.step, p.kv, b, eng._seq, p.version, p.inflight, margin, margin + q, b, h, -1, 0)
         return groups
 
-    def _store(self, j: int, eng: Engine, t, next_t, next_k, ist, heap, queue, order, out, groups) -> None:
+    def _store(self, j: int, eng: Engine, t, next_t, next_k, ist, heap, queue, order, out) -> None:
         """Write engine ``j``'s state back into its Python objects."""
         k, p, smp, row = self.k, eng.pub, self.smp, ist[j].tolist()
         pf_i, pf_s = out[3], out[4]
@@ -184,20 +184,19 @@ class FastPool:
         eng._live.update(zip(sm.tolist(), sq.tolist(), strict=True))
         eng._stale = 0
         if self.group:
-            self._store_members(j, eng, np.concatenate((groups, pf_s[:out[6][k.PREFILLED]] // self.group)))
+            self._store_members(j, eng, keys)
 
-    def _store_members(self, j: int, eng: Engine, touched: np.ndarray) -> None:
-        """Engine ``j``'s prefix-cache counts back into its dict (keyed as Engine._key): the
-        groups it held at the call's start or took in since hold all it holds now. Their counts
-        are cleared for the next call."""
-        touched = np.unique(touched)
-        counts = self.mem[j, touched]
-        held = touched[counts > 0]
+    def _store_members(self, j: int, eng: Engine, running: np.ndarray) -> None:
+        """Engine ``j``'s prefix-cache counts back into its dict (keyed as Engine._key). A count
+        is the group's members running there, so the groups of the ``running`` samples are all
+        it holds; their counts are cleared for the next call (every other count is 0 already)."""
+        groups = running // self.group
+        counts = self.mem[j, groups]
         plen = np.frombuffer(self.backend._plen, dtype=np.int32)
-        keys = held << 32 | plen[held * self.group]
+        keys = groups << 32 | plen[groups * self.group]
         eng._members.clear()
-        eng._members.update(zip(keys.tolist(), counts[counts > 0].tolist(), strict=True))
-        self.mem[j, touched] = 0
+        eng._members.update(zip(keys.tolist(), counts.tolist(), strict=True))  # (a group once per member)
+        self.mem[j, groups] = 0
 
     def _rows(self, out) -> None:
         """Append the kernel's timeline rows, finishes and preemptions, in the order they happened."""

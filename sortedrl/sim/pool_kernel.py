@@ -11,11 +11,12 @@ same floating-point operations in the same order, so its timeline is byte-identi
 Python's (``tests/test_sim_pool_kernel.py`` compares the two). :mod:`sortedrl.sim.pool_fast`
 moves the engines' state in and out.
 
-It stops, leaving the rest to Python, where the next change is not that common case: another
-process may act first (``t > now and t >= peek``), the change is on an engine it does not run
-(stalled, disabled, turns), or the change could end in a preemption (``kv + (k + 1)·B``
-exceeds the KV budget: preemption reports to the controller); and after a change that leaves
-an engine idle, whose event Python queues. Codes: ``WAIT``, ``PYTHON``, ``IDLE``.
+It stops, leaving the rest to Python, where another process may act first (``t > now and t >=
+peek``: code ``WAIT``), where the next change is on an engine it does not run (stalled,
+disabled: ``PYTHON``, which Python makes), after a change that leaves an engine idle, whose
+event Python queues (``IDLE``), and when its output rows are full (``FULL``: called again).
+A preemption it makes itself; the controller hears of it after the call, in order.
+The codes are defined here, not imported: numba's cache checks this file only.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sortedrl.sim.pool_fast import FULL, IDLE, PYTHON, WAIT
-
+WAIT, PYTHON, IDLE, FULL = 0, 1, 2, 3  # why the kernel stopped (the module doc)
 NEVER = np.iinfo(np.int64).max  # a horizon with nothing running
 
 # the cost terms, by position in the ``terms`` rows (Engine._decode + Engine._chunk_prefill)
@@ -118,7 +118,9 @@ def _compact_heap(e, ist, heap, smp):
 
 @njit(cache=True)
 def _compact_order(e, ist, order, smp):
-    """Drop the admission order's entries of samples no longer running (the row is full)."""
+    """Drop the admission order's entries of samples no longer running (the row is full: a
+    guard; a preemption truncates the order past its sample, so it holds at most the engine's
+    samples, which the row is twice as long as)."""
     running, pos = smp[RUNNING], smp[ORDER_POS]
     n = 0
     for j in range(ist[e, NORDER]):

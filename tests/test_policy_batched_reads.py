@@ -1,0 +1,61 @@
+"""The batched reads a policy's helpers use agree with the one-sample reads they replace.
+
+``ClusterView.response_lens``, ``shortest_first`` (on it) and ``LengthPredictor.predict_many``
+answer as ``response_len``, a sort by ``(response_len, index)`` and ``predict`` sample by sample
+do, errors included.
+
+Run: pytest tests/test_policy_batched_reads.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sortedrl.errors import PolicyError
+from sortedrl.policies.common import shortest_first
+from sortedrl.policies.predictors import HistoryLengths, OracleLengths
+from sortedrl.policies.view import ClusterView, PublicState
+from tests.test_policy_blame import Engine
+
+
+def view_of(lengths: list[int]) -> ClusterView:
+    """Samples in groups of 2 (lengths of -1: not finished)."""
+    n = len(lengths)
+    s = PublicState(np.array([f"p{i // 2}" for i in range(n)]), [10] * n, 2, [Engine(0)], "colocated")
+    for i, length in enumerate(lengths):
+        s.response_len[i] = length
+    return ClusterView(s)
+
+
+@given(st.lists(st.integers(0, 50), min_size=2, max_size=40).filter(lambda x: len(x) % 2 == 0), st.data())
+def test_shortest_first_sorts_by_length_then_index(lengths, data):
+    view = view_of(lengths)
+    samples = data.draw(st.lists(st.integers(0, len(lengths) - 1), unique=True))
+    expected = tuple(sorted(samples, key=lambda i: (view.response_len(i), i)))
+    assert shortest_first(view, samples) == expected
+    assert view.response_lens(samples).tolist() == [view.response_len(i) for i in samples]
+
+
+def test_response_lens_names_the_first_bad_sample():
+    view = view_of([3, 4, -1, 5, -1, 6])
+    with pytest.raises(PolicyError, match="sample 2 has not finished: its length is unknown"):
+        view.response_lens([0, 2, 4])
+    with pytest.raises(IndexError) as many:
+        view.response_lens([1, 9, -3])
+    with pytest.raises(IndexError) as one:
+        view.response_len(9)
+    assert str(many.value) == str(one.value)
+    assert shortest_first(view, []) == ()
+
+
+def test_predict_many_is_predict_of_each():
+    view = view_of([3, 4, 7, 5])
+    oracle = OracleLengths([30, 40, 70, 50])
+    assert oracle.predict_many(view, [2, 0, 3]) == [70.0, 30.0, 50.0]
+    assert oracle.predict_many(view, [2, 0, 3]) == [oracle.predict(view, i) for i in (2, 0, 3)]
+    history = HistoryLengths(default=12.5)
+    history.observe(view, (0,))
+    assert history.predict_many(view, [1, 2]) == [3.0, 3.0]  # prompt p0's last length; the mean
