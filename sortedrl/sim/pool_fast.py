@@ -30,8 +30,8 @@ def usable(backend, trace, controller) -> bool:
     engines = backend.engines
     if backend.tools is not None or backend._host is not None:
         return False
-    if controller.policy.listens_to_finishes or any(e._pending is None for e in engines):
-        return False
+    if controller.policy.listens_to_finishes and backend.cost.policy_event_s > 0:
+        return False  # (a finish served without an event holds the engine's host: Python)
     if any(type(e) is not Engine or e._decode is None or e.chunk <= e.seq_cap for e in engines):
         return False
     if any(e._decode[2] * e.seq_cap > e._decode[0] for e in engines):  # compute-bound steps
@@ -64,6 +64,11 @@ class FastPool:
         self.cf = np.array([[e.seq_cap, e.chunk, e.kv_budget, e.kv_admit_budget] for e in engines], dtype=i64)
         self.heap_width = 2 * int(self.cf[:, 0].max()) + 2
         self.changes = 0  # engine changes the kernel applied (the tests check that it ran)
+        s = backend.ctl.s
+        # a listening policy's WakeOn reads finished members per group: the kernel's copy
+        self.group_finished = np.zeros(s.num_groups if backend.ctl.policy.listens_to_finishes else 0,
+                                       dtype=np.int64)
+        self.quiet = np.zeros(11, dtype=np.int64)  # (a policy that hears no finish: LISTEN 0)
 
     def run(self, now: float, peek: float) -> int:
         """Apply engine changes until Python must act; returns the engine whose next change
@@ -71,6 +76,9 @@ class FastPool:
         k, b = self.k, self.backend
         engines = b.engines
         E = len(engines)
+        wake = self._wake()
+        if wake is None:  # the policy's orders need Python at every finish now
+            return b._next.index(min(b._next))
         eligible = np.array([e.enabled and not e.stalled and not e.pub.frozen and not e.resume
                              for e in engines], dtype=np.int8)
         margin = max([len(e.pub.run) + len(e.pub.queue) for e in engines] + [1])
@@ -80,10 +88,12 @@ class FastPool:
         order = np.empty((E, 2 * margin + 1), dtype=np.int64)
         loaded = [self._load(j, eng, ist, heap, queue, order, margin) if eligible[j] else None
                   for j, eng in enumerate(engines)]
+        if wake[k.LISTEN]:
+            self._load_group_finished(ist, queue, order, margin)
         rows = int(ist[:, k.B].sum() + (ist[:, k.QTAIL] - ist[:, k.QHEAD]).sum()) + 4 * self.heap_width
         out = (np.empty((rows, 2)), np.empty((rows, 6), dtype=np.int64), np.empty((rows, 2)),
                np.empty((rows, 5), dtype=np.int64), np.empty(rows, dtype=np.int64),
-               np.empty(rows, dtype=np.int64), np.zeros(6, dtype=np.int64), np.empty((rows, 2), dtype=np.int64))
+               np.empty(rows, dtype=np.int64), np.zeros(7, dtype=np.int64), np.empty((rows, 2), dtype=np.int64))
         advanced = np.zeros(E, dtype=np.int8)
         ctl = b.ctl.s
         trc = (np.frombuffer(b._plen, dtype=np.int32), np.frombuffer(b._lengths, dtype=np.int32),
@@ -95,7 +105,7 @@ class FastPool:
         tm = np.array([e._decode + e._chunk_prefill for e in engines], dtype=np.float64)
         code, e, when = k.run_pool(float(now), float(peek), eligible, idle, t, next_t, next_k, ist, self.cf, tm,
                                    (heap[0], heap[1], heap[2]), queue, order, self.smp, trc, self.group,
-                                   self.mem, out, advanced)
+                                   self.mem, out, advanced, wake, self.group_finished)
         del trc  # (a typed array cannot grow while a view holds it)
         for j, eng in enumerate(engines):
             if advanced[j]:
@@ -107,10 +117,41 @@ class FastPool:
         if b.audit:  # (the tests' check of every engine's bookkeeping, after each call here)
             for j in np.flatnonzero(advanced).tolist():
                 engines[j].audit()
+        e, when = int(e), max(float(when), b.env.now)
+        if code == k.HEARD:  # SimBackend.samples_finished's event, then _advance's idle one
+            fin, out_n = out[5], out[6]
+            step = tuple(fin[out_n[k.STEP_FINISHES]:out_n[k.FINISHED]].tolist())
+            b._deferred.append((when, Event(EventKind.FINISHED, e, step)))
+            eng = engines[e]
+            code = k.IDLE if not eng.idle_reported and not eng.pub.run and not eng.pub.queue else code
         if code == k.IDLE:
             engines[e].idle_reported = True
-            b._deferred.append((max(float(when), b.env.now), Event(EventKind.ENGINE_IDLE, int(e))))
-        return int(e) if code == k.PYTHON else -1
+            b._deferred.append((when, Event(EventKind.ENGINE_IDLE, e)))
+        return e if code == k.PYTHON else -1
+
+    def _wake(self) -> np.ndarray | None:
+        """The WakeOn order and the counts it reads (pool_kernel's LISTEN .. ADMITTED); the
+        quiet row for a policy that hears no finish; None where the kernel cannot serve the
+        finishes now (no WakeOn: the policy hears each; a Keep order that would top up)."""
+        ctl = self.backend.ctl
+        if not ctl.policy.listens_to_finishes:
+            return self.quiet
+        orders, s = ctl.orders, ctl.s
+        w = orders.wake
+        if w is None or orders.can_admit():
+            return None
+        return np.array([1, s.group_size, s.complete_at, w.finished, w.groups, w.drained, w.any_group,
+                         s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted], dtype=np.int64)
+
+    def _load_group_finished(self, ist, queue, order, margin: int) -> None:
+        """Finished members of every group that a sample loaded this call belongs to."""
+        k, n = self.k, self.backend.ctl.s.group_size
+        parts = [order[j, :ist[j, k.NORDER]] for j in range(len(ist))]
+        parts += [queue[j, margin:ist[j, k.QTAIL]] for j in range(len(ist))]
+        groups = np.concatenate(parts) // n
+        finished_in = self.backend.ctl.s.finished_in
+        self.group_finished[groups] = np.fromiter(map(finished_in.__getitem__, groups.tolist()), np.int64,
+                                                  groups.size)
 
     def _load(self, j: int, eng: Engine, ist, heap, queue, order, margin: int) -> np.ndarray:
         """Copy engine ``j``'s state into the arrays; returns the groups its prefix cache holds
@@ -201,7 +242,7 @@ class FastPool:
     def _rows(self, out) -> None:
         """Append the kernel's timeline rows, finishes and preemptions, in the order they happened."""
         sp_f, sp_i, pf_f, pf_i, pf_s, fin, out_n, pre = out
-        spans, finished, prefills, samples, preempts, _ = out_n.tolist()
+        spans, finished, prefills, samples, preempts = out_n.tolist()[:5]
         b = self.backend
         eng = b.engines[0]
         if spans:
@@ -209,10 +250,13 @@ class FastPool:
             ends = ["preempt" if x else "finish" for x in sp_i[:spans, 5].tolist()] if preempts else \
                 list(repeat("finish", spans))
             eng._spans.extend(zip(sp_f[:spans, 0].tolist(), sp_f[:spans, 1].tolist(), *cols, ends, strict=True))
-        if finished:
-            eng._pending.extend(fin[:finished].tolist())
         for i, tok in pre[:preempts].tolist():
             eng._ctl.sample_preempted(i, tok)  # (as Engine._preempt reports it)
+        if finished:  # booked in batches, or now (as the engines report them): the same state
+            if eng._pending is not None:
+                eng._pending.extend(fin[:finished].tolist())
+            else:  # (a listening policy's WakeOn was checked in the kernel, on its own counts)
+                b.ctl.samples_finished(fin[:finished].tolist(), b._lengths)
         if prefills:
             admitted = pf_s[:samples].tolist()
             ends, ints = pf_f[:prefills].tolist(), pf_i[:prefills].tolist()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-WAIT, PYTHON, IDLE, FULL = 0, 1, 2, 3  # why the kernel stopped (the module doc)
+WAIT, PYTHON, IDLE, FULL, HEARD = 0, 1, 2, 3, 4  # why the kernel stopped (the module doc)
 NEVER = np.iinfo(np.int64).max  # a horizon with nothing running
 
 # the cost terms, by position in the ``terms`` rows (Engine._decode + Engine._chunk_prefill)
@@ -82,7 +82,11 @@ GEN0, OFF, T0, TOK0, SVER, RUNNING, LIVE_SEQ, ORDER_POS = range(8)
 # the trace's per-sample arrays, in the tuple ``trc``
 PLEN, LENGTH, ATTEMPT, OLDEST = range(4)
 # columns of the output counters ``out_n``
-SPANS, FINISHED, PREFILLS, PREFILLED, PREEMPTS, CHANGES = range(6)
+SPANS, FINISHED, PREFILLS, PREFILLED, PREEMPTS, CHANGES, STEP_FINISHES = range(7)
+# the standing WakeOn order and the counts it reads (``wake``; policies/orders.py), for a policy
+# that hears finishes; LISTEN 0: it hears none (its finishes are booked in batches)
+(LISTEN, GROUP_SIZE, NEED, WAKE_FINISHED, WAKE_GROUPS, WAKE_DRAINED, WAKE_ANY_GROUP, BUSY, COMPLETE,
+ BUFFERED, ADMITTED) = range(11)
 
 
 @njit(cache=True)
@@ -306,8 +310,37 @@ def _admit(e, t, ist, cf, tm, heap, queue, order, smp, trc, group, mem, out):
 
 
 @njit(cache=True)
+def _heard(e, when, next_t, fin, first, last, wake, group_finished):
+    """Book the finishes ``fin[first:last]`` of one engine step in the counts the WakeOn order
+    reads, and say whether the policy must hear them as an event: StandingOrders.hears, or
+    another engine's change due at the same instant (SimBackend.samples_finished's tie)."""
+    n, need = wake[GROUP_SIZE], wake[NEED]
+    for j in range(first, last):
+        g = fin[j] // n
+        group_finished[g] += 1
+        if group_finished[g] == need:
+            wake[COMPLETE] += 1
+    wake[BUFFERED] += last - first
+    wake[ADMITTED] -= last - first
+    for j in range(next_t.shape[0]):
+        if j != e and next_t[j] == when:
+            return True
+    if wake[WAKE_ANY_GROUP]:
+        for j in range(first, last):
+            if group_finished[fin[j] // n] >= need:
+                return True
+    if wake[BUSY]:
+        return False
+    if wake[WAKE_FINISHED] and wake[BUFFERED] >= wake[WAKE_FINISHED]:
+        return True
+    if wake[WAKE_GROUPS] and wake[COMPLETE] >= wake[WAKE_GROUPS]:
+        return True
+    return wake[WAKE_DRAINED] != 0 and wake[ADMITTED] == 0  # (the Keep order admits nothing here)
+
+
+@njit(cache=True)
 def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm, heap, queue, order, smp,
-             trc, group, mem, out, advanced):
+             trc, group, mem, out, advanced, wake, group_finished):
     """Apply engine changes in time order until Python must act; returns (code, engine, its
     change's time). ``out``: the rows made (spans, prefills, finishes, preemptions) and their
     counts (``out_n``)."""
@@ -333,11 +366,18 @@ def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm,
         ist[e, KV] += k * ist[e, B]
         ist[e, INFLIGHT] = 0
         ist[e, LASTPF] = -1
+        first = out[6][FINISHED]
         _finish(e, t, ist, heap, smp, trc, group, mem, out)
+        heard = False
+        if wake[LISTEN] and out[6][FINISHED] > first:
+            heard = _heard(e, when, next_t, out[5], first, out[6][FINISHED], wake, group_finished)
+            out[6][STEP_FINISHES] = first
         while ist[e, B] and ist[e, KV] + ist[e, B] > cf[e, KV_BUDGET]:
             _preempt(e, t, ist, queue, order, smp, trc, group, mem, out)
         if ist[e, QHEAD] < ist[e, QTAIL] and ist[e, B] < cf[e, CAP]:
             _admit(e, t, ist, cf, tm, heap, queue, order, smp, trc, group, mem, out)
         _plan(e, t, ist, cf, tm, heap, queue, smp, trc, group, mem, next_t, next_k)
+        if heard:  # (Python queues the event, then the engine's idle one if it is idle)
+            return HEARD, e, when
         if not idle_reported[e] and not ist[e, B] and ist[e, QHEAD] == ist[e, QTAIL]:
             return IDLE, e, when
