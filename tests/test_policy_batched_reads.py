@@ -2,7 +2,8 @@
 
 ``ClusterView.response_lens``, ``shortest_first`` (on it) and ``LengthPredictor.predict_many``
 answer as ``response_len``, a sort by ``(response_len, index)`` and ``predict`` sample by sample
-do, errors included.
+do, errors included; ``complete_groups`` and ``completion_order`` as their loops over the
+samples did (kept here as the reference).
 
 Run: pytest tests/test_policy_batched_reads.py
 """
@@ -15,7 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sortedrl.errors import PolicyError
-from sortedrl.policies.common import shortest_first
+from sortedrl.policies.base import SampleState
+from sortedrl.policies.common import (
+    complete_groups,
+    completion_order,
+    shortest_first,
+    waiting_in,
+    waiting_in_groups,
+)
 from sortedrl.policies.predictors import HistoryLengths, OracleLengths
 from sortedrl.policies.view import ClusterView, PublicState
 from tests.test_policy_blame import Engine
@@ -59,3 +67,63 @@ def test_predict_many_is_predict_of_each():
     history = HistoryLengths(default=12.5)
     history.observe(view, (0,))
     assert history.predict_many(view, [1, 2]) == [3.0, 3.0]  # prompt p0's last length; the mean
+
+
+def complete_groups_loop(view, samples):
+    count = {}
+    for i in samples:
+        g = view.group_of(i)
+        count[g] = count.get(g, 0) + 1
+    return [g for g, c in count.items() if c == view.group_size]
+
+
+def completion_order_loop(view, samples):
+    count, out = {}, []
+    for i in samples:
+        g = view.group_of(i)
+        c = count[g] = count.get(g, 0) + 1
+        if c == view.group_size:
+            out.append(g)
+    return out
+
+
+@given(st.lists(st.integers(0, 23), max_size=60))
+def test_group_completion_as_the_loops_count_it(samples):
+    """Any sample list, repeats included (a group counted past its size completes once)."""
+    view = view_of([1] * 24)
+    assert complete_groups(view, samples) == complete_groups_loop(view, samples)
+    assert completion_order(view, samples) == completion_order_loop(view, samples)
+
+
+def test_group_completion_names_a_negative_sample():
+    view = view_of([1] * 4)
+    for helper in (complete_groups, completion_order):
+        with pytest.raises(IndexError) as batched:
+            helper(view, [0, 1, -2, -1])
+        with pytest.raises(IndexError) as one:
+            view.group_of(-2)
+        assert str(batched.value) == str(one.value)
+
+
+@given(st.lists(st.sampled_from(list(SampleState)), min_size=12, max_size=12),
+       st.lists(st.integers(0, 5), max_size=8))
+def test_waiting_in_groups_is_waiting_in_of_each(states, groups):
+    view = view_of([-1] * 12)
+    for i, state in enumerate(states):
+        view._s.state[i] = state
+    assert waiting_in_groups(view, groups) == [i for g in groups for i in waiting_in(view, g)]
+    assert view.states(range(12)).tolist() == [view.state(i) for i in range(12)]
+
+
+def test_batched_state_reads_name_the_first_bad_id():
+    view = view_of([-1] * 4)
+    with pytest.raises(IndexError) as batched:
+        waiting_in_groups(view, [0, 7, 1])
+    with pytest.raises(IndexError) as one:
+        view.group_samples(7)
+    assert str(batched.value) == str(one.value)
+    with pytest.raises(IndexError) as batched:
+        view.states([2, 4])
+    with pytest.raises(IndexError) as one:
+        view.state(4)
+    assert str(batched.value) == str(one.value)

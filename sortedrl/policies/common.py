@@ -54,6 +54,23 @@ def waiting_in(view: ClusterView, group: int) -> list[int]:
     return paused + fresh
 
 
+def waiting_in_groups(view: ClusterView, groups) -> list[int]:
+    """``waiting_in`` of each of ``groups``, one after the other, read in one pass."""
+    found = np.asarray(groups, dtype=np.int64).reshape(-1)
+    if not found.size:
+        return []
+    bad = np.flatnonzero((found < 0) | (found >= view.num_groups))
+    if bad.size:
+        view.group_samples(int(found[bad[0]]))  # (raises its error)
+    n = view.group_size
+    members = found[:, None] * n + np.arange(n)
+    state = view.states(members).reshape(members.shape)
+    rank = np.where(state == SampleState.PAUSED, 0, np.where(state == SampleState.WAITING, 1, 2))
+    first = np.argsort(rank, axis=1, kind="stable")  # paused, then fresh, each in id order
+    members, rank = np.take_along_axis(members, first, axis=1), np.take_along_axis(rank, first, axis=1)
+    return members[rank < 2].tolist()
+
+
 def shortest_first(view: ClusterView, samples) -> tuple[int, ...]:
     """Finished samples sorted by observed length (ties by index): SortedRL's update order."""
     idx = np.asarray(samples, dtype=np.int64).reshape(-1)
@@ -62,24 +79,30 @@ def shortest_first(view: ClusterView, samples) -> tuple[int, ...]:
 
 def complete_groups(view: ClusterView, samples) -> list[int]:
     """Groups all of whose samples are among ``samples`` (finished ones), in first-seen order."""
-    count: dict[int, int] = {}
-    for i in samples:
-        g = view.group_of(i)
-        count[g] = count.get(g, 0) + 1
-    return [g for g, c in count.items() if c == view.group_size]
+    groups = _groups_of(view, samples)
+    found, first, count = np.unique(groups, return_index=True, return_counts=True)
+    whole = count == view.group_size
+    return found[whole][np.argsort(first[whole], kind="stable")].tolist()
 
 
 def completion_order(view: ClusterView, samples) -> list[int]:
     """Groups all of whose samples are among ``samples`` (finished ones, in finish order), in
     the order they completed (their last member's finish)."""
-    count: dict[int, int] = {}
-    out = []
-    for i in samples:
-        g = view.group_of(i)
-        c = count[g] = count.get(g, 0) + 1
-        if c == view.group_size:
-            out.append(g)
-    return out
+    groups = _groups_of(view, samples)
+    n = view.group_size
+    by_group = np.argsort(groups, kind="stable")  # each group's positions, in order
+    found, start, count = np.unique(groups[by_group], return_index=True, return_counts=True)
+    whole = count >= n
+    completed_at = by_group[start[whole] + n - 1]  # the position of each group's n-th member
+    return found[whole][np.argsort(completed_at, kind="stable")].tolist()
+
+
+def _groups_of(view: ClusterView, samples) -> np.ndarray:
+    """``view.group_of`` of each sample (the first negative id raises its error)."""
+    idx = np.asarray(samples, dtype=np.int64).reshape(-1)
+    if idx.size and idx.min() < 0:
+        view.group_of(int(idx[np.flatnonzero(idx < 0)[0]]))
+    return idx // view.group_size
 
 
 # -- dynamic sampling (DAPO's filter_groups) ------------------------------------------------------

@@ -41,7 +41,7 @@ from sortedrl.policies.common import (
     refuse_beyond_trace,
     refuse_negative,
     too_stale,
-    waiting_in,
+    waiting_in_groups,
 )
 from sortedrl.policies.view import ClusterView
 
@@ -141,12 +141,8 @@ class PartialRolloutPolicy(Policy):
     def _start_step(self, view: ClusterView) -> list[Action]:
         want = math.ceil(self.params.over_sample * self.n_groups)
         self.active += view.next_groups(max(0, want - len(self.active)))
-        resume, drop = [], []
-        for g in self.active:
-            for i in waiting_in(view, g):
-                if self._stale(view, i):
-                    drop.append(i)
-                resume.append(i)
+        resume = waiting_in_groups(view, self.active)
+        drop = [i for i in resume if self._stale(view, i)] if self.params.max_span else []
         out: list[Action] = [Abort(tuple(drop), keep_tokens=False)] if drop else []
         return out + ([Admit(tuple(resume))] if resume else [])
 
@@ -158,7 +154,9 @@ class PartialRolloutPolicy(Policy):
         running = in_flight(view)
         if running:
             out.append(Abort(tuple(running), keep_tokens=self.params.keep_partial))
-        finished = tuple(i for i in view.finished() if view.group_of(i) not in self.filtered)
+        finished = view.finished()
+        if self.filtered:
+            finished = tuple(i for i in finished if view.group_of(i) not in self.filtered)
         batch, regen = [], []
         first_n = set(completion_order(view, finished)[: self.n_groups])  # the rest wait
         for g in complete_groups(view, finished):

@@ -226,6 +226,16 @@ class ClusterView:
         except IndexError:
             raise self._no_sample(sample) from None
 
+    def states(self, samples) -> np.ndarray:
+        """``state`` of many samples at once: their SampleState codes as a uint8 array (compare
+        with ``SampleState.X``, an int enum); the first unknown sample is named, as by ``state``."""
+        idx = np.asarray(samples, dtype=np.int64).reshape(-1)
+        s = self._s
+        bad = np.flatnonzero((idx < 0) | (idx >= len(s.state)))
+        if bad.size:
+            raise self._no_sample(int(idx[bad[0]]))
+        return np.frombuffer(s.state, dtype=np.uint8)[idx]
+
     def attempt(self, sample: int) -> int:
         if sample < 0:
             raise self._no_sample(sample)
