@@ -13,14 +13,17 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sortedrl.policies.base import Abort, Admit, EventKind, Policy, SampleState, Train
 from sortedrl.policies.registry import policy_class
 from sortedrl.sim.attempts import AttemptLengths
+from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.run import run_context, simulate
 from tests.conftest import make_trace, tiny_cluster
+from tests.test_sim_deferred import fingerprint
 
 
 class Scripted(Policy):
@@ -267,3 +270,25 @@ def test_an_abort_in_a_step_whose_end_rounds_to_the_abort_leaves_that_steps_toke
     assert all(end >= start for start, end, *_ in spans)
     assert sum(row[6] for row in spans) == 30 and spans[-1][7] == "finish"
     assert result.summary["wasted_tokens"] == 0 and result.summary["samples_trained"] == 48
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_queued_aborts_in_one_pass_are_aborts_one_by_one(data):
+    """An abort of many samples removes an engine's queued ones in one pass over its queue
+    (SimBackend._queued_aborts): the same run as aborting each in turn, running ones between."""
+    n = data.draw(st.integers(20, 40))
+    lengths = [1] + data.draw(st.lists(st.integers(2, 30), min_size=n - 1, max_size=n - 1))  # 0 first
+    victims = data.draw(st.lists(st.integers(1, n - 1), min_size=16, unique=True))
+    keep = data.draw(st.booleans())
+    trace = make_trace(lengths)
+    runs = []
+    for batched in (True, False):
+        policy = Scripted([Admit(tuple(range(0, n, 2)), 0), Admit(tuple(range(1, n, 2)), 1)],
+                          {0: [Abort(tuple(victims), keep_tokens=keep), Admit(tuple(victims))]})
+        with pytest.MonkeyPatch.context() as mp:
+            if not batched:
+                mp.setattr(SimBackend, "_queued_aborts", lambda self, samples: {})
+            runs.append(fingerprint(simulate(trace, policy, tiny_cluster(engines=2, max_num_seqs=2),
+                                             audit=True)))
+    assert runs[0] == runs[1]

@@ -141,18 +141,39 @@ class SimBackend(Backend):
     def abort(self, samples: list[int]) -> list[int]:
         now, touched, out = self.now(), set(), []
         tools = self.tools
+        queued = self._queued_aborts(samples) if tools is None else {}
         for i in samples:
             if tools is not None and tools.away(i):  # on a tool call: stops at the turn boundary
                 out.append(tools.pause(i))
                 continue
             e = self.engines[self.ctl.s.engine_of[i]]
-            out.append(e.abort(i, now) if tools is None else tools.aborted(e, i, e.abort(i, now)))
+            if i in queued:
+                out.append(queued[i])
+            else:
+                out.append(e.abort(i, now) if tools is None else tools.aborted(e, i, e.abort(i, now)))
             touched.add(e.pub.index)
         for e in sorted(touched):
             self.engines[e].plan()
         if self._host is not None:
             self._host.busy_may_change(now)
         self._poke()
+        return out
+
+    def _queued_aborts(self, samples: list[int]) -> dict[int, int]:
+        """Abort the queued ones of ``samples`` (distinct) an engine at a time, each engine's
+        queue in one pass (one by one, each removal scans the queue); returns their kept
+        tokens. A queued sample's abort touches only its engine's queue, so the running ones
+        after it are aborted as before, in order."""
+        if len(samples) < 16 or len(set(samples)) != len(samples):
+            return {}
+        engine_of, by_engine = self.ctl.s.engine_of, {}
+        for i in samples:
+            e = self.engines[engine_of[i]]
+            if i in e._gen0:
+                by_engine.setdefault(e, set()).add(i)
+        out: dict[int, int] = {}
+        for e, gone in by_engine.items():
+            out.update(e.abort_queued(gone))
         return out
 
     def train(self, samples: list[int], version: int) -> None:

@@ -57,6 +57,15 @@ class EngineActions:
         if not self._reporting:  # else advance() admits and re-plans once the report returns
             self.plan()
 
+    def abort_queued(self, samples: set[int]) -> dict[int, int]:
+        """``abort`` of each of ``samples``, all queued here, in one pass over the queue;
+        returns the tokens each keeps."""
+        queue = self.pub.queue
+        rest = [i for i in queue if i not in samples]
+        queue.clear()
+        queue.extend(rest)
+        return {i: self._gen0.pop(i) for i in samples}
+
     def abort(self, sample: int, now: float) -> int:
         """Remove a queued or running sample; return the tokens it keeps."""
         p = self.pub
