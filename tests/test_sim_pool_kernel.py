@@ -48,7 +48,7 @@ def both(monkeypatch, trace, name, sets, cluster, audit=True):
         on_event = policy.on_event
 
         def watched(event, view, on_event=on_event, seen=seen):
-            seen.append((event.kind.name, state_hash(view._s)))
+            seen.append((event.kind.name, event.engine, event.samples, state_hash(view._s)))
             return on_event(event, view)
 
         policy.on_event = watched
@@ -78,7 +78,9 @@ def test_bundled_trace_identical(monkeypatch, name, sets, kv, caching):
         cluster = dataclasses.replace(cluster, kv_budget_tokens=kv)
     (compiled, python), changes = both(monkeypatch, trace, name, sets, cluster)
     assert compiled == python
-    if name in ("async", "sortedrl"):  # (the kernel serves them only while Keep admits nothing)
+    if "filter_groups=true" in sets and name != "sync" and name != "one_step_off":
+        assert changes == 0  # WakeOn(any_group): a stop at every group completed, left to Python
+    elif name in ("async", "sortedrl"):  # (the kernel serves them only while Keep admits nothing)
         assert changes > 0
     else:
         assert changes > len(trace.response_len) / 2  # most of the run's engine changes were the kernel's
@@ -138,3 +140,19 @@ def test_auto_uses_the_kernel_from_its_size(monkeypatch):
     monkeypatch.setattr(pool_fast, "AUTO_SAMPLES", len(trace.response_len))
     simulate(trace, make_policy("sync", [], trace), cluster)
     assert pools[0] is None and isinstance(pools[1], pool_fast.FastPool)
+
+
+def test_auto_hands_a_run_back_once_the_kernel_stops_too_often(monkeypatch):
+    """``auto``: once GUARD_CALLS calls made fewer than GUARD_CHANGES changes a call, the run
+    goes on in Python (each call copies every engine's samples both ways); the same run."""
+    trace = read_trace(BUNDLED)
+    cluster = cluster_for(make_policy("sync", [], trace).placements, preset("h100-llama3.1-8b-2gpu"))
+    python = fingerprint(simulate(trace, make_policy("sync", [], trace), cluster))
+    monkeypatch.setattr(pool_fast, "AUTO_SAMPLES", 1)
+    monkeypatch.setattr(pool_fast, "GUARD_CHANGES", 10**9)
+    monkeypatch.setattr(pool_fast, "GUARD_CALLS", 4)  # (the bundled run makes 8 calls)
+    pools = []
+    original = SimBackend._compiled_pool
+    monkeypatch.setattr(SimBackend, "_compiled_pool", lambda self, ctl: pools.append(original(self, ctl)) or pools[-1])
+    assert fingerprint(simulate(trace, make_policy("sync", [], trace), cluster)) == python
+    assert pools[0].calls == pool_fast.GUARD_CALLS and pools[0].changes > 0

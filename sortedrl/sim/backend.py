@@ -242,7 +242,7 @@ class SimBackend(Backend):
             return None
         if not pool_fast.usable(self, self._trace, controller):
             return None
-        return pool_fast.FastPool(self, n)
+        return pool_fast.FastPool(self, n, guard=self.compiled == "auto")
 
     # -- processes ---------------------------------------------------------------------------------
 

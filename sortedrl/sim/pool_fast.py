@@ -1,32 +1,44 @@
 """Moving the engines' state into the compiled pool loop and back (:mod:`sortedrl.sim.pool_kernel`).
 
-:class:`FastPool` serves :meth:`SimBackend._pool` when the run is the kernel's case: a policy
-that never hears a finish (its finishes are booked in batches: policies/deferred.py), engines
+:class:`FastPool` serves :meth:`SimBackend._pool` when the run is the kernel's case: engines
 without turns, a dense model's memory-bound decode step (``compute_s_per_seq · max_num_seqs <=
-weight_read_s``, so every step is), chunked prefill and no shared host (sim/contention.py). Each call copies the engines' state into typed arrays, runs the kernel until Python must
-act, and writes the state back into the same Python objects (dicts, deque, heap) the engines
-use, so everything else (policies' views, aborts, syncs, the audit in tests) sees exactly what
-the Python loop would have left. The timeline rows and finished samples it made are appended in
-the order they happened. Whether it is used changes nothing in a run's results (the tests
-compare both ways); ``SimBackend.compiled`` chooses: ``"auto"`` uses it from ``AUTO_SAMPLES``
-samples up (below that, numba's start-up costs more than it saves), ``True`` always where the
-case allows, ``False`` never.
-"""
+weight_read_s``, so every step is), chunked prefill and no shared host (sim/contention.py); and
+a policy that never hears a finish (its finishes are booked in batches: policies/deferred.py),
+or one that hears them through a ``WakeOn`` order while no ``Keep`` order can admit
+(policies/orders.py; not ``any_group``, which would stop the kernel at every group completed),
+with no host time per event (``policy_event_s`` 0). Each call copies the engines' state into
+typed arrays, runs the kernel until Python must act, and writes the state back into the same
+Python objects (dicts, deque, heap) the engines use, so everything else (policies' views,
+aborts, syncs, the audit in tests) sees exactly what the Python loop would have left. The
+timeline rows, preemptions and finishes it made are appended or booked in the order they
+happened, and a finish the policy must hear is queued as the same ``FINISHED`` event.
 
+Whether it is used changes nothing in a run's results (the tests compare both ways);
+``SimBackend.compiled`` chooses: ``"auto"`` uses it from ``AUTO_SAMPLES`` samples up (below
+that, numba's start-up costs more than it saves) and leaves a run to Python once the kernel
+stops too often for its copies to pay (``GUARD_*``); ``True`` always where the case allows;
+``False`` never.
+"""
 from __future__ import annotations
 
+from collections import deque
 from itertools import repeat
 
 import numpy as np
 
 from sortedrl.policies.base import Event, EventKind
+from sortedrl.policies.common import SampleQueue
 from sortedrl.sim.engine import Engine
 
 AUTO_SAMPLES = 20_000
+# a run whose first GUARD_CALLS calls made fewer than GUARD_CHANGES engine changes a call goes
+# on in Python: each call copies every engine's samples in and out
+GUARD_CALLS, GUARD_CHANGES = 64, 16
 
 
 def usable(backend, trace, controller) -> bool:
-    """Whether a run is the kernel's case (the module doc), engine by engine aside."""
+    """Whether a run is the kernel's case (the module doc), engine by engine and the orders in
+    force at each call aside."""
     engines = backend.engines
     if backend.tools is not None or backend._host is not None:
         return False
@@ -47,7 +59,7 @@ def usable(backend, trace, controller) -> bool:
 class FastPool:
     """The kernel's arrays for one run, and the copies in and out of them."""
 
-    def __init__(self, backend, n_samples: int) -> None:
+    def __init__(self, backend, n_samples: int, guard: bool = False) -> None:
         from sortedrl.sim import pool_kernel  # numba: imported only where the kernel runs
 
         self.k = pool_kernel
@@ -64,6 +76,8 @@ class FastPool:
         self.cf = np.array([[e.seq_cap, e.chunk, e.kv_budget, e.kv_admit_budget] for e in engines], dtype=i64)
         self.heap_width = 2 * int(self.cf[:, 0].max()) + 2
         self.changes = 0  # engine changes the kernel applied (the tests check that it ran)
+        self.calls = 0
+        self.guard = guard  # (``auto``: GUARD_* may hand the run back to Python)
         s = backend.ctl.s
         # a listening policy's WakeOn reads finished members per group: the kernel's copy
         self.group_finished = np.zeros(s.num_groups if backend.ctl.policy.listens_to_finishes else 0,
@@ -76,9 +90,11 @@ class FastPool:
         k, b = self.k, self.backend
         engines = b.engines
         E = len(engines)
-        wake = self._wake()
-        if wake is None:  # the policy's orders need Python at every finish now
-            return b._next.index(min(b._next))
+        slow = self.guard and self.calls >= GUARD_CALLS and self.changes < GUARD_CHANGES * self.calls
+        wake = None if slow else self._wake()
+        if wake is None:  # the policy's orders need Python at every finish now (or the kernel
+            return b._next.index(min(b._next))  # stops too often for its copies to pay)
+        self.calls += 1
         eligible = np.array([e.enabled and not e.stalled and not e.pub.frozen and not e.resume
                              for e in engines], dtype=np.int8)
         margin = max([len(e.pub.run) + len(e.pub.queue) for e in engines] + [1])
@@ -138,8 +154,10 @@ class FastPool:
             return self.quiet
         orders, s = ctl.orders, ctl.s
         w = orders.wake
-        if w is None or orders.can_admit():
-            return None
+        if w is None or w.any_group or orders.can_admit():  # (any_group: a stop at every group
+            return None  # completed, each copying the state both ways: slower than Python)
+        if orders.keep is not None and type(orders.keep.queue) not in (deque, SampleQueue):
+            return None  # (a queue of the policy's own: its length might follow the controller)
         return np.array([1, s.group_size, s.complete_at, w.finished, w.groups, w.drained, w.any_group,
                          s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted], dtype=np.int64)
 

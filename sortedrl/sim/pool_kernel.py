@@ -1,24 +1,26 @@
 """The rollout pool's common case, compiled: engine changes applied back to back in machine code.
 
 Between two events that Python must see, the pool (:meth:`SimBackend._pool`) applies the
-earliest engine change again and again: pop the samples that finish, admit from the queue in
-chunks, plan the next change. For a policy that never hears a finish (``sync``,
-``one_step_off``, ``oracle_sorted``) nothing else happens in between, so that loop is all the
+earliest engine change again and again: pop the samples that finish, preempt, admit from the
+queue in chunks, plan the next change. For a policy that never hears a finish (``sync``,
+``one_step_off``, ``oracle_sorted``), or hears them only when its ``WakeOn`` order holds
+(``partial``, ``tail_batch``), nothing else happens in between, so that loop is all the
 simulator does for most of a run. :func:`run_pool` is the same loop, written over typed arrays
-and compiled by numba: :meth:`Engine.advance`, ``_admit_chunked`` and :meth:`Engine.plan` for a
-dense model's chunked-prefill engine with prefix caching or without, line for line, with the
-same floating-point operations in the same order, so its timeline is byte-identical to
-Python's (``tests/test_sim_pool_kernel.py`` compares the two). :mod:`sortedrl.sim.pool_fast`
-moves the engines' state in and out.
+and compiled by numba: :meth:`Engine.advance`, ``_admit_chunked``, ``_preempt`` and
+:meth:`Engine.plan` for a dense model's chunked-prefill engine with prefix caching or without,
+line for line, with the same floating-point operations in the same order, so its timeline is
+byte-identical to Python's (``tests/test_sim_pool_kernel.py`` compares the two).
+:mod:`sortedrl.sim.pool_fast` moves the engines' state in and out.
 
 It stops, leaving the rest to Python, where another process may act first (``t > now and t >=
 peek``: code ``WAIT``), where the next change is on an engine it does not run (stalled,
 disabled: ``PYTHON``, which Python makes), after a change that leaves an engine idle, whose
-event Python queues (``IDLE``), and when its output rows are full (``FULL``: called again).
-A preemption it makes itself; the controller hears of it after the call, in order.
+event Python queues (``IDLE``), after a step whose finishes the policy must hear (``HEARD``:
+StandingOrders.hears on the kernel's own counts, or another engine due at the same instant;
+Python queues the ``FINISHED`` event), and when its output rows are full (``FULL``: called
+again). A preemption it makes itself; the controller hears of it after the call, in order.
 The codes are defined here, not imported: numba's cache checks this file only.
 """
-
 from __future__ import annotations
 
 import numpy as np
