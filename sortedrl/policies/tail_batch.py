@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sortedrl.policies.base import (
     Abort,
     Action,
@@ -138,29 +140,31 @@ class TailBatchPolicy(Policy):
 
     def _end_round(self, view: ClusterView, filtered: set[int]) -> list[Action]:
         """Train the first P prompts to complete; defer the others to a long round."""
-        done: dict[int, list[int]] = {}  # finished responses per prompt, in finish order
-        complete: list[int] = []  # prompts in the order their `keep`-th response finished
-        for i in view.finished():
-            g = view.group_of(i)
-            if g in filtered:
-                continue
-            got = done.setdefault(g, [])
-            got.append(i)
-            if len(got) == self.keep:
-                complete.append(g)
-        kept_set = set(complete[: self.P])
-        batch, drop, discard = [], [], []
-        for g in self.launched:
-            members = view.group_samples(g)
-            if g in kept_set:
-                first = done[g][: self.keep]
-                batch += first
-                rest = [i for i in members if i not in set(first)]
-                drop += [i for i in rest if view.state(i) in (SampleState.ADMITTED, SampleState.FINISHED)]
-                discard += [i for i in rest if view.state(i) != SampleState.DISCARDED]
+        n, keep = view.group_size, self.keep
+        done = np.asarray(view.finished(), dtype=np.int64)  # finished responses, in finish order
+        if filtered:
+            done = done[~np.isin(done // n, list(filtered))]
+        by_group = np.argsort(done // n, kind="stable")  # each prompt's responses, in finish order
+        found, start, count = np.unique(done[by_group] // n, return_index=True, return_counts=True)
+        whole = count >= keep  # prompts in the order their `keep`-th response finished:
+        first_p = np.argsort(by_group[start[whole] + keep - 1], kind="stable")[: self.P]
+        kept = dict(zip(found[whole][first_p].tolist(), start[whole][first_p].tolist(), strict=True))
+        launched = np.asarray(self.launched, dtype=np.int64)
+        members = launched[:, None] * n + np.arange(n)
+        state = view.states(members).reshape(members.shape)
+        first = np.zeros(members.shape, dtype=bool)  # a kept prompt's first `keep` responses
+        batch = []
+        for row, g in enumerate(self.launched):
+            if g in kept:
+                took = done[by_group[kept[g]:kept[g] + keep]]
+                batch += took.tolist()
+                first[row, took - g * n] = True
             else:  # deferred to a long round, regenerated from scratch
-                drop += [i for i in members if view.state(i) in (SampleState.ADMITTED, SampleState.FINISHED)]
                 self.long_queue.append(g)
+        is_kept = np.isin(launched, list(kept))[:, None]
+        live = (state == SampleState.ADMITTED) | (state == SampleState.FINISHED)
+        drop = members[live & ~first].tolist()
+        discard = members[is_kept & ~first & (state != SampleState.DISCARDED)].tolist()
         out: list[Action] = []
         if drop:
             out.append(Abort(tuple(drop), keep_tokens=False))
