@@ -156,3 +156,23 @@ def test_auto_hands_a_run_back_once_the_kernel_stops_too_often(monkeypatch):
     monkeypatch.setattr(SimBackend, "_compiled_pool", lambda self, ctl: pools.append(original(self, ctl)) or pools[-1])
     assert fingerprint(simulate(trace, make_policy("sync", [], trace), cluster)) == python
     assert pools[0].calls == pool_fast.GUARD_CALLS and pools[0].changes > 0
+
+
+def test_calls_cut_short_give_the_same_run(monkeypatch):
+    """A call stops after ``max_changes`` changes (so that Ctrl-C and the progress bar never
+    wait long) and the pool calls again: the same run, with preemption and a WakeOn policy."""
+    trace = read_trace(BUNDLED)
+    original = pool_fast.FastPool.__init__
+
+    def capped(self, *args, **kw):
+        original(self, *args, **kw)
+        self.max_changes = 3
+
+    for name in ("sync", "partial"):
+        cluster = cluster_for(make_policy(name, [], trace).placements, preset("h100-llama3.1-8b-2gpu"))
+        cluster = dataclasses.replace(cluster, kv_budget_tokens=20_000)
+        (compiled, python), changes = both(monkeypatch, trace, name, [], cluster)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(pool_fast.FastPool, "__init__", capped)
+            (short, _), _ = both(mp, trace, name, [], cluster)
+        assert short == compiled == python and changes > len(trace.response_len) / 2

@@ -34,6 +34,8 @@ AUTO_SAMPLES = 20_000
 # a run whose first GUARD_CALLS calls made fewer than GUARD_CHANGES engine changes a call goes
 # on in Python: each call copies every engine's samples in and out
 GUARD_CALLS, GUARD_CHANGES = 64, 16
+# changes in one call at most (about 0.1 s): Ctrl-C and the progress bar wait for a call's end
+MAX_CHANGES = 200_000
 
 
 def usable(backend, trace, controller) -> bool:
@@ -77,6 +79,7 @@ class FastPool:
         self.heap_width = 2 * int(self.cf[:, 0].max()) + 2
         self.changes = 0  # engine changes the kernel applied (the tests check that it ran)
         self.calls = 0
+        self.max_changes = MAX_CHANGES
         self.guard = guard  # (``auto``: GUARD_* may hand the run back to Python)
         s = backend.ctl.s
         # a listening policy's WakeOn reads finished members per group: the kernel's copy
@@ -121,7 +124,7 @@ class FastPool:
         tm = np.array([e._decode + e._chunk_prefill for e in engines], dtype=np.float64)
         code, e, when = k.run_pool(float(now), float(peek), eligible, idle, t, next_t, next_k, ist, self.cf, tm,
                                    (heap[0], heap[1], heap[2]), queue, order, self.smp, trc, self.group,
-                                   self.mem, out, advanced, wake, self.group_finished)
+                                   self.mem, out, advanced, wake, self.group_finished, self.max_changes)
         del trc  # (a typed array cannot grow while a view holds it)
         for j, eng in enumerate(engines):
             if advanced[j]:

@@ -17,8 +17,9 @@ peek``: code ``WAIT``), where the next change is on an engine it does not run (s
 disabled: ``PYTHON``, which Python makes), after a change that leaves an engine idle, whose
 event Python queues (``IDLE``), after a step whose finishes the policy must hear (``HEARD``:
 StandingOrders.hears on the kernel's own counts, or another engine due at the same instant;
-Python queues the ``FINISHED`` event), and when its output rows are full (``FULL``: called
-again). A preemption it makes itself; the controller hears of it after the call, in order.
+Python queues the ``FINISHED`` event), and when its output rows are full or it has made
+``limit`` changes (``FULL``: called again). A preemption it makes itself; the controller hears
+of it after the call, in order.
 The codes are defined here, not imported: numba's cache checks this file only.
 """
 from __future__ import annotations
@@ -342,7 +343,7 @@ def _heard(e, when, next_t, fin, first, last, wake, group_finished):
 
 @njit(cache=True)
 def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm, heap, queue, order, smp,
-             trc, group, mem, out, advanced, wake, group_finished):
+             trc, group, mem, out, advanced, wake, group_finished, limit):
     """Apply engine changes in time order until Python must act; returns (code, engine, its
     change's time). ``out``: the rows made (spans, prefills, finishes, preemptions) and their
     counts (``out_n``)."""
@@ -358,7 +359,8 @@ def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm,
             return PYTHON, e, when
         room = 2 * cf[e, CAP] + 2  # the most rows one change can make of each kind
         if (out[6][SPANS] + room > out[0].shape[0] or out[6][PREFILLED] + room > out[4].shape[0]
-                or out[6][PREFILLS] + 1 > out[2].shape[0] or out[6][PREEMPTS] + room > out[7].shape[0]):
+                or out[6][PREFILLS] + 1 > out[2].shape[0] or out[6][PREEMPTS] + room > out[7].shape[0]
+                or out[6][CHANGES] >= limit):
             return FULL, e, when
         k = next_k[e]
         advanced[e] = 1
