@@ -30,7 +30,9 @@ from sortedrl.policies.base import Event, EventKind
 from sortedrl.policies.common import SampleQueue
 from sortedrl.sim.engine import Engine
 
-AUTO_SAMPLES = 20_000
+# from this many samples up, ``auto`` compiles: below, the numba start-up a process pays once
+# (its import and cached machine code, about 0.5 CPU s) costs more than the kernel saves
+AUTO_SAMPLES = 100_000
 # a run whose first GUARD_CALLS calls made fewer than GUARD_CHANGES engine changes a call goes
 # on in Python: each call copies every engine's samples in and out
 GUARD_CALLS, GUARD_CHANGES = 64, 16
