@@ -105,7 +105,6 @@ class SimBackend(Backend):
         self._held: list[Engine] = []  # engines whose served finish holds their host for policy_event_s
         self._proc = None
         self._fast = None  # the compiled pool loop, where the run allows it (set in run())
-        self._trace = trace
         self._asleep = False  # colocated: the engines are offloaded for an update
         self._waiting = False
         self._poked = False
@@ -240,7 +239,7 @@ class SimBackend(Backend):
         n = len(self._lengths)
         if not self.compiled or (self.compiled == "auto" and n < pool_fast.AUTO_SAMPLES):
             return None
-        if not pool_fast.usable(self, self._trace, controller):
+        if not pool_fast.usable(self, controller):
             return None
         return pool_fast.FastPool(self, n, guard=self.compiled == "auto")
 

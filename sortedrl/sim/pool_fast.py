@@ -40,7 +40,7 @@ GUARD_CALLS, GUARD_CHANGES = 64, 16
 MAX_CHANGES = 200_000
 
 
-def usable(backend, trace, controller) -> bool:
+def usable(backend, controller) -> bool:
     """Whether a run is the kernel's case (the module doc), engine by engine and the orders in
     force at each call aside."""
     engines = backend.engines
@@ -54,7 +54,7 @@ def usable(backend, trace, controller) -> bool:
         return False
     group = engines[0]._group
     if group:  # a group's members share one prompt length, so a group is a prefix-cache key
-        plen = np.asarray(trace.prompt_len)
+        plen = np.frombuffer(backend._plen, dtype=np.int32)
         if not np.array_equal(plen, plen[(np.arange(plen.size) // group) * group]):
             return False
     return True
@@ -87,7 +87,7 @@ class FastPool:
         # a listening policy's WakeOn reads finished members per group: the kernel's copy
         self.group_finished = np.zeros(s.num_groups if backend.ctl.policy.listens_to_finishes else 0,
                                        dtype=np.int64)
-        self.quiet = np.zeros(11, dtype=np.int64)  # (a policy that hears no finish: LISTEN 0)
+        self.quiet = np.zeros(10, dtype=np.int64)  # (a policy that hears no finish: LISTEN 0)
 
     def run(self, now: float, peek: float) -> int:
         """Apply engine changes until Python must act; returns the engine whose next change
@@ -163,7 +163,7 @@ class FastPool:
             return None  # completed, each copying the state both ways: slower than Python)
         if orders.keep is not None and type(orders.keep.queue) not in (deque, SampleQueue):
             return None  # (a queue of the policy's own: its length might follow the controller)
-        return np.array([1, s.group_size, s.complete_at, w.finished, w.groups, w.drained, w.any_group,
+        return np.array([1, s.group_size, s.complete_at, w.finished, w.groups, w.drained,
                          s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted], dtype=np.int64)
 
     def _load_group_finished(self, ist, queue, order, margin: int) -> None:

@@ -88,8 +88,8 @@ PLEN, LENGTH, ATTEMPT, OLDEST = range(4)
 SPANS, FINISHED, PREFILLS, PREFILLED, PREEMPTS, CHANGES, STEP_FINISHES = range(7)
 # the standing WakeOn order and the counts it reads (``wake``; policies/orders.py), for a policy
 # that hears finishes; LISTEN 0: it hears none (its finishes are booked in batches)
-(LISTEN, GROUP_SIZE, NEED, WAKE_FINISHED, WAKE_GROUPS, WAKE_DRAINED, WAKE_ANY_GROUP, BUSY, COMPLETE,
- BUFFERED, ADMITTED) = range(11)
+# (WakeOn(any_group) stays in Python: pool_fast._wake)
+LISTEN, GROUP_SIZE, NEED, WAKE_FINISHED, WAKE_GROUPS, WAKE_DRAINED, BUSY, COMPLETE, BUFFERED, ADMITTED = range(10)
 
 
 @njit(cache=True)
@@ -328,10 +328,6 @@ def _heard(e, when, next_t, fin, first, last, wake, group_finished):
     for j in range(next_t.shape[0]):
         if j != e and next_t[j] == when:
             return True
-    if wake[WAKE_ANY_GROUP]:
-        for j in range(first, last):
-            if group_finished[fin[j] // n] >= need:
-                return True
     if wake[BUSY]:
         return False
     if wake[WAKE_FINISHED] and wake[BUFFERED] >= wake[WAKE_FINISHED]:
