@@ -115,6 +115,25 @@ class Timeline:
             self._until_check = _CHECK_EVERY
             self.compact(min_rows=COMPACT_ROWS)
 
+    def add_until_look(self, kind: str, rows: list[tuple], start: int = 0) -> int:
+        """:meth:`add` of ``rows[start:]`` in one extend, stopping before the add that would
+        look at the lists (and maybe compact them): returns where it stopped. A caller that
+        also appends to ``spans`` or ``prefills`` brings them up to that row's time, then adds
+        the row with :meth:`add`, so every look sees what it would have row by row."""
+        end = min(len(rows), start + self._until_check - 1)
+        if end <= start:
+            return start
+        batch = rows[start:end]
+        getattr(self, _LIST[kind]).extend(batch)
+        if kind in self._held:
+            at = _SAMPLES_AT[kind]
+            self._held[kind] += sum(len(row[at]) for row in batch)
+        if self.sink is not None:
+            for row in batch:
+                self.sink(kind, row)
+        self._until_check -= end - start
+        return end
+
     def admit(self, t: float, engine: int, samples: list[int]) -> None:
         self.add("admit", t, engine, list(samples))
 

@@ -26,8 +26,9 @@ from itertools import repeat
 
 import numpy as np
 
-from sortedrl.policies.base import Event, EventKind
+from sortedrl.policies.base import Event, EventKind, SampleState
 from sortedrl.policies.common import SampleQueue
+from sortedrl.sim import pool_keep
 from sortedrl.sim.engine import Engine
 
 # from this many samples up, ``auto`` compiles: below, the numba start-up a process pays once
@@ -66,6 +67,8 @@ class FastPool:
     def __init__(self, backend, n_samples: int, guard: bool = False) -> None:
         from sortedrl.sim import pool_kernel  # numba: imported only where the kernel runs
 
+        assert (pool_kernel.ADMITTED_STATE, pool_kernel.FINISHED_STATE) == (SampleState.ADMITTED, SampleState.FINISHED)
+
         self.k = pool_kernel
         self.backend = backend
         engines = backend.engines
@@ -87,7 +90,10 @@ class FastPool:
         # a listening policy's WakeOn reads finished members per group: the kernel's copy
         self.group_finished = np.zeros(s.num_groups if backend.ctl.policy.listens_to_finishes else 0,
                                        dtype=np.int64)
-        self.quiet = np.zeros(10, dtype=np.int64)  # (a policy that hears no finish: LISTEN 0)
+        self.quiet = np.zeros(pool_kernel.ADM_SAMPLES + 1, dtype=np.int64)  # (one that hears no finish: LISTEN 0)
+        self.keep_off = pool_keep.off()  # (no Keep order admits: the kernel's arrays, empty)
+        self.max_seqs = np.array([e.pub.max_num_seqs for e in engines], dtype=np.int64)
+        self.regen_lengths: dict[tuple[int, int], int] = {}  # (sample, attempt) -> its drawn length
 
     def run(self, now: float, peek: float) -> int:
         """Apply engine changes until Python must act; returns the engine whose next change
@@ -96,22 +102,28 @@ class FastPool:
         engines = b.engines
         E = len(engines)
         slow = self.guard and self.calls >= GUARD_CALLS and self.changes < GUARD_CHANGES * self.calls
-        wake = None if slow else self._wake()
-        if wake is None:  # the policy's orders need Python at every finish now (or the kernel
-            return b._next.index(min(b._next))  # stops too often for its copies to pay)
-        self.calls += 1
         eligible = np.array([e.enabled and not e.stalled and not e.pub.frozen and not e.resume
                              for e in engines], dtype=np.int8)
+        wake = None if slow else self._wake(eligible)
+        if wake is None:  # the policy's orders need Python at every finish now (or the kernel
+            return b._next.index(min(b._next))  # stops too often for its copies to pay)
+        kp = self.keep_off
+        if wake[k.KEEP]:
+            kp = pool_keep.load(self, wake)
+            if kp is None:  # (the queue's front needs the controller's own checks)
+                return b._next.index(min(b._next))
+        self.calls += 1
+        extra = int(wake[k.KQ_OK])  # (samples a Keep order may add to the engines in this call)
         margin = max([len(e.pub.run) + len(e.pub.queue) for e in engines] + [1])
         ist = np.zeros((E, 12), dtype=np.int64)
         heap = np.empty((3, E, self.heap_width), dtype=np.int64)  # (only the rows' used parts are read)
-        queue = np.empty((E, 2 * margin + 1), dtype=np.int64)
-        order = np.empty((E, 2 * margin + 1), dtype=np.int64)
+        queue = np.empty((E, 2 * margin + 1 + extra), dtype=np.int64)
+        order = np.empty((E, 2 * margin + 1 + extra), dtype=np.int64)
         loaded = [self._load(j, eng, ist, heap, queue, order, margin) if eligible[j] else None
                   for j, eng in enumerate(engines)]
         if wake[k.LISTEN]:
-            self._load_group_finished(ist, queue, order, margin)
-        rows = int(ist[:, k.B].sum() + (ist[:, k.QTAIL] - ist[:, k.QHEAD]).sum()) + 4 * self.heap_width
+            self._load_group_finished(ist, queue, order, margin, kp[k.KQ])
+        rows = int(ist[:, k.B].sum() + (ist[:, k.QTAIL] - ist[:, k.QHEAD]).sum()) + 4 * self.heap_width + extra
         out = (np.empty((rows, 2)), np.empty((rows, 6), dtype=np.int64), np.empty((rows, 2)),
                np.empty((rows, 5), dtype=np.int64), np.empty(rows, dtype=np.int64),
                np.empty(rows, dtype=np.int64), np.zeros(7, dtype=np.int64), np.empty((rows, 2), dtype=np.int64))
@@ -126,14 +138,15 @@ class FastPool:
         tm = np.array([e._decode + e._chunk_prefill for e in engines], dtype=np.float64)
         code, e, when = k.run_pool(float(now), float(peek), eligible, idle, t, next_t, next_k, ist, self.cf, tm,
                                    (heap[0], heap[1], heap[2]), queue, order, self.smp, trc, self.group,
-                                   self.mem, out, advanced, wake, self.group_finished, self.max_changes)
+                                   self.mem, out, advanced, wake, self.group_finished, kp, self.max_changes)
         del trc  # (a typed array cannot grow while a view holds it)
         for j, eng in enumerate(engines):
             if advanced[j]:
                 self._store(j, eng, t, next_t, next_k, ist, heap, queue, order, out)
+                eng.idle_reported = bool(idle[j])  # (a top-up queued samples there)
             elif loaded[j] is not None:
                 self.mem[j, loaded[j]] = 0
-        self._rows(out)
+        self._rows(out, wake, kp)
         self.changes += int(out[6][k.CHANGES])
         if b.audit:  # (the tests' check of every engine's bookkeeping, after each call here)
             for j in np.flatnonzero(advanced).tolist():
@@ -150,27 +163,35 @@ class FastPool:
             b._deferred.append((when, Event(EventKind.ENGINE_IDLE, e)))
         return e if code == k.PYTHON else -1
 
-    def _wake(self) -> np.ndarray | None:
-        """The WakeOn order and the counts it reads (pool_kernel's LISTEN .. ADMITTED); the
-        quiet row for a policy that hears no finish; None where the kernel cannot serve the
-        finishes now (no WakeOn: the policy hears each; a Keep order that would top up)."""
-        ctl = self.backend.ctl
+    def _wake(self, eligible: np.ndarray) -> np.ndarray | None:
+        """The WakeOn order and the counts it reads (pool_kernel's LISTEN .. ADMITTED), KEEP 1
+        where a Keep order may top up (pool_keep fills its fields); the quiet row for a policy
+        that hears no finish; None where the kernel cannot serve the finishes now (no WakeOn:
+        the policy hears each; a Keep order whose top-ups it cannot make: pool_keep.servable)."""
+        b = self.backend
+        ctl = b.ctl
         if not ctl.policy.listens_to_finishes:
             return self.quiet
         orders, s = ctl.orders, ctl.s
         w = orders.wake
-        if w is None or w.any_group or orders.can_admit():  # (any_group: a stop at every group
-            return None  # completed, each copying the state both ways: slower than Python)
+        if w is None or w.any_group:  # (any_group: a stop at every group completed, each
+            return None  # copying the state both ways: slower than Python)
         if orders.keep is not None and type(orders.keep.queue) not in (deque, SampleQueue):
             return None  # (a queue of the policy's own: its length might follow the controller)
-        return np.array([1, s.group_size, s.complete_at, w.finished, w.groups, w.drained,
-                         s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted], dtype=np.int64)
+        keep = orders.can_admit()
+        if keep and not pool_keep.servable(b, eligible):
+            return None
+        row = np.zeros(self.k.ADM_SAMPLES + 1, dtype=np.int64)
+        row[:self.k.KEEP + 1] = (1, s.group_size, s.complete_at, w.finished, w.groups, w.drained,
+                                 s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted, keep)
+        return row
 
-    def _load_group_finished(self, ist, queue, order, margin: int) -> None:
-        """Finished members of every group that a sample loaded this call belongs to."""
+    def _load_group_finished(self, ist, queue, order, margin: int, kq: np.ndarray) -> None:
+        """Finished members of every group that a sample loaded this call belongs to (the
+        Keep order's front ``kq`` included)."""
         k, n = self.k, self.backend.ctl.s.group_size
         parts = [order[j, :ist[j, k.NORDER]] for j in range(len(ist))]
-        parts += [queue[j, margin:ist[j, k.QTAIL]] for j in range(len(ist))]
+        parts += [queue[j, margin:ist[j, k.QTAIL]] for j in range(len(ist))] + [kq]
         groups = np.concatenate(parts) // n
         finished_in = self.backend.ctl.s.finished_in
         self.group_finished[groups] = np.fromiter(map(finished_in.__getitem__, groups.tolist()), np.int64,
@@ -212,7 +233,7 @@ class FastPool:
             members = eng._members
             groups = np.fromiter(members, np.int64, len(members)) >> 32
             self.mem[j, groups] = np.fromiter(members.values(), np.int32, len(members))
-        ist[j, :] = (p.step, p.kv, b, eng._seq, p.version, p.inflight, margin, margin + q, b, h, -1, 0)
+        ist[j, :] = (p.step, p.kv, b, eng._seq, p.version, p.inflight, margin, margin + q, b, h, -2, 0)
         return groups
 
     def _store(self, j: int, eng: Engine, t, next_t, next_k, ist, heap, queue, order, out) -> None:
@@ -220,9 +241,11 @@ class FastPool:
         k, p, smp, row = self.k, eng.pub, self.smp, ist[j].tolist()
         pf_i, pf_s = out[3], out[4]
         p.t, p.step, p.kv, p.inflight = float(t[j]), row[k.STEP], row[k.KV], row[k.INFLIGHT]
-        last = row[k.LASTPF]
-        first, n = (int(pf_i[last, 3]), int(pf_i[last, 4])) if last >= 0 else (0, 0)
-        p.prefilling = tuple(pf_s[first:first + n].tolist())
+        last = row[k.LASTPF]  # (-2: no change made here, only a top-up queued; -1: none prefills)
+        if last >= 0:
+            p.prefilling = tuple(pf_s[int(pf_i[last, 3]):int(pf_i[last, 3]) + int(pf_i[last, 4])].tolist())
+        elif last == -1:
+            p.prefilling = ()
         eng._seq, eng.preemptions = row[k.SEQ], eng.preemptions + row[k.PREEMPTED]
         eng.next_t, eng._next_k = float(next_t[j]), int(next_k[j])
         self.backend._next[j] = eng.next_t
@@ -262,17 +285,27 @@ class FastPool:
         eng._members.update(zip(keys.tolist(), counts.tolist(), strict=True))  # (a group once per member)
         self.mem[j, groups] = 0
 
-    def _rows(self, out) -> None:
+    def _rows(self, out, wake, kp) -> None:
         """Append the kernel's timeline rows, finishes and preemptions, in the order they happened."""
         sp_f, sp_i, pf_f, pf_i, pf_s, fin, out_n, pre = out
         spans, finished, prefills, samples, preempts = out_n.tolist()[:5]
         b = self.backend
         eng = b.engines[0]
+        span_rows, prefill_rows = [], []
         if spans:
             cols = sp_i[:spans, :5].T.tolist()
             ends = ["preempt" if x else "finish" for x in sp_i[:spans, 5].tolist()] if preempts else \
                 list(repeat("finish", spans))
-            eng._spans.extend(zip(sp_f[:spans, 0].tolist(), sp_f[:spans, 1].tolist(), *cols, ends, strict=True))
+            span_rows = zip(sp_f[:spans, 0].tolist(), sp_f[:spans, 1].tolist(), *cols, ends, strict=True)
+        if prefills:
+            admitted = pf_s[:samples].tolist()
+            ends, ints = pf_f[:prefills].tolist(), pf_i[:prefills].tolist()
+            prefill_rows = ((t0, t1, e, admitted[first:first + n], tokens, recomputed)
+                            for (t0, t1), (e, tokens, recomputed, first, n) in zip(ends, ints, strict=True))
+        if wake[self.k.KEEP]:  # (the kernel booked the preemptions and the finishes' arrays)
+            pool_keep.book(self, wake, kp, fin[:finished].tolist(), list(span_rows), list(prefill_rows))
+            return
+        eng._spans.extend(span_rows)
         for i, tok in pre[:preempts].tolist():
             eng._ctl.sample_preempted(i, tok)  # (as Engine._preempt reports it)
         if finished:  # booked in batches, or now (as the engines report them): the same state
@@ -280,8 +313,4 @@ class FastPool:
                 eng._pending.extend(fin[:finished].tolist())
             else:  # (a listening policy's WakeOn was checked in the kernel, on its own counts)
                 b.ctl.samples_finished(fin[:finished].tolist(), b._lengths)
-        if prefills:
-            admitted = pf_s[:samples].tolist()
-            ends, ints = pf_f[:prefills].tolist(), pf_i[:prefills].tolist()
-            eng._prefills.extend((t0, t1, e, admitted[first:first + n], tokens, recomputed)
-                                 for (t0, t1), (e, tokens, recomputed, first, n) in zip(ends, ints, strict=True))
+        eng._prefills.extend(prefill_rows)

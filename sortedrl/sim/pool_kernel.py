@@ -88,8 +88,19 @@ PLEN, LENGTH, ATTEMPT, OLDEST = range(4)
 SPANS, FINISHED, PREFILLS, PREFILLED, PREEMPTS, CHANGES, STEP_FINISHES = range(7)
 # the standing WakeOn order and the counts it reads (``wake``; policies/orders.py), for a policy
 # that hears finishes; LISTEN 0: it hears none (its finishes are booked in batches)
-# (WakeOn(any_group) stays in Python: pool_fast._wake)
-LISTEN, GROUP_SIZE, NEED, WAKE_FINISHED, WAKE_GROUPS, WAKE_DRAINED, BUSY, COMPLETE, BUFFERED, ADMITTED = range(10)
+# (WakeOn(any_group) stays in Python: pool_fast._wake). KEEP 1: a Keep order may admit (its
+# window, budget (-1: none), and the queue's front that pool_fast checked: KQ_OK samples, the
+# whole queue if KQ_ALL), served at each finish the policy does not hear; the kernel then books
+# the controller's per-sample arrays itself (``kp``), and counts its admission rows
+LISTEN, GROUP_SIZE, NEED, WAKE_FINISHED, WAKE_GROUPS, WAKE_DRAINED, BUSY, COMPLETE, BUFFERED, ADMITTED, \
+    KEEP, WINDOW, BUDGET, KQ_HEAD, KQ_OK, KQ_ALL, REWARDED, ADMITS, ADM_SAMPLES = range(19)
+# the Keep order's arrays, in the tuple ``kp``: its queue's front and the lengths of the
+# regenerated ones (attempt > 0), the controller's per-sample arrays (PublicState: state,
+# generated, response_len, engine_of, reward; the trace's rewards), its loads and each engine's
+# max_num_seqs, and the admission rows made (engine, first sample in ADM_S, count, the spans and
+# prefills made before it; ADM_T: its time)
+KQ, KQ_LEN, ST, GEN, RESP, ENGINE_OF, REWARD, REWARDS, LOADS, MAX_SEQS, ADM_I, ADM_S, ADM_T = range(13)
+ADMITTED_STATE, FINISHED_STATE = 1, 3  # SampleState.ADMITTED, .FINISHED (pool_fast checks them)
 
 
 @njit(cache=True)
@@ -220,7 +231,7 @@ def _finish(e, t, ist, heap, smp, trc, group, mem, out):
 
 
 @njit(cache=True)
-def _preempt(e, t, ist, queue, order, smp, trc, group, mem, out):
+def _preempt(e, t, ist, queue, order, smp, trc, group, mem, out, wake, kp):
     """Engine._preempt: the most recently admitted sample goes back to the head of the queue,
     keeping its tokens (the controller hears of it after the kernel: ``out``'s preemptions)."""
     running, pos = smp[RUNNING], smp[ORDER_POS]
@@ -237,6 +248,8 @@ def _preempt(e, t, ist, queue, order, smp, trc, group, mem, out):
     ist[e, QHEAD] -= 1
     queue[e, ist[e, QHEAD]] = i
     smp[GEN0][i] = tok
+    if wake[KEEP]:  # (Controller.sample_preempted, in order: a later finish books over it)
+        kp[GEN][i] = tok
     ist[e, PREEMPTED] += 1
     pre, out_n = out[7], out[6]
     pre[out_n[PREEMPTS], 0], pre[out_n[PREEMPTS], 1] = i, tok
@@ -334,12 +347,241 @@ def _heard(e, when, next_t, fin, first, last, wake, group_finished):
         return True
     if wake[WAKE_GROUPS] and wake[COMPLETE] >= wake[WAKE_GROUPS]:
         return True
-    return wake[WAKE_DRAINED] != 0 and wake[ADMITTED] == 0  # (the Keep order admits nothing here)
+    return wake[WAKE_DRAINED] != 0 and wake[ADMITTED] == 0 and not _can_admit(wake)
+
+
+@njit(cache=True)
+def _can_admit(wake):
+    """StandingOrders.can_admit: a sample is queued and the budget is not spent."""
+    return wake[KEEP] != 0 and (wake[KQ_HEAD] < wake[KQ_OK] or wake[KQ_ALL] == 0) and wake[BUDGET] != 0
+
+
+@njit(cache=True)
+def _book(fin, first, last, trc, kp, wake):
+    """Controller.samples_finished's per-sample arrays for the finishes ``fin[first:last]`` (a
+    Keep order's top-ups read them; pool_fast books the rest after the call, in order)."""
+    state, gen, resp, engine_of, loads = kp[ST], kp[GEN], kp[RESP], kp[ENGINE_OF], kp[LOADS]
+    for j in range(first, last):
+        i = fin[j]
+        if wake[REWARDED]:
+            kp[REWARD][i] = kp[REWARDS][i]
+        n = trc[LENGTH][i]
+        state[i] = FINISHED_STATE
+        gen[i] = n
+        resp[i] = n
+        loads[engine_of[i]] -= 1
+        engine_of[i] = -1
+
+
+@njit(cache=True)
+def _decode_time(e, steps, b, kv0, tm):
+    """CostModel.decode_time of memory-bound steps (the hot path's sums)."""
+    if steps <= 0:
+        return 0.0
+    kv_read = tm[e, KV_READ]
+    alpha = tm[e, WEIGHT] + kv_read * kv0
+    return steps * (tm[e, FIXED] + tm[e, PER_SEQ] * b + alpha) + kv_read * b * ((steps * (steps - 1)) // 2)
+
+
+@njit(cache=True)
+def _steps_within(e, elapsed, b, kv0, tm):
+    """CostModel.decode_steps_within where every step is memory-bound (``_split``'s j* = 0) and
+    the KV term is above 0 (pool_fast checks both): the same root, then the same corrections."""
+    if elapsed <= 0.0:
+        return 0
+    alpha = tm[e, WEIGHT] + tm[e, KV_READ] * kv0
+    beta = tm[e, KV_READ] * b
+    lin = tm[e, FIXED] + tm[e, PER_SEQ] * b + alpha  # (the cost of step j* = 0; rest = elapsed)
+    half = lin - beta / 2.0
+    k = max(0, int((-half + np.sqrt(half * half + 2.0 * beta * elapsed)) / beta))
+    while k > 0 and _decode_time(e, k, b, kv0, tm) > elapsed:
+        k -= 1
+    while _decode_time(e, k + 1, b, kv0, tm) <= elapsed:
+        k += 1
+    return k
+
+
+@njit(cache=True)
+def _materialize(e, now, t, ist, tm, next_k):
+    """Engine.materialize: move engine ``e``'s base to the first step boundary at or after ``now``."""
+    if now <= t[e]:
+        return
+    ist[e, LASTPF] = -1  # (prefilling: none)
+    b = ist[e, B]
+    if b == 0:
+        t[e] = now
+        return
+    elapsed = now - t[e]
+    kv = ist[e, KV]
+    k = _steps_within(e, elapsed, b, kv, tm)
+    if next_k[e]:
+        k = min(k, next_k[e] - 1)
+    if _decode_time(e, k, b, kv, tm) == elapsed:
+        t[e], done, ist[e, INFLIGHT] = now, k, 0
+    else:
+        end = t[e] + _decode_time(e, k + 1, b, kv, tm)
+        t[e], done, ist[e, INFLIGHT] = end if end > now else np.nextafter(now, np.inf), k + 1, 1
+    ist[e, STEP] += done
+    ist[e, KV] += done * b
+
+
+@njit(cache=True)
+def _place_one(i, n, kp):
+    """Admission._admit_one's placement: an engine where a member of the group runs (shared
+    prompt) unless it is over both its max_num_seqs and the least load plus a group; else the
+    least loaded, the lowest index on a tie."""
+    loads, engine_of, max_seqs = kp[LOADS], kp[ENGINE_OF], kp[MAX_SEQS]
+    least = loads.min()
+    if n > 1:
+        limit = least + n
+        for j in range(i - i % n, i - i % n + n):
+            f = engine_of[j]
+            if f >= 0 and j != i and loads[f] < max(max_seqs[f], limit):
+                return f
+    for j in range(loads.shape[0]):
+        if loads[j] == least:
+            return j
+    return 0
+
+
+@njit(cache=True)
+def _shares(loads, left):
+    """placement.spread's water-filling: each engine's share of ``left`` samples."""
+    engines = loads.shape[0]
+    order = np.empty(engines, np.int64)  # by (load, index): an insertion sort of a few engines
+    for a in range(engines):
+        pos = a
+        while pos > 0 and loads[order[pos - 1]] > loads[a]:
+            order[pos] = order[pos - 1]
+            pos -= 1
+        order[pos] = a
+    below = np.cumsum(loads[order])
+    share = np.zeros(engines, np.int64)
+    for k in range(engines, 0, -1):
+        level = (below[k - 1] + left) // k
+        if level >= loads[order[k - 1]]:
+            extra = below[k - 1] + left - level * k
+            chosen = np.zeros(engines, np.bool_)
+            chosen[order[:k]] = True
+            for e in range(engines):  # (sorted(order[:k]))
+                if chosen[e]:
+                    share[e] = level - loads[e] + (1 if extra > 0 else 0)
+                    extra -= 1 if extra > 0 else 0
+            break
+    return share
+
+
+@njit(cache=True)
+def _blocks(samples, share, n):
+    """placement.spread's blocks, as rows (engine, first, end) into ``samples``: contiguous by
+    engine, and with ``n`` > 1 cut only between groups (placement.blocks_by_group)."""
+    engines = share.shape[0]
+    blocks = np.empty((engines, 3), np.int64)
+    nb = begin = 0
+    if n <= 1:
+        for e in range(engines):
+            if share[e]:
+                blocks[nb, 0], blocks[nb, 1], blocks[nb, 2] = e, begin, begin + share[e]
+                begin += share[e]
+                nb += 1
+        return blocks[:nb]
+    size = samples.shape[0]
+    bounds = np.empty(size + 1, np.int64)
+    nbounds = 1
+    bounds[0] = 0
+    for p in range(1, size):
+        if samples[p] // n != samples[p - 1] // n:
+            bounds[nbounds] = p
+            nbounds += 1
+    bounds[nbounds] = size
+    nbounds += 1
+    last = -1
+    for e in range(engines):
+        if share[e]:
+            last = e
+    total = 0
+    for e in range(last):
+        if not share[e]:
+            continue
+        total += share[e]
+        k = np.searchsorted(bounds[:nbounds], total)  # bisect_left: bounds[k - 1] < total <= bounds[k]
+        cut = bounds[k] if bounds[k] - total <= total - bounds[k - 1] else bounds[k - 1]
+        if cut > begin:
+            blocks[nb, 0], blocks[nb, 1], blocks[nb, 2] = e, begin, cut
+            begin = cut
+            nb += 1
+    if begin < size:
+        blocks[nb, 0], blocks[nb, 1], blocks[nb, 2] = last, begin, size
+        nb += 1
+    return blocks[:nb]
+
+
+@njit(cache=True)
+def _admit_block(e, e2, first, end, now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group, mem,
+                 idle, advanced, wake, kp, out):
+    """Admission._admit's records for the Keep queue's samples ``kq[first:end]`` placed on
+    engine ``e2`` (the row pool_fast adds to the timeline), SimBackend.admit's lengths of
+    regenerated samples, and Engine.admit: the base moved to ``now``, the samples queued, a plan
+    (not for ``e``, the engine reporting the finish: its change goes on)."""
+    kq, state, engine_of, adm_i, adm_s = kp[KQ], kp[ST], kp[ENGINE_OF], kp[ADM_I], kp[ADM_S]
+    count = end - first
+    for p in range(first, end):
+        state[kq[p]] = ADMITTED_STATE
+        engine_of[kq[p]] = e2
+    kp[LOADS][e2] += count
+    wake[ADMITTED] += count
+    r, s0 = wake[ADMITS], wake[ADM_SAMPLES]
+    adm_i[r, 0], adm_i[r, 1], adm_i[r, 2], adm_i[r, 3], adm_i[r, 4] = e2, s0, count, out[6][SPANS], out[6][PREFILLS]
+    kp[ADM_T][r] = now
+    adm_s[s0:s0 + count] = kq[first:end]
+    wake[ADMITS], wake[ADM_SAMPLES] = r + 1, s0 + count
+    for p in range(first, end):
+        i = kq[p]
+        if trc[ATTEMPT][i]:
+            trc[LENGTH][i] = kp[KQ_LEN][p]
+    _materialize(e2, now, t, ist, tm, next_k)
+    for p in range(first, end):
+        i = kq[p]
+        queue[e2, ist[e2, QTAIL]] = i
+        ist[e2, QTAIL] += 1
+        smp[GEN0][i] = kp[GEN][i]
+        smp[RUNNING][i] = 0
+    idle[e2] = 0
+    advanced[e2] = 1
+    if e2 != e:
+        _plan(e2, t, ist, cf, tm, heap, queue, smp, trc, group, mem, next_t, next_k)
+
+
+@njit(cache=True)
+def _serve_keep(e, now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group, mem, idle, advanced,
+                wake, kp, out):
+    """Controller.serve_keep at a finish the policy does not hear: StandingOrders.take, then one
+    sample placed as ``_admit_one`` does, or several spread as an ``Admit`` of them is."""
+    room = wake[WINDOW] - wake[ADMITTED]
+    if wake[BUDGET] >= 0 and wake[BUDGET] < room:
+        room = wake[BUDGET]
+    head = wake[KQ_HEAD]
+    take = min(room, wake[KQ_OK] - head)
+    if take <= 0:
+        return
+    wake[KQ_HEAD] = head + take
+    if wake[BUDGET] >= 0:
+        wake[BUDGET] -= take
+    if take == 1:
+        e2 = _place_one(kp[KQ][head], wake[GROUP_SIZE], kp)
+        _admit_block(e, e2, head, head + 1, now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group,
+                     mem, idle, advanced, wake, kp, out)
+        return
+    samples = kp[KQ][head:head + take]
+    blocks = _blocks(samples, _shares(kp[LOADS], take), wake[GROUP_SIZE])
+    for r in range(blocks.shape[0]):
+        _admit_block(e, blocks[r, 0], head + blocks[r, 1], head + blocks[r, 2], now, t, next_t, next_k, ist, cf,
+                     tm, heap, queue, smp, trc, group, mem, idle, advanced, wake, kp, out)
 
 
 @njit(cache=True)
 def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm, heap, queue, order, smp,
-             trc, group, mem, out, advanced, wake, group_finished, limit):
+             trc, group, mem, out, advanced, wake, group_finished, kp, limit):
     """Apply engine changes in time order until Python must act; returns (code, engine, its
     change's time). ``out``: the rows made (spans, prefills, finishes, preemptions) and their
     counts (``out_n``)."""
@@ -358,6 +600,12 @@ def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm,
                 or out[6][PREFILLS] + 1 > out[2].shape[0] or out[6][PREEMPTS] + room > out[7].shape[0]
                 or out[6][CHANGES] >= limit):
             return FULL, e, when
+        if wake[KEEP] and not wake[KQ_ALL]:  # top-ups past the queue's checked front: Python's
+            room = wake[WINDOW] - wake[ADMITTED] + ist[e, B]
+            if wake[BUDGET] >= 0 and wake[BUDGET] < room:
+                room = wake[BUDGET]
+            if room > wake[KQ_OK] - wake[KQ_HEAD]:
+                return PYTHON, e, when
         k = next_k[e]
         advanced[e] = 1
         out[6][CHANGES] += 1
@@ -370,10 +618,15 @@ def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm,
         _finish(e, t, ist, heap, smp, trc, group, mem, out)
         heard = False
         if wake[LISTEN] and out[6][FINISHED] > first:
+            if wake[KEEP]:
+                _book(out[5], first, out[6][FINISHED], trc, kp, wake)
             heard = _heard(e, when, next_t, out[5], first, out[6][FINISHED], wake, group_finished)
             out[6][STEP_FINISHES] = first
+            if wake[KEEP] and not heard:  # (SimBackend.samples_finished serves the Keep order)
+                _serve_keep(e, when, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group, mem,
+                            idle_reported, advanced, wake, kp, out)
         while ist[e, B] and ist[e, KV] + ist[e, B] > cf[e, KV_BUDGET]:
-            _preempt(e, t, ist, queue, order, smp, trc, group, mem, out)
+            _preempt(e, t, ist, queue, order, smp, trc, group, mem, out, wake, kp)
         if ist[e, QHEAD] < ist[e, QTAIL] and ist[e, B] < cf[e, CAP]:
             _admit(e, t, ist, cf, tm, heap, queue, order, smp, trc, group, mem, out)
         _plan(e, t, ist, cf, tm, heap, queue, smp, trc, group, mem, next_t, next_k)
