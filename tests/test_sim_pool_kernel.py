@@ -15,13 +15,14 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sortedrl.compare import cluster_for
 from sortedrl.errors import PolicyError
-from sortedrl.policies.base import Keep, Policy, WakeOn
+from sortedrl.policies.base import Keep, Policy, Train, WakeOn
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim import pool_fast, pool_keep
 from sortedrl.sim.backend import SimBackend
@@ -213,7 +214,7 @@ class BadKeep(Policy):
         return []
 
 
-@pytest.mark.parametrize("bad", [5, 10**9])
+@pytest.mark.parametrize("bad", [5, 10**9, 2**70])
 def test_a_bad_id_in_a_keep_queue_gives_python_s_error(monkeypatch, bad):
     """The kernel admits only the queue's front it checked; the controller meets the bad id
     itself and says the same as without the kernel."""
@@ -228,3 +229,40 @@ def test_a_bad_id_in_a_keep_queue_gives_python_s_error(monkeypatch, bad):
         errors.append(str(e.value))
     assert errors[0] == errors[1]
     assert "illegal action from the Keep order's queue" in errors[0]
+
+
+class OwnKeep(Policy):
+    """Keeps 8 admitted from a queue of the policy's own ids (``kind``), with a budget, and
+    trains whatever has finished once nothing is admitted."""
+
+    name = "own_keep"
+    listens_to_finishes = True
+    kind, budget = int, None
+
+    def on_start(self, view):
+        ids = [self.kind(i) for i in range(view.num_groups * view.group_size)]
+        return [Keep(deque(ids), 8, budget=self.budget), WakeOn(drained=True)]
+
+    def on_finished(self, view, samples, engine):
+        return [Train(view.finished())] if not view.busy and not view.admitted else []
+
+
+
+@pytest.mark.parametrize(("kind", "budget"), [(int, 2**64), (np.int64, None)])
+def test_a_keep_queue_of_numpy_ids_or_a_huge_budget_gives_the_same_run(monkeypatch, kind, budget):
+    """NumPy ids are the controller's to admit (its records keep the policy's objects): each
+    such call counts for the guard; a budget past int64 is no limit, in the kernel too."""
+    trace = read_trace(BUNDLED)
+    monkeypatch.setattr(OwnKeep, "kind", kind)
+    monkeypatch.setattr(OwnKeep, "budget", budget)
+    runs, pools = [], []
+    original = SimBackend._compiled_pool
+    monkeypatch.setattr(SimBackend, "_compiled_pool", lambda self, c: pools.append(original(self, c)) or pools[-1])
+    for compiled in (True, False):
+        monkeypatch.setattr(SimBackend, "compiled", compiled)
+        runs.append(fingerprint(simulate(trace, OwnKeep(), preset("h100-llama3.1-8b-2gpu"), audit=True)))
+    assert runs[0] == runs[1]
+    if kind is int:
+        assert pools[0].changes > len(trace.response_len) / 2
+    else:
+        assert pools[0].changes < pools[0].calls

@@ -110,7 +110,8 @@ class FastPool:
         kp = self.keep_off
         if wake[k.KEEP]:
             kp = pool_keep.load(self, wake)
-            if kp is None:  # (the queue's front needs the controller's own checks)
+            if kp is None:  # (the queue's front needs the controller's own checks: a call
+                self.calls += 1  # that made no change, for the guard)
                 return b._next.index(min(b._next))
         self.calls += 1
         extra = int(wake[k.KQ_OK])  # (samples a Keep order may add to the engines in this call)
@@ -192,7 +193,7 @@ class FastPool:
         k, n = self.k, self.backend.ctl.s.group_size
         parts = [order[j, :ist[j, k.NORDER]] for j in range(len(ist))]
         parts += [queue[j, margin:ist[j, k.QTAIL]] for j in range(len(ist))] + [kq]
-        groups = np.concatenate(parts) // n
+        groups = np.unique(np.concatenate(parts) // n)
         finished_in = self.backend.ctl.s.finished_in
         self.group_finished[groups] = np.fromiter(map(finished_in.__getitem__, groups.tolist()), np.int64,
                                                   groups.size)

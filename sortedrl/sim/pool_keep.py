@@ -27,6 +27,7 @@ from sortedrl.policies.base import SampleState
 
 # samples at most checked at the queue's front for one call (each call checks them again)
 FRONT = 8192
+BIG = 2**62  # a window or budget above this never binds: it is passed as this
 _I64, _I32, _U8, _F64 = np.int64, np.int32, np.uint8, np.float64
 
 
@@ -67,10 +68,15 @@ def load(fast, wake) -> tuple | None:
     s, orders = ctl.s, ctl.orders
     keep = orders.keep
     queue = keep.queue
+    if type(front(queue, 1)[0]) is not int:  # (a NumPy id, say: the controller's own checks,
+        return None  # and its records hold the policy's own objects)
     ids = front(queue, min(len(queue), FRONT))
-    if set(map(type, ids)) - {int}:  # (another type of id: the controller's own checks say what)
+    if set(map(type, ids)) - {int}:
         ids = ids[:next(p for p, i in enumerate(ids) if type(i) is not int)]
-    kq = np.array(ids, dtype=_I64)
+    try:
+        kq = np.array(ids, dtype=_I64)
+    except OverflowError:  # (an id past int64: no sample; the controller says so)
+        kq = np.array(ids[:next(p for p, i in enumerate(ids) if not -2**63 <= i < 2**63)], dtype=_I64)
     bad = (kq < 0) | (kq >= len(s.state))
     at = np.where(bad, 0, kq)
     state = np.frombuffer(s.state, _U8)[at]
@@ -95,8 +101,8 @@ def load(fast, wake) -> tuple | None:
             if key not in memo:
                 memo[key] = length(*key)
             kq_len[p] = memo[key]
-    wake[k.KEEP], wake[k.WINDOW] = 1, keep.window
-    wake[k.BUDGET] = -1 if orders.budget is None else orders.budget
+    wake[k.KEEP], wake[k.WINDOW] = 1, min(keep.window, BIG)
+    wake[k.BUDGET] = -1 if orders.budget is None else min(orders.budget, BIG)
     wake[k.KQ_HEAD], wake[k.KQ_OK], wake[k.KQ_ALL] = 0, ok, ok == len(queue)
     wake[k.REWARDED] = ctl._rewards is not None
     if ctl._rewards is not None:
@@ -133,7 +139,7 @@ def book(fast, wake, kp, fin: list, spans: list, prefills: list) -> None:
         for _ in taken:
             popleft()
         if orders.budget is not None:
-            orders.budget = int(wake[k.BUDGET])
+            orders.budget -= len(taken)
         if s.paused:
             for i in taken:
                 s.paused.pop(i, None)
