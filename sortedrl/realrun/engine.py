@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -32,7 +33,22 @@ def import_vllm(kv_cache_gib: int = 1) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: direct worker access
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")  # its own deprecations
     quiet_torch()
+    numba_beside_vllm()
     import vllm  # noqa: F401
+
+
+def numba_beside_vllm() -> None:
+    """vLLM's CPU worker, starting, scans the globals of every loaded module for its Triton
+    kernels and reads ``vars(value).get("kernel")`` of each. llvmlite's library handle (loaded
+    with numba, which the simulator's compiled loop uses: a process that simulated, then runs)
+    answers every attribute, ``__dict__`` included, with a function wrapper, and the scan fails:
+    "'_lib_fn_wrapper' object has no attribute 'get'". Its attribute cache is given an empty
+    ``__dict__`` to answer with instead (a dunder name is no C symbol: nothing calls it; set,
+    not defaulted: a lookup before, a failed scan's, cached the wrapper there)."""
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    cache = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(cache, dict):
+        cache["__dict__"] = {}
 
 
 def quiet_torch() -> None:
