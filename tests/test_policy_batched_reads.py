@@ -21,6 +21,8 @@ from sortedrl.policies.common import (
     complete_groups,
     completion_order,
     shortest_first,
+    stale_among,
+    too_stale,
     waiting_in,
     waiting_in_groups,
 )
@@ -126,4 +128,25 @@ def test_batched_state_reads_name_the_first_bad_id():
         view.states([2, 4])
     with pytest.raises(IndexError) as one:
         view.state(4)
+    assert str(batched.value) == str(one.value)
+
+
+@given(st.lists(st.integers(-1, 6), min_size=12, max_size=12), st.integers(0, 6), st.integers(0, 3),
+       st.lists(st.integers(0, 11), max_size=12))
+def test_stale_among_is_too_stale_of_each(oldest, version, bound, samples):
+    view = view_of([-1] * 12)
+    for i, v in enumerate(oldest):
+        view._s.oldest[i] = v
+    view._s.version = version
+    assert stale_among(view, samples, bound) == [i for i in samples if too_stale(view, i, bound)]
+    assert view.oldest_versions(range(12)).tolist() == [-1 if view.oldest_version(i) is None
+                                                        else view.oldest_version(i) for i in range(12)]
+
+
+def test_oldest_versions_names_the_first_bad_id():
+    view = view_of([-1] * 4)
+    with pytest.raises(IndexError) as batched:
+        view.oldest_versions([1, 9, -2])
+    with pytest.raises(IndexError) as one:
+        view.oldest_version(9)
     assert str(batched.value) == str(one.value)

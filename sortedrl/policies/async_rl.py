@@ -49,6 +49,7 @@ from sortedrl.policies.common import (
     in_flight,
     refuse_beyond_trace,
     refuse_negative,
+    stale_among,
     too_stale,
 )
 from sortedrl.policies.view import ClusterView
@@ -173,11 +174,13 @@ class AsyncPolicy(Policy):
         if self.checked == view.version and self.params.whole_groups and not last \
                 and view.complete_groups - len(filtered) < per_update:
             return []  # not enough complete groups yet (the count is an upper bound here)
-        finished = tuple(i for i in view.finished() if view.group_of(i) not in filtered)
+        finished = view.finished()
+        if filtered:
+            finished = tuple(i for i in finished if view.group_of(i) not in filtered)
         out: list[Action] = []
         if self.checked != view.version:
             self.checked = view.version
-            stale = [i for i in finished if self._stale(view, i)] if self.params.drop_stale else []
+            stale = stale_among(view, finished, self.params.eta) if self.params.drop_stale else []
             if stale:
                 out.append(Abort(tuple(stale), keep_tokens=False))
                 self.queue.extend(stale)

@@ -147,6 +147,15 @@ def too_stale(view: ClusterView, sample: int, bound: int) -> bool:
     return v is not None and view.version - v > bound
 
 
+def stale_among(view: ClusterView, samples, bound: int) -> list[int]:
+    """Those of ``samples`` that are :func:`too_stale`, in their order (one batched read)."""
+    if not len(samples):
+        return []
+    oldest = view.oldest_versions(samples)
+    at = np.flatnonzero((oldest >= 0) & (view.version - oldest > bound))
+    return np.asarray(samples, dtype=np.int64)[at].tolist()
+
+
 # -- the queue of a Keep order -----------------------------------------------------------------------
 
 

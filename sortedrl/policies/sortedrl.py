@@ -61,7 +61,7 @@ from sortedrl.policies.common import (
     refuse_beyond_trace,
     refuse_negative,
     shortest_first,
-    too_stale,
+    stale_among,
 )
 from sortedrl.policies.view import ClusterView
 
@@ -202,16 +202,15 @@ class SortedRLPolicy(Policy):
         complete = view.complete_groups - len(self.filtered)
         return complete * view.group_size >= self.update_batch
 
-    def _too_stale(self, view: ClusterView, i: int) -> bool:
-        return too_stale(view, i, self.params.max_span)
-
     def _harvest(self, view: ClusterView) -> list[Action]:
         out: list[Action] = []
         running = in_flight(view)
         if running:
             out.append(Abort(tuple(running), keep_tokens=self.partial))
-        finished = tuple(i for i in view.finished() if view.group_of(i) not in self.filtered)
-        stale = [i for i in finished if self._too_stale(view, i)]
+        finished = view.finished()
+        if self.filtered:
+            finished = tuple(i for i in finished if view.group_of(i) not in self.filtered)
+        stale = stale_among(view, finished, self.params.max_span)
         if self.params.harvest == "groups":  # a group with a too-stale member waits for it
             held = {view.group_of(i) for i in stale}
             members = {i for g in complete_groups(view, finished) if g not in held

@@ -236,6 +236,16 @@ class ClusterView:
             raise self._no_sample(int(idx[bad[0]]))
         return np.frombuffer(s.state, dtype=np.uint8)[idx]
 
+    def oldest_versions(self, samples) -> np.ndarray:
+        """``oldest_version`` of many samples at once, as an int64 array (-1: no kept token;
+        the first unknown sample is named, as by ``oldest_version``)."""
+        idx = np.asarray(samples, dtype=np.int64).reshape(-1)
+        s = self._s
+        bad = np.flatnonzero((idx < 0) | (idx >= len(s.oldest)))
+        if bad.size:
+            raise self._no_sample(int(idx[bad[0]]))
+        return np.frombuffer(s.oldest, dtype=np.int32)[idx].astype(np.int64)
+
     def attempt(self, sample: int) -> int:
         if sample < 0:
             raise self._no_sample(sample)
