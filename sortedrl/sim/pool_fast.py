@@ -4,9 +4,9 @@
 without turns, a dense model's memory-bound decode step (``compute_s_per_seq · max_num_seqs <=
 weight_read_s``, so every step is), chunked prefill and no shared host (sim/contention.py); and
 a policy that never hears a finish (its finishes are booked in batches: policies/deferred.py),
-or one that hears them through a ``WakeOn`` order while no ``Keep`` order can admit
-(policies/orders.py; not ``any_group``, which would stop the kernel at every group completed),
-with no host time per event (``policy_event_s`` 0). Each call copies the engines' state into
+or one that hears them through a ``WakeOn`` order (policies/orders.py; not ``any_group``, which
+would stop the kernel at every group completed), its ``Keep`` order's top-ups included where
+sim/pool_keep.py allows them, with no host time per event (``policy_event_s`` 0). Each call copies the engines' state into
 typed arrays, runs the kernel until Python must act, and writes the state back into the same
 Python objects (dicts, deque, heap) the engines use, so everything else (policies' views,
 aborts, syncs, the audit in tests) sees exactly what the Python loop would have left. The

@@ -4,7 +4,9 @@ Between two events that Python must see, the pool (:meth:`SimBackend._pool`) app
 earliest engine change again and again: pop the samples that finish, preempt, admit from the
 queue in chunks, plan the next change. For a policy that never hears a finish (``sync``,
 ``one_step_off``, ``oracle_sorted``), or hears them only when its ``WakeOn`` order holds
-(``partial``, ``tail_batch``), nothing else happens in between, so that loop is all the
+(``partial``, ``tail_batch``), nothing else happens in between but the top-ups of a ``Keep``
+order (``async``, ``sortedrl``), which the kernel makes too (:func:`_serve_keep`: the
+controller's admission, placement and records, and ``Engine.admit``), so that loop is all the
 simulator does for most of a run. :func:`run_pool` is the same loop, written over typed arrays
 and compiled by numba: :meth:`Engine.advance`, ``_admit_chunked``, ``_preempt`` and
 :meth:`Engine.plan` for a dense model's chunked-prefill engine with prefix caching or without,
@@ -18,9 +20,12 @@ disabled: ``PYTHON``, which Python makes), after a change that leaves an engine 
 event Python queues (``IDLE``), after a step whose finishes the policy must hear (``HEARD``:
 StandingOrders.hears on the kernel's own counts, or another engine due at the same instant;
 Python queues the ``FINISHED`` event), and when its output rows are full or it has made
-``limit`` changes (``FULL``: called again). A preemption it makes itself; the controller hears
-of it after the call, in order.
-The codes are defined here, not imported: numba's cache checks this file only.
+``limit`` changes (``FULL``: called again), and before a change whose top-ups might reach past
+the ``Keep`` queue's front that sim/pool_keep.py checked (``PYTHON``). A preemption it makes
+itself; the controller hears of it after the call, in order.
+The codes are defined here, not imported, and every compiled function of the loop lives in this
+one file, over 400 lines: numba's cache checks only the file of the function it compiles, so a
+callee in another file could change and leave stale machine code in the cache.
 """
 from __future__ import annotations
 
