@@ -266,3 +266,22 @@ def test_a_keep_queue_of_numpy_ids_or_a_huge_budget_gives_the_same_run(monkeypat
         assert pools[0].changes > len(trace.response_len) / 2
     else:
         assert pools[0].changes < pools[0].calls
+
+
+class HugeWake(OwnKeep):
+    """OwnKeep, hearing only at 2**70 finishes (never) or when drained."""
+
+    name = "huge_wake"
+
+    def on_start(self, view):
+        return [Keep(deque(range(view.num_groups * view.group_size)), 8),
+                WakeOn(finished=2**70, groups=2**70, drained=True)]
+
+
+def test_a_wake_on_count_past_int64_gives_the_same_run(monkeypatch):
+    trace = read_trace(BUNDLED)
+    runs = []
+    for compiled in (True, False):
+        monkeypatch.setattr(SimBackend, "compiled", compiled)
+        runs.append(fingerprint(simulate(trace, HugeWake(), preset("h100-llama3.1-8b-2gpu"), audit=True)))
+    assert runs[0] == runs[1]

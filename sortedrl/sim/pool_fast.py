@@ -6,10 +6,11 @@ weight_read_s``, so every step is), chunked prefill and no shared host (sim/cont
 a policy that never hears a finish (its finishes are booked in batches: policies/deferred.py),
 or one that hears them through a ``WakeOn`` order (policies/orders.py; not ``any_group``, which
 would stop the kernel at every group completed), its ``Keep`` order's top-ups included where
-sim/pool_keep.py allows them, with no host time per event (``policy_event_s`` 0). Each call copies the engines' state into
-typed arrays, runs the kernel until Python must act, and writes the state back into the same
-Python objects (dicts, deque, heap) the engines use, so everything else (policies' views,
-aborts, syncs, the audit in tests) sees exactly what the Python loop would have left. The
+sim/pool_keep.py allows them, with no host time per event (``policy_event_s`` 0). Each call
+copies the engines' state into typed arrays, runs the kernel until Python must act, and
+writes the state back into the same Python objects (dicts, deque, heap) the engines use, so
+everything else (policies' views, aborts, syncs, the audit in tests) sees exactly what the
+Python loop would have left. The
 timeline rows, preemptions and finishes it made are appended or booked in the order they
 happened, and a finish the policy must hear is queued as the same ``FINISHED`` event.
 
@@ -183,8 +184,10 @@ class FastPool:
         if keep and not pool_keep.servable(b, eligible):
             return None
         row = np.zeros(self.k.ADM_SAMPLES + 1, dtype=np.int64)
-        row[:self.k.KEEP + 1] = (1, s.group_size, s.complete_at, w.finished, w.groups, w.drained,
-                                 s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted, keep)
+        big = pool_keep.BIG  # (a count past it is never reached: passed as it, within int64)
+        row[:self.k.KEEP + 1] = (1, s.group_size, s.complete_at, min(w.finished, big), min(w.groups, big),
+                                 w.drained, s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted,
+                                 keep)
         return row
 
     def _load_group_finished(self, ist, queue, order, margin: int, kq: np.ndarray) -> None:
