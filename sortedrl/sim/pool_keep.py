@@ -94,13 +94,13 @@ def load(fast, wake) -> tuple | None:
     kq = kq[:ok]
     attempt = np.frombuffer(s.attempt, _I32)[kq]
     kq_len = np.full(ok, -1, dtype=_I64)
-    if attempt.any():
-        length, memo = b._attempts.length, fast.regen_lengths
+    if attempt.any():  # (drawn once while at the front: the last call's draws, kept for these)
+        length, before, memo = b._attempts.length, fast.regen_lengths, {}
         for p in np.flatnonzero(attempt).tolist():
             key = (int(kq[p]), int(attempt[p]))
-            if key not in memo:
-                memo[key] = length(*key)
-            kq_len[p] = memo[key]
+            drawn = before.get(key)
+            memo[key] = kq_len[p] = length(*key) if drawn is None else drawn
+        fast.regen_lengths = memo
     wake[k.KEEP], wake[k.WINDOW] = 1, min(keep.window, BIG)
     wake[k.BUDGET] = -1 if orders.budget is None else min(orders.budget, BIG)
     wake[k.KQ_HEAD], wake[k.KQ_OK], wake[k.KQ_ALL] = 0, ok, ok == len(queue)
