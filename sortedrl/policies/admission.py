@@ -105,6 +105,29 @@ class Admission:
         self.timeline.add("admit", self.backend.now(), e, chunk)  # chunk is ours: no copy
         self.backend.admit(e, chunk, [s.generated[i]])
 
+    def admitted_in_arrays(self, samples: list[int]) -> None:
+        """The rest of an admission of ``samples`` (in order) whose state, engine, loads and
+        records the simulator's compiled loop made, from the Keep order's queue
+        (sim/pool_keep.py): their pop from that queue and its budget, paused samples resumed,
+        groups started."""
+        s, orders = self.s, self.orders
+        popleft = orders.keep.queue.popleft
+        for _ in samples:
+            popleft()
+        if orders.budget is not None:
+            orders.budget -= len(samples)
+        s.admitted += len(samples)
+        if s.paused:
+            for i in samples:
+                s.paused.pop(i, None)
+        started, n = s.started, s.group_size
+        for i in samples:
+            if not started[i // n]:
+                started[i // n] = 1
+                s.started_count += 1
+        while s.next_group < s.num_groups and started[s.next_group]:
+            s.next_group += 1
+
     def _placement(self, act: Admit) -> list[tuple[int, list[int]]]:
         """Which engine gets which admitted samples (see :func:`~sortedrl.policies.placement.spread`).
         A lone sample whose group has a member admitted on an engine joins it there (shared prompt), unless that

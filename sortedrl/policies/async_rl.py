@@ -50,7 +50,6 @@ from sortedrl.policies.common import (
     refuse_beyond_trace,
     refuse_negative,
     stale_among,
-    too_stale,
 )
 from sortedrl.policies.view import ClusterView
 
@@ -144,13 +143,10 @@ class AsyncPolicy(Policy):
         self.accepted = view.finished_count + self.trained
         self.dropped = 0
 
-    def _stale(self, view: ClusterView, i: int) -> bool:
-        return too_stale(view, i, self.params.eta)
-
     def _after_sync(self, view: ClusterView) -> list[Action]:
         out: list[Action] = []
         running = in_flight(view)
-        stale = [i for i in running if self._stale(view, i)] if self.params.drop_stale else []
+        stale = stale_among(view, running, self.params.eta) if self.params.drop_stale else []
         if stale:
             out.append(Abort(tuple(stale), keep_tokens=False))
             self.queue.extend(stale)

@@ -149,8 +149,6 @@ def too_stale(view: ClusterView, sample: int, bound: int) -> bool:
 
 def stale_among(view: ClusterView, samples, bound: int) -> list[int]:
     """Those of ``samples`` that are :func:`too_stale`, in their order (one batched read)."""
-    if not len(samples):
-        return []
     oldest = view.oldest_versions(samples)
     at = np.flatnonzero((oldest >= 0) & (view.version - oldest > bound))
     return np.asarray(samples, dtype=np.int64)[at].tolist()

@@ -201,6 +201,23 @@ class Controller(Admission, Removal):
         if self.orders.wake is not None:
             self.orders.unheard += samples
 
+    def samples_finished_in_arrays(self, samples: list[int]) -> None:
+        """The rest of :meth:`samples_finished` for finishes whose per-sample arrays (state,
+        tokens, engine, reward, loads) the simulator's compiled loop booked (sim/pool_keep.py):
+        the buffer, the finished members per group, the counts and the unheard."""
+        s = self.s
+        s.buffer.update(dict.fromkeys(samples))
+        fin, n_group, need = s.finished_in, s.group_size, s.complete_at
+        for i in samples:
+            g = i // n_group
+            c = fin[g] + 1
+            fin[g] = c
+            if c == need:
+                s.complete += 1
+        s.admitted -= len(samples)
+        if self.orders.wake is not None:
+            self.orders.unheard += samples
+
     def sample_preempted(self, sample: int, tokens: int) -> None:
         self.s.generated[sample] = tokens  # still admitted: back in its engine's queue
 

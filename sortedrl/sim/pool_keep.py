@@ -119,38 +119,18 @@ def load(fast, wake) -> tuple | None:
 
 
 def book(fast, wake, kp, fin: list, spans: list, prefills: list) -> None:
-    """After a call that served the Keep order: the controller's books the kernel left (the
-    module doc), and the timeline's rows, in the order Python would have made them."""
+    """After a call that served the Keep order: the loads the kernel kept, the controller's books
+    it left (Controller.samples_finished_in_arrays, Admission.admitted_in_arrays: the module
+    doc), and the timeline's rows, in the order Python would have made them."""
     k, b = fast.k, fast.backend
     ctl = b.ctl
-    s, orders, tl = ctl.s, ctl.orders, b.timeline
+    ctl.s.load[:] = kp[k.LOADS].tolist()
     if fin:
-        s.buffer.update(dict.fromkeys(fin))
-        groups = np.unique(np.asarray(fin, dtype=_I64) // s.group_size)
-        finished_in = s.finished_in
-        for g, c in zip(groups.tolist(), fast.group_finished[groups].tolist(), strict=True):
-            finished_in[g] = c
-        orders.unheard += fin
-    s.complete, s.admitted = int(wake[k.COMPLETE]), int(wake[k.ADMITTED])
-    s.load[:] = kp[k.LOADS].tolist()
+        ctl.samples_finished_in_arrays(fin)
     taken = kp[k.KQ][:wake[k.KQ_HEAD]].tolist()
     if taken:
-        popleft = orders.keep.queue.popleft
-        for _ in taken:
-            popleft()
-        if orders.budget is not None:
-            orders.budget -= len(taken)
-        if s.paused:
-            for i in taken:
-                s.paused.pop(i, None)
-        started, n = s.started, s.group_size
-        for i in taken:
-            if not started[i // n]:
-                started[i // n] = 1
-                s.started_count += 1
-        while s.next_group < s.num_groups and started[s.next_group]:
-            s.next_group += 1
-    _timeline(tl, kp, wake, k, spans, prefills)
+        ctl.admitted_in_arrays(taken)
+    _timeline(b.timeline, kp, wake, k, spans, prefills)
 
 
 def _timeline(tl, kp, wake, k, spans: list, prefills: list) -> None:

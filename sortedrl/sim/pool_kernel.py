@@ -94,7 +94,7 @@ SPANS, FINISHED, PREFILLS, PREFILLED, PREEMPTS, CHANGES, STEP_FINISHES = range(7
 # the standing WakeOn order and the counts it reads (``wake``; policies/orders.py), for a policy
 # that hears finishes; LISTEN 0: it hears none (its finishes are booked in batches)
 # (WakeOn(any_group) stays in Python: pool_fast._wake). KEEP 1: a Keep order may admit (its
-# window, budget (-1: none), and the queue's front that pool_fast checked: KQ_OK samples, the
+# window, budget (-1: none), and the queue's front that pool_keep checked: KQ_OK samples, the
 # whole queue if KQ_ALL), served at each finish the policy does not hear; the kernel then books
 # the controller's per-sample arrays itself (``kp``), and counts its admission rows
 LISTEN, GROUP_SIZE, NEED, WAKE_FINISHED, WAKE_GROUPS, WAKE_DRAINED, BUSY, COMPLETE, BUFFERED, ADMITTED, \
@@ -364,7 +364,7 @@ def _can_admit(wake):
 @njit(cache=True)
 def _book(fin, first, last, trc, kp, wake):
     """Controller.samples_finished's per-sample arrays for the finishes ``fin[first:last]`` (a
-    Keep order's top-ups read them; pool_fast books the rest after the call, in order)."""
+    Keep order's top-ups read them; pool_keep books the rest after the call, in order)."""
     state, gen, resp, engine_of, loads = kp[ST], kp[GEN], kp[RESP], kp[ENGINE_OF], kp[LOADS]
     for j in range(first, last):
         i = fin[j]
