@@ -48,6 +48,7 @@ from sortedrl.timeline_columns import (  # noqa: F401  (SCHEMA .. Ragged: re-exp
     _LIST,
     FIELDS,
     KINDS,
+    LABEL_VALUES,
     SCHEMA,
     Column,
     Labels,
@@ -91,6 +92,11 @@ class Timeline:
         self._cache: dict[str, tuple[tuple[int, int], dict[str, Column]]] = {}
         self._until_check = _CHECK_EVERY
         self._held = dict.fromkeys(_SAMPLES_AT, 0)  # samples in each kind's pending sample lists
+        # records added as columns (add_columns), pending before each kind's list: their count,
+        # and the finishes and latest end among such spans (see progress)
+        self._blocks: dict[str, list[dict[str, Column]]] = {kind: [] for kind in SCHEMA}
+        self._block_rows = dict.fromkeys(SCHEMA, 0)
+        self._block_finished, self._block_last_t = 0, 0.0
         self._finished, self._last_t = 0, 0.0  # in compacted spans (see progress)
 
     def __getstate__(self) -> dict:
@@ -134,6 +140,28 @@ class Timeline:
         self._until_check -= end - start
         return end
 
+    def add_columns(self, kind: str, cols: dict[str, Column]) -> None:
+        """Append records already in columns (every field of ``SCHEMA[kind]``, a label as codes
+        into :meth:`labels`' table) after the pending rows of ``kind``, as if appended row by
+        row: the simulator's compiled loop makes its spans and prefills so. No ``sink`` hears
+        them (the simulator has none)."""
+        if not len(cols["t"]):
+            return
+        rows = getattr(self, _LIST[kind])
+        if rows:  # (they came first)
+            self._pend(kind, self._typed(kind, rows))
+            rows.clear()
+            if kind in self._held:
+                self._held[kind] = 0
+        self._pend(kind, cols)
+
+    def _pend(self, kind: str, cols: dict[str, Column]) -> None:
+        self._blocks[kind].append(cols)
+        self._block_rows[kind] += len(cols["t"])
+        if kind == "span":
+            self._block_last_t = float(cols["t_end"][-1])
+            self._block_finished += int(np.count_nonzero(cols["end"] == "finish"))
+
     def admit(self, t: float, engine: int, samples: list[int]) -> None:
         self.add("admit", t, engine, list(samples))
 
@@ -172,13 +200,17 @@ class Timeline:
         """Move each list of at least ``min_rows`` pending records into typed columns, and
         empty it in place."""
         for kind, name in _LIST.items():
-            if len(getattr(self, name)) >= min_rows:
+            if len(getattr(self, name)) + self._block_rows[kind] >= min_rows:
                 self._compact(kind)
 
     def _compact(self, kind: str) -> None:
-        rows = getattr(self, _LIST[kind])
-        cols = self._typed(kind, rows)
+        rows, parts = getattr(self, _LIST[kind]), self._blocks[kind]
+        if rows or not parts:
+            parts.append(self._typed(kind, rows))
+        cols = parts[0] if len(parts) == 1 else concat_chunks(SCHEMA[kind], parts)
+        self._blocks[kind], self._block_rows[kind] = [], 0
         if kind == "span":
+            self._block_finished = 0  # (before the packed count grows: a poll may miss them once)
             self._finished += int(np.count_nonzero(cols["end"] == "finish"))
             self._last_t = float(cols["t_end"][-1])
         if self._spill is not None and not self._chunks[kind]:  # (a kind set by a reader
@@ -195,8 +227,9 @@ class Timeline:
         # the count of rows already packed first, then a snapshot of those not yet (the simulator
         # keeps appending): a packing in between is missed for one poll, never counted twice
         packed, last_t = self._finished, self._last_t
+        blocked, last_t = self._block_finished, max(last_t, self._block_last_t)
         pending = list(self.spans)
-        finished = packed + sum(1 for row in pending if row[7] == "finish")
+        finished = packed + blocked + sum(1 for row in pending if row[7] == "finish")
         return finished, float(pending[-1][1]) if pending else last_t
 
     # -- reading -------------------------------------------------------------------------------
@@ -206,7 +239,7 @@ class Timeline:
         chunks = self._chunks[kind]
         done = sum(len(next(iter(c.values()))) for c in chunks) if chunks else 0
         spilled = self._spill.records.get(kind, 0) if self._spill is not None else 0
-        return done + spilled + len(getattr(self, _LIST[kind]))
+        return done + spilled + self._block_rows[kind] + len(getattr(self, _LIST[kind]))
 
     def columns(self, kind: str) -> Mapping[str, Column]:
         """Every record of ``kind`` as columns, in recording order (from a JSONL file: by t):
@@ -214,6 +247,8 @@ class Timeline:
         dict; for a kind spilled to disk, a mapping that reads each field when asked for and
         frees it when no one holds it (a caller keeps a field it uses twice in a name)."""
         rows = getattr(self, _LIST[kind])
+        if self._blocks[kind]:  # (records added as columns: packed with the rows after them)
+            self._compact(kind)
         if self._spill is not None and kind in self._spill.records:
             if rows:
                 self._compact(kind)
@@ -255,14 +290,21 @@ class Timeline:
         getattr(self, _LIST[kind]).clear()
         if kind in self._held:
             self._held[kind] = 0
+        self._blocks[kind], self._block_rows[kind] = [], 0
+        if kind == "span":
+            self._block_finished, self._block_last_t = 0, 0.0
         if self._spill is not None:
             self._spill.drop(kind)
         self._chunks[kind] = [cols]
         self._cache.pop(kind, None)
 
     def labels(self, kind: str, field: str) -> list[str]:
-        """The label table of a label field (grows as new labels are recorded)."""
-        return self._labels.setdefault((kind, field), [])
+        """The label table of a label field: the values it is known to take first
+        (LABEL_VALUES), then any other as it is recorded or read."""
+        table = self._labels.get((kind, field))
+        if table is None:
+            table = self._labels[(kind, field)] = list(LABEL_VALUES.get((kind, field), ()))
+        return table
 
     def _typed(self, kind: str, rows: list[tuple]) -> dict[str, Column]:
         """``rows`` as columns: one pass of ``np.fromiter`` into a record array (the sample
@@ -274,13 +316,11 @@ class Timeline:
             if typ == "samples":
                 out[name] = Ragged.from_lists(col.tolist())
             elif typ == "label":
-                names = self.labels(kind, name)
-                for label in sorted(set(col.tolist()) - set(names)):
+                names, values = self.labels(kind, name), col.tolist()
+                for label in sorted(set(values) - set(names)):
                     names.append(label)
-                codes = np.zeros(col.size, dtype=np.uint8)
-                for code, label in enumerate(names):
-                    codes[col == label] = code
-                out[name] = Labels(codes, names)
+                code = {label: i for i, label in enumerate(names)}
+                out[name] = Labels(np.fromiter(map(code.__getitem__, values), np.uint8, len(values)), names)
             else:
                 out[name] = np.ascontiguousarray(col)
         return out

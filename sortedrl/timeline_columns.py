@@ -41,6 +41,16 @@ class Ragged:
                                  + [p.offsets[1:] + s for p, s in zip(parts, shifts, strict=True)])
         return cls(offsets, np.concatenate([p.values for p in parts]))
 
+    @classmethod
+    def from_runs(cls, values: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> Ragged:
+        """Record i's samples are ``values[first[i]:first[i] + lengths[i]]``."""
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if not np.array_equal(first, offsets[:-1]):  # (not back to back: gathered)
+            shift = np.repeat(offsets[:-1] - first, lengths)
+            values = values[np.arange(offsets[-1], dtype=np.int64) - shift]
+        return cls(offsets, values[:offsets[-1]].astype(np.int32))
+
     def __len__(self) -> int:
         return self.offsets.size - 1
 
@@ -115,6 +125,11 @@ SCHEMA: dict[str, Fields] = {
     "tool": (("t", "f8"), ("t_start", "f8"), ("t_end", "f8"), ("engine", "i4"), ("sample", "i4"),
              ("attempt", "i4"), ("turn", "i4"), ("tokens", "i4")),
 }
+# the values a label field takes, first in its table in this order: so a table (and the codes
+# written) never depends on where a long run's records were packed into chunks (a new label a
+# file or a policy brings goes after them)
+LABEL_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("span", "end"): ("finish", "preempt", "abort", "sync", "tool")}
 KINDS = ("meta", *SCHEMA)
 FIELDS = {kind: tuple(name for name, _ in cols) for kind, cols in SCHEMA.items()}
 _LIST = {"span": "spans", "prefill": "prefills", "admit": "admits", "abort": "aborts",
@@ -158,6 +173,20 @@ def check_counts(fields: Fields, cols: dict[str, Column]) -> None:
         values = col.values if isinstance(col, Ragged) else col
         if typ in ("samples", "i4", "i8") and values.size and values.min() < 0:  # type: ignore[union-attr]
             raise ValueError(f"field {name!r} has a negative value")
+
+
+def slice_columns(cols: dict[str, Column], start: int, stop: int) -> dict[str, Column]:
+    """Records ``start`` to ``stop`` of a chunk (views of its arrays)."""
+    out: dict[str, Column] = {}
+    for name, col in cols.items():
+        if isinstance(col, Ragged):
+            lo, hi = col.offsets[start], col.offsets[stop]
+            out[name] = Ragged(col.offsets[start:stop + 1] - lo, col.values[lo:hi])
+        elif isinstance(col, Labels):
+            out[name] = Labels(col.codes[start:stop], col.names)
+        else:
+            out[name] = col[start:stop]
+    return out
 
 
 def concat_chunks(fields: Fields, parts: list[dict[str, Column]]) -> dict[str, Column]:

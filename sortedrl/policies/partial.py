@@ -157,7 +157,7 @@ class PartialRolloutPolicy(Policy):
         finished = view.finished()
         if self.filtered:
             finished = tuple(i for i in finished if view.group_of(i) not in self.filtered)
-        batch, regen = [], []
+        batch, regen, trained = [], [], set()
         first_n = set(completion_order(view, finished)[: self.n_groups])  # the rest wait
         for g in complete_groups(view, finished):
             if g not in first_n:
@@ -168,7 +168,9 @@ class PartialRolloutPolicy(Policy):
                 regen += old
                 continue
             batch += members
-            self.active.remove(g)
+            trained.add(g)
+        if trained:  # (one pass: a list.remove per group was quadratic in the groups started)
+            self.active = [g for g in self.active if g not in trained]
         settled = set(batch) | set(regen)
         if not self.params.keep_partial:  # on-policy: finished samples may not wait either
             regen += [i for i in finished if i not in settled]

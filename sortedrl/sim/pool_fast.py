@@ -23,7 +23,6 @@ stops too often for its copies to pay (``GUARD_*``); ``True`` always where the c
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from sortedrl.policies.base import Event, EventKind, SampleState
 from sortedrl.policies.common import SampleQueue
 from sortedrl.sim import pool_keep
 from sortedrl.sim.engine import Engine
+from sortedrl.timeline_columns import Labels, Ragged
 
 # from this many samples up, ``auto`` compiles: below, the numba start-up a process pays once
 # (its import and cached machine code, about 0.5 CPU s) costs more than the kernel saves
@@ -291,26 +291,17 @@ class FastPool:
         self.mem[j, groups] = 0
 
     def _rows(self, out, wake, kp) -> None:
-        """Append the kernel's timeline rows, finishes and preemptions, in the order they happened."""
-        sp_f, sp_i, pf_f, pf_i, pf_s, fin, out_n, pre = out
-        spans, finished, prefills, samples, preempts = out_n.tolist()[:5]
+        """Append the kernel's timeline rows (as columns), finishes and preemptions, in the
+        order they happened."""
+        fin, out_n, pre = out[5], out[6], out[7]
+        _, finished, _, _, preempts = out_n.tolist()[:5]
         b = self.backend
-        eng = b.engines[0]
-        span_rows, prefill_rows = [], []
-        if spans:
-            cols = sp_i[:spans, :5].T.tolist()
-            ends = ["preempt" if x else "finish" for x in sp_i[:spans, 5].tolist()] if preempts else \
-                list(repeat("finish", spans))
-            span_rows = zip(sp_f[:spans, 0].tolist(), sp_f[:spans, 1].tolist(), *cols, ends, strict=True)
-        if prefills:
-            admitted = pf_s[:samples].tolist()
-            ends, ints = pf_f[:prefills].tolist(), pf_i[:prefills].tolist()
-            prefill_rows = ((t0, t1, e, admitted[first:first + n], tokens, recomputed)
-                            for (t0, t1), (e, tokens, recomputed, first, n) in zip(ends, ints, strict=True))
+        spans, prefills = self._columns(out)
         if wake[self.k.KEEP]:  # (the kernel booked the preemptions and the finishes' arrays)
-            pool_keep.book(self, wake, kp, fin[:finished].tolist(), list(span_rows), list(prefill_rows))
+            pool_keep.book(self, wake, kp, fin[:finished].tolist(), spans, prefills)
             return
-        eng._spans.extend(span_rows)
+        b.timeline.add_columns("span", spans)
+        eng = b.engines[0]
         for i, tok in pre[:preempts].tolist():
             eng._ctl.sample_preempted(i, tok)  # (as Engine._preempt reports it)
         if finished:  # booked in batches, or now (as the engines report them): the same state
@@ -318,4 +309,22 @@ class FastPool:
                 eng._pending.extend(fin[:finished].tolist())
             else:  # (a listening policy's WakeOn was checked in the kernel, on its own counts)
                 b.ctl.samples_finished(fin[:finished].tolist(), b._lengths)
-        eng._prefills.extend(prefill_rows)
+        b.timeline.add_columns("prefill", prefills)
+
+    def _columns(self, out) -> tuple[dict, dict]:
+        """The spans and the prefills the kernel made, as the timeline's columns."""
+        sp_f, sp_i, pf_f, pf_i, pf_s, _, out_n, _ = out
+        spans, _, prefills, _, preempts = out_n.tolist()[:5]
+        ends = self.backend.timeline.labels("span", "end")
+        ended = sp_i[:spans, 5] if preempts else np.zeros(spans, dtype=np.int64)
+        codes = np.where(ended != 0, ends.index("preempt"), ends.index("finish")).astype(np.uint8)
+        i4 = np.int32
+        span = {"t": sp_f[:spans, 0].copy(), "t_end": sp_f[:spans, 1].copy(),
+                **{name: sp_i[:spans, c].astype(i4)
+                   for c, name in enumerate(("engine", "sample", "attempt", "version", "tokens"))},
+                "end": Labels(codes, ends)}
+        rows = pf_i[:prefills]
+        prefill = {"t": pf_f[:prefills, 0].copy(), "t_end": pf_f[:prefills, 1].copy(),
+                   "engine": rows[:, 0].astype(i4), "samples": Ragged.from_runs(pf_s, rows[:, 3], rows[:, 4]),
+                   "tokens": rows[:, 1].copy(), "recomputed": rows[:, 2].copy()}
+        return span, prefill

@@ -24,6 +24,7 @@ from itertools import islice
 import numpy as np
 
 from sortedrl.policies.base import SampleState
+from sortedrl.timeline_columns import slice_columns
 
 # samples at most checked at the queue's front for one call (each call checks them again)
 FRONT = 8192
@@ -118,7 +119,7 @@ def load(fast, wake) -> tuple | None:
             np.empty((ok, 5), _I64), np.empty(ok, _I64), np.empty(ok, _F64))
 
 
-def book(fast, wake, kp, fin: list, spans: list, prefills: list) -> None:
+def book(fast, wake, kp, fin: list, spans: dict, prefills: dict) -> None:
     """After a call that served the Keep order: the loads the kernel kept, the controller's books
     it left (Controller.samples_finished_in_arrays, Admission.admitted_in_arrays: the module
     doc), and the timeline's rows, in the order Python would have made them."""
@@ -133,9 +134,9 @@ def book(fast, wake, kp, fin: list, spans: list, prefills: list) -> None:
     _timeline(b.timeline, kp, wake, k, spans, prefills)
 
 
-def _timeline(tl, kp, wake, k, spans: list, prefills: list) -> None:
-    """The admission rows, and the spans and prefills made before each where the timeline looks
-    at its lists (Timeline.add_until_look): the same lists, packed at the same rows."""
+def _timeline(tl, kp, wake, k, spans: dict, prefills: dict) -> None:
+    """The admission rows, and the spans and prefills (columns) made before each where the
+    timeline looks at its lists (Timeline.add_until_look): the same records, in the same order."""
     admitted = kp[k.ADM_S][:wake[k.ADM_SAMPLES]].tolist()
     rows = kp[k.ADM_I][:wake[k.ADMITS]].tolist()
     records = [(t, e, admitted[first:first + n])
@@ -146,10 +147,10 @@ def _timeline(tl, kp, wake, k, spans: list, prefills: list) -> None:
         if at == len(records):
             break
         span_mark, prefill_mark = rows[at][3], rows[at][4]
-        tl.spans.extend(spans[done_spans:span_mark])
-        tl.prefills.extend(prefills[done_prefills:prefill_mark])
+        tl.add_columns("span", slice_columns(spans, done_spans, span_mark))
+        tl.add_columns("prefill", slice_columns(prefills, done_prefills, prefill_mark))
         done_spans, done_prefills = span_mark, prefill_mark
         tl.add("admit", *records[at])
         at += 1
-    tl.spans.extend(spans[done_spans:])
-    tl.prefills.extend(prefills[done_prefills:])
+    tl.add_columns("span", slice_columns(spans, done_spans, len(spans["t"])))
+    tl.add_columns("prefill", slice_columns(prefills, done_prefills, len(prefills["t"])))
