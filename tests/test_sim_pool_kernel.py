@@ -113,10 +113,34 @@ def test_random_runs_identical(data):
         preset("h100-llama3.1-8b-2gpu"), max_num_seqs=seqs, kv_budget_tokens=data.draw(st.integers(450, 3000)),
         max_num_batched_tokens=data.draw(st.integers(seqs + 1, 300)), prefix_caching=data.draw(st.booleans()))
     cluster = cluster_for(make_policy(name, [], trace).placements, cluster)
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp:  # (catch-ups in the kernel at most queues, or few)
+        mp.setattr(pool_fast, "CATCH_UP_QUEUE", data.draw(st.sampled_from([0, 3, 128])))
         (compiled, python), changes = both(mp, trace, name, [], cluster)
     assert compiled == python
     assert changes > 0
+
+
+@pytest.mark.parametrize(("name", "sets", "kv"), [
+    ("async", [], 0), ("async", ["recompute_on_sync=true"], 20_000), ("async", ["filter_groups=true"], 0),
+    ("async", ["drop_stale=true"], 20_000), ("async", ["whole_groups=false", "eta=0"], 0),
+    ("async", ["eta=0"], 20_000)])
+def test_catching_up_in_the_kernel_is_identical(monkeypatch, name, sets, kv):
+    # SimBackend._catch_up hands an engine's due changes to the kernel (FastPool.catch_up) from
+    # CATCH_UP_QUEUE queued samples: at 0, every change a catch-up makes (async's, after an
+    # update's top-ups); every finish is booked and deferred as Python's catch-up defers it,
+    # with no Keep top-up, one engine after another
+    monkeypatch.setattr(pool_fast, "CATCH_UP_QUEUE", 0)
+    calls = []
+    catch_up = pool_fast.FastPool.catch_up
+    monkeypatch.setattr(pool_fast.FastPool, "catch_up",
+                        lambda self, j, now: (calls.append(j), catch_up(self, j, now))[1])
+    trace = read_trace(BUNDLED)
+    cluster = cluster_for(make_policy(name, sets, trace).placements, preset("h100-llama3.1-8b"))
+    if kv:
+        cluster = dataclasses.replace(cluster, kv_budget_tokens=kv)
+    (compiled, python), changes = both(monkeypatch, trace, name, sets, cluster)
+    assert compiled == python
+    assert calls and changes > 0
 
 
 def test_a_finish_that_holds_the_host_runs_in_python(monkeypatch):

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from sortedrl.cli import app
 from sortedrl.errors import ConfigError
 from sortedrl.policies.registry import make_policy
-from sortedrl.sim.attempts import MIN_OTHERS, WITHIN_SHARE, AttemptLengths, stream_key
+from sortedrl.sim.attempts import MIN_OTHERS, WITHIN_SHARE, AttemptLengths, prompt_codes, stream_key
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -67,6 +67,18 @@ def test_group_size_one_falls_back_to_a_share_of_the_total_spread():
     assert not draw.fitted
     assert draw.sigma_within == pytest.approx(math.sqrt(WITHIN_SHARE * np.var(np.log(lengths))))
     assert all(1 <= draw.length(i, a) <= 8192 for i in range(6) for a in range(1, 50))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["p0", "p1", "p2", "q", "p10"]), max_size=40), st.booleans())
+def test_prompt_codes_are_numpys_unique_in_any_row_order(ids, grouped):
+    # the fast path over runs of equal ids gives np.unique's codes and inverse exactly, and a
+    # prompt split over two runs takes the whole-array way
+    rows = np.array(sorted(ids) if grouped else ids, dtype=str)
+    codes, inverse = prompt_codes(rows)
+    want_codes, want_inverse = np.unique(rows, return_inverse=True)
+    assert codes.tolist() == want_codes.tolist()
+    assert inverse.dtype == want_inverse.dtype and inverse.tolist() == want_inverse.tolist()
 
 
 def test_unknown_regen_is_a_config_error():

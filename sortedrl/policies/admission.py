@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sortedrl.policies.base import Admit, SampleState
+from sortedrl.policies.common import SampleQueue
 from sortedrl.policies.deferred import BATCH, group_counts, typed_view
 from sortedrl.policies.placement import spread
 
@@ -110,21 +111,25 @@ class Admission:
         records the simulator's compiled loop made, from the Keep order's queue
         (sim/pool_keep.py): their pop from that queue and its budget, paused samples resumed,
         groups started."""
-        s, orders = self.s, self.orders
-        popleft = orders.keep.queue.popleft
-        for _ in samples:
-            popleft()
+        s, orders, queue = self.s, self.orders, self.orders.keep.queue
+        if type(queue) is SampleQueue:
+            queue.drop_front(len(samples))
+        else:
+            for _ in samples:
+                queue.popleft()
         if orders.budget is not None:
             orders.budget -= len(samples)
         s.admitted += len(samples)
         if s.paused:
             for i in samples:
                 s.paused.pop(i, None)
-        started, n = s.started, s.group_size
-        for i in samples:
-            if not started[i // n]:
-                started[i // n] = 1
-                s.started_count += 1
+        started = np.frombuffer(s.started, dtype=np.uint8)
+        groups = np.unique(np.asarray(samples, dtype=np.int64) // s.group_size)
+        fresh = groups[started[groups] == 0]
+        started[fresh] = 1
+        s.started_count += fresh.size
+        del started  # (a bytearray cannot resize while a view holds it)
+        started = s.started
         while s.next_group < s.num_groups and started[s.next_group]:
             s.next_group += 1
 

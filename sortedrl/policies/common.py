@@ -178,6 +178,17 @@ class SampleQueue:
         self.next_fresh += 1
         return self.next_fresh - 1
 
+    def drop_front(self, n: int) -> None:
+        """Pop ``n`` samples from the front at once (the queue holds as many)."""
+        ids = self.ids
+        k = min(n, len(ids))
+        if k == len(ids):
+            ids.clear()
+        else:
+            for _ in range(k):
+                ids.popleft()
+        self.next_fresh += n - k
+
     def extend(self, samples) -> None:
         """Queue ``samples`` after the other explicit ids (still before the fresh ones)."""
         self.ids.extend(samples)

@@ -48,7 +48,13 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.policies.deferred import DeferredFinishes, group_counts, typed_view
+from sortedrl.policies.deferred import (
+    DeferredFinishes,
+    batched,
+    book_finishes,
+    group_counts,
+    typed_view,
+)
 from sortedrl.policies.loops import RegenWatch, SyncWatch, stall_reason
 from sortedrl.policies.orders import StandingOrders
 from sortedrl.policies.removal import Removal
@@ -177,6 +183,11 @@ class Controller(Admission, Removal):
 
     def samples_finished(self, samples: list[int], lengths: list[int]) -> None:
         """Bookkeeping for finished samples; ``lengths[i]`` is sample i's final length."""
+        if batched(samples, lengths, self._rewards):  # (the same stores, on NumPy views)
+            book_finishes(self, samples, lengths)
+            if self.orders.wake is not None:
+                self.orders.unheard += samples
+            return
         s = self.s
         state, gen, resp, eng, buf = s.state, s.generated, s.response_len, s.engine_of, s.buffer
         load, fin, n_group, need = s.load, s.finished_in, s.group_size, s.complete_at
@@ -207,12 +218,11 @@ class Controller(Admission, Removal):
         the buffer, the finished members per group, the counts and the unheard."""
         s = self.s
         s.buffer.update(dict.fromkeys(samples))
-        fin, n_group, need = s.finished_in, s.group_size, s.complete_at
-        for i in samples:
-            g = i // n_group
-            c = fin[g] + 1
-            fin[g] = c
-            if c == need:
+        fin, need = s.finished_in, s.complete_at
+        for g, c in group_counts(samples, s.group_size):
+            before = fin[g]
+            fin[g] = before + c
+            if before < need <= before + c:  # one at a time, the count passes `need` once
                 s.complete += 1
         s.admitted -= len(samples)
         if self.orders.wake is not None:

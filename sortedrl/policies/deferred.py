@@ -53,27 +53,39 @@ class DeferredFinishes:
         """Book the pending finishes, as ``Controller.samples_finished(pending, lengths)``."""
         samples = self.pending[:]
         self.pending.clear()  # (the engines append to this very list)
-        ctl = self.ctl
-        s = ctl.s
-        idx = np.array(samples, dtype=np.intp)
-        n = typed_view(self.lengths, np.int32)[idx]
-        rewards = ctl._rewards
-        if rewards is not None:
-            typed_view(s.reward, np.float64)[idx] = np.asarray(rewards)[idx]
-        typed_view(s.state, np.uint8)[idx] = FINISHED
-        typed_view(s.generated, np.int32)[idx] = n
-        typed_view(s.response_len, np.int32)[idx] = n
-        engine_of = typed_view(s.engine_of, np.int32)
-        engines, counts = np.unique(engine_of[idx], return_counts=True)
-        load = s.load
-        for e, c in zip(engines.tolist(), counts.tolist(), strict=True):
-            load[e] -= c
-        engine_of[idx] = -1
-        s.buffer.update(dict.fromkeys(samples))
-        fin, need = s.finished_in, s.complete_at
-        for g, c in group_counts(idx, s.group_size):
-            before = fin[g]
-            fin[g] = before + c
-            if before < need <= before + c:  # one at a time, the count passes `need` once
-                s.complete += 1
-        s.admitted -= len(samples)
+        book_finishes(self.ctl, samples, self.lengths)
+
+
+def batched(samples: list[int], lengths, rewards) -> bool:
+    """Whether :func:`book_finishes` books these: a batch of at least BATCH, lengths a typed
+    ``array('i')``, rewards none or an array (not a mapping)."""
+    return (len(samples) >= BATCH and getattr(lengths, "typecode", None) == "i"
+            and (rewards is None or isinstance(rewards, (memoryview, np.ndarray))))
+
+
+def book_finishes(ctl, samples: list[int], lengths) -> None:
+    """:meth:`Controller.samples_finished`'s bookkeeping of ``samples`` (but the unheard) on
+    NumPy views; ``lengths``: a typed array (``array('i')``) of each sample's length."""
+    s = ctl.s
+    idx = np.array(samples, dtype=np.intp)
+    n = typed_view(lengths, np.int32)[idx]
+    rewards = ctl._rewards
+    if rewards is not None:
+        typed_view(s.reward, np.float64)[idx] = np.asarray(rewards)[idx]
+    typed_view(s.state, np.uint8)[idx] = FINISHED
+    typed_view(s.generated, np.int32)[idx] = n
+    typed_view(s.response_len, np.int32)[idx] = n
+    engine_of = typed_view(s.engine_of, np.int32)
+    engines, counts = np.unique(engine_of[idx], return_counts=True)
+    load = s.load
+    for e, c in zip(engines.tolist(), counts.tolist(), strict=True):
+        load[e] -= c
+    engine_of[idx] = -1
+    s.buffer.update(dict.fromkeys(samples))
+    fin, need = s.finished_in, s.complete_at
+    for g, c in group_counts(idx, s.group_size):
+        before = fin[g]
+        fin[g] = before + c
+        if before < need <= before + c:  # one at a time, the count passes `need` once
+            s.complete += 1
+    s.admitted -= len(samples)

@@ -68,6 +68,19 @@ def stream_key(seed: int, sample: int, attempt: int) -> bytes:
     return h.digest()
 
 
+def prompt_codes(prompt_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(prompt_id, return_inverse=True)``, taken over the runs of equal ids where
+    each prompt's rows are contiguous (a trace's usual order: one unique of a row per group,
+    not of every row; 0.25 -> 0.03 s at 1M samples)."""
+    n = prompt_id.shape[0]
+    if n:
+        starts = np.flatnonzero(np.concatenate(([True], prompt_id[1:] != prompt_id[:-1])))
+        codes, run_code = np.unique(prompt_id[starts], return_inverse=True)
+        if codes.size == starts.size:  # (no prompt in two runs)
+            return codes, np.repeat(run_code.reshape(-1), np.diff(starts, append=n))
+    return np.unique(prompt_id, return_inverse=True)
+
+
 class AttemptLengths:
     """The length of every attempt of every sample (the simulator's private knowledge).
 
@@ -81,7 +94,7 @@ class AttemptLengths:
         self._recorded = np.ascontiguousarray(trace.response_len, dtype=np.int64)
         self._recorded_at = memoryview(self._recorded)  # reads Python ints, no copy
         self._cap = int(trace.meta.max_response_len)
-        codes, inverse = np.unique(trace.prompt_id, return_inverse=True)
+        codes, inverse = prompt_codes(trace.prompt_id)
         members = np.argsort(inverse, kind="stable")
         bounds = np.searchsorted(inverse[members], np.arange(len(codes) + 1))
         self.sigma_within, self._mu, self._between2, self.fitted = self._fit(members, bounds)

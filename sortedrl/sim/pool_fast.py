@@ -14,6 +14,11 @@ Python loop would have left. The
 timeline rows, preemptions and finishes it made are appended or booked in the order they
 happened, and a finish the policy must hear is queued as the same ``FINISHED`` event.
 
+``SimBackend._catch_up`` (the changes due before a policy call, every finish booked and deferred
+as an event) hands it an engine with a long queue too (``CATCH_UP_QUEUE``: a big admission,
+such as ``async``'s after an update, is a Python loop over each sample), one engine at a time
+(:meth:`FastPool.catch_up`).
+
 Whether it is used changes nothing in a run's results (the tests compare both ways);
 ``SimBackend.compiled`` chooses: ``"auto"`` uses it from ``AUTO_SAMPLES`` samples up (below
 that, numba's start-up costs more than it saves) and leaves a run to Python once the kernel
@@ -40,6 +45,9 @@ AUTO_SAMPLES = 100_000
 GUARD_CALLS, GUARD_CHANGES = 64, 16
 # changes in one call at most (about 0.1 s): Ctrl-C and the progress bar wait for a call's end
 MAX_CHANGES = 200_000
+# SimBackend._catch_up applies an engine's changes here from this many queued samples up (a big
+# admission: a Python loop over each; below, a call's copies cost more than they save)
+CATCH_UP_QUEUE = 128
 
 
 def usable(backend, controller) -> bool:
@@ -60,6 +68,11 @@ def usable(backend, controller) -> bool:
         if not np.array_equal(plen, plen[(np.arange(plen.size) // group) * group]):
             return False
     return True
+
+
+def _eligible(eng: Engine) -> bool:
+    """Whether the kernel may apply this engine's changes now."""
+    return eng.enabled and not eng.stalled and not eng.pub.frozen and not eng.resume
 
 
 class FastPool:
@@ -85,6 +98,7 @@ class FastPool:
         self.heap_width = 2 * int(self.cf[:, 0].max()) + 2
         self.changes = 0  # engine changes the kernel applied (the tests check that it ran)
         self.calls = 0
+        self.caught_up = 0  # calls made by catch_up (the tests check that it ran)
         self.max_changes = MAX_CHANGES
         self.guard = guard  # (``auto``: GUARD_* may hand the run back to Python)
         s = backend.ctl.s
@@ -97,16 +111,34 @@ class FastPool:
         # (sample, attempt) -> its drawn length, for the Keep queue's front at the last call
         self.regen_lengths: dict[tuple[int, int], int] = {}
 
-    def run(self, now: float, peek: float) -> int:
+    def catches_up(self, j: int) -> bool:
+        """Whether :meth:`catch_up` makes engine ``j``'s changes (a big queue, an engine the
+        kernel runs)."""
+        eng = self.backend.engines[j]
+        return len(eng.pub.queue) >= CATCH_UP_QUEUE and _eligible(eng)
+
+    def catch_up(self, j: int, now: float) -> None:
+        """Engine ``j``'s changes due by ``now`` as SimBackend._catch_up makes them: every finish
+        booked and, for a policy that hears finishes, queued as an event (no Keep top-up)."""
+        while self.backend.engines[j].next_t <= now:
+            self.run(now, now, only=j)
+            self.caught_up += 1
+
+    def run(self, now: float, peek: float, only: int = -1) -> int:
         """Apply engine changes until Python must act; returns the engine whose next change
-        Python must make now, or -1 (the pool goes on: it waits, dispatches, or calls again)."""
+        Python must make now, or -1 (the pool goes on: it waits, dispatches, or calls again).
+        ``only``: that engine's changes alone (:meth:`catch_up`)."""
         k, b = self.k, self.backend
         engines = b.engines
         E = len(engines)
-        slow = self.guard and self.calls >= GUARD_CALLS and self.changes < GUARD_CHANGES * self.calls
-        eligible = np.array([e.enabled and not e.stalled and not e.pub.frozen and not e.resume
-                             for e in engines], dtype=np.int8)
-        wake = None if slow else self._wake(eligible)
+        eligible = np.array([_eligible(e) for e in engines], dtype=np.int8)
+        if only >= 0:
+            eligible[:] = 0
+            eligible[only] = 1
+            wake = self._catch_up_wake()
+        else:
+            slow = self.guard and self.calls >= GUARD_CALLS and self.changes < GUARD_CHANGES * self.calls
+            wake = None if slow else self._wake(eligible)
         if wake is None:  # the policy's orders need Python at every finish now (or the kernel
             return b._next.index(min(b._next))  # stops too often for its copies to pay)
         kp = self.keep_off
@@ -115,7 +147,7 @@ class FastPool:
             if kp is None:  # (the queue's front needs the controller's own checks: a call
                 self.calls += 1  # that made no change, for the guard)
                 return b._next.index(min(b._next))
-        self.calls += 1
+        self.calls += only < 0  # (catch-ups are not the guard's: a change or two each)
         extra = int(wake[k.KQ_OK])  # (samples a Keep order may add to the engines in this call)
         margin = max([len(e.pub.run) + len(e.pub.queue) for e in engines] + [1])
         ist = np.zeros((E, 12), dtype=np.int64)
@@ -135,7 +167,8 @@ class FastPool:
         trc = (np.frombuffer(b._plen, dtype=np.int32), np.frombuffer(b._lengths, dtype=np.int32),
                np.frombuffer(ctl.attempt, dtype=np.int32), np.frombuffer(ctl.oldest, dtype=np.int32))
         t = np.array([e.pub.t for e in engines], dtype=np.float64)
-        next_t = np.array([e.next_t for e in engines], dtype=np.float64)
+        next_t = np.array([e.next_t if only < 0 or j == only else np.inf for j, e in enumerate(engines)],
+                          dtype=np.float64)
         next_k = np.array([e._next_k for e in engines], dtype=np.int64)
         idle = np.array([e.idle_reported for e in engines], dtype=np.int8)
         tm = np.array([e._decode + e._chunk_prefill for e in engines], dtype=np.float64)
@@ -189,6 +222,17 @@ class FastPool:
         row[:self.k.KEEP + 1] = (1, s.group_size, s.complete_at, min(w.finished, big), min(w.groups, big),
                                  w.drained, s.trainer_busy or s.syncing, s.complete, len(s.buffer), s.admitted,
                                  keep)
+        return row
+
+    def _catch_up_wake(self) -> np.ndarray:
+        """The wake row of :meth:`catch_up`: a policy that hears finishes hears each one (as
+        SimBackend.samples_finished defers them while catching up); else the quiet row."""
+        s = self.backend.ctl.s
+        if not self.backend.ctl.policy.listens_to_finishes:
+            return self.quiet
+        row = np.zeros(self.k.ADM_SAMPLES + 1, dtype=np.int64)
+        row[:self.k.ADMITTED + 1] = (1, s.group_size, s.complete_at, 1, 0, 0, 0, s.complete, len(s.buffer),
+                                     s.admitted)
         return row
 
     def _load_group_finished(self, ist, queue, order, margin: int, kq: np.ndarray) -> None:
