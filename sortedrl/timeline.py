@@ -4,7 +4,7 @@ Both backends and the controller append to a :class:`Timeline`; :mod:`sortedrl.m
 every reported number from it alone, so a timeline read back from its file gives the same
 summary as the one in memory. Records arrive as tuples (the simulator appends them to
 ``spans`` and ``prefills`` directly, in its hot path; everything else goes through the record
-methods). A million-sample run makes millions of them, so every ``COMPACT_ROWS`` records of a
+methods), or as columns already (:meth:`Timeline.add_columns`: the simulator's compiled loop). A million-sample run makes millions of them, so every ``COMPACT_ROWS`` records of a
 kind are moved into typed numpy columns and the list is emptied in place (``list.clear()``: the
 simulator holds the lists). Given a ``spill_dir``, those columns go to files there instead
 (:mod:`sortedrl.timeline_spill`), so a 10M-sample run holds only its last records. Readers take :meth:`Timeline.columns` (whole columns, compacted and
@@ -120,25 +120,6 @@ class Timeline:
         if not self._until_check:
             self._until_check = _CHECK_EVERY
             self.compact(min_rows=COMPACT_ROWS)
-
-    def add_until_look(self, kind: str, rows: list[tuple], start: int = 0) -> int:
-        """:meth:`add` of ``rows[start:]`` in one extend, stopping before the add that would
-        look at the lists (and maybe compact them): returns where it stopped. A caller that
-        also appends to ``spans`` or ``prefills`` brings them up to that row's time, then adds
-        the row with :meth:`add`, so every look sees what it would have row by row."""
-        end = min(len(rows), start + self._until_check - 1)
-        if end <= start:
-            return start
-        batch = rows[start:end]
-        getattr(self, _LIST[kind]).extend(batch)
-        if kind in self._held:
-            at = _SAMPLES_AT[kind]
-            self._held[kind] += sum(len(row[at]) for row in batch)
-        if self.sink is not None:
-            for row in batch:
-                self.sink(kind, row)
-        self._until_check -= end - start
-        return end
 
     def add_columns(self, kind: str, cols: dict[str, Column]) -> None:
         """Append records already in columns (every field of ``SCHEMA[kind]``, a label as codes

@@ -175,20 +175,6 @@ def check_counts(fields: Fields, cols: dict[str, Column]) -> None:
             raise ValueError(f"field {name!r} has a negative value")
 
 
-def slice_columns(cols: dict[str, Column], start: int, stop: int) -> dict[str, Column]:
-    """Records ``start`` to ``stop`` of a chunk (views of its arrays)."""
-    out: dict[str, Column] = {}
-    for name, col in cols.items():
-        if isinstance(col, Ragged):
-            lo, hi = col.offsets[start], col.offsets[stop]
-            out[name] = Ragged(col.offsets[start:stop + 1] - lo, col.values[lo:hi])
-        elif isinstance(col, Labels):
-            out[name] = Labels(col.codes[start:stop], col.names)
-        else:
-            out[name] = col[start:stop]
-    return out
-
-
 def concat_chunks(fields: Fields, parts: list[dict[str, Column]]) -> dict[str, Column]:
     """One chunk of ``parts``, field by field; ``parts`` (the caller gives up the list) lets go
     of each field once it is merged, so a 10M-sample run holds one field twice, not all."""

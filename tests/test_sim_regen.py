@@ -105,6 +105,22 @@ def test_no_two_attempts_share_a_stream_and_draws_are_pure(seed, lengths, group)
     assert forward == backward[::-1]  # a pure function of (seed, sample, attempt)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.integers(1, 60), min_size=1, max_size=40),
+       st.sampled_from([1, 2, 4, 5, 8]), st.lists(st.tuples(st.integers(0, 39), st.integers(0, 9)), max_size=30),
+       st.sampled_from(["resample", "same"]))
+def test_a_batch_of_draws_is_the_draws_one_by_one(seed, lengths, group, pairs, regen):
+    # AttemptLengths.lengths (the simulator's admissions of regenerated samples) gives length's
+    # draws: the resample among 3+ other responses, the model's draw below, attempt 0's record
+    n = len(lengths) - len(lengths) % group or group
+    lengths = (lengths * group)[:n]
+    trace = make_trace(lengths, group_size=group, max_len=60)
+    draw = AttemptLengths(trace, seed, regen)
+    pairs = [(i % n, a) for i, a in pairs]
+    samples, attempts = [i for i, _ in pairs], [a for _, a in pairs]
+    assert draw.lengths(samples, attempts) == [draw.length(i, a) for i, a in pairs]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 1000), st.lists(st.integers(1, 60), min_size=4, max_size=40),
        st.sampled_from([1, 2, 4, 5]))

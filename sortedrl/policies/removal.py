@@ -15,6 +15,7 @@ import numpy as np
 from sortedrl.errors import PolicyError
 from sortedrl.policies.admission import ADMITTED, PAUSED, WAITING
 from sortedrl.policies.base import Abort, Discard, Filter, SampleState
+from sortedrl.policies.deferred import BATCH, typed_view
 
 FINISHED, DISCARDED = SampleState.FINISHED, SampleState.DISCARDED
 MAX_ATTEMPTS = 10_000  # a sample regenerated this often: the policy drops and re-admits forever
@@ -29,16 +30,22 @@ class Removal:
         if not samples:
             return
         self._check_ids(act.samples, "abort")
-        live = [i for i in samples if s.state[i] == ADMITTED]
         allowed = (ADMITTED,) if act.keep_tokens else (ADMITTED, PAUSED, FINISHED)
-        for i in samples:
-            if s.state[i] not in allowed:
-                raise self._bad(f"abort (keep_tokens={act.keep_tokens}) of sample {i}, which is "
-                                f"{SampleState(s.state[i]).name.lower()}")
+        states = typed_view(s.state, np.uint8)[np.asarray(samples, dtype=np.intp)]
+        bad = ~np.isin(states, allowed)
+        if bad.any():
+            i = samples[int(np.argmax(bad))]
+            raise self._bad(f"abort (keep_tokens={act.keep_tokens}) of sample {i}, which is "
+                            f"{SampleState(s.state[i]).name.lower()}")
+        live = [samples[k] for k in np.flatnonzero(states == ADMITTED).tolist()]
         if not act.keep_tokens and self.regens.dropped(len(samples)):
             raise self.regens.error(self.policy.name, self.hook)
-        tokens = dict(zip(live, self.backend.abort(live), strict=True)) if live else {}
+        kept = self.backend.abort(live) if live else []
         self.timeline.abort(self.backend.now(), samples, act.keep_tokens)
+        if len(samples) >= BATCH:  # (the same stores on NumPy views: a harvest aborts thousands)
+            self._abort_batch(samples, live, kept, act.keep_tokens)
+            return
+        tokens = dict(zip(live, kept, strict=True))
         for i in live:
             s.load[s.engine_of[i]] -= 1
         s.admitted -= len(live)
@@ -62,6 +69,43 @@ class Removal:
                 s.paused.pop(i, None)
                 s.buffer.pop(i, None)
                 s.response_len[i] = -1  # its reward goes with it (read only beside a length)
+
+    def _abort_batch(self, samples: list[int], live: list[int], kept: list[int], keep_tokens: bool) -> None:
+        """The rest of :meth:`_abort` of ``samples`` (checked; ``live``: the admitted ones, in
+        order, which kept ``kept`` tokens each), as its loops would leave the state."""
+        s = self.s
+        idx = np.asarray(samples, dtype=np.intp)
+        state, engine_of = typed_view(s.state, np.uint8), typed_view(s.engine_of, np.int32)
+        if live:
+            engines, counts = np.unique(engine_of[np.asarray(live, dtype=np.intp)], return_counts=True)
+            for e, c in zip(engines.tolist(), counts.tolist(), strict=True):
+                s.load[e] -= c
+        s.admitted -= len(live)
+        finished = idx[state[idx] == FINISHED].tolist()
+        for i in finished:
+            self._unfinish(i)
+        engine_of[idx] = -1
+        if keep_tokens:  # (every one was admitted: live is samples)
+            typed_view(s.generated, np.int32)[idx] = kept
+            state[idx] = PAUSED
+            s.paused.update(dict.fromkeys(samples))
+            return
+        attempt = typed_view(s.attempt, np.int32)
+        typed_view(s.generated, np.int32)[idx] = 0
+        typed_view(s.oldest, np.int32)[idx] = -1
+        attempt[idx] += 1
+        if int(attempt[idx].max()) >= MAX_ATTEMPTS:
+            i = samples[int(np.argmax(attempt[idx] >= MAX_ATTEMPTS))]
+            raise PolicyError(f"policy {self.policy.name} regenerated sample {i} "
+                              f"{MAX_ATTEMPTS:,} times: it drops and re-admits responses "
+                              "forever (Abort with keep_tokens=False, then Admit)")
+        state[idx] = WAITING
+        if s.paused:
+            for i in samples:
+                s.paused.pop(i, None)
+        for i in finished:
+            s.buffer.pop(i, None)
+        typed_view(s.response_len, np.int32)[idx] = -1
 
     def _discard(self, act: Discard) -> None:
         s = self.s

@@ -142,6 +142,34 @@ class AttemptLengths:
             return self._recorded_at[pick]
         return self._model_draw(self._members[start:end].tolist(), u_draw)
 
+    def lengths(self, samples: list[int], attempts: list[int]) -> list[int]:
+        """:meth:`length` of each (sample, attempt), the same draws: the hashes one by one, the
+        pick among the prompt's other responses for all at once."""
+        if self.regen == "same" or not any(attempts):
+            return [self._recorded_at[i] for i in samples]
+        copy, pack, seed = _HASH.copy, _PACK, self.seed
+        digests = []
+        for i, a in zip(samples, attempts, strict=True):
+            h = copy()
+            h.update(pack(seed, i, a))
+            digests.append(h.digest())
+        words = np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 2)
+        u_pick = ((words[:, 0] >> 11) + 0.5) / 2.0**53  # (as length's: exact in float64)
+        sample = np.asarray(samples, dtype=np.int64)
+        prompt = np.frombuffer(self._prompt_of, dtype=f"i{self._prompt_of.itemsize}")[sample]
+        bounds = np.frombuffer(self._bounds, dtype=np.int64)
+        start, others = bounds[prompt], bounds[prompt + 1] - bounds[prompt] - 1
+        ok = others >= MIN_OTHERS
+        members = np.frombuffer(self._members, dtype=f"i{self._members.itemsize}")
+        k = start + (u_pick * others).astype(np.int64)
+        k = np.where(ok, k, 0)  # (not read where a prompt has too few others)
+        pick = members[k]
+        pick = np.where(pick >= sample, members[np.minimum(k + 1, members.size - 1)], pick)
+        out = self._recorded[pick].tolist()
+        for j in np.flatnonzero(~ok | (np.asarray(attempts) == 0)).tolist():
+            out[j] = self.length(samples[j], attempts[j])
+        return out
+
     def _model_draw(self, members: list[int], u: float) -> int:
         n = len(members)
         x = math.fsum(math.log(max(int(self._recorded[j]), 1)) for j in members) / n

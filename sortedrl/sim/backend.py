@@ -124,9 +124,9 @@ class SimBackend(Backend):
             for i in samples:
                 lengths[i] = self._replay.get((i, attempt[i]), self._attempts.length(i, 0))
         elif any(map(attempt.__getitem__, samples)):  # (first attempts keep the trace's length)
-            for i in samples:
-                if attempt[i]:
-                    lengths[i] = self._attempts.length(i, attempt[i])
+            again = [i for i in samples if attempt[i]]
+            for i, n in zip(again, self._attempts.lengths(again, [attempt[i] for i in again]), strict=True):
+                lengths[i] = n
         eng = self.engines[engine]
         if self.tools is not None:  # tool output joins the context; mid-call samples wait for it
             samples, generated = self.tools.admit(engine, samples, generated)

@@ -24,7 +24,7 @@ from itertools import islice
 import numpy as np
 
 from sortedrl.policies.base import SampleState
-from sortedrl.timeline_columns import slice_columns
+from sortedrl.timeline_columns import Ragged
 
 # samples at most checked at the queue's front for one call (each call checks them again)
 FRONT = 8192
@@ -96,11 +96,17 @@ def load(fast, wake) -> tuple | None:
     attempt = np.frombuffer(s.attempt, _I32)[kq]
     kq_len = np.full(ok, -1, dtype=_I64)
     if attempt.any():  # (drawn once while at the front: the last call's draws, kept for these)
-        length, before, memo = b._attempts.length, fast.regen_lengths, {}
+        before, memo, new = fast.regen_lengths, {}, []
         for p in np.flatnonzero(attempt).tolist():
             key = (int(kq[p]), int(attempt[p]))
             drawn = before.get(key)
-            memo[key] = kq_len[p] = length(*key) if drawn is None else drawn
+            if drawn is None:
+                new.append((p, key))
+            else:
+                memo[key] = kq_len[p] = drawn
+        drawn = b._attempts.lengths([i for _, (i, _) in new], [a for _, (_, a) in new])
+        for (p, key), n in zip(new, drawn, strict=True):
+            memo[key] = kq_len[p] = n
         fast.regen_lengths = memo
     wake[k.KEEP], wake[k.WINDOW] = 1, min(keep.window, BIG)
     wake[k.BUDGET] = -1 if orders.budget is None else min(orders.budget, BIG)
@@ -135,22 +141,10 @@ def book(fast, wake, kp, fin: list, spans: dict, prefills: dict) -> None:
 
 
 def _timeline(tl, kp, wake, k, spans: dict, prefills: dict) -> None:
-    """The admission rows, and the spans and prefills (columns) made before each where the
-    timeline looks at its lists (Timeline.add_until_look): the same records, in the same order."""
-    admitted = kp[k.ADM_S][:wake[k.ADM_SAMPLES]].tolist()
-    rows = kp[k.ADM_I][:wake[k.ADMITS]].tolist()
-    records = [(t, e, admitted[first:first + n])
-               for (e, first, n, _, _), t in zip(rows, kp[k.ADM_T][:len(rows)].tolist(), strict=True)]
-    done_spans = done_prefills = at = 0
-    while True:
-        at = tl.add_until_look("admit", records, at)
-        if at == len(records):
-            break
-        span_mark, prefill_mark = rows[at][3], rows[at][4]
-        tl.add_columns("span", slice_columns(spans, done_spans, span_mark))
-        tl.add_columns("prefill", slice_columns(prefills, done_prefills, prefill_mark))
-        done_spans, done_prefills = span_mark, prefill_mark
-        tl.add("admit", *records[at])
-        at += 1
-    tl.add_columns("span", slice_columns(spans, done_spans, len(spans["t"])))
-    tl.add_columns("prefill", slice_columns(prefills, done_prefills, len(prefills["t"])))
+    """The spans, prefills and admissions the call made, as columns (each kind's records in the
+    order they were made; where a timeline packs them into chunks changes nothing)."""
+    rows = kp[k.ADM_I][:wake[k.ADMITS]]
+    tl.add_columns("span", spans)
+    tl.add_columns("prefill", prefills)
+    tl.add_columns("admit", {"t": kp[k.ADM_T][:len(rows)].copy(), "engine": rows[:, 0].astype(np.int32),
+                             "samples": Ragged.from_runs(kp[k.ADM_S], rows[:, 1], rows[:, 2])})
