@@ -208,7 +208,9 @@ class Timeline:
         # the count of rows already packed first, then a snapshot of those not yet (the simulator
         # keeps appending): a packing in between is missed for one poll, never counted twice
         packed, last_t = self._finished, self._last_t
-        blocked, last_t = self._block_finished, max(last_t, self._block_last_t)
+        blocked = self._block_finished
+        if self._block_rows["span"]:  # (spans added as columns come after the packed ones)
+            last_t = self._block_last_t
         pending = list(self.spans)
         finished = packed + blocked + sum(1 for row in pending if row[7] == "finish")
         return finished, float(pending[-1][1]) if pending else last_t

@@ -114,3 +114,44 @@ def test_random_runs_identical(data):
     with pytest.MonkeyPatch.context() as mp:
         deferred, direct = both(mp, trace, name, [], cluster)
     assert deferred == direct
+
+
+@pytest.mark.parametrize(("name", "sets", "kv", "aborts"), [
+    ("sortedrl", [], 0, True), ("sortedrl", ["mode=partial"], 20_000, True),
+    ("sortedrl", ["filter_groups=true"], 0, True), ("partial", [], 20_000, True),
+    ("partial", ["keep_partial=false"], 0, True), ("tail_batch", [], 0, True),
+    ("async", ["drop_stale=true"], 0, True), ("async", ["eta=0"], 20_000, False),
+    ("async", ["filter_groups=true"], 0, False),
+])
+def test_batched_books_are_the_loops(monkeypatch, name, sets, kv, aborts):
+    # a batch of BATCH (64) or more finishes (Controller.samples_finished ->
+    # deferred.book_finishes), aborts (Removal._abort_batch) or admissions is booked on NumPy
+    # views: from 2, nearly every batch is; with BATCH out of reach, none: the same runs, the
+    # same state at every policy call
+    from sortedrl.policies import admission, controller, deferred, removal
+
+    trace = read_trace(BUNDLED)
+    cluster = cluster_for(make_policy(name, sets, trace).placements, preset("h100-llama3.1-8b-2gpu"))
+    if kv:
+        cluster = dataclasses.replace(cluster, kv_budget_tokens=kv)
+    runs, calls = [], []  # (the batch size in force, the batched path taken)
+    for module, fn in ((controller, "book_finishes"), (removal.Removal, "_abort_batch")):
+        original = getattr(module, fn)
+        monkeypatch.setattr(module, fn, lambda *a, original=original, fn=fn: (
+            calls.append((deferred.BATCH, fn)), original(*a))[1])
+    for batch in (2, 10**9):  # (from 2: nearly every batch)
+        for module in (deferred, removal, admission):
+            monkeypatch.setattr(module, "BATCH", batch)
+        policy = make_policy(name, sets, trace)
+        seen = []
+        on_event = policy.on_event
+
+        def watched(event, view, on_event=on_event, seen=seen):
+            seen.append((event.kind.name, state_hash(view._s)))
+            return on_event(event, view)
+
+        policy.on_event = watched
+        runs.append((*fingerprint(simulate(trace, policy, cluster, audit=True)), seen))
+    assert runs[0] == runs[1]
+    assert {fn for _, fn in calls} == {"book_finishes", *(["_abort_batch"] if aborts else [])}
+    assert {batch for batch, _ in calls} == {2}
