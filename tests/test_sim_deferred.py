@@ -71,17 +71,22 @@ def both(monkeypatch, trace, name, sets, cluster):
     runs = []
     for deferred in (True, False):
         monkeypatch.setattr(SimBackend, "defer_finishes", deferred)
-        policy = make_policy(name, sets, trace)
-        seen = []
-        on_event = policy.on_event
-
-        def watched(event, view, on_event=on_event, seen=seen):
-            seen.append((event.kind.name, state_hash(view._s)))
-            return on_event(event, view)
-
-        policy.on_event = watched
-        runs.append((*fingerprint(simulate(trace, policy, cluster, audit=True)), seen))
+        runs.append(watched_run(trace, name, sets, cluster))
     return runs
+
+
+def watched_run(trace, name, sets, cluster) -> tuple:
+    """The summary, the timeline and the state the policy saw at every call, of one run."""
+    policy = make_policy(name, sets, trace)
+    seen = []
+    on_event = policy.on_event
+
+    def watched(event, view):
+        seen.append((event.kind.name, state_hash(view._s)))
+        return on_event(event, view)
+
+    policy.on_event = watched
+    return (*fingerprint(simulate(trace, policy, cluster, audit=True)), seen)
 
 
 @pytest.mark.parametrize(("name", "sets", "kv"), [
@@ -142,16 +147,7 @@ def test_batched_books_are_the_loops(monkeypatch, name, sets, kv, aborts):
     for batch in (2, 10**9):  # (from 2: nearly every batch)
         for module in (deferred, removal, admission):
             monkeypatch.setattr(module, "BATCH", batch)
-        policy = make_policy(name, sets, trace)
-        seen = []
-        on_event = policy.on_event
-
-        def watched(event, view, on_event=on_event, seen=seen):
-            seen.append((event.kind.name, state_hash(view._s)))
-            return on_event(event, view)
-
-        policy.on_event = watched
-        runs.append((*fingerprint(simulate(trace, policy, cluster, audit=True)), seen))
+        runs.append(watched_run(trace, name, sets, cluster))
     assert runs[0] == runs[1]
     assert {fn for _, fn in calls} == {"book_finishes", *(["_abort_batch"] if aborts else [])}
     assert {batch for batch, _ in calls} == {2}

@@ -53,6 +53,7 @@ from sortedrl.policies.deferred import (
     batched,
     book_finishes,
     group_counts,
+    into_buffer,
     typed_view,
 )
 from sortedrl.policies.loops import RegenWatch, SyncWatch, stall_reason
@@ -216,15 +217,7 @@ class Controller(Admission, Removal):
         """The rest of :meth:`samples_finished` for finishes whose per-sample arrays (state,
         tokens, engine, reward, loads) the simulator's compiled loop booked (sim/pool_keep.py):
         the buffer, the finished members per group, the counts and the unheard."""
-        s = self.s
-        s.buffer.update(dict.fromkeys(samples))
-        fin, need = s.finished_in, s.complete_at
-        for g, c in group_counts(samples, s.group_size):
-            before = fin[g]
-            fin[g] = before + c
-            if before < need <= before + c:  # one at a time, the count passes `need` once
-                s.complete += 1
-        s.admitted -= len(samples)
+        into_buffer(self.s, samples)
         if self.orders.wake is not None:
             self.orders.unheard += samples
 

@@ -81,9 +81,15 @@ def book_finishes(ctl, samples: list[int], lengths) -> None:
     for e, c in zip(engines.tolist(), counts.tolist(), strict=True):
         load[e] -= c
     engine_of[idx] = -1
+    into_buffer(s, samples)
+
+
+def into_buffer(s, samples: list[int]) -> None:
+    """Finished ``samples`` join the buffer (in order) and their groups' counts; they leave the
+    admitted count."""
     s.buffer.update(dict.fromkeys(samples))
     fin, need = s.finished_in, s.complete_at
-    for g, c in group_counts(idx, s.group_size):
+    for g, c in group_counts(samples, s.group_size):
         before = fin[g]
         fin[g] = before + c
         if before < need <= before + c:  # one at a time, the count passes `need` once
