@@ -4,8 +4,9 @@ Both backends and the controller append to a :class:`Timeline`; :mod:`sortedrl.m
 every reported number from it alone, so a timeline read back from its file gives the same
 summary as the one in memory. Records arrive as tuples (the simulator appends them to
 ``spans`` and ``prefills`` directly, in its hot path; everything else goes through the record
-methods), or as columns already (:meth:`Timeline.add_columns`: the simulator's compiled loop). A million-sample run makes millions of them, so every ``COMPACT_ROWS`` records of a
-kind are moved into typed numpy columns and the list is emptied in place (``list.clear()``: the
+methods), or as columns already (:meth:`Timeline.add_columns`: the simulator's compiled loop).
+A million-sample run makes millions of them, so every ``COMPACT_ROWS`` records of a kind are
+moved into typed numpy columns and the list is emptied in place (``list.clear()``: the
 simulator holds the lists). Given a ``spill_dir``, those columns go to files there instead
 (:mod:`sortedrl.timeline_spill`), so a 10M-sample run holds only its last records. Readers take :meth:`Timeline.columns` (whole columns, compacted and
 pending rows together) or :meth:`Timeline.rows` (tuples, for the small kinds), never the lists.

@@ -49,6 +49,7 @@ from sortedrl.policies.common import (
     in_flight,
     refuse_beyond_trace,
     refuse_negative,
+    samples_of,
     stale_among,
 )
 from sortedrl.policies.view import ClusterView
@@ -189,7 +190,7 @@ class AsyncPolicy(Policy):
         else:
             groups = complete_groups(view, finished)
             if len(groups) >= per_update or (last and groups):
-                batch = tuple(i for g in groups[:per_update] for i in view.group_samples(g))
+                batch = tuple(samples_of(view, groups[:per_update]))
         if batch:
             out.append(Train(batch))
             self.trained += len(batch)

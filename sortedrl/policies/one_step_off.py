@@ -21,7 +21,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
-from sortedrl.policies.common import refuse_beyond_trace, split_flat
+from sortedrl.policies.common import refuse_beyond_trace, samples_of, split_flat
 from sortedrl.policies.view import ClusterView
 
 
@@ -85,16 +85,16 @@ class OneStepOffPolicy(Policy):
         out: list[Action] = [Filter(tuple(flat))] if flat else []
         fresh = view.next_groups(self.batch - len(self.kept))
         if fresh:
-            self.generating = [i for g in fresh for i in view.group_samples(g)]
+            self.generating = samples_of(view, fresh)
             return out + [Admit(tuple(self.generating))]
         if self.kept:
-            self.ready.append([i for g in self.kept for i in view.group_samples(g)])
+            self.ready.append(samples_of(view, self.kept))
         self.generating, self.kept = [], []
         return out
 
     def _generate(self, view: ClusterView) -> list[Action]:
         groups = view.next_groups(self.batch)
-        self.generating = [i for g in groups for i in view.group_samples(g)]
+        self.generating = samples_of(view, groups)
         return [Admit(tuple(self.generating))] if groups else []
 
     def _advance(self, view: ClusterView) -> list[Action]:

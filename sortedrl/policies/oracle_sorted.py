@@ -28,6 +28,7 @@ from sortedrl.policies.base import (
 from sortedrl.policies.common import (
     refuse_beyond_trace,
     refuse_negative,
+    samples_of,
     shortest_first,
     split_flat,
 )
@@ -97,7 +98,7 @@ class OracleSortedPolicy(Policy):
         if self.params.filter_groups:
             kept, flat = split_flat(view, sorted({view.group_of(i) for i in batch}))
             out = [Filter(tuple(flat))] if flat else []
-            self.kept += [i for g in kept for i in view.group_samples(g)]
+            self.kept += samples_of(view, kept)
             missing = self._size(view) - len(self.kept)
             if missing > 0 and (self.order or view.groups_left):
                 return out + self._next_round(view, missing)
@@ -123,13 +124,12 @@ class OracleSortedPolicy(Policy):
         predict = self.predictor.predict_many
         if not self.order:
             groups = view.next_groups(self.batch)
-            samples = [i for g in groups for i in view.group_samples(g)]
+            samples = samples_of(view, groups)
             guess = np.asarray(predict(view, samples), dtype=np.float64)
             if self.params.whole_groups and groups:  # by their longest predicted member, kept together
                 by_group = np.asarray(groups, dtype=np.int64)
                 longest = guess.reshape(len(groups), view.group_size).max(axis=1)
-                samples = [i for g in by_group[np.lexsort((by_group, longest))].tolist()
-                           for i in view.group_samples(g)]
+                samples = samples_of(view, by_group[np.lexsort((by_group, longest))].tolist())
             elif samples:  # shortest predicted first (ties by index)
                 idx = np.asarray(samples, dtype=np.int64)
                 samples = idx[np.lexsort((idx, guess))].tolist()

@@ -40,6 +40,7 @@ from sortedrl.policies.common import (
     in_flight,
     refuse_beyond_trace,
     refuse_negative,
+    samples_of,
     too_stale,
     waiting_in_groups,
 )
@@ -112,7 +113,7 @@ class PartialRolloutPolicy(Policy):
             return out + self._harvest(view) + self._wake()  # the next step tops the groups up
         fresh = view.next_groups(len(self.filtered))  # in place of the filtered groups
         self.active += fresh
-        out += [Admit(tuple(i for g in fresh for i in view.group_samples(g)))] if fresh else []
+        out += [Admit(tuple(samples_of(view, fresh)))] if fresh else []
         return out + self._wake()
 
     def on_idle(self, view: ClusterView, engine: int | None) -> list[Action]:

@@ -29,7 +29,7 @@ from sortedrl.policies.base import (
     Sync,
     Train,
 )
-from sortedrl.policies.common import refuse_beyond_trace, split_flat
+from sortedrl.policies.common import refuse_beyond_trace, samples_of, split_flat
 from sortedrl.policies.view import ClusterView
 
 
@@ -102,9 +102,9 @@ class SyncPolicy(Policy):
         missing = (self.batch or view.num_groups) - len(self.kept)
         fresh = view.next_groups(missing) if missing > 0 else ()
         if fresh:
-            self.step_samples = [i for g in fresh for i in view.group_samples(g)]
+            self.step_samples = samples_of(view, fresh)
             return out, [Admit(tuple(self.step_samples))]
-        self.step_samples = [i for g in self.kept for i in view.group_samples(g)]
+        self.step_samples = samples_of(view, self.kept)
         self.kept = []
         return out, []
 
@@ -112,6 +112,6 @@ class SyncPolicy(Policy):
         groups = view.next_groups(self.batch or view.num_groups)
         if not groups:
             return []
-        samples = [i for g in groups for i in view.group_samples(g)]
+        samples = samples_of(view, groups)
         self.step_samples = samples
         return [Admit(tuple(samples))]

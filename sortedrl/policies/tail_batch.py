@@ -35,7 +35,13 @@ from sortedrl.policies.base import (
     Train,
     WakeOn,
 )
-from sortedrl.policies.common import is_flat, newly_complete, refuse_beyond_trace, refuse_negative
+from sortedrl.policies.common import (
+    is_flat,
+    newly_complete,
+    refuse_beyond_trace,
+    refuse_negative,
+    samples_of,
+)
 from sortedrl.policies.view import ClusterView
 
 
@@ -106,7 +112,7 @@ class TailBatchPolicy(Policy):
             fresh = view.next_groups(len(flat))
             self.launched += fresh
             if fresh:
-                out.append(Admit(tuple(i for g in fresh for i in view.group_samples(g))))
+                out.append(Admit(tuple(samples_of(view, fresh))))
         if flat and not self.launched:  # the whole round was filtered
             return out + self._next_round(view) + self._wake()
         return out + self._wake()
@@ -136,7 +142,7 @@ class TailBatchPolicy(Policy):
         self.launched = list(view.next_groups(math.ceil(self.params.eta * self.P)))
         if not self.launched:
             return []
-        return [Admit(tuple(i for g in self.launched for i in view.group_samples(g)))]
+        return [Admit(tuple(samples_of(view, self.launched)))]
 
     def _end_round(self, view: ClusterView, filtered: set[int]) -> list[Action]:
         """Train the first P prompts to complete; defer the others to a long round."""

@@ -96,7 +96,7 @@ class FastPool:
                     np.zeros(n_samples, i64), np.zeros(n_samples, i32))
         self.cf = np.array([[e.seq_cap, e.chunk, e.kv_budget, e.kv_admit_budget] for e in engines], dtype=i64)
         self.heap_width = 2 * int(self.cf[:, 0].max()) + 2
-        self.changes = 0  # engine changes the kernel applied but in catch-ups (the tests check that it ran)
+        self.changes = 0  # engine changes the kernel applied, catch-ups' aside (the tests check it ran)
         self.calls = 0
         self.caught_up = 0  # calls made by catch_up (the tests check that it ran)
         self.max_changes = MAX_CHANGES
