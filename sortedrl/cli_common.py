@@ -168,14 +168,15 @@ def close_options(given: str, options: list[str]) -> list[str]:
 
 
 def pin_malloc_threshold() -> bool:
-    """Keep glibc's mmap threshold at its 128 KiB default for this process.
+    """Keep glibc's mmap threshold at its 128 KiB default for this process, and its heap's
+    top in place (see below).
 
     glibc raises the threshold (up to 32 MiB) each time a large block is freed, so that later
     arrays of up to 32 MiB come from the heap, where freed ones are rarely returned to the
     system: a 10M-sample ``simulate`` held about 1 GB more than it used (peak 4.9 GB, 3.9 GB
     pinned; bench/sim_speed.py ``--whole``). Pinning the threshold (which turns the raising
     off) keeps big arrays in their own mappings, given back when freed. Elsewhere (not glibc)
-    nothing is done. Returns whether the threshold was pinned."""
+    nothing is done. Returns whether all three settings took."""
     import ctypes
     import ctypes.util
 

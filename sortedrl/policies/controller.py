@@ -186,9 +186,14 @@ class Controller(Admission, Removal):
         """Bookkeeping for finished samples; ``lengths[i]`` is sample i's final length."""
         if batched(samples, lengths, self._rewards):  # (the same stores, on NumPy views)
             book_finishes(self, samples, lengths)
-            if self.orders.wake is not None:
-                self.orders.unheard += samples
-            return
+        else:
+            self._book_finishes(samples, lengths)
+        if self.orders.wake is not None:
+            self.orders.unheard += samples
+
+    def _book_finishes(self, samples: list[int], lengths: list[int]) -> None:
+        """:func:`~sortedrl.policies.deferred.book_finishes`, a sample at a time (a few finishes,
+        or lengths and rewards that are no arrays: the real runner's)."""
         s = self.s
         state, gen, resp, eng, buf = s.state, s.generated, s.response_len, s.engine_of, s.buffer
         load, fin, n_group, need = s.load, s.finished_in, s.group_size, s.complete_at
@@ -210,8 +215,6 @@ class Controller(Admission, Removal):
             if c == need:
                 s.complete += 1
         s.admitted -= len(samples)
-        if self.orders.wake is not None:
-            self.orders.unheard += samples
 
     def samples_finished_in_arrays(self, samples: list[int]) -> None:
         """The rest of :meth:`samples_finished` for finishes whose per-sample arrays (state,
