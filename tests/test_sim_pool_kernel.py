@@ -309,3 +309,20 @@ def test_a_wake_on_count_past_int64_gives_the_same_run(monkeypatch):
         monkeypatch.setattr(SimBackend, "compiled", compiled)
         runs.append(fingerprint(simulate(trace, HugeWake(), preset("h100-llama3.1-8b-2gpu"), audit=True)))
     assert runs[0] == runs[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=9), st.sampled_from([1, 2, 3, 8]), st.data())
+def test_the_kernels_spreading_is_placement_spread(loads, group, data):
+    """The kernel spreads a Keep order's top-ups (two or more samples) in a workspace of its own
+    (it allocates nothing): the same blocks as placement.spread, any loads, any ids."""
+    from sortedrl.policies.placement import spread
+    from sortedrl.sim import pool_kernel as k
+    samples = data.draw(st.lists(st.integers(0, 60), min_size=2, max_size=40))
+    scratch = np.full((7, len(loads)), -7, dtype=np.int64)  # (whatever a last call left there)
+    kq = np.array(samples, dtype=np.int64)
+    k._shares(np.array(loads, dtype=np.int64), len(samples), scratch)
+    count = k._blocks(kq, scratch[k.SHARE], group, scratch)
+    got = [(int(scratch[k.BLOCK_ENGINE, r]), samples[scratch[k.BLOCK_FIRST, r]:scratch[k.BLOCK_END, r]])
+           for r in range(count)]
+    assert got == spread(samples, list(loads), group)

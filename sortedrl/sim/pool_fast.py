@@ -108,6 +108,7 @@ class FastPool:
         self.quiet = np.zeros(pool_kernel.ADM_SAMPLES + 1, dtype=np.int64)  # (one that hears no finish: LISTEN 0)
         self.keep_off = pool_keep.off()  # (no Keep order admits: the kernel's arrays, empty)
         self.max_seqs = np.array([e.pub.max_num_seqs for e in engines], dtype=np.int64)
+        self.scratch = np.zeros((7, len(engines)), dtype=np.int64)  # (the kernel allocates nothing)
         # (sample, attempt) -> its drawn length, for the Keep queue's front at the last call
         self.regen_lengths: dict[tuple[int, int], int] = {}
 

@@ -38,7 +38,7 @@ def off() -> tuple:
     no_rewards.flags.writeable = False  # (the rewards are read only: one compiled variant)
     return (np.zeros(0, _I64), np.zeros(0, _I64), np.zeros(0, _U8), np.zeros(0, _I32), np.zeros(0, _I32),
             np.zeros(0, _I32), np.zeros(0, _F64), no_rewards, np.zeros(0, _I64), np.zeros(0, _I64),
-            np.zeros((0, 5), _I64), np.zeros(0, _I64), np.zeros(0, _F64))
+            np.zeros((0, 5), _I64), np.zeros(0, _I64), np.zeros(0, _F64), np.zeros((7, 0), _I64))
 
 
 def servable(backend, eligible) -> bool:
@@ -122,7 +122,7 @@ def load(fast, wake) -> tuple | None:
     return (kq, kq_len, np.frombuffer(s.state, _U8), np.frombuffer(s.generated, _I32),
             np.frombuffer(s.response_len, _I32), np.frombuffer(s.engine_of, _I32),
             np.frombuffer(s.reward, _F64), rewards, np.array(s.load, dtype=_I64), fast.max_seqs,
-            np.empty((ok, 5), _I64), np.empty(ok, _I64), np.empty(ok, _F64))
+            np.empty((ok, 5), _I64), np.empty(ok, _I64), np.empty(ok, _F64), fast.scratch)
 
 
 def book(fast, wake, kp, fin: list, spans: dict, prefills: dict) -> None:

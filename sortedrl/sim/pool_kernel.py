@@ -26,6 +26,13 @@ itself; the controller hears of it after the call, in order.
 The codes are defined here, not imported, and every compiled function of the loop lives in this
 one file, over 400 lines: numba's cache checks only the file of the function it compiles, so a
 callee in another file could change and leave stale machine code in the cache.
+
+Every function is compiled without numba's reference counting (``_nrt=False``): with it, each
+array taken from a tuple (``smp[RUNNING]``) or passed to a callee was counted up and down with
+an atomic instruction, and those took half of the time (``perf``, six seconds of a 10M-sample
+``sync`` run's simulation: 52% of the samples in ``NRT_incref``/``NRT_decref``). Without it
+the kernel may allocate nothing (numba frees nothing it made): the spreading of a Keep
+order's top-ups works in ``kp[SCRATCH]``, and the rest writes only into the arrays it was given.
 """
 from __future__ import annotations
 
@@ -39,7 +46,7 @@ NEVER = np.iinfo(np.int64).max  # a horizon with nothing running
 WEIGHT, KV_READ, COMPUTE, FIXED, PER_SEQ, ADMIT_STEP, PER_REQUEST, PER_TOKEN, PER_PAIR = range(9)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _push(fs, sq, sm, n, f, s, i):
     """heapq.heappush of (f, s, i) onto the heap of ``n`` entries in the rows; returns n + 1."""
     pos = n
@@ -53,7 +60,7 @@ def _push(fs, sq, sm, n, f, s, i):
     return n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _sift_down(fs, sq, sm, n, pos, f, s, i):
     """Put (f, s, i) at ``pos`` of the heap of ``n`` entries and sift it down (heapq's order)."""
     while True:
@@ -70,7 +77,7 @@ def _sift_down(fs, sq, sm, n, pos, f, s, i):
     fs[pos], sq[pos], sm[pos] = f, s, i
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _pop(fs, sq, sm, n):
     """Remove the heap's smallest entry (read it at [0] first); returns n - 1."""
     n -= 1
@@ -104,16 +111,18 @@ LISTEN, GROUP_SIZE, NEED, WAKE_FINISHED, WAKE_GROUPS, WAKE_DRAINED, BUSY, COMPLE
 # generated, response_len, engine_of, reward; the trace's rewards), its loads and each engine's
 # max_num_seqs, and the admission rows made (engine, first sample in ADM_S, count, the spans and
 # prefills made before it; ADM_T: its time)
-KQ, KQ_LEN, ST, GEN, RESP, ENGINE_OF, REWARD, REWARDS, LOADS, MAX_SEQS, ADM_I, ADM_S, ADM_T = range(13)
+KQ, KQ_LEN, ST, GEN, RESP, ENGINE_OF, REWARD, REWARDS, LOADS, MAX_SEQS, ADM_I, ADM_S, ADM_T, SCRATCH = range(14)
+# rows of ``kp[SCRATCH]`` (engines wide): the spreading's workspace (the kernel allocates nothing)
+BY_LOAD, BELOW, SHARE, CHOSEN, BLOCK_ENGINE, BLOCK_FIRST, BLOCK_END = range(7)
 ADMITTED_STATE, FINISHED_STATE = 1, 3  # SampleState.ADMITTED, .FINISHED (pool_fast checks them)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _live(smp, i, seq):
     return smp[RUNNING][i] == 1 and smp[LIVE_SEQ][i] == seq
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _top(e, ist, heap, smp):
     """The finish step at the top of engine ``e``'s heap, after popping stale entries (of
     preempted samples): Engine._drop_stale. NEVER when nothing runs."""
@@ -125,7 +134,7 @@ def _top(e, ist, heap, smp):
     return fs[0] if n else NEVER
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _compact_heap(e, ist, heap, smp):
     """Drop every stale entry and re-heapify (the heap's row is full)."""
     fs, sq, sm = heap[0][e], heap[1][e], heap[2][e]
@@ -139,7 +148,7 @@ def _compact_heap(e, ist, heap, smp):
     ist[e, HEAPN] = n
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _compact_order(e, ist, order, smp):
     """Drop the admission order's entries of samples no longer running (the row is full: a
     guard; a preemption truncates the order past its sample, so it holds at most the engine's
@@ -155,7 +164,7 @@ def _compact_order(e, ist, order, smp):
     ist[e, NORDER] = n
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _admissible(e, ist, cf, heap, queue, smp, trc, group, mem):
     """Engine._admissible for a chunked engine whose queue is not empty and batch not full."""
     b0 = ist[e, B]
@@ -172,7 +181,7 @@ def _admissible(e, ist, cf, heap, queue, smp, trc, group, mem):
     return steps <= _top(e, ist, heap, smp) - ist[e, STEP]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _plan(e, t, ist, cf, tm, heap, queue, smp, trc, group, mem, next_t, next_k):
     """Engine.plan: the time and the decode steps of the next change."""
     b = ist[e, B]
@@ -192,7 +201,7 @@ def _plan(e, t, ist, cf, tm, heap, queue, smp, trc, group, mem, next_t, next_k):
         next_t[e] = t[e] + k * (tm[e, FIXED] + tm[e, PER_SEQ] * b + alpha) + tm[e, KV_READ] * b * (k * (k - 1) // 2)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _leave(e, i, trc, group, mem):
     """Engine._leave: the prompt KV tokens freed when sample ``i`` stops running here."""
     if group:
@@ -203,7 +212,7 @@ def _leave(e, i, trc, group, mem):
     return trc[PLEN][i]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _span(out, e, i, t1, tokens, end, smp, trc):
     """One span row: (t0, t1, engine, sample, attempt, version, tokens, end code)."""
     sp_f, sp_i, out_n = out[0], out[1], out[6]
@@ -214,7 +223,7 @@ def _span(out, e, i, t1, tokens, end, smp, trc):
     out_n[SPANS] = r + 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _finish(e, t, ist, heap, smp, trc, group, mem, out):
     """The finishing half of Engine.advance: pop every sample whose last step is done."""
     step, kv, n = ist[e, STEP], ist[e, KV], ist[e, HEAPN]
@@ -235,7 +244,7 @@ def _finish(e, t, ist, heap, smp, trc, group, mem, out):
     ist[e, KV], ist[e, HEAPN] = kv, n
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _preempt(e, t, ist, queue, order, smp, trc, group, mem, out, wake, kp):
     """Engine._preempt: the most recently admitted sample goes back to the head of the queue,
     keeping its tokens (the controller hears of it after the kernel: ``out``'s preemptions)."""
@@ -261,7 +270,7 @@ def _preempt(e, t, ist, queue, order, smp, trc, group, mem, out, wake, kp):
     out_n[PREEMPTS] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _admit(e, t, ist, cf, tm, heap, queue, order, smp, trc, group, mem, out):
     """Engine._admit_chunked without turns: admit FCFS while the head fits, in chunks."""
     b0, kv, step = ist[e, B], ist[e, KV], ist[e, STEP]
@@ -330,7 +339,7 @@ def _admit(e, t, ist, cf, tm, heap, queue, order, smp, trc, group, mem, out):
     ist[e, INFLIGHT] = steps if b0 else 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _heard(e, when, next_t, fin, first, last, wake, group_finished):
     """Book the finishes ``fin[first:last]`` of one engine step in the counts the WakeOn order
     reads, and say whether the policy must hear them as an event: StandingOrders.hears, or
@@ -355,13 +364,13 @@ def _heard(e, when, next_t, fin, first, last, wake, group_finished):
     return wake[WAKE_DRAINED] != 0 and wake[ADMITTED] == 0 and not _can_admit(wake)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _can_admit(wake):
     """StandingOrders.can_admit: a sample is queued and the budget is not spent."""
     return wake[KEEP] != 0 and (wake[KQ_HEAD] < wake[KQ_OK] or wake[KQ_ALL] == 0) and wake[BUDGET] != 0
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _book(fin, first, last, trc, kp, wake):
     """Controller.samples_finished's per-sample arrays for the finishes ``fin[first:last]`` (a
     Keep order's top-ups read them; pool_keep books the rest after the call, in order)."""
@@ -378,7 +387,7 @@ def _book(fin, first, last, trc, kp, wake):
         engine_of[i] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _decode_time(e, steps, b, kv0, tm):
     """CostModel.decode_time of memory-bound steps (the hot path's sums)."""
     if steps <= 0:
@@ -388,7 +397,7 @@ def _decode_time(e, steps, b, kv0, tm):
     return steps * (tm[e, FIXED] + tm[e, PER_SEQ] * b + alpha) + kv_read * b * ((steps * (steps - 1)) // 2)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _steps_within(e, elapsed, b, kv0, tm):
     """CostModel.decode_steps_within where every step is memory-bound (``_split``'s j* = 0) and
     the KV term is above 0 (pool_fast checks both): the same root, then the same corrections."""
@@ -406,7 +415,7 @@ def _steps_within(e, elapsed, b, kv0, tm):
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _materialize(e, now, t, ist, tm, next_k):
     """Engine.materialize: move engine ``e``'s base to the first step boundary at or after ``now``."""
     if now <= t[e]:
@@ -430,13 +439,15 @@ def _materialize(e, now, t, ist, tm, next_k):
     ist[e, KV] += done * b
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _place_one(i, n, kp):
     """Admission._admit_one's placement: an engine where a member of the group runs (shared
     prompt) unless it is over both its max_num_seqs and the least load plus a group; else the
     least loaded, the lowest index on a tie."""
     loads, engine_of, max_seqs = kp[LOADS], kp[ENGINE_OF], kp[MAX_SEQS]
-    least = loads.min()
+    least = loads[0]
+    for j in range(1, loads.shape[0]):  # (loads.min())
+        least = min(least, loads[j])
     if n > 1:
         limit = least + n
         for j in range(i - i % n, i - i % n + n):
@@ -449,57 +460,57 @@ def _place_one(i, n, kp):
     return 0
 
 
-@njit(cache=True)
-def _shares(loads, left):
-    """placement.spread's water-filling: each engine's share of ``left`` samples."""
+@njit(cache=True, _nrt=False)
+def _shares(loads, left, scratch):
+    """placement.spread's water-filling: each engine's share of ``left`` samples (the row
+    ``scratch[SHARE]``; the rows before it are its workspace)."""
     engines = loads.shape[0]
-    order = np.empty(engines, np.int64)  # by (load, index): an insertion sort of a few engines
-    for a in range(engines):
+    order, below, share, chosen = scratch[BY_LOAD], scratch[BELOW], scratch[SHARE], scratch[CHOSEN]
+    for a in range(engines):  # by (load, index): an insertion sort of a few engines
         pos = a
         while pos > 0 and loads[order[pos - 1]] > loads[a]:
             order[pos] = order[pos - 1]
             pos -= 1
         order[pos] = a
-    below = np.cumsum(loads[order])
-    share = np.zeros(engines, np.int64)
+    total = 0
+    for a in range(engines):  # (np.cumsum(loads[order]))
+        total += loads[order[a]]
+        below[a], share[a], chosen[a] = total, 0, 0
     for k in range(engines, 0, -1):
         level = (below[k - 1] + left) // k
         if level >= loads[order[k - 1]]:
             extra = below[k - 1] + left - level * k
-            chosen = np.zeros(engines, np.bool_)
-            chosen[order[:k]] = True
+            for a in range(k):
+                chosen[order[a]] = 1
             for e in range(engines):  # (sorted(order[:k]))
                 if chosen[e]:
                     share[e] = level - loads[e] + (1 if extra > 0 else 0)
                     extra -= 1 if extra > 0 else 0
             break
-    return share
 
 
-@njit(cache=True)
-def _blocks(samples, share, n):
+@njit(cache=True, _nrt=False)
+def _group_starts(samples, p, n):
+    """Whether a group (of ``n``) starts at ``samples[p]``, 0 < p < len(samples)."""
+    return samples[p] // n != samples[p - 1] // n
+
+
+@njit(cache=True, _nrt=False)
+def _blocks(samples, share, n, scratch):
     """placement.spread's blocks, as rows (engine, first, end) into ``samples``: contiguous by
-    engine, and with ``n`` > 1 cut only between groups (placement.blocks_by_group)."""
+    engine, and with ``n`` > 1 cut only between groups (placement.blocks_by_group). Returns
+    their count; the rows are ``scratch``'s BLOCK_ENGINE, BLOCK_FIRST and BLOCK_END."""
     engines = share.shape[0]
-    blocks = np.empty((engines, 3), np.int64)
+    engine, first, end = scratch[BLOCK_ENGINE], scratch[BLOCK_FIRST], scratch[BLOCK_END]
     nb = begin = 0
     if n <= 1:
         for e in range(engines):
             if share[e]:
-                blocks[nb, 0], blocks[nb, 1], blocks[nb, 2] = e, begin, begin + share[e]
+                engine[nb], first[nb], end[nb] = e, begin, begin + share[e]
                 begin += share[e]
                 nb += 1
-        return blocks[:nb]
+        return nb
     size = samples.shape[0]
-    bounds = np.empty(size + 1, np.int64)
-    nbounds = 1
-    bounds[0] = 0
-    for p in range(1, size):
-        if samples[p] // n != samples[p - 1] // n:
-            bounds[nbounds] = p
-            nbounds += 1
-    bounds[nbounds] = size
-    nbounds += 1
     last = -1
     for e in range(engines):
         if share[e]:
@@ -508,20 +519,25 @@ def _blocks(samples, share, n):
     for e in range(last):
         if not share[e]:
             continue
-        total += share[e]
-        k = np.searchsorted(bounds[:nbounds], total)  # bisect_left: bounds[k - 1] < total <= bounds[k]
-        cut = bounds[k] if bounds[k] - total <= total - bounds[k - 1] else bounds[k - 1]
+        total += share[e]  # (0 < total < size: the last engine's share follows)
+        after = total  # the group boundaries around it (bisect_left on 0, the starts, size)
+        while after < size and not _group_starts(samples, after, n):
+            after += 1
+        before = total - 1
+        while before > 0 and not _group_starts(samples, before, n):
+            before -= 1
+        cut = after if after - total <= total - before else before
         if cut > begin:
-            blocks[nb, 0], blocks[nb, 1], blocks[nb, 2] = e, begin, cut
+            engine[nb], first[nb], end[nb] = e, begin, cut
             begin = cut
             nb += 1
     if begin < size:
-        blocks[nb, 0], blocks[nb, 1], blocks[nb, 2] = last, begin, size
+        engine[nb], first[nb], end[nb] = last, begin, size
         nb += 1
-    return blocks[:nb]
+    return nb
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _admit_block(e, e2, first, end, now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group, mem,
                  idle, advanced, wake, kp, out):
     """Admission._admit's records for the Keep queue's samples ``kq[first:end]`` placed on
@@ -538,7 +554,8 @@ def _admit_block(e, e2, first, end, now, t, next_t, next_k, ist, cf, tm, heap, q
     r, s0 = wake[ADMITS], wake[ADM_SAMPLES]
     adm_i[r, 0], adm_i[r, 1], adm_i[r, 2], adm_i[r, 3], adm_i[r, 4] = e2, s0, count, out[6][SPANS], out[6][PREFILLS]
     kp[ADM_T][r] = now
-    adm_s[s0:s0 + count] = kq[first:end]
+    for p in range(first, end):
+        adm_s[s0 + p - first] = kq[p]
     wake[ADMITS], wake[ADM_SAMPLES] = r + 1, s0 + count
     for p in range(first, end):
         i = kq[p]
@@ -557,7 +574,7 @@ def _admit_block(e, e2, first, end, now, t, next_t, next_k, ist, cf, tm, heap, q
         _plan(e2, t, ist, cf, tm, heap, queue, smp, trc, group, mem, next_t, next_k)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _serve_keep(e, now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group, mem, idle, advanced,
                 wake, kp, out):
     """Controller.serve_keep at a finish the policy does not hear: StandingOrders.take, then one
@@ -577,14 +594,16 @@ def _serve_keep(e, now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, g
         _admit_block(e, e2, head, head + 1, now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group,
                      mem, idle, advanced, wake, kp, out)
         return
-    samples = kp[KQ][head:head + take]
-    blocks = _blocks(samples, _shares(kp[LOADS], take), wake[GROUP_SIZE])
-    for r in range(blocks.shape[0]):
-        _admit_block(e, blocks[r, 0], head + blocks[r, 1], head + blocks[r, 2], now, t, next_t, next_k, ist, cf,
-                     tm, heap, queue, smp, trc, group, mem, idle, advanced, wake, kp, out)
+    scratch = kp[SCRATCH]
+    _shares(kp[LOADS], take, scratch)
+    blocks = _blocks(kp[KQ][head:head + take], scratch[SHARE], wake[GROUP_SIZE], scratch)
+    for r in range(blocks):
+        _admit_block(e, scratch[BLOCK_ENGINE, r], head + scratch[BLOCK_FIRST, r], head + scratch[BLOCK_END, r],
+                     now, t, next_t, next_k, ist, cf, tm, heap, queue, smp, trc, group, mem, idle, advanced, wake,
+                     kp, out)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def run_pool(now, peek, eligible, idle_reported, t, next_t, next_k, ist, cf, tm, heap, queue, order, smp,
              trc, group, mem, out, advanced, wake, group_finished, kp, limit):
     """Apply engine changes in time order until Python must act; returns (code, engine, its
