@@ -29,6 +29,7 @@ from sortedrl.sim.backend import SimBackend
 from sortedrl.sim.cluster import preset
 from sortedrl.sim.run import simulate
 from sortedrl.traces.io import read_trace
+from sortedrl.traces.synth import synthesize
 from tests.conftest import make_trace
 from tests.test_sim_deferred import BUNDLED, fingerprint, state_hash
 
@@ -326,3 +327,48 @@ def test_the_kernels_spreading_is_placement_spread(loads, group, data):
     got = [(int(scratch[k.BLOCK_ENGINE, r]), samples[scratch[k.BLOCK_FIRST, r]:scratch[k.BLOCK_END, r]])
            for r in range(count)]
     assert got == spread(samples, list(loads), group)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 2**31 - 1)), min_size=1, max_size=30))
+def test_preemptions_booked_at_once_are_the_calls_one_by_one(rows):
+    """The kernel's preemptions are booked in one call (Controller.samples_preempted): the
+    tokens each sample keeps are those of its last row, as sample_preempted row by row."""
+    from sortedrl.policies.controller import Controller
+    from sortedrl.timeline import Timeline
+    from tests.conftest import tiny_cluster
+    trace = make_trace([5] * 8, group_size=2)
+
+    def controller():
+        tl = Timeline({})
+        return Controller(make_policy("sync", [], trace), trace.prompt_id, trace.prompt_len.tolist(), 2,
+                          SimBackend(trace, tiny_cluster(), tl), tl)
+    one_by_one, at_once = controller(), controller()
+    for i, tokens in rows:
+        one_by_one.sample_preempted(i, tokens)
+    at_once.samples_preempted(np.array(rows, dtype=np.int64))
+    assert at_once.s.generated == one_by_one.s.generated
+    assert list(at_once.s.generated) == [dict(rows).get(i, 0) for i in range(8)]  # (a dict keeps the last)
+
+
+@pytest.mark.parametrize(("name", "sets"), [("sync", []), ("sortedrl", []), ("async", [])])
+def test_a_queue_stored_by_its_ends_is_the_queue_rebuilt(monkeypatch, name, sets):
+    """FastPool stores an engine's queue by its changed ends (the samples left from the highest
+    head on stay in the deque): after every call the deque and its kept tokens are the kernel's
+    queue, as a rebuild would make them; KV pressure puts preempted samples back at the front."""
+    trace = synthesize("math-16k", prompts=256, group_size=8, steps=2, seed=0)
+    cluster = cluster_for(make_policy(name, sets, trace).placements, preset("h100-llama3.1-8b-2gpu"))
+    cluster = dataclasses.replace(cluster, kv_budget_tokens=60_000)
+    store, ends = pool_fast.FastPool._store_queue, []
+
+    def checked(self, eng, queue, head, tail, top, margin):
+        want = queue[head:tail].tolist()
+        gen0 = dict(zip(want, self.smp[self.k.GEN0][queue[head:tail]].tolist(), strict=True))
+        ends.append((top < margin + len(eng.pub.queue), head < top))  # (loaded samples kept; put back)
+        store(self, eng, queue, head, tail, top, margin)
+        assert list(eng.pub.queue) == want and eng._gen0 == gen0
+
+    monkeypatch.setattr(pool_fast.FastPool, "_store_queue", checked)
+    monkeypatch.setattr(SimBackend, "compiled", True)
+    simulate(trace, make_policy(name, sets, trace), cluster, audit=True)
+    assert any(kept and back for kept, back in ends)  # (both ends changed around the loaded samples)

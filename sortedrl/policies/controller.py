@@ -227,6 +227,13 @@ class Controller(Admission, Removal):
     def sample_preempted(self, sample: int, tokens: int) -> None:
         self.s.generated[sample] = tokens  # still admitted: back in its engine's queue
 
+    def samples_preempted(self, rows: np.ndarray) -> None:
+        """:meth:`sample_preempted` of each ``(sample, tokens)`` row, in order (a sample
+        preempted twice keeps its last row's tokens)."""
+        last = rows[::-1]  # (a sample's last row first: np.unique keeps each one's first)
+        _, first = np.unique(last[:, 0], return_index=True)
+        typed_view(self.s.generated, np.int32)[last[first, 0]] = last[first, 1]
+
     def update_done(self) -> None:
         self.s.version += 1
         self.s.trainer_busy = False

@@ -151,7 +151,7 @@ class FastPool:
         self.calls += only < 0  # (catch-ups are not the guard's: a change or two each)
         extra = int(wake[k.KQ_OK])  # (samples a Keep order may add to the engines in this call)
         margin = max([len(e.pub.run) + len(e.pub.queue) for e in engines] + [1])
-        ist = np.zeros((E, 12), dtype=np.int64)
+        ist = np.zeros((E, 13), dtype=np.int64)
         heap = np.empty((3, E, self.heap_width), dtype=np.int64)  # (only the rows' used parts are read)
         queue = np.empty((E, 2 * margin + 1 + extra), dtype=np.int64)
         order = np.empty((E, 2 * margin + 1 + extra), dtype=np.int64)
@@ -179,7 +179,7 @@ class FastPool:
         del trc  # (a typed array cannot grow while a view holds it)
         for j, eng in enumerate(engines):
             if advanced[j]:
-                self._store(j, eng, t, next_t, next_k, ist, heap, queue, order, out)
+                self._store(j, eng, t, next_t, next_k, ist, heap, queue, order, out, margin)
                 eng.idle_reported = bool(idle[j])  # (a top-up queued samples there)
             elif loaded[j] is not None:
                 self.mem[j, loaded[j]] = 0
@@ -284,10 +284,10 @@ class FastPool:
             members = eng._members
             groups = np.fromiter(members, np.int64, len(members)) >> 32
             self.mem[j, groups] = np.fromiter(members.values(), np.int32, len(members))
-        ist[j, :] = (p.step, p.kv, b, eng._seq, p.version, p.inflight, margin, margin + q, b, h, -2, 0)
+        ist[j, :] = (p.step, p.kv, b, eng._seq, p.version, p.inflight, margin, margin + q, b, h, -2, 0, margin)
         return groups
 
-    def _store(self, j: int, eng: Engine, t, next_t, next_k, ist, heap, queue, order, out) -> None:
+    def _store(self, j: int, eng: Engine, t, next_t, next_k, ist, heap, queue, order, out, margin: int) -> None:
         """Write engine ``j``'s state back into its Python objects."""
         k, p, smp, row = self.k, eng.pub, self.smp, ist[j].tolist()
         pf_i, pf_s = out[3], out[4]
@@ -300,11 +300,7 @@ class FastPool:
         eng._seq, eng.preemptions = row[k.SEQ], eng.preemptions + row[k.PREEMPTED]
         eng.next_t, eng._next_k = float(next_t[j]), int(next_k[j])
         self.backend._next[j] = eng.next_t
-        queued = queue[j, row[k.QHEAD]:row[k.QTAIL]]
-        p.queue.clear()
-        p.queue.extend(queued.tolist())
-        eng._gen0.clear()
-        eng._gen0.update(zip(queued.tolist(), smp[k.GEN0][queued].tolist(), strict=True))
+        self._store_queue(eng, queue[j], row[k.QHEAD], row[k.QTAIL], row[k.TOPHEAD], margin)
         keys = order[j, :row[k.NORDER]]
         keys = keys[(smp[k.RUNNING][keys] == 1) & (smp[k.ORDER_POS][keys] == np.arange(keys.size))]
         p.run.clear()
@@ -323,6 +319,26 @@ class FastPool:
         eng._stale = 0
         if self.group:
             self._store_members(j, eng, keys)
+
+    def _store_queue(self, eng: Engine, queue: np.ndarray, head: int, tail: int, top: int, margin: int) -> None:
+        """An engine's queue back into its deque and its tokens kept into ``_gen0``: the samples
+        loaded at ``margin`` that are still there from the queue's highest head on stay as they
+        are (a long queue is mostly those), the ends are changed."""
+        q, gen0 = eng.pub.queue, eng._gen0
+        end = margin + len(q)  # (where the loaded samples ended; top-ups come after)
+        if top >= end:  # none of them left: the whole queue anew
+            queued = queue[head:tail].tolist()
+            q.clear()
+            q.extend(queued)
+            gen0.clear()
+            gen0.update(zip(queued, self.smp[self.k.GEN0][queue[head:tail]].tolist(), strict=True))
+            return
+        for _ in range(top - margin):  # (the loaded front that left)
+            del gen0[q.popleft()]
+        for part in (queue[head:top], queue[end:tail]):  # put back (preempted), then topped up
+            gen0.update(zip(part.tolist(), self.smp[self.k.GEN0][part].tolist(), strict=True))
+        q.extendleft(queue[head:top][::-1].tolist())
+        q.extend(queue[end:tail].tolist())
 
     def _store_members(self, j: int, eng: Engine, running: np.ndarray) -> None:
         """Engine ``j``'s prefix-cache counts back into its dict (keyed as Engine._key). A count
@@ -348,8 +364,8 @@ class FastPool:
             return
         b.timeline.add_columns("span", spans)
         eng = b.engines[0]
-        for i, tok in pre[:preempts].tolist():
-            eng._ctl.sample_preempted(i, tok)  # (as Engine._preempt reports it)
+        if preempts:  # (as Engine._preempt reports each to the controller, SimBackend or not)
+            b.ctl.samples_preempted(pre[:preempts])
         if finished:  # booked in batches, or now (as the engines report them): the same state
             if eng._pending is not None:
                 eng._pending.extend(fin[:finished].tolist())

@@ -87,7 +87,9 @@ def _pop(fs, sq, sm, n):
 
 
 # columns of the per-engine integer state ``ist``
-STEP, KV, B, SEQ, VER, INFLIGHT, QHEAD, QTAIL, NORDER, HEAPN, LASTPF, PREEMPTED = range(12)
+STEP, KV, B, SEQ, VER, INFLIGHT, QHEAD, QTAIL, NORDER, HEAPN, LASTPF, PREEMPTED, TOPHEAD = range(13)
+# (TOPHEAD: the queue's highest head; a preemption puts its sample back below it, so the queue
+# from there on holds the samples loaded there: pool_fast stores only the queue's changed ends)
 # columns of the per-engine constants ``cf``
 CAP, CHUNK, KV_BUDGET, KV_ADMIT = range(4)
 # the per-sample arrays, in the tuple ``smp``: tokens a queued sample resumes from, a running
@@ -303,6 +305,8 @@ def _admit(e, t, ist, cf, tm, heap, queue, order, smp, trc, group, mem, out):
     if not n:
         return
     ist[e, QHEAD] = head
+    if head > ist[e, TOPHEAD]:
+        ist[e, TOPHEAD] = head
     kv0 = ist[e, KV]
     alpha = tm[e, WEIGHT] + tm[e, KV_READ] * kv0
     decode = steps * (tm[e, FIXED] + tm[e, PER_SEQ] * b0 + alpha) + tm[e, KV_READ] * b0 * ((steps * (steps - 1)) // 2)
