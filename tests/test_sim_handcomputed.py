@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sortedrl.policies.registry import make_policy
 from sortedrl.sim.run import simulate
@@ -178,3 +180,16 @@ def test_an_moe_chunked_prefill_is_no_cheaper_than_its_experts_read():
     r = run(tr, cl)
     t0, t1 = r.timeline.prefills[0][:2]
     assert t1 - t0 >= cl.cost().weight_read(200)
+
+
+@pytest.mark.parametrize("size", [5, 300])
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_an_updates_attention_pairs_are_the_sum_of_each_samples(size, data):
+    """CostModel.train_pairs: L·(L+1)/2 per sample of length L, summed exactly, a Python int; a
+    batch of 256 or more is summed in int64 where that cannot overflow (lengths near 2**31 would:
+    summed in Python)."""
+    lengths = data.draw(st.lists(st.integers(1, 40_000) if data.draw(st.booleans()) else
+                                 st.integers(1, 2**31 - 1), min_size=size, max_size=size))
+    pairs = tiny_cluster().costs.train_pairs(lengths)
+    assert pairs == sum(n * (n + 1) // 2 for n in lengths) and type(pairs) is int

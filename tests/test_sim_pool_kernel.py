@@ -364,7 +364,8 @@ def test_a_queue_stored_by_its_ends_is_the_queue_rebuilt(monkeypatch, name, sets
     def checked(self, eng, queue, head, tail, top, margin):
         want = queue[head:tail].tolist()
         gen0 = dict(zip(want, self.smp[self.k.GEN0][queue[head:tail]].tolist(), strict=True))
-        ends.append((top < margin + len(eng.pub.queue), head < top))  # (loaded samples kept; put back)
+        loaded = margin + len(eng.pub.queue)  # (kept: its ends written; put back: a front)
+        ends.append((top < loaded and top - margin <= tail - head, head < top))
         store(self, eng, queue, head, tail, top, margin)
         assert list(eng.pub.queue) == want and eng._gen0 == gen0
 

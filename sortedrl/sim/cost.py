@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+import numpy as np
+
 from sortedrl.errors import ConfigError
 
 MIN_STEP_S = 1e-9  # the shortest decode step a cost model may give: a nanosecond, far below a GPU's
@@ -292,6 +294,10 @@ class CostModel:
         if self.train_padded:
             longest = max(lengths)
             return len(lengths) * (longest * (longest + 1) // 2)
+        if len(lengths) >= 256:  # a whole batch: summed in int64 where no sum can overflow it
+            a = np.asarray(lengths)
+            if a.dtype == np.int64 and a.min() >= 0 and int(a.max()) ** 2 * a.size < 2**62:
+                return int((a * (a + 1) // 2).sum())
         return sum(n * (n + 1) // 2 for n in lengths)
 
     def train_tokens(self, lengths: list[int]) -> int:

@@ -323,10 +323,12 @@ class FastPool:
     def _store_queue(self, eng: Engine, queue: np.ndarray, head: int, tail: int, top: int, margin: int) -> None:
         """An engine's queue back into its deque and its tokens kept into ``_gen0``: the samples
         loaded at ``margin`` that are still there from the queue's highest head on stay as they
-        are (a long queue is mostly those), the ends are changed."""
+        are (a long queue is mostly those), the ends are changed; where more left the front
+        than the queue now holds, the whole queue is written anew (a pop and a deletion each
+        cost about what a sample written anew does)."""
         q, gen0 = eng.pub.queue, eng._gen0
         end = margin + len(q)  # (where the loaded samples ended; top-ups come after)
-        if top >= end:  # none of them left: the whole queue anew
+        if top >= end or top - margin > tail - head:
             queued = queue[head:tail].tolist()
             q.clear()
             q.extend(queued)
