@@ -276,7 +276,8 @@ def test_an_abort_in_a_step_whose_end_rounds_to_the_abort_leaves_that_steps_toke
 @given(st.data())
 def test_queued_aborts_in_one_pass_are_aborts_one_by_one(data):
     """An abort of many samples removes an engine's queued ones in one pass over its queue
-    (SimBackend._queued_aborts): the same run as aborting each in turn, running ones between."""
+    (SimBackend._queued_aborts) and each engine's run of the samples in one call
+    (Engine.abort_each): the same run as aborting each in turn, running ones between."""
     n = data.draw(st.integers(20, 40))
     lengths = [1] + data.draw(st.lists(st.integers(2, 30), min_size=n - 1, max_size=n - 1))  # 0 first
     victims = data.draw(st.lists(st.integers(1, n - 1), min_size=16, unique=True))
@@ -288,7 +289,41 @@ def test_queued_aborts_in_one_pass_are_aborts_one_by_one(data):
                           {0: [Abort(tuple(victims), keep_tokens=keep), Admit(tuple(victims))]})
         with pytest.MonkeyPatch.context() as mp:
             if not batched:
-                mp.setattr(SimBackend, "_queued_aborts", lambda self, samples: {})
+                mp.setattr(SimBackend, "_queued_aborts", lambda self, samples: None)  # (one by one)
             runs.append(fingerprint(simulate(trace, policy, tiny_cluster(engines=2, max_num_seqs=2),
                                              audit=True)))
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(("name", "sets"), [("sortedrl", []), ("sortedrl", ["mode=partial"]),
+                                            ("partial", []), ("tail_batch", [])])
+def test_a_policys_harvest_aborted_an_engine_at_a_time_is_the_same_run(name, sets):
+    """The built-in policies' harvests abort thousands of queued and running samples: aborted in
+    runs of one engine's samples (SimBackend.abort, Engine.abort_each) or one by one, the same
+    summary, timeline and state at every policy call."""
+    from sortedrl.compare import cluster_for
+    from sortedrl.policies.registry import make_policy
+    from sortedrl.sim.cluster import preset
+    from sortedrl.sim.engine import Engine
+    from sortedrl.traces.io import read_trace
+    from tests.test_sim_deferred import BUNDLED, watched_run
+
+    trace = read_trace(BUNDLED)
+    cluster = cluster_for(make_policy(name, sets, trace).placements, preset("h100-llama3.1-8b-2gpu"))
+    runs, running = [], []
+    each = Engine.abort_each
+
+    def counted(self, samples, now, done):
+        running.append(sum(i in self.pub.run for i in samples))
+        return each(self, samples, now, done)
+
+    for batched in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Engine, "abort_each", counted)
+            if not batched:
+                mp.setattr(SimBackend, "_queued_aborts", lambda self, samples: None)
+            runs.append(watched_run(trace, name, sets, cluster))
+        if batched:
+            assert sum(running) > 100  # (running samples were aborted in runs)
+            running.clear()
+    assert runs[0] == runs[1] and not running

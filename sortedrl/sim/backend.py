@@ -27,6 +27,7 @@ another engine has a change due at the same instant (a tie, applied first as alw
 from __future__ import annotations
 
 from collections import deque
+from itertools import groupby
 
 import numpy as np
 import simpy
@@ -140,13 +141,18 @@ class SimBackend(Backend):
     def abort(self, samples: list[int]) -> list[int]:
         now, touched, out = self.now(), set(), []
         tools = self.tools
-        queued = self._queued_aborts(samples) if tools is None else {}
+        queued = self._queued_aborts(samples) if tools is None else None
+        if queued is not None:  # (distinct samples, no tools: each engine's run of them at once)
+            for j, run in groupby(samples, self.ctl.s.engine_of.__getitem__):
+                out += self.engines[j].abort_each(list(run), now, queued)
+                touched.add(self.engines[j].pub.index)
+            samples = ()
         for i in samples:
             if tools is not None and tools.away(i):  # on a tool call: stops at the turn boundary
                 out.append(tools.pause(i))
                 continue
             e = self.engines[self.ctl.s.engine_of[i]]
-            if i in queued:
+            if queued is not None and i in queued:
                 out.append(queued[i])
             else:
                 out.append(e.abort(i, now) if tools is None else tools.aborted(e, i, e.abort(i, now)))
@@ -161,10 +167,11 @@ class SimBackend(Backend):
     def _queued_aborts(self, samples: list[int]) -> dict[int, int]:
         """Abort the queued ones of ``samples`` (distinct) an engine at a time, each engine's
         queue in one pass (one by one, each removal scans the queue); returns their kept
-        tokens. A queued sample's abort touches only its engine's queue, so the running ones
-        after it are aborted as before, in order."""
+        tokens, or None for a few samples or a sample listed twice (aborted one by one). A
+        queued sample's abort touches only its engine's queue, so the running ones after it
+        are aborted as before, in order."""
         if len(samples) < 16 or len(set(samples)) != len(samples):
-            return {}
+            return None
         engine_of, by_engine = self.ctl.s.engine_of, {}
         for i in samples:
             e = self.engines[engine_of[i]]
