@@ -22,7 +22,14 @@ from typer.testing import CliRunner
 from sortedrl.cli import app
 from sortedrl.errors import ConfigError
 from sortedrl.policies.registry import make_policy
-from sortedrl.sim.attempts import MIN_OTHERS, WITHIN_SHARE, AttemptLengths, prompt_codes, stream_key
+from sortedrl.sim.attempts import (
+    _UNPACK,
+    MIN_OTHERS,
+    WITHIN_SHARE,
+    AttemptLengths,
+    prompt_codes,
+    stream_key,
+)
 from sortedrl.sim.run import simulate
 from tests.conftest import make_trace, tiny_cluster
 
@@ -107,7 +114,7 @@ def test_no_two_attempts_share_a_stream_and_draws_are_pure(seed, lengths, group)
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31), st.lists(st.integers(1, 60), min_size=1, max_size=40),
-       st.sampled_from([1, 2, 4, 5, 8]), st.lists(st.tuples(st.integers(0, 39), st.integers(0, 9)), max_size=30),
+       st.sampled_from([1, 2, 4, 5, 8]), st.lists(st.tuples(st.integers(0, 39), st.integers(0, 9)), max_size=80),
        st.sampled_from(["resample", "same"]))
 def test_a_batch_of_draws_is_the_draws_one_by_one(seed, lengths, group, pairs, regen):
     # AttemptLengths.lengths (the simulator's admissions of regenerated samples) gives length's
@@ -119,6 +126,17 @@ def test_a_batch_of_draws_is_the_draws_one_by_one(seed, lengths, group, pairs, r
     pairs = [(i % n, a) for i, a in pairs]
     samples, attempts = [i for i, _ in pairs], [a for _, a in pairs]
     assert draw.lengths(samples, attempts) == [draw.length(i, a) for i, a in pairs]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(-2**63, 2**63 - 1), st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(-2**63, 2**63 - 1)),
+                                                 min_size=1, max_size=50))
+def test_the_compiled_hashes_are_hashlibs(seed, keys):
+    """sim/regen_hash.py's BLAKE2b (a batch of draws' hashes, compiled) gives stream_key's
+    digest words (hashlib's) for any seed, sample and attempt within int64."""
+    from sortedrl.sim import regen_hash
+    words = regen_hash.digests(seed, [i for i, _ in keys], [a for _, a in keys])
+    assert [tuple(w) for w in words.tolist()] == [_UNPACK(stream_key(seed, i, a)) for i, a in keys]
 
 
 @settings(max_examples=40, deadline=None)

@@ -59,6 +59,7 @@ def check_regen(regen: str) -> str:
 _HASH = hashlib.blake2b(digest_size=16, person=b"sortedrl-regen")  # copied per draw: 5x cheaper
 _PACK = struct.Struct("<qqq").pack  # than a new keyed hash object
 _UNPACK = struct.Struct("<QQ").unpack
+HASHED_IN_BULK = 32  # draws from which a batch's hashes are compiled (a call costs about 10 us)
 
 
 def stream_key(seed: int, sample: int, attempt: int) -> bytes:
@@ -147,13 +148,7 @@ class AttemptLengths:
         pick among the prompt's other responses for all at once."""
         if self.regen == "same" or not any(attempts):
             return [self._recorded_at[i] for i in samples]
-        copy, pack, seed = _HASH.copy, _PACK, self.seed
-        digests = []
-        for i, a in zip(samples, attempts, strict=True):
-            h = copy()
-            h.update(pack(seed, i, a))
-            digests.append(h.digest())
-        words = np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 2)
+        words = self._digests(samples, attempts)
         u_pick = ((words[:, 0] >> 11) + 0.5) / 2.0**53  # (as length's: exact in float64)
         sample = np.asarray(samples, dtype=np.int64)
         prompt = np.frombuffer(self._prompt_of, dtype=f"i{self._prompt_of.itemsize}")[sample]
@@ -169,6 +164,20 @@ class AttemptLengths:
         for j in np.flatnonzero(~ok | (np.asarray(attempts) == 0)).tolist():
             out[j] = self.length(samples[j], attempts[j])
         return out
+
+    def _digests(self, samples: list[int], attempts: list[int]) -> np.ndarray:
+        """The two words of each ``(sample, attempt)``'s digest (``stream_key``'s), compiled
+        for a batch (sim/regen_hash.py: numba's, which the simulator has loaded already)."""
+        seed = self.seed
+        if len(samples) >= HASHED_IN_BULK and -2**63 <= seed < 2**63 and len(samples) == len(attempts):
+            from sortedrl.sim import regen_hash
+            return regen_hash.digests(seed, samples, attempts)
+        copy, pack, digests = _HASH.copy, _PACK, []
+        for i, a in zip(samples, attempts, strict=True):
+            h = copy()
+            h.update(pack(seed, i, a))
+            digests.append(h.digest())
+        return np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 2)
 
     def _model_draw(self, members: list[int], u: float) -> int:
         n = len(members)
