@@ -118,7 +118,9 @@ def test_no_two_attempts_share_a_stream_and_draws_are_pure(seed, lengths, group)
        st.sampled_from(["resample", "same"]))
 def test_a_batch_of_draws_is_the_draws_one_by_one(seed, lengths, group, pairs, regen):
     # AttemptLengths.lengths (the simulator's admissions of regenerated samples) gives length's
-    # draws: the resample among 3+ other responses, the model's draw below, attempt 0's record
+    # draws: the resample among 3+ other responses, the model's draw below, attempt 0's record;
+    # numba loaded, a batch of 32 or more draws hashes in sim/regen_hash.py
+    import sortedrl.sim.regen_hash  # noqa: F401
     n = len(lengths) - len(lengths) % group or group
     lengths = (lengths * group)[:n]
     trace = make_trace(lengths, group_size=group, max_len=60)

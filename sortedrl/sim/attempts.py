@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+import sys
 from statistics import NormalDist
 
 import numpy as np
@@ -167,9 +168,11 @@ class AttemptLengths:
 
     def _digests(self, samples: list[int], attempts: list[int]) -> np.ndarray:
         """The two words of each ``(sample, attempt)``'s digest (``stream_key``'s), compiled
-        for a batch (sim/regen_hash.py: numba's, which the simulator has loaded already)."""
+        for a batch where numba is loaded (the compiled pool loop runs: 100k samples up; in a
+        smaller run its import, about 0.3 s, would cost more than the draws save)."""
         seed = self.seed
-        if len(samples) >= HASHED_IN_BULK and -2**63 <= seed < 2**63 and len(samples) == len(attempts):
+        if (len(samples) >= HASHED_IN_BULK and "numba" in sys.modules and -2**63 <= seed < 2**63
+                and len(samples) == len(attempts)):
             from sortedrl.sim import regen_hash
             return regen_hash.digests(seed, samples, attempts)
         copy, pack, digests = _HASH.copy, _PACK, []
