@@ -73,6 +73,29 @@ class EngineActions:
             p.queue.remove(sample)
             return self._gen0.pop(sample)
         self.materialize(now)
+        return self._stop_running(sample, now)
+
+    def abort_each(self, samples: list[int], now: float, done: dict[int, int]) -> list[int]:
+        """:meth:`abort` of each of ``samples`` (distinct, all this engine's), in order, the
+        tokens each keeps; ``done``: those of queued ones aborted already (:meth:`abort_queued`).
+        A harvest aborts thousands of running samples: one call, not one each."""
+        out, moved, gen0 = [], False, self._gen0
+        for i in samples:
+            tok = done.get(i)
+            if tok is None and i not in gen0:
+                if not moved:  # (abort moves the base for each running sample: once does)
+                    self.materialize(now)
+                    moved = True
+                tok = self._stop_running(i, now)
+            elif tok is None:
+                tok = self.abort(i, now)
+            out.append(tok)
+        return out
+
+    def _stop_running(self, sample: int, now: float) -> int:
+        """A running sample's abort at ``now``, the base moved there: its span ends; returns
+        the tokens it keeps."""
+        p = self.pub
         off, t0, tok0, ver = p.run.pop(sample)
         del self._live[sample]
         self._stale += 1  # its heap entry stays, to be skipped
@@ -89,36 +112,6 @@ class EngineActions:
             self._spans.append((t0, max(now, t0), p.index, sample, self._attempt[sample], ver,
                                 tok - tok0, "abort"))
         return tok
-
-    def abort_each(self, samples: list[int], now: float, done: dict[int, int]) -> list[int]:
-        """:meth:`abort` of each of ``samples`` (distinct, all this engine's), in order, the
-        tokens each keeps; ``done``: those of queued ones aborted already (:meth:`abort_queued`).
-        A harvest aborts thousands of running samples: one call, not one each."""
-        p, out, first = self.pub, [], True
-        run, live, gen0, spans, attempt = p.run, self._live, self._gen0, self._spans, self._attempt
-        for i in samples:
-            tok = done.get(i)
-            if tok is not None or i in gen0:
-                out.append(tok if tok is not None else self.abort(i, now))
-                continue
-            if first:  # (abort moves the base first, for each running sample: once does)
-                self.materialize(now)
-                first = False
-            off, t0, tok0, ver = run.pop(i)
-            del live[i]
-            self._stale += 1
-            if now < p.t and i in p.prefilling:
-                tok = tok0
-                p.prefilling = tuple(j for j in p.prefilling if j != i)
-            elif now < p.t and p.inflight:
-                tok = p.step - p.inflight + off
-            else:
-                tok = p.step + off
-            p.kv -= self._leave(i) + p.step + off
-            if not p.frozen:
-                spans.append((t0, max(now, t0), p.index, i, attempt[i], ver, tok - tok0, "abort"))
-            out.append(tok)
-        return out
 
     def set_enabled(self, enabled: bool, now: float) -> None:
         self.materialize(now)
