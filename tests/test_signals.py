@@ -22,7 +22,7 @@ import pytest
 from sortedrl.traces.model import TraceModel
 
 ROOT = Path(__file__).resolve().parents[1]
-BIG = ["--synthetic", "math-16k", "--prompts", "4096", "--steps", "4"]  # a minute or so
+BIG = ["--synthetic", "math-16k", "--prompts", "4096", "--steps", "64"]  # 2M samples: about 10 s (8 Dec)
 MODEL = TraceModel(max_response_len=16384, group_size=16, prompts_per_step=64, mu0=7.5,
                    sigma_between=0.5, sigma_within=0.5, drift=0.0, runaway_share=0.02,
                    prompt_median=200.0, prompt_sigma=0.3, prompt_min=16, prompt_max=1024,
